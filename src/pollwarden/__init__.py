@@ -1,0 +1,5 @@
+"""pollwarden: bounded, durable, auditable waiting on external jobs."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

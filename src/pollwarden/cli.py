@@ -1,0 +1,545 @@
+"""The `pollwarden` command: parse, call the library, render. No decision is made here.
+
+Exit codes: 0 succeeded, 1 internal error, 2 bad input (nothing changed), 3 the job ended at the
+provider without success, 4 stopped and escalated for a decision, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from . import __version__
+from .core.contract import Contract, ContractError, load_contract
+from .core.decide import Decision
+from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration
+from .core.reasons import Phase
+from .core.record import OPERATION_ID, OperationRecord, new_record
+from .home import database_path, resolve_home
+from .http import CredentialError, StatusClient, resolve_secret
+from .simulator import SCENARIOS, Simulator, Step, serve
+from .store.base import Stored, StoreError
+from .store.sqlite import SQLiteStore, process_owner
+from .story import story_json, story_lines
+from .watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
+
+
+class UsageError(Exception):
+    """Bad input from the person at the keyboard: reported in one line, exit 2, nothing changed."""
+
+
+def exit_code(record: OperationRecord) -> int:
+    if record.phase is Phase.SUCCEEDED:
+        return EXIT_OK
+    if record.reason is not None and record.reason.job_ended:
+        return EXIT_JOB_ENDED
+    return EXIT_ESCALATED
+
+
+def _duration(text: str | None, flag: str) -> timedelta | None:
+    if text is None:
+        return None
+    try:
+        value = parse_duration(text)
+    except DurationError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    if value <= timedelta(0):
+        raise UsageError(f"{flag}: must be longer than zero")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0 or value > 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000000, got {value}")
+    return value
+
+
+def _open_store(home_arg: str | None) -> SQLiteStore:
+    home = resolve_home(home_arg)
+    try:
+        return SQLiteStore(database_path(home))
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _load_contract(path: str) -> Contract:
+    try:
+        return load_contract(Path(path))
+    except ContractError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# -- watch ------------------------------------------------------------------------------------------
+
+
+def _resume_problems(args: argparse.Namespace, contract: Contract, stored: Stored) -> list[str]:
+    """Widening a limit is new authority (R41): only an audited approval may grant it."""
+    record = stored.record
+    plan = record.plan
+    problems: list[str] = []
+    if args.job is not None and args.job != record.job_id:
+        problems.append(f"operation {record.operation_id} watches job {record.job_id}, not {args.job}")
+    if contract.fingerprint() != record.contract_fingerprint:
+        problems.append(
+            f"contract {contract.name!r} differs from the one operation {record.operation_id} was created with"
+            " (states, fields, status_url or credential); resume it with the original contract"
+        )
+    deadline = _duration(args.deadline, "--deadline")
+    if deadline is not None and record.created_at + deadline > plan.deadline_at:
+        problems.append(f"--deadline {args.deadline} would move the deadline past {format_rfc3339(plan.deadline_at)}")
+    if args.max_requests is not None and args.max_requests > plan.max_status_requests:
+        problems.append(f"--max-requests {args.max_requests} exceeds the approved {plan.max_status_requests}")
+    if args.max_transport_failures is not None and args.max_transport_failures > plan.max_transport_failures:
+        problems.append(
+            f"--max-transport-failures {args.max_transport_failures} exceeds the approved {plan.max_transport_failures}"
+        )
+    for flag, value, stored_value in (
+        ("--base-delay", args.base_delay, plan.schedule.base_delay),
+        ("--max-delay", args.max_delay, plan.schedule.max_delay),
+    ):
+        parsed = _duration(value, flag)
+        if parsed is not None and parsed != stored_value:
+            problems.append(f"{flag} {value} differs from the operation's {format_duration(stored_value)}")
+    return problems
+
+
+def _narrowed(args: argparse.Namespace, record: OperationRecord) -> OperationRecord:
+    plan = record.plan
+    deadline = _duration(args.deadline, "--deadline")
+    new_plan = plan.__class__(
+        deadline_at=min(plan.deadline_at, record.created_at + deadline) if deadline else plan.deadline_at,
+        max_status_requests=min(plan.max_status_requests, args.max_requests)
+        if args.max_requests is not None
+        else plan.max_status_requests,
+        max_transport_failures=min(plan.max_transport_failures, args.max_transport_failures)
+        if args.max_transport_failures is not None
+        else plan.max_transport_failures,
+        max_rate_limited=plan.max_rate_limited,
+        schedule=plan.schedule,
+        not_found_grace=plan.not_found_grace,
+    )
+    return record if new_plan == plan else record.evolve(plan=new_plan)
+
+
+def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, now: datetime) -> OperationRecord:
+    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if not OPERATION_ID.match(operation_id):
+        raise UsageError(
+            f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-', starting with a"
+            " letter or digit"
+        )
+    stored = store.get(operation_id)
+    if stored is not None:
+        problems = _resume_problems(args, contract, stored)
+        if problems:
+            store.append(operation_id, "resume_refused", {"why": "; ".join(problems)}, now)
+            raise UsageError(
+                "cannot resume: " + "; ".join(problems) + ". Widening limits is an approval: it needs a"
+                " decision by a person (see `pollwarden decide`), not a flag"
+            )
+        narrowed = _narrowed(args, stored.record)
+        if narrowed is not stored.record:
+            claimed = store.claim(operation_id, process_owner(), now, timedelta(seconds=30))
+            if claimed is None:
+                raise UsageError(f"operation {operation_id} is busy in another process; try again in a moment")
+            lease, current = claimed
+            narrowed = _narrowed(args, current)
+            store.write(lease, narrowed, [("limits_narrowed", narrowed.summary())], now, release=True)
+        return narrowed
+    if args.job is None:
+        raise UsageError("--job is required to start a new operation")
+    record = new_record(
+        contract,
+        operation_id=operation_id,
+        job_id=args.job,
+        now=now,
+        deadline=_duration(args.deadline, "--deadline"),
+        max_requests=args.max_requests if args.max_requests else None,
+        max_transport_failures=args.max_transport_failures,
+        base_delay=_duration(args.base_delay, "--base-delay"),
+        max_delay=_duration(args.max_delay, "--max-delay"),
+    )
+    if record.plan.schedule.max_delay < record.plan.schedule.base_delay:
+        raise UsageError("--max-delay must not be shorter than --base-delay")
+    if args.max_requests == 0:
+        raise UsageError("--max-requests must be at least 1")
+    store.create(
+        record,
+        contract.source_text,
+        {
+            **record.summary(),
+            "request_fingerprint": record.request_fingerprint,
+            "contract_fingerprint": record.contract_fingerprint,
+            "expected_terminal": list(record.expected_terminal),
+        },
+    )
+    return record
+
+
+class Progress:
+    """One line per decision; on a terminal also a live countdown that is overwritten in place."""
+
+    def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
+        self.out = out
+        self.live = live
+        self.quiet = quiet
+        self._dirty = False
+
+    def _clear(self) -> None:
+        if self._dirty:
+            self.out.write("\r\033[K")
+            self._dirty = False
+
+    def __call__(self, result: StepResult) -> None:
+        if self.quiet:
+            return
+        now = utcnow()
+        if isinstance(result, Polled):
+            self._clear()
+            self.out.write(_decision_line(result.decision, now) + "\n")
+            self.out.flush()
+            return
+        if not self.live or isinstance(result, Done):
+            self._clear()
+            return
+        record = result.record
+        until = result.until if isinstance(result, NotYet) else result.retry_at
+        what = "next poll" if isinstance(result, NotYet) else "another owner is polling; retry"
+        self.out.write(
+            f"\r\033[K{record.job_id}: {record.last_state or 'not yet seen'} · requests"
+            f" {record.status_requests_used}/{record.plan.max_status_requests} · {what} in"
+            f" {_left(until, now)} · deadline in {_left(record.deadline_at, now)}"
+        )
+        self.out.flush()
+        self._dirty = True
+
+
+def _left(moment: datetime, now: datetime) -> str:
+    return format_duration(timedelta(seconds=max(0, round((moment - now).total_seconds()))))
+
+
+def _decision_line(decision: Decision, now: datetime) -> str:
+    record = decision.record
+    seen = f"HTTP {record.last_http_status}" if record.last_http_status else "no response"
+    if record.last_state and record.last_http_status and 200 <= record.last_http_status < 300:
+        seen = f"state {record.last_state}"
+    budget = f"{record.status_requests_used}/{record.plan.max_status_requests}"
+    stamp = now.strftime("%H:%M:%S")
+    if decision.next_poll_at is not None and not record.is_final:
+        source = decision.delay_source.value if decision.delay_source else "?"
+        return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
+    if record.phase is Phase.SUCCEEDED:
+        return f"{stamp} {seen} · requests {budget} · succeeded: {record.result}"
+    return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
+
+
+def _final_json(record: OperationRecord) -> dict[str, Any]:
+    summary = record.summary()
+    summary["outcome"] = "succeeded" if record.phase is Phase.SUCCEEDED else "stopped"
+    return summary
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    contract = _load_contract(args.contract)
+    if not contract.safe_status:
+        raise UsageError(
+            f"contract {contract.name!r} declares safe_status = false: its status request is an action"
+            " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
+        )
+    for flag in ("deadline", "base_delay", "max_delay"):
+        _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
+    try:
+        secret = resolve_secret(contract)
+    except CredentialError as exc:
+        raise UsageError(str(exc)) from None
+    store = _open_store(args.home)
+    try:
+        record = _prepare(args, store, contract, utcnow())
+        out = sys.stdout
+        if not args.json:
+            out.write(
+                f"operation {record.operation_id}: job {record.job_id} via {contract.name}, deadline"
+                f" {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests} requests\n"
+            )
+            out.flush()
+        progress = Progress(out, live=out.isatty(), quiet=args.json)
+        with StatusClient(contract, secret, clock=utcnow) as client:
+            watcher = Watcher(store, contract, client, owner=process_owner())
+            try:
+                final = watcher.run(record.operation_id, on_progress=progress, tick=1.0 if progress.live else None)
+            except KeyboardInterrupt:
+                progress(Done(record))
+                print(
+                    f"interrupted; the record is kept. Resume with: pollwarden watch --contract {args.contract}"
+                    f" --operation {record.operation_id}",
+                    file=sys.stderr,
+                )
+                return 130
+        if args.json:
+            print(json.dumps(_final_json(final), sort_keys=True))
+        else:
+            _print_outcome(final, out)
+        return exit_code(final)
+    finally:
+        store.close()
+
+
+def _print_outcome(record: OperationRecord, out: TextIO) -> None:
+    if record.phase is Phase.SUCCEEDED:
+        out.write(f"succeeded: job {record.job_id}, result {record.result}\n")
+        return
+    reason = record.reason.value if record.reason else "?"
+    label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
+    out.write(f"{label}: {reason}: {record.detail}\n")
+    out.write(
+        f"  last state {record.last_state}, last HTTP {record.last_http_status},"
+        f" requests {record.status_requests_used} of {record.plan.max_status_requests},"
+        f" transport failures {record.transport_failures_used} of {record.plan.max_transport_failures}\n"
+    )
+    if record.provider_error:
+        out.write(f"  provider error: {record.provider_error}\n")
+
+
+# -- status and story ---------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = _open_store(args.home)
+    try:
+        if args.operation:
+            stored = store.get(args.operation)
+            if stored is None:
+                raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            summary = stored.record.summary()
+            if args.json:
+                print(json.dumps(summary, sort_keys=True))
+            else:
+                for key, value in summary.items():
+                    print(f"{key:26} {value if value is not None else '-'}")
+            return EXIT_OK
+        rows = [s.record for s in store.all()]
+        if args.json:
+            print(json.dumps([r.summary() for r in rows], sort_keys=True))
+            return EXIT_OK
+        if not rows:
+            print("no operations yet")
+            return EXIT_OK
+        print(f"{'OPERATION':40} {'JOB':20} {'PHASE':10} {'REASON':26} {'STATE':16} REQUESTS")
+        for r in rows:
+            print(
+                f"{r.operation_id:40} {r.job_id:20} {r.phase.value:10} {(r.reason.value if r.reason else '-'):26}"
+                f" {(r.last_state or '-'):16} {r.status_requests_used}/{r.plan.max_status_requests}"
+            )
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+def cmd_story(args: argparse.Namespace) -> int:
+    store = _open_store(args.home)
+    try:
+        if store.get(args.operation) is None:
+            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+        events = store.events(args.operation)
+        if args.json:
+            print(json.dumps(story_json(events), sort_keys=True))
+        else:
+            for line in story_lines(events):
+                print(line)
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+# -- simulate and demo --------------------------------------------------------------------------------
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
+    if args.time_scale <= 0:
+        raise UsageError("--time-scale must be greater than zero")
+
+    def ready(url: str) -> None:
+        print(f"simulated provider listening on {url}", flush=True)
+        if not args.quiet:
+            print("scenarios (GET /jobs/<scenario>-<anything>):")
+            for name, (description, _) in SCENARIOS.items():
+                print(f"  {name:26} {description}")
+            sys.stdout.flush()
+
+    try:
+        serve(args.host, args.port, token=token, time_scale=args.time_scale, on_ready=ready)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    return EXIT_OK
+
+
+DEMO_CONTRACT = """\
+name = "demo-exports"
+status_url = "{base}/jobs/{{job_id}}"
+timeout = "2s"
+safe_status = true
+
+[states]
+pending = ["queued", "running"]
+success = ["succeeded"]
+failure = ["failed"]
+cancelled = ["cancelled"]
+expired = ["expired"]
+
+[fields]
+state = "state"
+result = "result_url"
+error = "error"
+expires_at = "expires_at"
+poll_after_seconds = "poll_after_seconds"
+next_check_at = "next_check_at"
+
+[schedule]
+base_delay = "500ms"
+max_delay = "4s"
+jitter = "bounded"
+
+[limits]
+deadline = "2m"
+max_requests = 8
+max_transport_failures = 3
+"""
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The newcomer's first command: a real provider on loopback, a real watch, the story it leaves."""
+    home = Path(tempfile.mkdtemp(prefix="pollwarden-demo-")) if args.home is None else Path(args.home)
+    with Simulator() as sim:
+        sim.add_job(
+            "exp_71c",
+            [
+                Step(body={"state": "queued"}),
+                Step(body={"state": "running"}),
+                Step(status=503, body={"error": "maintenance"}, headers={"Retry-After": "5"}),
+                Step(body={"state": "running", "poll_after_seconds": 1}),
+                Step(body={"state": "succeeded", "result_url": "https://files.example/exports/exp_71c.csv"}),
+            ],
+        )
+        sim.add_job("exp_72d", [Step(body={"state": "running"}), Step(body={"state": "awaiting_review"})])
+        contract_path = home / "demo-contract.toml"
+        home.mkdir(parents=True, exist_ok=True)
+        contract_path.write_text(DEMO_CONTRACT.format(base=sim.url), encoding="utf-8")
+        print(f"pollwarden demo: a simulated provider on {sim.url}, state in {home}\n")
+        codes = []
+        for job in ("exp_71c", "exp_72d"):
+            print(f"$ pollwarden watch --contract {contract_path} --job {job} --operation demo-{job}")
+            ns = build_parser().parse_args(
+                [
+                    "watch",
+                    "--contract",
+                    str(contract_path),
+                    "--job",
+                    job,
+                    "--operation",
+                    f"demo-{job}",
+                    "--home",
+                    str(home),
+                ]
+            )
+            code = cmd_watch(ns)
+            codes.append(code)
+            print(f"(exit code {code}; the provider saw {sim.request_count(job)} status requests)\n")
+            print(f"$ pollwarden story demo-{job}")
+            cmd_story(build_parser().parse_args(["story", f"demo-{job}", "--home", str(home)]))
+            print()
+    ok = codes == [EXIT_OK, EXIT_ESCALATED]
+    print("demo finished: one job succeeded with a validated result, one stopped on an unknown state.")
+    return EXIT_OK if ok else EXIT_INTERNAL
+
+
+# -- parser ---------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"pollwarden: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pollwarden", description="Bounded, durable, auditable waiting on external jobs.")
+    parser.add_argument("--version", action="version", version=f"pollwarden {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def home(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--home", help="state directory (default $POLLWARDEN_HOME or ~/.local/state/pollwarden)")
+
+    w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
+    w.add_argument("--contract", required=True, help="provider contract (TOML)")
+    w.add_argument("--job", help="the provider's job id (required for a new operation)")
+    w.add_argument("--operation", help="operation id: new to create, existing to resume")
+    w.add_argument("--deadline", help="wall-clock deadline from the operation's start, e.g. 40m")
+    w.add_argument("--max-requests", type=_positive, help="status request budget")
+    w.add_argument("--max-transport-failures", type=_positive, help="transport-failure budget")
+    w.add_argument("--base-delay", help="backoff base delay, e.g. 5s")
+    w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
+    w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    home(w)
+    w.set_defaults(func=cmd_watch)
+
+    s = sub.add_parser("status", help="show one operation, or a table of all")
+    s.add_argument("operation", nargs="?")
+    s.add_argument("--json", action="store_true")
+    home(s)
+    s.set_defaults(func=cmd_status)
+
+    st = sub.add_parser("story", help="an operation's decisions, told in order")
+    st.add_argument("operation")
+    st.add_argument("--json", action="store_true")
+    home(st)
+    st.set_defaults(func=cmd_story)
+
+    sim = sub.add_parser("simulate", help="run a scripted job provider on loopback")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8080)
+    sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
+    sim.add_argument("--time-scale", type=float, default=1.0, help="scale scenario times (0.1 = ten times faster)")
+    sim.add_argument("--quiet", action="store_true", help="print only the listening line")
+    sim.set_defaults(func=cmd_simulate)
+
+    d = sub.add_parser("demo", help="watch two jobs on a simulated provider and print their stories")
+    home(d)
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageError as exc:
+        print(f"pollwarden: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:
+        print(f"pollwarden: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

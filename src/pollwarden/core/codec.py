@@ -1,0 +1,108 @@
+"""The record as JSON and back, losslessly: the store persists it and the audit replays from it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from .contract import Schedule
+from .reasons import DelaySource, Jitter, Phase, StopReason
+from .record import OperationRecord, Plan
+
+
+def _dt(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _pdt(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _req_dt(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def record_to_json(record: OperationRecord) -> dict[str, Any]:
+    plan = record.plan
+    return {
+        "operation_id": record.operation_id,
+        "job_id": record.job_id,
+        "contract_name": record.contract_name,
+        "contract_fingerprint": record.contract_fingerprint,
+        "account": record.account,
+        "request_fingerprint": record.request_fingerprint,
+        "expected_terminal": list(record.expected_terminal),
+        "created_at": _dt(record.created_at),
+        "plan": {
+            "deadline_at": _dt(plan.deadline_at),
+            "max_status_requests": plan.max_status_requests,
+            "max_transport_failures": plan.max_transport_failures,
+            "max_rate_limited": plan.max_rate_limited,
+            "base_delay": plan.schedule.base_delay.total_seconds(),
+            "max_delay": plan.schedule.max_delay.total_seconds(),
+            "jitter": plan.schedule.jitter.value,
+            "first_check": plan.schedule.first_check.total_seconds(),
+            "not_found_grace": None if plan.not_found_grace is None else plan.not_found_grace.total_seconds(),
+        },
+        "next_poll_at": _dt(record.next_poll_at),
+        "delay_source": record.delay_source.value,
+        "phase": record.phase.value,
+        "reason": record.reason.value if record.reason else None,
+        "detail": record.detail,
+        "status_requests_used": record.status_requests_used,
+        "transport_failures_used": record.transport_failures_used,
+        "rate_limited_consecutive": record.rate_limited_consecutive,
+        "polls_completed": record.polls_completed,
+        "last_state": record.last_state,
+        "last_http_status": record.last_http_status,
+        "last_observed_at": _dt(record.last_observed_at),
+        "last_request_id": record.last_request_id,
+        "provider_error": record.provider_error,
+        "result": record.result,
+        "finished_at": _dt(record.finished_at),
+    }
+
+
+def record_from_json(data: dict[str, Any]) -> OperationRecord:
+    p = data["plan"]
+    grace = p.get("not_found_grace")
+    plan = Plan(
+        deadline_at=_req_dt(p["deadline_at"]),
+        max_status_requests=int(p["max_status_requests"]),
+        max_transport_failures=int(p["max_transport_failures"]),
+        max_rate_limited=int(p["max_rate_limited"]),
+        schedule=Schedule(
+            base_delay=timedelta(seconds=p["base_delay"]),
+            max_delay=timedelta(seconds=p["max_delay"]),
+            jitter=Jitter(p["jitter"]),
+            first_check=timedelta(seconds=p["first_check"]),
+        ),
+        not_found_grace=None if grace is None else timedelta(seconds=grace),
+    )
+    return OperationRecord(
+        operation_id=data["operation_id"],
+        job_id=data["job_id"],
+        contract_name=data["contract_name"],
+        contract_fingerprint=data["contract_fingerprint"],
+        account=data["account"],
+        request_fingerprint=data.get("request_fingerprint"),
+        expected_terminal=tuple(data.get("expected_terminal", ())),
+        created_at=_req_dt(data["created_at"]),
+        plan=plan,
+        next_poll_at=_req_dt(data["next_poll_at"]),
+        delay_source=DelaySource(data["delay_source"]),
+        phase=Phase(data["phase"]),
+        reason=StopReason(data["reason"]) if data.get("reason") else None,
+        detail=data.get("detail"),
+        status_requests_used=int(data["status_requests_used"]),
+        transport_failures_used=int(data["transport_failures_used"]),
+        rate_limited_consecutive=int(data["rate_limited_consecutive"]),
+        polls_completed=int(data["polls_completed"]),
+        last_state=data.get("last_state"),
+        last_http_status=data.get("last_http_status"),
+        last_observed_at=_pdt(data.get("last_observed_at")),
+        last_request_id=data.get("last_request_id"),
+        provider_error=data.get("provider_error"),
+        result=data.get("result"),
+        finished_at=_pdt(data.get("finished_at")),
+    )

@@ -1,0 +1,374 @@
+"""The provider contract: one TOML file that says what each status value means and how to wait.
+
+Meaning is never guessed from a field name (R3): every state the provider may send is listed in a
+category, and anything else is `unknown`. Loading is strict so that a typo in a key is an error at
+start-up, not a silent default at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from .durations import DurationError, parse_duration
+from .reasons import Category, Jitter
+
+MAX_BODY_BYTES_DEFAULT = 1_048_576
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Auth:
+    secret_env: str
+    header: str = "Authorization"
+    scheme: str = "Bearer"
+
+
+@dataclass(frozen=True)
+class StateTable:
+    pending: tuple[str, ...]
+    success: tuple[str, ...]
+    failure: tuple[str, ...]
+    cancelled: tuple[str, ...] = ()
+    expired: tuple[str, ...] = ()
+
+    def category(self, value: str) -> Category:
+        """Exact match only: `Running` is not `running`, and a new value is unknown (R2)."""
+        for category, values in self._by_category():
+            if value in values:
+                return category
+        return Category.UNKNOWN
+
+    def _by_category(self) -> tuple[tuple[Category, tuple[str, ...]], ...]:
+        return (
+            (Category.PENDING, self.pending),
+            (Category.SUCCESS, self.success),
+            (Category.FAILURE, self.failure),
+            (Category.CANCELLED, self.cancelled),
+            (Category.EXPIRED, self.expired),
+        )
+
+    def terminal(self) -> tuple[str, ...]:
+        return self.success + self.failure + self.cancelled + self.expired
+
+
+@dataclass(frozen=True)
+class Fields:
+    state: str
+    result: str | None = None
+    error: str | None = None
+    expires_at: str | None = None
+    poll_after_seconds: str | None = None
+    next_check_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    base_delay: timedelta = timedelta(seconds=5)
+    max_delay: timedelta = timedelta(seconds=120)
+    jitter: Jitter = Jitter.BOUNDED
+    first_check: timedelta = timedelta(0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    deadline: timedelta = timedelta(minutes=40)
+    max_requests: int = 12
+    max_transport_failures: int = 3
+    max_rate_limited: int = 3
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    status_url: str
+    states: StateTable
+    fields: Fields
+    timeout: timedelta = timedelta(seconds=10)
+    safe_status: bool = True
+    auth: Auth | None = None
+    schedule: Schedule = field(default_factory=Schedule)
+    limits: Limits = field(default_factory=Limits)
+    not_found_grace: timedelta | None = None
+    request_id_header: str = "X-Request-Id"
+    max_body_bytes: int = MAX_BODY_BYTES_DEFAULT
+    source_text: str = field(default="", compare=False, repr=False)
+
+    def status_url_for(self, job_id: str) -> str:
+        """The job id is quoted completely, so it can never add a path segment, query or host."""
+        return self.status_url.replace("{job_id}", quote(job_id, safe=""))
+
+    @property
+    def origin(self) -> str:
+        parts = urlsplit(self.status_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    def fingerprint(self) -> str:
+        """What fixes the meaning of a poll: a resumed operation must be read with the same table."""
+        identity = {
+            "name": self.name,
+            "status_url": self.status_url,
+            "states": {c.value: list(v) for c, v in self.states._by_category()},
+            "fields": self.fields.__dict__,
+            "account": self.account,
+        }
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    @property
+    def account(self) -> str:
+        """The credential context in words that contain no secret: which variable, sent how."""
+        if self.auth is None:
+            return "anonymous"
+        return f"env:{self.auth.secret_env} via {self.auth.header}"
+
+
+def load_contract(path: Path) -> Contract:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ContractError(f"contract file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ContractError(f"cannot read contract file {path}: {exc.__class__.__name__}") from None
+    return parse_contract(text, source=str(path))
+
+
+def parse_contract(text: str, *, source: str = "<contract>") -> Contract:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ContractError(f"{source}: not valid TOML: {exc}") from None
+    reader = _Reader(source, data, "")
+    try:
+        contract = _build(reader)
+    except DurationError as exc:  # pragma: no cover - _Reader wraps these; kept as a guard
+        raise ContractError(f"{source}: {exc}") from None
+    return Contract(**{**contract.__dict__, "source_text": text})
+
+
+_TOP_KEYS = {
+    "name",
+    "status_url",
+    "timeout",
+    "safe_status",
+    "auth",
+    "states",
+    "fields",
+    "schedule",
+    "limits",
+    "not_found",
+    "request_id_header",
+    "max_body_bytes",
+}
+
+
+def _build(r: _Reader) -> Contract:
+    r.only(_TOP_KEYS)
+    name = r.text("name", required=True)
+    status_url = r.text("status_url", required=True)
+    _check_status_url(r, status_url)
+    auth = None
+    if "auth" in r.data:
+        a = r.table("auth")
+        a.only({"header", "scheme", "secret_env"})
+        header = a.text("header") or "Authorization"
+        scheme = a.text("scheme", allow_empty=True)
+        secret_env = a.text("secret_env", required=True)
+        _check_token(a, "header", header)
+        _check_token(a, "secret_env", secret_env)
+        auth = Auth(secret_env=secret_env, header=header, scheme="Bearer" if scheme is None else scheme)
+    s = r.table("states", required=True)
+    s.only({c.value for c in Category if c is not Category.UNKNOWN})
+    states = StateTable(
+        pending=s.strings("pending", required=True),
+        success=s.strings("success", required=True),
+        failure=s.strings("failure", required=True),
+        cancelled=s.strings("cancelled"),
+        expired=s.strings("expired"),
+    )
+    seen: dict[str, str] = {}
+    for category, values in states._by_category():
+        for value in values:
+            if value in seen:
+                raise ContractError(
+                    f"{r.source}: [states]: {value!r} is listed under both {seen[value]} and {category.value};"
+                    " each state must mean one thing"
+                )
+            seen[value] = category.value
+    f = r.table("fields", required=True)
+    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at"})
+    fields = Fields(
+        state=f.path("state", required=True) or "state",
+        result=f.path("result"),
+        error=f.path("error"),
+        expires_at=f.path("expires_at"),
+        poll_after_seconds=f.path("poll_after_seconds"),
+        next_check_at=f.path("next_check_at"),
+    )
+    schedule = Schedule()
+    if "schedule" in r.data:
+        sc = r.table("schedule")
+        sc.only({"base_delay", "max_delay", "jitter", "first_check"})
+        jitter_text = sc.text("jitter") or Jitter.BOUNDED.value
+        if jitter_text not in {j.value for j in Jitter}:
+            raise ContractError(f"{r.source}: [schedule].jitter: must be 'bounded' or 'full', got {jitter_text!r}")
+        schedule = Schedule(
+            base_delay=sc.duration("base_delay", schedule.base_delay, positive=True),
+            max_delay=sc.duration("max_delay", schedule.max_delay, positive=True),
+            jitter=Jitter(jitter_text),
+            first_check=sc.duration("first_check", schedule.first_check),
+        )
+        if schedule.max_delay < schedule.base_delay:
+            raise ContractError(f"{r.source}: [schedule].max_delay must not be shorter than base_delay")
+    limits = Limits()
+    if "limits" in r.data:
+        li = r.table("limits")
+        li.only({"deadline", "max_requests", "max_transport_failures", "max_rate_limited"})
+        limits = Limits(
+            deadline=li.duration("deadline", limits.deadline, positive=True),
+            max_requests=li.integer("max_requests", limits.max_requests, minimum=1),
+            max_transport_failures=li.integer("max_transport_failures", limits.max_transport_failures, minimum=0),
+            max_rate_limited=li.integer("max_rate_limited", limits.max_rate_limited, minimum=1),
+        )
+    grace = None
+    if "not_found" in r.data:
+        nf = r.table("not_found")
+        nf.only({"grace"})
+        grace = nf.duration("grace", timedelta(0))
+    request_id_header = r.text("request_id_header") or "X-Request-Id"
+    _check_token(r, "request_id_header", request_id_header)
+    return Contract(
+        name=name,
+        status_url=status_url,
+        states=states,
+        fields=fields,
+        timeout=r.duration("timeout", timedelta(seconds=10), positive=True),
+        safe_status=r.boolean("safe_status", True),
+        auth=auth,
+        schedule=schedule,
+        limits=limits,
+        not_found_grace=grace,
+        request_id_header=request_id_header,
+        max_body_bytes=r.integer("max_body_bytes", MAX_BODY_BYTES_DEFAULT, minimum=1024),
+    )
+
+
+def _check_status_url(r: _Reader, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ContractError(f"{r.source}: status_url: must be an absolute http(s) URL, got {url!r}")
+    if url.count("{job_id}") != 1:
+        raise ContractError(f"{r.source}: status_url: must contain the placeholder {{job_id}} exactly once")
+    if "{job_id}" in parts.netloc:
+        raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
+    if parts.username or parts.password:
+        raise ContractError(f"{r.source}: status_url: must not carry credentials; use [auth].secret_env")
+
+
+def _check_token(r: _Reader, key: str, value: str) -> None:
+    if not value or any(not (ch.isalnum() or ch in "-_") for ch in value):
+        raise ContractError(f"{r.source}: {r.where(key)}: {value!r} may only use letters, digits, '-' and '_'")
+
+
+class _Reader:
+    """Typed access to one TOML table that names the exact key in every complaint."""
+
+    def __init__(self, source: str, data: Mapping[str, Any], prefix: str) -> None:
+        self.source = source
+        self.data = data
+        self.prefix = prefix
+
+    def where(self, key: str) -> str:
+        return f"[{self.prefix}].{key}" if self.prefix else key
+
+    def fail(self, key: str, message: str) -> ContractError:
+        return ContractError(f"{self.source}: {self.where(key)}: {message}")
+
+    def only(self, allowed: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                hint = ", ".join(sorted(allowed))
+                raise self.fail(key, f"unknown key; allowed here: {hint}")
+
+    def _get(self, key: str, required: bool) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.fail(key, "required key is missing")
+            return None
+        return self.data[key]
+
+    def table(self, key: str, required: bool = False) -> _Reader:
+        value = self._get(key, required)
+        if value is None:
+            return _Reader(self.source, {}, key)
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a table like [{key}], got {type(value).__name__}")
+        return _Reader(self.source, value, key)
+
+    def text(self, key: str, required: bool = False, allow_empty: bool = False) -> Any:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {type(value).__name__}")
+        if not value and not allow_empty:
+            raise self.fail(key, "must not be empty")
+        return value
+
+    def path(self, key: str, required: bool = False) -> str | None:
+        value: str | None = self.text(key, required)
+        if value is not None and any(not part for part in value.split(".")):
+            raise self.fail(key, f"{value!r} is not a dotted path like 'status' or 'job.state'")
+        return value
+
+    def strings(self, key: str, required: bool = False) -> tuple[str, ...]:
+        value = self._get(key, required)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, "must be a list of non-empty strings")
+        if required and not value:
+            raise self.fail(key, "must list at least one state")
+        return tuple(value)
+
+    def duration(self, key: str, default: timedelta, positive: bool = False) -> timedelta:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a duration string like '90s', got {type(value).__name__}")
+        try:
+            parsed = parse_duration(value)
+        except DurationError as exc:
+            raise self.fail(key, str(exc)) from None
+        if positive and parsed <= timedelta(0):
+            raise self.fail(key, "must be longer than zero")
+        return parsed
+
+    def integer(self, key: str, default: int, minimum: int) -> int:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be a whole number, got {type(value).__name__}")
+        if value < minimum or value > 1_000_000:
+            raise self.fail(key, f"must be between {minimum} and 1000000, got {value}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {type(value).__name__}")
+        return value

@@ -1,0 +1,274 @@
+"""The controller as pure functions: record + observation + now (+ one random draw) -> decision.
+
+`next_step` is R37's guard before any request; `reserve` is the budget increment that must be persisted
+before sending (R16); `decide` turns one observation into a new record. Every outcome of `decide` is
+named by a rule in `RULES`, one table, so `why` can say which rule fired and a test can cover each one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from .durations import format_duration, format_rfc3339
+from .observe import Kind, Observation
+from .reasons import Category, DelaySource, Phase, StopReason
+from .record import OperationRecord
+from .schedule import Rejection, jittered, raw_delay
+
+
+class Action(StrEnum):
+    WAIT = "wait"
+    SUCCEED = "succeed"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Send one status request now (after reserving it)."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    until: datetime
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Terminal or escalated: nothing to send, ever, without a new authorisation."""
+
+
+@dataclass(frozen=True)
+class Halt:
+    """A stop found before any request (deadline, budget): record it, send nothing."""
+
+    reason: StopReason
+    detail: str
+
+
+Step = Poll | Wait | Finished | Halt
+
+
+@dataclass(frozen=True)
+class Decision:
+    record: OperationRecord
+    action: Action
+    rule: str
+    reason: StopReason | None = None
+    next_poll_at: datetime | None = None
+    delay_source: DelaySource | None = None
+    raw_delay: timedelta | None = None
+    jitter_u: float | None = None
+    rejections: tuple[Rejection, ...] = field(default=())
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "rule": self.rule,
+            "reason": self.reason.value if self.reason else None,
+            "next_poll_at": format_rfc3339(self.next_poll_at) if self.next_poll_at else None,
+            "delay_source": self.delay_source.value if self.delay_source else None,
+            "raw_delay": format_duration(self.raw_delay) if self.raw_delay is not None else None,
+            "jitter_u": self.jitter_u,
+            "rejections": [r.to_json() for r in self.rejections],
+            "detail": self.detail,
+        }
+
+
+def next_step(record: OperationRecord, now: datetime) -> Step:
+    """R37 in order: final? deadline? budget? not yet due? — only then a poll."""
+    if record.is_final:
+        return Finished()
+    if now >= record.deadline_at:
+        return Halt(StopReason.DEADLINE_EXCEEDED, f"deadline {format_rfc3339(record.deadline_at)} has passed")
+    if record.status_requests_used >= record.plan.max_status_requests:
+        return Halt(
+            StopReason.REQUEST_BUDGET_EXHAUSTED,
+            f"all {record.plan.max_status_requests} status requests are used",
+        )
+    if now < record.next_poll_at:
+        return Wait(record.next_poll_at)
+    return Poll()
+
+
+def reserve(record: OperationRecord, now: datetime) -> OperationRecord:
+    """The reservation that is persisted before the request goes out; refused unless a poll is due."""
+    step = next_step(record, now)
+    if not isinstance(step, Poll):
+        raise ValueError(f"no poll is due for {record.operation_id}: {type(step).__name__}")
+    return record.evolve(status_requests_used=record.status_requests_used + 1)
+
+
+def halt(record: OperationRecord, reason: StopReason, now: datetime, detail: str, rule: str) -> Decision:
+    """Stop without a new observation (deadline, budget, lost credential): the last state is kept as seen."""
+    final = record.evolve(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=now)
+    return Decision(record=final, action=Action.STOP, rule=rule, reason=reason, detail=detail)
+
+
+def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -> Decision:
+    """Apply one observation to a record whose request was already reserved."""
+    seen = record.evolve(
+        polls_completed=record.polls_completed + 1,
+        last_http_status=obs.http_status,
+        last_observed_at=obs.observed_at,
+        last_request_id=obs.request_id,
+        last_state=obs.state if obs.state is not None else record.last_state,
+        rate_limited_consecutive=record.rate_limited_consecutive + 1 if obs.kind is Kind.RATE_LIMITED else 0,
+    )
+    key = (obs.kind, obs.category if obs.kind is Kind.JOB_STATE else None)
+    rule_name, rule = RULES[key]
+    return rule(_Ctx(seen, obs, now, u, rule_name))
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    record: OperationRecord
+    obs: Observation
+    now: datetime
+    u: float
+    rule: str
+
+    def stop(self, reason: StopReason, detail: str, **changes: Any) -> Decision:
+        final = self.record.evolve(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=self.now, **changes)
+        return Decision(
+            record=final,
+            action=Action.STOP,
+            rule=self.rule,
+            reason=reason,
+            rejections=self.obs.rejections,
+            detail=detail,
+        )
+
+    def wait(self, *, floor: datetime | None = None, use_hint: bool = False, **changes: Any) -> Decision:
+        """Next poll time: local backoff, raised to a Retry-After floor or replaced by a valid hint (R9, R23)."""
+        record = self.record.evolve(**changes)
+        schedule = record.plan.schedule
+        raw = raw_delay(schedule, record.polls_completed, rate_limited=record.rate_limited_consecutive)
+        when = self.now + jittered(schedule, raw, self.u)
+        source = DelaySource.LOCAL_BACKOFF
+        rejections = self.obs.rejections
+        detail = self.obs.detail
+        if use_hint and self.obs.hint_at is not None:
+            why = _hint_problem(self.obs.hint_at, self.now, record)
+            if why is None:
+                when, source = self.obs.hint_at, DelaySource.PROVIDER_POLL_HINT
+            else:
+                rejections += (Rejection(self.obs.hint_field or "hint", format_rfc3339(self.obs.hint_at), why),)
+        if floor is not None and floor >= when:
+            when, source = floor, DelaySource.PROVIDER_RETRY_AFTER
+        if record.status_requests_used >= record.plan.max_status_requests:
+            reason = StopReason.REQUEST_BUDGET_EXHAUSTED
+            text = f"{detail}; all {record.plan.max_status_requests} status requests are used"
+            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(reason, text)
+        if self.now >= record.deadline_at:
+            text = f"{detail}; deadline {format_rfc3339(record.deadline_at)} has passed"
+            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(StopReason.DEADLINE_EXCEEDED, text)
+        if when > record.deadline_at:
+            detail += "; next poll would fall after the deadline, waking at the deadline instead"
+            when = record.deadline_at
+        return Decision(
+            record=record.evolve(next_poll_at=when, delay_source=source),
+            action=Action.WAIT,
+            rule=self.rule,
+            next_poll_at=when,
+            delay_source=source,
+            raw_delay=raw,
+            jitter_u=self.u,
+            rejections=rejections,
+            detail=detail,
+        )
+
+
+def _hint_problem(hint_at: datetime, now: datetime, record: OperationRecord) -> str | None:
+    if hint_at > record.deadline_at:
+        return f"lands after the deadline {format_rfc3339(record.deadline_at)}"
+    if hint_at < now:
+        return "lies in the past (would make an immediate retry)"
+    minimum = record.plan.schedule.base_delay / 2
+    if hint_at - now < minimum:
+        return f"sooner than the contract's minimum delay of {format_duration(minimum)}"
+    return None
+
+
+def _success(c: _Ctx) -> Decision:
+    if c.obs.result_problem is not None:
+        return c.stop(StopReason.RESULT_INVALID, f"{c.obs.detail}, but {c.obs.result_problem}")
+    final = c.record.evolve(phase=Phase.SUCCEEDED, result=c.obs.result, detail=c.obs.detail, finished_at=c.now)
+    return Decision(record=final, action=Action.SUCCEED, rule=c.rule, rejections=c.obs.rejections, detail=c.obs.detail)
+
+
+def _pending(c: _Ctx) -> Decision:
+    expires_at = c.obs.expires_at
+    if expires_at is not None and c.obs.observed_at > expires_at:
+        return c.stop(
+            StopReason.CONTRADICTORY_STATUS,
+            f"{c.obs.detail} after the job's own expiry {format_rfc3339(expires_at)}",
+        )
+    return c.wait(use_hint=True)
+
+
+def _ended(reason: StopReason) -> Callable[[_Ctx], Decision]:
+    def rule(c: _Ctx) -> Decision:
+        return c.stop(reason, c.obs.detail, provider_error=c.obs.provider_error)
+
+    return rule
+
+
+def _stop_with(reason: StopReason) -> Callable[[_Ctx], Decision]:
+    def rule(c: _Ctx) -> Decision:
+        return c.stop(reason, c.obs.detail)
+
+    return rule
+
+
+def _transport_failure(c: _Ctx) -> Decision:
+    """5xx and network failures: the job state could not be learned; spend the transport budget (R14, R28)."""
+    used = c.record.transport_failures_used + 1
+    if used >= c.record.plan.max_transport_failures:
+        reason = StopReason.AMBIGUOUS_DELIVERY if c.obs.delivery_unknown else StopReason.PROVIDER_FAILURE
+        limit = c.record.plan.max_transport_failures
+        detail = f"{c.obs.detail}; transport-failure budget spent ({used} of {limit})"
+        return c.stop(reason, detail, transport_failures_used=used)
+    return c.wait(floor=c.obs.retry_after, transport_failures_used=used)
+
+
+def _rate_limited(c: _Ctx) -> Decision:
+    if c.record.rate_limited_consecutive >= c.record.plan.max_rate_limited:
+        detail = f"{c.record.rate_limited_consecutive} consecutive 429 responses"
+        return c.stop(StopReason.RATE_LIMITED, detail)
+    return c.wait(floor=c.obs.retry_after)
+
+
+def _not_found(c: _Ctx) -> Decision:
+    """R26: a 404 soon after creation may be eventual consistency; later it is an integration failure."""
+    grace = c.record.plan.not_found_grace
+    if grace is not None and c.obs.observed_at - c.record.created_at <= grace:
+        return c.wait()
+    detail = (
+        f"HTTP 404 for job {c.record.job_id} at {format_rfc3339(c.obs.observed_at)}, operation created"
+        f" {format_rfc3339(c.record.created_at)}"
+        + ("; outside the contract's not-found grace" if grace is not None else "; the contract names no grace")
+    )
+    return c.stop(StopReason.INTEGRATION_FAILURE, detail)
+
+
+RULES: dict[tuple[Kind, Category | None], tuple[str, Callable[[_Ctx], Decision]]] = {
+    (Kind.JOB_STATE, Category.SUCCESS): ("success_validated", _success),
+    (Kind.JOB_STATE, Category.PENDING): ("pending_wait", _pending),
+    (Kind.JOB_STATE, Category.FAILURE): ("job_failed", _ended(StopReason.JOB_FAILED)),
+    (Kind.JOB_STATE, Category.CANCELLED): ("job_cancelled", _ended(StopReason.JOB_CANCELLED)),
+    (Kind.JOB_STATE, Category.EXPIRED): ("job_expired", _ended(StopReason.JOB_EXPIRED)),
+    (Kind.JOB_STATE, Category.UNKNOWN): ("unknown_state", _stop_with(StopReason.UNKNOWN_STATE)),
+    (Kind.INVALID_RESPONSE, None): ("invalid_response", _stop_with(StopReason.INVALID_RESPONSE)),
+    (Kind.SERVER_ERROR, None): ("server_error", _transport_failure),
+    (Kind.TRANSPORT, None): ("transport_failure", _transport_failure),
+    (Kind.RATE_LIMITED, None): ("rate_limited", _rate_limited),
+    (Kind.AUTH_DENIED, None): ("authorization_denied", _stop_with(StopReason.AUTHORIZATION_DENIED)),
+    (Kind.NOT_FOUND, None): ("not_found", _not_found),
+    (Kind.REDIRECT, None): ("redirect", _stop_with(StopReason.INTEGRATION_FAILURE)),
+    (Kind.UNEXPECTED_STATUS, None): ("unexpected_status", _stop_with(StopReason.INTEGRATION_FAILURE)),
+}

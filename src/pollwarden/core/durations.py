@@ -1,0 +1,95 @@
+"""Durations as people write them (`500ms`, `90s`, `40m`, `1h30m`) and times as RFC 3339.
+
+One parser for the contract, the CLI and the MCP server, so `40m` means the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_MAX_SECONDS = 366 * 86400.0
+
+
+class DurationError(ValueError):
+    """A duration or timestamp that cannot be used; the message says what was given and what is accepted."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse `1h30m`-style text; a bare number is refused because its unit would be a guess."""
+    if not isinstance(text, str):
+        raise DurationError(f"expected a duration string like '90s' or '40m', got {type(text).__name__}")
+    raw = text.strip().lower()
+    if not raw:
+        raise DurationError("empty duration; write it like '500ms', '90s', '40m' or '1h30m'")
+    pos = 0
+    total = 0.0
+    seen: set[str] = set()
+    for match in _PART.finditer(raw):
+        if match.start() != pos:
+            break
+        unit = match.group(2)
+        if unit in seen:
+            raise DurationError(f"duration {text!r} repeats the unit {unit!r}")
+        seen.add(unit)
+        total += float(match.group(1)) * _UNIT_SECONDS[unit]
+        pos = match.end()
+    if pos != len(raw) or not seen:
+        raise DurationError(f"cannot read duration {text!r}; write it like '500ms', '90s', '40m' or '1h30m'")
+    if total > _MAX_SECONDS:
+        raise DurationError(f"duration {text!r} is longer than a year; that is not a wait, it is a mistake")
+    return timedelta(seconds=total)
+
+
+def format_duration(delta: timedelta) -> str:
+    """Render a duration the way it would be written in a contract (`1h30m`, `9s`, `750ms`)."""
+    total_ms = round(delta.total_seconds() * 1000)
+    sign = "-" if total_ms < 0 else ""
+    total_ms = abs(total_ms)
+    if total_ms < 1000:
+        return f"{sign}{total_ms}ms"
+    seconds, ms = divmod(total_ms, 1000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = []
+    if hours:
+        parts.append(f"{hours}h")
+    if minutes:
+        parts.append(f"{minutes}m")
+    if secs or ms:
+        parts.append(f"{secs}.{ms:03d}".rstrip("0").rstrip(".") + "s" if ms else f"{secs}s")
+    return sign + "".join(parts)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp; a time without an offset is refused (its zone would be a guess)."""
+    if not isinstance(text, str) or len(text) > 64:
+        raise DurationError("expected an RFC 3339 timestamp like '2026-04-18T10:20:00Z'")
+    raw = text.strip()
+    if raw.endswith(("z", "Z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise DurationError(f"cannot read timestamp {text!r}; expected RFC 3339 like '2026-04-18T10:20:00Z'") from None
+    if value.tzinfo is None:
+        raise DurationError(f"timestamp {text!r} has no UTC offset; add 'Z' or '+00:00'")
+    return value.astimezone(UTC)
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """UTC, second precision unless sub-second matters, with a `Z`: the form used in files and JSON."""
+    utc = moment.astimezone(UTC)
+    if utc.microsecond:
+        return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def from_epoch(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def to_epoch(moment: datetime) -> float:
+    return moment.timestamp()

@@ -1,0 +1,304 @@
+"""One HTTP exchange, classified by the contract into what it says about the job (R1).
+
+The HTTP result and the job result are two facts: a 200 proves the endpoint answered, and only the
+contract's state table says what the body means. Nothing here reads a clock or a socket: the driver
+hands over bytes, headers and the times it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from .contract import Contract
+from .durations import DurationError, format_rfc3339, parse_rfc3339
+from .reasons import Category
+from .schedule import Rejection, parse_retry_after
+
+MAX_RESULT_LENGTH = 4096
+
+
+@dataclass(frozen=True)
+class Response:
+    """A status response as received; `headers` keys are lower-case, `body` at most the contract's cap."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    sent_at: datetime
+    received_at: datetime
+    truncated: bool = False
+
+
+class FailureKind(StrEnum):
+    CONNECT = "connect"  # refused, unreachable, DNS, TLS: the request never reached the provider
+    TIMEOUT = "timeout"  # sent, no answer in time: delivery unknown
+    RESET = "reset"  # connection dropped after sending: delivery unknown
+    PROTOCOL = "protocol"  # the peer spoke broken HTTP
+
+
+@dataclass(frozen=True)
+class TransportFailure:
+    kind: FailureKind
+    message: str
+    sent_at: datetime
+    failed_at: datetime
+
+    @property
+    def delivery_unknown(self) -> bool:
+        """Did the provider perhaps receive it? Only a failure before sending proves it did not."""
+        return self.kind is not FailureKind.CONNECT
+
+
+Exchange = Response | TransportFailure
+
+
+class Kind(StrEnum):
+    JOB_STATE = "job_state"
+    INVALID_RESPONSE = "invalid_response"
+    SERVER_ERROR = "server_error"
+    TRANSPORT = "transport"
+    RATE_LIMITED = "rate_limited"
+    AUTH_DENIED = "auth_denied"
+    NOT_FOUND = "not_found"
+    REDIRECT = "redirect"
+    UNEXPECTED_STATUS = "unexpected_status"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one exchange proves, and nothing more; `detail` is safe to show a person."""
+
+    kind: Kind
+    observed_at: datetime
+    http_status: int | None = None
+    request_id: str | None = None
+    state: str | None = None
+    category: Category | None = None
+    result: str | None = None
+    result_problem: str | None = None
+    provider_error: str | None = None
+    expires_at: datetime | None = None
+    retry_after: datetime | None = None
+    retry_after_header: str | None = None
+    hint_at: datetime | None = None
+    hint_field: str | None = None
+    rejections: tuple[Rejection, ...] = field(default=())
+    delivery_unknown: bool = False
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "observed_at": format_rfc3339(self.observed_at),
+            "http_status": self.http_status,
+            "request_id": self.request_id,
+            "state": self.state,
+            "category": self.category.value if self.category else None,
+            "result": self.result,
+            "result_problem": self.result_problem,
+            "provider_error": self.provider_error,
+            "expires_at": _t(self.expires_at),
+            "retry_after": _t(self.retry_after),
+            "retry_after_header": self.retry_after_header,
+            "hint_at": _t(self.hint_at),
+            "hint_field": self.hint_field,
+            "rejections": [r.to_json() for r in self.rejections],
+            "delivery_unknown": self.delivery_unknown,
+            "detail": self.detail,
+        }
+
+
+def _t(moment: datetime | None) -> str | None:
+    return None if moment is None else format_rfc3339(moment)
+
+
+def observe(contract: Contract, exchange: Exchange) -> Observation:
+    if isinstance(exchange, TransportFailure):
+        return Observation(
+            kind=Kind.TRANSPORT,
+            observed_at=exchange.failed_at,
+            delivery_unknown=exchange.delivery_unknown,
+            detail=f"{exchange.kind.value}: {exchange.message}",
+        )
+    response = exchange
+    at = response.received_at
+    request_id = _clean_header(response.headers.get(contract.request_id_header.lower()))
+    status = response.status
+
+    raw_retry = response.headers.get("retry-after")
+    shown_retry = None if raw_retry is None else _short(raw_retry.strip())
+
+    def make(kind: Kind, detail: str, **extra: Any) -> Observation:
+        return Observation(
+            kind=kind,
+            observed_at=at,
+            http_status=status,
+            request_id=request_id,
+            retry_after_header=shown_retry,
+            detail=detail,
+            **extra,
+        )
+
+    retry_after: datetime | None = None
+    rejections: tuple[Rejection, ...] = ()
+    if raw_retry is not None and (status == 429 or status >= 500):
+        parsed = parse_retry_after(raw_retry, at)
+        if isinstance(parsed, Rejection):
+            rejections = (parsed,)
+        else:
+            retry_after = parsed
+    if status in (401, 403):
+        return make(Kind.AUTH_DENIED, f"HTTP {status}: the credential was refused")
+    if status == 429:
+        return make(Kind.RATE_LIMITED, "HTTP 429", retry_after=retry_after, rejections=rejections)
+    if status >= 500:
+        return make(
+            Kind.SERVER_ERROR,
+            f"HTTP {status} from the provider",
+            retry_after=retry_after,
+            rejections=rejections,
+        )
+    if status == 404:
+        return make(Kind.NOT_FOUND, "HTTP 404: the provider does not know this job")
+    if 300 <= status < 400:
+        return make(
+            Kind.REDIRECT,
+            f"HTTP {status} redirect not followed: a credential must not travel to an unnamed host",
+        )
+    if not 200 <= status < 300:
+        return make(Kind.UNEXPECTED_STATUS, f"HTTP {status} is not in the contract")
+    return _classify_body(contract, response, make, rejections)
+
+
+def _classify_body(
+    contract: Contract,
+    response: Response,
+    make: Callable[..., Observation],
+    rejections: tuple[Rejection, ...],
+) -> Observation:
+    def invalid(detail: str) -> Observation:
+        return make(Kind.INVALID_RESPONSE, detail, rejections=rejections)
+
+    if response.truncated:
+        return invalid(f"body larger than the {contract.max_body_bytes}-byte cap")
+    try:
+        text = response.body.decode("utf-8")
+    except UnicodeDecodeError:
+        return invalid("body is not UTF-8")
+    try:
+        document = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return invalid("body is not JSON")
+    fields = contract.fields
+    found, state = dig(document, fields.state)
+    if not found:
+        return invalid(f"state field {fields.state!r} is missing")
+    if not isinstance(state, str):
+        return invalid(f"state field {fields.state!r} is a {type(state).__name__}, not a string")
+    category = contract.states.category(state)
+    at = response.received_at
+    result, result_problem = _result(document, fields.result) if category is Category.SUCCESS else (None, None)
+    expires_at = None
+    if fields.expires_at:
+        found, raw = dig(document, fields.expires_at)
+        if found and raw is not None:
+            try:
+                expires_at = parse_rfc3339(raw) if isinstance(raw, str) else None
+            except DurationError:
+                expires_at = None
+            if expires_at is None:
+                rejections += (Rejection(fields.expires_at, _short(raw), "not an RFC 3339 timestamp"),)
+    hint_at, hint_field, hint_rejections = _hint(document, contract, at)
+    provider_error = None
+    if fields.error and category is not Category.SUCCESS:
+        found, err = dig(document, fields.error)
+        if found and err is not None:
+            provider_error = json.dumps(err, sort_keys=True, ensure_ascii=False)[:2000]
+    return make(
+        Kind.JOB_STATE,
+        f"state {state[:200]!r} ({category.value})",
+        state=state[:200],
+        category=category,
+        result=result,
+        result_problem=result_problem,
+        provider_error=provider_error,
+        expires_at=expires_at,
+        hint_at=hint_at,
+        hint_field=hint_field,
+        rejections=rejections + hint_rejections,
+    )
+
+
+def _result(document: Any, path: str | None) -> tuple[str | None, str | None]:
+    """An artifact reference is validated before success is declared (R17)."""
+    if path is None:
+        return None, None
+    found, value = dig(document, path)
+    if not found or value is None:
+        return None, f"result field {path!r} is missing"
+    if not isinstance(value, str):
+        return None, f"result field {path!r} is a {type(value).__name__}, not a string"
+    if not value.strip():
+        return None, f"result field {path!r} is empty"
+    if len(value) > MAX_RESULT_LENGTH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return None, f"result field {path!r} is not a usable reference (too long or control characters)"
+    return value, None
+
+
+def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | None, str | None, tuple[Rejection, ...]]:
+    """Provider guidance is parsed here and judged against the deadline in the schedule (R9)."""
+    fields = contract.fields
+    rejections: list[Rejection] = []
+    if fields.poll_after_seconds:
+        found, raw = dig(document, fields.poll_after_seconds)
+        if found and raw is not None:
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+                rejections.append(Rejection(fields.poll_after_seconds, _short(raw), "not a number of seconds"))
+            elif raw < 0:
+                rejections.append(Rejection(fields.poll_after_seconds, _short(raw), "negative"))
+            elif raw > 366 * 86400:
+                rejections.append(Rejection(fields.poll_after_seconds, _short(raw), "absurdly far away"))
+            else:
+                return at + timedelta(seconds=float(raw)), fields.poll_after_seconds, tuple(rejections)
+    if fields.next_check_at:
+        found, raw = dig(document, fields.next_check_at)
+        if found and raw is not None:
+            try:
+                if not isinstance(raw, str):
+                    raise DurationError("not a string")
+                return parse_rfc3339(raw), fields.next_check_at, tuple(rejections)
+            except DurationError:
+                rejections.append(Rejection(fields.next_check_at, _short(raw), "not an RFC 3339 timestamp"))
+    return None, None, tuple(rejections)
+
+
+def dig(document: Any, path: str) -> tuple[bool, Any]:
+    """Follow a dotted path through JSON objects; (False, None) when any step is absent."""
+    current = document
+    for part in path.split("."):
+        if not isinstance(current, dict) or part not in current:
+            return False, None
+        current = current[part]
+    return True, current
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _clean_header(value: str | None) -> str | None:
+    if value is None:
+        return None
+    cleaned = "".join(ch for ch in value if 32 <= ord(ch) < 127)[:200]
+    return cleaned or None

@@ -1,0 +1,88 @@
+"""The store interface: one durable record per operation, fenced leases, and the event trail.
+
+Every write that changes authority or budgets is fenced by the lease token the writer holds; a write
+with a stale token changes nothing and returns False, so a worker that lost its lease while paused
+cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ..core.record import OperationRecord
+
+
+class StoreError(Exception):
+    """A store problem a person can act on (locked, newer schema, unreadable file)."""
+
+
+class OperationExists(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class Lease:
+    operation_id: str
+    owner: str
+    token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Stored:
+    record: OperationRecord
+    contract_text: str
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Event:
+    operation_id: str
+    seq: int
+    at: datetime
+    kind: str
+    data: Mapping[str, Any]
+
+
+NewEvent = tuple[str, Mapping[str, Any]]
+
+
+class Store(Protocol):
+    def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
+
+    def get(self, operation_id: str) -> Stored | None: ...
+
+    def all(self) -> list[Stored]: ...
+
+    def claim(
+        self, operation_id: str, owner: str, now: datetime, ttl: timedelta
+    ) -> tuple[Lease, OperationRecord] | None:
+        """Take the lease if free, expired, or held by a dead process on this host; reload the record."""
+        ...
+
+    def write(
+        self,
+        lease: Lease,
+        record: OperationRecord,
+        events: Sequence[NewEvent],
+        now: datetime,
+        *,
+        release: bool,
+    ) -> bool:
+        """Fenced: persist the record and its events in one transaction, or nothing if the lease was lost."""
+        ...
+
+    def release(self, lease: Lease) -> None: ...
+
+    def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """An event that changes no record (a refused resume, a lost lease)."""
+        ...
+
+    def events(self, operation_id: str) -> list[Event]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,94 @@
+"""The audit trail told as a story (R45): one line per decision, in the words an operator uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .core.durations import parse_rfc3339
+from .store.base import Event
+
+SOURCE_WORDS = {
+    "provider_retry_after": "provider guidance",
+    "provider_poll_hint": "provider hint",
+    "local_backoff": "local backoff",
+    "manual_extension": "manual extension",
+}
+
+
+def _clock(moment: datetime) -> str:
+    return moment.strftime("%H:%M:%S")
+
+
+def _clock_text(text: str | None) -> str:
+    return "?" if text is None else _clock(parse_rfc3339(text))
+
+
+def _words(reason: str) -> str:
+    return reason.replace("_", " ")
+
+
+def _observed(data: Mapping[str, Any]) -> str:
+    status = data.get("http_status")
+    state = data.get("state")
+    if status is None:
+        return f"request failed ({data.get('detail', 'transport failure')})"
+    if state is not None:
+        return f"polled, state {state}"
+    text = f"received {status}"
+    if data.get("retry_after_header"):
+        text += f", Retry-After {data['retry_after_header']}"
+    return text
+
+
+def render_event(event: Event, observed: Mapping[str, Any] | None) -> str | None:
+    d = event.data
+    at = _clock(event.at)
+    if event.kind == "created":
+        return (
+            f"{at} watching job {d['job']} ({d['contract']}), deadline {_clock_text(d['deadline_at'])},"
+            f" budget {d['max_status_requests']} requests, {d['max_transport_failures']} transport failures"
+        )
+    if event.kind == "decision":
+        head = _observed(observed) if observed is not None else None
+        action = d.get("action")
+        if action == "wait":
+            when = _clock_text(d.get("next_poll_at"))
+            source = SOURCE_WORDS.get(str(d.get("delay_source")), str(d.get("delay_source")))
+            return f"{at} {head}, next poll {when} from {source}"
+        if action == "succeed":
+            return f"{at} {head}, result validated, succeeded"
+        reason = str(d.get("reason"))
+        prefix = f"{at} {head}, " if head else f"{at} "
+        if reason in {"job_failed", "job_cancelled", "job_expired"}:
+            return f"{prefix}{_words(reason)}, stopped"
+        return f"{prefix}{_words(reason)}, escalated"
+    if event.kind == "guidance_rejected":
+        return f"{at}   rejected {d['source']} {d['value']!r}: {d['why']}"
+    if event.kind == "lease_taken_over":
+        return f"{at} took over the operation from {d['previous_owner']} (lease {d['token']})"
+    if event.kind == "lease_lost":
+        return f"{at} lost the lease (token {d['token']}); the response was discarded"
+    if event.kind == "resume_refused":
+        return f"{at} refused a resume: {d['why']}"
+    return None
+
+
+def story_lines(events: Sequence[Event]) -> list[str]:
+    lines: list[str] = []
+    observed: Mapping[str, Any] | None = None
+    for event in events:
+        if event.kind == "observed":
+            observed = event.data
+            continue
+        line = render_event(event, observed)
+        if event.kind == "decision":
+            observed = None
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
+def story_json(events: Sequence[Event]) -> list[dict[str, Any]]:
+    return [{"seq": e.seq, "at": e.at.isoformat(), "kind": e.kind, "data": dict(e.data)} for e in events]
