@@ -26,7 +26,7 @@ from .core.record import OPERATION_ID, OperationRecord, new_record
 from .home import database_path, resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .simulator import SCENARIOS, Simulator, Step, serve
-from .store.base import Stored, StoreError
+from .store.base import OperationExists, Stored, StoreError
 from .store.sqlite import SQLiteStore, process_owner
 from .story import story_json, story_lines
 from .watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
@@ -177,16 +177,20 @@ def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, n
         raise UsageError("--max-delay must not be shorter than --base-delay")
     if args.max_requests == 0:
         raise UsageError("--max-requests must be at least 1")
-    store.create(
-        record,
-        contract.source_text,
-        {
-            **record.summary(),
-            "request_fingerprint": record.request_fingerprint,
-            "contract_fingerprint": record.contract_fingerprint,
-            "expected_terminal": list(record.expected_terminal),
-        },
-    )
+    try:
+        store.create(
+            record,
+            contract.source_text,
+            {
+                **record.summary(),
+                "request_fingerprint": record.request_fingerprint,
+                "contract_fingerprint": record.contract_fingerprint,
+                "expected_terminal": list(record.expected_terminal),
+            },
+        )
+    except OperationExists:
+        # Another process created it a moment ago: this one resumes it under the same checks.
+        return _prepare(args, store, contract, now)
     return record
 
 
