@@ -6,8 +6,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .contract import Schedule
-from .reasons import DelaySource, Jitter, Phase, StopReason
+from .observe import Kind, Observation
+from .reasons import Category, DelaySource, Jitter, Phase, StopReason
 from .record import OperationRecord, Plan
+from .schedule import Rejection
 
 
 def _dt(moment: datetime | None) -> str | None:
@@ -105,4 +107,27 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         provider_error=data.get("provider_error"),
         result=data.get("result"),
         finished_at=_pdt(data.get("finished_at")),
+    )
+
+
+def observation_from_json(data: dict[str, Any]) -> Observation:
+    """Rebuild an observation from its audit form, so a recorded decision can be re-run (`why`)."""
+    return Observation(
+        kind=Kind(data["kind"]),
+        observed_at=_req_dt(data["observed_at"]),
+        http_status=data.get("http_status"),
+        request_id=data.get("request_id"),
+        state=data.get("state"),
+        category=Category(data["category"]) if data.get("category") else None,
+        result=data.get("result"),
+        result_problem=data.get("result_problem"),
+        provider_error=data.get("provider_error"),
+        expires_at=_pdt(data.get("expires_at")),
+        retry_after=_pdt(data.get("retry_after")),
+        retry_after_header=data.get("retry_after_header"),
+        hint_at=_pdt(data.get("hint_at")),
+        hint_field=data.get("hint_field"),
+        rejections=tuple(Rejection(r["source"], r["value"], r["why"]) for r in data.get("rejections", ())),
+        delivery_unknown=bool(data.get("delivery_unknown", False)),
+        detail=data.get("detail", ""),
     )

@@ -76,14 +76,17 @@ def parse_rfc3339(text: str) -> datetime:
         raise DurationError(f"cannot read timestamp {text!r}; expected RFC 3339 like '2026-04-18T10:20:00Z'") from None
     if value.tzinfo is None:
         raise DurationError(f"timestamp {text!r} has no UTC offset; add 'Z' or '+00:00'")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00: the UTC instant is outside datetime's range
+        raise DurationError(f"timestamp {text!r} is out of range") from None
 
 
 def format_rfc3339(moment: datetime) -> str:
-    """UTC, second precision unless sub-second matters, with a `Z`: the form used in files and JSON."""
+    """UTC with a `Z`, sub-second digits only when present: the form used in files and JSON."""
     utc = moment.astimezone(UTC)
-    if utc.microsecond:
-        return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if utc.microsecond:  # kept whole: an audited decision must replay from exactly these times
+        return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
     return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 

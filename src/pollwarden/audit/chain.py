@@ -1,0 +1,261 @@
+"""Records of the audit log: canonical payloads, sealing, and the hash that chains them.
+
+The hash covers the ciphertext and the clear metadata, never the plaintext, so anyone can verify a log
+without the decryption key, and losing that key loses readability but never verifiability.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pollwarden.audit.crypto import AuditCipher, AuditDecryptError, AuditError, length_prefixed
+
+__all__ = [
+    "GENESIS_HASH",
+    "HASH_DOMAIN",
+    "AuditRecord",
+    "canonical_json",
+    "chain_hash",
+    "open_record",
+    "record_aad",
+    "seal_record",
+]
+
+GENESIS_HASH = "0" * 64
+HASH_DOMAIN = b"pollwarden-audit-v1"
+AAD_DOMAIN = b"pollwarden-audit-aad-v1"
+MAX_SEQ = 2**63 - 1
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One stored record. Everything here is public: the payload is only inside `ciphertext`.
+
+    `kind` stays in clear so a verifier can summarise a log ("12 decisions, 1 escalation") without the key.
+    """
+
+    log_id: str
+    seq: int
+    at: str
+    kind: str
+    prev_hash: str
+    ciphertext: bytes
+    this_hash: str
+
+
+def is_hash_text(value: object) -> bool:
+    """True for a 64-character lowercase hex SHA-256, the only spelling the chain accepts."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def check_utc_time(at: str, what: str = "at") -> None:
+    """Reject anything but an RFC 3339 timestamp in UTC, so stories and verifiers never guess a zone."""
+    if not isinstance(at, str) or not at:
+        raise ValueError(f"{what} must be an RFC 3339 UTC timestamp string, got {at!r}")
+    raw = at[:-1] + "+00:00" if at.endswith(("Z", "z")) else at
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"{what} is not an RFC 3339 timestamp: {at!r}") from None
+    if "T" not in at.upper() or moment.utcoffset() != timedelta(0):
+        raise ValueError(f"{what} must be an RFC 3339 timestamp in UTC (ending in Z), got {at!r}")
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _has_non_string_key(value: dict[Any, Any]) -> bool:
+    # json.dumps silently turns int keys into strings, so {1: x} and {"1": x} would collide. This runs on
+    # every append, so it walks without building paths; _bad_key_path explains a hit.
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return True
+                if isinstance(child, _CONTAINERS):
+                    stack.append(child)
+        else:
+            for child in item:
+                if isinstance(child, _CONTAINERS):
+                    stack.append(child)
+    return False
+
+
+def _bad_key_path(value: Any, path: str) -> str | None:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                return f"payload key {key!r} at {path} is not a string"
+            found = _bad_key_path(child, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, child in enumerate(value):
+            found = _bad_key_path(child, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def canonical_json(payload: Mapping[str, Any]) -> bytes:
+    """Serialise a payload the same way every time, so a re-encoded payload produces the same bytes."""
+    if not isinstance(payload, dict):
+        if not isinstance(payload, Mapping):
+            raise TypeError(f"payload must be a mapping, got {type(payload).__name__}")
+        payload = dict(payload)
+    if _has_non_string_key(payload):
+        raise TypeError(_bad_key_path(payload, "$") or "payload has a key that is not a string")
+    try:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError(f"payload is not canonical JSON ({exc}): NaN and infinities are not allowed") from None
+    except TypeError as exc:
+        raise TypeError(f"payload is not JSON-serialisable: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("payload contains a lone surrogate and cannot be encoded as UTF-8") from None
+
+
+def _check_fields(log_id: str, seq: int, at: str, kind: str) -> None:
+    if not isinstance(log_id, str) or not log_id:
+        raise ValueError("log_id must be a non-empty string")
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
+        raise ValueError(f"seq must be an integer from 1 to 2**63-1, got {seq!r}")
+    if not isinstance(at, str):
+        raise ValueError("at must be a string")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("kind must be a non-empty string")
+
+
+def chain_hash(prev_hash: str, log_id: str, seq: int, at: str, kind: str, ciphertext: bytes) -> str:
+    """SHA-256 that links a record to its predecessor; returned as 64 lowercase hex characters.
+
+    Exact encoding (``lp(x)`` is ``len(x)`` as 8-byte big-endian, then ``x``)::
+
+        SHA-256( lp(b"pollwarden-audit-v1")
+               || lp(bytes.fromhex(prev_hash))      # 32 raw bytes; GENESIS_HASH for seq 1
+               || lp(log_id.encode("utf-8"))
+               || seq.to_bytes(8, "big")
+               || lp(at.encode("utf-8"))
+               || lp(kind.encode("utf-8"))
+               || lp(ciphertext) )                  # nonce || AES-GCM ciphertext || tag
+
+    Each variable-length field carries its length, so no two field tuples share an encoding; the domain
+    tag keeps these hashes apart from any other SHA-256 use. This refines the ``prev_hash || seq ||
+    ciphertext`` of issue 3: it also binds the log id (a record spliced from another log fails), the time
+    and the kind (neither can be edited without detection).
+    """
+    if not is_hash_text(prev_hash):
+        raise ValueError("prev_hash must be 64 lowercase hex characters")
+    _check_fields(log_id, seq, at, kind)
+    if not isinstance(ciphertext, bytes | bytearray | memoryview):
+        raise ValueError("ciphertext must be bytes")
+    return hash_fields_unchecked(prev_hash, log_id, seq, at, kind, ciphertext)
+
+
+_DOMAIN_STATE = hashlib.sha256(length_prefixed(HASH_DOMAIN))
+_PREV_LEN = (32).to_bytes(8, "big")
+
+
+def hash_fields_unchecked(prev_hash: str, log_id: str, seq: int, at: str, kind: str, ciphertext: bytes) -> str:
+    """`chain_hash` without argument checks, for the verifier's hot loop after it has validated the record."""
+    digest = _DOMAIN_STATE.copy()
+    log_raw = log_id.encode("utf-8")
+    at_raw = at.encode("utf-8")
+    kind_raw = kind.encode("utf-8")
+    digest.update(
+        b"".join(
+            (
+                _PREV_LEN,
+                bytes.fromhex(prev_hash),
+                len(log_raw).to_bytes(8, "big"),
+                log_raw,
+                seq.to_bytes(8, "big"),
+                len(at_raw).to_bytes(8, "big"),
+                at_raw,
+                len(kind_raw).to_bytes(8, "big"),
+                kind_raw,
+                len(ciphertext).to_bytes(8, "big"),
+            )
+        )
+    )
+    digest.update(ciphertext)
+    return digest.hexdigest()
+
+
+def record_aad(log_id: str, seq: int, at: str, kind: str) -> bytes:
+    """Associated data for AES-GCM: a ciphertext moved to another log, seq, time or kind fails to open.
+
+    ``lp(b"pollwarden-audit-aad-v1") || lp(log_id) || seq (8-byte big-endian) || lp(at) || lp(kind)``.
+    prev_hash is deliberately left out: the chain already binds it, and keeping it out lets a store
+    re-derive the AAD from the row alone.
+    """
+    return b"".join(
+        (
+            length_prefixed(AAD_DOMAIN),
+            length_prefixed(log_id.encode("utf-8")),
+            seq.to_bytes(8, "big"),
+            length_prefixed(at.encode("utf-8")),
+            length_prefixed(kind.encode("utf-8")),
+        )
+    )
+
+
+def seal_record(
+    cipher: AuditCipher,
+    *,
+    log_id: str,
+    seq: int,
+    at: str,
+    kind: str,
+    prev_hash: str,
+    payload: Mapping[str, Any],
+) -> AuditRecord:
+    """Encrypt a payload and chain it after `prev_hash`.
+
+    The caller must read the head (seq, this_hash) under the same lock or transaction that inserts the
+    result, or two writers could both chain onto the same head and make the log look tampered.
+    """
+    _check_fields(log_id, seq, at, kind)
+    check_utc_time(at)
+    if not is_hash_text(prev_hash):
+        raise ValueError("prev_hash must be 64 lowercase hex characters")
+    if seq == 1 and prev_hash != GENESIS_HASH:
+        raise ValueError("the first record (seq 1) must chain onto GENESIS_HASH")
+    ciphertext = cipher.seal(canonical_json(payload), record_aad(log_id, seq, at, kind))
+    return AuditRecord(
+        log_id=log_id,
+        seq=seq,
+        at=at,
+        kind=kind,
+        prev_hash=prev_hash,
+        ciphertext=ciphertext,
+        this_hash=chain_hash(prev_hash, log_id, seq, at, kind, ciphertext),
+    )
+
+
+def open_record(cipher: AuditCipher, record: AuditRecord) -> dict[str, Any]:
+    """Decrypt one record; the AAD check also catches metadata (log id, seq, time, kind) edited in place."""
+    where = f"record {record.seq} of log {record.log_id!r}"
+    try:
+        plaintext = cipher.open(record.ciphertext, record_aad(record.log_id, record.seq, record.at, record.kind))
+    except AuditDecryptError as exc:
+        raise AuditDecryptError(f"{where}: {exc}") from None
+    try:
+        payload = json.loads(plaintext.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise AuditError(f"{where} decrypted but is not UTF-8 JSON: it was written by an incompatible tool") from None
+    if not isinstance(payload, dict):
+        raise AuditError(f"{where} decrypted but is not a JSON object: it was written by an incompatible tool")
+    return payload

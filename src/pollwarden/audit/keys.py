@@ -1,0 +1,260 @@
+"""Key files for the audit log, kept in the home directory and never in the same file as the log.
+
+Two independent keys: the AES key (reading) and the Ed25519 signing key (checkpoints). Losing the AES key
+loses readability; the public half of the signing key is all a verifier needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from pollwarden.audit.checkpoint import load_public_key_text, public_key_text
+from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
+
+__all__ = [
+    "AUDIT_KEY_ENV",
+    "SIGNING_KEY_ENV",
+    "AuditKeys",
+    "load_or_create_keys",
+    "load_public_key",
+]
+
+AUDIT_KEY_ENV = "POLLWARDEN_AUDIT_KEY"
+SIGNING_KEY_ENV = "POLLWARDEN_SIGNING_KEY"
+_AUDIT_FILE = "audit.key"
+_SIGNING_FILE = "signing.key"
+_PUBLIC_FILE = "signing.pub"
+
+
+@dataclass(frozen=True)
+class AuditKeys:
+    """`cipher_key` / `signing_key` are None only when loaded without creating and the key is absent."""
+
+    cipher_key: bytes | None
+    signing_key: Ed25519PrivateKey | None
+    public_key: Ed25519PublicKey
+
+    def __repr__(self) -> str:
+        # A dataclass repr would print the raw AES key.
+        cipher = "<hidden>" if self.cipher_key else None
+        signing = "<hidden>" if self.signing_key else None
+        public = public_key_text(self.public_key)
+        return f"AuditKeys(cipher_key={cipher}, signing_key={signing}, public_key={public})"
+
+
+def _keys_dir(home: Path) -> Path:
+    return Path(home) / "keys"
+
+
+def _decode(text: str, expected: int, source: str, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise AuditKeyError(
+            f"{source} does not hold valid base64: expected {what} ({expected} bytes, base64-encoded); "
+            "restore the right key (or, if nothing was written with it yet, remove it to get a new one)"
+        ) from None
+    if len(raw) != expected:
+        raise AuditKeyError(
+            f"{source} decodes to {len(raw)} bytes, expected {what} ({expected} bytes, base64-encoded); "
+            "restore the right key"
+        )
+    return raw
+
+
+def _read_key_file(path: Path) -> str:
+    """Read a private key file, refusing one that other users could read (or a symlink to one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise AuditKeyError(f"cannot read key file {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise AuditKeyError(f"key file {path} is not a regular file")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise AuditKeyError(
+                f"key file {path} is readable or writable by group or others (mode {mode:04o}); "
+                f"run `chmod 600 {path}` and check nobody else copied it"
+            )
+        with os.fdopen(fd, "r", encoding="ascii", errors="replace") as handle:
+            fd = -1
+            return handle.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _create_exclusive(path: Path, content: bytes, mode: int) -> bool:
+    """Write `content` to `path` only if `path` does not exist; True when this call created it.
+
+    The content goes to a private temp file first, is fsynced, then hard-linked into place: the link fails
+    if another process won the race, so two processes can never end up with different keys, and nobody
+    ever reads a half-written key.
+    """
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask may have removed bits we want (0644 for the public key)
+            os.write(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return False
+        except OSError:
+            # A filesystem without hard links: fall back to O_EXCL on the final name.
+            try:
+                final = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            except FileExistsError:
+                return False
+            try:
+                os.fchmod(final, mode)
+                os.write(final, content)
+                os.fsync(final)
+            finally:
+                os.close(final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    _fsync_dir(path.parent)
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _ensure_dir(directory: Path) -> None:
+    if not directory.exists():
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AuditKeyError(f"cannot create key directory {directory}: {exc.strerror}") from None
+        os.chmod(directory, 0o700)
+    elif not directory.is_dir():
+        raise AuditKeyError(f"{directory} exists but is not a directory; move it away so keys can be stored")
+
+
+def _signing_from_raw(raw: bytes, source: str) -> Ed25519PrivateKey:
+    try:
+        return Ed25519PrivateKey.from_private_bytes(raw)
+    except ValueError:
+        raise AuditKeyError(f"{source} is not a valid Ed25519 private key; restore the right key") from None
+
+
+def _private_text(key: Ed25519PrivateKey) -> bytes:
+    raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return base64.b64encode(raw) + b"\n"
+
+
+def _load_cipher_key(directory: Path, create: bool) -> bytes | None:
+    env = os.environ.get(AUDIT_KEY_ENV)
+    if env:
+        return _decode(env, KEY_BYTES, f"environment variable {AUDIT_KEY_ENV}", "an AES-256 key")
+    path = directory / _AUDIT_FILE
+    if not path.exists() and create:
+        _create_exclusive(path, base64.b64encode(os.urandom(KEY_BYTES)) + b"\n", 0o600)
+    if not path.exists():
+        return None
+    return _decode(_read_key_file(path), KEY_BYTES, f"key file {path}", "an AES-256 key")
+
+
+def _load_signing_key(directory: Path, create: bool) -> Ed25519PrivateKey | None:
+    env = os.environ.get(SIGNING_KEY_ENV)
+    if env:
+        source = f"environment variable {SIGNING_KEY_ENV}"
+        return _signing_from_raw(_decode(env, 32, source, "a raw Ed25519 private key"), source)
+    path = directory / _SIGNING_FILE
+    if not path.exists() and create:
+        _create_exclusive(path, _private_text(Ed25519PrivateKey.generate()), 0o600)
+    if not path.exists():
+        return None
+    source = f"key file {path}"
+    return _signing_from_raw(_decode(_read_key_file(path), 32, source, "a raw Ed25519 private key"), source)
+
+
+def _read_public_file(path: Path) -> Ed25519PublicKey:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise AuditKeyError(f"cannot read public key file {path}: {exc.strerror}") from None
+    return load_public_key_text(text, source=f"public key file {path}")
+
+
+def load_or_create_keys(home: Path, *, create: bool = True) -> AuditKeys:
+    """Load both keys (environment first, then files), creating missing files unless `create` is False.
+
+    With ``create=False`` a missing key is returned as None instead of being generated: a reader that
+    silently made a fresh AES key would make every existing record unreadable to it. Environment keys
+    are never written to disk.
+    """
+    directory = _keys_dir(home)
+    if create:
+        _ensure_dir(directory)
+    cipher_key = _load_cipher_key(directory, create)
+    signing_key = _load_signing_key(directory, create)
+    public_path = directory / _PUBLIC_FILE
+    if signing_key is not None:
+        public_key = signing_key.public_key()
+        if os.environ.get(SIGNING_KEY_ENV):
+            return AuditKeys(cipher_key, signing_key, public_key)
+        if not public_path.exists():
+            if create:
+                _create_exclusive(public_path, public_key_text(public_key).encode("ascii") + b"\n", 0o644)
+        elif public_key_text(_read_public_file(public_path)) != public_key_text(public_key):
+            raise AuditKeyError(
+                f"public key file {public_path} does not match {directory / _SIGNING_FILE}; "
+                "if signing.key is the right key, delete signing.pub and it will be rewritten"
+            )
+        return AuditKeys(cipher_key, signing_key, public_key)
+    public = load_public_key(home)
+    if public is None:
+        raise AuditKeyError(
+            f"no audit signing key in {directory} and {SIGNING_KEY_ENV} is not set; "
+            "run a pollwarden command that writes to the log to create the keys, or set the variable"
+        )
+    return AuditKeys(cipher_key, None, public)
+
+
+def load_public_key(home: Path) -> Ed25519PublicKey | None:
+    """The verification key for this home, without needing (or creating) any secret file.
+
+    Order: POLLWARDEN_SIGNING_KEY (its public half), keys/signing.pub, keys/signing.key (its public half).
+    """
+    env = os.environ.get(SIGNING_KEY_ENV)
+    if env:
+        source = f"environment variable {SIGNING_KEY_ENV}"
+        return _signing_from_raw(_decode(env, 32, source, "a raw Ed25519 private key"), source).public_key()
+    directory = _keys_dir(home)
+    public_path = directory / _PUBLIC_FILE
+    if public_path.exists():
+        return _read_public_file(public_path)
+    private_path = directory / _SIGNING_FILE
+    if private_path.exists():
+        source = f"key file {private_path}"
+        raw = _decode(_read_key_file(private_path), 32, source, "a raw Ed25519 private key")
+        return _signing_from_raw(raw, source).public_key()
+    return None
