@@ -161,10 +161,7 @@ def test_submission_202_location_and_idempotency(sim: Simulator, client: httpx.C
     again = client.post("/jobs", json={"scenario": "flaky"}, headers={"Idempotency-Key": "k-1"})
     assert again.status_code == 202
     assert again.json() == first.json()
-    assert (
-        client.post("/jobs", json={"scenario": "happy"}, headers={"Idempotency-Key": "k-1"}).status_code
-        == 409
-    )
+    assert client.post("/jobs", json={"scenario": "happy"}, headers={"Idempotency-Key": "k-1"}).status_code == 409
 
     other = client.post("/jobs", json={}, headers={"Idempotency-Key": "k-2"})
     assert other.json()["job_id"] == "happy-sub2"
@@ -226,9 +223,7 @@ def wait_for_state(client: httpx.Client, job_id: str, state: str, within: float)
 
 def test_seconds_step_ends_on_time_not_on_count(sim: Simulator, client: httpx.Client) -> None:
     started = time.monotonic()
-    sim.add_job(
-        "timed", [Step(body={"state": "running"}, seconds=0.2, times=1), Step(body={"state": "done"})]
-    )
+    sim.add_job("timed", [Step(body={"state": "running"}, seconds=0.2, times=1), Step(body={"state": "done"})])
     assert states(client, "timed", 3) == ["running", "running", "running"]
     wait_for_state(client, "timed", "done", within=2.0)
     assert time.monotonic() - started >= 0.2

@@ -18,18 +18,31 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
+from .audit import (
+    AuditError,
+    Checkpoint,
+    VerifyReport,
+    load_or_create_keys,
+    load_public_key,
+    read_checkpoint_file,
+    read_export,
+    verify,
+    write_checkpoint_file,
+    write_export,
+)
 from .core.contract import Contract, ContractError, load_contract
 from .core.decide import Decision
-from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration
+from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration, parse_rfc3339
 from .core.reasons import Phase
 from .core.record import OPERATION_ID, OperationRecord, new_record
-from .home import database_path, resolve_home
+from .home import database_path, resolve_home, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .simulator import SCENARIOS, Simulator, Step, serve
 from .store.base import OperationExists, Stored, StoreError
 from .store.sqlite import SQLiteStore, process_owner
 from .story import story_json, story_lines
 from .watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
+from .why import WhyError, explain, pick
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
 
@@ -68,11 +81,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open_store(home_arg: str | None) -> SQLiteStore:
+def _open_store(home_arg: str | None, *, keys: str = "write") -> SQLiteStore:
+    """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
     home = resolve_home(home_arg)
     try:
-        return SQLiteStore(database_path(home))
-    except StoreError as exc:
+        audit_keys = None
+        if keys != "none":
+            home.mkdir(parents=True, exist_ok=True)
+            audit_keys = load_or_create_keys(home, create=keys == "write")
+        return SQLiteStore(database_path(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home))
+    except (StoreError, AuditError, OSError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -162,6 +180,10 @@ def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, n
         return narrowed
     if args.job is None:
         raise UsageError("--job is required to start a new operation")
+    if not args.job.strip() or len(args.job) > 512 or any(ord(ch) < 32 or ord(ch) == 127 for ch in args.job):
+        raise UsageError(
+            "--job must be the provider's job id: non-empty, at most 512 characters, no control characters"
+        )
     record = new_record(
         contract,
         operation_id=operation_id,
@@ -177,6 +199,8 @@ def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, n
         raise UsageError("--max-delay must not be shorter than --base-delay")
     if args.max_requests == 0:
         raise UsageError("--max-requests must be at least 1")
+    if args.max_transport_failures == 0:
+        raise UsageError("--max-transport-failures must be at least 1 (a budget of 1 stops at the first failure)")
     try:
         store.create(
             record,
@@ -322,7 +346,7 @@ def _print_outcome(record: OperationRecord, out: TextIO) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    store = _open_store(args.home)
+    store = _open_store(args.home, keys="none")
     try:
         if args.operation:
             stored = store.get(args.operation)
@@ -354,7 +378,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_story(args: argparse.Namespace) -> int:
-    store = _open_store(args.home)
+    store = _open_store(args.home, keys="read")
     try:
         if store.get(args.operation) is None:
             raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
@@ -367,6 +391,181 @@ def cmd_story(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+# -- audit and why --------------------------------------------------------------------------------
+
+EXIT_TAMPERED = 5
+
+
+def _print_report(report: VerifyReport, *, as_json: bool, source: str, trusted: str | None) -> int:
+    if as_json:
+        print(json.dumps({**report.to_json(), "source": source, "trusted_checkpoint": trusted}, sort_keys=True))
+    else:
+        state = "intact" if report.ok else "TAMPERED"
+        print(
+            f"{source}: {state}: {report.records} records in {report.logs} logs, {report.checkpoints} checkpoints,"
+            f" {report.bytes_verified} bytes verified"
+            + (f", checked against {trusted}" if trusted else ", no checkpoint kept elsewhere to check rollback")
+        )
+        for problem in report.problems:
+            where = f"log {problem.log_id}" + (f" record {problem.seq}" if problem.seq is not None else "")
+            print(f"  {where}: {problem.what}")
+    return EXIT_OK if report.ok else EXIT_TAMPERED
+
+
+def _trusted(path: Path | None) -> tuple[Checkpoint | None, str | None]:
+    if path is None or not path.exists():
+        return None, None
+    try:
+        return read_checkpoint_file(path), str(path)
+    except AuditError as exc:
+        raise UsageError(f"checkpoint kept elsewhere is unreadable: {exc}") from None
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    """Needs no decryption key: the chain is over ciphertext, checkpoints are signed with a public key."""
+    explicit = Path(args.checkpoint) if args.checkpoint else None
+    if explicit is not None and not explicit.exists():
+        raise UsageError(f"--checkpoint {explicit} does not exist")
+    if args.file:
+        path = Path(args.file)
+        try:
+            records, checkpoints, public_key = read_export(path)
+        except AuditError as exc:
+            raise UsageError(str(exc)) from None
+        trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
+        report = verify(records, checkpoints, public_key, trusted_checkpoint=trusted)
+        return _print_report(report, as_json=args.json, source=str(path), trusted=trusted_name)
+    home = resolve_home(args.home)
+    db = database_path(home)
+    if not db.exists():
+        raise UsageError(f"no audit log in {home} (no {db.name}); pass --home or --file EXPORT")
+    try:
+        home_key = load_public_key(home)
+    except AuditError as exc:
+        raise UsageError(str(exc)) from None
+    store = _open_store(args.home, keys="none")
+    try:
+        trusted, trusted_name = _trusted(explicit or trusted_checkpoint_path(home))
+        report = verify(store.audit_records(), store.audit_checkpoints(), home_key, trusted_checkpoint=trusted)
+    finally:
+        store.close()
+    return _print_report(report, as_json=args.json, source=str(db), trusted=trusted_name)
+
+
+def cmd_audit_export(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if not out.parent.exists():
+        raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
+    store = _open_store(args.home, keys="write")
+    try:
+        if args.operation and store.get(args.operation) is None:
+            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+        assert store.keys is not None
+        made = store.checkpoint_heads(utcnow(), [args.operation] if args.operation else None)
+        if not made:
+            raise UsageError("the audit log is empty: nothing to export")
+        checkpoints = store.audit_checkpoints(args.operation)
+        count = write_export(
+            out,
+            store.audit_records(args.operation),
+            checkpoints,
+            store.keys.public_key,
+            exported_at=format_rfc3339(utcnow()),
+        )
+        newest = max(made, key=lambda cp: cp.counter)
+        write_checkpoint_file(Path(str(out) + ".checkpoint"), newest)
+    finally:
+        store.close()
+    print(f"exported {count} records in {len(made)} logs to {out}; keep {out}.checkpoint somewhere else")
+    return EXIT_OK
+
+
+def cmd_audit_repair(args: argparse.Namespace) -> int:
+    """An export cut off mid-line (a crash while copying) loses only its torn last line, kept aside."""
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    torn = tail != b""
+    if not torn and complete:
+        try:
+            json.loads(complete[-1])
+        except ValueError:
+            torn, tail, complete = True, complete[-1], complete[:-1]
+    if not torn:
+        print(f"{path}: no torn tail; nothing to repair")
+        return EXIT_OK
+    aside = Path(str(path) + ".torn")
+    aside.write_bytes(tail)
+    path.write_bytes(b"".join(line + b"\n" for line in complete))
+    print(f"{path}: removed a torn last line of {len(tail)} bytes (kept in {aside}); run `audit verify` again")
+    return EXIT_OK
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    at = None
+    if args.at:
+        try:
+            at = parse_rfc3339(args.at)
+        except DurationError as exc:
+            raise UsageError(f"--at: {exc}") from None
+    store = _open_store(args.home, keys="read")
+    try:
+        if store.get(args.operation) is None:
+            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+        events = store.events(args.operation)
+    finally:
+        store.close()
+    try:
+        explanation = explain(pick(events, seq=args.seq, at=at))
+    except WhyError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(explanation.to_json(), sort_keys=True))
+        return EXIT_OK
+    data = explanation.to_json()
+    decision = data["decision"]
+    inputs = data["inputs"] or {}
+    record = inputs.get("record", {})
+    print(f"decision at record {data['seq']} ({data['at']}): rule {data['rule']!r} -> {decision['action']}")
+    if decision.get("reason"):
+        print(f"  reason: {decision['reason']}")
+    if decision.get("next_poll_at"):
+        print(
+            f"  next poll: {decision['next_poll_at']} from {decision['delay_source']} (raw {decision['raw_delay']},"
+            f" jitter draw {decision['jitter_u']})"
+        )
+    print(f"  detail: {decision['detail']}")
+    for rejection in decision.get("rejections") or []:
+        print(f"  rejected {rejection['source']} {rejection['value']!r}: {rejection['why']}")
+    print("inputs:")
+    print(f"  now: {inputs.get('now')}")
+    if record:
+        print(
+            f"  record: requests {record['status_requests_used']} of {record['plan']['max_status_requests']},"
+            f" transport failures {record['transport_failures_used']} of {record['plan']['max_transport_failures']},"
+            f" deadline {record['plan']['deadline_at']}, last state {record.get('last_state')}"
+        )
+    observation = inputs.get("observation")
+    if observation:
+        print(
+            f"  observation: {observation['kind']}, HTTP {observation['http_status']}, state {observation['state']},"
+            f" Retry-After {observation['retry_after_header']}, hint {observation['hint_at']}"
+        )
+    if explanation.replayed is None:
+        print("replay: not possible (this record carries no inputs)")
+    elif explanation.same:
+        print("replay: today's core decides the same")
+    else:
+        print("replay: today's core decides DIFFERENTLY:")
+        for difference in explanation.differences:
+            print(f"  {difference}")
+    return EXIT_OK
 
 
 # -- simulate and demo --------------------------------------------------------------------------------
@@ -524,6 +723,32 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--time-scale", type=float, default=1.0, help="scale scenario times (0.1 = ten times faster)")
     sim.add_argument("--quiet", action="store_true", help="print only the listening line")
     sim.set_defaults(func=cmd_simulate)
+
+    audit = sub.add_parser("audit", help="verify, export or repair the encrypted, hash-chained audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True, parser_class=_Parser)
+    av = audit_sub.add_parser("verify", help="check the chain and signed checkpoints; needs no decryption key")
+    av.add_argument("--file", help="an export written by `audit export` (default: the log in the home)")
+    av.add_argument("--checkpoint", help="a checkpoint kept elsewhere (default: FILE.checkpoint or the home's)")
+    av.add_argument("--json", action="store_true")
+    home(av)
+    av.set_defaults(func=cmd_audit_verify)
+    ae = audit_sub.add_parser("export", help="write a self-contained, verifiable export")
+    ae.add_argument("--out", required=True)
+    ae.add_argument("--operation", help="only this operation's log")
+    home(ae)
+    ae.set_defaults(func=cmd_audit_export)
+    ar = audit_sub.add_parser("repair", help="cut a torn last line from an export (kept aside in FILE.torn)")
+    ar.add_argument("--file", required=True)
+    ar.set_defaults(func=cmd_audit_repair)
+
+    wy = sub.add_parser("why", help="explain one decision and replay it through today's core")
+    wy.add_argument("operation")
+    which = wy.add_mutually_exclusive_group()
+    which.add_argument("--seq", type=int, help="the decision's record number (see `story --json`)")
+    which.add_argument("--at", help="the last decision at or before this RFC 3339 time")
+    wy.add_argument("--json", action="store_true")
+    home(wy)
+    wy.set_defaults(func=cmd_why)
 
     d = sub.add_parser("demo", help="watch two jobs on a simulated provider and print their stories")
     home(d)

@@ -19,3 +19,8 @@ def resolve_home(explicit: str | None = None) -> Path:
 
 def database_path(home: Path) -> Path:
     return home / "pollwarden.db"
+
+
+def trusted_checkpoint_path(home: Path) -> Path:
+    """The newest signed checkpoint, kept beside the database and not in it (rollback evidence)."""
+    return home / "audit-head.checkpoint"

@@ -139,12 +139,16 @@ class Watcher:
             return Done(record) if isinstance(step, Finished) else NotYet(record, step.until)
         if isinstance(step, Halt):
             decision = halt(record, step.reason, now, step.detail, rule=step.reason.value)
-            self._write(
-                lease,
-                decision.record,
-                [("decision", decision.to_json()), *outcome_events(decision.record)],
-                now,
-            )
+            event = {
+                **decision.to_json(),
+                "request_no": record.status_requests_used,
+                "max_status_requests": record.plan.max_status_requests,
+                "deadline_at": format_rfc3339(record.deadline_at),
+                "state": record.last_state,
+                "http_status": record.last_http_status,
+                "inputs": {"record": record_to_json(record), "now": now.isoformat()},
+            }
+            self._write(lease, decision.record, [("decision", event), *outcome_events(decision.record)], now)
             return Done(decision.record)
         assert isinstance(step, Poll)
         return self._poll(lease, record, now)

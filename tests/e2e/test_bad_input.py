@@ -53,6 +53,8 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
         (("--max-requests", "many"), "expected a whole number"),
         (("--operation", "../etc"), "--operation '../etc'"),
         (("--max-requests", "0"), "--max-requests must be at least 1"),
+        (("--max-transport-failures", "0"), "--max-transport-failures must be at least 1"),
+        (("--job", ""), "--job must be the provider's job id"),
     ],
 )
 def test_bad_flags(flags: tuple[str, ...], phrase: str, sim: Simulator, home: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden.audit import load_or_create_keys
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.record import OperationRecord, new_record
@@ -30,9 +31,13 @@ T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
 TTL = timedelta(seconds=10)
 
 
+def _open(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "state.db", keys=load_or_create_keys(tmp_path / "home"))
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(tmp_path / "state.db")
+    s = _open(tmp_path)
     yield s
     s.close()
 
@@ -44,7 +49,7 @@ def _record(op: str = "op") -> OperationRecord:
 def test_create_persists_before_any_poll(store: SQLiteStore, tmp_path: Path) -> None:
     record = _record()
     store.create(record, CONTRACT, {"hello": 1})
-    reopened = SQLiteStore(tmp_path / "state.db")
+    reopened = _open(tmp_path)
     try:
         stored = reopened.get("op")
         assert stored is not None

@@ -106,7 +106,10 @@ class Contract:
 
     def status_url_for(self, job_id: str) -> str:
         """The job id is quoted completely, so it can never add a path segment, query or host."""
-        return self.status_url.replace("{job_id}", quote(job_id, safe=""))
+        quoted = quote(job_id, safe="")
+        if quoted in {".", ".."}:  # a dot segment survives quoting and would be resolved away by the client
+            quoted = quoted.replace(".", "%2E")
+        return self.status_url.replace("{job_id}", quoted)
 
     @property
     def origin(self) -> str:
@@ -199,6 +202,8 @@ def _build(r: _Reader) -> Contract:
     seen: dict[str, str] = {}
     for category, values in states._by_category():
         for value in values:
+            if value in seen and seen[value] == category.value:
+                raise ContractError(f"{r.source}: [states].{category.value}: {value!r} is listed twice")
             if value in seen:
                 raise ContractError(
                     f"{r.source}: [states]: {value!r} is listed under both {seen[value]} and {category.value};"
@@ -237,7 +242,7 @@ def _build(r: _Reader) -> Contract:
         limits = Limits(
             deadline=li.duration("deadline", limits.deadline, positive=True),
             max_requests=li.integer("max_requests", limits.max_requests, minimum=1),
-            max_transport_failures=li.integer("max_transport_failures", limits.max_transport_failures, minimum=0),
+            max_transport_failures=li.integer("max_transport_failures", limits.max_transport_failures, minimum=1),
             max_rate_limited=li.integer("max_rate_limited", limits.max_rate_limited, minimum=1),
         )
     grace = None

@@ -118,6 +118,8 @@ def new_record(
     request_fingerprint: str | None = None,
 ) -> OperationRecord:
     """The record as it is persisted before the first poll (R15); overrides may only come from the caller."""
+    if not job_id.strip():
+        raise ValueError("a job id is required: an empty one would poll the collection, not a job")
     limits = contract.limits
     schedule = contract.schedule
     if base_delay is not None or max_delay is not None:

@@ -54,12 +54,13 @@ def parse_retry_after(value: str, received_at: datetime) -> datetime | Rejection
     """RFC 9110 §10.2.3: delay-seconds or an HTTP-date; either becomes an absolute earliest time."""
     text = value.strip()
     shown = text if len(text) <= 80 else text[:77] + "..."
-    if text.isdigit():
+    # RFC 9110 delay-seconds is 1*DIGIT, ASCII only: str.isdigit() alone also accepts '²' (int() raises) and '１２'.
+    if text.isascii() and text.isdigit():
         seconds = int(text) if len(text) <= 12 else None
         if seconds is None or timedelta(seconds=seconds) > MAX_RETRY_AFTER:
             return Rejection("Retry-After", shown, "absurdly far in the future")
         return received_at + timedelta(seconds=seconds)
-    if text.startswith("-") and text[1:].isdigit():
+    if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
         return Rejection("Retry-After", shown, "negative delay")
     try:
         moment = parsedate_to_datetime(text)

@@ -17,7 +17,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..audit import (
+    AUDIT_KEY_ENV,
+    GENESIS_HASH,
+    SIGNING_KEY_ENV,
+    AuditCipher,
+    AuditError,
+    AuditKeys,
+    AuditRecord,
+    Checkpoint,
+    open_record,
+    read_checkpoint_file,
+    seal_record,
+    sign_checkpoint,
+    write_checkpoint_file,
+)
 from ..core.codec import record_from_json, record_to_json
+from ..core.durations import format_rfc3339, parse_rfc3339
 from ..core.record import OperationRecord
 from .base import Event, Lease, NewEvent, OperationExists, Stored, StoreError
 
@@ -46,15 +62,31 @@ CREATE TABLE IF NOT EXISTS operations (
     updated_at REAL NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS operations_due ON operations (next_poll_at) WHERE phase = 'active';
-CREATE TABLE IF NOT EXISTS events (
-    operation_id TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS audit_records (
+    log_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    at REAL NOT NULL,
+    at TEXT NOT NULL,
     kind TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (operation_id, seq)
+    prev_hash TEXT NOT NULL,
+    ciphertext BLOB NOT NULL,
+    this_hash TEXT NOT NULL,
+    PRIMARY KEY (log_id, seq)
+) STRICT;
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    counter INTEGER PRIMARY KEY,
+    log_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    head_hash TEXT NOT NULL,
+    at TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL
 ) STRICT;
 """
+
+CHECKPOINT_EVERY = 32
+"""A log gets a signed checkpoint at every outcome and at least every this many records."""
+
+CHECKPOINT_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
 
 
 def this_host() -> str:
@@ -101,8 +133,27 @@ def _from_epoch(value: float | None) -> datetime | None:
 
 
 class SQLiteStore:
-    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+    """Records and their audit trail in one file; events are sealed and chained in the same transaction.
+
+    `keys` may lack the cipher key (a verifier's machine) or the signing key; then only the operations
+    that need them fail, each with a message saying which key is missing. `trusted_checkpoint_path` is the
+    file kept beside the database (not in it) that holds the newest checkpoint, so that replacing the
+    database with an older copy is detected as a rollback.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        keys: AuditKeys | None = None,
+        trusted_checkpoint_path: Path | None = None,
+        synchronous: str = "FULL",
+    ) -> None:
         self.path = path
+        self.keys = keys
+        self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
+        self.trusted_checkpoint_path = trusted_checkpoint_path
+        self._pending_checkpoints: list[Checkpoint] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
@@ -132,13 +183,16 @@ class SQLiteStore:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self._conn.execute("BEGIN IMMEDIATE")
+        self._pending_checkpoints = []
         try:
             yield self._conn
         except BaseException:
             self._conn.execute("ROLLBACK")
+            self._pending_checkpoints = []
             raise
         else:
             self._conn.execute("COMMIT")
+            self._keep_checkpoints_elsewhere()
 
     def close(self) -> None:
         self._conn.close()
@@ -276,27 +330,111 @@ class SQLiteStore:
                 (lease.operation_id, lease.token, lease.owner),
             )
 
-    # -- events --------------------------------------------------------------------------------------
+    # -- the audit trail --------------------------------------------------------------------------------
 
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         with self._tx() as conn:
             self._append(conn, operation_id, kind, data, at)
 
-    def _append(
-        self, conn: sqlite3.Connection, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime
-    ) -> None:
-        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE operation_id = ?", (operation_id,))
-        seq = int(row.fetchone()[0]) + 1
-        conn.execute(
-            "INSERT INTO events (operation_id, seq, at, kind, data) VALUES (?,?,?,?,?)",
-            (operation_id, seq, _epoch(at), kind, json.dumps(data, sort_keys=True)),
+    def _append(self, conn: sqlite3.Connection, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """Seal and chain one event onto its log; the head is read inside the caller's write transaction."""
+        if self._cipher is None:
+            raise StoreError(
+                f"no audit encryption key for {self.path}: the log cannot be written. Keep keys/audit.key in"
+                f" the home directory or set {AUDIT_KEY_ENV}"
+            )
+        head = conn.execute(
+            "SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,)
+        ).fetchone()
+        seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
+        record = seal_record(
+            self._cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
         )
+        conn.execute(
+            "INSERT INTO audit_records (log_id, seq, at, kind, prev_hash, ciphertext, this_hash)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (record.log_id, record.seq, record.at, record.kind, record.prev_hash, record.ciphertext, record.this_hash),
+        )
+        if kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0:
+            self._checkpoint(conn, log_id, seq, record.this_hash, record.at)
+
+    def _checkpoint(self, conn: sqlite3.Connection, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
+        if self.keys is None or self.keys.signing_key is None:
+            raise StoreError(
+                f"no audit signing key for {self.path}: checkpoints cannot be signed. Keep keys/signing.key in"
+                f" the home directory or set {SIGNING_KEY_ENV}"
+            )
+        counter = int(conn.execute("SELECT COALESCE(MAX(counter), 0) + 1 FROM audit_checkpoints").fetchone()[0])
+        cp = sign_checkpoint(self.keys.signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=counter, at=at)
+        conn.execute(
+            "INSERT INTO audit_checkpoints (counter, log_id, seq, head_hash, at, key_id, signature)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (cp.counter, cp.log_id, cp.seq, cp.head_hash, cp.at, cp.key_id, cp.signature),
+        )
+        self._pending_checkpoints.append(cp)
+        return cp
+
+    def checkpoint_heads(self, at: datetime, log_ids: Sequence[str] | None = None) -> list[Checkpoint]:
+        """Sign the current head of each log (all, or the named ones): done before every export."""
+        made: list[Checkpoint] = []
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
+                " JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records GROUP BY log_id) h"
+                " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id"
+            ).fetchall()
+            for log_id, seq, head_hash in rows:
+                if log_ids is None or log_id in log_ids:
+                    made.append(self._checkpoint(conn, log_id, int(seq), head_hash, format_rfc3339(at)))
+        return made
+
+    def _keep_checkpoints_elsewhere(self) -> None:
+        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
+        pending, self._pending_checkpoints = self._pending_checkpoints, []
+        if not pending or self.trusted_checkpoint_path is None:
+            return
+        newest = max(pending, key=lambda cp: cp.counter)
+        path = self.trusted_checkpoint_path
+        try:
+            if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
+                return
+        except AuditError:
+            pass  # a damaged file is replaced by a good one; verify reports what it read before
+        write_checkpoint_file(path, newest)
+
+    def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]:
+        query = "SELECT log_id, seq, at, kind, prev_hash, ciphertext, this_hash FROM audit_records"
+        params: tuple[str, ...] = ()
+        if log_id is not None:
+            query += " WHERE log_id = ?"
+            params = (log_id,)
+        for row in self._conn.execute(query + " ORDER BY log_id, seq", params):
+            yield AuditRecord(row[0], int(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
+
+    def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]:
+        query = "SELECT log_id, seq, head_hash, counter, at, key_id, signature FROM audit_checkpoints"
+        params: tuple[str, ...] = ()
+        if log_id is not None:
+            query += " WHERE log_id = ?"
+            params = (log_id,)
+        rows = self._conn.execute(query + " ORDER BY counter", params).fetchall()
+        return [Checkpoint(r[0], int(r[1]), r[2], int(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def events(self, operation_id: str) -> list[Event]:
-        rows = self._conn.execute(
-            "SELECT seq, at, kind, data FROM events WHERE operation_id = ? ORDER BY seq", (operation_id,)
-        ).fetchall()
-        return [
-            Event(operation_id, int(seq), datetime.fromtimestamp(at, tz=UTC), kind, json.loads(data))
-            for seq, at, kind, data in rows
-        ]
+        """The decrypted trail of one log; needs the cipher key, and says so when it is missing."""
+        if self._cipher is None:
+            raise StoreError(
+                f"no audit encryption key for {self.path}: the log is verifiable but not readable here."
+                f" Restore keys/audit.key in the home directory or set {AUDIT_KEY_ENV}"
+            )
+        events = []
+        for record in self.audit_records(operation_id):
+            try:
+                data = open_record(self._cipher, record)
+            except AuditError:
+                raise StoreError(
+                    f"audit record {record.seq} of {operation_id} cannot be decrypted with this key;"
+                    " run `pollwarden audit verify` to check the log"
+                ) from None
+            events.append(Event(operation_id, record.seq, parse_rfc3339(record.at), record.kind, data))
+        return events

@@ -1,0 +1,252 @@
+"""The contract loader is strict: every refusal names the key, and the example from issue 2 loads as written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from pollwarden.core import Category, ContractError, Jitter, load_contract, parse_contract
+
+from .support import EXAMPLE_CONTRACT, contract_text, make_contract
+
+MINIMAL = """\
+name = "exports"
+status_url = "https://provider.example/jobs/{job_id}"
+[states]
+pending = ["running"]
+success = ["done"]
+failure = ["failed"]
+[fields]
+state = "state"
+"""
+
+
+def test_issue_example_loads_with_every_value() -> None:
+    c = parse_contract(EXAMPLE_CONTRACT)
+    assert c.name == "exports"
+    assert c.status_url == "http://127.0.0.1:8080/jobs/{job_id}"
+    assert c.timeout == timedelta(seconds=5)
+    assert c.safe_status is True
+    assert c.auth is not None
+    assert (c.auth.header, c.auth.scheme, c.auth.secret_env) == ("Authorization", "Bearer", "EXPORTS_TOKEN")
+    assert c.states.pending == ("queued", "running")
+    assert c.states.success == ("succeeded",)
+    assert c.states.failure == ("failed",)
+    assert c.states.cancelled == ("cancelled",)
+    assert c.states.expired == ("expired",)
+    assert c.fields.state == "state"
+    assert c.fields.result == "result_url"
+    assert c.fields.error == "error"
+    assert c.fields.expires_at == "expires_at"
+    assert c.fields.poll_after_seconds == "poll_after_seconds"
+    assert c.fields.next_check_at == "next_check_at"
+    assert c.schedule.base_delay == timedelta(seconds=5)
+    assert c.schedule.max_delay == timedelta(seconds=120)
+    assert c.schedule.jitter is Jitter.BOUNDED
+    assert c.schedule.first_check == timedelta(0)
+    assert c.limits.deadline == timedelta(minutes=40)
+    assert (c.limits.max_requests, c.limits.max_transport_failures, c.limits.max_rate_limited) == (12, 3, 3)
+    assert c.not_found_grace == timedelta(seconds=30)
+    assert c.request_id_header == "X-Request-Id"
+    assert c.account == "env:EXPORTS_TOKEN via Authorization"
+    assert c.source_text == EXAMPLE_CONTRACT
+    assert c.states.terminal() == ("succeeded", "failed", "cancelled", "expired")
+
+
+def test_minimal_contract_takes_documented_defaults() -> None:
+    c = parse_contract(MINIMAL)
+    assert c.timeout == timedelta(seconds=10)
+    assert c.safe_status is True
+    assert c.auth is None
+    assert c.account == "anonymous"
+    assert c.schedule.base_delay == timedelta(seconds=5)
+    assert c.schedule.max_delay == timedelta(seconds=120)
+    assert c.schedule.jitter is Jitter.BOUNDED
+    assert c.limits.deadline == timedelta(minutes=40)
+    assert c.limits.max_requests == 12
+    assert c.not_found_grace is None
+    assert c.fields.result is None
+
+
+def test_load_contract_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "exports.toml"
+    path.write_text(EXAMPLE_CONTRACT, encoding="utf-8")
+    assert load_contract(path) == parse_contract(EXAMPLE_CONTRACT)
+    with pytest.raises(ContractError, match="does not exist"):
+        load_contract(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe name")
+    with pytest.raises(ContractError, match="cannot read contract file"):
+        load_contract(bad)
+
+
+def test_state_table_matches_exactly() -> None:
+    states = parse_contract(EXAMPLE_CONTRACT).states
+    assert states.category("running") is Category.PENDING
+    assert states.category("queued") is Category.PENDING
+    assert states.category("succeeded") is Category.SUCCESS
+    assert states.category("failed") is Category.FAILURE
+    assert states.category("cancelled") is Category.CANCELLED
+    assert states.category("expired") is Category.EXPIRED
+    for value in ["Running", "running ", "paused", "awaiting_review", "needs_payment", "blocked", ""]:
+        assert states.category(value) is Category.UNKNOWN, value
+
+
+def _with(extra: str) -> str:
+    return MINIMAL + extra
+
+
+def _top(line: str) -> str:
+    """Top-level keys must come before the first table header."""
+    return line + MINIMAL
+
+
+# (contract text, the key the message must name, a word from the complaint)
+REFUSALS: list[tuple[str, str, str]] = [
+    # unknown keys, at every level
+    (_top('colour = "blue"\n'), "colour", "unknown key"),
+    (_with('[schedule]\nbase_dealy = "5s"\n'), "[schedule].base_dealy", "unknown key"),
+    (_with("[limits]\nmax_request = 3\n"), "[limits].max_request", "unknown key"),
+    (MINIMAL.replace('state = "state"', 'state = "state"\nstatus = "x"'), "[fields].status", "unknown key"),
+    (
+        MINIMAL.replace('failure = ["failed"]', 'failure = ["failed"]\npaused = ["paused"]'),
+        "[states].paused",
+        "unknown",
+    ),
+    (_with('[auth]\nsecret_env = "T"\ntoken = "s3cret"\n'), "[auth].token", "unknown key"),
+    (_with('[not_found]\ngrace = "5s"\nmode = "x"\n'), "[not_found].mode", "unknown key"),
+    # wrong types
+    (MINIMAL.replace('name = "exports"', "name = 5"), "name", "must be a string"),
+    (_top("timeout = 5\n"), "timeout", "duration string"),
+    (_top('safe_status = "yes"\n'), "safe_status", "true or false"),
+    (_with('[limits]\nmax_requests = "12"\n'), "[limits].max_requests", "whole number"),
+    (_with("[limits]\nmax_requests = true\n"), "[limits].max_requests", "whole number"),
+    (_with("[limits]\nmax_requests = 1.5\n"), "[limits].max_requests", "whole number"),
+    (_with("[limits]\nmax_requests = 0\n"), "[limits].max_requests", "between 1"),
+    (_with("[limits]\nmax_transport_failures = 0\n"), "[limits].max_transport_failures", "between 1"),
+    (_with("[limits]\nmax_rate_limited = 0\n"), "[limits].max_rate_limited", "between 1"),
+    (_with("[schedule]\nbase_delay = 5\n"), "[schedule].base_delay", "duration string"),
+    (MINIMAL.replace('pending = ["running"]', 'pending = "running"'), "[states].pending", "list"),
+    (MINIMAL.replace('pending = ["running"]', "pending = []"), "[states].pending", "at least one"),
+    (MINIMAL.replace('pending = ["running"]', 'pending = [""]'), "[states].pending", "non-empty"),
+    (MINIMAL.replace('state = "state"', "state = 1"), "[fields].state", "must be a string"),
+    (MINIMAL.replace('state = "state"', 'state = "job..state"'), "[fields].state", "dotted path"),
+    (_top('auth = "Bearer x"\n'), "auth", "must be a table"),
+    # missing required keys
+    (MINIMAL.replace('name = "exports"\n', ""), "name", "required key is missing"),
+    (MINIMAL.replace('status_url = "https://provider.example/jobs/{job_id}"\n', ""), "status_url", "missing"),
+    (MINIMAL.replace('success = ["done"]\n', ""), "[states].success", "required key is missing"),
+    (MINIMAL.replace('failure = ["failed"]\n', ""), "[states].failure", "required key is missing"),
+    (MINIMAL.replace('[fields]\nstate = "state"\n', ""), "fields", "required key is missing"),
+    (MINIMAL.replace('[fields]\nstate = "state"\n', "[fields]\n"), "[fields].state", "required key is missing"),
+    (_with('[auth]\nheader = "X-Key"\n'), "[auth].secret_env", "required key is missing"),
+    # durations
+    (_with('[schedule]\nbase_delay = "fast"\n'), "[schedule].base_delay", "cannot read duration"),
+    (_with('[schedule]\nbase_delay = "5"\n'), "[schedule].base_delay", "cannot read duration"),
+    (_with('[schedule]\nbase_delay = "0s"\n'), "[schedule].base_delay", "longer than zero"),
+    (_with('[schedule]\nmax_delay = "1h1h"\n'), "[schedule].max_delay", "repeats"),
+    (_with('[schedule]\nfirst_check = "-5s"\n'), "[schedule].first_check", "cannot read duration"),
+    (_with('[limits]\ndeadline = ""\n'), "[limits].deadline", "empty"),
+    (_with('[not_found]\ngrace = "soon"\n'), "[not_found].grace", "cannot read duration"),
+    (_top('timeout = "0ms"\n'), "timeout", "longer than zero"),
+    (_with('[schedule]\nbase_delay = "10s"\nmax_delay = "5s"\n'), "[schedule].max_delay", "shorter"),
+    # jitter
+    (_with('[schedule]\njitter = "none"\n'), "[schedule].jitter", "'bounded' or 'full'"),
+    (_with("[schedule]\njitter = 0.5\n"), "[schedule].jitter", "must be a string"),
+    # status_url
+    (MINIMAL.replace("/jobs/{job_id}", "/jobs/current"), "status_url", "{job_id}"),
+    (MINIMAL.replace("/jobs/{job_id}", "/jobs/{job_id}/{job_id}"), "status_url", "exactly once"),
+    (MINIMAL.replace("https://provider.example", "https://user:pw@provider.example"), "status_url", "credentials"),
+    (MINIMAL.replace("https://provider.example", "https://token@provider.example"), "status_url", "credentials"),
+    (
+        MINIMAL.replace("https://provider.example/jobs/{job_id}", "https://{job_id}.provider.example/"),
+        "status_url",
+        "host",
+    ),
+    (MINIMAL.replace("https://", "ftp://"), "status_url", "http(s)"),
+    (MINIMAL.replace("https://provider.example", ""), "status_url", "http(s)"),
+    # header tokens
+    (_with('[auth]\nsecret_env = "MY TOKEN"\n'), "[auth].secret_env", "letters, digits"),
+    (_with('[auth]\nsecret_env = "T"\nheader = "X-Key: 1"\n'), "[auth].header", "letters, digits"),
+    (_top('request_id_header = "X Id"\n'), "request_id_header", "letters"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "complaint"), REFUSALS, ids=[f"{k}:{c}" for _, k, c in REFUSALS])
+def test_refusals_name_the_key(text: str, key: str, complaint: str) -> None:
+    with pytest.raises(ContractError) as info:
+        parse_contract(text, source="exports.toml")
+    message = str(info.value)
+    assert message.startswith("exports.toml: "), message
+    assert key in message, message
+    assert complaint in message, message
+
+
+def test_duplicate_state_across_categories_is_refused() -> None:
+    text = MINIMAL.replace('failure = ["failed"]', 'failure = ["failed", "running"]')
+    with pytest.raises(ContractError) as info:
+        parse_contract(text, source="exports.toml")
+    message = str(info.value)
+    assert "[states]" in message
+    assert "'running'" in message
+    assert "pending" in message and "failure" in message
+
+
+def test_not_toml_is_refused_with_the_source() -> None:
+    with pytest.raises(ContractError, match=r"^exports.toml: not valid TOML"):
+        parse_contract("name = ", source="exports.toml")
+
+
+def test_empty_auth_scheme_is_allowed_and_default_header_applies() -> None:
+    c = parse_contract(MINIMAL + '[auth]\nscheme = ""\nsecret_env = "TOKEN"\n')
+    assert c.auth is not None
+    assert (c.auth.header, c.auth.scheme, c.auth.secret_env) == ("Authorization", "", "TOKEN")
+
+
+def test_status_url_for_quotes_the_whole_job_id() -> None:
+    c = parse_contract(MINIMAL)
+    assert c.status_url_for("exp_71c") == "https://provider.example/jobs/exp_71c"
+    url = c.status_url_for("../x?y")
+    assert url == "https://provider.example/jobs/..%2Fx%3Fy"
+    parts = urlsplit(url)
+    assert parts.netloc == "provider.example"
+    assert parts.path == "/jobs/..%2Fx%3Fy"
+    assert parts.query == "" and parts.fragment == ""
+    for hostile in ["a/b", "a#frag", "@evil.example", "a b", "x%2F", "é"]:
+        hostile_parts = urlsplit(c.status_url_for(hostile))
+        assert hostile_parts.netloc == "provider.example", hostile
+        assert hostile_parts.path.count("/") == 2, hostile
+        assert hostile_parts.query == "" and hostile_parts.fragment == "", hostile
+
+
+@pytest.mark.parametrize(("job_id", "segment"), [(".", "%2E"), ("..", "%2E%2E")])
+def test_dot_segment_job_ids_cannot_climb_the_path(job_id: str, segment: str) -> None:
+    c = parse_contract(MINIMAL)
+    assert c.status_url_for(job_id) == f"https://provider.example/jobs/{segment}"
+
+
+def test_fingerprint_follows_meaning_not_schedule() -> None:
+    base = make_contract()
+    assert base.fingerprint() == make_contract().fingerprint()
+    assert len(base.fingerprint()) == 64
+    # schedule and limits do not change what a poll means
+    assert make_contract(base_delay="1s", max_delay="10s", jitter="full").fingerprint() == base.fingerprint()
+    assert make_contract(deadline="2h", max_requests=50).fingerprint() == base.fingerprint()
+    # states, fields and the account do
+    more_states = parse_contract(contract_text().replace('pending = ["queued", "running"]', 'pending = ["queued"]'))
+    assert more_states.fingerprint() != base.fingerprint()
+    moved = parse_contract(contract_text().replace('failure = ["failed"]', 'failure = ["failed", "paused"]'))
+    assert moved.fingerprint() != base.fingerprint()
+    assert make_contract(result=None).fingerprint() != base.fingerprint()
+    assert make_contract(state_field="job.state").fingerprint() != base.fingerprint()
+    with_auth = parse_contract(contract_text() + '[auth]\nsecret_env = "TOKEN"\n')
+    assert with_auth.fingerprint() != base.fingerprint()
+    other_url = parse_contract(contract_text().replace("/v1/", "/v2/"))
+    assert other_url.fingerprint() != base.fingerprint()
+
+
+def test_origin() -> None:
+    assert parse_contract(EXAMPLE_CONTRACT).origin == "http://127.0.0.1:8080"
