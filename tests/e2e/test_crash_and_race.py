@@ -101,6 +101,9 @@ def test_kill_9_never_resets_counts_nor_hides_requests(sim: Simulator, home: Pat
     assert sim.request_count("job") <= result["status_requests_used"]
     story = run_cli("story", "op", home=home).stdout
     assert "took over the operation" in story
+    # Eight crashes in the middle of appends left a log that verifies: SQLite commits records atomically.
+    verified = run_cli("audit", "verify", home=home)
+    assert verified.code == 0, verified.stdout
 
 
 def test_concurrent_watchers_never_send_two_requests_for_one_slot(sim: Simulator, home: Path, tmp_path: Path) -> None:
@@ -118,5 +121,8 @@ def test_concurrent_watchers_never_send_two_requests_for_one_slot(sim: Simulator
     assert sorted(reservations) == list(range(1, final["status_requests_used"] + 1))
     assert len(reservations) == 13
     # Requests keep to the schedule: no two within the minimum delay (half the 50 ms base), i.e. no burst.
+    # Three writers appended to one chain; re-reading the head under the write lock keeps it valid.
+    verified = run_cli("audit", "verify", home=home)
+    assert verified.code == 0, verified.stdout
     times = sorted(r.at for r in sim.requests("job"))
     assert min(b - a for a, b in itertools.pairwise(times)) >= 0.02

@@ -33,6 +33,11 @@ def test_secret_never_leaks(home: Path, tmp_path: Path) -> None:
         ran = run_cli("watch", "--contract", str(contract2), "--job", "happy-2", home=home, env={"PW_TOKEN": SECRET})
         assert ran.code == 4 and "authorization_denied" in ran.stdout
         outputs += [ran.stdout, ran.stderr]
+    export = tmp_path / "export.jsonl"
+    ran = run_cli("audit", "export", "--out", str(export), home=home)
+    assert ran.code == 0, ran.stderr
+    outputs += [ran.stdout, export.read_text(), run_cli("audit", "verify", "--json", home=home).stdout]
+    outputs += [run_cli("why", job, "--json", home=home).stdout for job in ("happy-1", "failed-1")]
     for text in outputs:
         assert SECRET not in text
     assert SECRET.encode() not in _all_bytes_under(home)
