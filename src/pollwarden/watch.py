@@ -62,11 +62,11 @@ def lease_ttl(contract: Contract) -> timedelta:
 
 
 def decision_events(
-    before: OperationRecord, obs: Observation, decision: Decision, now: datetime, u: float
+    before: OperationRecord, obs: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
 ) -> list[NewEvent]:
     """What one poll leaves in the trail: the observation, the decision with its inputs, and the outcome."""
     events: list[NewEvent] = [
-        ("observed", obs.to_json()),
+        ("observed", {"sent_at": format_rfc3339(sent_at), **obs.to_json()}),
         (
             "decision",
             {
@@ -174,7 +174,7 @@ class Watcher:
         after = self.clock()
         u = self.rng.random()
         decision = decide(reserved, observation, after, u)
-        events = decision_events(reserved, observation, decision, after, u)
+        events = decision_events(reserved, observation, decision, after, u, sent_at=exchange.sent_at)
         if not self.store.write(lease, decision.record, events, after, release=True):
             return self._lost(lease, reserved, after)
         return Polled(decision, observation)

@@ -123,3 +123,20 @@ def test_event_sequence_is_per_operation_and_gapless(store: SQLiteStore) -> None
 def test_claim_of_a_missing_operation_is_an_error(store: SQLiteStore) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         store.claim("ghost", "h:1:x", T0, TTL)
+
+
+def test_agent_session_logs_are_chained_and_verifiable(store: SQLiteStore, tmp_path: Path) -> None:
+    from pollwarden.audit import verify
+    from pollwarden.store import agent_log_id
+
+    log = agent_log_id("sess-1")
+    store.append(log, "session_started", {"client": "test-agent"}, T0)
+    store.append(log, "call", {"tool": "check_operation", "operation": "op"}, T0 + timedelta(seconds=1))
+    assert [e.kind for e in store.events(log)] == ["session_started", "call"]
+    assert store.events(log)[1].data == {"tool": "check_operation", "operation": "op"}
+    assert store.keys is not None
+    store.checkpoint_heads(T0 + timedelta(seconds=2))
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
+    assert report.ok and report.logs == 1
+    with pytest.raises(ValueError):
+        agent_log_id("")

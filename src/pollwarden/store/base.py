@@ -51,6 +51,16 @@ class Event:
 
 NewEvent = tuple[str, Mapping[str, Any]]
 
+AGENT_LOG_PREFIX = "@agent/"
+"""Agent sessions get logs of their own; '@' cannot start an operation id, so the names never collide."""
+
+
+def agent_log_id(session_id: str) -> str:
+    """The audit log of one agent session (the MCP server appends its sessions and calls there)."""
+    if not session_id or len(session_id) > 128:
+        raise ValueError("an agent session id is 1-128 characters")
+    return AGENT_LOG_PREFIX + session_id
+
 
 class Store(Protocol):
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
@@ -80,7 +90,8 @@ class Store(Protocol):
     def release(self, lease: Lease) -> None: ...
 
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
-        """An event that changes no record (a refused resume, a lost lease)."""
+        """An event that changes no record: a refused resume, a lost lease, or (with `agent_log_id`) an
+        agent session's start, approval or call, each sealed and chained like an operation's events."""
         ...
 
     def events(self, operation_id: str) -> list[Event]: ...

@@ -1,0 +1,74 @@
+"""`pollwarden simulate` as a separate process, and `watch` on a real terminal (a pty)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli, write_contract
+
+
+def test_simulate_serves_a_watch_from_another_process(home: Path, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pollwarden", "simulate", "--port", "0", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("simulated provider listening on http://127.0.0.1:"), line
+        url = line.rsplit(" ", 1)[1].strip()
+        contract = write_contract(tmp_path / "c.toml", url)
+        ran = run_cli("watch", "--contract", str(contract), "--job", "hint-1", "--json", home=home)
+        assert ran.code == 0, ran.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_simulate_refuses_a_missing_token_variable(home: Path) -> None:
+    ran = run_cli("simulate", "--port", "0", "--token-env", "PW_NOT_SET_ANYWHERE", home=home)
+    assert ran.code == 2 and "PW_NOT_SET_ANYWHERE" in ran.stderr
+
+
+def _run_on_pty(args: list[str], env: dict[str, str], timeout: float = 30) -> tuple[int, str]:
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execvpe(sys.executable, [sys.executable, "-m", "pollwarden", *args], env)
+    chunks: list[bytes] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_a_terminal_sees_the_countdown_and_a_pipe_does_not(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    sim.add_job("t", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="1500ms", max_delay="2s")
+    env = {**os.environ, "POLLWARDEN_HOME": str(home)}
+    code, screen = _run_on_pty(["watch", "--contract", str(contract), "--job", "t", "--operation", "tty"], env)
+    assert code == 0, screen
+    assert "requests 1/12 · next poll in" in screen and "deadline in" in screen
+    sim.add_job("p", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
+    piped = run_cli("watch", "--contract", str(contract), "--job", "p", "--operation", "pipe", home=home)
+    assert piped.code == 0
+    assert "next poll in" not in piped.stdout and "\r" not in piped.stdout
