@@ -45,6 +45,7 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
             "jitter": plan.schedule.jitter.value,
             "first_check": plan.schedule.first_check.total_seconds(),
             "not_found_grace": None if plan.not_found_grace is None else plan.not_found_grace.total_seconds(),
+            "useful_until": _dt(plan.useful_until),
         },
         "next_poll_at": _dt(record.next_poll_at),
         "delay_source": record.delay_source.value,
@@ -62,6 +63,7 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         "provider_error": record.provider_error,
         "result": record.result,
         "finished_at": _dt(record.finished_at),
+        "status_location": record.status_location,
     }
 
 
@@ -80,6 +82,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
             first_check=timedelta(seconds=p["first_check"]),
         ),
         not_found_grace=None if grace is None else timedelta(seconds=grace),
+        useful_until=_pdt(p.get("useful_until")),
     )
     return OperationRecord(
         operation_id=data["operation_id"],
@@ -107,6 +110,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         provider_error=data.get("provider_error"),
         result=data.get("result"),
         finished_at=_pdt(data.get("finished_at")),
+        status_location=data.get("status_location"),
     )
 
 

@@ -89,6 +89,47 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Escalation:
+    """What a person is offered when waiting stops (R32): bounded, priced options, never "continue?"."""
+
+    extend: timedelta = timedelta(minutes=15)
+    extend_checks: int = 4
+    pause: timedelta = timedelta(minutes=30)
+    console_url: str | None = None
+    webhook_url: str | None = None
+    webhook_secret_env: str | None = None
+    useful_for: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A documented provider action (cancel): without one, the option is never offered."""
+
+    url: str
+    method: str = "POST"
+
+    def url_for(self, job_id: str) -> str:
+        return self.url.replace("{job_id}", _quote_job(job_id))
+
+
+@dataclass(frozen=True)
+class Submit:
+    url: str
+    method: str = "POST"
+    idempotency_header: str | None = None
+    job_id: str = "job_id"
+    status_location: str | None = None
+    """Where the 202 names the status resource: "header:Location", "header:Operation-Location" or "body:PATH"."""
+
+
+def _quote_job(job_id: str) -> str:
+    quoted = quote(job_id, safe="")
+    if quoted in {".", ".."}:  # a dot segment survives quoting and would be resolved away by the client
+        quoted = quoted.replace(".", "%2E")
+    return quoted
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     status_url: str
@@ -102,14 +143,18 @@ class Contract:
     not_found_grace: timedelta | None = None
     request_id_header: str = "X-Request-Id"
     max_body_bytes: int = MAX_BODY_BYTES_DEFAULT
+    escalation: Escalation = field(default_factory=Escalation)
+    cancel: Endpoint | None = None
+    submit: Submit | None = None
     source_text: str = field(default="", compare=False, repr=False)
 
     def status_url_for(self, job_id: str) -> str:
         """The job id is quoted completely, so it can never add a path segment, query or host."""
-        quoted = quote(job_id, safe="")
-        if quoted in {".", ".."}:  # a dot segment survives quoting and would be resolved away by the client
-            quoted = quoted.replace(".", "%2E")
-        return self.status_url.replace("{job_id}", quoted)
+        return self.status_url.replace("{job_id}", _quote_job(job_id))
+
+    def console_url_for(self, job_id: str) -> str | None:
+        url = self.escalation.console_url
+        return None if url is None else url.replace("{job_id}", _quote_job(job_id))
 
     @property
     def origin(self) -> str:
@@ -172,6 +217,9 @@ _TOP_KEYS = {
     "not_found",
     "request_id_header",
     "max_body_bytes",
+    "escalation",
+    "cancel",
+    "submit",
 }
 
 
@@ -252,6 +300,57 @@ def _build(r: _Reader) -> Contract:
         grace = nf.duration("grace", timedelta(0))
     request_id_header = r.text("request_id_header") or "X-Request-Id"
     _check_token(r, "request_id_header", request_id_header)
+    origin = _origin(status_url)
+    escalation = Escalation()
+    if "escalation" in r.data:
+        e = r.table("escalation")
+        e.only({"extend", "extend_checks", "pause", "console_url", "webhook_url", "webhook_secret_env", "useful_for"})
+        webhook_url = e.text("webhook_url")
+        if webhook_url is not None and urlsplit(webhook_url).scheme not in {"http", "https"}:
+            raise e.fail("webhook_url", "must be an http(s) URL")
+        secret_env = e.text("webhook_secret_env")
+        if secret_env is not None:
+            _check_token(e, "webhook_secret_env", secret_env)
+        console_url = e.text("console_url")
+        if console_url is not None and urlsplit(console_url).scheme not in {"http", "https"}:
+            raise e.fail("console_url", "must be an http(s) URL")
+        useful_for = e.duration("useful_for", timedelta(0), positive=True) if "useful_for" in e.data else None
+        escalation = Escalation(
+            extend=e.duration("extend", escalation.extend, positive=True),
+            extend_checks=e.integer("extend_checks", escalation.extend_checks, minimum=1),
+            pause=e.duration("pause", escalation.pause, positive=True),
+            console_url=console_url,
+            webhook_url=webhook_url,
+            webhook_secret_env=secret_env,
+            useful_for=useful_for,
+        )
+    cancel = None
+    if "cancel" in r.data:
+        c = r.table("cancel")
+        c.only({"url", "method"})
+        cancel = Endpoint(url=_action_url(c, origin), method=_method(c))
+    submit = None
+    if "submit" in r.data:
+        sb = r.table("submit")
+        sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
+        url = sb.text("url", required=True)
+        if _origin(url) != origin:
+            raise sb.fail("url", f"must be on {origin}, the origin the credential is bound to")
+        idem = sb.text("idempotency_header")
+        if idem is not None:
+            _check_token(sb, "idempotency_header", idem)
+        location = sb.text("status_location")
+        if location is not None and not (
+            location in {"header:Location", "header:Operation-Location"} or location.startswith("body:")
+        ):
+            raise sb.fail("status_location", "must be 'header:Location', 'header:Operation-Location' or 'body:PATH'")
+        submit = Submit(
+            url=url,
+            method=_method(sb),
+            idempotency_header=idem,
+            job_id=sb.path("job_id") or "job_id",
+            status_location=location,
+        )
     return Contract(
         name=name,
         status_url=status_url,
@@ -265,7 +364,31 @@ def _build(r: _Reader) -> Contract:
         not_found_grace=grace,
         request_id_header=request_id_header,
         max_body_bytes=r.integer("max_body_bytes", MAX_BODY_BYTES_DEFAULT, minimum=1024),
+        escalation=escalation,
+        cancel=cancel,
+        submit=submit,
     )
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _method(r: _Reader) -> str:
+    method = (r.text("method") or "POST").upper()
+    if method not in {"POST", "PUT", "DELETE", "PATCH"}:
+        raise r.fail("method", f"must be POST, PUT, DELETE or PATCH, got {method!r}")
+    return method
+
+
+def _action_url(r: _Reader, origin: str) -> str:
+    url: str = r.text("url", required=True)
+    if url.count("{job_id}") != 1:
+        raise r.fail("url", "must contain the placeholder {job_id} exactly once")
+    if _origin(url) != origin:
+        raise r.fail("url", f"must be on {origin}, the origin the credential is bound to")
+    return url
 
 
 def _check_status_url(r: _Reader, url: str) -> None:

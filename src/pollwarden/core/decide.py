@@ -85,6 +85,12 @@ def next_step(record: OperationRecord, now: datetime) -> Step:
         return Finished()
     if now >= record.deadline_at:
         return Halt(StopReason.DEADLINE_EXCEEDED, f"deadline {format_rfc3339(record.deadline_at)} has passed")
+    useful_until = record.plan.useful_until
+    if useful_until is not None and now >= useful_until:
+        return Halt(
+            StopReason.USEFULNESS_WINDOW_CLOSED,
+            f"the result stopped being useful at {format_rfc3339(useful_until)}; more polling is not worth it",
+        )
     if record.status_requests_used >= record.plan.max_status_requests:
         return Halt(
             StopReason.REQUEST_BUDGET_EXHAUSTED,
@@ -167,9 +173,16 @@ class _Ctx:
         if self.now >= record.deadline_at:
             text = f"{detail}; deadline {format_rfc3339(record.deadline_at)} has passed"
             return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(StopReason.DEADLINE_EXCEEDED, text)
+        useful_until = record.plan.useful_until
+        if useful_until is not None and self.now >= useful_until:
+            text = f"{detail}; the result stopped being useful at {format_rfc3339(useful_until)}"
+            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(StopReason.USEFULNESS_WINDOW_CLOSED, text)
         if when > record.deadline_at:
             detail += "; next poll would fall after the deadline, waking at the deadline instead"
             when = record.deadline_at
+        if useful_until is not None and when > useful_until:
+            detail += "; next poll would fall after the result stops being useful, waking then instead"
+            when = useful_until
         return Decision(
             record=record.evolve(next_poll_at=when, delay_source=source),
             action=Action.WAIT,

@@ -36,6 +36,7 @@ class StopReason(StrEnum):
     PROVIDER_FAILURE = "provider_failure"
     AMBIGUOUS_DELIVERY = "ambiguous_delivery"
     INTEGRATION_FAILURE = "integration_failure"
+    USEFULNESS_WINDOW_CLOSED = "usefulness_window_closed"
 
     @property
     def job_ended(self) -> bool:

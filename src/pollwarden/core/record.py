@@ -28,6 +28,8 @@ class Plan:
     max_rate_limited: int
     schedule: Schedule
     not_found_grace: timedelta | None
+    useful_until: datetime | None = None
+    """The business deadline (R12, R33): after it the result is not worth waiting for, whatever the provider says."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class OperationRecord:
     provider_error: str | None = None
     result: str | None = None
     finished_at: datetime | None = None
+    status_location: str | None = None
+    """A status URL the provider returned on submission (R25); None means the contract's template."""
 
     @property
     def deadline_at(self) -> datetime:
@@ -92,6 +96,7 @@ class OperationRecord:
             "max_rate_limited": self.plan.max_rate_limited,
             "created_at": _t(self.created_at),
             "deadline_at": _t(self.plan.deadline_at),
+            "useful_until": _t(self.plan.useful_until),
             "next_poll_at": None if self.is_final else _t(self.next_poll_at),
             "delay_source": self.delay_source.value,
             "result": self.result,
@@ -116,6 +121,8 @@ def new_record(
     base_delay: timedelta | None = None,
     max_delay: timedelta | None = None,
     request_fingerprint: str | None = None,
+    useful_for: timedelta | None = None,
+    status_location: str | None = None,
 ) -> OperationRecord:
     """The record as it is persisted before the first poll (R15); overrides may only come from the caller."""
     if not job_id.strip():
@@ -137,6 +144,7 @@ def new_record(
         max_rate_limited=limits.max_rate_limited,
         schedule=schedule,
         not_found_grace=contract.not_found_grace,
+        useful_until=None if useful_for is None else now + useful_for,
     )
     return OperationRecord(
         operation_id=operation_id,
@@ -149,4 +157,5 @@ def new_record(
         created_at=now,
         plan=plan,
         next_poll_at=now + schedule.first_check,
+        status_location=status_location,
     )

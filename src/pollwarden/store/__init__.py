@@ -1,10 +1,24 @@
-"""Durable operation records, fenced leases and the event trail."""
+"""Durable operation records, fenced leases, decisions, submissions and the sealed audit trail."""
 
-from .base import AGENT_LOG_PREFIX, Event, Lease, NewEvent, OperationExists, Store, Stored, StoreError, agent_log_id
+from .base import (
+    AGENT_LOG_PREFIX,
+    DecisionTaken,
+    Event,
+    Lease,
+    NewEvent,
+    OperationExists,
+    Store,
+    Stored,
+    StoredDecision,
+    StoreError,
+    Submission,
+    agent_log_id,
+)
 from .sqlite import SQLiteStore, process_owner
 
 __all__ = [
     "AGENT_LOG_PREFIX",
+    "DecisionTaken",
     "Event",
     "Lease",
     "NewEvent",
@@ -13,6 +27,8 @@ __all__ = [
     "Store",
     "StoreError",
     "Stored",
+    "StoredDecision",
+    "Submission",
     "agent_log_id",
     "process_owner",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 
 
@@ -21,6 +22,10 @@ class StoreError(Exception):
 
 class OperationExists(StoreError):
     pass
+
+
+class DecisionTaken(StoreError):
+    """A decision can be decided once; the second caller's transaction is rolled back whole."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,41 @@ class Event:
 
 
 NewEvent = tuple[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class StoredDecision:
+    request: DecisionRequest
+    status: str  # open | decided | refused | expired
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    option: int | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.request.to_json(),
+            "status": self.status,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            "option": self.option,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submission recorded before it is sent (R34): its fingerprint and idempotency token survive a crash."""
+
+    operation_id: str
+    fingerprint: str
+    idempotency_token: str | None
+    body: bytes
+    state: str  # sending | accepted | unknown
+    job_id: str | None
+    status_location: str | None
+    created_at: datetime
+
 
 AGENT_LOG_PREFIX = "@agent/"
 """Agent sessions get logs of their own; '@' cannot start an operation id, so the names never collide."""

@@ -34,8 +34,19 @@ from ..audit import (
 )
 from ..core.codec import record_from_json, record_to_json
 from ..core.durations import format_rfc3339, parse_rfc3339
+from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import Event, Lease, NewEvent, OperationExists, Stored, StoreError
+from .base import (
+    DecisionTaken,
+    Event,
+    Lease,
+    NewEvent,
+    OperationExists,
+    Stored,
+    StoredDecision,
+    StoreError,
+    Submission,
+)
 
 SCHEMA_VERSION = 1
 
@@ -71,6 +82,29 @@ CREATE TABLE IF NOT EXISTS audit_records (
     ciphertext BLOB NOT NULL,
     this_hash TEXT NOT NULL,
     PRIMARY KEY (log_id, seq)
+) STRICT;
+CREATE TABLE IF NOT EXISTS decisions (
+    decision_id TEXT PRIMARY KEY,
+    operation_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    request TEXT NOT NULL,
+    decided_by TEXT,
+    decided_at REAL,
+    option INTEGER,
+    note TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS decisions_open ON decisions (operation_id) WHERE status = 'open';
+CREATE TABLE IF NOT EXISTS submissions (
+    operation_id TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    idempotency_token TEXT,
+    body BLOB NOT NULL,
+    state TEXT NOT NULL,
+    job_id TEXT,
+    status_location TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
 ) STRICT;
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     counter INTEGER PRIMARY KEY,
@@ -200,31 +234,34 @@ class SQLiteStore:
     # -- records -------------------------------------------------------------------------------------
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None:
-        now = _epoch(record.created_at)
         with self._tx() as conn:
-            exists = conn.execute("SELECT 1 FROM operations WHERE operation_id = ?", (record.operation_id,)).fetchone()
-            if exists:
-                raise OperationExists(f"operation {record.operation_id} already exists")
-            conn.execute(
-                "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
-                " status_requests_used, max_status_requests, record, contract, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    record.operation_id,
-                    record.job_id,
-                    record.contract_name,
-                    record.phase.value,
-                    _epoch(record.next_poll_at),
-                    _epoch(record.deadline_at),
-                    record.status_requests_used,
-                    record.plan.max_status_requests,
-                    json.dumps(record_to_json(record)),
-                    contract_text,
-                    now,
-                    now,
-                ),
-            )
+            self._insert_operation(conn, record, contract_text)
             self._append(conn, record.operation_id, "created", event, record.created_at)
+
+    def _insert_operation(self, conn: sqlite3.Connection, record: OperationRecord, contract_text: str) -> None:
+        exists = conn.execute("SELECT 1 FROM operations WHERE operation_id = ?", (record.operation_id,)).fetchone()
+        if exists:
+            raise OperationExists(f"operation {record.operation_id} already exists")
+        now = _epoch(record.created_at)
+        conn.execute(
+            "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
+            " status_requests_used, max_status_requests, record, contract, created_at, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                record.operation_id,
+                record.job_id,
+                record.contract_name,
+                record.phase.value,
+                _epoch(record.next_poll_at),
+                _epoch(record.deadline_at),
+                record.status_requests_used,
+                record.plan.max_status_requests,
+                json.dumps(record_to_json(record)),
+                contract_text,
+                now,
+                now,
+            ),
+        )
 
     def _stored(self, row: sqlite3.Row | tuple[Any, ...]) -> Stored:
         record_text, contract_text, owner, token, expires = row
@@ -293,34 +330,43 @@ class SQLiteStore:
         now: datetime,
         *,
         release: bool,
+        decision: DecisionRequest | None = None,
     ) -> bool:
         with self._tx() as conn:
-            cursor = conn.execute(
-                "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
-                " max_status_requests = ?, record = ?, updated_at = ?,"
-                " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
-                " lease_expires_at = CASE WHEN ? THEN NULL ELSE lease_expires_at END"
-                " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
-                (
-                    record.phase.value,
-                    _epoch(record.next_poll_at),
-                    _epoch(record.deadline_at),
-                    record.status_requests_used,
-                    record.plan.max_status_requests,
-                    json.dumps(record_to_json(record)),
-                    _epoch(now),
-                    release,
-                    release,
-                    lease.operation_id,
-                    lease.token,
-                    lease.owner,
-                ),
-            )
-            if cursor.rowcount != 1:
+            if not self._update_fenced(conn, lease, record, now, release=release):
                 return False
             for kind, data in events:
                 self._append(conn, lease.operation_id, kind, data, now)
+            if decision is not None:
+                self._insert_decision(conn, decision, now)
             return True
+
+    def _update_fenced(
+        self, conn: sqlite3.Connection, lease: Lease, record: OperationRecord, now: datetime, *, release: bool
+    ) -> bool:
+        """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
+        cursor = conn.execute(
+            "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
+            " max_status_requests = ?, record = ?, updated_at = ?,"
+            " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
+            " lease_expires_at = CASE WHEN ? THEN NULL ELSE lease_expires_at END"
+            " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
+            (
+                record.phase.value,
+                _epoch(record.next_poll_at),
+                _epoch(record.deadline_at),
+                record.status_requests_used,
+                record.plan.max_status_requests,
+                json.dumps(record_to_json(record)),
+                _epoch(now),
+                release,
+                release,
+                lease.operation_id,
+                lease.token,
+                lease.owner,
+            ),
+        )
+        return cursor.rowcount == 1
 
     def release(self, lease: Lease) -> None:
         with self._tx() as conn:
@@ -329,6 +375,140 @@ class SQLiteStore:
                 " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
                 (lease.operation_id, lease.token, lease.owner),
             )
+
+    # -- decisions ----------------------------------------------------------------------------------------
+
+    def _insert_decision(self, conn: sqlite3.Connection, request: DecisionRequest, now: datetime) -> None:
+        conn.execute(
+            "INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES (?,?,?,?,?)",
+            (request.decision_id, request.operation_id, "open", _epoch(now), json.dumps(request.to_json())),
+        )
+        self._append(conn, request.operation_id, "decision_requested", request.to_json(), now)
+
+    _DECISION_COLUMNS = "request, status, decided_by, decided_at, option, note"
+
+    def _decision(self, row: tuple[Any, ...]) -> StoredDecision:
+        request, status, by, at, option, note = row
+        return StoredDecision(
+            request=DecisionRequest.from_json(json.loads(request)),
+            status=status,
+            decided_by=by,
+            decided_at=_from_epoch(at),
+            option=option,
+            note=note,
+        )
+
+    def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
+        query = f"SELECT {self._DECISION_COLUMNS} FROM decisions WHERE 1=1"
+        params: list[Any] = []
+        if operation_id is not None:
+            query += " AND operation_id = ?"
+            params.append(operation_id)
+        if open_only:
+            query += " AND status = 'open'"
+        rows = self._conn.execute(query + " ORDER BY created_at, decision_id", params).fetchall()
+        return [self._decision(row) for row in rows]
+
+    def get_decision(self, decision_id: str) -> StoredDecision | None:
+        row = self._conn.execute(
+            f"SELECT {self._DECISION_COLUMNS} FROM decisions WHERE decision_id = ?", (decision_id,)
+        ).fetchone()
+        return None if row is None else self._decision(row)
+
+    def resolve_decision(
+        self,
+        lease: Lease,
+        decision_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        option: int | None,
+        record: OperationRecord | None,
+        events: Sequence[NewEvent],
+        now: datetime,
+    ) -> bool:
+        with self._tx() as conn:
+            row = conn.execute(
+                f"SELECT {self._COLUMNS} FROM operations WHERE operation_id = ?", (lease.operation_id,)
+            ).fetchone()
+            target = record if record is not None else (self._stored(row).record if row else None)
+            if target is None or not self._update_fenced(conn, lease, target, now, release=True):
+                return False
+            cursor = conn.execute(
+                "UPDATE decisions SET status = ?, decided_by = ?, decided_at = ?, option = ?, note = ?"
+                " WHERE decision_id = ? AND status = 'open'",
+                (status, by, _epoch(now), option, note, decision_id),
+            )
+            if cursor.rowcount != 1:
+                raise DecisionTaken(f"decision {decision_id} was decided by someone else a moment ago")
+            if record is not None:
+                # The operation moved on: every other question about the old stop is void.
+                conn.execute(
+                    "UPDATE decisions SET status = 'expired' WHERE operation_id = ? AND status = 'open'",
+                    (lease.operation_id,),
+                )
+            for kind, data in events:
+                self._append(conn, lease.operation_id, kind, data, now)
+            return True
+
+    # -- submissions --------------------------------------------------------------------------------------
+
+    def record_submission(self, submission: Submission, event: Mapping[str, Any]) -> None:
+        with self._tx() as conn:
+            for table in ("submissions", "operations"):
+                found = conn.execute(
+                    f"SELECT 1 FROM {table} WHERE operation_id = ?", (submission.operation_id,)
+                ).fetchone()
+                if found:
+                    raise OperationExists(f"operation {submission.operation_id} already exists")
+            conn.execute(
+                "INSERT INTO submissions (operation_id, fingerprint, idempotency_token, body, state, job_id,"
+                " status_location, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    submission.operation_id,
+                    submission.fingerprint,
+                    submission.idempotency_token,
+                    submission.body,
+                    submission.state,
+                    submission.job_id,
+                    submission.status_location,
+                    _epoch(submission.created_at),
+                    _epoch(submission.created_at),
+                ),
+            )
+            self._append(conn, submission.operation_id, "submission_intent", event, submission.created_at)
+
+    def get_submission(self, operation_id: str) -> Submission | None:
+        row = self._conn.execute(
+            "SELECT operation_id, fingerprint, idempotency_token, body, state, job_id, status_location, created_at"
+            " FROM submissions WHERE operation_id = ?",
+            (operation_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        created = datetime.fromtimestamp(row[7], tz=UTC)
+        return Submission(row[0], row[1], row[2], bytes(row[3]), row[4], row[5], row[6], created)
+
+    def accept_submission(
+        self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
+    ) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE submissions SET state = 'accepted', job_id = ?, status_location = ?, updated_at = ?"
+                " WHERE operation_id = ?",
+                (record.job_id, record.status_location, _epoch(record.created_at), submission.operation_id),
+            )
+            self._insert_operation(conn, record, contract_text)
+            self._append(conn, record.operation_id, "submitted", event, record.created_at)
+
+    def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE submissions SET state = ?, updated_at = ? WHERE operation_id = ?",
+                (state, _epoch(at), operation_id),
+            )
+            self._append(conn, operation_id, f"submission_{state}", event, at)
 
     # -- the audit trail --------------------------------------------------------------------------------
 

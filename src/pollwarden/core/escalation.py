@@ -1,0 +1,367 @@
+"""Escalation as a decision request: bounded, priced options per stop reason, applied purely (R29–R34, R41–R43).
+
+A stop is handed to a person with the context of R31 and a short menu that never says "continue?". Each
+option states what it costs (more time, more requests) and what it makes possible; applying one returns a
+new record, and only a person's approval reaches this code. Options expire when the operation moves on:
+a request is tied to the stop it describes by `stop_marker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from .contract import Contract
+from .durations import format_duration, format_rfc3339
+from .reasons import DelaySource, Phase, StopReason
+from .record import OperationRecord
+
+
+class OptionKind(StrEnum):
+    EXTEND = "extend"
+    PAUSE = "pause"
+    CANCEL = "cancel"
+    INSPECT = "inspect"
+    CLOSE = "close"
+    RESUBMIT = "resubmit"
+
+
+_RETRYABLE = (OptionKind.EXTEND, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE)
+_LOOK_ONLY = (OptionKind.INSPECT, OptionKind.CLOSE)
+
+ALLOWED: dict[StopReason, tuple[OptionKind, ...]] = {
+    StopReason.DEADLINE_EXCEEDED: _RETRYABLE,
+    StopReason.REQUEST_BUDGET_EXHAUSTED: _RETRYABLE,
+    StopReason.RATE_LIMITED: (OptionKind.EXTEND, OptionKind.INSPECT, OptionKind.CLOSE),
+    StopReason.PROVIDER_FAILURE: (OptionKind.EXTEND, OptionKind.INSPECT, OptionKind.CLOSE),
+    StopReason.AMBIGUOUS_DELIVERY: (OptionKind.EXTEND, OptionKind.INSPECT, OptionKind.CLOSE),
+    # A person may allow one bounded look later while someone checks what changed at the provider.
+    StopReason.UNKNOWN_STATE: (OptionKind.PAUSE, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
+    # The same request with the same credential is never approved again (R27, R30).
+    StopReason.AUTHORIZATION_DENIED: _LOOK_ONLY,
+    StopReason.INVALID_RESPONSE: (OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
+    StopReason.RESULT_INVALID: _LOOK_ONLY,
+    StopReason.CONTRADICTORY_STATUS: (OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
+    StopReason.INTEGRATION_FAILURE: _LOOK_ONLY,
+    # Waiting longer cannot make a result useful again (R33).
+    StopReason.USEFULNESS_WINDOW_CLOSED: (OptionKind.CANCEL, OptionKind.CLOSE),
+    StopReason.JOB_FAILED: (OptionKind.RESUBMIT, OptionKind.INSPECT, OptionKind.CLOSE),
+    StopReason.JOB_CANCELLED: (OptionKind.RESUBMIT, OptionKind.CLOSE),
+    StopReason.JOB_EXPIRED: (OptionKind.RESUBMIT, OptionKind.CLOSE),
+}
+
+_TRANSPORT_REASONS = frozenset({StopReason.PROVIDER_FAILURE, StopReason.AMBIGUOUS_DELIVERY})
+
+
+class DecisionError(ValueError):
+    """A decision that cannot be applied; the message says why and what is still possible."""
+
+
+@dataclass(frozen=True)
+class Option:
+    number: int
+    kind: OptionKind
+    label: str
+    effect: str
+    extra_time: timedelta | None = None
+    extra_checks: int | None = None
+    extra_transport_failures: int | None = None
+    url: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "kind": self.kind.value,
+            "label": self.label,
+            "effect": self.effect,
+            "extra_time": format_duration(self.extra_time) if self.extra_time is not None else None,
+            "extra_checks": self.extra_checks,
+            "extra_transport_failures": self.extra_transport_failures,
+            "url": self.url,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Option:
+        from .durations import parse_duration
+
+        return cls(
+            number=int(data["number"]),
+            kind=OptionKind(data["kind"]),
+            label=data["label"],
+            effect=data["effect"],
+            extra_time=parse_duration(data["extra_time"]) if data.get("extra_time") else None,
+            extra_checks=data.get("extra_checks"),
+            extra_transport_failures=data.get("extra_transport_failures"),
+            url=data.get("url"),
+        )
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    decision_id: str
+    operation_id: str
+    job_id: str
+    reason: StopReason
+    detail: str
+    last_state: str | None
+    started_at: datetime
+    created_at: datetime
+    requests_used: int
+    requests_max: int
+    transport_used: int
+    transport_max: int
+    last_http_status: int | None
+    last_observed_at: datetime | None
+    deadline_at: datetime
+    useful_until: datetime | None
+    stop_marker: str
+    options: tuple[Option, ...] = field(default=())
+    requested_by: str | None = None
+    request_reason: str | None = None
+
+    @property
+    def elapsed(self) -> timedelta:
+        return self.created_at - self.started_at
+
+    def option(self, number: int) -> Option:
+        for option in self.options:
+            if option.number == number:
+                return option
+        choices = ", ".join(f"{o.number} ({o.kind.value})" for o in self.options)
+        raise DecisionError(f"decision {self.decision_id} has no option {number}; choose one of {choices}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "operation": self.operation_id,
+            "job": self.job_id,
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "last_state": self.last_state,
+            "started_at": format_rfc3339(self.started_at),
+            "created_at": format_rfc3339(self.created_at),
+            "elapsed": format_duration(self.elapsed),
+            "status_requests_used": self.requests_used,
+            "max_status_requests": self.requests_max,
+            "transport_failures_used": self.transport_used,
+            "max_transport_failures": self.transport_max,
+            "last_http_status": self.last_http_status,
+            "last_observed_at": format_rfc3339(self.last_observed_at) if self.last_observed_at else None,
+            "deadline_at": format_rfc3339(self.deadline_at),
+            "useful_until": format_rfc3339(self.useful_until) if self.useful_until else None,
+            "stop_marker": self.stop_marker,
+            "options": [o.to_json() for o in self.options],
+            "requested_by": self.requested_by,
+            "request_reason": self.request_reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DecisionRequest:
+        def dt(key: str) -> datetime | None:
+            value = data.get(key)
+            return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+        def req(key: str) -> datetime:
+            value = dt(key)
+            assert value is not None, key
+            return value
+
+        return cls(
+            decision_id=data["decision_id"],
+            operation_id=data["operation"],
+            job_id=data["job"],
+            reason=StopReason(data["reason"]),
+            detail=data["detail"],
+            last_state=data.get("last_state"),
+            started_at=req("started_at"),
+            created_at=req("created_at"),
+            requests_used=int(data["status_requests_used"]),
+            requests_max=int(data["max_status_requests"]),
+            transport_used=int(data["transport_failures_used"]),
+            transport_max=int(data["max_transport_failures"]),
+            last_http_status=data.get("last_http_status"),
+            last_observed_at=dt("last_observed_at"),
+            deadline_at=req("deadline_at"),
+            useful_until=dt("useful_until"),
+            stop_marker=data["stop_marker"],
+            options=tuple(Option.from_json(o) for o in data["options"]),
+            requested_by=data.get("requested_by"),
+            request_reason=data.get("request_reason"),
+        )
+
+    def render(self) -> str:
+        """The message of R31: everything needed for a decision, no secret, in one look."""
+        minutes = int(self.elapsed.total_seconds() // 60)
+        elapsed = f"{minutes} minutes" if minutes else format_duration(self.elapsed)
+        last_http = "none"
+        if self.last_observed_at is not None:
+            status = self.last_http_status if self.last_http_status is not None else "no response"
+            last_http = f"{status} at {self.last_observed_at.strftime('%H:%M')} UTC"
+        lines = [
+            "External job needs a decision",
+            f"Decision: {self.decision_id}",
+            f"Operation: {self.operation_id}",
+            f"Provider job: {self.job_id}",
+            f"Last state: {self.last_state or 'never seen'}",
+            f"Elapsed time: {elapsed}",
+            f"Status requests: {self.requests_used} of {self.requests_max}",
+            f"Last HTTP result: {last_http}",
+            f"Stopped because: {self.reason.value}",
+        ]
+        if self.requested_by:
+            lines.append(f"Requested by: {self.requested_by}: {self.request_reason or ''}".rstrip(": "))
+        lines.append("Safe options: " + ", ".join(o.label for o in self.options))
+        lines.extend(f"  [{o.number}] {o.label}: {o.effect}" for o in self.options)
+        return "\n".join(lines)
+
+
+def stop_marker(record: OperationRecord) -> str:
+    """Identifies one stop: a decision about it is void once the operation has been resumed or stopped again."""
+    finished = record.finished_at.isoformat() if record.finished_at else "-"
+    return f"{record.phase.value}:{record.reason.value if record.reason else '-'}:{finished}"
+
+
+def build_request(
+    record: OperationRecord,
+    contract: Contract,
+    now: datetime,
+    *,
+    decision_id: str,
+    can_resubmit: bool = False,
+    requested: tuple[timedelta, int, str, str] | None = None,
+) -> DecisionRequest:
+    """The decision request for a stopped operation; `requested` is an agent's (time, checks, reason, who)."""
+    if record.phase is not Phase.STOPPED or record.reason is None:
+        raise DecisionError(f"operation {record.operation_id} is not stopped; there is nothing to decide")
+    kinds = ALLOWED[record.reason]
+    extra_time, extra_checks = contract.escalation.extend, contract.escalation.extend_checks
+    requested_by = request_reason = None
+    if requested is not None:
+        extra_time, extra_checks, request_reason, requested_by = requested
+        kinds = tuple(k for k in kinds if k in (OptionKind.EXTEND, OptionKind.PAUSE, OptionKind.CLOSE))
+    options: list[Option] = []
+    for kind in kinds:
+        option = _option(kind, len(options) + 1, record, contract, now, extra_time, extra_checks, can_resubmit)
+        if option is not None:
+            options.append(option)
+    return DecisionRequest(
+        decision_id=decision_id,
+        operation_id=record.operation_id,
+        job_id=record.job_id,
+        reason=record.reason,
+        detail=record.detail or "",
+        last_state=record.last_state,
+        started_at=record.created_at,
+        created_at=now,
+        requests_used=record.status_requests_used,
+        requests_max=record.plan.max_status_requests,
+        transport_used=record.transport_failures_used,
+        transport_max=record.plan.max_transport_failures,
+        last_http_status=record.last_http_status,
+        last_observed_at=record.last_observed_at,
+        deadline_at=record.deadline_at,
+        useful_until=record.plan.useful_until,
+        stop_marker=stop_marker(record),
+        options=tuple(options),
+        requested_by=requested_by,
+        request_reason=request_reason,
+    )
+
+
+def _option(
+    kind: OptionKind,
+    number: int,
+    record: OperationRecord,
+    contract: Contract,
+    now: datetime,
+    extra_time: timedelta,
+    extra_checks: int,
+    can_resubmit: bool,
+) -> Option | None:
+    if kind is OptionKind.EXTEND:
+        reason = record.reason
+        transport = record.plan.max_transport_failures if reason in _TRANSPORT_REASONS else None
+        label = f"extend by {format_duration(extra_time)} with {extra_checks} additional checks"
+        if transport:
+            label += f" and {transport} more transport failures"
+        new_deadline = max(now, record.deadline_at) + extra_time
+        effect = (
+            f"waits until {format_rfc3339(new_deadline)} at most; the provider sees at most {extra_checks} more"
+            f" status requests ({record.status_requests_used + extra_checks} in all)"
+        )
+        if record.plan.useful_until is not None and new_deadline > record.plan.useful_until:
+            effect += f"; note the result stops being useful at {format_rfc3339(record.plan.useful_until)}"
+        return Option(number, kind, label, effect, extra_time, extra_checks, transport)
+    if kind is OptionKind.PAUSE:
+        pause = contract.escalation.pause
+        label = f"pause {format_duration(pause)}, then check once"
+        effect = (
+            f"no request for {format_duration(pause)} while someone checks the provider; then exactly one status"
+            f" request; an unknown state again stops again"
+        )
+        return Option(number, kind, label, effect, pause, 1, None)
+    if kind is OptionKind.CANCEL:
+        if contract.cancel is None:
+            return None  # offered only when the contract documents a cancel action (R32)
+        cancel_url = contract.cancel.url_for(record.job_id)
+        effect = f"sends {contract.cancel.method} {cancel_url} once"
+        return Option(number, kind, "cancel at provider", effect, url=cancel_url)
+    if kind is OptionKind.INSPECT:
+        console = contract.console_url_for(record.job_id)
+        if console is None:
+            return None
+        return Option(number, kind, "inspect provider console", f"opens {console}; decides nothing", url=console)
+    if kind is OptionKind.RESUBMIT:
+        if not can_resubmit:
+            return None  # only with a stored submission and provider idempotency (R34)
+        return Option(
+            number, kind, "resubmit the job", "sends the stored submission again as a new job, with a new operation"
+        )
+    return Option(number, kind, "close", "accepts the stop as final; nothing more is sent")
+
+
+def apply_extension(record: OperationRecord, option: Option, now: datetime) -> OperationRecord:
+    """A person's extension: new limits counted from what was already used, never a reset (R20, R41)."""
+    if option.kind not in (OptionKind.EXTEND, OptionKind.PAUSE):
+        raise DecisionError(f"option {option.number} ({option.kind.value}) does not extend waiting")
+    if record.phase is not Phase.STOPPED:
+        raise DecisionError(f"operation {record.operation_id} is {record.phase.value}; there is nothing to extend")
+    assert option.extra_time is not None and option.extra_checks is not None
+    plan = record.plan
+    if option.kind is OptionKind.PAUSE:
+        next_poll = now + option.extra_time
+        deadline = next_poll + contract_margin(record)
+    else:
+        next_poll = now
+        if record.reason is StopReason.RATE_LIMITED:
+            next_poll = now + plan.schedule.max_delay
+        deadline = max(now, plan.deadline_at) + option.extra_time
+    transport_max = plan.max_transport_failures
+    if option.extra_transport_failures:
+        transport_max = record.transport_failures_used + option.extra_transport_failures
+    new_plan = type(plan)(
+        deadline_at=deadline,
+        max_status_requests=record.status_requests_used + option.extra_checks,
+        max_transport_failures=transport_max,
+        max_rate_limited=plan.max_rate_limited,
+        schedule=plan.schedule,
+        not_found_grace=plan.not_found_grace,
+        useful_until=plan.useful_until,
+    )
+    return record.evolve(
+        plan=new_plan,
+        phase=Phase.ACTIVE,
+        reason=None,
+        detail=None,
+        finished_at=None,
+        next_poll_at=next_poll,
+        delay_source=DelaySource.MANUAL_EXTENSION,
+        rate_limited_consecutive=0,
+    )
+
+
+def contract_margin(record: OperationRecord) -> timedelta:
+    """Time after a pause for its one check to be sent and answered."""
+    return max(timedelta(minutes=1), record.plan.schedule.max_delay)
