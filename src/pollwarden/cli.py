@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
+from .actions import ActionError, cancel, fetch_result, submit
 from .audit import (
     AuditError,
     Checkpoint,
@@ -30,13 +31,16 @@ from .audit import (
     write_checkpoint_file,
     write_export,
 )
-from .core.contract import Contract, ContractError, load_contract
+from .core.contract import Contract, ContractError, load_contract, parse_contract
 from .core.decide import Decision
 from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration, parse_rfc3339
+from .core.escalation import DecisionError, DecisionRequest, OptionKind
 from .core.reasons import Phase
 from .core.record import OPERATION_ID, OperationRecord, new_record
+from .decisions import apply_decision
 from .home import database_path, resolve_home, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
+from .notify import deliver
 from .simulator import SCENARIOS, Simulator, Step, serve
 from .store.base import OperationExists, Stored, StoreError
 from .store.sqlite import SQLiteStore, process_owner
@@ -194,6 +198,7 @@ def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, n
         max_transport_failures=args.max_transport_failures,
         base_delay=_duration(args.base_delay, "--base-delay"),
         max_delay=_duration(args.max_delay, "--max-delay"),
+        useful_for=_duration(args.useful_for, "--useful-for") or contract.escalation.useful_for,
     )
     if record.plan.schedule.max_delay < record.plan.schedule.base_delay:
         raise UsageError("--max-delay must not be shorter than --base-delay")
@@ -306,7 +311,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             out.flush()
         progress = Progress(out, live=out.isatty(), quiet=args.json)
         with StatusClient(contract, secret, clock=utcnow) as client:
-            watcher = Watcher(store, contract, client, owner=process_owner())
+            watcher = Watcher(store, contract, client, owner=process_owner(), notify=_notifier(store, contract))
             try:
                 final = watcher.run(record.operation_id, on_progress=progress, tick=1.0 if progress.live else None)
             except KeyboardInterrupt:
@@ -317,13 +322,34 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 130
+        open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
         if args.json:
-            print(json.dumps(_final_json(final), sort_keys=True))
+            summary = _final_json(final)
+            summary["decision"] = open_decisions[-1].request.to_json() if open_decisions else None
+            print(json.dumps(summary, sort_keys=True))
         else:
             _print_outcome(final, out)
+            if open_decisions:
+                request = open_decisions[-1].request
+                out.write("\n" + request.render() + "\n")
+                out.write(f"Decide with: pollwarden decide {request.decision_id} --option N --by YOUR_NAME\n")
         return exit_code(final)
     finally:
         store.close()
+
+
+def _notifier(store: SQLiteStore, contract: Contract) -> Callable[[DecisionRequest], None]:
+    """After an escalation is committed, tell someone; the outcome of telling is audited too."""
+
+    def notify(request: DecisionRequest) -> None:
+        delivery = deliver(contract, request)
+        if delivery is not None:
+            kind = "notified" if delivery.ok else "notify_failed"
+            store.append(
+                request.operation_id, kind, {"decision_id": request.decision_id, **delivery.to_json()}, utcnow()
+            )
+
+    return notify
 
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
@@ -568,6 +594,183 @@ def cmd_why(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- decisions and actions ----------------------------------------------------------------------------
+
+
+def _contract_of(store: SQLiteStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+    stored = store.get(operation_id)
+    if stored is None:
+        raise UsageError(f"no operation {operation_id!r} in {store.path}; `pollwarden status` lists them")
+    try:
+        return parse_contract(stored.contract_text, source=f"the contract stored with {operation_id}"), stored.record
+    except ContractError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _client(contract: Contract) -> StatusClient:
+    try:
+        return StatusClient(contract, resolve_secret(contract), clock=utcnow)
+    except CredentialError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_decisions(args: argparse.Namespace) -> int:
+    store = _open_store(args.home, keys="none")
+    try:
+        rows = store.decisions(args.operation, open_only=not args.all)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([d.to_json() for d in rows], sort_keys=True))
+        return EXIT_OK
+    if not rows:
+        print("no open decisions" if not args.all else "no decisions")
+        return EXIT_OK
+    for stored in rows:
+        if stored.status != "open":
+            print(f"[{stored.status} by {stored.decided_by}, option {stored.option}]")
+        print(stored.request.render())
+        print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
+        print()
+    return EXIT_OK
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    if args.option is None and not args.refuse:
+        raise UsageError("choose one: --option N (see `pollwarden decisions`) or --refuse")
+    if not args.by.strip():
+        raise UsageError("--by must name the person deciding")
+    store = _open_store(args.home, keys="write")
+    try:
+        stored = store.get_decision(args.decision)
+        if stored is None:
+            raise UsageError(f"no decision {args.decision!r}; `pollwarden decisions` lists the open ones")
+        contract, _ = _contract_of(store, stored.request.operation_id)
+        needs_client = contract.cancel is not None or contract.submit is not None
+        client = _client(contract) if needs_client and not args.refuse else None
+        try:
+            outcome = apply_decision(
+                store,
+                contract,
+                args.decision,
+                option=args.option,
+                refuse=args.refuse,
+                by=args.by,
+                note=args.note,
+                now=utcnow(),
+                client=client,
+            )
+        except DecisionError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            if client is not None:
+                client.close()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"status": outcome.status, "message": outcome.message, "action": outcome.action}))
+    else:
+        print(outcome.message)
+    return EXIT_OK if not outcome.action or outcome.action.get("ok") else EXIT_ESCALATED
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    contract = _load_contract(args.contract)
+    try:
+        body = Path(args.body).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--body {args.body}: {exc.strerror}") from None
+    try:
+        json.loads(body)
+    except ValueError:
+        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as application/json") from None
+    now = utcnow()
+    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if not OPERATION_ID.match(operation_id):
+        raise UsageError(f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
+    store = _open_store(args.home, keys="write")
+    try:
+        with _client(contract) as client:
+            try:
+                submitted = submit(
+                    store,
+                    contract,
+                    client,
+                    operation_id=operation_id,
+                    body=body,
+                    now=now,
+                    deadline=_duration(args.deadline, "--deadline"),
+                    max_requests=args.max_requests,
+                    useful_for=_duration(args.useful_for, "--useful-for"),
+                )
+            except ActionError as exc:
+                print(f"pollwarden: {exc}", file=sys.stderr)
+                return EXIT_ESCALATED
+    finally:
+        store.close()
+    record = submitted.record
+    print(
+        f"submitted: operation {record.operation_id}, job {record.job_id}"
+        + (f", status at {record.status_location}" if record.status_location else "")
+    )
+    if not args.watch:
+        return EXIT_OK
+    ns = build_parser().parse_args(
+        ["watch", "--contract", args.contract, "--operation", record.operation_id]
+        + (["--home", args.home] if args.home else [])
+        + (["--json"] if args.json else [])
+    )
+    return cmd_watch(ns)
+
+
+def cmd_fetch_result(args: argparse.Namespace) -> int:
+    store = _open_store(args.home, keys="write")
+    try:
+        contract, record = _contract_of(store, args.operation)
+        out = Path(args.out)
+        if not out.parent.exists():
+            raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
+        with _client(contract) as client:
+            try:
+                result = fetch_result(contract, client, record, out)
+            except ActionError as exc:
+                raise UsageError(str(exc)) from None
+        store.append(args.operation, "action", result, utcnow())
+    finally:
+        store.close()
+    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {out}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancelling is new authority: it runs only as the option a person chose in a decision."""
+    store = _open_store(args.home, keys="write")
+    try:
+        contract, record = _contract_of(store, args.operation)
+        if contract.cancel is None:
+            raise UsageError(f"contract {contract.name!r} documents no cancel action; nothing can be sent")
+        approved = [
+            d
+            for d in store.decisions(args.operation)
+            if d.status == "decided" and d.option is not None and d.request.option(d.option).kind is OptionKind.CANCEL
+        ]
+        if not approved:
+            raise UsageError(
+                f"cancelling {args.operation} needs a person's decision: choose the 'cancel at provider' option in"
+                " `pollwarden decisions` / `pollwarden decide`; nothing was sent"
+            )
+        done = [e for e in store.events(args.operation) if e.kind == "action" and e.data.get("action") == "cancel"]
+        if any(e.data.get("ok") for e in done):
+            raise UsageError(f"the job of {args.operation} was already cancelled at the provider; nothing was sent")
+        with _client(contract) as client:
+            result = cancel(contract, client, record)
+        store.append(args.operation, "action", {**result, "decision_id": approved[-1].request.decision_id}, utcnow())
+    finally:
+        store.close()
+    print("cancel sent" if result["ok"] else f"cancel failed: {result}")
+    return EXIT_OK if result["ok"] else EXIT_ESCALATED
+
+
 # -- simulate and demo --------------------------------------------------------------------------------
 
 
@@ -700,6 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-transport-failures", type=_positive, help="transport-failure budget")
     w.add_argument("--base-delay", help="backoff base delay, e.g. 5s")
     w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
+    w.add_argument("--useful-for", help="business deadline: stop with usefulness_window_closed after this, e.g. 20m")
     w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     home(w)
     w.set_defaults(func=cmd_watch)
@@ -749,6 +953,46 @@ def build_parser() -> argparse.ArgumentParser:
     wy.add_argument("--json", action="store_true")
     home(wy)
     wy.set_defaults(func=cmd_why)
+
+    ds = sub.add_parser("decisions", help="list decision requests waiting for a person")
+    ds.add_argument("operation", nargs="?")
+    ds.add_argument("--all", action="store_true", help="include decided, refused and expired ones")
+    ds.add_argument("--json", action="store_true")
+    home(ds)
+    ds.set_defaults(func=cmd_decisions)
+
+    dc = sub.add_parser("decide", help="apply one option of a decision request, or refuse it")
+    dc.add_argument("decision")
+    dc.add_argument("--option", type=int)
+    dc.add_argument("--refuse", action="store_true")
+    dc.add_argument("--by", default=os.environ.get("USER", ""), help="who decides (recorded in the audit log)")
+    dc.add_argument("--note")
+    dc.add_argument("--json", action="store_true")
+    home(dc)
+    dc.set_defaults(func=cmd_decide)
+
+    sb = sub.add_parser("submit", help="submit a job as the contract's [submit] table documents, then watch it")
+    sb.add_argument("--contract", required=True)
+    sb.add_argument("--body", required=True, help="JSON request body")
+    sb.add_argument("--operation")
+    sb.add_argument("--deadline")
+    sb.add_argument("--max-requests", type=_positive)
+    sb.add_argument("--useful-for", help="business deadline: the result stops being useful after this, e.g. 20m")
+    sb.add_argument("--watch", action="store_true", help="watch the job right away")
+    sb.add_argument("--json", action="store_true")
+    home(sb)
+    sb.set_defaults(func=cmd_submit)
+
+    fr = sub.add_parser("fetch-result", help="download the validated result (only after success)")
+    fr.add_argument("operation")
+    fr.add_argument("--out", required=True)
+    home(fr)
+    fr.set_defaults(func=cmd_fetch_result)
+
+    cn = sub.add_parser("cancel", help="send the documented cancel, only as a decided decision option")
+    cn.add_argument("operation")
+    home(cn)
+    cn.set_defaults(func=cmd_cancel)
 
     d = sub.add_parser("demo", help="watch two jobs on a simulated provider and print their stories")
     home(d)

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -19,7 +20,12 @@ from .core.observe import Exchange, FailureKind, Response, TransportFailure
 
 
 class CredentialError(Exception):
-    """The contract names a credential that this process does not have."""
+    """The credential is missing here, or a request would carry it somewhere the contract does not name."""
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def resolve_secret(contract: Contract, environ: Mapping[str, str] | None = None) -> str | None:
@@ -70,14 +76,36 @@ class StatusClient:
             text = text.replace(self._secret, "[secret]")
         return text[:300]
 
-    def fetch(self, job_id: str, extra_headers: Mapping[str, str] | None = None) -> Exchange:
-        url = self._contract.status_url_for(job_id)
+    def fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
+    ) -> Exchange:
+        """One status request; `location` is a status URL the provider returned (same origin only)."""
+        url = self._contract.status_url_for(job_id) if location is None else location
+        return self.send("GET", url, extra_headers=extra_headers)
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        credential: bool = True,
+    ) -> Exchange:
+        """One request under the same guards as a status poll: the credential only ever goes to the contract's
+        origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
+        if credential and origin_of(url) != self._contract.origin:
+            raise CredentialError(
+                f"refusing to send the credential to {origin_of(url)}: contract {self._contract.name!r} binds it"
+                f" to {self._contract.origin}"
+            )
         cap = self._contract.max_body_bytes
         budget = self._contract.timeout.total_seconds()
         sent_at = self._clock()
         started = time.monotonic()
         try:
-            with self._client.stream("GET", url, headers=self._headers(extra_headers or {})) as response:
+            headers = self._headers(extra_headers or {}) if credential else dict(extra_headers or {})
+            with self._client.stream(method, url, headers=headers, content=body) as response:
                 chunks: list[bytes] = []
                 size = 0
                 truncated = False

@@ -72,6 +72,40 @@ def render_event(event: Event, observed: Mapping[str, Any] | None) -> str | None
         return f"{at} lost the lease (token {d['token']}); the response was discarded"
     if event.kind == "resume_refused":
         return f"{at} refused a resume: {d['why']}"
+    if event.kind == "decision_requested":
+        labels = ", ".join(o["label"] for o in d.get("options", []))
+        return f"{at} asked for a decision {d['decision_id']} ({d['reason']}): {labels}"
+    if event.kind == "decided":
+        note = f" ({d['note']})" if d.get("note") else ""
+        return f"{at} {d['by']} chose [{d['option']}] {d['label']} on {d['decision_id']}{note}"
+    if event.kind == "refused":
+        return f"{at} {d['by']} refused {d['decision_id']}; the operation stays stopped"
+    if event.kind == "extended":
+        return (
+            f"{at} extended: deadline {_clock_text(d['deadline_at'])}, budget {d['max_status_requests']} requests,"
+            f" next poll {_clock_text(d['next_poll_at'])} from manual extension"
+        )
+    if event.kind == "decision_expired":
+        return f"{at} decision {d['decision_id']} expired: the operation had moved on"
+    if event.kind == "inspected":
+        return f"{at} {d['by']} opened the provider console for {d['decision_id']}"
+    if event.kind in ("notified", "notify_failed"):
+        state = "sent" if d.get("ok") else f"FAILED ({d.get('error')})"
+        return f"{at} webhook for {d['decision_id']} {state} after {d.get('attempts')} attempt(s)"
+    if event.kind == "action":
+        state = "done" if d.get("ok") else "FAILED"
+        return f"{at} action {d.get('action')} {state}" + (f" by {d['by']}" if d.get("by") else "")
+    if event.kind == "submission_intent":
+        return f"{at} recorded a submission {d['fingerprint'][:19]}… before sending it"
+    if event.kind == "submitted":
+        return (
+            f"{at} submitted job {d['job']} ({d['contract']}), deadline {_clock_text(d['deadline_at'])},"
+            f" budget {d['max_status_requests']}"
+        )
+    if event.kind.startswith("submission_"):
+        return f"{at} submission {event.kind.removeprefix('submission_')}: {d}"
+    if event.kind == "limits_narrowed":
+        return f"{at} limits narrowed: deadline {_clock_text(d['deadline_at'])}, budget {d['max_status_requests']}"
     return None
 
 

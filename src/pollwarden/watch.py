@@ -7,6 +7,7 @@ record of one response (R38); sleeping happens with no lease and no open transac
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from .core.codec import record_to_json
 from .core.contract import Contract
 from .core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
 from .core.durations import format_rfc3339
+from .core.escalation import DecisionRequest, build_request
 from .core.observe import Observation, observe
 from .core.reasons import Phase
 from .core.record import OperationRecord
@@ -26,6 +28,20 @@ from .store.base import Lease, NewEvent, Store
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def new_decision_id() -> str:
+    """Short enough to type after `pollwarden decide`; random so two stops never share one."""
+    return "d" + secrets.token_hex(5)
+
+
+def can_resubmit(store: Store, contract: Contract, record: OperationRecord) -> bool:
+    """A new job may be offered only from a stored submission to a provider that dedups by token (R34)."""
+    return (
+        contract.submit is not None
+        and contract.submit.idempotency_header is not None
+        and store.get_submission(record.operation_id) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,7 @@ class Watcher:
         owner: str,
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
+        notify: Callable[[DecisionRequest], None] | None = None,
     ) -> None:
         self.store = store
         self.contract = contract
@@ -118,6 +135,23 @@ class Watcher:
         self.owner = owner
         self.clock = clock
         self.rng = rng or random.Random()
+        self.notify = notify
+
+    def _escalation(self, record: OperationRecord, now: datetime) -> DecisionRequest | None:
+        """Every stop gets one decision request, written in the same transaction as the stop (R29)."""
+        if record.phase is not Phase.STOPPED:
+            return None
+        return build_request(
+            record,
+            self.contract,
+            now,
+            decision_id=new_decision_id(),
+            can_resubmit=can_resubmit(self.store, self.contract, record),
+        )
+
+    def _announce(self, request: DecisionRequest | None) -> None:
+        if request is not None and self.notify is not None:
+            self.notify(request)
 
     def step(self, operation_id: str) -> StepResult:
         stored = self.store.get(operation_id)
@@ -148,7 +182,12 @@ class Watcher:
                 "http_status": record.last_http_status,
                 "inputs": {"record": record_to_json(record), "now": now.isoformat()},
             }
-            self._write(lease, decision.record, [("decision", event), *outcome_events(decision.record)], now)
+            request = self._escalation(decision.record, now)
+            events: list[NewEvent] = [("decision", event), *outcome_events(decision.record)]
+            if self.store.write(lease, decision.record, events, now, release=True, decision=request):
+                self._announce(request)
+            else:
+                self._lost(lease, decision.record, now)
             return Done(decision.record)
         assert isinstance(step, Poll)
         return self._poll(lease, record, now)
@@ -169,19 +208,18 @@ class Watcher:
                 "X-Pollwarden-Reservation": str(reserved.status_requests_used),
                 "X-Pollwarden-Lease": str(lease.token),
             },
+            location=record.status_location,
         )
         observation = observe(self.contract, exchange)
         after = self.clock()
         u = self.rng.random()
         decision = decide(reserved, observation, after, u)
         events = decision_events(reserved, observation, decision, after, u, sent_at=exchange.sent_at)
-        if not self.store.write(lease, decision.record, events, after, release=True):
+        request = self._escalation(decision.record, after)
+        if not self.store.write(lease, decision.record, events, after, release=True, decision=request):
             return self._lost(lease, reserved, after)
+        self._announce(request)
         return Polled(decision, observation)
-
-    def _write(self, lease: Lease, record: OperationRecord, events: list[NewEvent], now: datetime) -> None:
-        if not self.store.write(lease, record, events, now, release=True):
-            self._lost(lease, record, now)
 
     def _lost(self, lease: Lease, record: OperationRecord, now: datetime) -> Busy:
         """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""

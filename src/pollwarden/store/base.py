@@ -7,11 +7,12 @@ cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ..audit import AuditKeys, AuditRecord, Checkpoint
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 
@@ -103,6 +104,9 @@ def agent_log_id(session_id: str) -> str:
 
 
 class Store(Protocol):
+    keys: AuditKeys | None
+    """The audit keys this store seals and signs with (None: read-only use such as `status`)."""
+
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
 
     def get(self, operation_id: str) -> Stored | None: ...
@@ -123,9 +127,50 @@ class Store(Protocol):
         now: datetime,
         *,
         release: bool,
+        decision: DecisionRequest | None = None,
     ) -> bool:
-        """Fenced: persist the record and its events in one transaction, or nothing if the lease was lost."""
+        """Fenced: persist the record, its events and any decision request in one transaction, or nothing."""
         ...
+
+    def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]: ...
+
+    def get_decision(self, decision_id: str) -> StoredDecision | None: ...
+
+    def resolve_decision(
+        self,
+        lease: Lease,
+        decision_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        option: int | None,
+        record: OperationRecord | None,
+        events: Sequence[NewEvent],
+        now: datetime,
+    ) -> bool:
+        """Fenced and once only: False if the lease was lost; DecisionTaken if someone decided first."""
+        ...
+
+    def record_submission(self, submission: Submission, event: Mapping[str, Any]) -> None:
+        """Persist a submission (fingerprint, idempotency token) before it is sent (R34)."""
+        ...
+
+    def get_submission(self, operation_id: str) -> Submission | None: ...
+
+    def accept_submission(
+        self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
+    ) -> None:
+        """Create the operation from an accepted submission, in the transaction that marks it accepted."""
+        ...
+
+    def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None: ...
+
+    def checkpoint_heads(self, at: datetime, log_ids: Sequence[str] | None = None) -> list[Checkpoint]: ...
+
+    def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]: ...
+
+    def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]: ...
 
     def release(self, lease: Lease) -> None: ...
 

@@ -1,0 +1,213 @@
+"""Actions beside polling, each with its own record (R39): submit, cancel at provider, fetch the result.
+
+The status endpoint stays read-only from the agent's side; anything that changes something at the provider
+or moves output elsewhere is one of these, recorded before and after it happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from .core.contract import Contract
+from .core.observe import Response, TransportFailure, dig
+from .core.reasons import Phase
+from .core.record import OperationRecord, new_record
+from .http import StatusClient, origin_of
+from .store.base import OperationExists, Store, Submission
+
+
+class ActionError(Exception):
+    """An action that must not happen, or did not; the message says which and what a person can do."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    record: OperationRecord
+    resent: bool
+
+
+def fingerprint(method: str, url: str, body: bytes) -> str:
+    """What identifies the original request (R5): an earlier request's job is never taken for this one."""
+    digest = hashlib.sha256()
+    for part in (method.encode(), url.encode(), body):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return "sha256:" + digest.hexdigest()
+
+
+def _safe_url(url: str) -> str:
+    """URLs go into records without query or fragment: pre-signed links carry credentials there."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def submit(
+    store: Store,
+    contract: Contract,
+    client: StatusClient,
+    *,
+    operation_id: str,
+    body: bytes,
+    now: datetime,
+    deadline: timedelta | None = None,
+    max_requests: int | None = None,
+    useful_for: timedelta | None = None,
+) -> Submitted:
+    """Record the submission, send it once (again only under idempotency), and create the operation."""
+    spec = contract.submit
+    if spec is None:
+        raise ActionError(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    print_fp = fingerprint(spec.method, spec.url, body)
+    existing = store.get_submission(operation_id)
+    resent = False
+    if existing is None:
+        token = secrets.token_urlsafe(18) if spec.idempotency_header else None
+        submission = Submission(operation_id, print_fp, token, body, "sending", None, None, now)
+        try:
+            store.record_submission(
+                submission,
+                {"fingerprint": print_fp, "method": spec.method, "url": _safe_url(spec.url), "idempotent": bool(token)},
+            )
+        except OperationExists:
+            raise ActionError(f"operation {operation_id} already exists; choose another --operation") from None
+    else:
+        submission = existing
+        if existing.state == "accepted":
+            raise ActionError(
+                f"operation {operation_id} was already submitted as job {existing.job_id}; watch it with"
+                f" `pollwarden watch --operation {operation_id}`"
+            )
+        if existing.fingerprint != print_fp:
+            raise ActionError(f"operation {operation_id} was recorded with another request body; nothing was sent")
+        if existing.idempotency_token is None:
+            raise ActionError(
+                f"a submission for {operation_id} was sent and its outcome is unknown ({existing.state}). The provider"
+                " offers no idempotency, so sending it again could create a duplicate job: check the provider"
+                " first; a resubmission is a person's decision (R34). Nothing was sent"
+            )
+        resent = True
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if spec.idempotency_header and submission.idempotency_token:
+        headers[spec.idempotency_header] = submission.idempotency_token
+    # With a persisted idempotency token a lost answer is retried automatically; without one, never (R34).
+    attempts = 3 if submission.idempotency_token else 1
+    for _ in range(attempts):
+        exchange = client.send(spec.method, spec.url, body=body, extra_headers=headers)
+        if not isinstance(exchange, TransportFailure):
+            break
+    if isinstance(exchange, TransportFailure):
+        store.mark_submission(
+            operation_id, "unknown", {"failure": exchange.kind.value, "detail": exchange.message}, now
+        )
+        again = (
+            "run the same submit again: the idempotency token makes a second send safe"
+            if submission.idempotency_token
+            else "check the provider before anything else; without idempotency a second send may duplicate the job"
+        )
+        raise ActionError(f"the submission's outcome is unknown ({exchange.message}); {again}")
+    if exchange.status not in (200, 201, 202):
+        store.mark_submission(operation_id, "rejected", {"http_status": exchange.status}, now)
+        raise ActionError(f"the provider refused the submission with HTTP {exchange.status}; nothing will be watched")
+    job_id, location = _accepted(contract, exchange)
+    record = new_record(
+        contract,
+        operation_id=operation_id,
+        job_id=job_id,
+        now=now,
+        deadline=deadline,
+        max_requests=max_requests,
+        request_fingerprint=print_fp,
+        useful_for=useful_for if useful_for is not None else contract.escalation.useful_for,
+        status_location=location,
+    )
+    accepted = Submission(
+        operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
+    )
+    store.accept_submission(
+        accepted,
+        record,
+        contract.source_text,
+        {
+            **record.summary(),
+            "request_fingerprint": print_fp,
+            "http_status": exchange.status,
+            "status_location": location,
+            "resent_with_same_token": resent,
+        },
+    )
+    return Submitted(record, resent)
+
+
+def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
+    """R25: the job id and status resource come from the response as documented, never from a guess."""
+    spec = contract.submit
+    assert spec is not None
+    try:
+        document: Any = json.loads(response.body.decode("utf-8")) if response.body else {}
+    except (UnicodeDecodeError, ValueError):
+        raise ActionError("the provider accepted the submission but its body is not JSON; see `story`") from None
+    found, job_id = dig(document, spec.job_id)
+    if not found or not isinstance(job_id, str) or not job_id.strip():
+        raise ActionError(f"the provider's answer has no job id at {spec.job_id!r}; the contract must say where it is")
+    location: str | None = None
+    if spec.status_location is not None:
+        source, _, name = spec.status_location.partition(":")
+        raw: Any = response.headers.get(name.lower()) if source == "header" else dig(document, name)[1]
+        if not isinstance(raw, str) or not raw:
+            raise ActionError(f"the provider's answer has no status location in {spec.status_location}")
+        location = urljoin(spec.url, raw)
+        if origin_of(location) != contract.origin:
+            raise ActionError(
+                f"the status location {origin_of(location)} is not on {contract.origin}, where the credential is"
+                " bound; refusing to poll it"
+            )
+    return job_id, location
+
+
+def cancel(contract: Contract, client: StatusClient, record: OperationRecord) -> dict[str, Any]:
+    """Send the documented cancel once; only a decided decision option calls this."""
+    if contract.cancel is None:
+        raise ActionError(f"contract {contract.name!r} documents no cancel action; there is nothing to send")
+    url = contract.cancel.url_for(record.job_id)
+    exchange = client.send(contract.cancel.method, url, extra_headers={"Accept": "application/json"})
+    if isinstance(exchange, TransportFailure):
+        return {"action": "cancel", "ok": False, "detail": exchange.message, "url": _safe_url(url)}
+    ok = 200 <= exchange.status < 300
+    return {"action": "cancel", "ok": ok, "http_status": exchange.status, "url": _safe_url(url)}
+
+
+def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
+    """Only after validated success; the credential goes along only to the contract's own origin."""
+    if record.phase is not Phase.SUCCEEDED or not record.result:
+        state = record.reason.value if record.reason else record.phase.value
+        raise ActionError(
+            f"operation {record.operation_id} has no validated result ({state}); fetching output is allowed only"
+            " after a validated success (R6, R17)"
+        )
+    base = record.status_location or contract.status_url_for(record.job_id)
+    url = urljoin(base, record.result)
+    same_origin = origin_of(url) == contract.origin
+    exchange = client.send("GET", url, credential=same_origin)
+    if isinstance(exchange, TransportFailure):
+        raise ActionError(f"fetching the result failed: {exchange.message}; nothing was written")
+    if exchange.status != 200:
+        raise ActionError(f"fetching the result answered HTTP {exchange.status}; nothing was written")
+    if exchange.truncated:
+        raise ActionError(f"the result is larger than the contract's {contract.max_body_bytes}-byte cap")
+    out.write_bytes(exchange.body)
+    return {
+        "action": "fetch_result",
+        "ok": True,
+        "url": _safe_url(url),
+        "bytes": len(exchange.body),
+        "sha256": hashlib.sha256(exchange.body).hexdigest(),
+        "content_type": exchange.headers.get("content-type"),
+        "credential_sent": same_origin,
+        "out": str(out),
+    }

@@ -1,0 +1,186 @@
+"""A person's answer to a decision request, applied once, under the operation's lease, and audited (R41–R43).
+
+`decide` is the only path that widens an operation's authority. It names the approver, refuses a second
+answer, refuses options that expired because the operation moved on, and runs a cancel only when the
+contract documents one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .actions import ActionError, cancel, submit
+from .core.contract import Contract
+from .core.durations import format_rfc3339
+from .core.escalation import DecisionError, OptionKind, apply_extension, stop_marker
+from .http import StatusClient
+from .store.base import DecisionTaken, Store, StoredDecision
+from .store.sqlite import process_owner
+
+
+@dataclass(frozen=True)
+class Outcome:
+    message: str
+    status: str  # decided | refused | open (inspect) | expired
+    action: dict[str, Any] | None = None
+
+
+def _load(store: Store, decision_id: str) -> StoredDecision:
+    stored = store.get_decision(decision_id)
+    if stored is None:
+        raise DecisionError(f"no decision {decision_id!r}; `pollwarden decisions` lists the open ones")
+    if stored.status != "open":
+        when = f" at {format_rfc3339(stored.decided_at)}" if stored.decided_at else ""
+        who = f" by {stored.decided_by}" if stored.decided_by else ""
+        raise DecisionError(f"decision {decision_id} was already {stored.status}{who}{when}; nothing changed")
+    return stored
+
+
+def apply_decision(
+    store: Store,
+    contract: Contract,
+    decision_id: str,
+    *,
+    option: int | None,
+    refuse: bool,
+    by: str,
+    note: str | None,
+    now: datetime,
+    client: StatusClient | None = None,
+) -> Outcome:
+    stored = _load(store, decision_id)
+    request = stored.request
+    chosen = None if refuse else request.option(option if option is not None else -1)
+    claimed = store.claim(request.operation_id, process_owner(), now, timedelta(seconds=30))
+    if claimed is None:
+        raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
+    lease, record = claimed
+    base_event = {"decision_id": decision_id, "by": by, "note": note, "reason": request.reason.value}
+    try:
+        if stop_marker(record) != request.stop_marker:
+            store.resolve_decision(
+                lease,
+                decision_id,
+                status="expired",
+                by="pollwarden",
+                note="the operation moved on",
+                option=None,
+                record=None,
+                events=[("decision_expired", base_event)],
+                now=now,
+            )
+            raise DecisionError(
+                f"the options of decision {decision_id} expired: operation {request.operation_id} moved on since"
+                f" (now {record.phase.value}{', ' + record.reason.value if record.reason else ''}); nothing changed"
+            )
+        if chosen is None:
+            _resolve(store, lease, decision_id, "refused", by, note, None, None, [("refused", base_event)], now)
+            return Outcome(f"refused decision {decision_id}; operation {request.operation_id} stays stopped", "refused")
+        event = {**base_event, "option": chosen.number, "kind": chosen.kind.value, "label": chosen.label}
+        if chosen.kind is OptionKind.INSPECT:
+            store.release(lease)
+            store.append(request.operation_id, "inspected", event, now)
+            return Outcome(f"open {chosen.url} to inspect the job; decision {decision_id} stays open", "open")
+        if chosen.kind is OptionKind.CLOSE:
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [("decided", event)], now)
+            return Outcome(f"closed: operation {request.operation_id} stays stopped as final", "decided")
+        if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE):
+            extended = apply_extension(record, chosen, now)
+            detail = {
+                **event,
+                "delay_source": "manual_extension",
+                "deadline_at": format_rfc3339(extended.deadline_at),
+                "max_status_requests": extended.plan.max_status_requests,
+                "max_transport_failures": extended.plan.max_transport_failures,
+                "next_poll_at": format_rfc3339(extended.next_poll_at),
+                "effect": chosen.effect,
+            }
+            _resolve(
+                store, lease, decision_id, "decided", by, note, chosen.number, extended,
+                [("decided", event), ("extended", detail)], now,
+            )  # fmt: skip
+            return Outcome(
+                f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
+                f" at most {extended.plan.max_status_requests} status requests in all; resume it with"
+                f" `pollwarden watch --operation {request.operation_id}` or let a worker pick it up",
+                "decided",
+            )
+        if chosen.kind is OptionKind.CANCEL:
+            if contract.cancel is None or client is None:
+                raise DecisionError("the contract documents no cancel action; nothing was sent")
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [("decided", event)], now)
+            try:
+                result = cancel(contract, client, record)
+            except ActionError as exc:
+                result = {"action": "cancel", "ok": False, "detail": str(exc)}
+            store.append(request.operation_id, "action", {**result, "decision_id": decision_id, "by": by}, now)
+            state = "sent" if result.get("ok") else "FAILED (see `story`)"
+            return Outcome(f"cancel at provider {state} for job {request.job_id}", "decided", result)
+        return _resubmit(
+            store, contract, client, lease, request.operation_id, decision_id, chosen.number, event, by, note, now
+        )
+    except BaseException:
+        store.release(lease)
+        raise
+
+
+def _resubmit(
+    store: Store,
+    contract: Contract,
+    client: StatusClient | None,
+    lease: Any,
+    operation_id: str,
+    decision_id: str,
+    option: int,
+    event: dict[str, Any],
+    by: str,
+    note: str | None,
+    now: datetime,
+) -> Outcome:
+    """A new job from the stored submission, only where the provider dedups by token (R34)."""
+    submission = store.get_submission(operation_id)
+    if submission is None or contract.submit is None or not contract.submit.idempotency_header or client is None:
+        raise DecisionError(
+            "resubmission is refused: it needs a stored submission and a provider that declares idempotency"
+            " ([submit].idempotency_header); nothing was sent"
+        )
+    taken = {s.record.operation_id for s in store.all()}
+    new_id = next(f"{operation_id}.r{n}" for n in range(1, 1000) if f"{operation_id}.r{n}" not in taken)
+    _resolve(store, lease, decision_id, "decided", by, note, option, None, [("decided", event)], now)
+    try:
+        submitted = submit(store, contract, client, operation_id=new_id, body=submission.body, now=now)
+    except ActionError as exc:
+        store.append(operation_id, "action", {"action": "resubmit", "ok": False, "detail": str(exc)}, now)
+        raise DecisionError(f"the resubmission failed: {exc}") from None
+    result = {"action": "resubmit", "ok": True, "new_operation": new_id, "job": submitted.record.job_id, "by": by}
+    store.append(operation_id, "action", result, now)
+    return Outcome(
+        f"resubmitted as operation {new_id} (job {submitted.record.job_id}); watch it with"
+        f" `pollwarden watch --operation {new_id}`",
+        "decided",
+        result,
+    )
+
+
+def _resolve(
+    store: Store,
+    lease: Any,
+    decision_id: str,
+    status: str,
+    by: str,
+    note: str | None,
+    option: int | None,
+    record: Any,
+    events: list[tuple[str, dict[str, Any]]],
+    now: datetime,
+) -> None:
+    try:
+        ok = store.resolve_decision(
+            lease, decision_id, status=status, by=by, note=note, option=option, record=record, events=events, now=now
+        )
+    except DecisionTaken as exc:
+        raise DecisionError(f"{exc}; nothing changed") from None
+    if not ok:
+        raise DecisionError("the operation was taken over by another process while deciding; nothing changed")

@@ -1,0 +1,113 @@
+"""Versioned PostgreSQL schema: `vNNN.sql` files applied in order, each in a transaction of its own.
+
+A fleet shares one database, so the schema is never changed behind a running worker's back: stores only
+check the version (`check`), and `pollwarden db upgrade` (`upgrade`) is the one thing that changes it. A
+database newer than this code is refused rather than written, because an older worker could break rules
+it does not know about (a new column it never sets, a new table it never fences).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from ..base import StoreError
+
+_FILE = re.compile(r"^v(\d{3})\.sql$")
+
+UPGRADE_COMMAND = "pollwarden db upgrade"
+
+_LOCK_KEY = 0x706F6C6C_6D696772  # "pollmigr": one upgrader at a time, whatever the other one runs on
+
+_CREATE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Every migration shipped with this code, oldest first; gaps are a packaging bug, so they raise."""
+    found: list[Migration] = []
+    for entry in resources.files(__name__).iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"pollwarden's schema migrations are not numbered 1..n: {[m.name for m in found]}")
+    return found
+
+
+LATEST = len(migrations())
+"""The schema version this code reads and writes."""
+
+
+def applied_versions(conn: psycopg.Connection[TupleRow]) -> list[int] | None:
+    """Versions recorded in the database, or None when it has never been upgraded (no table)."""
+    row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return None
+    return [int(r[0]) for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def _refuse_newer(versions: list[int], where: str) -> None:
+    newest = max(versions, default=0)
+    if newest > LATEST:
+        raise StoreError(
+            f"{where} has schema version {newest}, but this pollwarden knows only up to {LATEST}:"
+            " it was upgraded by a newer pollwarden. Upgrade pollwarden on this machine; do not downgrade"
+            " the database"
+        )
+
+
+def check(conn: psycopg.Connection[TupleRow], where: str) -> None:
+    """Refuse to run on a database whose schema is missing, behind, or ahead of this code."""
+    versions = applied_versions(conn)
+    if versions is None:
+        raise StoreError(
+            f"{where} has no pollwarden schema yet. Create it with `{UPGRADE_COMMAND} --db URL`"
+            " (run once per database, before starting workers)"
+        )
+    _refuse_newer(versions, where)
+    missing = sorted(set(range(1, LATEST + 1)) - set(versions))
+    if missing:
+        raise StoreError(
+            f"{where} is at schema version {max(versions, default=0)}, this pollwarden needs {LATEST}."
+            f" Run `{UPGRADE_COMMAND} --db URL` (stop the workers first if they run an older pollwarden)"
+        )
+
+
+def upgrade(conn: psycopg.Connection[TupleRow], where: str = "the database") -> list[int]:
+    """Apply pending migrations, one transaction each; returns the versions applied (empty: up to date).
+
+    `conn` must be in autocommit mode. An advisory lock makes two concurrent upgrades take turns; the
+    second one finds nothing left to do.
+    """
+    if not conn.autocommit:
+        raise ValueError("upgrade needs an autocommit connection: each migration is its own transaction")
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(_CREATE_TABLE)
+        _refuse_newer(applied_versions(conn) or [], where)
+    applied: list[int] = []
+    for migration in migrations():
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            if migration.version in (applied_versions(conn) or []):
+                continue
+            # Only this package's own files get here: bytes keep psycopg's literal-string typing satisfied.
+            conn.execute(migration.sql.encode("utf-8"))
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
+            applied.append(migration.version)
+    return applied
