@@ -24,7 +24,11 @@ from .store.base import OperationExists, Store, Submission
 
 
 class ActionError(Exception):
-    """An action that must not happen, or did not; the message says which and what a person can do."""
+    """An action that was tried and did not succeed; the message says what is known and what to do."""
+
+
+class ActionRefused(ActionError):
+    """An action that must not happen at all: nothing was sent and nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ def submit(
     """Record the submission, send it once (again only under idempotency), and create the operation."""
     spec = contract.submit
     if spec is None:
-        raise ActionError(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+        raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False
@@ -75,18 +79,18 @@ def submit(
                 {"fingerprint": print_fp, "method": spec.method, "url": _safe_url(spec.url), "idempotent": bool(token)},
             )
         except OperationExists:
-            raise ActionError(f"operation {operation_id} already exists; choose another --operation") from None
+            raise ActionRefused(f"operation {operation_id} already exists; choose another --operation") from None
     else:
         submission = existing
         if existing.state == "accepted":
-            raise ActionError(
+            raise ActionRefused(
                 f"operation {operation_id} was already submitted as job {existing.job_id}; watch it with"
                 f" `pollwarden watch --operation {operation_id}`"
             )
         if existing.fingerprint != print_fp:
-            raise ActionError(f"operation {operation_id} was recorded with another request body; nothing was sent")
-        if existing.idempotency_token is None:
-            raise ActionError(
+            raise ActionRefused(f"operation {operation_id} was recorded with another request body; nothing was sent")
+        if existing.idempotency_token is None and existing.state != "not_sent":
+            raise ActionRefused(
                 f"a submission for {operation_id} was sent and its outcome is unknown ({existing.state}). The provider"
                 " offers no idempotency, so sending it again could create a duplicate job: check the provider"
                 " first; a resubmission is a person's decision (R34). Nothing was sent"
@@ -102,9 +106,11 @@ def submit(
         if not isinstance(exchange, TransportFailure):
             break
     if isinstance(exchange, TransportFailure):
-        store.mark_submission(
-            operation_id, "unknown", {"failure": exchange.kind.value, "detail": exchange.message}, now
-        )
+        # A refused connection proves the provider never saw it; anything later leaves the outcome unknown.
+        state = "unknown" if exchange.delivery_unknown else "not_sent"
+        store.mark_submission(operation_id, state, {"failure": exchange.kind.value, "detail": exchange.message}, now)
+        if state == "not_sent":
+            raise ActionError(f"the submission was not delivered ({exchange.message}); it is safe to run submit again")
         again = (
             "run the same submit again: the idempotency token makes a second send safe"
             if submission.idempotency_token
@@ -173,7 +179,7 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
 def cancel(contract: Contract, client: StatusClient, record: OperationRecord) -> dict[str, Any]:
     """Send the documented cancel once; only a decided decision option calls this."""
     if contract.cancel is None:
-        raise ActionError(f"contract {contract.name!r} documents no cancel action; there is nothing to send")
+        raise ActionRefused(f"contract {contract.name!r} documents no cancel action; there is nothing to send")
     url = contract.cancel.url_for(record.job_id)
     exchange = client.send(contract.cancel.method, url, extra_headers={"Accept": "application/json"})
     if isinstance(exchange, TransportFailure):
@@ -186,7 +192,7 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
     """Only after validated success; the credential goes along only to the contract's own origin."""
     if record.phase is not Phase.SUCCEEDED or not record.result:
         state = record.reason.value if record.reason else record.phase.value
-        raise ActionError(
+        raise ActionRefused(
             f"operation {record.operation_id} has no validated result ({state}); fetching output is allowed only"
             " after a validated success (R6, R17)"
         )

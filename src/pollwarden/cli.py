@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
-from .actions import ActionError, cancel, fetch_result, submit
+from .actions import ActionError, ActionRefused, cancel, fetch_result, submit
 from .audit import (
     AuditError,
     Checkpoint,
@@ -406,9 +406,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_story(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="read")
     try:
-        if store.get(args.operation) is None:
+        events = store.events(args.operation)  # a submission whose outcome is unknown has a log but no record
+        if not events and store.get(args.operation) is None:
             raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
-        events = store.events(args.operation)
         if args.json:
             print(json.dumps(story_json(events), sort_keys=True))
         else:
@@ -703,6 +703,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     max_requests=args.max_requests,
                     useful_for=_duration(args.useful_for, "--useful-for"),
                 )
+            except ActionRefused as exc:
+                raise UsageError(str(exc)) from None
             except ActionError as exc:
                 print(f"pollwarden: {exc}", file=sys.stderr)
                 return EXIT_ESCALATED

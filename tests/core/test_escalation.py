@@ -1,0 +1,178 @@
+"""Decision requests: the options table per reason, their prices, and extensions that never reset counts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pollwarden.core import Contract, FailureKind, OperationRecord, StopReason, next_step, parse_contract
+from pollwarden.core.decide import Halt, Wait
+from pollwarden.core.escalation import (
+    ALLOWED,
+    DecisionError,
+    DecisionRequest,
+    OptionKind,
+    apply_extension,
+    build_request,
+    stop_marker,
+)
+from pollwarden.core.reasons import DelaySource, Phase
+
+from .support import T0, body, contract_text, failure, make_contract, make_record, poll, response
+
+S = timedelta(seconds=1)
+EXTRAS = """
+[escalation]
+extend = "15m"
+extend_checks = 4
+pause = "30m"
+console_url = "https://provider.example/console/{job_id}"
+
+[cancel]
+url = "https://provider.example/v1/jobs/{job_id}/cancel"
+"""
+
+
+def _contract(extras: str = EXTRAS) -> Contract:
+    return parse_contract(contract_text(max_requests=2) + extras, source="test.toml")
+
+
+def _exhausted() -> tuple[Contract, OperationRecord]:
+    contract = _contract()
+    record = make_record(contract)
+    first = poll(contract, record, response(body("running"), at=T0))
+    second = poll(contract, first.record, response(body("running"), at=T0 + 20 * S))
+    assert second.reason is StopReason.REQUEST_BUDGET_EXHAUSTED
+    return contract, second.record
+
+
+def test_every_stop_reason_has_options_and_close_is_always_there() -> None:
+    assert set(ALLOWED) == set(StopReason)
+    for reason, kinds in ALLOWED.items():
+        assert OptionKind.CLOSE in kinds, reason
+        assert "continue" not in " ".join(k.value for k in kinds)
+
+
+def test_authorization_denied_never_offers_running_the_request_again() -> None:
+    for kind in (OptionKind.EXTEND, OptionKind.PAUSE, OptionKind.RESUBMIT):
+        assert kind not in ALLOWED[StopReason.AUTHORIZATION_DENIED]
+
+
+def test_budget_exhausted_request_reads_like_r31() -> None:
+    contract, record = _exhausted()
+    request = build_request(record, contract, T0 + 40 * 60 * S, decision_id="d1")
+    text = request.render()
+    for line in (
+        "External job needs a decision",
+        "Operation: report-export-2025-04-18-01",
+        "Provider job: exp_71c",
+        "Last state: running",
+        "Elapsed time: 40 minutes",
+        "Status requests: 2 of 2",
+        "Last HTTP result: 200 at 10:20 UTC",
+        "Stopped because: request_budget_exhausted",
+    ):
+        assert line in text, line
+    kinds = [o.kind for o in request.options]
+    assert kinds == [OptionKind.EXTEND, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE]
+    assert request.options[0].label == "extend by 15m with 4 additional checks"
+    assert "at most 4 more status requests (6 in all)" in request.options[0].effect
+    assert request.options[2].url == "https://provider.example/console/exp_71c"
+    assert DecisionRequest.from_json(request.to_json()) == request
+
+
+def test_cancel_and_inspect_only_when_the_contract_documents_them() -> None:
+    contract = make_contract(max_requests=1)
+    record = make_record(contract)
+    stopped = poll(contract, record, response(body("running"))).record
+    request = build_request(stopped, contract, T0, decision_id="d2")
+    assert [o.kind for o in request.options] == [OptionKind.EXTEND, OptionKind.CLOSE]
+    assert [o.number for o in request.options] == [1, 2]
+
+
+def test_an_active_operation_has_nothing_to_decide() -> None:
+    with pytest.raises(DecisionError, match="not stopped"):
+        build_request(make_record(), make_contract(), T0, decision_id="d3")
+
+
+def test_extension_adds_to_what_was_used_and_never_resets() -> None:
+    contract, record = _exhausted()
+    request = build_request(record, contract, T0 + 60 * S, decision_id="d4")
+    extended = apply_extension(record, request.option(1), T0 + 60 * S)
+    assert extended.phase is Phase.ACTIVE and extended.reason is None
+    assert extended.status_requests_used == 2
+    assert extended.plan.max_status_requests == 6
+    assert extended.deadline_at == record.deadline_at + 15 * 60 * S
+    assert extended.delay_source is DelaySource.MANUAL_EXTENSION
+    assert extended.next_poll_at == T0 + 60 * S
+    assert stop_marker(extended) != request.stop_marker
+    with pytest.raises(DecisionError, match="does not extend"):
+        apply_extension(record, request.option(4), T0)
+
+
+def test_extension_after_the_deadline_counts_from_now() -> None:
+    contract = _contract()
+    record = make_record(contract, deadline=10 * S)
+    late = T0 + 60 * S
+    step = next_step(record, late)
+    assert isinstance(step, Halt) and step.reason is StopReason.DEADLINE_EXCEEDED
+    from pollwarden.core.decide import halt
+
+    stopped = halt(record, step.reason, late, step.detail, rule="deadline_exceeded").record
+    request = build_request(stopped, contract, late, decision_id="d5")
+    extended = apply_extension(stopped, request.option(1), late)
+    assert extended.deadline_at == late + 15 * 60 * S
+
+
+def test_transport_stops_extend_the_transport_budget_too() -> None:
+    contract = parse_contract(contract_text(max_transport_failures=1) + EXTRAS, source="t")
+    record = make_record(contract)
+    stopped = poll(contract, record, failure(FailureKind.CONNECT)).record
+    assert stopped.reason is StopReason.PROVIDER_FAILURE
+    request = build_request(stopped, contract, T0, decision_id="d6")
+    assert request.options[0].label.endswith("and 1 more transport failures")
+    extended = apply_extension(stopped, request.options[0], T0)
+    assert extended.transport_failures_used == 1 and extended.plan.max_transport_failures == 2
+
+
+def test_rate_limited_extension_waits_the_longest_delay_first() -> None:
+    contract = parse_contract(contract_text(max_rate_limited=1) + EXTRAS, source="t")
+    stopped = poll(contract, make_record(contract), response(status=429)).record
+    assert stopped.reason is StopReason.RATE_LIMITED
+    request = build_request(stopped, contract, T0, decision_id="d7")
+    extended = apply_extension(stopped, request.options[0], T0)
+    assert extended.next_poll_at == T0 + 120 * S
+    assert extended.rate_limited_consecutive == 0
+
+
+def test_unknown_state_offers_a_bounded_pause_with_one_check() -> None:
+    contract = _contract()
+    stopped = poll(contract, make_record(contract), response(body("awaiting_review"))).record
+    request = build_request(stopped, contract, T0, decision_id="d8")
+    pause = request.options[0]
+    assert pause.kind is OptionKind.PAUSE and pause.label == "pause 30m, then check once"
+    paused = apply_extension(stopped, pause, T0)
+    assert paused.next_poll_at == T0 + 30 * 60 * S
+    assert paused.plan.max_status_requests == stopped.status_requests_used + 1
+    assert isinstance(next_step(paused, T0 + 29 * 60 * S), Wait)
+
+
+def test_agent_requested_extension_offers_only_its_own_size() -> None:
+    contract, record = _exhausted()
+    request = build_request(
+        record, contract, T0, decision_id="d9", requested=(5 * 60 * S, 2, "the export is nearly done", "agent-7")
+    )
+    assert [o.kind for o in request.options] == [OptionKind.EXTEND, OptionKind.CLOSE]
+    assert request.options[0].label == "extend by 5m with 2 additional checks"
+    assert "Requested by: agent-7: the export is nearly done" in request.render()
+
+
+def test_usefulness_deadline_stops_polling_before_the_provider_deadline() -> None:
+    contract = make_contract()
+    record = make_record(contract, useful_for=60 * S)
+    waiting = poll(contract, record, response(body("running"), at=T0 + 55 * S), u=0.99)
+    assert waiting.next_poll_at == T0 + 60 * S  # woken when the window closes, not later
+    step = next_step(waiting.record, T0 + 60 * S)
+    assert isinstance(step, Halt) and step.reason is StopReason.USEFULNESS_WINDOW_CLOSED
+    assert ALLOWED[StopReason.USEFULNESS_WINDOW_CLOSED] == (OptionKind.CANCEL, OptionKind.CLOSE)
