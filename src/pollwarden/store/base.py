@@ -79,6 +79,38 @@ class StoredDecision:
 
 
 @dataclass(frozen=True)
+class Grant:
+    """A person's approval for an agent (R41, R42, R48): a whole session, or one provider call.
+
+    kind: "session" (subject = agent session id, scope = contract name) or "call" (subject = session id,
+    scope = operation id). status: pending -> approved | refused; approved -> revoked; pending -> expired.
+    """
+
+    grant_id: str
+    kind: str
+    subject: str
+    scope: str
+    status: str
+    requested_at: datetime
+    detail: Mapping[str, Any]
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "grant_id": self.grant_id,
+            "kind": self.kind,
+            "subject": self.subject,
+            "scope": self.scope,
+            "status": self.status,
+            "requested_at": self.requested_at.isoformat(),
+            "detail": dict(self.detail),
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+        }
+
+
+@dataclass(frozen=True)
 class Submission:
     """A submission recorded before it is sent (R34): its fingerprint and idempotency token survive a crash."""
 
@@ -165,6 +197,22 @@ class Store(Protocol):
         ...
 
     def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None: ...
+
+    def request_grant(self, grant: Grant, log_id: str) -> None:
+        """Record a pending approval request and its audit event (in `log_id`) in one transaction."""
+        ...
+
+    def get_grant(self, grant_id: str) -> Grant | None: ...
+
+    def grants(
+        self, *, kind: str | None = None, status: str | None = None, subject: str | None = None
+    ) -> list[Grant]: ...
+
+    def decide_grant(
+        self, grant_id: str, *, expect: str, status: str, by: str, at: datetime, log_id: str, note: str | None = None
+    ) -> bool:
+        """Move a grant from `expect` to `status` once (False if it was not in `expect`), with its audit event."""
+        ...
 
     def checkpoint_heads(self, at: datetime, log_ids: Sequence[str] | None = None) -> list[Checkpoint]: ...
 

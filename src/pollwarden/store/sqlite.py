@@ -39,6 +39,7 @@ from ..core.record import OperationRecord
 from .base import (
     DecisionTaken,
     Event,
+    Grant,
     Lease,
     NewEvent,
     OperationExists,
@@ -105,6 +106,17 @@ CREATE TABLE IF NOT EXISTS submissions (
     status_location TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS grants (
+    grant_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    status TEXT NOT NULL,
+    requested_at REAL NOT NULL,
+    detail TEXT NOT NULL,
+    decided_by TEXT,
+    decided_at REAL
 ) STRICT;
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     counter INTEGER PRIMARY KEY,
@@ -231,6 +243,10 @@ class SQLiteStore:
     def close(self) -> None:
         self._conn.close()
 
+    def db_now(self) -> datetime:
+        """One machine, one clock: the fleet worker asks the store for time, and here that is this clock."""
+        return datetime.now(UTC)
+
     # -- records -------------------------------------------------------------------------------------
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None:
@@ -321,6 +337,41 @@ class SQLiteStore:
                     now,
                 )
             return Lease(operation_id, owner, token, expires), stored.record
+
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+        """The fleet claim: up to `limit` due operations, unleased or with an expired lease, earliest first.
+
+        One `BEGIN IMMEDIATE` holds the write lock from the select to the last update, so two claimers never
+        take the same row (PostgreSQL gets the same from `FOR UPDATE SKIP LOCKED`)."""
+        if limit <= 0:
+            return []
+        expires = now + ttl
+        claimed: list[tuple[Lease, OperationRecord]] = []
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT operation_id, {self._COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                " ORDER BY next_poll_at, operation_id LIMIT ?",
+                (_epoch(now), _epoch(now), limit),
+            ).fetchall()
+            for operation_id, *columns in rows:
+                stored = self._stored(tuple(columns))
+                token = stored.lease_token + 1
+                conn.execute(
+                    "UPDATE operations SET lease_owner = ?, lease_token = ?, lease_expires_at = ?"
+                    " WHERE operation_id = ?",
+                    (owner, token, _epoch(expires), operation_id),
+                )
+                if stored.lease_owner is not None and stored.lease_owner != owner:
+                    self._append(
+                        conn,
+                        operation_id,
+                        "lease_taken_over",
+                        {"previous_owner": stored.lease_owner, "owner": owner, "token": token},
+                        now,
+                    )
+                claimed.append((Lease(operation_id, owner, token, expires), stored.record))
+        return claimed
 
     def write(
         self,
@@ -509,6 +560,67 @@ class SQLiteStore:
                 (state, _epoch(at), operation_id),
             )
             self._append(conn, operation_id, f"submission_{state}", event, at)
+
+    # -- grants (agent approvals) ------------------------------------------------------------------------
+
+    def request_grant(self, grant: Grant, log_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO grants (grant_id, kind, subject, scope, status, requested_at, detail)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (
+                    grant.grant_id,
+                    grant.kind,
+                    grant.subject,
+                    grant.scope,
+                    grant.status,
+                    _epoch(grant.requested_at),
+                    json.dumps(dict(grant.detail), sort_keys=True),
+                ),
+            )
+            self._append(conn, log_id, f"{grant.kind}_approval_requested", grant.to_json(), grant.requested_at)
+
+    _GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, decided_by, decided_at"
+
+    def _grant(self, row: tuple[Any, ...]) -> Grant:
+        return Grant(
+            grant_id=row[0],
+            kind=row[1],
+            subject=row[2],
+            scope=row[3],
+            status=row[4],
+            requested_at=datetime.fromtimestamp(row[5], tz=UTC),
+            detail=json.loads(row[6]),
+            decided_by=row[7],
+            decided_at=_from_epoch(row[8]),
+        )
+
+    def get_grant(self, grant_id: str) -> Grant | None:
+        row = self._conn.execute(f"SELECT {self._GRANT_COLUMNS} FROM grants WHERE grant_id = ?", (grant_id,)).fetchone()
+        return None if row is None else self._grant(row)
+
+    def grants(self, *, kind: str | None = None, status: str | None = None, subject: str | None = None) -> list[Grant]:
+        query = f"SELECT {self._GRANT_COLUMNS} FROM grants WHERE 1=1"
+        params: list[Any] = []
+        for column, value in (("kind", kind), ("status", status), ("subject", subject)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                params.append(value)
+        rows = self._conn.execute(query + " ORDER BY requested_at, grant_id", params).fetchall()
+        return [self._grant(row) for row in rows]
+
+    def decide_grant(
+        self, grant_id: str, *, expect: str, status: str, by: str, at: datetime, log_id: str, note: str | None = None
+    ) -> bool:
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE grants SET status = ?, decided_by = ?, decided_at = ? WHERE grant_id = ? AND status = ?",
+                (status, by, _epoch(at), grant_id, expect),
+            )
+            if cursor.rowcount != 1:
+                return False
+            self._append(conn, log_id, f"approval_{status}", {"grant_id": grant_id, "by": by, "note": note}, at)
+            return True
 
     # -- the audit trail --------------------------------------------------------------------------------
 
