@@ -167,6 +167,10 @@ class Watcher:
         if claimed is None:
             return Busy(stored.record, now + timedelta(milliseconds=200 + self.rng.random() * 300))
         lease, record = claimed  # reloaded under the lease: another owner may have moved it on
+        return self.step_claimed(lease, record, now)
+
+    def step_claimed(self, lease: Lease, record: OperationRecord, now: datetime) -> StepResult:
+        """R37 from "acquire ownership lease" on: the worker enters here with a lease from its batch claim."""
         step = next_step(record, now)
         if isinstance(step, Finished | Wait):
             self.store.release(lease)

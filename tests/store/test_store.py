@@ -1,21 +1,33 @@
-"""The store contract: durable records, fenced leases, events written with the change they describe."""
+"""The store contract: durable records, fenced leases, events written with the change they describe.
+
+Every test that takes `store` runs on SQLite and on PostgreSQL (see conftest.py): the backends must be
+indistinguishable to their callers. Tests of one backend's own machinery (schema versions, URLs) follow.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from pollwarden.audit import load_or_create_keys
+from pollwarden.audit import read_checkpoint_file, verify
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
+from pollwarden.core.escalation import DecisionRequest, build_request
+from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord, new_record
-from pollwarden.store.base import OperationExists, StoreError
+from pollwarden.store import agent_log_id
+from pollwarden.store.base import DecisionTaken, Grant, OperationExists, Store, StoreError, Submission
+from pollwarden.store.migrations import LATEST
+from pollwarden.store.open import open_store
+from pollwarden.store.postgres import PostgresStore, redact_url, upgrade_database
 from pollwarden.store.sqlite import SQLiteStore, this_host
+
+from .conftest import AnyStore, Backend, run_threads
 
 CONTRACT = """
 name = "exports"
@@ -31,48 +43,88 @@ T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
 TTL = timedelta(seconds=10)
 
 
-def _open(tmp_path: Path) -> SQLiteStore:
-    return SQLiteStore(tmp_path / "state.db", keys=load_or_create_keys(tmp_path / "home"))
+def _record(op: str = "op", *, now: datetime = T0) -> OperationRecord:
+    return new_record(parse_contract(CONTRACT), operation_id=op, job_id="exp_71c", now=now)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = _open(tmp_path)
-    yield s
-    s.close()
+def _stopped(record: OperationRecord) -> OperationRecord:
+    return record.evolve(
+        phase=Phase.STOPPED, reason=StopReason.DEADLINE_EXCEEDED, detail="deadline passed", finished_at=T0
+    )
 
 
-def _record(op: str = "op") -> OperationRecord:
-    return new_record(parse_contract(CONTRACT), operation_id=op, job_id="exp_71c", now=T0)
+def _request(record: OperationRecord, decision_id: str) -> DecisionRequest:
+    return build_request(_stopped(record), parse_contract(CONTRACT), T0, decision_id=decision_id)
 
 
-def test_create_persists_before_any_poll(store: SQLiteStore, tmp_path: Path) -> None:
+def test_both_backends_satisfy_the_store_protocol(store: AnyStore) -> None:
+    typed: Store = store  # mypy checks the structure; the run checks the attribute is there
+    assert typed.keys is not None
+
+
+def test_create_persists_before_any_poll(store: AnyStore, backend: Backend) -> None:
     record = _record()
     store.create(record, CONTRACT, {"hello": 1})
-    reopened = _open(tmp_path)
-    try:
-        stored = reopened.get("op")
-        assert stored is not None
-        assert stored.record == record
-        assert stored.contract_text == CONTRACT
-        assert [e.kind for e in reopened.events("op")] == ["created"]
-    finally:
-        reopened.close()
+    reopened = backend.open()
+    stored = reopened.get("op")
+    assert stored is not None
+    assert stored.record == record
+    assert stored.contract_text == CONTRACT
+    assert stored.lease_owner is None and stored.lease_token == 0 and stored.lease_expires_at is None
+    assert [e.kind for e in reopened.events("op")] == ["created"]
     with pytest.raises(OperationExists):
         store.create(record, CONTRACT, {})
+    assert [e.kind for e in store.events("op")] == ["created"]
 
 
-def test_claim_is_exclusive_until_expiry_and_tokens_only_grow(store: SQLiteStore) -> None:
+def test_get_of_a_missing_operation_is_none_and_all_lists_in_creation_order(store: AnyStore) -> None:
+    assert store.get("ghost") is None
+    assert store.all() == []
+    store.create(_record("later", now=T0 + timedelta(seconds=1)), CONTRACT, {})
+    store.create(_record("first"), CONTRACT, {})
+    assert [s.record.operation_id for s in store.all()] == ["first", "later"]
+
+
+def test_claim_is_exclusive_until_expiry_and_tokens_only_grow(store: AnyStore) -> None:
     store.create(_record(), CONTRACT, {})
     first = store.claim("op", "hostA:1:a", T0, TTL)
     assert first is not None and first[0].token == 1
+    assert first[0].expires_at == T0 + TTL
     assert store.claim("op", "hostB:2:b", T0 + timedelta(seconds=5), TTL) is None
     second = store.claim("op", "hostB:2:b", T0 + timedelta(seconds=11), TTL)
     assert second is not None and second[0].token == 2
     assert [e.kind for e in store.events("op")][-1] == "lease_taken_over"
+    assert store.events("op")[-1].data == {"previous_owner": "hostA:1:a", "owner": "hostB:2:b", "token": 2}
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner == "hostB:2:b" and stored.lease_token == 2
+    assert stored.lease_expires_at == T0 + timedelta(seconds=21)
+    assert stored.lease_expires_at is not None and stored.lease_expires_at.utcoffset() == timedelta(0)
 
 
-def test_stale_token_write_changes_nothing(store: SQLiteStore) -> None:
+def test_a_lease_expires_exactly_at_its_expiry_time(store: AnyStore) -> None:
+    store.create(_record(), CONTRACT, {})
+    assert store.claim("op", "hostA:1:a", T0, TTL) is not None
+    assert store.claim("op", "hostB:2:b", T0 + TTL - timedelta(microseconds=1), TTL) is None
+    assert store.claim("op", "hostB:2:b", T0 + TTL, TTL) is not None
+
+
+def test_the_holder_may_claim_again_and_release_frees_the_row(store: AnyStore) -> None:
+    store.create(_record(), CONTRACT, {})
+    first = store.claim("op", "hostA:1:a", T0, TTL)
+    assert first is not None
+    again = store.claim("op", "hostA:1:a", T0 + timedelta(seconds=1), TTL)
+    assert again is not None and again[0].token == 2
+    store.release(first[0])  # stale token: releases nothing
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner == "hostA:1:a"
+    store.release(again[0])
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner is None and stored.lease_token == 2
+    assert [e.kind for e in store.events("op")] == ["created"]  # no takeover, no event
+    assert store.claim("op", "hostB:2:b", T0 + timedelta(seconds=2), TTL) is not None
+
+
+def test_stale_token_write_changes_nothing(store: AnyStore) -> None:
     record = _record()
     store.create(record, CONTRACT, {})
     claimed = store.claim("op", "hostA:1:a", T0, TTL)
@@ -93,7 +145,19 @@ def test_stale_token_write_changes_nothing(store: SQLiteStore) -> None:
     assert stored is not None and stored.record.status_requests_used == 1 and stored.lease_owner is None
 
 
-def test_a_dead_holder_on_this_host_is_not_waited_out(store: SQLiteStore) -> None:
+def test_a_write_with_the_right_token_but_another_owner_is_refused(store: AnyStore) -> None:
+    store.create(_record(), CONTRACT, {})
+    claimed = store.claim("op", "hostA:1:a", T0, TTL)
+    assert claimed is not None
+    lease, current = claimed
+    forged = type(lease)(lease.operation_id, "hostZ:9:z", lease.token, lease.expires_at)
+    assert not store.write(forged, reserve(current, T0), [], T0, release=False)
+    assert store.write(lease, reserve(current, T0), [("reserved", {})], T0, release=False)
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner == "hostA:1:a" and stored.record.status_requests_used == 1
+
+
+def test_a_dead_holder_on_this_host_is_not_waited_out(store: AnyStore) -> None:
     store.create(_record(), CONTRACT, {})
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(proc.stdout)
@@ -103,13 +167,13 @@ def test_a_dead_holder_on_this_host_is_not_waited_out(store: SQLiteStore) -> Non
     assert taken is not None and taken[0].token == 2
 
 
-def test_a_live_holder_elsewhere_is_respected(store: SQLiteStore) -> None:
+def test_a_live_holder_elsewhere_is_respected(store: AnyStore) -> None:
     store.create(_record(), CONTRACT, {})
     assert store.claim("op", "some-other-host:1:x", T0, TTL) is not None
     assert store.claim("op", f"{this_host()}:1:y", T0 + timedelta(seconds=1), TTL) is None
 
 
-def test_event_sequence_is_per_operation_and_gapless(store: SQLiteStore) -> None:
+def test_event_sequence_is_per_operation_and_gapless(store: AnyStore) -> None:
     store.create(_record("a"), CONTRACT, {})
     store.create(_record("b"), CONTRACT, {})
     for i in range(3):
@@ -118,17 +182,15 @@ def test_event_sequence_is_per_operation_and_gapless(store: SQLiteStore) -> None
     assert [e.seq for e in store.events("a")] == [1, 2, 3, 4]
     assert [e.seq for e in store.events("b")] == [1, 2]
     assert [e.data.get("i") for e in store.events("a")][1:] == [0, 1, 2]
+    assert store.events("a")[1].at == T0 and store.events("a")[1].operation_id == "a"
 
 
-def test_claim_of_a_missing_operation_is_an_error(store: SQLiteStore) -> None:
+def test_claim_of_a_missing_operation_is_an_error(store: AnyStore) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         store.claim("ghost", "h:1:x", T0, TTL)
 
 
-def test_agent_session_logs_are_chained_and_verifiable(store: SQLiteStore, tmp_path: Path) -> None:
-    from pollwarden.audit import verify
-    from pollwarden.store import agent_log_id
-
+def test_agent_session_logs_are_chained_and_verifiable(store: AnyStore) -> None:
     log = agent_log_id("sess-1")
     store.append(log, "session_started", {"client": "test-agent"}, T0)
     store.append(log, "call", {"tool": "check_operation", "operation": "op"}, T0 + timedelta(seconds=1))
@@ -140,3 +202,329 @@ def test_agent_session_logs_are_chained_and_verifiable(store: SQLiteStore, tmp_p
     assert report.ok and report.logs == 1
     with pytest.raises(ValueError):
         agent_log_id("")
+
+
+# -- decisions ---------------------------------------------------------------------------------------------
+
+
+def _stop_with_decision(store: AnyStore, op: str, decision_id: str) -> DecisionRequest:
+    store.create(_record(op), CONTRACT, {})
+    claimed = store.claim(op, "hostA:1:a", T0, TTL)
+    assert claimed is not None
+    request = _request(claimed[1], decision_id)
+    assert store.write(claimed[0], _stopped(claimed[1]), [("escalated", {})], T0, release=True, decision=request)
+    return request
+
+
+def test_a_decision_is_written_with_the_stop_and_decided_once(store: AnyStore) -> None:
+    request = _stop_with_decision(store, "op", "d-1")
+    assert [d.request for d in store.decisions()] == [request]
+    assert [d.status for d in store.decisions("op", open_only=True)] == ["open"]
+    assert store.decisions("other") == []
+    assert store.get_decision("nope") is None
+    assert [e.kind for e in store.events("op")] == ["created", "escalated", "decision_requested"]
+
+    first = store.claim("op", "hostB:2:b", T0 + timedelta(seconds=1), TTL)
+    assert first is not None
+    at = T0 + timedelta(minutes=1)
+    assert store.resolve_decision(
+        first[0], "d-1", status="refused", by="ana", note="not worth it", option=2, record=None, events=[], now=at
+    )
+    decided = store.get_decision("d-1")
+    assert decided is not None
+    assert (decided.status, decided.decided_by, decided.decided_at, decided.option, decided.note) == (
+        "refused",
+        "ana",
+        at,
+        2,
+        "not worth it",
+    )
+    assert store.decisions(open_only=True) == []
+
+    second = store.claim("op", "hostC:3:c", at, TTL)
+    assert second is not None
+    with pytest.raises(DecisionTaken):
+        store.resolve_decision(
+            second[0], "d-1", status="decided", by="bo", note=None, option=1, record=None, events=[("x", {})], now=at
+        )
+    # Rolled back whole: the lease the failed decider held is still held, no event was written.
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner == "hostC:3:c"
+    assert "x" not in [e.kind for e in store.events("op")]
+
+
+def test_resolving_with_a_stale_lease_changes_nothing(store: AnyStore) -> None:
+    _stop_with_decision(store, "op", "d-1")
+    old = store.claim("op", "hostB:2:b", T0, TTL)
+    assert old is not None
+    assert store.claim("op", "hostC:3:c", T0 + TTL, TTL) is not None
+    assert not store.resolve_decision(
+        old[0], "d-1", status="decided", by="ana", note=None, option=1, record=None, events=[], now=T0
+    )
+    decision = store.get_decision("d-1")
+    assert decision is not None and decision.status == "open"
+
+
+def test_a_new_record_from_a_decision_voids_the_other_open_questions(store: AnyStore) -> None:
+    request = _stop_with_decision(store, "op", "d-1")
+    lease, current = store.claim("op", "hostB:2:b", T0, TTL) or pytest.fail("claim")
+    assert store.write(lease, current, [], T0, release=False, decision=_request(current, "d-2"))
+    resumed = current.evolve(phase=Phase.ACTIVE, reason=None, detail=None, finished_at=None)
+    assert store.resolve_decision(
+        lease, "d-2", status="decided", by="ana", note=None, option=1, record=resumed, events=[("extended", {})], now=T0
+    )
+    statuses = {d.request.decision_id: d.status for d in store.decisions("op")}
+    assert statuses == {request.decision_id: "expired", "d-2": "decided"}
+    stored = store.get("op")
+    assert stored is not None and stored.record.phase is Phase.ACTIVE and stored.lease_owner is None
+
+
+# -- submissions -------------------------------------------------------------------------------------------
+
+
+def _submission(op: str = "sub", state: str = "sending") -> Submission:
+    return Submission(op, "sha256:abc", "idem-1", b"\x00{body}\xff", state, None, None, T0)
+
+
+def test_a_submission_survives_and_becomes_an_operation_once_accepted(store: AnyStore, backend: Backend) -> None:
+    submission = _submission()
+    store.record_submission(submission, {"fingerprint": "sha256:abc"})
+    assert backend.open().get_submission("sub") == submission
+    assert store.get_submission("ghost") is None
+    with pytest.raises(OperationExists):
+        store.record_submission(submission, {})
+    record = _record("sub").evolve(status_location="http://127.0.0.1:9/jobs/j-1")
+    store.accept_submission(submission, record, CONTRACT, {"job": "exp_71c"})
+    accepted = store.get_submission("sub")
+    assert accepted is not None
+    assert (accepted.state, accepted.job_id, accepted.status_location) == (
+        "accepted",
+        "exp_71c",
+        "http://127.0.0.1:9/jobs/j-1",
+    )
+    stored = store.get("sub")
+    assert stored is not None and stored.record == record
+    assert [e.kind for e in store.events("sub")] == ["submission_intent", "submitted"]
+
+
+def test_a_submission_cannot_reuse_an_operation_id(store: AnyStore) -> None:
+    store.create(_record("taken"), CONTRACT, {})
+    with pytest.raises(OperationExists):
+        store.record_submission(_submission("taken"), {})
+    assert store.get_submission("taken") is None
+
+
+def test_an_unknown_submission_is_marked_and_logged(store: AnyStore) -> None:
+    store.record_submission(_submission(), {})
+    store.mark_submission("sub", "unknown", {"why": "timeout"}, T0 + timedelta(seconds=3))
+    marked = store.get_submission("sub")
+    assert marked is not None and marked.state == "unknown"
+    events = store.events("sub")
+    assert [(e.kind, e.at) for e in events] == [
+        ("submission_intent", T0),
+        ("submission_unknown", T0 + timedelta(seconds=3)),
+    ]
+
+
+# -- grants -------------------------------------------------------------------------------------------------
+
+
+def test_a_grant_is_decided_once_and_every_step_is_audited(store: AnyStore) -> None:
+    log = agent_log_id("sess-1")
+    grant = Grant("g1", "session", "sess-1", "exports", "pending", T0, {"client": "agent", "n": 1})
+    store.request_grant(grant, log)
+    store.request_grant(Grant("g0", "call", "sess-2", "op", "pending", T0, {}), agent_log_id("sess-2"))
+    assert store.get_grant("g1") == grant and store.get_grant("nope") is None
+    assert [g.grant_id for g in store.grants()] == ["g0", "g1"]
+    assert store.grants(kind="session", status="pending", subject="sess-1") == [grant]
+    assert store.grants(kind="call", subject="sess-1") == []
+    assert store.decide_grant("g1", expect="pending", status="approved", by="alice", at=T0, log_id=log)
+    assert not store.decide_grant("g1", expect="pending", status="refused", by="bob", at=T0, log_id=log)
+    later = T0 + timedelta(minutes=5)
+    assert store.decide_grant("g1", expect="approved", status="revoked", by="alice", at=later, log_id=log, note="x")
+    final = store.get_grant("g1")
+    assert final is not None and (final.status, final.decided_by, final.decided_at) == ("revoked", "alice", later)
+    assert [e.kind for e in store.events(log)] == [
+        "session_approval_requested",
+        "approval_approved",
+        "approval_revoked",
+    ]
+
+
+def test_concurrent_deciders_of_one_grant_have_one_winner(store: AnyStore, backend: Backend) -> None:
+    log = agent_log_id("sess-1")
+    store.request_grant(Grant("g1", "call", "sess-1", "op", "pending", T0, {}), log)
+    deciders = [backend.open() for _ in range(4)]
+    won: list[bool] = [False] * 4
+
+    def decide(index: int) -> None:
+        won[index] = deciders[index].decide_grant(
+            "g1", expect="pending", status="approved", by=f"p{index}", at=T0, log_id=log
+        )
+
+    run_threads(4, decide)
+    assert won.count(True) == 1
+    assert [e.kind for e in store.events(log)] == ["call_approval_requested", "approval_approved"]
+
+
+# -- the audit trail ---------------------------------------------------------------------------------------
+
+
+def test_checkpoints_cover_outcomes_and_every_32nd_record_and_go_to_the_trusted_file(
+    store: AnyStore, backend: Backend, tmp_path: Path
+) -> None:
+    trusted = tmp_path / "trusted.json"
+    writer = backend.open(trusted=trusted)
+    writer.create(_record(), CONTRACT, {})
+    for i in range(40):
+        writer.append("op", "note", {"i": i}, T0)
+    cps = writer.audit_checkpoints("op")
+    assert [cp.seq for cp in cps] == [32]
+    assert read_checkpoint_file(trusted) == cps[-1]
+    made = writer.checkpoint_heads(T0, log_ids=["op"])
+    assert [(cp.log_id, cp.seq) for cp in made] == [("op", 41)]
+    assert read_checkpoint_file(trusted) == made[0]
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, trusted_checkpoint=made[0])
+    assert report.ok, report.problems
+    assert report.records == 41 and report.checkpoints == 2
+    counters = [cp.counter for cp in store.audit_checkpoints()]
+    assert counters == sorted(counters) and len(set(counters)) == len(counters)
+
+
+def test_audit_records_come_in_log_then_seq_order(store: AnyStore) -> None:
+    for name in ("b", "a", "B", "a-1"):
+        store.append(name, "note", {}, T0)
+        store.append(name, "note", {}, T0)
+    order = [(r.log_id, r.seq) for r in store.audit_records()]
+    assert order == sorted(order)  # byte order of the ids, as SQLite sorts, then seq
+    assert [r.seq for r in store.audit_records("a")] == [1, 2]
+    assert all(type(r.ciphertext) is bytes for r in store.audit_records())
+
+
+def test_a_store_without_keys_reads_records_but_neither_writes_nor_decrypts(store: AnyStore, backend: Backend) -> None:
+    store.create(_record(), CONTRACT, {})
+    keyless = backend.open(keyless=True)
+    assert keyless.get("op") is not None
+    assert len(list(keyless.audit_records())) == 1
+    with pytest.raises(StoreError, match="no audit encryption key") as caught:
+        keyless.events("op")
+    assert "keys/audit.key" in str(caught.value)
+    with pytest.raises(StoreError, match="no audit encryption key"):
+        keyless.append("op", "note", {}, T0)
+    assert len(list(store.audit_records())) == 1
+
+
+def test_concurrent_writers_never_fork_one_log(store: AnyStore, backend: Backend) -> None:
+    """4 threads x 50 appends to one log, each thread with a store of its own (a process, in a fleet)."""
+    writers = [backend.open() for _ in range(4)]
+
+    def append_many(index: int) -> None:
+        for i in range(50):
+            writers[index].append("shared", "note", {"writer": index, "i": i}, T0)
+
+    run_threads(4, append_many)
+    records = list(store.audit_records("shared"))
+    assert [r.seq for r in records] == list(range(1, 201))
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
+    assert report.ok, report.problems
+    assert [cp.seq for cp in store.audit_checkpoints("shared")] == [32, 64, 96, 128, 160, 192]
+
+
+# -- PostgreSQL only: the schema, the URL, the server --------------------------------------------------------
+
+
+def test_a_database_that_was_never_upgraded_is_refused(empty_pg_url: str) -> None:
+    with pytest.raises(StoreError, match="pollwarden db upgrade") as caught:
+        PostgresStore(empty_pg_url)
+    assert "no pollwarden schema" in str(caught.value)
+    assert upgrade_database(empty_pg_url) == list(range(1, LATEST + 1))
+    assert upgrade_database(empty_pg_url) == []
+    PostgresStore(empty_pg_url).close()
+
+
+def test_a_database_behind_this_code_is_refused(empty_pg_url: str) -> None:
+    upgrade_database(empty_pg_url)
+    with psycopg.connect(empty_pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM schema_migrations WHERE version = %s", (LATEST,))
+    with pytest.raises(StoreError, match="pollwarden db upgrade"):
+        PostgresStore(empty_pg_url)
+
+
+def test_a_database_newer_than_this_code_is_refused_and_not_upgraded(empty_pg_url: str) -> None:
+    upgrade_database(empty_pg_url)
+    with psycopg.connect(empty_pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (LATEST + 1,))
+    for attempt in (lambda: PostgresStore(empty_pg_url), lambda: upgrade_database(empty_pg_url)):
+        with pytest.raises(StoreError, match=r"(?i)upgrade pollwarden") as caught:
+            attempt()
+        assert f"schema version {LATEST + 1}" in str(caught.value)
+
+
+def test_concurrent_upgrades_apply_each_migration_once(empty_pg_url: str) -> None:
+    results: list[list[int]] = [[], [], []]
+
+    def upgrade(index: int) -> None:
+        results[index] = upgrade_database(empty_pg_url)
+
+    run_threads(3, upgrade)
+    assert sorted(v for applied in results for v in applied) == list(range(1, LATEST + 1))
+
+
+def test_the_schema_has_the_partial_due_index(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'operations_due'").fetchone()
+    assert row is not None and "WHERE (phase = 'active'::text)" in row[0]
+
+
+def test_the_url_is_shown_without_its_password(pg_url: str) -> None:
+    assert redact_url("postgresql://ana:s3cret@db.example:5432/pw?sslmode=require&password=x") == (
+        "postgresql://ana@db.example:5432/pw?sslmode=require"
+    )
+    assert redact_url("postgres://:s3cret@db/x") == "postgres://db/x"
+    assert "s3cret" not in redact_url("host=db password=s3cret dbname=x")
+    with_password = pg_url.replace("://postgres@", "://postgres:s3cret@")
+    store = PostgresStore(with_password)  # trust auth ignores the password
+    try:
+        assert "s3cret" not in store.path and store.path.endswith(pg_url.rsplit("/", 1)[1])
+        with pytest.raises(StoreError, match="no audit encryption key") as caught:
+            store.events("op")  # keyless: the message names the database
+        assert store.path in str(caught.value) and "s3cret" not in str(caught.value)
+    finally:
+        store.close()
+
+
+def test_an_unreachable_server_is_a_store_error_that_names_it_without_the_password() -> None:
+    with pytest.raises(StoreError, match="cannot open the state database") as caught:
+        PostgresStore("postgresql://ana:s3cret@127.0.0.1:1/nowhere?connect_timeout=2")
+    assert "127.0.0.1:1/nowhere" in str(caught.value) and "s3cret" not in str(caught.value)
+    with pytest.raises(StoreError, match="not a usable PostgreSQL URL") as caught:
+        PostgresStore("postgresql://ana:s3cr%zzet@127.0.0.1/x")  # a parse error would quote the password
+    assert "s3cr" not in str(caught.value)
+
+
+def test_open_store_picks_the_backend_from_the_target(pg_url: str, tmp_path: Path) -> None:
+    stores = [open_store(pg_url), open_store(pg_url.replace("postgresql://", "postgres://", 1))]
+    stores.append(open_store(tmp_path / "a.db"))
+    stores.append(open_store(str(tmp_path / "b.db")))
+    try:
+        assert [type(s) for s in stores] == [PostgresStore, PostgresStore, SQLiteStore, SQLiteStore]
+    finally:
+        for s in stores:
+            s.close()
+    with pytest.raises(StoreError, match="unknown kind") as caught:
+        open_store("postgresq://ana:s3cret@db/x")
+    assert "s3cret" not in str(caught.value)
+
+
+def test_db_now_is_the_database_clock(pg_url: str, tmp_path: Path) -> None:
+    store = PostgresStore(pg_url)
+    lite = SQLiteStore(tmp_path / "x.db")
+    try:
+        for now in (store.db_now(), lite.db_now()):
+            assert now.utcoffset() == timedelta(0)
+            assert abs(now - datetime.now(UTC)) < timedelta(seconds=5)
+    finally:
+        store.close()
+        lite.close()

@@ -222,6 +222,18 @@ class Store(Protocol):
 
     def release(self, lease: Lease) -> None: ...
 
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+        """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
+        ...
+
+    def next_due(self) -> datetime | None:
+        """The earliest next_poll_at among active operations: how long a worker may sleep."""
+        ...
+
+    def db_now(self) -> datetime:
+        """The store's clock: the database's where there is one, so a fleet agrees on time."""
+        ...
+
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """An event that changes no record: a refused resume, a lost lease, or (with `agent_log_id`) an
         agent session's start, approval or call, each sealed and chained like an operation's events."""

@@ -243,6 +243,10 @@ class SQLiteStore:
     def close(self) -> None:
         self._conn.close()
 
+    def next_due(self) -> datetime | None:
+        row = self._conn.execute("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'").fetchone()
+        return _from_epoch(row[0]) if row and row[0] is not None else None
+
     def db_now(self) -> datetime:
         """One machine, one clock: the fleet worker asks the store for time, and here that is this clock."""
         return datetime.now(UTC)

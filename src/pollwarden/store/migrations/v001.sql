@@ -3,9 +3,11 @@
 -- (audit_records.at, audit_checkpoints.at) stay text: the chain covers their exact RFC 3339 spelling.
 -- JSON documents are text, not jsonb: jsonb rejects the \u0000 escape a provider's error text may carry,
 -- and reorders keys, and the record must read back exactly as the SQLite backend returns it.
+-- Identifiers are COLLATE "C": byte order, as SQLite sorts them, so listings and exports come out in the
+-- same order on both backends, and the primary-key indexes serve those ORDER BYs.
 
 CREATE TABLE operations (
-    operation_id text PRIMARY KEY,
+    operation_id text COLLATE "C" PRIMARY KEY,
     job_id text NOT NULL,
     contract_name text NOT NULL,
     phase text NOT NULL,
@@ -26,7 +28,7 @@ CREATE TABLE operations (
 CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active';
 
 CREATE TABLE audit_records (
-    log_id text NOT NULL,
+    log_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
     at text NOT NULL,
     kind text NOT NULL,
@@ -37,7 +39,7 @@ CREATE TABLE audit_records (
 );
 
 CREATE TABLE decisions (
-    decision_id text PRIMARY KEY,
+    decision_id text COLLATE "C" PRIMARY KEY,
     operation_id text NOT NULL,
     status text NOT NULL,
     created_at timestamptz NOT NULL,
@@ -51,7 +53,7 @@ CREATE TABLE decisions (
 CREATE INDEX decisions_open ON decisions (operation_id) WHERE status = 'open';
 
 CREATE TABLE submissions (
-    operation_id text PRIMARY KEY,
+    operation_id text COLLATE "C" PRIMARY KEY,
     fingerprint text NOT NULL,
     idempotency_token text,
     body bytea NOT NULL,
@@ -62,9 +64,22 @@ CREATE TABLE submissions (
     updated_at timestamptz NOT NULL
 );
 
+-- Agent approvals (a whole session, or one provider call); each change is audited in the session's log.
+CREATE TABLE grants (
+    grant_id text COLLATE "C" PRIMARY KEY,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    scope text NOT NULL,
+    status text NOT NULL,
+    requested_at timestamptz NOT NULL,
+    detail text NOT NULL,
+    decided_by text,
+    decided_at timestamptz
+);
+
 CREATE TABLE audit_checkpoints (
     counter bigint PRIMARY KEY,
-    log_id text NOT NULL,
+    log_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
     head_hash text NOT NULL,
     at text NOT NULL,

@@ -1,0 +1,167 @@
+"""Fleet commands: `worker`, `enqueue` and `db upgrade`, on SQLite or PostgreSQL (`--db` / POLLWARDEN_DB)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+
+from .audit import AuditError, load_or_create_keys
+from .core.contract import ContractError, load_contract
+from .core.durations import DurationError, format_rfc3339, parse_duration
+from .core.record import OPERATION_ID, new_record
+from .home import database_path, resolve_home, trusted_checkpoint_path
+from .store.base import OperationExists, Store, StoreError
+from .store.open import is_postgres_url, open_store
+from .store.postgres import upgrade_database
+from .store.sqlite import process_owner
+from .watch import utcnow
+from .worker import JsonLog, Metrics, Worker
+
+
+class FleetUsageError(Exception):
+    pass
+
+
+def db_target(args: argparse.Namespace) -> str | Path:
+    """--db, else POLLWARDEN_DB, else the SQLite file in the home."""
+    explicit = getattr(args, "db", None) or os.environ.get("POLLWARDEN_DB")
+    return explicit if explicit else database_path(resolve_home(getattr(args, "home", None)))
+
+
+def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[], Store]:
+    home = resolve_home(getattr(args, "home", None))
+    target = db_target(args)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        keys = load_or_create_keys(home)
+    except (AuditError, OSError) as exc:
+        raise FleetUsageError(str(exc)) from None
+
+    def make() -> Store:
+        return open_store(target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path(home), pool_size=pool_size)
+
+    try:
+        make().close()  # fail early, in words a person can act on
+    except StoreError as exc:
+        raise FleetUsageError(str(exc)) from None
+    return make
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    if args.concurrency < 1 or args.concurrency > 256:
+        raise FleetUsageError("--concurrency must be between 1 and 256")
+    factory = store_factory(args, pool_size=args.concurrency + 2)
+    owner = process_owner()
+    metrics = Metrics()
+    if args.metrics_port is not None:
+        try:
+            metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            raise FleetUsageError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
+            ) from None
+    worker = Worker(factory, owner=owner, concurrency=args.concurrency, metrics=metrics, log=JsonLog(worker=owner))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker.run()
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """Create an operation for the fleet to watch: persisted before any poll, nothing sent from here."""
+    try:
+        contract = load_contract(Path(args.contract))
+    except ContractError as exc:
+        raise FleetUsageError(str(exc)) from None
+    if not contract.safe_status:
+        raise FleetUsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
+    now = utcnow()
+    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if not OPERATION_ID.match(operation_id):
+        raise FleetUsageError(f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
+    if not args.job.strip():
+        raise FleetUsageError("--job must be the provider's job id")
+    try:
+        deadline = parse_duration(args.deadline) if args.deadline else None
+    except DurationError as exc:
+        raise FleetUsageError(f"--deadline: {exc}") from None
+    if args.max_requests is not None and args.max_requests < 1:
+        raise FleetUsageError("--max-requests must be at least 1")
+    store = store_factory(args)()
+    try:
+        record = new_record(
+            contract,
+            operation_id=operation_id,
+            job_id=args.job,
+            now=store.db_now(),
+            deadline=deadline if deadline and deadline > timedelta(0) else None,
+            max_requests=args.max_requests,
+        )
+        try:
+            store.create(record, contract.source_text, {**record.summary(), "enqueued": True})
+        except OperationExists as exc:
+            raise FleetUsageError(f"{exc}; choose another --operation") from None
+    finally:
+        store.close()
+    print(f"enqueued {record.operation_id}: job {record.job_id}, deadline {format_rfc3339(record.deadline_at)}")
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    target = db_target(args)
+    if not is_postgres_url(target):
+        print(f"{target}: SQLite files are upgraded in place when opened; nothing to do")
+        return 0
+    try:
+        applied = upgrade_database(str(target))
+    except StoreError as exc:
+        raise FleetUsageError(str(exc)) from None
+    print(f"applied migrations {applied}" if applied else "the database is up to date")
+    return 0
+
+
+def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    def db(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB or the home's file)")
+        home(p)
+
+    w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
+    w.add_argument("--concurrency", type=int, default=8)
+    w.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    w.add_argument("--metrics-host", default="127.0.0.1")
+    db(w)
+    w.set_defaults(func=cmd_worker)
+
+    e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
+    e.add_argument("--contract", required=True)
+    e.add_argument("--job", required=True)
+    e.add_argument("--operation")
+    e.add_argument("--deadline")
+    e.add_argument("--max-requests", type=int)
+    db(e)
+    e.set_defaults(func=cmd_enqueue)
+
+    dbp = sub.add_parser("db", help="database administration")
+    dbs = dbp.add_subparsers(dest="db_command", required=True)
+    up = dbs.add_parser("upgrade", help="apply pending schema migrations to a PostgreSQL database")
+    db(up)
+    up.set_defaults(func=cmd_db_upgrade)
+
+
+def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        return func(args)
+    except FleetUsageError as exc:
+        print(f"pollwarden: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,37 @@
+"""One place that turns `--db` (or POLLWARDEN_DB) into a store, so every command accepts both backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..audit import AuditKeys
+from .base import StoreError
+from .postgres import PostgresStore, is_postgres_url
+from .sqlite import SQLiteStore
+
+__all__ = ["is_postgres_url", "open_store"]
+
+
+def open_store(
+    target: str | Path,
+    *,
+    keys: AuditKeys | None = None,
+    trusted_checkpoint_path: Path | None = None,
+    pool_size: int = 4,
+) -> SQLiteStore | PostgresStore:
+    """A `postgresql://` or `postgres://` URL opens the shared database; anything else is a SQLite file.
+
+    A URL is never mistaken for a path: a typo like `postgresq://` would otherwise quietly create a file
+    of that name, so only those two schemes are URLs and the rest must look like a path a person meant.
+    """
+    if is_postgres_url(target):
+        assert isinstance(target, str)
+        return PostgresStore(target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, max_size=pool_size)
+    if "://" in str(target):
+        # Not echoed: a mistyped URL may carry a password.
+        scheme = str(target).partition("://")[0]
+        raise StoreError(
+            f"the database {scheme}://… is a URL of an unknown kind: only postgresql:// and postgres:// URLs"
+            " are databases; give one of those, or a path to a SQLite file"
+        )
+    return SQLiteStore(Path(target), keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)

@@ -1,0 +1,245 @@
+"""The fleet worker: many operations, one poll each when due, through the same core and store as `watch`.
+
+A batch claim takes due operations with fenced leases; each is stepped exactly as `watch` steps one
+(`Watcher.step_claimed`), which records and releases. Between batches the worker sleeps until the next
+due time with no lease held (R38). SIGTERM/SIGINT let in-flight requests finish and release the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from .core.contract import Contract, ContractError, parse_contract
+from .core.durations import format_rfc3339
+from .core.record import OperationRecord
+from .http import CredentialError, StatusClient, resolve_secret
+from .store.base import Lease, Store
+from .watch import Done, NotYet, Polled, StepResult, Watcher, lease_ttl
+
+
+class Metrics:
+    """Prometheus metrics of one worker process; each instance has its own registry (tests run several)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.polls = Counter(
+            "pollwarden_polls", "Status requests completed, by outcome", ["outcome"], registry=self.registry
+        )
+        self.escalations = Counter(
+            "pollwarden_escalations", "Operations stopped for a decision, by reason", ["reason"], registry=self.registry
+        )
+        self.requests = Counter(
+            "pollwarden_provider_requests", "Status requests sent, by provider", ["provider"], registry=self.registry
+        )
+        self.takeovers = Counter(
+            "pollwarden_lease_takeovers", "Leases taken from expired owners", registry=self.registry
+        )
+        self.lateness = Histogram(
+            "pollwarden_scheduling_lateness_seconds",
+            "How long after next_poll_at a due operation was polled",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.budget = Histogram(
+            "pollwarden_budget_used_ratio",
+            "Status requests used of the budget when an operation ended",
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
+            registry=self.registry,
+        )
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+class JsonLog:
+    """One JSON object per line on stderr, with the operation id, so a fleet's logs can be joined."""
+
+    def __init__(self, stream: TextIO | None = None, *, worker: str) -> None:
+        self.stream = stream or sys.stderr
+        self.worker = worker
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"ts": time.time(), "worker": self.worker, "event": event, **fields}, default=str)
+        with self._lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+@dataclass
+class _ContractCache:
+    """Contracts travel with their operations; parse each distinct text once, keep its client open."""
+
+    clock: Callable[[], datetime]
+    watchers: dict[str, Watcher | str] = field(default_factory=dict)
+
+    def watcher(self, store: Store, owner: str, text: str, log: JsonLog) -> Watcher | str:
+        key = hashlib.sha256(text.encode()).hexdigest()
+        found = self.watchers.get(key)
+        if found is not None:
+            return found
+        try:
+            contract: Contract = parse_contract(text, source="stored contract")
+            client = StatusClient(contract, resolve_secret(contract), clock=self.clock)
+            made: Watcher | str = Watcher(store, contract, client, owner=owner, clock=self.clock)
+        except (ContractError, CredentialError) as exc:
+            made = str(exc)
+            log("contract_unusable", detail=made)
+        self.watchers[key] = made
+        return made
+
+    def close(self) -> None:
+        for watcher in self.watchers.values():
+            if isinstance(watcher, Watcher):
+                watcher.client.close()
+
+
+class Worker:
+    def __init__(
+        self,
+        store_factory: Callable[[], Store],
+        *,
+        owner: str,
+        concurrency: int = 8,
+        metrics: Metrics | None = None,
+        log: JsonLog | None = None,
+        idle_sleep: float = 1.0,
+    ) -> None:
+        self.store_factory = store_factory
+        self.owner = owner
+        self.concurrency = max(1, concurrency)
+        self.metrics = metrics or Metrics()
+        self.log = log or JsonLog(worker=owner)
+        self.idle_sleep = idle_sleep
+        self.stop = threading.Event()
+        self._local = threading.local()
+        self._stores: list[Store] = []
+        self._stores_lock = threading.Lock()
+        self._claim_store = store_factory()
+        self._contracts = _ContractCache(clock=self._claim_store_now)
+
+    def _claim_store_now(self) -> datetime:
+        return self._store().db_now()
+
+    def _store(self) -> Store:
+        """A store that pools its own connections (PostgreSQL) is shared; a SQLite connection is per thread."""
+        if getattr(self._claim_store, "shared_across_threads", False):
+            return self._claim_store
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self.store_factory()
+            self._local.store = store
+            with self._stores_lock:
+                self._stores.append(store)
+        return store
+
+    def run_once(self, pool: ThreadPoolExecutor) -> int:
+        """Claim up to `concurrency` due operations and poll each once; returns how many were claimed."""
+        now = self._claim_store.db_now()
+        ttl = timedelta(seconds=30)
+        claimed: list[tuple[Lease, OperationRecord]] = self._claim_store.claim_due(
+            self.owner, now, ttl, self.concurrency
+        )
+        if not claimed:
+            return 0
+        futures = [pool.submit(self._poll_one, lease, record) for lease, record in claimed]
+        for future in futures:
+            future.result()
+        return len(claimed)
+
+    def _poll_one(self, lease: Lease, record: OperationRecord) -> None:
+        store = self._store()
+        if self.stop.is_set():
+            store.release(lease)
+            return
+        stored = store.get(record.operation_id)
+        if stored is None:
+            store.release(lease)
+            return
+        watcher = self._contracts.watcher(store, self.owner, stored.contract_text, self.log)
+        if isinstance(watcher, str):
+            store.release(lease)
+            return
+        bound = Watcher(store, watcher.contract, watcher.client, owner=self.owner, clock=watcher.clock, rng=watcher.rng)
+        now = store.db_now()
+        lateness = max(0.0, (now - record.next_poll_at).total_seconds())
+        result = bound.step_claimed(lease, record, now)
+        self._observe(result, record, lateness, watcher.contract.name)
+
+    def _observe(self, result: StepResult, before: OperationRecord, lateness: float, provider: str) -> None:
+        if isinstance(result, Polled):
+            decision = result.decision
+            self.metrics.requests.labels(provider=provider).inc()
+            self.metrics.lateness.observe(lateness)
+            self.metrics.polls.labels(outcome=decision.action.value).inc()
+            record = decision.record
+            self.log(
+                "polled",
+                operation=record.operation_id,
+                job=record.job_id,
+                state=record.last_state,
+                http_status=record.last_http_status,
+                action=decision.action.value,
+                reason=decision.reason.value if decision.reason else None,
+                next_poll_at=format_rfc3339(decision.next_poll_at) if decision.next_poll_at else None,
+                requests=f"{record.status_requests_used}/{record.plan.max_status_requests}",
+                lateness=round(lateness, 3),
+            )
+            self._ended(record)
+        elif isinstance(result, Done) and result.record.is_final and not before.is_final:
+            self.log("stopped", operation=result.record.operation_id, reason=_reason(result.record))
+            self._ended(result.record)
+        elif isinstance(result, NotYet):
+            self.log("not_due", operation=result.record.operation_id, until=format_rfc3339(result.until))
+
+    def _ended(self, record: OperationRecord) -> None:
+        if not record.is_final:
+            return
+        if record.reason is not None:
+            self.metrics.escalations.labels(reason=record.reason.value).inc()
+        self.metrics.budget.observe(record.status_requests_used / max(1, record.plan.max_status_requests))
+
+    def run(self) -> None:
+        """Until stopped: claim, poll, and sleep until the next due time (never holding a lease asleep)."""
+        self.log("worker_started", concurrency=self.concurrency)
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+            while not self.stop.is_set():
+                if self.run_once(pool):
+                    continue
+                self.stop.wait(self._idle_for())
+        self.close()
+        self.log("worker_stopped")
+
+    def _idle_for(self) -> float:
+        due = self._claim_store.next_due()
+        if due is None:
+            return self.idle_sleep
+        wait = (due - self._claim_store.db_now()).total_seconds()
+        return min(self.idle_sleep, max(0.0, wait))
+
+    def close(self) -> None:
+        self._contracts.close()
+        with self._stores_lock:
+            for store in self._stores:
+                if store is not self._claim_store:
+                    store.close()
+            self._stores.clear()
+        self._claim_store.close()
+
+
+def _reason(record: OperationRecord) -> str | None:
+    return record.reason.value if record.reason else None
+
+
+__all__ = ["JsonLog", "Metrics", "Worker", "lease_ttl"]

@@ -1,0 +1,197 @@
+"""The fleet worker end to end: real worker processes, a real provider on loopback, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pollwarden.audit import load_or_create_keys
+from pollwarden.core.contract import load_contract
+from pollwarden.core.reasons import Phase
+from pollwarden.core.record import new_record
+from pollwarden.simulator import Simulator, Step
+from pollwarden.store.base import Store
+from pollwarden.store.open import open_store
+from tests.conftest import run_cli, write_contract
+from tests.store.conftest import create_database, drop_database
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(home / "pollwarden.db")
+        return
+    url = create_database(upgraded=True)
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+def _store(db: str, home: Path) -> Store:
+    return open_store(db, keys=load_or_create_keys(home), trusted_checkpoint_path=home / "audit-head.checkpoint")
+
+
+def _enqueue(db: str, home: Path, contract_path: Path, jobs: list[str]) -> None:
+    contract = load_contract(contract_path)
+    store = _store(db, home)
+    try:
+        now = store.db_now()
+        for job in jobs:
+            record = new_record(contract, operation_id=f"op-{job}", job_id=job, now=now)
+            store.create(record, contract.source_text, record.summary())
+    finally:
+        store.close()
+
+
+def _spawn_worker(db: str, home: Path, *extra: str) -> subprocess.Popen[str]:
+    """Logs go to a file: a pipe nobody reads fills up and stalls the worker on its next log line."""
+    path = home / f"worker-{time.monotonic_ns()}.log"
+    log = path.open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pollwarden", "worker", "--db", db, "--concurrency", "8", *extra],
+        env={**os.environ, "POLLWARDEN_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    log.close()
+    _LOGS[worker.pid] = path
+    return worker
+
+
+_LOGS: dict[int, Path] = {}
+
+
+def _log_of(worker: subprocess.Popen[str]) -> str:
+    return _LOGS[worker.pid].read_text()
+
+
+def _wait_all_final(
+    db: str, home: Path, count: int, within: float, workers: list[subprocess.Popen[str]] | None = None
+) -> list[object]:
+    deadline = time.monotonic() + within
+    store = _store(db, home)
+    try:
+        while True:
+            records = [s.record for s in store.all()]
+            if len(records) == count and all(r.is_final for r in records):
+                return list(records)
+            for worker in workers or []:
+                assert worker.poll() is None, f"a worker exited early with {worker.returncode}"
+            assert time.monotonic() < deadline, (
+                f"{sum(not r.is_final for r in records)} of {count} operations still active after {within}s"
+            )
+            time.sleep(0.2)
+    finally:
+        store.close()
+
+
+def _check_invariants(sim: Simulator, db: str, home: Path) -> None:
+    store = _store(db, home)
+    try:
+        for stored in store.all():
+            record = stored.record
+            seen = sim.requests(record.job_id)
+            reservations = Counter(int(r.headers["x-pollwarden-reservation"]) for r in seen)
+            # No slot was polled twice, and the provider never saw more than was counted.
+            assert all(n == 1 for n in reservations.values()), (record.operation_id, reservations)
+            assert len(seen) <= record.status_requests_used <= record.plan.max_status_requests
+            assert record.is_final
+    finally:
+        store.close()
+    assert run_cli("audit", "verify", "--home", str(home), home=home).code == 0 or db.startswith("postgres")
+
+
+def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="200ms", max_requests=6)
+    jobs = [f"{scenario}-{n}" for n in range(6) for scenario in ("happy", "failed", "unknown_state", "never", "flaky")]
+    _enqueue(db, home, contract, jobs)
+    worker = _spawn_worker(db, home, "--metrics-port", "0")
+    try:
+        records = _wait_all_final(db, home, len(jobs), within=60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    stderr = _log_of(worker)
+    assert worker.returncode == 0, stderr
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert lines[0]["event"] == "worker_started" and lines[-1]["event"] == "worker_stopped"
+    assert any(line["event"] == "polled" and line["operation"] == "op-happy-0" for line in lines)
+    phases = Counter((r.job_id.split("-")[0], r.phase) for r in records)  # type: ignore[attr-defined]
+    assert phases[("happy", Phase.SUCCEEDED)] == 6 and phases[("flaky", Phase.SUCCEEDED)] == 6
+    assert phases[("never", Phase.STOPPED)] == 6 and phases[("unknown_state", Phase.STOPPED)] == 6
+    _check_invariants(sim, db, home)
+    assert len(run_cli("decisions", "--json", home=home).stdout) > 2 or db.startswith("postgres")
+
+
+def test_four_workers_never_double_poll(db: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
+    count = 2000 if db.startswith("postgres") else 300
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="100ms", max_delay="300ms", max_requests=5)
+    for n in range(count):
+        sim.add_job(f"j{n}", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
+    _enqueue(db, home, contract, [f"j{n}" for n in range(count)])
+    workers = [_spawn_worker(db, home) for _ in range(4)]
+    try:
+        _wait_all_final(db, home, count, within=240, workers=workers)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        errors = [(worker.wait(timeout=60), _log_of(worker)[-2000:]) for worker in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], errors
+    _check_invariants(sim, db, home)
+
+
+def test_chaos_kill_9_workers_and_nothing_is_lost(db: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
+    if not db.startswith("postgres"):
+        pytest.skip("the chaos run is the fleet's test: PostgreSQL across processes (SQLite runs the others)")
+    count = 300
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="200ms", max_delay="1s", max_requests=40,
+                              deadline="5m")  # fmt: skip
+    for n in range(count):
+        sim.add_job(f"c{n}", [Step(body={"state": "running"}, seconds=20 + n % 20),
+                              Step(body={"state": "succeeded", "result_url": "/r"})])  # fmt: skip
+    _enqueue(db, home, contract, [f"c{n}" for n in range(count)])
+    rng = random.Random(5)
+    workers = [_spawn_worker(db, home) for _ in range(4)]
+    kills = 0
+    ended = time.monotonic() + 60
+    try:
+        while time.monotonic() < ended:
+            time.sleep(rng.uniform(2, 5))
+            victim = rng.randrange(len(workers))
+            workers[victim].send_signal(signal.SIGKILL)
+            workers[victim].wait()
+            kills += 1
+            workers[victim] = _spawn_worker(db, home)
+        _wait_all_final(db, home, count, within=180)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=60)
+    assert kills >= 10
+    _check_invariants(sim, db, home)
+    store = _store(db, home)
+    try:
+        records = [s.record for s in store.all()]
+        assert all(r.phase is Phase.SUCCEEDED for r in records), Counter(str(r.reason) for r in records)
+        takeovers = sum(
+            1 for s in store.all() for e in store.events(s.record.operation_id) if e.kind == "lease_taken_over"
+        )
+    finally:
+        store.close()
+    assert takeovers >= 1

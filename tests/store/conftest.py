@@ -1,0 +1,171 @@
+"""One store test suite, two backends: every test that takes `store` runs on SQLite and on PostgreSQL.
+
+PostgreSQL is a real server (CI guarantees one on 127.0.0.1:5432, trust auth; POLLWARDEN_TEST_POSTGRES
+points elsewhere). Each test session creates its own database and drops it at the end, so parallel runs
+and leftovers from a crashed run never meet. An unreachable server fails the postgres tests loudly: a
+skipped backend would let a fencing bug ship unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pollwarden.audit import AuditKeys, load_or_create_keys
+from pollwarden.store.open import open_store
+from pollwarden.store.postgres import PostgresStore, redact_url, upgrade_database
+from pollwarden.store.sqlite import SQLiteStore
+
+AnyStore = SQLiteStore | PostgresStore
+
+ADMIN_URL = os.environ.get("POLLWARDEN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite", "postgres"]
+
+_TABLES = "operations, audit_records, decisions, submissions, grants, audit_checkpoints"
+
+
+def _admin() -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        return psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        problem = str(exc)
+    pytest.fail(  # outside the except: the message says it all, the psycopg traceback adds nothing
+        f"PostgreSQL is not reachable at {redact_url(ADMIN_URL)}: {problem}\nThe store suite runs against a real"
+        " server: start it (`pg_ctlcluster <version> main start`, as .ci/run does) or set"
+        " POLLWARDEN_TEST_POSTGRES to the URL of one",
+        pytrace=False,
+    )
+
+
+def _database_url(name: str) -> str:
+    parts = urlsplit(ADMIN_URL)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def create_database(*, upgraded: bool) -> str:
+    """A new, uniquely named database; its URL. The caller drops it with `drop_database`."""
+    name = f"pollwarden_test_{secrets.token_hex(6)}"
+    with _admin() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _database_url(name)
+    if upgraded:
+        upgrade_database(url)
+    return url
+
+
+def drop_database(url: str) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    with _admin() as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """This session's database, upgraded to the current schema; emptied before each test that uses it."""
+    url = create_database(upgraded=True)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def empty_pg_url() -> Iterator[str]:
+    """A database `pollwarden db upgrade` has never touched."""
+    url = create_database(upgraded=False)
+    yield url
+    drop_database(url)
+
+
+def _empty(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {_TABLES}; ALTER SEQUENCE audit_checkpoint_counter RESTART".encode())
+
+
+@dataclass
+class Backend:
+    """Where a test's store lives, so a test can open more stores on the same data (a restart, a second
+    worker, a thread of its own) with the same keys."""
+
+    kind: str
+    target: str | Path
+    keys: AuditKeys
+    home: Path
+    opened: list[AnyStore] = field(default_factory=list)
+
+    def open(self, *, keyless: bool = False, trusted: Path | None = None) -> AnyStore:
+        keys = None if keyless else self.keys
+        store = open_store(self.target, keys=keys, trusted_checkpoint_path=trusted)
+        self.opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self.opened:
+            store.close()
+        self.opened.clear()
+
+
+_BACKEND = pytest.StashKey[Backend]()
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AnyStore]:
+    """A store on an empty database of each backend, with audit keys that can seal and sign."""
+    target: str | Path = tmp_path / "state.db"
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        _empty(url)
+        target = url
+    backend = Backend(request.param, target, load_or_create_keys(tmp_path / "home"), tmp_path / "home")
+    request.node.stash[_BACKEND] = backend
+    try:
+        yield backend.open()
+    finally:
+        backend.close_all()
+
+
+@pytest.fixture
+def pg_store(pg_url: str, tmp_path: Path) -> Iterator[PostgresStore]:
+    """For what only PostgreSQL promises, such as one store shared by many threads."""
+    _empty(pg_url)
+    store = PostgresStore(pg_url, keys=load_or_create_keys(tmp_path / "home"))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def backend(store: AnyStore, request: pytest.FixtureRequest) -> Backend:
+    """The backend behind this test's `store`."""
+    found: Backend = request.node.stash[_BACKEND]
+    return found
+
+
+def run_threads(count: int, target: Callable[[int], None]) -> None:
+    """Run `target(i)` in `count` threads at once and re-raise the first failure in the test's thread."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def body(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            target(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a thread did not finish within 60 s"
+    if errors:
+        raise errors[0]

@@ -1,0 +1,163 @@
+"""`claim_due`, the fleet claim, on both backends: due rows only, earliest first, never one row to two
+claimers, and fencing tokens that only grow (DESIGN.md, "lease protocol", step 1)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from pollwarden.core.contract import parse_contract
+from pollwarden.core.decide import reserve
+from pollwarden.core.reasons import Phase, StopReason
+from pollwarden.core.record import OperationRecord, new_record
+from pollwarden.store.base import Lease
+from pollwarden.store.postgres import PostgresStore
+
+from .conftest import AnyStore, Backend, run_threads
+
+CONTRACT = """
+name = "exports"
+status_url = "http://127.0.0.1:9/jobs/{job_id}"
+[states]
+pending = ["running"]
+success = ["succeeded"]
+failure = ["failed"]
+[fields]
+state = "state"
+"""
+T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
+TTL = timedelta(seconds=30)
+SECOND = timedelta(seconds=1)
+
+
+def _create(store: AnyStore, op: str, due: datetime, *, phase: Phase = Phase.ACTIVE) -> OperationRecord:
+    record = new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0 - timedelta(minutes=1))
+    record = record.evolve(next_poll_at=due)
+    if phase is not Phase.ACTIVE:
+        record = record.evolve(phase=phase, reason=StopReason.JOB_FAILED, finished_at=T0)
+    store.create(record, CONTRACT, {})
+    return record
+
+
+def _ids(claimed: list[tuple[Lease, OperationRecord]]) -> list[str]:
+    return [lease.operation_id for lease, _ in claimed]
+
+
+def test_only_active_operations_that_are_due_are_claimed_earliest_first(store: AnyStore) -> None:
+    records = {
+        "late": _create(store, "late", T0 - 2 * SECOND),
+        "now": _create(store, "now", T0),
+        "b-tie": _create(store, "b-tie", T0 - SECOND),
+        "a-tie": _create(store, "a-tie", T0 - SECOND),
+    }
+    _create(store, "future", T0 + timedelta(microseconds=1))
+    _create(store, "ended", T0 - timedelta(hours=1), phase=Phase.STOPPED)
+    claimed = store.claim_due("w1:1:a", T0, TTL, limit=10)
+    assert _ids(claimed) == ["late", "a-tie", "b-tie", "now"]
+    for lease, record in claimed:
+        assert record == records[lease.operation_id]
+        assert (lease.owner, lease.token, lease.expires_at) == ("w1:1:a", 1, T0 + TTL)
+        stored = store.get(lease.operation_id)
+        assert stored is not None
+        assert (stored.lease_owner, stored.lease_token, stored.lease_expires_at) == ("w1:1:a", 1, T0 + TTL)
+    assert store.claim_due("w2:2:b", T0, TTL, limit=10) == []
+    assert _ids(store.claim_due("w2:2:b", T0 + SECOND, TTL, limit=10)) == ["future"]
+
+
+def test_next_due_is_the_earliest_active_poll_time(store: AnyStore) -> None:
+    assert store.next_due() is None
+    _create(store, "ended", T0 - timedelta(hours=1), phase=Phase.STOPPED)
+    assert store.next_due() is None
+    _create(store, "later", T0 + timedelta(minutes=5))
+    _create(store, "sooner", T0 + timedelta(seconds=3, microseconds=250))
+    assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)
+    assert store.claim_due("w1:1:a", T0 + timedelta(seconds=4), TTL, limit=1) != []
+    assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)  # leased rows still count
+
+
+def test_the_limit_takes_the_most_overdue_first(store: AnyStore) -> None:
+    for i in range(5):
+        _create(store, f"op{i}", T0 - i * SECOND)
+    assert _ids(store.claim_due("w1:1:a", T0, TTL, limit=2)) == ["op4", "op3"]
+    assert _ids(store.claim_due("w2:2:b", T0, TTL, limit=2)) == ["op2", "op1"]
+    assert _ids(store.claim_due("w3:3:c", T0, TTL, limit=2)) == ["op0"]
+    assert store.claim_due("w3:3:c", T0, TTL, limit=0) == []
+
+
+def test_a_leased_operation_is_skipped_until_its_lease_expires_then_taken_over(store: AnyStore) -> None:
+    _create(store, "held", T0 - SECOND)
+    _create(store, "free", T0 - SECOND)
+    held = store.claim("held", "w1:1:a", T0 - SECOND, TTL)
+    assert held is not None
+    assert _ids(store.claim_due("w2:2:b", T0, TTL, limit=10)) == ["free"]
+    assert store.claim_due("w2:2:b", T0 - SECOND + TTL - timedelta(microseconds=1), TTL, limit=10) == []
+    taken = store.claim_due("w3:3:c", T0 - SECOND + TTL, TTL, limit=10)
+    assert [(lease.operation_id, lease.token) for lease, _ in taken] == [("held", 2)]
+    assert store.events("held")[-1].kind == "lease_taken_over"
+    assert store.events("held")[-1].data == {"previous_owner": "w1:1:a", "owner": "w3:3:c", "token": 2}
+    # The first holder woke up late: its write is fenced off.
+    assert not store.write(held[0], reserve(held[1], T0), [("reserved", {})], T0, release=True)
+    assert store.write(taken[0][0], reserve(taken[0][1], T0), [("reserved", {})], T0, release=True)
+    stored = store.get("held")
+    assert stored is not None and stored.record.status_requests_used == 1 and stored.lease_owner is None
+
+
+def test_tokens_grow_with_every_claim_and_a_released_row_is_claimed_without_a_takeover(store: AnyStore) -> None:
+    _create(store, "op", T0)
+    tokens = []
+    for round_ in range(3):
+        now = T0 + round_ * SECOND
+        (lease, record), *rest = store.claim_due(f"w{round_}:1:a", now, TTL, limit=1)
+        assert rest == []
+        tokens.append(lease.token)
+        assert store.write(lease, record.evolve(next_poll_at=now + SECOND), [("polled", {})], now, release=True)
+    assert tokens == [1, 2, 3]
+    assert "lease_taken_over" not in [e.kind for e in store.events("op")]
+
+
+def test_concurrent_claimers_never_share_an_operation_in_a_round(store: AnyStore, backend: Backend) -> None:
+    """8 claimers, each with a store of its own (a worker process), 3 rounds over 60 due operations."""
+    operations = 60
+    claimers = 8
+    for i in range(operations):
+        _create(store, f"op{i:02d}", T0 - (i % 7) * SECOND)
+    stores = [backend.open() for _ in range(claimers)]
+    for round_ in range(3):
+        now = T0 + round_ * timedelta(minutes=1)
+        taken: list[list[str]] = [[] for _ in range(claimers)]
+
+        def work(index: int, now: datetime = now, taken: list[list[str]] = taken, round_: int = round_) -> None:
+            mine = stores[index]
+            claimed: list[tuple[Lease, OperationRecord]] = []
+            while batch := mine.claim_due(f"worker-{index}:1:x", now, TTL, limit=3):
+                claimed.extend(batch)
+            # Finish the round as a worker would: one fenced write per claim, lease released.
+            for lease, record in claimed:
+                polled = reserve(record, now).evolve(next_poll_at=now + timedelta(minutes=1))
+                assert mine.write(lease, polled, [("polled", {"round": round_})], now, release=True)
+            taken[index] = [lease.operation_id for lease, _ in claimed]
+
+        run_threads(claimers, work)
+        counts = Counter(op for ops in taken for op in ops)
+        assert [op for op, n in counts.items() if n > 1] == []
+        assert len(counts) == operations
+    for stored in store.all():
+        assert stored.lease_token == 3 and stored.record.status_requests_used == 3 and stored.lease_owner is None
+
+
+def test_one_postgres_store_is_safe_to_share_between_threads(pg_store: PostgresStore) -> None:
+    """A worker process runs many claim loops over one pool; more threads than connections must queue."""
+    store = pg_store
+    for i in range(40):
+        _create(store, f"op{i:02d}", T0)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        while batch := store.claim_due(f"thread-{index}:1:x", T0, TTL, limit=2):
+            with lock:
+                seen.extend(_ids(batch))
+
+    run_threads(10, work)
+    assert sorted(seen) == [f"op{i:02d}" for i in range(40)]
