@@ -67,7 +67,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise FleetUsageError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
             ) from None
-    worker = Worker(factory, owner=owner, concurrency=args.concurrency, metrics=metrics, log=JsonLog(worker=owner))
+    rates: dict[str, float] = {}
+    for spec in args.provider_rate or []:
+        name, _, value = spec.partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = -1.0
+        if not name or not 0 < rate <= 10_000:
+            raise FleetUsageError(
+                f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5"
+            )
+        rates[name] = rate
+    worker = Worker(
+        factory,
+        owner=owner,
+        concurrency=args.concurrency,
+        metrics=metrics,
+        log=JsonLog(worker=owner),
+        provider_rates=rates,
+    )
 
     def stop(signum: int, frame: FrameType | None) -> None:
         worker.stop.set()
@@ -140,6 +159,12 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
     w.add_argument("--concurrency", type=int, default=8)
     w.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     w.add_argument("--metrics-host", default="127.0.0.1")
+    w.add_argument(
+        "--provider-rate",
+        action="append",
+        metavar="NAME=RPS",
+        help="fleet-wide cap of status requests per second for a contract, shared through the database",
+    )
     db(w)
     w.set_defaults(func=cmd_worker)
 

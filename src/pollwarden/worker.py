@@ -21,11 +21,15 @@ from typing import Any, TextIO
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from .core.contract import Contract, ContractError, parse_contract
+from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Lease, Store
 from .watch import Done, NotYet, Polled, StepResult, Watcher, lease_ttl
+
+PACING_HORIZON = timedelta(seconds=1)
+"""A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
 
 
 class Metrics:
@@ -115,6 +119,7 @@ class Worker:
         metrics: Metrics | None = None,
         log: JsonLog | None = None,
         idle_sleep: float = 1.0,
+        provider_rates: dict[str, float] | None = None,
     ) -> None:
         self.store_factory = store_factory
         self.owner = owner
@@ -122,6 +127,9 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.log = log or JsonLog(worker=owner)
         self.idle_sleep = idle_sleep
+        self.provider_intervals = {
+            name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
+        }
         self.stop = threading.Event()
         self._local = threading.local()
         self._stores: list[Store] = []
@@ -173,9 +181,33 @@ class Worker:
             return
         bound = Watcher(store, watcher.contract, watcher.client, owner=self.owner, clock=watcher.clock, rng=watcher.rng)
         now = store.db_now()
+        if isinstance(next_step(record, now), Poll):
+            paced = self._pace(store, lease, record, watcher.contract.name, now)
+            if paced is None:
+                return
+            now = paced
         lateness = max(0.0, (now - record.next_poll_at).total_seconds())
         result = bound.step_claimed(lease, record, now)
         self._observe(result, record, lateness, watcher.contract.name)
+
+    def _pace(
+        self, store: Store, lease: Lease, record: OperationRecord, provider: str, now: datetime
+    ) -> datetime | None:
+        """The provider's fleet-wide slot: wait for one that is near, or defer the operation to a far one."""
+        interval = self.provider_intervals.get(provider)
+        paced = store.pace(provider, now, interval=interval, horizon=PACING_HORIZON)
+        if paced is None:
+            return now
+        slot, taken = paced
+        if taken:
+            wait = (slot - now).total_seconds()
+            if wait > 0:
+                time.sleep(wait)  # at most PACING_HORIZON, well inside the lease
+            return store.db_now()
+        later = defer(record, slot)
+        store.write(lease, later, [("paced", {"provider": provider, "until": format_rfc3339(slot)})], now, release=True)
+        self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
+        return None
 
     def _observe(self, result: StepResult, before: OperationRecord, lateness: float, provider: str) -> None:
         if isinstance(result, Polled):

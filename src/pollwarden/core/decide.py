@@ -109,6 +109,14 @@ def reserve(record: OperationRecord, now: datetime) -> OperationRecord:
     return record.evolve(status_requests_used=record.status_requests_used + 1)
 
 
+def defer(record: OperationRecord, until: datetime) -> OperationRecord:
+    """Fleet pacing moves a poll later, never earlier (a Retry-After floor still holds), and never past a limit."""
+    latest = (
+        record.deadline_at if record.plan.useful_until is None else min(record.deadline_at, record.plan.useful_until)
+    )
+    return record.evolve(next_poll_at=min(max(record.next_poll_at, until), latest))
+
+
 def halt(record: OperationRecord, reason: StopReason, now: datetime, detail: str, rule: str) -> Decision:
     """Stop without a new observation (deadline, budget, lost credential): the last state is kept as seen."""
     final = record.evolve(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=now)

@@ -226,6 +226,15 @@ class Store(Protocol):
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
         ...
 
+    def pace(
+        self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
+    ) -> tuple[datetime, bool] | None:
+        """Fleet-wide pacing per provider (R7 across machines): the next free request slot, and whether it was
+        taken. A slot within `horizon` is taken (the caller waits for it, then sends); a later one is only
+        reported (the caller defers the operation to it). None: this provider is not paced. `interval` sets the
+        provider's spacing for every worker sharing the store."""
+        ...
+
     def next_due(self) -> datetime | None:
         """The earliest next_poll_at among active operations: how long a worker may sleep."""
         ...

@@ -238,6 +238,31 @@ class PostgresStore:
                 yield tx
         self._keep_checkpoints_elsewhere(tx.checkpoints)
 
+    def pace(
+        self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
+    ) -> tuple[datetime, bool] | None:
+        with self._tx() as tx:
+            if interval is not None:
+                tx.conn.execute(
+                    "INSERT INTO provider_pacing (provider, interval_seconds, next_slot_at) VALUES (%s,%s,%s)"
+                    " ON CONFLICT (provider) DO UPDATE SET interval_seconds = excluded.interval_seconds",
+                    (provider, interval.total_seconds(), now),
+                )
+            row = tx.conn.execute(
+                "SELECT interval_seconds, next_slot_at FROM provider_pacing WHERE provider = %s FOR UPDATE",
+                (provider,),
+            ).fetchone()
+            if row is None:
+                return None
+            slot = max(now, _utc(row[1]))
+            if slot - now > horizon:
+                return slot, False
+            tx.conn.execute(
+                "UPDATE provider_pacing SET next_slot_at = %s WHERE provider = %s",
+                (slot + timedelta(seconds=float(row[0])), provider),
+            )
+            return slot, True
+
     def next_due(self) -> datetime | None:
         """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
         with self._connection() as conn:

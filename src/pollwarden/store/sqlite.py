@@ -118,6 +118,11 @@ CREATE TABLE IF NOT EXISTS grants (
     decided_by TEXT,
     decided_at REAL
 ) STRICT;
+CREATE TABLE IF NOT EXISTS provider_pacing (
+    provider TEXT PRIMARY KEY,
+    interval_seconds REAL NOT NULL,
+    next_slot_at REAL NOT NULL
+) STRICT;
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     counter INTEGER PRIMARY KEY,
     log_id TEXT NOT NULL,
@@ -242,6 +247,29 @@ class SQLiteStore:
 
     def close(self) -> None:
         self._conn.close()
+
+    def pace(
+        self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
+    ) -> tuple[datetime, bool] | None:
+        with self._tx() as conn:
+            if interval is not None:
+                conn.execute(
+                    "INSERT INTO provider_pacing (provider, interval_seconds, next_slot_at) VALUES (?,?,?)"
+                    " ON CONFLICT (provider) DO UPDATE SET interval_seconds = excluded.interval_seconds",
+                    (provider, interval.total_seconds(), _epoch(now)),
+                )
+            row = conn.execute(
+                "SELECT interval_seconds, next_slot_at FROM provider_pacing WHERE provider = ?", (provider,)
+            ).fetchone()
+            if row is None:
+                return None
+            slot = max(_epoch(now), float(row[1]))
+            if slot - _epoch(now) > horizon.total_seconds():
+                return datetime.fromtimestamp(slot, tz=UTC), False
+            conn.execute(
+                "UPDATE provider_pacing SET next_slot_at = ? WHERE provider = ?", (slot + float(row[0]), provider)
+            )
+            return datetime.fromtimestamp(slot, tz=UTC), True
 
     def next_due(self) -> datetime | None:
         row = self._conn.execute("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'").fetchone()

@@ -90,3 +90,10 @@ CREATE TABLE audit_checkpoints (
 -- Checkpoint counters come from a sequence so that writers on different logs never queue on one lock.
 -- A rolled-back transaction leaves a gap; the verifier only needs counters to grow, not to be dense.
 CREATE SEQUENCE audit_checkpoint_counter AS bigint OWNED BY audit_checkpoints.counter;
+
+-- Fleet-wide pacing per provider: the next free request slot, shared by every worker.
+CREATE TABLE provider_pacing (
+    provider text COLLATE "C" PRIMARY KEY,
+    interval_seconds double precision NOT NULL,
+    next_slot_at timestamptz NOT NULL
+);

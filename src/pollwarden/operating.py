@@ -1,0 +1,130 @@
+"""What an operator does to a home, shared by the CLI and the console.
+
+Open the home's store, read an operation's stored contract, apply a person's decision, verify the audit
+log. Each problem a person can act on is a `HomeError` (or the `DecisionError` of `apply_decision`) whose
+message is shown as it is: the CLI prints it and exits 2, the console shows it as a flash message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .audit import AuditError, Checkpoint, VerifyReport, load_or_create_keys, load_public_key, verify
+from .audit.export import read_checkpoint_file
+from .core.contract import Contract, ContractError, parse_contract
+from .core.record import OperationRecord
+from .decisions import Outcome, apply_decision
+from .home import database_path, trusted_checkpoint_path
+from .http import CredentialError, StatusClient, resolve_secret
+from .store.base import StoreError
+from .store.sqlite import SQLiteStore
+from .watch import utcnow
+
+
+class HomeError(Exception):
+    """A problem with the home, its store or an operation's contract, in words a person can act on."""
+
+
+def open_store(home: Path, *, keys: str = "write") -> SQLiteStore:
+    """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
+    try:
+        audit_keys = None
+        if keys != "none":
+            home.mkdir(parents=True, exist_ok=True)
+            audit_keys = load_or_create_keys(home, create=keys == "write")
+        return SQLiteStore(database_path(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home))
+    except (StoreError, AuditError, OSError) as exc:
+        raise HomeError(str(exc)) from None
+
+
+def contract_of(store: SQLiteStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+    """The contract stored with an operation (not today's file) and its record."""
+    stored = store.get(operation_id)
+    if stored is None:
+        raise HomeError(f"no operation {operation_id!r} in {store.path}; `pollwarden status` lists them")
+    try:
+        return parse_contract(stored.contract_text, source=f"the contract stored with {operation_id}"), stored.record
+    except ContractError as exc:
+        raise HomeError(str(exc)) from None
+
+
+def status_client(contract: Contract) -> StatusClient:
+    try:
+        return StatusClient(contract, resolve_secret(contract), clock=utcnow)
+    except CredentialError as exc:
+        raise HomeError(str(exc)) from None
+
+
+def decide(
+    store: SQLiteStore,
+    decision_id: str,
+    *,
+    option: int | None,
+    refuse: bool,
+    by: str,
+    note: str | None,
+    now: datetime | None = None,
+) -> Outcome:
+    """Apply one option of a decision request (or refuse it) through `apply_decision`, the only way.
+
+    Raises HomeError (no such decision, unreadable contract, missing credential) or DecisionError.
+    """
+    stored = store.get_decision(decision_id)
+    if stored is None:
+        raise HomeError(f"no decision {decision_id!r}; `pollwarden decisions` lists the open ones")
+    contract, _ = contract_of(store, stored.request.operation_id)
+    needs_client = contract.cancel is not None or contract.submit is not None
+    client = status_client(contract) if needs_client and not refuse else None
+    try:
+        return apply_decision(
+            store,
+            contract,
+            decision_id,
+            option=option,
+            refuse=refuse,
+            by=by,
+            note=note,
+            now=now or utcnow(),
+            client=client,
+        )
+    finally:
+        if client is not None:
+            client.close()
+
+
+def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | None, str | None]:
+    """The checkpoint kept outside the database, if there is one: it turns a rollback into a finding."""
+    if path is None or not path.exists():
+        return None, None
+    try:
+        return read_checkpoint_file(path), str(path)
+    except AuditError as exc:
+        raise HomeError(f"checkpoint kept elsewhere is unreadable: {exc}") from None
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    report: VerifyReport
+    source: str
+    trusted: str | None
+    """The checkpoint file the log was checked against (None: rollback could not be checked)."""
+
+
+def verify_home(home: Path, checkpoint: Path | None = None) -> AuditCheck:
+    """Verify the home's log; needs no decryption key (the chain is over ciphertext, checkpoints are signed)."""
+    db = database_path(home)
+    if not db.exists():
+        raise HomeError(f"no audit log in {home} (no {db.name}); pass --home or --file EXPORT")
+    try:
+        home_key = load_public_key(home)
+    except AuditError as exc:
+        raise HomeError(str(exc)) from None
+    store = open_store(home, keys="none")
+    try:
+        trusted, trusted_name = trusted_checkpoint(checkpoint or trusted_checkpoint_path(home))
+        report = verify(store.audit_records(), store.audit_checkpoints(), home_key, trusted_checkpoint=trusted)
+    finally:
+        store.close()
+    return AuditCheck(report, str(db), trusted_name)

@@ -1,0 +1,185 @@
+"""The console in a real browser (Playwright driving Debian's Chromium), end to end with real processes.
+
+Budget exhausted -> decision listed -> extended by the console's button -> `watch` resumes and succeeds ->
+the story shows it -> `audit verify` passes. Skips, saying exactly what is missing, only when the browser
+or the Playwright package cannot be had; `.ci/run` installs Chromium so that CI runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli, write_contract
+
+from .conftest import TOKEN
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+"""Rewritten only when POLLWARDEN_UPDATE_SCREENSHOT=1, so a test run leaves the work tree clean."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="the Python package 'playwright' is not installed (it is in the dev extra: pip install -e '.[dev]')",
+    )
+    if not CHROMIUM.exists():
+        pytest.skip(f"Debian's Chromium is not installed: {CHROMIUM} is missing (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        launched: Browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1180, "height": 600}, java_script_enabled=False)
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+class ConsoleProcess:
+    """`pollwarden console` as a person starts it, with its token taken from the environment."""
+
+    def __init__(self, home: Path) -> None:
+        env = {**os.environ, "POLLWARDEN_HOME": str(home), "CONSOLE_TOKEN": TOKEN}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pollwarden", "console", "--port", "0", "--token-env", "CONSOLE_TOKEN"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        found = re.match(r"pollwarden console on (http://[^/]+)/ ", line)
+        if found is None:
+            self.proc.kill()
+            raise AssertionError(f"the console did not start: {line!r} {self.proc.communicate()[1]}")
+        self.url = found.group(1)
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return self.proc.returncode, err
+
+
+def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeeds(
+    page: Page, sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    sim.add_job("exp_71c", [Step(body={"state": "running"})])
+    contract = write_contract(
+        tmp_path / "contract.toml",
+        sim.url,
+        base_delay="50ms",
+        max_delay="100ms",
+        extra='[escalation]\nconsole_url = "https://provider.example/jobs/{job_id}"\n',
+    )
+    stopped = run_cli(
+        "watch", "--contract", str(contract), "--job", "exp_71c", "--operation", "report-export-01",
+        "--max-requests", "2", home=home,
+    )  # fmt: skip
+    assert stopped.code == 4, stopped.stderr
+    assert "request_budget_exhausted" in stopped.stdout
+
+    console = ConsoleProcess(home)
+    try:
+        page.goto(console.url + "/decisions")
+        assert page.url == console.url + "/login"
+        page.fill("input[name=token]", "not the token")
+        page.click("button[type=submit]")
+        assert "That token is not this console's" in page.inner_text("main")
+        page.fill("input[name=token]", TOKEN)
+        page.click("button[type=submit]")
+        assert page.url == console.url + "/"
+        table = page.inner_text("table")
+        assert "report-export-01" in table and "stopped" in table and "request_budget_exhausted" in table
+
+        page.click("text=Decisions (1 open)")
+        card = page.locator("section.decision")
+        assert card.count() == 1
+        context = card.locator("ul.r31").inner_text()
+        for line in (
+            "Operation: report-export-01",
+            "Provider job: exp_71c",
+            "Last state: running",
+            "Status requests: 2 of 2",
+            "Stopped because: request_budget_exhausted",
+        ):
+            assert line in context
+        inspect = card.get_by_role("link", name="[2] inspect provider console")
+        assert inspect.get_attribute("href") == "https://provider.example/jobs/exp_71c"
+        assert inspect.get_attribute("target") == "_blank" and "noopener" in (inspect.get_attribute("rel") or "")
+        card.locator("input[name=by]").fill("alice")
+        card.locator("input[name=note]").fill("the export is large today")
+        if os.environ.get("POLLWARDEN_UPDATE_SCREENSHOT") == "1":
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+        shot = page.screenshot(full_page=True)
+        assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
+
+        card.get_by_role("button", name=re.compile(r"^\[1\] extend by ")).click()
+        assert page.url == console.url + "/decisions"
+        flash = page.inner_text(".flash.ok")
+        assert flash.startswith("extended operation report-export-01: deadline")
+        assert "No open decisions" in page.inner_text("main")
+        assert "alice" in page.inner_text("table")
+
+        sim.add_job(
+            "exp_71c", [Step(body={"state": "succeeded", "result_url": "https://files.example/exports/exp_71c.csv"})]
+        )
+        resumed = run_cli("watch", "--contract", str(contract), "--operation", "report-export-01", home=home)
+        assert resumed.code == 0, resumed.stdout + resumed.stderr
+        assert "succeeded" in resumed.stdout
+
+        page.goto(console.url + "/operations/report-export-01")
+        assert page.inner_text("h1 .badge") == "succeeded"
+        story = page.inner_text("ol.story")
+        assert "alice chose [1] extend by" in story and "(the export is large today)" in story
+        assert "extended: deadline" in story and "from manual extension" in story
+        assert "result validated, succeeded" in story
+
+        page.click("text=Audit")
+        assert page.inner_text("p.verdict") == "intact"
+        assert TOKEN not in page.content()
+    finally:
+        code, err = console.stop()
+    assert code == 0, err
+    assert TOKEN not in err
+
+    verified = run_cli("audit", "verify", home=home)
+    assert verified.code == 0, verified.stdout + verified.stderr
+    assert "intact" in verified.stdout
