@@ -19,28 +19,28 @@ from typing import Any, NoReturn, TextIO
 
 from . import __version__
 from .actions import ActionError, ActionRefused, cancel, fetch_result, submit
+from .agent_cli import add_agent_commands
 from .audit import (
     AuditError,
     Checkpoint,
     VerifyReport,
-    load_or_create_keys,
-    load_public_key,
-    read_checkpoint_file,
     read_export,
     verify,
     write_checkpoint_file,
     write_export,
 )
-from .core.contract import Contract, ContractError, load_contract, parse_contract
+from .console import ConsoleServer, is_loopback, serve_until_signalled
+from .core.contract import Contract, ContractError, load_contract
 from .core.decide import Decision
 from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration, parse_rfc3339
 from .core.escalation import DecisionError, DecisionRequest, OptionKind
 from .core.reasons import Phase
 from .core.record import OPERATION_ID, OperationRecord, new_record
-from .decisions import apply_decision
-from .home import database_path, resolve_home, trusted_checkpoint_path
+from .fleet_cli import FleetUsageError, add_fleet_commands
+from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .notify import deliver
+from .operating import HomeError, contract_of, decide, open_store, status_client, trusted_checkpoint, verify_home
 from .simulator import SCENARIOS, Simulator, Step, serve
 from .store.base import OperationExists, Stored, StoreError
 from .store.sqlite import SQLiteStore, process_owner
@@ -87,14 +87,9 @@ def _positive(text: str) -> int:
 
 def _open_store(home_arg: str | None, *, keys: str = "write") -> SQLiteStore:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
-    home = resolve_home(home_arg)
     try:
-        audit_keys = None
-        if keys != "none":
-            home.mkdir(parents=True, exist_ok=True)
-            audit_keys = load_or_create_keys(home, create=keys == "write")
-        return SQLiteStore(database_path(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home))
-    except (StoreError, AuditError, OSError) as exc:
+        return open_store(resolve_home(home_arg), keys=keys)
+    except HomeError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -441,12 +436,10 @@ def _print_report(report: VerifyReport, *, as_json: bool, source: str, trusted: 
 
 
 def _trusted(path: Path | None) -> tuple[Checkpoint | None, str | None]:
-    if path is None or not path.exists():
-        return None, None
     try:
-        return read_checkpoint_file(path), str(path)
-    except AuditError as exc:
-        raise UsageError(f"checkpoint kept elsewhere is unreadable: {exc}") from None
+        return trusted_checkpoint(path)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
@@ -463,21 +456,11 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
         report = verify(records, checkpoints, public_key, trusted_checkpoint=trusted)
         return _print_report(report, as_json=args.json, source=str(path), trusted=trusted_name)
-    home = resolve_home(args.home)
-    db = database_path(home)
-    if not db.exists():
-        raise UsageError(f"no audit log in {home} (no {db.name}); pass --home or --file EXPORT")
     try:
-        home_key = load_public_key(home)
-    except AuditError as exc:
+        check = verify_home(resolve_home(args.home), explicit)
+    except HomeError as exc:
         raise UsageError(str(exc)) from None
-    store = _open_store(args.home, keys="none")
-    try:
-        trusted, trusted_name = _trusted(explicit or trusted_checkpoint_path(home))
-        report = verify(store.audit_records(), store.audit_checkpoints(), home_key, trusted_checkpoint=trusted)
-    finally:
-        store.close()
-    return _print_report(report, as_json=args.json, source=str(db), trusted=trusted_name)
+    return _print_report(check.report, as_json=args.json, source=check.source, trusted=check.trusted)
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
@@ -598,19 +581,16 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 def _contract_of(store: SQLiteStore, operation_id: str) -> tuple[Contract, OperationRecord]:
-    stored = store.get(operation_id)
-    if stored is None:
-        raise UsageError(f"no operation {operation_id!r} in {store.path}; `pollwarden status` lists them")
     try:
-        return parse_contract(stored.contract_text, source=f"the contract stored with {operation_id}"), stored.record
-    except ContractError as exc:
+        return contract_of(store, operation_id)
+    except HomeError as exc:
         raise UsageError(str(exc)) from None
 
 
 def _client(contract: Contract) -> StatusClient:
     try:
-        return StatusClient(contract, resolve_secret(contract), clock=utcnow)
-    except CredentialError as exc:
+        return status_client(contract)
+    except HomeError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -642,29 +622,9 @@ def cmd_decide(args: argparse.Namespace) -> int:
         raise UsageError("--by must name the person deciding")
     store = _open_store(args.home, keys="write")
     try:
-        stored = store.get_decision(args.decision)
-        if stored is None:
-            raise UsageError(f"no decision {args.decision!r}; `pollwarden decisions` lists the open ones")
-        contract, _ = _contract_of(store, stored.request.operation_id)
-        needs_client = contract.cancel is not None or contract.submit is not None
-        client = _client(contract) if needs_client and not args.refuse else None
-        try:
-            outcome = apply_decision(
-                store,
-                contract,
-                args.decision,
-                option=args.option,
-                refuse=args.refuse,
-                by=args.by,
-                note=args.note,
-                now=utcnow(),
-                client=client,
-            )
-        except DecisionError as exc:
-            raise UsageError(str(exc)) from None
-        finally:
-            if client is not None:
-                client.close()
+        outcome = decide(store, args.decision, option=args.option, refuse=args.refuse, by=args.by, note=args.note)
+    except (HomeError, DecisionError) as exc:
+        raise UsageError(str(exc)) from None
     finally:
         store.close()
     if args.json:
@@ -771,6 +731,47 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         store.close()
     print("cancel sent" if result["ok"] else f"cancel failed: {result}")
     return EXIT_OK if result["ok"] else EXIT_ESCALATED
+
+
+# -- console --------------------------------------------------------------------------------------
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """The operator console on loopback: a token printed here (or taken from --token-env) opens it."""
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
+        if len(token) < 16:
+            raise UsageError(f"--token-env {args.token_env}: the token must be at least 16 characters")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be between 0 and 65535")
+    home = resolve_home(args.home)
+    _open_store(args.home, keys="none").close()  # a home that cannot be opened is reported here, not per page
+    server = ConsoleServer(home, host=args.host, port=args.port, token=token)
+    if not is_loopback(args.host):
+        print(
+            f"pollwarden: warning: binding to {args.host}, not loopback: anyone who can reach this port can try"
+            " the token, and the traffic is plain HTTP",
+            file=sys.stderr,
+        )
+
+    def ready() -> None:
+        print(f"pollwarden console on {server.url}/ for {home}")
+        if token is None:
+            print(f"log in: {server.login_url}")
+        else:
+            print(f"log in with the token in ${args.token_env}")
+        print("stop with Ctrl-C")
+        sys.stdout.flush()
+
+    try:
+        serve_until_signalled(server, ready)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    print("console stopped")
+    return EXIT_OK
 
 
 # -- simulate and demo --------------------------------------------------------------------------------
@@ -996,6 +997,16 @@ def build_parser() -> argparse.ArgumentParser:
     home(cn)
     cn.set_defaults(func=cmd_cancel)
 
+    add_fleet_commands(sub, home)
+    add_agent_commands(sub, home)
+
+    co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
+    co.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    co.add_argument("--port", type=int, default=8765)
+    co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
+    home(co)
+    co.set_defaults(func=cmd_console)
+
     d = sub.add_parser("demo", help="watch two jobs on a simulated provider and print their stories")
     home(d)
     d.set_defaults(func=cmd_demo)
@@ -1009,6 +1020,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except UsageError as exc:
+        print(f"pollwarden: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FleetUsageError as exc:
         print(f"pollwarden: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:

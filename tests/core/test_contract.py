@@ -250,3 +250,49 @@ def test_fingerprint_follows_meaning_not_schedule() -> None:
 
 def test_origin() -> None:
     assert parse_contract(EXAMPLE_CONTRACT).origin == "http://127.0.0.1:8080"
+
+
+# -- agent keys (issue 6): approval mode and what an agent may ask for ------------------------------------
+
+
+def test_agent_defaults_follow_the_contract_limits() -> None:
+    c = parse_contract(MINIMAL + '[limits]\ndeadline = "10m"\nmax_requests = 5\n')
+    assert c.approval == "none"
+    assert c.agent_max_deadline == timedelta(minutes=10)
+    assert c.agent_max_requests == 5
+    assert c.agent.approval_timeout == timedelta(minutes=2)
+
+
+def test_agent_table_and_approval_mode_load() -> None:
+    text = (
+        'approval = "per_call"\n'
+        + MINIMAL
+        + ('[agent]\nmax_deadline = "5m"\nmax_requests = 4\napproval_timeout = "1s"\n')
+    )
+    c = parse_contract(text)
+    assert c.approval == "per_call"
+    assert (c.agent_max_deadline, c.agent_max_requests) == (timedelta(minutes=5), 4)
+    assert c.agent.approval_timeout == timedelta(seconds=1)
+    assert parse_contract('approval = "session"\n' + MINIMAL).approval == "session"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "message"),
+    [
+        ('approval = "always"\n', "", "approval: must be 'none', 'session' or 'per_call'"),
+        ("approval = true\n", "", "approval: must be a string"),
+        ("", '[agent]\nmax_deadline = "2h"\n', "[agent].max_deadline: must not be longer than [limits].deadline"),
+        ("", "[agent]\nmax_requests = 13\n", "[agent].max_requests: must not exceed [limits].max_requests"),
+        ("", "[agent]\nmax_requests = 0\n", "[agent].max_requests: must be between 1"),
+        ("", '[agent]\napproval_timeout = "0s"\n', "[agent].approval_timeout: must be longer than zero"),
+        ("", '[agent]\napproval = "session"\n', "[agent].approval: unknown key"),
+        ("", 'agent = "x"\n', "agent: must be a table"),
+    ],
+)
+def test_agent_keys_are_strict(prefix: str, suffix: str, message: str) -> None:
+    text = prefix + MINIMAL + suffix
+    if suffix.startswith("agent ="):
+        text = prefix + suffix + MINIMAL
+    with pytest.raises(ContractError) as err:
+        parse_contract(text)
+    assert message in str(err.value)

@@ -101,6 +101,23 @@ class Escalation:
     useful_for: timedelta | None = None
 
 
+APPROVAL_MODES = ("none", "session", "per_call")
+"""How a person authorises an agent's provider calls (R42, R48): not at all beyond the contract's limits, once per
+agent session, or every single call."""
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """What an agent may ask for through the MCP server: less than these, never more (R40, R41).
+
+    None means "the contract's [limits] value"; `Contract.agent_max_deadline` and `agent_max_requests` resolve it.
+    """
+
+    max_deadline: timedelta | None = None
+    max_requests: int | None = None
+    approval_timeout: timedelta = timedelta(minutes=2)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A documented provider action (cancel): without one, the option is never offered."""
@@ -146,7 +163,17 @@ class Contract:
     escalation: Escalation = field(default_factory=Escalation)
     cancel: Endpoint | None = None
     submit: Submit | None = None
+    approval: str = "none"
+    agent: AgentLimits = field(default_factory=AgentLimits)
     source_text: str = field(default="", compare=False, repr=False)
+
+    @property
+    def agent_max_deadline(self) -> timedelta:
+        return self.agent.max_deadline if self.agent.max_deadline is not None else self.limits.deadline
+
+    @property
+    def agent_max_requests(self) -> int:
+        return self.agent.max_requests if self.agent.max_requests is not None else self.limits.max_requests
 
     def status_url_for(self, job_id: str) -> str:
         """The job id is quoted completely, so it can never add a path segment, query or host."""
@@ -220,6 +247,8 @@ _TOP_KEYS = {
     "escalation",
     "cancel",
     "submit",
+    "approval",
+    "agent",
 }
 
 
@@ -351,6 +380,28 @@ def _build(r: _Reader) -> Contract:
             job_id=sb.path("job_id") or "job_id",
             status_location=location,
         )
+    approval = r.text("approval") or "none"
+    if approval not in APPROVAL_MODES:
+        raise r.fail("approval", f"must be 'none', 'session' or 'per_call', got {approval!r}")
+    agent = AgentLimits()
+    if "agent" in r.data:
+        ag = r.table("agent")
+        ag.only({"max_deadline", "max_requests", "approval_timeout"})
+        max_deadline = ag.duration("max_deadline", limits.deadline, positive=True)
+        if max_deadline > limits.deadline:
+            raise ag.fail(
+                "max_deadline", "must not be longer than [limits].deadline: an agent may be given less, never more"
+            )
+        max_requests = ag.integer("max_requests", limits.max_requests, minimum=1)
+        if max_requests > limits.max_requests:
+            raise ag.fail(
+                "max_requests", "must not exceed [limits].max_requests: an agent may be given less, never more"
+            )
+        agent = AgentLimits(
+            max_deadline=max_deadline,
+            max_requests=max_requests,
+            approval_timeout=ag.duration("approval_timeout", agent.approval_timeout, positive=True),
+        )
     return Contract(
         name=name,
         status_url=status_url,
@@ -367,6 +418,8 @@ def _build(r: _Reader) -> Contract:
         escalation=escalation,
         cancel=cancel,
         submit=submit,
+        approval=approval,
+        agent=agent,
     )
 
 

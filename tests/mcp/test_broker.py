@@ -1,0 +1,85 @@
+"""The broker behind the MCP tools, in process: the decision order's audit step and the scrubber."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import sys
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from pollwarden.mcp_server import Broker, CallContext, Scrubber, ScrubLogs, load_contracts
+from pollwarden.simulator import Simulator
+from pollwarden.store.base import StoreError
+from pollwarden.store.sqlite import SQLiteStore
+
+from .support import agent_contract
+
+
+def _call() -> CallContext:
+    return CallContext(cancelled=threading.Event())
+
+
+def test_no_intent_record_means_no_provider_call(
+    sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent_contract(tmp_path / "contracts", sim.url)
+    contracts, problems = load_contracts(tmp_path / "contracts")
+    assert problems == []
+    broker = Broker(contracts, tmp_path / "home", environ={})
+    ok, started = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="happy-1")
+    assert ok, started
+    real_append = SQLiteStore.append
+
+    def failing(self: SQLiteStore, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        if kind == "call_intent":
+            raise StoreError("disk full")
+        real_append(self, log_id, kind, data, at)
+
+    monkeypatch.setattr(SQLiteStore, "append", failing)
+    ok, reply = broker.dispatch("check_operation", _call(), None, operation_id=started["operation_id"])
+    assert not ok and reply["error"] == "audit_unavailable", reply
+    assert sim.request_count("happy-1") == 0  # the intent could not be recorded, so nothing was sent
+
+    monkeypatch.setattr(SQLiteStore, "append", real_append)
+    ok, reply = broker.dispatch("check_operation", _call(), None, operation_id=started["operation_id"])
+    assert ok and reply["status"] == "polled" and sim.request_count("happy-1") == 1
+
+
+def test_unknown_tools_and_crashes_come_back_as_scrubbed_errors(sim: Simulator, tmp_path: Path) -> None:
+    agent_contract(tmp_path / "contracts", sim.url, secret_env="PW_BROKER_SECRET")
+    contracts, _ = load_contracts(tmp_path / "contracts")
+    broker = Broker(contracts, tmp_path / "home", environ={"PW_BROKER_SECRET": "hunter2-very-secret"})
+
+    def boom(call: CallContext) -> dict[str, Any]:
+        raise RuntimeError("token hunter2-very-secret rejected")
+
+    broker.tool_list_operations = boom  # type: ignore[method-assign]
+    ok, reply = broker.dispatch("list_operations", _call(), None)
+    assert not ok and reply["error"] == "internal_error"
+    assert "hunter2-very-secret" not in str(reply) and "[secret]" in reply["message"]
+
+
+def test_scrubber_removes_secrets_and_their_encodings() -> None:
+    secret = "s3cr3t/with+chars"
+    scrub = Scrubber([secret, ""])
+    text = f"a {secret} b {quote(secret, safe='')} c {base64.b64encode(secret.encode()).decode()}"
+    cleaned = scrub.text(text)
+    assert secret not in cleaned and quote(secret, safe="") not in cleaned
+    assert base64.b64encode(secret.encode()).decode().rstrip("=") not in cleaned
+    assert scrub.value({"k": [secret, 1, {secret: None}]}) == {"k": ["[secret]", 1, {"[secret]": None}]}
+    assert not Scrubber([]) and Scrubber([]).text("unchanged") == "unchanged"
+
+    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "sent %s", (secret,), None)
+    try:
+        raise ValueError(secret)
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    assert ScrubLogs(scrub).filter(record)
+    assert record.getMessage() == "sent [secret]" and record.exc_text and secret not in record.exc_text

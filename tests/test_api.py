@@ -1,0 +1,93 @@
+"""The Python API: a typed outcome from the same core, store and audit as `pollwarden watch`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+import pollwarden
+from pollwarden import Stopped, Succeeded, Watch, WatchError, watch, watch_sync
+from pollwarden.core.reasons import StopReason
+from pollwarden.operating import open_store
+from pollwarden.simulator import Simulator
+from tests.conftest import run_cli, write_contract
+
+
+def test_sync_watch_succeeds_with_the_validated_result(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    outcome = Watch(contract, "happy-1", home=home, operation_id="api-happy").run()
+    assert isinstance(outcome, Succeeded)
+    assert (outcome.operation_id, outcome.result) == ("api-happy", "/results/happy-1")
+    assert outcome.record.status_requests_used == sim.request_count("happy-1") == 4
+    # The same store and audit as the CLI: `status` and `story` read what the API left.
+    status = run_cli("status", "api-happy", "--json", home=home)
+    assert json.loads(status.stdout)["phase"] == "succeeded"
+    story = run_cli("story", "api-happy", home=home)
+    assert story.code == 0 and "succeeded" in story.stdout
+    again = Watch(contract, home=home, operation_id="api-happy").run()  # resumed: nothing more is sent
+    assert isinstance(again, Succeeded) and sim.request_count("happy-1") == 4
+
+
+def test_watch_sync_stops_with_the_open_decision(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    outcome = watch_sync(contract, "unknown_state-1", home=home, max_requests=5)
+    assert isinstance(outcome, Stopped)
+    assert outcome.reason is StopReason.UNKNOWN_STATE and not outcome.job_ended
+    assert outcome.decision is not None and outcome.decision.operation_id == outcome.operation_id
+    listed = json.loads(run_cli("decisions", "--json", home=home).stdout)
+    assert [d["decision_id"] for d in listed] == [outcome.decision.decision_id]
+
+
+def test_async_watch_does_not_block_the_event_loop(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="200ms", max_delay="400ms")
+    ticks = 0
+
+    async def ticker(stop: asyncio.Event) -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.02)
+
+    async def main() -> tuple[pollwarden.Outcome, pollwarden.Outcome]:
+        stop = asyncio.Event()
+        tick_task = asyncio.create_task(ticker(stop))
+        outcomes = await asyncio.gather(
+            watch(contract, "happy-2", home=home), watch(contract, "failed-2", home=home, deadline="30s")
+        )
+        stop.set()
+        await tick_task
+        return outcomes[0], outcomes[1]
+
+    succeeded, stopped = asyncio.run(main())
+    assert isinstance(succeeded, Succeeded) and succeeded.result == "/results/happy-2"
+    assert isinstance(stopped, Stopped) and stopped.reason is StopReason.JOB_FAILED and stopped.job_ended
+    assert ticks > 10  # the loop kept running while both watches slept between polls
+
+
+def test_an_existing_store_is_shared_and_limits_are_never_widened(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    store = open_store(home)
+    try:
+        first = Watch(contract, "never-3", store=store, max_requests=2, operation_id="api-never").run()
+        assert isinstance(first, Stopped) and first.reason is StopReason.REQUEST_BUDGET_EXHAUSTED
+        with pytest.raises(WatchError, match="exceeds the approved 2"):
+            Watch(contract, store=store, max_requests=10, operation_id="api-never").run()
+        with pytest.raises(WatchError, match="watches job never-3"):
+            Watch(contract, "other", store=store, operation_id="api-never").run()
+        assert [e.kind for e in store.events("api-never")][-1] == "resume_refused"
+    finally:
+        store.close()
+    assert sim.request_count("never-3") == 2
+
+
+def test_contracts_that_need_agent_approval_are_refused_in_process(sim: Simulator, tmp_path: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    contract.write_text('approval = "per_call"\n' + contract.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(WatchError, match="pollwarden mcp"):
+        Watch(contract, "happy-1", home=tmp_path / "home")
+    with pytest.raises(WatchError, match="job_id"):
+        Watch(write_contract(tmp_path / "d.toml", sim.url), "", home=tmp_path / "home")
+    assert sim.request_count("happy-1") == 0
