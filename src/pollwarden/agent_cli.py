@@ -17,7 +17,7 @@ from typing import Any
 from .home import resolve_home
 from .operating import HomeError, open_store
 from .store.base import Grant, agent_log_id
-from .store.sqlite import SQLiteStore
+from .store.open import AnyStore
 from .watch import utcnow
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -29,7 +29,7 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def _store(home: str | None, keys: str = "write") -> SQLiteStore:
+def _store(home: str | None, keys: str = "write") -> AnyStore:
     try:
         return open_store(resolve_home(home), keys=keys)
     except HomeError as exc:

@@ -43,7 +43,8 @@ from .notify import deliver
 from .operating import HomeError, contract_of, decide, open_store, status_client, trusted_checkpoint, verify_home
 from .simulator import SCENARIOS, Simulator, Step, serve
 from .store.base import OperationExists, Stored, StoreError
-from .store.sqlite import SQLiteStore, process_owner
+from .store.open import AnyStore
+from .store.sqlite import process_owner
 from .story import story_json, story_lines
 from .watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
 from .why import WhyError, explain, pick
@@ -85,7 +86,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open_store(home_arg: str | None, *, keys: str = "write") -> SQLiteStore:
+def _open_store(home_arg: str | None, *, keys: str = "write") -> AnyStore:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
     try:
         return open_store(resolve_home(home_arg), keys=keys)
@@ -152,7 +153,7 @@ def _narrowed(args: argparse.Namespace, record: OperationRecord) -> OperationRec
     return record if new_plan == plan else record.evolve(plan=new_plan)
 
 
-def _prepare(args: argparse.Namespace, store: SQLiteStore, contract: Contract, now: datetime) -> OperationRecord:
+def _prepare(args: argparse.Namespace, store: AnyStore, contract: Contract, now: datetime) -> OperationRecord:
     operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     if not OPERATION_ID.match(operation_id):
         raise UsageError(
@@ -333,7 +334,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _notifier(store: SQLiteStore, contract: Contract) -> Callable[[DecisionRequest], None]:
+def _notifier(store: AnyStore, contract: Contract) -> Callable[[DecisionRequest], None]:
     """After an escalation is committed, tell someone; the outcome of telling is audited too."""
 
     def notify(request: DecisionRequest) -> None:
@@ -580,7 +581,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 # -- decisions and actions ----------------------------------------------------------------------------
 
 
-def _contract_of(store: SQLiteStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def _contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
     try:
         return contract_of(store, operation_id)
     except HomeError as exc:
@@ -896,6 +897,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def home(p: argparse.ArgumentParser) -> None:
         p.add_argument("--home", help="state directory (default $POLLWARDEN_HOME or ~/.local/state/pollwarden)")
+        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
 
     w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
     w.add_argument("--contract", required=True, help="provider contract (TOML)")
@@ -1017,6 +1019,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    if getattr(args, "db", None):
+        os.environ["POLLWARDEN_DB"] = args.db  # one rule for every store this process opens (operating.py)
     try:
         return func(args)
     except UsageError as exc:

@@ -152,8 +152,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
     def db(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB or the home's file)")
-        home(p)
+        home(p)  # which also adds --db
 
     w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
     w.add_argument("--concurrency", type=int, default=8)

@@ -7,6 +7,7 @@ message is shown as it is: the CLI prints it and exits 2, the console shows it a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +20,8 @@ from .decisions import Outcome, apply_decision
 from .home import database_path, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import StoreError
-from .store.sqlite import SQLiteStore
+from .store.open import AnyStore
+from .store.open import open_store as open_target
 from .watch import utcnow
 
 
@@ -27,19 +29,28 @@ class HomeError(Exception):
     """A problem with the home, its store or an operation's contract, in words a person can act on."""
 
 
-def open_store(home: Path, *, keys: str = "write") -> SQLiteStore:
-    """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
+def database_target(home: Path) -> str | Path:
+    """$POLLWARDEN_DB (set by --db) when given, else the home's SQLite file: one rule for every command."""
+    return os.environ.get("POLLWARDEN_DB") or database_path(home)
+
+
+def open_store(home: Path, *, keys: str = "write") -> AnyStore:
+    """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither.
+
+    The keys stay in the home even when the records are in PostgreSQL: a fleet shares them by environment."""
     try:
         audit_keys = None
         if keys != "none":
             home.mkdir(parents=True, exist_ok=True)
             audit_keys = load_or_create_keys(home, create=keys == "write")
-        return SQLiteStore(database_path(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home))
+        return open_target(
+            database_target(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home)
+        )
     except (StoreError, AuditError, OSError) as exc:
         raise HomeError(str(exc)) from None
 
 
-def contract_of(store: SQLiteStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
     """The contract stored with an operation (not today's file) and its record."""
     stored = store.get(operation_id)
     if stored is None:
@@ -58,7 +69,7 @@ def status_client(contract: Contract) -> StatusClient:
 
 
 def decide(
-    store: SQLiteStore,
+    store: AnyStore,
     decision_id: str,
     *,
     option: int | None,
@@ -114,9 +125,9 @@ class AuditCheck:
 
 def verify_home(home: Path, checkpoint: Path | None = None) -> AuditCheck:
     """Verify the home's log; needs no decryption key (the chain is over ciphertext, checkpoints are signed)."""
-    db = database_path(home)
-    if not db.exists():
-        raise HomeError(f"no audit log in {home} (no {db.name}); pass --home or --file EXPORT")
+    target = database_target(home)
+    if isinstance(target, Path) and not target.exists():
+        raise HomeError(f"no audit log in {home} (no {target.name}); pass --home, --db or --file EXPORT")
     try:
         home_key = load_public_key(home)
     except AuditError as exc:
@@ -127,4 +138,4 @@ def verify_home(home: Path, checkpoint: Path | None = None) -> AuditCheck:
         report = verify(store.audit_records(), store.audit_checkpoints(), home_key, trusted_checkpoint=trusted)
     finally:
         store.close()
-    return AuditCheck(report, str(db), trusted_name)
+    return AuditCheck(report, str(store.path), trusted_name)  # a URL's password is already left out

@@ -40,7 +40,7 @@ from ..audit import AuditError
 from ..core.escalation import DecisionError
 from ..operating import HomeError, decide, open_store, verify_home
 from ..store.base import StoreError
-from ..store.sqlite import SQLiteStore
+from ..store.open import AnyStore
 from ..story import story_lines
 from ..watch import utcnow
 from . import pages
@@ -227,7 +227,7 @@ class ConsoleServer:
         return {_netloc(name, self.port).lower() for name in names}
 
     @contextmanager
-    def store(self, keys: str) -> Iterator[SQLiteStore]:
+    def store(self, keys: str) -> Iterator[AnyStore]:
         store = open_store(self.home, keys=keys)
         try:
             yield store

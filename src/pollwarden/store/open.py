@@ -9,7 +9,10 @@ from .base import StoreError
 from .postgres import PostgresStore, is_postgres_url
 from .sqlite import SQLiteStore
 
-__all__ = ["is_postgres_url", "open_store"]
+__all__ = ["AnyStore", "is_postgres_url", "open_store"]
+
+AnyStore = SQLiteStore | PostgresStore
+"""What `open_store` returns: either backend, with the same methods."""
 
 
 def open_store(
