@@ -60,9 +60,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     factory = store_factory(args, pool_size=args.concurrency + 2)
     owner = process_owner()
     metrics = Metrics()
+    log = JsonLog(worker=owner)
     if args.metrics_port is not None:
         try:
-            metrics.serve(args.metrics_port, args.metrics_host)
+            port = metrics.serve(args.metrics_port, args.metrics_host)
+            log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")
         except OSError as exc:
             raise FleetUsageError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
@@ -84,7 +86,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         owner=owner,
         concurrency=args.concurrency,
         metrics=metrics,
-        log=JsonLog(worker=owner),
+        log=log,
         provider_rates=rates,
     )
 

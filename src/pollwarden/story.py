@@ -104,6 +104,27 @@ def render_event(event: Event, observed: Mapping[str, Any] | None) -> str | None
         )
     if event.kind.startswith("submission_"):
         return f"{at} submission {event.kind.removeprefix('submission_')}: {d}"
+    if event.kind == "session_started":
+        return f"{at} agent session {d.get('session')} started ({d.get('server')}), client {d.get('client')}"
+    if event.kind == "watch_started":
+        return f"{at} the agent started operation {d.get('operation')} on job {d.get('job')} ({d.get('contract')})"
+    if event.kind == "call_intent":
+        return (
+            f"{at} call {d.get('call')}: {d.get('purpose')} for {d.get('operation')} (approval {d.get('approval')},"
+            f" requests {d.get('status_requests_used')}/{d.get('max_status_requests')})"
+        )
+    if event.kind == "call_result":
+        return f"{at} call {d.get('call')}: {d.get('outcome', 'done')}"
+    if event.kind == "call_denied":
+        return f"{at} call for {d.get('operation')} denied: {d.get('why')}"
+    if event.kind.endswith("_approval_requested"):
+        return f"{at} {event.kind.split('_')[0]} approval {d.get('grant_id')} requested for {d.get('scope')}"
+    if event.kind.startswith("approval_"):
+        return f"{at} approval {d.get('grant_id')} {event.kind.removeprefix('approval_')} by {d.get('by')}"
+    if event.kind == "extension_requested":
+        return f"{at} the agent asked for more time for {d.get('operation')}: {d.get('reason', '')}".rstrip(": ")
+    if event.kind == "paced":
+        return f"{at} paced by the fleet's cap for {d['provider']}: next poll not before {_clock_text(d['until'])}"
     if event.kind == "limits_narrowed":
         return f"{at} limits narrowed: deadline {_clock_text(d['deadline_at'])}, budget {d['max_status_requests']}"
     return None

@@ -62,8 +62,10 @@ class Metrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve /metrics; returns the port (useful with port 0)."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)
 
 
 class JsonLog:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pollwarden.audit import load_or_create_keys
@@ -124,18 +125,27 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
     worker = _spawn_worker(db, home, "--metrics-port", "0")
     try:
         records = _wait_all_final(db, home, len(jobs), within=60)
+        metrics_url = next(
+            json.loads(line)["url"] for line in _log_of(worker).splitlines() if '"metrics_serving"' in line
+        )
+        metrics = httpx.get(metrics_url, timeout=5).text
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     stderr = _log_of(worker)
     assert worker.returncode == 0, stderr
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    assert lines[0]["event"] == "worker_started" and lines[-1]["event"] == "worker_stopped"
+    assert [line["event"] for line in lines[:2]] == ["metrics_serving", "worker_started"]
+    assert lines[-1]["event"] == "worker_stopped"
     assert any(line["event"] == "polled" and line["operation"] == "op-happy-0" for line in lines)
     phases = Counter((r.job_id.split("-")[0], r.phase) for r in records)  # type: ignore[attr-defined]
     assert phases[("happy", Phase.SUCCEEDED)] == 6 and phases[("flaky", Phase.SUCCEEDED)] == 6
     assert phases[("never", Phase.STOPPED)] == 6 and phases[("unknown_state", Phase.STOPPED)] == 6
     _check_invariants(sim, db, home)
+    assert 'pollwarden_escalations_total{reason="job_failed"} 6.0' in metrics
+    assert 'pollwarden_escalations_total{reason="unknown_state"} 6.0' in metrics
+    assert 'pollwarden_provider_requests_total{provider="exports"}' in metrics
+    assert "pollwarden_scheduling_lateness_seconds_bucket" in metrics
     open_decisions = json.loads(run_cli("decisions", "--json", "--db", db, home=home).stdout)
     assert len(open_decisions) == 18  # failed, unknown_state and never: six each, one decision per stop
 
@@ -196,3 +206,27 @@ def test_chaos_kill_9_workers_and_nothing_is_lost(db: str, sim: Simulator, home:
     finally:
         store.close()
     assert takeovers >= 1
+
+
+def test_provider_rate_caps_the_fleet(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    """Two workers, 40 operations due at once, a fleet-wide cap of 10 requests per second."""
+    db = str(home / "pollwarden.db")
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="100ms", max_delay="100ms", max_requests=3)
+    for n in range(40):
+        sim.add_job(f"p{n}", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
+    _enqueue(db, home, contract, [f"p{n}" for n in range(40)])
+    workers = [_spawn_worker(db, home, "--provider-rate", "exports=10") for _ in range(2)]
+    try:
+        _wait_all_final(db, home, 40, within=60, workers=workers)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=30)
+    times = sorted(r.at for r in sim.requests() if r.job_id and r.job_id.startswith("p"))
+    assert len(times) == 80
+    # Any one-second window holds at most 10 requests (plus one at its edge), where unpaced it would be ~40.
+    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    assert busiest <= 11, busiest
+    assert times[-1] - times[0] >= 7.0
+    _check_invariants(sim, db, home)
