@@ -21,8 +21,6 @@ the same method signatures and results (one store test suite runs against both).
 from __future__ import annotations
 
 import hashlib
-import json
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,43 +30,42 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ..audit import (
-    AUDIT_KEY_ENV,
-    GENESIS_HASH,
-    SIGNING_KEY_ENV,
-    AuditCipher,
-    AuditError,
-    AuditKeys,
-    AuditRecord,
-    Checkpoint,
-    open_record,
-    read_checkpoint_file,
-    seal_record,
-    sign_checkpoint,
-    write_checkpoint_file,
-)
-from ..core.codec import record_from_json, record_to_json
-from ..core.durations import format_rfc3339, parse_rfc3339
+from ..audit import AuditKeys, AuditRecord, Checkpoint, sign_checkpoint
+from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from . import migrations
-from .base import (
-    DecisionTaken,
-    Event,
-    Grant,
-    Lease,
-    NewEvent,
-    OperationExists,
-    Stored,
-    StoredDecision,
-    StoreError,
-    Submission,
+from .base import DecisionTaken, Grant, Lease, NewEvent, OperationExists, Stored, StoredDecision, StoreError, Submission
+from .common import (
+    AUDIT_RECORD_COLUMNS,
+    CHECKPOINT_COLUMNS,
+    DECISION_COLUMNS,
+    GRANT_COLUMNS,
+    STORED_COLUMNS,
+    SUBMISSION_COLUMNS,
+    AuditedStore,
+    audit_record_from_row,
+    audit_record_values,
+    checkpoint_from_row,
+    checkpoint_values,
+    decision_from_row,
+    decision_request_text,
+    grant_detail_text,
+    grant_from_row,
+    lease_held,
+    record_from_text,
+    record_values,
+    seal_next,
+    stored_from_row,
+    submission_from_row,
+    taken_over,
+    takeover_event,
 )
-from .sqlite import CHECKPOINT_EVERY, CHECKPOINT_KINDS, _holder_dead
 
 __all__ = ["PostgresStore", "is_postgres_url", "redact_url", "upgrade_database"]
 
@@ -133,8 +130,9 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
+def _timestamptz(value: datetime) -> datetime:
+    """A time as a timestamptz parameter: psycopg adapts an aware datetime as it is."""
+    return value
 
 
 def _log_lock_key(log_id: str) -> int:
@@ -156,10 +154,6 @@ class _Tx:
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
 
-_COLUMNS = "record, contract, lease_owner, lease_token, lease_expires_at"
-_DECISION_COLUMNS = "request, status, decided_by, decided_at, option, note"
-_GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, decided_by, decided_at"
-
 _CLAIM_DUE = """
 WITH due AS (
     SELECT operation_id, lease_owner AS previous_owner
@@ -178,15 +172,17 @@ RETURNING o.operation_id, o.record, o.lease_token, o.next_poll_at, due.previous_
 """
 
 
-class PostgresStore:
+class PostgresStore(AuditedStore):
     shared_across_threads = True
     """Its pool hands each thread its own connection, so one instance serves a whole worker process."""
     """Records and their audit trail in a shared PostgreSQL database; safe to share between threads.
 
-    `keys` and `trusted_checkpoint_path` mean what they mean for `SQLiteStore`: keys may lack the cipher or
-    the signing key (then only what needs them fails, saying which), and the trusted checkpoint file is kept
-    on this machine, outside the database, as evidence against a database restored from an older copy.
+    `keys` and `trusted_checkpoint_path` mean what they mean for `SQLiteStore` (see `AuditedStore`): the
+    trusted checkpoint file is kept on this machine, outside the database, as evidence against a database
+    restored from an older copy.
     """
+
+    path: str
 
     def __init__(
         self,
@@ -198,10 +194,7 @@ class PostgresStore:
         max_size: int = 4,
     ) -> None:
         self.path = redact_url(url)
-        self.keys = keys
-        self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
-        self.trusted_checkpoint_path = trusted_checkpoint_path
-        self._checkpoint_file_lock = threading.Lock()
+        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
         kwargs = _connect_kwargs(url)
         try:
             with psycopg.connect(url, **kwargs) as conn:
@@ -229,6 +222,15 @@ class PostgresStore:
         except psycopg.OperationalError as exc:
             # Includes the pool giving up: the server went away or every connection is busy.
             raise StoreError(f"the state database {self.path} is unavailable: {exc}") from None
+
+    def _fetchone(self, query: str, params: Params | None = None) -> TupleRow | None:
+        """One read outside any write transaction (autocommit: nothing stays open after it)."""
+        with self._connection() as conn:
+            return conn.execute(query, params).fetchone()
+
+    def _fetchall(self, query: str, params: Params | None = None) -> list[TupleRow]:
+        with self._connection() as conn:
+            return conn.execute(query, params).fetchall()
 
     @contextmanager
     def _tx(self) -> Iterator[_Tx]:
@@ -265,14 +267,12 @@ class PostgresStore:
 
     def next_due(self) -> datetime | None:
         """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
-        with self._connection() as conn:
-            row = conn.execute("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'").fetchone()
-        return None if row is None else _utc_or_none(row[0])
+        row = self._fetchone("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'")
+        return None if row is None or row[0] is None else _utc(row[0])
 
     def db_now(self) -> datetime:
         """The database clock: the one time every worker of a fleet agrees on, for leases and due times."""
-        with self._connection() as conn:
-            row = conn.execute("SELECT now()").fetchone()
+        row = self._fetchone("SELECT now()")
         assert row is not None
         return _utc(row[0])
 
@@ -293,12 +293,7 @@ class PostgresStore:
                 record.operation_id,
                 record.job_id,
                 record.contract_name,
-                record.phase.value,
-                record.next_poll_at,
-                record.deadline_at,
-                record.status_requests_used,
-                record.plan.max_status_requests,
-                json.dumps(record_to_json(record)),
+                *record_values(record, _timestamptz),
                 contract_text,
                 record.created_at,
                 record.created_at,
@@ -307,27 +302,14 @@ class PostgresStore:
         if cursor.rowcount != 1:
             raise OperationExists(f"operation {record.operation_id} already exists")
 
-    @staticmethod
-    def _stored(row: Sequence[Any]) -> Stored:
-        record_text, contract_text, owner, token, expires = row
-        return Stored(
-            record=record_from_json(json.loads(record_text)),
-            contract_text=contract_text,
-            lease_owner=owner,
-            lease_token=int(token),
-            lease_expires_at=_utc_or_none(expires),
-        )
-
     def get(self, operation_id: str) -> Stored | None:
-        with self._connection() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM operations WHERE operation_id = %s", (operation_id,)).fetchone()
-        return None if row is None else self._stored(row)
+        row = self._fetchone(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = %s", (operation_id,))
+        return None if row is None else stored_from_row(row, _utc)
 
     def all(self) -> list[Stored]:
         # operation_id breaks ties that SQLite leaves to its scan order; a listing should not shuffle.
-        with self._connection() as conn:
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM operations ORDER BY created_at, operation_id").fetchall()
-        return [self._stored(row) for row in rows]
+        rows = self._fetchall(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at, operation_id")
+        return [stored_from_row(row, _utc) for row in rows]
 
     # -- leases --------------------------------------------------------------------------------------
 
@@ -336,19 +318,12 @@ class PostgresStore:
     ) -> tuple[Lease, OperationRecord] | None:
         with self._tx() as tx:
             row = tx.conn.execute(
-                f"SELECT {_COLUMNS} FROM operations WHERE operation_id = %s FOR UPDATE", (operation_id,)
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = %s FOR UPDATE", (operation_id,)
             ).fetchone()
             if row is None:
                 raise StoreError(f"operation {operation_id} does not exist")
-            stored = self._stored(row)
-            held = (
-                stored.lease_owner is not None
-                and stored.lease_owner != owner
-                and stored.lease_expires_at is not None
-                and stored.lease_expires_at > now
-                and not _holder_dead(stored.lease_owner)
-            )
-            if held:
+            stored = stored_from_row(row, _utc)
+            if lease_held(stored, owner, now):
                 return None
             expires = now + ttl
             updated = tx.conn.execute(
@@ -358,13 +333,9 @@ class PostgresStore:
             ).fetchone()
             assert updated is not None  # the row is locked FOR UPDATE above
             token = int(updated[0])
-            if stored.lease_owner is not None and stored.lease_owner != owner:
+            if taken_over(stored.lease_owner, owner):
                 self._append(
-                    tx,
-                    operation_id,
-                    "lease_taken_over",
-                    {"previous_owner": stored.lease_owner, "owner": owner, "token": token},
-                    now,
+                    tx, operation_id, "lease_taken_over", takeover_event(stored.lease_owner, owner, token), now
                 )
             return Lease(operation_id, owner, token, expires), stored.record
 
@@ -381,19 +352,13 @@ class PostgresStore:
                 _CLAIM_DUE, {"now": now, "limit": limit, "owner": owner, "expires": expires}
             ).fetchall()
             rows.sort(key=lambda r: (r[3], r[0]))  # RETURNING has no order; give the due order back
-            taken_over = [row for row in rows if row[4] is not None and row[4] != owner]
-            self._lock_logs(tx, [row[0] for row in taken_over])
-            for operation_id, _, token, _, previous in taken_over:
-                self._append(
-                    tx,
-                    operation_id,
-                    "lease_taken_over",
-                    {"previous_owner": previous, "owner": owner, "token": int(token)},
-                    now,
-                )
+            takeovers = [row for row in rows if taken_over(row[4], owner)]
+            self._lock_logs(tx, [row[0] for row in takeovers])
+            for operation_id, _, token, _, previous in takeovers:
+                self._append(tx, operation_id, "lease_taken_over", takeover_event(previous, owner, int(token)), now)
             return [
-                (Lease(operation_id, owner, int(token), expires), record_from_json(json.loads(record_text)))
-                for operation_id, record_text, token, _, _ in rows
+                (Lease(operation_id, owner, int(token), expires), record_from_text(text))
+                for operation_id, text, token, _, _ in rows
             ]
 
     def write(
@@ -424,12 +389,7 @@ class PostgresStore:
             " lease_expires_at = CASE WHEN %s THEN NULL ELSE lease_expires_at END"
             " WHERE operation_id = %s AND lease_token = %s AND lease_owner = %s",
             (
-                record.phase.value,
-                record.next_poll_at,
-                record.deadline_at,
-                record.status_requests_used,
-                record.plan.max_status_requests,
-                json.dumps(record_to_json(record)),
+                *record_values(record, _timestamptz),
                 now,
                 release,
                 release,
@@ -453,40 +413,24 @@ class PostgresStore:
     def _insert_decision(self, tx: _Tx, request: DecisionRequest, now: datetime) -> None:
         tx.conn.execute(
             "INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES (%s,%s,%s,%s,%s)",
-            (request.decision_id, request.operation_id, "open", now, json.dumps(request.to_json())),
+            (request.decision_id, request.operation_id, "open", now, decision_request_text(request)),
         )
         self._append(tx, request.operation_id, "decision_requested", request.to_json(), now)
 
-    @staticmethod
-    def _decision(row: Sequence[Any]) -> StoredDecision:
-        request, status, by, at, option, note = row
-        return StoredDecision(
-            request=DecisionRequest.from_json(json.loads(request)),
-            status=status,
-            decided_by=by,
-            decided_at=_utc_or_none(at),
-            option=None if option is None else int(option),
-            note=note,
-        )
-
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
-        query = f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE true"
+        query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE true"
         params: list[Any] = []
         if operation_id is not None:
             query += " AND operation_id = %s"
             params.append(operation_id)
         if open_only:
             query += " AND status = 'open'"
-        with self._connection() as conn:
-            rows = conn.execute(query + " ORDER BY created_at, decision_id", params).fetchall()
-        return [self._decision(row) for row in rows]
+        rows = self._fetchall(query + " ORDER BY created_at, decision_id", params)
+        return [decision_from_row(row, _utc) for row in rows]
 
     def get_decision(self, decision_id: str) -> StoredDecision | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE decision_id = %s", (decision_id,)
-            ).fetchone()
-        return None if row is None else self._decision(row)
+        row = self._fetchone(f"SELECT {DECISION_COLUMNS} FROM decisions WHERE decision_id = %s", (decision_id,))
+        return None if row is None else decision_from_row(row, _utc)
 
     def resolve_decision(
         self,
@@ -503,9 +447,9 @@ class PostgresStore:
     ) -> bool:
         with self._tx() as tx:
             row = tx.conn.execute(
-                f"SELECT {_COLUMNS} FROM operations WHERE operation_id = %s FOR UPDATE", (lease.operation_id,)
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = %s FOR UPDATE", (lease.operation_id,)
             ).fetchone()
-            target = record if record is not None else (self._stored(row).record if row else None)
+            target = record if record is not None else (stored_from_row(row, _utc).record if row else None)
             if target is None or not self._update_fenced(tx, lease, target, now, release=True):
                 return False
             cursor = tx.conn.execute(
@@ -556,15 +500,8 @@ class PostgresStore:
             self._append(tx, submission.operation_id, "submission_intent", event, submission.created_at)
 
     def get_submission(self, operation_id: str) -> Submission | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT operation_id, fingerprint, idempotency_token, body, state, job_id, status_location,"
-                " created_at FROM submissions WHERE operation_id = %s",
-                (operation_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        return Submission(row[0], row[1], row[2], bytes(row[3]), row[4], row[5], row[6], _utc(row[7]))
+        row = self._fetchone(f"SELECT {SUBMISSION_COLUMNS} FROM submissions WHERE operation_id = %s", (operation_id,))
+        return None if row is None else submission_from_row(row, _utc)
 
     def accept_submission(
         self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
@@ -600,40 +537,24 @@ class PostgresStore:
                     grant.scope,
                     grant.status,
                     grant.requested_at,
-                    json.dumps(dict(grant.detail), sort_keys=True),
+                    grant_detail_text(grant),
                 ),
             )
             self._append(tx, log_id, f"{grant.kind}_approval_requested", grant.to_json(), grant.requested_at)
 
-    @staticmethod
-    def _grant(row: Sequence[Any]) -> Grant:
-        return Grant(
-            grant_id=row[0],
-            kind=row[1],
-            subject=row[2],
-            scope=row[3],
-            status=row[4],
-            requested_at=_utc(row[5]),
-            detail=json.loads(row[6]),
-            decided_by=row[7],
-            decided_at=_utc_or_none(row[8]),
-        )
-
     def get_grant(self, grant_id: str) -> Grant | None:
-        with self._connection() as conn:
-            row = conn.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE grant_id = %s", (grant_id,)).fetchone()
-        return None if row is None else self._grant(row)
+        row = self._fetchone(f"SELECT {GRANT_COLUMNS} FROM grants WHERE grant_id = %s", (grant_id,))
+        return None if row is None else grant_from_row(row, _utc)
 
     def grants(self, *, kind: str | None = None, status: str | None = None, subject: str | None = None) -> list[Grant]:
-        query = f"SELECT {_GRANT_COLUMNS} FROM grants WHERE true"
+        query = f"SELECT {GRANT_COLUMNS} FROM grants WHERE true"
         params: list[Any] = []
         for column, value in (("kind", kind), ("status", status), ("subject", subject)):
             if value is not None:
                 query += f" AND {column} = %s"
                 params.append(value)
-        with self._connection() as conn:
-            rows = conn.execute(query + " ORDER BY requested_at, grant_id", params).fetchall()
-        return [self._grant(row) for row in rows]
+        rows = self._fetchall(query + " ORDER BY requested_at, grant_id", params)
+        return [grant_from_row(row, _utc) for row in rows]
 
     def decide_grant(
         self, grant_id: str, *, expect: str, status: str, by: str, at: datetime, log_id: str, note: str | None = None
@@ -665,42 +586,27 @@ class PostgresStore:
     def _append(self, tx: _Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """Seal and chain one event onto its log. The head is read only after the log's lock is held, and
         the lock is held until commit, so the next writer reads this record as its head."""
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log cannot be written. Keep keys/audit.key in"
-                f" the home directory or set {AUDIT_KEY_ENV}"
-            )
+        cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
         head = tx.conn.execute(
             "SELECT seq, this_hash FROM audit_records WHERE log_id = %s ORDER BY seq DESC LIMIT 1", (log_id,)
         ).fetchone()
-        seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
-        record = seal_record(
-            self._cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
-        )
+        record, checkpoint = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
         tx.conn.execute(
-            "INSERT INTO audit_records (log_id, seq, at, kind, prev_hash, ciphertext, this_hash)"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (record.log_id, record.seq, record.at, record.kind, record.prev_hash, record.ciphertext, record.this_hash),
+            f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            audit_record_values(record),
         )
-        if kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0:
-            self._checkpoint(tx, log_id, seq, record.this_hash, record.at)
+        if checkpoint:
+            self._checkpoint(tx, log_id, record.seq, record.this_hash, record.at)
 
     def _checkpoint(self, tx: _Tx, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
-        if self.keys is None or self.keys.signing_key is None:
-            raise StoreError(
-                f"no audit signing key for {self.path}: checkpoints cannot be signed. Keep keys/signing.key in"
-                f" the home directory or set {SIGNING_KEY_ENV}"
-            )
+        signing_key = self._signing_key()
         row = tx.conn.execute("SELECT nextval('audit_checkpoint_counter')").fetchone()
         assert row is not None
-        cp = sign_checkpoint(
-            self.keys.signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=int(row[0]), at=at
-        )
+        cp = sign_checkpoint(signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=int(row[0]), at=at)
         tx.conn.execute(
-            "INSERT INTO audit_checkpoints (counter, log_id, seq, head_hash, at, key_id, signature)"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (cp.counter, cp.log_id, cp.seq, cp.head_hash, cp.at, cp.key_id, cp.signature),
+            f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            checkpoint_values(cp),
         )
         tx.checkpoints.append(cp)
         return cp
@@ -723,23 +629,9 @@ class PostgresStore:
                 made.append(self._checkpoint(tx, log_id, int(seq), head_hash, format_rfc3339(at)))
         return made
 
-    def _keep_checkpoints_elsewhere(self, pending: list[Checkpoint]) -> None:
-        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
-        if not pending or self.trusted_checkpoint_path is None:
-            return
-        newest = max(pending, key=lambda cp: cp.counter)
-        path = self.trusted_checkpoint_path
-        with self._checkpoint_file_lock:  # threads of this process; the file only ever moves forward
-            try:
-                if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
-                    return
-            except AuditError:
-                pass  # a damaged file is replaced by a good one; verify reports what it read before
-            write_checkpoint_file(path, newest)
-
     def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]:
         """Streams through a server-side cursor: an export of a fleet's whole history need not fit in memory."""
-        query = "SELECT log_id, seq, at, kind, prev_hash, ciphertext, this_hash FROM audit_records"
+        query = f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records"
         params: tuple[str, ...] = ()
         if log_id is not None:
             query += " WHERE log_id = %s"
@@ -748,33 +640,13 @@ class PostgresStore:
             cursor.itersize = 2000
             cursor.execute(query + " ORDER BY log_id, seq", params)
             for row in cursor:
-                yield AuditRecord(row[0], int(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
+                yield audit_record_from_row(row)
 
     def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]:
-        query = "SELECT log_id, seq, head_hash, counter, at, key_id, signature FROM audit_checkpoints"
+        query = f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints"
         params: tuple[str, ...] = ()
         if log_id is not None:
             query += " WHERE log_id = %s"
             params = (log_id,)
-        with self._connection() as conn:
-            rows = conn.execute(query + " ORDER BY counter", params).fetchall()
-        return [Checkpoint(r[0], int(r[1]), r[2], int(r[3]), r[4], r[5], r[6]) for r in rows]
-
-    def events(self, operation_id: str) -> list[Event]:
-        """The decrypted trail of one log; needs the cipher key, and says so when it is missing."""
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log is verifiable but not readable here."
-                f" Restore keys/audit.key in the home directory or set {AUDIT_KEY_ENV}"
-            )
-        events = []
-        for record in self.audit_records(operation_id):
-            try:
-                data = open_record(self._cipher, record)
-            except AuditError:
-                raise StoreError(
-                    f"audit record {record.seq} of {operation_id} cannot be decrypted with this key;"
-                    " run `pollwarden audit verify` to check the log"
-                ) from None
-            events.append(Event(operation_id, record.seq, parse_rfc3339(record.at), record.kind, data))
-        return events
+        rows = self._fetchall(query + " ORDER BY counter", params)
+        return [checkpoint_from_row(row) for row in rows]

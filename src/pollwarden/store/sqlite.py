@@ -7,47 +7,49 @@ SQLITE_BUSY without waiting on busy_timeout, which is exactly when two watchers 
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..audit import (
-    AUDIT_KEY_ENV,
-    GENESIS_HASH,
-    SIGNING_KEY_ENV,
-    AuditCipher,
-    AuditError,
-    AuditKeys,
-    AuditRecord,
-    Checkpoint,
-    open_record,
-    read_checkpoint_file,
-    seal_record,
-    sign_checkpoint,
-    write_checkpoint_file,
-)
-from ..core.codec import record_from_json, record_to_json
-from ..core.durations import format_rfc3339, parse_rfc3339
+from ..audit import AuditKeys, AuditRecord, Checkpoint, sign_checkpoint
+from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import (
-    DecisionTaken,
-    Event,
-    Grant,
-    Lease,
-    NewEvent,
-    OperationExists,
-    Stored,
-    StoredDecision,
-    StoreError,
-    Submission,
+from .base import DecisionTaken, Grant, Lease, NewEvent, OperationExists, Stored, StoredDecision, StoreError, Submission
+from .common import (
+    AUDIT_RECORD_COLUMNS,
+    CHECKPOINT_COLUMNS,
+    CHECKPOINT_EVERY,
+    CHECKPOINT_KINDS,
+    DECISION_COLUMNS,
+    GRANT_COLUMNS,
+    STORED_COLUMNS,
+    SUBMISSION_COLUMNS,
+    AuditedStore,
+    audit_record_from_row,
+    audit_record_values,
+    checkpoint_from_row,
+    checkpoint_values,
+    decision_from_row,
+    decision_request_text,
+    grant_detail_text,
+    grant_from_row,
+    lease_held,
+    process_owner,
+    record_values,
+    seal_next,
+    stored_from_row,
+    submission_from_row,
+    taken_over,
+    takeover_event,
+    this_host,
 )
+
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_KINDS", "SCHEMA_VERSION", "SQLiteStore", "process_owner", "this_host"]
 
 SCHEMA_VERSION = 1
 
@@ -134,63 +136,38 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
 ) STRICT;
 """
 
-CHECKPOINT_EVERY = 32
-"""A log gets a signed checkpoint at every outcome and at least every this many records."""
 
-CHECKPOINT_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
-
-
-def this_host() -> str:
-    return socket.gethostname()
-
-
-def process_owner() -> str:
-    """host:pid:nonce — the nonce tells two incarnations of one pid apart."""
-    return f"{this_host()}:{os.getpid()}:{os.urandom(4).hex()}"
-
-
-def _holder_dead(owner: str) -> bool:
-    """A holder on this host whose process is gone cannot be sending: its lease need not be waited out."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != this_host() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switching to WAL takes an exclusive lock and does not wait on busy_timeout: two processes opening a new
+    file at once would see "database is locked". WAL is persistent, so only a new file ever needs the switch."""
+    for attempt in range(100):
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 99:
+                raise
+            time.sleep(0.05)
 
 
 def _epoch(moment: datetime) -> float:
     return moment.timestamp()
 
 
-def _from_epoch(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
+def _at(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
 
 
-class SQLiteStore:
+class SQLiteStore(AuditedStore):
     """Records and their audit trail in one file; events are sealed and chained in the same transaction.
 
-    `keys` may lack the cipher key (a verifier's machine) or the signing key; then only the operations
-    that need them fail, each with a message saying which key is missing. `trusted_checkpoint_path` is the
-    file kept beside the database (not in it) that holds the newest checkpoint, so that replacing the
-    database with an older copy is detected as a rollback.
+    `keys` and `trusted_checkpoint_path` are as described on `AuditedStore`; here the trusted checkpoint
+    file is kept beside the database (not in it).
     """
+
+    path: Path
 
     def __init__(
         self,
@@ -201,9 +178,7 @@ class SQLiteStore:
         synchronous: str = "FULL",
     ) -> None:
         self.path = path
-        self.keys = keys
-        self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
-        self.trusted_checkpoint_path = trusted_checkpoint_path
+        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
         self._pending_checkpoints: list[Checkpoint] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +186,9 @@ class SQLiteStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA busy_timeout=30000")
+            _use_wal(self._conn)
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             with self._tx():
                 for statement in _SCHEMA.split(";"):
@@ -243,7 +218,8 @@ class SQLiteStore:
             raise
         else:
             self._conn.execute("COMMIT")
-            self._keep_checkpoints_elsewhere()
+            pending, self._pending_checkpoints = self._pending_checkpoints, []
+            self._keep_checkpoints_elsewhere(pending)
 
     def close(self) -> None:
         self._conn.close()
@@ -265,15 +241,15 @@ class SQLiteStore:
                 return None
             slot = max(_epoch(now), float(row[1]))
             if slot - _epoch(now) > horizon.total_seconds():
-                return datetime.fromtimestamp(slot, tz=UTC), False
+                return _at(slot), False
             conn.execute(
                 "UPDATE provider_pacing SET next_slot_at = ? WHERE provider = ?", (slot + float(row[0]), provider)
             )
-            return datetime.fromtimestamp(slot, tz=UTC), True
+            return _at(slot), True
 
     def next_due(self) -> datetime | None:
         row = self._conn.execute("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'").fetchone()
-        return _from_epoch(row[0]) if row and row[0] is not None else None
+        return _at(row[0]) if row and row[0] is not None else None
 
     def db_now(self) -> datetime:
         """One machine, one clock: the fleet worker asks the store for time, and here that is this clock."""
@@ -299,39 +275,22 @@ class SQLiteStore:
                 record.operation_id,
                 record.job_id,
                 record.contract_name,
-                record.phase.value,
-                _epoch(record.next_poll_at),
-                _epoch(record.deadline_at),
-                record.status_requests_used,
-                record.plan.max_status_requests,
-                json.dumps(record_to_json(record)),
+                *record_values(record, _epoch),
                 contract_text,
                 now,
                 now,
             ),
         )
 
-    def _stored(self, row: sqlite3.Row | tuple[Any, ...]) -> Stored:
-        record_text, contract_text, owner, token, expires = row
-        return Stored(
-            record=record_from_json(json.loads(record_text)),
-            contract_text=contract_text,
-            lease_owner=owner,
-            lease_token=int(token),
-            lease_expires_at=_from_epoch(expires),
-        )
-
-    _COLUMNS = "record, contract, lease_owner, lease_token, lease_expires_at"
-
     def get(self, operation_id: str) -> Stored | None:
         row = self._conn.execute(
-            f"SELECT {self._COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
+            f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
         ).fetchone()
-        return None if row is None else self._stored(row)
+        return None if row is None else stored_from_row(row, _at)
 
     def all(self) -> list[Stored]:
-        rows = self._conn.execute(f"SELECT {self._COLUMNS} FROM operations ORDER BY created_at").fetchall()
-        return [self._stored(row) for row in rows]
+        rows = self._conn.execute(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at").fetchall()
+        return [stored_from_row(row, _at) for row in rows]
 
     # -- leases --------------------------------------------------------------------------------------
 
@@ -340,35 +299,14 @@ class SQLiteStore:
     ) -> tuple[Lease, OperationRecord] | None:
         with self._tx() as conn:
             row = conn.execute(
-                f"SELECT {self._COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
             ).fetchone()
             if row is None:
                 raise StoreError(f"operation {operation_id} does not exist")
-            stored = self._stored(row)
-            held = (
-                stored.lease_owner is not None
-                and stored.lease_owner != owner
-                and stored.lease_expires_at is not None
-                and stored.lease_expires_at > now
-                and not _holder_dead(stored.lease_owner)
-            )
-            if held:
+            stored = stored_from_row(row, _at)
+            if lease_held(stored, owner, now):
                 return None
-            token = stored.lease_token + 1
-            expires = now + ttl
-            conn.execute(
-                "UPDATE operations SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE operation_id = ?",
-                (owner, token, _epoch(expires), operation_id),
-            )
-            if stored.lease_owner is not None and stored.lease_owner != owner:
-                self._append(
-                    conn,
-                    operation_id,
-                    "lease_taken_over",
-                    {"previous_owner": stored.lease_owner, "owner": owner, "token": token},
-                    now,
-                )
-            return Lease(operation_id, owner, token, expires), stored.record
+            return self._take_lease(conn, operation_id, stored, owner, now + ttl, now), stored.record
 
     def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
         """The fleet claim: up to `limit` due operations, unleased or with an expired lease, earliest first.
@@ -381,29 +319,28 @@ class SQLiteStore:
         claimed: list[tuple[Lease, OperationRecord]] = []
         with self._tx() as conn:
             rows = conn.execute(
-                f"SELECT operation_id, {self._COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
                 " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
                 " ORDER BY next_poll_at, operation_id LIMIT ?",
                 (_epoch(now), _epoch(now), limit),
             ).fetchall()
             for operation_id, *columns in rows:
-                stored = self._stored(tuple(columns))
-                token = stored.lease_token + 1
-                conn.execute(
-                    "UPDATE operations SET lease_owner = ?, lease_token = ?, lease_expires_at = ?"
-                    " WHERE operation_id = ?",
-                    (owner, token, _epoch(expires), operation_id),
-                )
-                if stored.lease_owner is not None and stored.lease_owner != owner:
-                    self._append(
-                        conn,
-                        operation_id,
-                        "lease_taken_over",
-                        {"previous_owner": stored.lease_owner, "owner": owner, "token": token},
-                        now,
-                    )
-                claimed.append((Lease(operation_id, owner, token, expires), stored.record))
+                stored = stored_from_row(columns, _at)
+                claimed.append((self._take_lease(conn, operation_id, stored, owner, expires, now), stored.record))
         return claimed
+
+    def _take_lease(
+        self, conn: sqlite3.Connection, operation_id: str, stored: Stored, owner: str, expires: datetime, now: datetime
+    ) -> Lease:
+        """The next token to `owner`, in the caller's transaction; taking it from another owner is logged."""
+        token = stored.lease_token + 1
+        conn.execute(
+            "UPDATE operations SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE operation_id = ?",
+            (owner, token, _epoch(expires), operation_id),
+        )
+        if taken_over(stored.lease_owner, owner):
+            self._append(conn, operation_id, "lease_taken_over", takeover_event(stored.lease_owner, owner, token), now)
+        return Lease(operation_id, owner, token, expires)
 
     def write(
         self,
@@ -435,12 +372,7 @@ class SQLiteStore:
             " lease_expires_at = CASE WHEN ? THEN NULL ELSE lease_expires_at END"
             " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
             (
-                record.phase.value,
-                _epoch(record.next_poll_at),
-                _epoch(record.deadline_at),
-                record.status_requests_used,
-                record.plan.max_status_requests,
-                json.dumps(record_to_json(record)),
+                *record_values(record, _epoch),
                 _epoch(now),
                 release,
                 release,
@@ -464,25 +396,12 @@ class SQLiteStore:
     def _insert_decision(self, conn: sqlite3.Connection, request: DecisionRequest, now: datetime) -> None:
         conn.execute(
             "INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES (?,?,?,?,?)",
-            (request.decision_id, request.operation_id, "open", _epoch(now), json.dumps(request.to_json())),
+            (request.decision_id, request.operation_id, "open", _epoch(now), decision_request_text(request)),
         )
         self._append(conn, request.operation_id, "decision_requested", request.to_json(), now)
 
-    _DECISION_COLUMNS = "request, status, decided_by, decided_at, option, note"
-
-    def _decision(self, row: tuple[Any, ...]) -> StoredDecision:
-        request, status, by, at, option, note = row
-        return StoredDecision(
-            request=DecisionRequest.from_json(json.loads(request)),
-            status=status,
-            decided_by=by,
-            decided_at=_from_epoch(at),
-            option=option,
-            note=note,
-        )
-
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
-        query = f"SELECT {self._DECISION_COLUMNS} FROM decisions WHERE 1=1"
+        query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE 1=1"
         params: list[Any] = []
         if operation_id is not None:
             query += " AND operation_id = ?"
@@ -490,13 +409,13 @@ class SQLiteStore:
         if open_only:
             query += " AND status = 'open'"
         rows = self._conn.execute(query + " ORDER BY created_at, decision_id", params).fetchall()
-        return [self._decision(row) for row in rows]
+        return [decision_from_row(row, _at) for row in rows]
 
     def get_decision(self, decision_id: str) -> StoredDecision | None:
         row = self._conn.execute(
-            f"SELECT {self._DECISION_COLUMNS} FROM decisions WHERE decision_id = ?", (decision_id,)
+            f"SELECT {DECISION_COLUMNS} FROM decisions WHERE decision_id = ?", (decision_id,)
         ).fetchone()
-        return None if row is None else self._decision(row)
+        return None if row is None else decision_from_row(row, _at)
 
     def resolve_decision(
         self,
@@ -513,9 +432,9 @@ class SQLiteStore:
     ) -> bool:
         with self._tx() as conn:
             row = conn.execute(
-                f"SELECT {self._COLUMNS} FROM operations WHERE operation_id = ?", (lease.operation_id,)
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (lease.operation_id,)
             ).fetchone()
-            target = record if record is not None else (self._stored(row).record if row else None)
+            target = record if record is not None else (stored_from_row(row, _at).record if row else None)
             if target is None or not self._update_fenced(conn, lease, target, now, release=True):
                 return False
             cursor = conn.execute(
@@ -564,14 +483,9 @@ class SQLiteStore:
 
     def get_submission(self, operation_id: str) -> Submission | None:
         row = self._conn.execute(
-            "SELECT operation_id, fingerprint, idempotency_token, body, state, job_id, status_location, created_at"
-            " FROM submissions WHERE operation_id = ?",
-            (operation_id,),
+            f"SELECT {SUBMISSION_COLUMNS} FROM submissions WHERE operation_id = ?", (operation_id,)
         ).fetchone()
-        if row is None:
-            return None
-        created = datetime.fromtimestamp(row[7], tz=UTC)
-        return Submission(row[0], row[1], row[2], bytes(row[3]), row[4], row[5], row[6], created)
+        return None if row is None else submission_from_row(row, _at)
 
     def accept_submission(
         self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
@@ -607,39 +521,24 @@ class SQLiteStore:
                     grant.scope,
                     grant.status,
                     _epoch(grant.requested_at),
-                    json.dumps(dict(grant.detail), sort_keys=True),
+                    grant_detail_text(grant),
                 ),
             )
             self._append(conn, log_id, f"{grant.kind}_approval_requested", grant.to_json(), grant.requested_at)
 
-    _GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, decided_by, decided_at"
-
-    def _grant(self, row: tuple[Any, ...]) -> Grant:
-        return Grant(
-            grant_id=row[0],
-            kind=row[1],
-            subject=row[2],
-            scope=row[3],
-            status=row[4],
-            requested_at=datetime.fromtimestamp(row[5], tz=UTC),
-            detail=json.loads(row[6]),
-            decided_by=row[7],
-            decided_at=_from_epoch(row[8]),
-        )
-
     def get_grant(self, grant_id: str) -> Grant | None:
-        row = self._conn.execute(f"SELECT {self._GRANT_COLUMNS} FROM grants WHERE grant_id = ?", (grant_id,)).fetchone()
-        return None if row is None else self._grant(row)
+        row = self._conn.execute(f"SELECT {GRANT_COLUMNS} FROM grants WHERE grant_id = ?", (grant_id,)).fetchone()
+        return None if row is None else grant_from_row(row, _at)
 
     def grants(self, *, kind: str | None = None, status: str | None = None, subject: str | None = None) -> list[Grant]:
-        query = f"SELECT {self._GRANT_COLUMNS} FROM grants WHERE 1=1"
+        query = f"SELECT {GRANT_COLUMNS} FROM grants WHERE 1=1"
         params: list[Any] = []
         for column, value in (("kind", kind), ("status", status), ("subject", subject)):
             if value is not None:
                 query += f" AND {column} = ?"
                 params.append(value)
         rows = self._conn.execute(query + " ORDER BY requested_at, grant_id", params).fetchall()
-        return [self._grant(row) for row in rows]
+        return [grant_from_row(row, _at) for row in rows]
 
     def decide_grant(
         self, grant_id: str, *, expect: str, status: str, by: str, at: datetime, log_id: str, note: str | None = None
@@ -662,38 +561,23 @@ class SQLiteStore:
 
     def _append(self, conn: sqlite3.Connection, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """Seal and chain one event onto its log; the head is read inside the caller's write transaction."""
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log cannot be written. Keep keys/audit.key in"
-                f" the home directory or set {AUDIT_KEY_ENV}"
-            )
+        cipher = self._writing_cipher()
         head = conn.execute(
             "SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,)
         ).fetchone()
-        seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
-        record = seal_record(
-            self._cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
-        )
+        record, checkpoint = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
         conn.execute(
-            "INSERT INTO audit_records (log_id, seq, at, kind, prev_hash, ciphertext, this_hash)"
-            " VALUES (?,?,?,?,?,?,?)",
-            (record.log_id, record.seq, record.at, record.kind, record.prev_hash, record.ciphertext, record.this_hash),
+            f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?)", audit_record_values(record)
         )
-        if kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0:
-            self._checkpoint(conn, log_id, seq, record.this_hash, record.at)
+        if checkpoint:
+            self._checkpoint(conn, log_id, record.seq, record.this_hash, record.at)
 
     def _checkpoint(self, conn: sqlite3.Connection, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
-        if self.keys is None or self.keys.signing_key is None:
-            raise StoreError(
-                f"no audit signing key for {self.path}: checkpoints cannot be signed. Keep keys/signing.key in"
-                f" the home directory or set {SIGNING_KEY_ENV}"
-            )
+        signing_key = self._signing_key()
         counter = int(conn.execute("SELECT COALESCE(MAX(counter), 0) + 1 FROM audit_checkpoints").fetchone()[0])
-        cp = sign_checkpoint(self.keys.signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=counter, at=at)
+        cp = sign_checkpoint(signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=counter, at=at)
         conn.execute(
-            "INSERT INTO audit_checkpoints (counter, log_id, seq, head_hash, at, key_id, signature)"
-            " VALUES (?,?,?,?,?,?,?)",
-            (cp.counter, cp.log_id, cp.seq, cp.head_hash, cp.at, cp.key_id, cp.signature),
+            f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES (?,?,?,?,?,?,?)", checkpoint_values(cp)
         )
         self._pending_checkpoints.append(cp)
         return cp
@@ -712,53 +596,20 @@ class SQLiteStore:
                     made.append(self._checkpoint(conn, log_id, int(seq), head_hash, format_rfc3339(at)))
         return made
 
-    def _keep_checkpoints_elsewhere(self) -> None:
-        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
-        pending, self._pending_checkpoints = self._pending_checkpoints, []
-        if not pending or self.trusted_checkpoint_path is None:
-            return
-        newest = max(pending, key=lambda cp: cp.counter)
-        path = self.trusted_checkpoint_path
-        try:
-            if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
-                return
-        except AuditError:
-            pass  # a damaged file is replaced by a good one; verify reports what it read before
-        write_checkpoint_file(path, newest)
-
     def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]:
-        query = "SELECT log_id, seq, at, kind, prev_hash, ciphertext, this_hash FROM audit_records"
+        query = f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records"
         params: tuple[str, ...] = ()
         if log_id is not None:
             query += " WHERE log_id = ?"
             params = (log_id,)
         for row in self._conn.execute(query + " ORDER BY log_id, seq", params):
-            yield AuditRecord(row[0], int(row[1]), row[2], row[3], row[4], bytes(row[5]), row[6])
+            yield audit_record_from_row(row)
 
     def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]:
-        query = "SELECT log_id, seq, head_hash, counter, at, key_id, signature FROM audit_checkpoints"
+        query = f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints"
         params: tuple[str, ...] = ()
         if log_id is not None:
             query += " WHERE log_id = ?"
             params = (log_id,)
         rows = self._conn.execute(query + " ORDER BY counter", params).fetchall()
-        return [Checkpoint(r[0], int(r[1]), r[2], int(r[3]), r[4], r[5], r[6]) for r in rows]
-
-    def events(self, operation_id: str) -> list[Event]:
-        """The decrypted trail of one log; needs the cipher key, and says so when it is missing."""
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log is verifiable but not readable here."
-                f" Restore keys/audit.key in the home directory or set {AUDIT_KEY_ENV}"
-            )
-        events = []
-        for record in self.audit_records(operation_id):
-            try:
-                data = open_record(self._cipher, record)
-            except AuditError:
-                raise StoreError(
-                    f"audit record {record.seq} of {operation_id} cannot be decrypted with this key;"
-                    " run `pollwarden audit verify` to check the log"
-                ) from None
-            events.append(Event(operation_id, record.seq, parse_rfc3339(record.at), record.kind, data))
-        return events
+        return [checkpoint_from_row(row) for row in rows]
