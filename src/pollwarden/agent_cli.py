@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .home import resolve_home
-from .operating import HomeError, open_store
-from .store.base import Grant, agent_log_id
+from .operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
 from .store.open import AnyStore
-from .watch import utcnow
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -56,23 +54,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return serve(directory, resolve_home(args.home))
 
 
-def _describe(grant: Grant) -> str:
-    detail = grant.detail
-    if grant.kind == "session":
-        what = f"agent session {grant.subject} may call the provider of contract {grant.scope}"
-    else:
-        purpose = str(detail.get("purpose") or "call").replace("_", " ")
-        number = detail.get("status_request")
-        count = f" {number} of {detail.get('max_status_requests')}" if number else ""
-        what = (
-            f"one {purpose}{count} for operation {grant.scope} (job {detail.get('job')}, contract"
-            f" {detail.get('contract')}), agent session {grant.subject}"
-        )
-        if detail.get("expires_at"):
-            what += f"; unanswered it expires at {detail['expires_at']}"
-    return what
-
-
 def cmd_approvals(args: argparse.Namespace) -> int:
     store = _store(args.home, keys="none")
     try:
@@ -80,54 +61,37 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([{**g.to_json(), "what": _describe(g)} for g in rows], sort_keys=True))
+        print(json.dumps([{**g.to_json(), "what": describe_grant(g)} for g in rows], sort_keys=True))
         return EXIT_OK
     if not rows:
         print("no pending approvals" if not args.all else "no approvals")
         return EXIT_OK
     for grant in rows:
-        print(f"{grant.grant_id}  {grant.kind:7}  {grant.status:8}  {_describe(grant)}")
+        print(f"{grant.grant_id}  {grant.kind:7}  {grant.status:8}  {describe_grant(grant)}")
         if grant.status == "pending":
-            command = "approve-session" if grant.kind == "session" else "approve-call"
+            command = answer_command(grant.kind)
             print(f"    approve: pollwarden {command} {grant.grant_id} --by YOUR_NAME   (refuse: add --refuse)")
     return EXIT_OK
 
 
-def _answer(args: argparse.Namespace, *, kind: str, expect: str, status: str, verb: str) -> int:
+def _answer(args: argparse.Namespace, *, kind: str, step: tuple[str, str, str]) -> int:
     by = _by(args)
+    expect, status, verb = step
     store = _store(args.home)
     try:
-        grant = store.get_grant(args.grant)
-        if grant is None:
-            raise _usage(f"no approval request {args.grant!r}; `pollwarden approvals` lists the pending ones")
-        if grant.kind != kind:
-            other = "approve-session" if grant.kind == "session" else "approve-call"
-            raise _usage(f"{args.grant} is a {grant.kind} approval; answer it with `pollwarden {other}`")
-        if grant.status != expect:
-            when = f" at {grant.decided_at.isoformat()}" if grant.decided_at else ""
-            who = f" by {grant.decided_by}" if grant.decided_by else ""
-            raise _usage(f"{args.grant} is {grant.status}{who}{when}, not {expect}; nothing changed")
-        changed = store.decide_grant(
-            grant.grant_id,
-            expect=expect,
-            status=status,
-            by=by,
-            at=utcnow(),
-            log_id=agent_log_id(grant.subject),
-            note=args.note,
+        answer = answer_grant(
+            store, args.grant, kind=kind, expect=expect, status=status, verb=verb, by=by, note=args.note
         )
+    except HomeError as exc:
+        raise _usage(str(exc)) from None
     finally:
         store.close()
-    if not changed:
-        raise _usage(f"{args.grant} was answered by someone else a moment ago; nothing changed")
-    print(f"{verb} {args.grant}: {_describe(grant)}")
+    print(answer.message)
     return EXIT_OK
 
 
 def cmd_approve_session(args: argparse.Namespace) -> int:
-    if args.refuse:
-        return _answer(args, kind="session", expect="pending", status="refused", verb="refused")
-    return _answer(args, kind="session", expect="pending", status="approved", verb="approved")
+    return _answer(args, kind="session", step=grant_step("refuse" if args.refuse else "approve", None))
 
 
 def cmd_revoke_session(args: argparse.Namespace) -> int:
@@ -136,16 +100,11 @@ def cmd_revoke_session(args: argparse.Namespace) -> int:
         grant = store.get_grant(args.grant)
     finally:
         store.close()
-    if grant is not None and grant.kind == "session" and grant.status == "pending":
-        # Revoking what was never approved is a refusal: the session gets no approval at all.
-        return _answer(args, kind="session", expect="pending", status="refused", verb="refused")
-    return _answer(args, kind="session", expect="approved", status="revoked", verb="revoked")
+    return _answer(args, kind="session", step=grant_step("revoke", grant))
 
 
 def cmd_approve_call(args: argparse.Namespace) -> int:
-    if args.refuse:
-        return _answer(args, kind="call", expect="pending", status="refused", verb="refused")
-    return _answer(args, kind="call", expect="pending", status="approved", verb="approved")
+    return _answer(args, kind="call", step=grant_step("refuse" if args.refuse else "approve", None))
 
 
 def add_agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser], None]) -> None:

@@ -1,8 +1,9 @@
 """What an operator does to a home, shared by the CLI and the console.
 
-Open the home's store, read an operation's stored contract, apply a person's decision, verify the audit
-log. Each problem a person can act on is a `HomeError` (or the `DecisionError` of `apply_decision`) whose
-message is shown as it is: the CLI prints it and exits 2, the console shows it as a flash message.
+Open the home's store, read an operation's stored contract, apply a person's decision, answer an agent's
+approval request, verify the audit log. Each problem a person can act on is a `HomeError` (or the
+`DecisionError` of `apply_decision`) whose message is shown as it is: the CLI prints it and exits 2, the
+console shows it as a flash message.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
 from .home import database_path, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import StoreError
+from .store.base import Grant, StoreError, agent_log_id
 from .store.open import AnyStore
 from .store.open import open_store as open_target
 from .watch import utcnow
@@ -103,6 +104,100 @@ def decide(
     finally:
         if client is not None:
             client.close()
+
+
+def answer_command(kind: str) -> str:
+    """The CLI command that answers an approval request of this kind."""
+    return "approve-session" if kind == "session" else "approve-call"
+
+
+GRANT_ANSWERS = ("approve", "refuse", "revoke")
+
+
+def describe_grant(grant: Grant) -> str:
+    """One sentence a person can say yes or no to: what the agent session would be allowed."""
+    detail = grant.detail
+    if grant.kind == "session":
+        what = f"agent session {grant.subject} may call the provider of contract {grant.scope}"
+    else:
+        purpose = str(detail.get("purpose") or "call").replace("_", " ")
+        number = detail.get("status_request")
+        count = f" {number} of {detail.get('max_status_requests')}" if number else ""
+        what = (
+            f"one {purpose}{count} for operation {grant.scope} (job {detail.get('job')}, contract"
+            f" {detail.get('contract')}), agent session {grant.subject}"
+        )
+        if detail.get("expires_at"):
+            what += f"; unanswered it expires at {detail['expires_at']}"
+    return what
+
+
+def grant_step(answer: str, grant: Grant | None) -> tuple[str, str, str]:
+    """(expect, status, verb) of a person's answer: "approve", "refuse" or "revoke".
+
+    Approving and refusing answer a pending request. Revoking takes back an approved session; revoking one
+    that was never approved is a refusal (`grant` is the request as last read), so the session gets no approval.
+    """
+    if answer == "approve":
+        return "pending", "approved", "approved"
+    if answer == "refuse":
+        return "pending", "refused", "refused"
+    if answer != "revoke":
+        raise ValueError(f"unknown answer {answer!r}; one of {', '.join(GRANT_ANSWERS)}")
+    if grant is not None and grant.kind == "session" and grant.status == "pending":
+        return "pending", "refused", "refused"
+    return "approved", "revoked", "revoked"
+
+
+@dataclass(frozen=True)
+class GrantAnswer:
+    grant: Grant
+    """The request as it was when answered."""
+    status: str
+    message: str
+    """`approved s1a2b3c4d5: agent session ... may call ...`: what the CLI prints and the console shows."""
+
+
+def answer_grant(
+    store: AnyStore,
+    grant_id: str,
+    *,
+    kind: str | None,
+    expect: str,
+    status: str,
+    verb: str,
+    by: str,
+    note: str | None,
+    now: datetime | None = None,
+) -> GrantAnswer:
+    """Move an approval request from `expect` to `status` once, audited in its agent session's log with `by`.
+
+    `kind` None accepts either kind. Raises HomeError, saying why nothing changed: no such request, the other
+    kind, not in `expect` (already answered, revoked or expired), or answered by someone else a moment ago.
+    """
+    grant = store.get_grant(grant_id)
+    if grant is None:
+        raise HomeError(f"no approval request {grant_id!r}; `pollwarden approvals` lists the pending ones")
+    if kind is not None and grant.kind != kind:
+        raise HomeError(
+            f"{grant_id} is a {grant.kind} approval; answer it with `pollwarden {answer_command(grant.kind)}`"
+        )
+    if grant.status != expect:
+        when = f" at {grant.decided_at.isoformat()}" if grant.decided_at else ""
+        who = f" by {grant.decided_by}" if grant.decided_by else ""
+        raise HomeError(f"{grant_id} is {grant.status}{who}{when}, not {expect}; nothing changed")
+    changed = store.decide_grant(
+        grant.grant_id,
+        expect=expect,
+        status=status,
+        by=by,
+        at=now or utcnow(),
+        log_id=agent_log_id(grant.subject),
+        note=note,
+    )
+    if not changed:
+        raise HomeError(f"{grant_id} was answered by someone else a moment ago; nothing changed")
+    return GrantAnswer(grant, status, f"{verb} {grant_id}: {describe_grant(grant)}")
 
 
 def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | None, str | None]:

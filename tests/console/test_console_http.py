@@ -59,7 +59,7 @@ def phase_of(home: Path, operation_id: str) -> Phase:
 
 def test_every_page_needs_a_login(console: ConsoleServer) -> None:
     with httpx.Client(base_url=console.url) as http:
-        for path in ("/", "/decisions", "/audit", "/operations/anything"):
+        for path in ("/", "/decisions", "/approvals", "/audit", "/operations/anything"):
             response = http.get(path)
             assert response.status_code == 303 and response.headers["location"] == "/login", path
         login = http.get("/login")
@@ -90,7 +90,7 @@ def test_login_sets_a_strict_httponly_cookie_and_the_token_never_shows_again(
         assert response.status_code == 303 and response.headers["location"] == "/"
         cookie = response.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
-        for path in ("/", "/decisions", "/audit", f"/operations/{stopped.operation_id}", "/login"):
+        for path in ("/", "/decisions", "/approvals", "/audit", f"/operations/{stopped.operation_id}", "/login"):
             page = http.get(path, follow_redirects=True)
             assert page.status_code == 200, path
             assert TOKEN not in page.text, path

@@ -16,8 +16,8 @@ from ..core.durations import format_duration, format_rfc3339
 from ..core.escalation import OptionKind
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
-from ..operating import AuditCheck
-from ..store.base import StoredDecision
+from ..operating import AuditCheck, describe_grant
+from ..store.base import Grant, StoredDecision
 
 
 def esc(value: object) -> str:
@@ -31,6 +31,10 @@ def operation_href(operation_id: str) -> str:
 
 def decide_href(decision_id: str) -> str:
     return "/decisions/" + quote(decision_id, safe="") + "/decide"
+
+
+def answer_href(grant_id: str) -> str:
+    return "/approvals/" + quote(grant_id, safe="") + "/answer"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,12 @@ code, .mono { font-family:ui-monospace, "DejaVu Sans Mono", "Liberation Mono", m
 .phase-active { color:var(--accent); } .phase-succeeded { color:var(--ok); } .phase-stopped { color:var(--warn); }
 .status-open { color:var(--warn); } .status-decided { color:var(--ok); } .status-refused { color:var(--bad); }
 .status-expired { color:var(--muted); }
+.status-pending { color:var(--warn); } .status-approved { color:var(--ok); } .status-revoked { color:var(--muted); }
+form.answer { display:flex; flex-wrap:wrap; gap:.4rem; align-items:center; margin:0; }
+form.answer input { font:inherit; font-size:.9rem; padding:.25rem .4rem; border:1px solid #aab4bf; border-radius:4px;
+                    width:9rem; }
+form.answer button.option { padding:.25rem .7rem; }
+.detail { font-size:.8rem; margin-top:.2rem; }
 progress { width:7rem; height:.8rem; vertical-align:middle; margin-right:.35rem; }
 .flash { padding:.6rem .9rem; border-radius:6px; margin:0 0 1rem; border:1px solid; }
 .flash.ok { background:#e8f5ec; border-color:#9fd3ae; color:#124d25; }
@@ -103,7 +113,12 @@ table.kv th { width:14rem; }
                border-radius:4px; }
 """
 
-NAV = (("/", "Operations", "operations"), ("/decisions", "Decisions", "decisions"), ("/audit", "Audit", "audit"))
+NAV = (
+    ("/", "Operations", "operations"),
+    ("/decisions", "Decisions", "decisions"),
+    ("/approvals", "Approvals", "approvals"),
+    ("/audit", "Audit", "audit"),
+)
 
 
 def layout(
@@ -114,6 +129,7 @@ def layout(
     csrf: str | None,
     flashes: Sequence[Flash] = (),
     open_decisions: int | None = None,
+    pending_approvals: int | None = None,
 ) -> str:
     """The page frame; `csrf` None means a logged-out page (no navigation, no logout form)."""
     head = (
@@ -128,6 +144,8 @@ def layout(
             text = esc(label)
             if key == "decisions" and open_decisions:
                 text += f" ({open_decisions} open)"
+            if key == "approvals" and pending_approvals:
+                text += f" ({pending_approvals} pending)"
             cls = ' class="here"' if key == here else ""
             links.append(f'<a href="{href}"{cls}>{text}</a>')
         bar += "<nav>" + "".join(links) + "</nav>"
@@ -166,6 +184,11 @@ def clock(moment: datetime | None) -> str:
     if moment is None:
         return '<span class="muted">—</span>'
     return f'<time datetime="{esc(format_rfc3339(moment))}">{esc(moment.strftime("%H:%M:%S"))} UTC</time>'
+
+
+def timestamp(at: datetime) -> str:
+    """Date and time to the second; the exact instant is in the `datetime` attribute."""
+    return f'<time datetime="{esc(format_rfc3339(at))}">{esc(at.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>'
 
 
 def relative(moment: datetime, now: datetime) -> str:
@@ -208,12 +231,21 @@ def operations_page(
     csrf: str,
     flashes: Sequence[Flash],
     open_decisions: int,
+    pending_approvals: int | None = None,
 ) -> str:
     if not records:
         body = (
             '<h1>Operations</h1><p class="muted">No operations yet: start one with <code>pollwarden watch</code>.</p>'
         )
-        return layout("Operations", body, here="operations", csrf=csrf, flashes=flashes, open_decisions=open_decisions)
+        return layout(
+            "Operations",
+            body,
+            here="operations",
+            csrf=csrf,
+            flashes=flashes,
+            open_decisions=open_decisions,
+            pending_approvals=pending_approvals,
+        )
     rows = []
     for r in records:
         deadline = (
@@ -250,7 +282,15 @@ def operations_page(
         "<th>Status requests</th><th>Transport failures</th><th>Deadline</th><th>Next poll</th><th></th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
-    return layout("Operations", body, here="operations", csrf=csrf, flashes=flashes, open_decisions=open_decisions)
+    return layout(
+        "Operations",
+        body,
+        here="operations",
+        csrf=csrf,
+        flashes=flashes,
+        open_decisions=open_decisions,
+        pending_approvals=pending_approvals,
+    )
 
 
 def operation_page(
@@ -263,6 +303,7 @@ def operation_page(
     csrf: str,
     flashes: Sequence[Flash],
     open_decisions: int,
+    pending_approvals: int | None = None,
 ) -> str:
     summary = record.summary()
     kv = "".join(f"<tr><th>{esc(key)}</th><td>{_dash(value)}</td></tr>" for key, value in summary.items())
@@ -297,6 +338,7 @@ def operation_page(
         csrf=csrf,
         flashes=flashes,
         open_decisions=open_decisions,
+        pending_approvals=pending_approvals,
     )
 
 
@@ -403,6 +445,7 @@ def decisions_page(
     csrf: str,
     by: str,
     flashes: Sequence[Flash],
+    pending_approvals: int | None = None,
 ) -> str:
     parts = ["<h1>Decisions</h1>"]
     if open_ones:
@@ -417,7 +460,122 @@ def decisions_page(
         parts.append("<h2>Recently decided</h2>")
         parts.append(decision_history(recent))
     return layout(
-        "Decisions", "".join(parts), here="decisions", csrf=csrf, flashes=flashes, open_decisions=len(open_ones)
+        "Decisions",
+        "".join(parts),
+        here="decisions",
+        csrf=csrf,
+        flashes=flashes,
+        open_decisions=len(open_ones),
+        pending_approvals=pending_approvals,
+    )
+
+
+# -- approvals --------------------------------------------------------------------------------------
+
+_ANSWER_EFFECT = {
+    "approve": "lets the agent's provider call(s) go ahead",
+    "refuse": "refuses: nothing is sent",
+    "revoke": "takes the approval back: the session's later calls need a new one",
+}
+
+
+def grant_target(grant: Grant) -> str:
+    """What the request is about: a session's contract, or a call's operation (linked) and contract."""
+    if grant.kind == "session":
+        return f'contract <span class="mono">{esc(grant.scope)}</span>'
+    contract = grant.detail.get("contract")
+    link = f'<a class="mono" href="{esc(operation_href(grant.scope))}">{esc(grant.scope)}</a>'
+    return f"operation {link}" + (f'<br>contract <span class="mono">{esc(contract)}</span>' if contract else "")
+
+
+def _detail_pairs(grant: Grant) -> str:
+    pairs = [f"{esc(key)}={esc(value)}" for key, value in sorted(grant.detail.items()) if value not in (None, "")]
+    return f'<div class="detail muted mono">{" · ".join(pairs)}</div>' if pairs else ""
+
+
+def answer_form(grant: Grant, answers: Sequence[str], *, csrf: str, by: str) -> str:
+    buttons = "".join(
+        f'<button class="option{" refuse" if answer != "approve" else ""}" type="submit" name="answer"'
+        f' value="{esc(answer)}" title="{esc(_ANSWER_EFFECT[answer])}">{esc(answer.capitalize())}</button>'
+        for answer in answers
+    )
+    return (
+        f'<form class="answer" method="post" action="{esc(answer_href(grant.grant_id))}">'
+        f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+        f'<input name="by" required maxlength="100" value="{esc(by)}" autocomplete="name"'
+        ' placeholder="decided by (your name)" aria-label="Decided by (recorded in the audit log)">'
+        '<input name="note" maxlength="500" placeholder="note (optional)" aria-label="Note (optional)">'
+        f"{buttons}</form>"
+    )
+
+
+def grant_rows(
+    grants: Iterable[Grant], now: datetime, *, answers: Sequence[str], csrf: str, by: str, decided: bool = False
+) -> str:
+    head = "<th>Request</th><th>Kind</th><th>Session</th><th>Contract / operation</th><th>Requested</th><th>Detail</th>"
+    head += "<th>Status</th><th>By</th><th>At</th>" if decided else ""
+    head += "<th>Answer</th>" if answers else ""
+    rows = []
+    for g in grants:
+        requested = f'{timestamp(g.requested_at)}<br><span class="muted">{esc(relative(g.requested_at, now))}</span>'
+        cells = (
+            f'<td class="mono" id="grant-{esc(g.grant_id)}">{esc(g.grant_id)}</td>'
+            f'<td><span class="badge">{esc(g.kind)}</span></td>'
+            f'<td class="mono">{esc(g.subject)}</td>'
+            f"<td>{grant_target(g)}</td>"
+            f'<td class="num">{requested}</td>'
+            f"<td>{esc(describe_grant(g))}{_detail_pairs(g)}</td>"
+        )
+        if decided:
+            at = '<span class="muted">—</span>' if g.decided_at is None else timestamp(g.decided_at)
+            cells += f'<td>{status_badge(g.status)}</td><td>{_dash(g.decided_by)}</td><td class="num">{at}</td>'
+        if answers:
+            cells += f"<td>{answer_form(g, answers, csrf=csrf, by=by)}</td>"
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def approvals_page(
+    pending: Sequence[Grant],
+    approved_sessions: Sequence[Grant],
+    recent: Sequence[Grant],
+    now: datetime,
+    *,
+    csrf: str,
+    by: str,
+    flashes: Sequence[Flash],
+    open_decisions: int | None = None,
+) -> str:
+    parts = [
+        "<h1>Approvals</h1>",
+        '<p class="muted">Agents whose contracts need a person ask here before a provider call: for a whole'
+        " session, or for one call. Each answer is recorded with your name in the agent session's audit log, the"
+        " same as <code>pollwarden approve-session</code>, <code>approve-call</code> and"
+        " <code>revoke-session</code>. A request can be answered once.</p>",
+    ]
+    if pending:
+        parts.append(f"<h2>Waiting for a person ({len(pending)})</h2>")
+        parts.append(grant_rows(pending, now, answers=("approve", "refuse"), csrf=csrf, by=by))
+    else:
+        parts.append('<p class="muted">No pending approvals: no agent is waiting for a person.</p>')
+    if approved_sessions:
+        parts.append("<h2>Approved sessions</h2>")
+        parts.append(
+            '<p class="muted">Routine calls inside an approved session need no further answer; revoking makes the'
+            " session's later calls ask again.</p>"
+        )
+        parts.append(grant_rows(approved_sessions, now, answers=("revoke",), csrf=csrf, by=by, decided=True))
+    if recent:
+        parts.append("<h2>Recently answered</h2>")
+        parts.append(grant_rows(recent, now, answers=(), csrf=csrf, by=by, decided=True))
+    return layout(
+        "Approvals",
+        "".join(parts),
+        here="approvals",
+        csrf=csrf,
+        flashes=flashes,
+        open_decisions=open_decisions,
+        pending_approvals=len(pending),
     )
 
 
@@ -431,6 +589,7 @@ def audit_page(
     csrf: str,
     flashes: Sequence[Flash],
     open_decisions: int,
+    pending_approvals: int | None = None,
 ) -> str:
     parts = ["<h1>Audit log</h1>"]
     if check is None:
@@ -460,4 +619,12 @@ def audit_page(
                 "<h2>Problems</h2><table><thead><tr><th>Log</th><th>Record</th><th>What</th></tr></thead>"
                 f"<tbody>{rows}</tbody></table>"
             )
-    return layout("Audit", "".join(parts), here="audit", csrf=csrf, flashes=flashes, open_decisions=open_decisions)
+    return layout(
+        "Audit",
+        "".join(parts),
+        here="audit",
+        csrf=csrf,
+        flashes=flashes,
+        open_decisions=open_decisions,
+        pending_approvals=pending_approvals,
+    )

@@ -11,7 +11,9 @@ Security model, in order of the request:
 - Pages are rendered on the server with every value escaped, under a Content-Security-Policy without scripts.
 
 The store is opened per request, so the pages always show fresh state and the console never holds a lease;
-a decision is applied by `operating.decide`, that is `apply_decision`, the one path that widens authority.
+a decision is applied by `operating.decide`, that is `apply_decision`, the one path that widens authority,
+and an agent's approval request is answered by `operating.answer_grant`, as `pollwarden approve-session`,
+`approve-call` and `revoke-session` answer it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from ..audit import AuditError
 from ..core.escalation import DecisionError
-from ..operating import HomeError, decide, open_store, verify_home
+from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, open_store, verify_home
 from ..store.base import StoreError
 from ..store.open import AnyStore
 from ..story import story_lines
@@ -53,6 +55,7 @@ MAX_BODY = 16 * 1024
 MAX_BY = 100
 MAX_NOTE = 500
 RECENT_DECISIONS = 10
+RECENT_APPROVALS = 10
 
 SECURITY_HEADERS = (
     (
@@ -66,6 +69,7 @@ SECURITY_HEADERS = (
 )
 
 _DECIDE_PATH = re.compile(r"^/decisions/([^/]+)/decide$")
+_ANSWER_PATH = re.compile(r"^/approvals/([^/]+)/answer$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -394,6 +398,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._operation(session, unquote(path.removeprefix("/operations/")))
         elif path == "/decisions":
             self._decisions(session)
+        elif path == "/approvals":
+            self._approvals(session)
         elif path == "/audit":
             self._audit(session)
         else:
@@ -434,10 +440,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         match = _DECIDE_PATH.match(path)
-        if match is None:
-            self._problem(404, "Not found", "There is no such form.", session)
+        if match is not None:
+            self._decide(session, unquote(match.group(1)), form)
             return
-        self._decide(session, unquote(match.group(1)), form)
+        match = _ANSWER_PATH.match(path)
+        if match is not None:
+            self._answer(session, unquote(match.group(1)), form)
+            return
+        self._problem(404, "Not found", "There is no such form.", session)
 
     # -- login ---------------------------------------------------------------------------------------
 
@@ -474,6 +484,7 @@ class _Handler(BaseHTTPRequestHandler):
             with self.console.store("none") as store:
                 records = [s.record for s in store.all()]
                 open_ones = store.decisions(open_only=True)
+                pending = _pending_approvals(store)
         except (HomeError, StoreError) as exc:
             self._problem(500, "Cannot read the state", str(exc), session)
             return
@@ -485,6 +496,7 @@ class _Handler(BaseHTTPRequestHandler):
             csrf=session.csrf,
             flashes=self._flashes(session),
             open_decisions=len(open_ones),
+            pending_approvals=pending,
         )
         self._send(200, body)
 
@@ -501,6 +513,7 @@ class _Handler(BaseHTTPRequestHandler):
                 stored = store.get(operation_id)
                 decisions = store.decisions(operation_id)
                 open_count = len(store.decisions(open_only=True))
+                pending = _pending_approvals(store)
                 if stored is not None and problem is None:
                     try:
                         story = story_lines(store.events(operation_id))
@@ -523,6 +536,7 @@ class _Handler(BaseHTTPRequestHandler):
             csrf=session.csrf,
             flashes=self._flashes(session),
             open_decisions=open_count,
+            pending_approvals=pending,
         )
         self._send(200, body)
 
@@ -530,6 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with self.console.store("none") as store:
                 everything = store.decisions()
+                pending = _pending_approvals(store)
         except (HomeError, StoreError) as exc:
             self._problem(500, "Cannot read the state", str(exc), session)
             return
@@ -537,7 +552,12 @@ class _Handler(BaseHTTPRequestHandler):
         done = [d for d in everything if d.status != "open"]
         done.sort(key=lambda d: d.decided_at.timestamp() if d.decided_at else 0.0, reverse=True)
         body = pages.decisions_page(
-            open_ones, done[:RECENT_DECISIONS], csrf=session.csrf, by=session.by, flashes=self._flashes(session)
+            open_ones,
+            done[:RECENT_DECISIONS],
+            csrf=session.csrf,
+            by=session.by,
+            flashes=self._flashes(session),
+            pending_approvals=pending,
         )
         self._send(200, body)
 
@@ -545,38 +565,78 @@ class _Handler(BaseHTTPRequestHandler):
         check = None
         problem = None
         open_count = 0
+        pending: int | None = None
         try:
             with self.console.store("none") as store:
                 open_count = len(store.decisions(open_only=True))
+                pending = _pending_approvals(store)
             check = verify_home(self.console.home)
         except (HomeError, StoreError, AuditError) as exc:
             problem = str(exc)
         body = pages.audit_page(
-            check, problem, csrf=session.csrf, flashes=self._flashes(session), open_decisions=open_count
+            check,
+            problem,
+            csrf=session.csrf,
+            flashes=self._flashes(session),
+            open_decisions=open_count,
+            pending_approvals=pending,
         )
         self._send(200, body)
 
-    # -- the one form that changes something ----------------------------------------------------------
+    def _approvals(self, session: Session) -> None:
+        try:
+            with self.console.store("none") as store:
+                everything = store.grants()
+                open_count = len(store.decisions(open_only=True))
+        except (HomeError, StoreError) as exc:
+            self._problem(500, "Cannot read the state", str(exc), session)
+            return
+        pending = [g for g in everything if g.status == "pending"]
+        approved_sessions = [g for g in everything if g.status == "approved" and g.kind == "session"]
+        shown = {g.grant_id for g in pending + approved_sessions}
+        recent = [g for g in everything if g.grant_id not in shown]
+        recent.sort(key=lambda g: (g.decided_at or g.requested_at).timestamp(), reverse=True)
+        body = pages.approvals_page(
+            pending,
+            approved_sessions,
+            recent[:RECENT_APPROVALS],
+            utcnow(),
+            csrf=session.csrf,
+            by=session.by,
+            flashes=self._flashes(session),
+            open_decisions=open_count,
+        )
+        self._send(200, body)
+
+    # -- the forms that change something --------------------------------------------------------------
+
+    def _operator(self, form: dict[str, str], back: Callable[[str, str], None]) -> tuple[str, str | None] | None:
+        """The checked 'Decided by' name and note of a form; None after an error flash was queued."""
+        by = form.get("by", "").strip()
+        note = form.get("note", "").strip() or None
+        if not by:
+            back(
+                "error", "Type your name in 'Decided by': every decision names the person who made it. Nothing changed."
+            )
+            return None
+        if len(by) > MAX_BY or _CONTROL.search(by):
+            back("error", f"'Decided by' must be at most {MAX_BY} characters of plain text. Nothing changed.")
+            return None
+        if note is not None and (len(note) > MAX_NOTE or _CONTROL.search(note)):
+            back("error", f"The note must be at most {MAX_NOTE} characters of plain text. Nothing changed.")
+            return None
+        return by, note
 
     def _decide(self, session: Session, decision_id: str, form: dict[str, str]) -> None:
         def back(kind: str, text: str) -> None:
             session.flashes.append(Flash(kind, text))
             self._redirect("/decisions")
 
-        by = form.get("by", "").strip()
-        note = form.get("note", "").strip() or None
+        operator = self._operator(form, back)
+        if operator is None:
+            return
+        by, note = operator
         choice = form.get("option", "").strip()
-        if not by:
-            back(
-                "error", "Type your name in 'Decided by': every decision names the person who made it. Nothing changed."
-            )
-            return
-        if len(by) > MAX_BY or _CONTROL.search(by):
-            back("error", f"'Decided by' must be at most {MAX_BY} characters of plain text. Nothing changed.")
-            return
-        if note is not None and (len(note) > MAX_NOTE or _CONTROL.search(note)):
-            back("error", f"The note must be at most {MAX_NOTE} characters of plain text. Nothing changed.")
-            return
         refuse = choice == "refuse"
         option: int | None = None
         if not refuse:
@@ -595,6 +655,42 @@ class _Handler(BaseHTTPRequestHandler):
         self.console.log(f"{self.client_address[0]} decision {decision_id} by {by!r}: {outcome.status}")
         failed = outcome.action is not None and not outcome.action.get("ok")
         back("error" if failed else "ok", outcome.message)
+
+    def _answer(self, session: Session, grant_id: str, form: dict[str, str]) -> None:
+        """Approve, refuse or revoke an agent's approval request: `operating.answer_grant`, as the CLI does."""
+
+        def back(kind: str, text: str) -> None:
+            session.flashes.append(Flash(kind, text))
+            self._redirect("/approvals")
+
+        operator = self._operator(form, back)
+        if operator is None:
+            return
+        by, note = operator
+        answer = form.get("answer", "").strip()
+        if answer not in GRANT_ANSWERS:
+            back("error", "Choose Approve, Refuse or Revoke. Nothing changed.")
+            return
+        session.by = by
+        try:
+            with self.console.store("write") as store:
+                # Revoking is `revoke-session`: sessions only, and a still-pending one is refused instead.
+                step = grant_step(answer, store.get_grant(grant_id) if answer == "revoke" else None)
+                kind = "session" if answer == "revoke" else None
+                expect, status, verb = step
+                answered = answer_grant(
+                    store, grant_id, kind=kind, expect=expect, status=status, verb=verb, by=by, note=note
+                )
+        except (HomeError, StoreError, AuditError) as exc:
+            self.console.log(f"{self.client_address[0]} approval {grant_id} {answer} by {by!r} refused: {exc}")
+            back("error", str(exc))
+            return
+        self.console.log(f"{self.client_address[0]} approval {grant_id} by {by!r}: {answered.status}")
+        back("ok", answered.message)
+
+
+def _pending_approvals(store: AnyStore) -> int:
+    return len(store.grants(status="pending"))
 
 
 def serve_until_signalled(server: ConsoleServer, on_ready: Callable[[], None]) -> None:
