@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo test lint typecheck unit bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ unit: $(BIN)/.installed
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+# The conformance-and-pressure benchmark against azure-core, botocore, google-api-core, tenacity, stamina and a
+# fixed loop (the `bench` extra): writes docs/benchmarks.md and docs/bench-*.png in 3-4 minutes.
+$(BIN)/.installed-bench: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(BIN)/.installed-bench
+	$(BIN)/python -m bench.conformance
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
