@@ -353,11 +353,12 @@ def test_retry_after_is_measured_from_the_receive_time() -> None:
 
 
 def test_retry_after_shorter_than_backoff_leaves_local_backoff() -> None:
-    # 429 at attempt 1: raw = 10 s * 4 = 40 s; with u=0.5 bounded jitter = 30 s, longer than Retry-After 2
+    # 429 at attempt 1 with Retry-After: no 429 growth (the provider said how long), raw = 10 s;
+    # with u=0.5 bounded jitter = 7.5 s, longer than Retry-After 2
     decision = first_poll(response(status=429, headers={"retry-after": "2"}), u=0.5)
     assert decision.delay_source is DelaySource.LOCAL_BACKOFF
-    assert decision.raw_delay == 40 * S
-    assert decision.next_poll_at == at(30)
+    assert decision.raw_delay == 10 * S
+    assert decision.next_poll_at == T0 + timedelta(seconds=7.5)
     server = first_poll(response(status=503, headers={"retry-after": "1"}), u=0.0)
     assert server.delay_source is DelaySource.LOCAL_BACKOFF
     assert server.next_poll_at == at(5)
@@ -831,3 +832,20 @@ def test_any_provider_behaviour_ends_within_the_limits(
         assert record.transport_failures_used == setup.max_transport_failures
     if record.phase is Phase.SUCCEEDED:
         assert record.result == "https://f.example/r"
+
+
+def test_429_retry_after_is_followed_not_multiplied() -> None:
+    """R24: growth is for a 429 without Retry-After; with one, the provider's wait is the floor (found by the
+    peer benchmark: Retry-After 12 used to become ~32 s)."""
+    decision = first_poll(response(status=429, headers={"retry-after": "12"}), u=0.99)
+    assert decision.action is Action.WAIT
+    assert decision.next_poll_at == at(12)
+    assert decision.delay_source is DelaySource.PROVIDER_RETRY_AFTER
+
+
+def test_429_without_retry_after_that_leaves_no_poll_before_the_deadline_stops_as_rate_limited() -> None:
+    contract = make_contract(deadline="25s")  # raw 40 s, jittered 30 s: past the deadline
+    decision = poll(contract, make_record(contract), response(status=429), u=0.5)
+    assert decision.action is Action.STOP
+    assert decision.reason is StopReason.RATE_LIMITED
+    assert "leaves no request before" in decision.detail

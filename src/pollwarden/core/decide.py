@@ -158,10 +158,14 @@ class _Ctx:
         )
 
     def wait(self, *, floor: datetime | None = None, use_hint: bool = False, **changes: Any) -> Decision:
-        """Next poll time: local backoff, raised to a Retry-After floor or replaced by a valid hint (R9, R23)."""
+        """Next poll time: local backoff, raised to a Retry-After floor or replaced by a valid hint (R9, R23).
+
+        A 429 grows the delay sharply only when it names no Retry-After (R24): with one, the provider has said
+        how long, and its answer is the floor over the ordinary backoff."""
         record = self.record.evolve(**changes)
         schedule = record.plan.schedule
-        raw = raw_delay(schedule, record.polls_completed, rate_limited=record.rate_limited_consecutive)
+        grow = record.rate_limited_consecutive if floor is None else 0
+        raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
         when = self.now + jittered(schedule, raw, self.u)
         source = DelaySource.LOCAL_BACKOFF
         rejections = self.obs.rejections
@@ -261,7 +265,14 @@ def _rate_limited(c: _Ctx) -> Decision:
     if c.record.rate_limited_consecutive >= c.record.plan.max_rate_limited:
         detail = f"{c.record.rate_limited_consecutive} consecutive 429 responses"
         return c.stop(StopReason.RATE_LIMITED, detail)
-    return c.wait(floor=c.obs.retry_after)
+    decision = c.wait(floor=c.obs.retry_after)
+    if decision.action is Action.WAIT and decision.next_poll_at == c.record.deadline_at:
+        # The rate limit leaves no poll before the deadline: say so now rather than wake up only to time out.
+        detail = (
+            f"HTTP 429 and the provider's rate limit leaves no request before {format_rfc3339(c.record.deadline_at)}"
+        )
+        return c.stop(StopReason.RATE_LIMITED, detail)
+    return decision
 
 
 def _not_found(c: _Ctx) -> Decision:
