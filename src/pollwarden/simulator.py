@@ -674,13 +674,15 @@ def serve(host: str, port: int, *, token: str | None, time_scale: float, on_read
     """Run a simulator in the foreground for the demo or a subprocess test; SIGTERM stops it cleanly."""
     done = threading.Event()
     previous: Any = None
+    previous_int: Any = None
     in_main = threading.current_thread() is threading.main_thread()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         done.set()
 
-    if in_main:
+    if in_main:  # SIGINT explicitly as well: a shell's background job inherits it ignored
         previous = signal.signal(signal.SIGTERM, on_term)
+        previous_int = signal.signal(signal.SIGINT, on_term)
     try:
         with Simulator(host, port, token=token, time_scale=time_scale) as sim:
             on_ready(sim.url)
@@ -692,3 +694,4 @@ def serve(host: str, port: int, *, token: str | None, time_scale: float, on_read
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)

@@ -697,13 +697,17 @@ def serve_until_signalled(server: ConsoleServer, on_ready: Callable[[], None]) -
     """Run a started-here console in the foreground until Ctrl-C or SIGTERM, then stop it cleanly."""
     done = threading.Event()
     previous: Any = None
+    previous_int: Any = None
     in_main = threading.current_thread() is threading.main_thread()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         done.set()
 
     if in_main:
+        # SIGINT too, explicitly: a process started in the background by a shell inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler, so Ctrl-C (or `kill -INT`) would do nothing.
         previous = signal.signal(signal.SIGTERM, on_term)
+        previous_int = signal.signal(signal.SIGINT, on_term)
     try:
         server.start()
         try:
@@ -717,3 +721,4 @@ def serve_until_signalled(server: ConsoleServer, on_ready: Callable[[], None]) -
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
