@@ -8,73 +8,16 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pollwarden.simulator import Simulator
-
-CONTRACT = """\
-name = "exports"
-status_url = "{base}/jobs/{{job_id}}"
-timeout = "{timeout}"
-safe_status = true
-{auth}
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-cancelled = ["cancelled"]
-expired = ["expired"]
-
-[fields]
-state = "state"
-result = "result_url"
-error = "error"
-expires_at = "expires_at"
-poll_after_seconds = "poll_after_seconds"
-next_check_at = "next_check_at"
-
-[schedule]
-base_delay = "{base_delay}"
-max_delay = "{max_delay}"
-
-[limits]
-deadline = "{deadline}"
-max_requests = {max_requests}
-max_transport_failures = {max_transport_failures}
-max_rate_limited = 3
-{extra}
-"""
+from pollwarden.simulator import Simulator, contract_text
 
 
-def write_contract(
-    path: Path,
-    base_url: str,
-    *,
-    timeout: str = "2s",
-    base_delay: str = "100ms",
-    max_delay: str = "400ms",
-    deadline: str = "1m",
-    max_requests: int = 12,
-    max_transport_failures: int = 3,
-    secret_env: str | None = None,
-    extra: str = "",
-) -> Path:
-    auth = f'\n[auth]\nsecret_env = "{secret_env}"\n' if secret_env else ""
-    path.write_text(
-        CONTRACT.format(
-            base=base_url,
-            timeout=timeout,
-            base_delay=base_delay,
-            max_delay=max_delay,
-            deadline=deadline,
-            max_requests=max_requests,
-            max_transport_failures=max_transport_failures,
-            auth=auth,
-            extra=extra,
-        ),
-        encoding="utf-8",
-    )
+def write_contract(path: Path, base_url: str, **options: Any) -> Path:
+    """The simulator's contract, written where a CLI run can read it; options as `contract_text` takes them."""
+    path.write_text(contract_text(base_url, **options), encoding="utf-8")
     return path
 
 

@@ -13,47 +13,11 @@ from pathlib import Path
 
 from pollwarden.api import Succeeded, Watch
 from pollwarden.operating import open_store
+from pollwarden.simulator import contract_text as simulator_contract
 
 from .common import PeerConfig, PeerResult
 
 MAX_REQUESTS = 20
-
-CONTRACT = """\
-name = "bench"
-status_url = "{base}/jobs/{{job_id}}"
-timeout = "5s"
-safe_status = true
-
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-cancelled = ["cancelled"]
-expired = ["expired"]
-
-[fields]
-state = "state"
-result = "result_url"
-error = "error"
-expires_at = "expires_at"
-poll_after_seconds = "poll_after_seconds"
-next_check_at = "next_check_at"
-
-[schedule]
-base_delay = "{base_delay}"
-max_delay = "{max_delay}"
-jitter = "bounded"
-first_check = "0s"
-
-[limits]
-deadline = "{deadline}"
-max_requests = {max_requests}
-max_transport_failures = 3
-max_rate_limited = 3
-
-[not_found]
-grace = "30s"
-"""
 
 
 def ms(seconds: float) -> str:
@@ -61,12 +25,16 @@ def ms(seconds: float) -> str:
 
 
 def contract_text(config: PeerConfig) -> str:
-    return CONTRACT.format(
-        base=config.base_url,
+    """The README's schedule (5 s..120 s), scaled with the scenario."""
+    return simulator_contract(
+        config.base_url,
+        name="bench",
+        timeout="5s",
         base_delay=ms(5.0 * config.scale),
         max_delay=ms(120.0 * config.scale),
         deadline=ms(config.deadline),
         max_requests=MAX_REQUESTS,
+        extra='[not_found]\ngrace = "30s"\n',
     )
 
 

@@ -41,7 +41,7 @@ from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .notify import deliver
 from .operating import HomeError, contract_of, decide, open_store, status_client, trusted_checkpoint, verify_home
-from .simulator import SCENARIOS, Simulator, Step, serve
+from .simulator import SCENARIOS, Simulator, Step, contract_text, serve
 from .store.base import OperationExists, Stored, StoreError
 from .store.open import AnyStore
 from .store.sqlite import process_owner
@@ -802,39 +802,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-DEMO_CONTRACT = """\
-name = "demo-exports"
-status_url = "{base}/jobs/{{job_id}}"
-timeout = "2s"
-safe_status = true
-
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-cancelled = ["cancelled"]
-expired = ["expired"]
-
-[fields]
-state = "state"
-result = "result_url"
-error = "error"
-expires_at = "expires_at"
-poll_after_seconds = "poll_after_seconds"
-next_check_at = "next_check_at"
-
-[schedule]
-base_delay = "500ms"
-max_delay = "4s"
-jitter = "bounded"
-
-[limits]
-deadline = "2m"
-max_requests = 8
-max_transport_failures = 3
-"""
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """The newcomer's first command: a real provider on loopback, a real watch, the story it leaves."""
     home = Path(tempfile.mkdtemp(prefix="pollwarden-demo-")) if args.home is None else Path(args.home)
@@ -852,7 +819,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         sim.add_job("exp_72d", [Step(body={"state": "running"}), Step(body={"state": "awaiting_review"})])
         contract_path = home / "demo-contract.toml"
         home.mkdir(parents=True, exist_ok=True)
-        contract_path.write_text(DEMO_CONTRACT.format(base=sim.url), encoding="utf-8")
+        demo = contract_text(
+            sim.url, name="demo-exports", base_delay="500ms", max_delay="4s", deadline="2m", max_requests=8
+        )
+        contract_path.write_text(demo, encoding="utf-8")
         print(f"pollwarden demo: a simulated provider on {sim.url}, state in {home}\n")
         codes = []
         for job in ("exp_71c", "exp_72d"):

@@ -50,6 +50,7 @@ __all__ = [
     "RecordedRequest",
     "Simulator",
     "Step",
+    "contract_text",
     "serve",
     "substitute",
 ]
@@ -668,6 +669,71 @@ def _parse_script(raw: bytes) -> tuple[str, list[Step]]:
             raise ValueError(f"step {i}: delay must be a number")
         steps.append(Step(status, body, headers, times, seconds, float(delay), close))
     return job_id, steps
+
+
+_CONTRACT = """\
+name = "{name}"
+status_url = "{base}/jobs/{{job_id}}"
+timeout = "{timeout}"
+safe_status = true
+{auth}
+[states]
+pending = ["queued", "running"]
+success = ["succeeded"]
+failure = ["failed"]
+cancelled = ["cancelled"]
+expired = ["expired"]
+
+[fields]
+state = "state"
+result = "result_url"
+error = "error"
+expires_at = "expires_at"
+poll_after_seconds = "poll_after_seconds"
+next_check_at = "next_check_at"
+
+[schedule]
+base_delay = "{base_delay}"
+max_delay = "{max_delay}"
+
+[limits]
+deadline = "{deadline}"
+max_requests = {max_requests}
+max_transport_failures = {max_transport_failures}
+max_rate_limited = {max_rate_limited}
+{extra}
+"""
+
+
+def contract_text(
+    base_url: str,
+    *,
+    name: str = "exports",
+    timeout: str = "2s",
+    base_delay: str = "100ms",
+    max_delay: str = "400ms",
+    deadline: str = "1m",
+    max_requests: int = 12,
+    max_transport_failures: int = 3,
+    max_rate_limited: int = 3,
+    secret_env: str | None = None,
+    extra: str = "",
+) -> str:
+    """The contract that reads this simulator's scenario bodies: the demo, the tests and the benchmarks use it."""
+    auth = f'\n[auth]\nsecret_env = "{secret_env}"\n' if secret_env else ""
+    return _CONTRACT.format(
+        name=name,
+        base=base_url,
+        timeout=timeout,
+        base_delay=base_delay,
+        max_delay=max_delay,
+        deadline=deadline,
+        max_requests=max_requests,
+        max_transport_failures=max_transport_failures,
+        max_rate_limited=max_rate_limited,
+        auth=auth,
+        extra=extra,
+    )
 
 
 def serve(host: str, port: int, *, token: str | None, time_scale: float, on_ready: Callable[[str], None]) -> None:
