@@ -160,8 +160,11 @@ class Store(Protocol):
         *,
         release: bool,
         decision: DecisionRequest | None = None,
+        hold_until: datetime | None = None,
     ) -> bool:
-        """Fenced: persist the record, its events and any decision request in one transaction, or nothing."""
+        """Fenced: persist the record, its events and any decision request in one transaction, or nothing.
+
+        `hold_until` moves the lease's expiry (a reservation extends it to cover the request about to be sent)."""
         ...
 
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]: ...

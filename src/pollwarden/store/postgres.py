@@ -370,9 +370,10 @@ class PostgresStore(AuditedStore):
         *,
         release: bool,
         decision: DecisionRequest | None = None,
+        hold_until: datetime | None = None,
     ) -> bool:
         with self._tx() as tx:
-            if not self._update_fenced(tx, lease, record, now, release=release):
+            if not self._update_fenced(tx, lease, record, now, release=release, hold_until=hold_until):
                 return False
             for kind, data in events:
                 self._append(tx, lease.operation_id, kind, data, now)
@@ -380,19 +381,29 @@ class PostgresStore(AuditedStore):
                 self._insert_decision(tx, decision, now)
             return True
 
-    def _update_fenced(self, tx: _Tx, lease: Lease, record: OperationRecord, now: datetime, *, release: bool) -> bool:
+    def _update_fenced(
+        self,
+        tx: _Tx,
+        lease: Lease,
+        record: OperationRecord,
+        now: datetime,
+        *,
+        release: bool,
+        hold_until: datetime | None = None,
+    ) -> bool:
         """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
         cursor = tx.conn.execute(
             "UPDATE operations SET phase = %s, next_poll_at = %s, deadline_at = %s, status_requests_used = %s,"
             " max_status_requests = %s, record = %s, updated_at = %s,"
             " lease_owner = CASE WHEN %s THEN NULL ELSE lease_owner END,"
-            " lease_expires_at = CASE WHEN %s THEN NULL ELSE lease_expires_at END"
+            " lease_expires_at = CASE WHEN %s THEN NULL ELSE COALESCE(%s, lease_expires_at) END"
             " WHERE operation_id = %s AND lease_token = %s AND lease_owner = %s",
             (
                 *record_values(record, _timestamptz),
                 now,
                 release,
                 release,
+                None if hold_until is None else _timestamptz(hold_until),
                 lease.operation_id,
                 lease.token,
                 lease.owner,

@@ -351,9 +351,10 @@ class SQLiteStore(AuditedStore):
         *,
         release: bool,
         decision: DecisionRequest | None = None,
+        hold_until: datetime | None = None,
     ) -> bool:
         with self._tx() as conn:
-            if not self._update_fenced(conn, lease, record, now, release=release):
+            if not self._update_fenced(conn, lease, record, now, release=release, hold_until=hold_until):
                 return False
             for kind, data in events:
                 self._append(conn, lease.operation_id, kind, data, now)
@@ -362,20 +363,28 @@ class SQLiteStore(AuditedStore):
             return True
 
     def _update_fenced(
-        self, conn: sqlite3.Connection, lease: Lease, record: OperationRecord, now: datetime, *, release: bool
+        self,
+        conn: sqlite3.Connection,
+        lease: Lease,
+        record: OperationRecord,
+        now: datetime,
+        *,
+        release: bool,
+        hold_until: datetime | None = None,
     ) -> bool:
         """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
         cursor = conn.execute(
             "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
             " max_status_requests = ?, record = ?, updated_at = ?,"
             " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
-            " lease_expires_at = CASE WHEN ? THEN NULL ELSE lease_expires_at END"
+            " lease_expires_at = CASE WHEN ? THEN NULL ELSE COALESCE(?, lease_expires_at) END"
             " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
             (
                 *record_values(record, _epoch),
                 _epoch(now),
                 release,
                 release,
+                None if hold_until is None else _epoch(hold_until),
                 lease.operation_id,
                 lease.token,
                 lease.owner,
