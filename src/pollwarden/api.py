@@ -22,24 +22,24 @@ them.
 from __future__ import annotations
 
 import asyncio
-import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from .clock import utcnow
+from .core.admission import Limits, WatchRequest, job_id_problem, operation_id_problem
 from .core.contract import Contract, ContractError, load_contract
-from .core.durations import DurationError, format_duration, format_rfc3339, parse_duration
+from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
-from .core.record import OPERATION_ID, OperationRecord, new_record
+from .core.record import OperationRecord
+from .engine import AdmissionError, Engine, StepResult
 from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .operating import HomeError, open_store
-from .store.base import OperationExists, Store
-from .store.sqlite import process_owner
-from .watch import StepResult, Watcher, utcnow
+from .store.base import Store
+from .store.common import process_owner
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
 
@@ -123,76 +123,16 @@ class Watch:
             )
         if job_id is None and operation_id is None:
             raise WatchError("give a job_id to start a watch, or the operation_id of one to resume")
-        if job_id is not None and (
-            not job_id.strip() or len(job_id) > 512 or any(not ch.isprintable() for ch in job_id)
-        ):
-            raise WatchError("job_id must be the provider's job id: non-empty, at most 512 printable characters")
-        if operation_id is not None and not OPERATION_ID.match(operation_id):
-            raise WatchError(f"operation_id {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
-        if max_requests is not None and (isinstance(max_requests, bool) or max_requests < 1):
-            raise WatchError("max_requests must be at least 1")
+        if job_id is not None and (problem := job_id_problem(job_id)):
+            raise WatchError(f"job_id: {problem}")
+        if operation_id is not None and (problem := operation_id_problem(operation_id)):
+            raise WatchError(f"operation_id {operation_id!r}: {problem}")
         self.job_id = job_id
-        self.deadline = _duration(deadline, "deadline")
-        self.max_requests = max_requests
-        self.operation_id = operation_id or self._new_id()
+        self.limits = Limits(deadline=_duration(deadline, "deadline"), max_requests=max_requests)
+        self.operation_id = operation_id
         self._home = home
         self._store = store
         self._on_progress = on_progress
-
-    def _new_id(self) -> str:
-        prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", self.contract.name)[:40].strip("-.:_") or "op"
-        if not prefix[0].isalnum():
-            prefix = "op"
-        return f"{prefix}-{utcnow().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-
-    def _prepare(self, store: Store) -> OperationRecord:
-        now = utcnow()
-        stored = store.get(self.operation_id)
-        if stored is None:
-            if self.job_id is None:
-                raise WatchError(f"no operation {self.operation_id!r} to resume; give a job_id to start one")
-            record = new_record(
-                self.contract,
-                operation_id=self.operation_id,
-                job_id=self.job_id,
-                now=now,
-                deadline=self.deadline,
-                max_requests=self.max_requests,
-                useful_for=self.contract.escalation.useful_for,
-            )
-            try:
-                store.create(
-                    record,
-                    self.contract.source_text,
-                    {
-                        **record.summary(),
-                        "request_fingerprint": record.request_fingerprint,
-                        "contract_fingerprint": record.contract_fingerprint,
-                        "expected_terminal": list(record.expected_terminal),
-                        "created_by": "python api",
-                    },
-                )
-            except OperationExists:
-                return self._prepare(store)
-            return record
-        record = stored.record
-        problems = []
-        if self.job_id is not None and self.job_id != record.job_id:
-            problems.append(f"it watches job {record.job_id}, not {self.job_id}")
-        if self.contract.fingerprint() != record.contract_fingerprint:
-            problems.append(f"it was created with another version of contract {self.contract.name!r}")
-        if self.deadline is not None and record.created_at + self.deadline > record.deadline_at:
-            problems.append(f"deadline {format_duration(self.deadline)} would move it past"
-                            f" {format_rfc3339(record.deadline_at)}")  # fmt: skip
-        if self.max_requests is not None and self.max_requests > record.plan.max_status_requests:
-            problems.append(f"max_requests {self.max_requests} exceeds the approved {record.plan.max_status_requests}")
-        if problems:
-            store.append(self.operation_id, "resume_refused", {"why": "; ".join(problems)}, now)
-            raise WatchError(
-                f"cannot resume operation {self.operation_id}: " + "; ".join(problems) + ". Widening limits needs a"
-                " person's decision (`pollwarden decide`)"
-            )
-        return record
 
     def run(self) -> Outcome:
         """Watch until a validated result or a reasoned stop; blocks, sleeping between polls with no lease."""
@@ -209,10 +149,15 @@ class Watch:
             except HomeError as exc:
                 raise WatchError(str(exc)) from None
         try:
-            record = self._prepare(store)
+            engine = Engine(store, owner=process_owner(), clock=utcnow)
+            request = WatchRequest(self.contract, self.job_id, self.operation_id, self.limits, by="python api")
+            try:
+                admitted = engine.admit(request)
+            except AdmissionError as exc:
+                raise WatchError(f"cannot watch: {exc}") from None
+            self.operation_id = admitted.record.operation_id  # a later run() resumes this operation
             with StatusClient(self.contract, secret, clock=utcnow) as client:
-                watcher = Watcher(store, self.contract, client, owner=process_owner())
-                final = watcher.run(record.operation_id, on_progress=self._on_progress)
+                final = engine.run(self.contract, client, admitted.record.operation_id, on_progress=self._on_progress)
             return outcome_of(store, final)
         finally:
             if own:

@@ -1,7 +1,8 @@
 """The fleet worker: many operations, one poll each when due, through the same core and store as `watch`.
 
-A batch claim takes due operations with fenced leases; each is stepped exactly as `watch` steps one
-(`Watcher.step_claimed`), which records and releases. Between batches the worker sleeps until the next
+A batch claim takes due operations with fenced leases; each is stepped by the engine exactly as `watch`
+steps one (`Engine.step_claimed`), which reserves (extending the lease to the contract's bound), sends,
+records, notifies and releases. Between batches the worker sleeps until the next
 due time with no lease held (R38). SIGTERM/SIGINT let in-flight requests finish and release the rest.
 """
 
@@ -24,12 +25,16 @@ from .core.contract import Contract, ContractError, parse_contract
 from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
+from .engine import Done, Engine, NotYet, Polled, StepResult
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Lease, Store
-from .watch import Done, NotYet, Polled, StepResult, Watcher, lease_ttl
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
+
+CLAIM_TTL = timedelta(seconds=30)
+"""How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
+the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
 
 
 class Metrics:
@@ -46,8 +51,8 @@ class Metrics:
         self.requests = Counter(
             "pollwarden_provider_requests", "Status requests sent, by provider", ["provider"], registry=self.registry
         )
-        self.takeovers = Counter(
-            "pollwarden_lease_takeovers", "Leases taken from expired owners", registry=self.registry
+        self.failures = Counter(
+            "pollwarden_step_failures", "Polls that raised instead of ending in a record", registry=self.registry
         )
         self.lateness = Histogram(
             "pollwarden_scheduling_lateness_seconds",
@@ -88,27 +93,31 @@ class _ContractCache:
     """Contracts travel with their operations; parse each distinct text once, keep its client open."""
 
     clock: Callable[[], datetime]
-    watchers: dict[str, Watcher | str] = field(default_factory=dict)
+    clients: dict[str, tuple[Contract, StatusClient] | str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def watcher(self, store: Store, owner: str, text: str, log: JsonLog) -> Watcher | str:
+    def client(self, text: str, log: JsonLog) -> tuple[Contract, StatusClient] | str:
         key = hashlib.sha256(text.encode()).hexdigest()
-        found = self.watchers.get(key)
-        if found is not None:
-            return found
-        try:
-            contract: Contract = parse_contract(text, source="stored contract")
-            client = StatusClient(contract, resolve_secret(contract), clock=self.clock)
-            made: Watcher | str = Watcher(store, contract, client, owner=owner, clock=self.clock)
-        except (ContractError, CredentialError) as exc:
-            made = str(exc)
-            log("contract_unusable", detail=made)
-        self.watchers[key] = made
-        return made
+        with self.lock:
+            found = self.clients.get(key)
+            if found is not None:
+                return found
+            try:
+                contract = parse_contract(text, source="stored contract")
+                made: tuple[Contract, StatusClient] | str = (
+                    contract,
+                    StatusClient(contract, resolve_secret(contract), clock=self.clock),
+                )
+            except (ContractError, CredentialError) as exc:
+                made = str(exc)
+                log("contract_unusable", detail=made)
+            self.clients[key] = made
+            return made
 
     def close(self) -> None:
-        for watcher in self.watchers.values():
-            if isinstance(watcher, Watcher):
-                watcher.client.close()
+        for made in self.clients.values():
+            if not isinstance(made, str):
+                made[1].close()
 
 
 class Worker:
@@ -157,9 +166,8 @@ class Worker:
     def run_once(self, pool: ThreadPoolExecutor) -> int:
         """Claim up to `concurrency` due operations and poll each once; returns how many were claimed."""
         now = self._claim_store.db_now()
-        ttl = timedelta(seconds=30)
         claimed: list[tuple[Lease, OperationRecord]] = self._claim_store.claim_due(
-            self.owner, now, ttl, self.concurrency
+            self.owner, now, CLAIM_TTL, self.concurrency
         )
         if not claimed:
             return 0
@@ -169,6 +177,18 @@ class Worker:
         return len(claimed)
 
     def _poll_one(self, lease: Lease, record: OperationRecord) -> None:
+        """One claimed operation; whatever goes wrong here stays here, so one answer never stalls the fleet."""
+        try:
+            self._poll_claimed(lease, record)
+        except Exception as exc:
+            self.metrics.failures.inc()
+            self.log("poll_failed", operation=record.operation_id, error=type(exc).__name__)
+            try:
+                self._store().release(lease)
+            except Exception as again:  # the store itself is failing; the lease expires on its own
+                self.log("release_failed", operation=record.operation_id, error=type(again).__name__)
+
+    def _poll_claimed(self, lease: Lease, record: OperationRecord) -> None:
         store = self._store()
         if self.stop.is_set():
             store.release(lease)
@@ -177,20 +197,21 @@ class Worker:
         if stored is None:
             store.release(lease)
             return
-        watcher = self._contracts.watcher(store, self.owner, stored.contract_text, self.log)
-        if isinstance(watcher, str):
+        found = self._contracts.client(stored.contract_text, self.log)
+        if isinstance(found, str):
             store.release(lease)
             return
-        bound = Watcher(store, watcher.contract, watcher.client, owner=self.owner, clock=watcher.clock, rng=watcher.rng)
+        contract, client = found
+        engine = Engine(store, owner=self.owner, clock=store.db_now)
         now = store.db_now()
         if isinstance(next_step(record, now), Poll):
-            paced = self._pace(store, lease, record, watcher.contract.name, now)
+            paced = self._pace(store, lease, record, contract.name, now)
             if paced is None:
                 return
             now = paced
         lateness = max(0.0, (now - record.next_poll_at).total_seconds())
-        result = bound.step_claimed(lease, record, now)
-        self._observe(result, record, lateness, watcher.contract.name)
+        result = engine.step_claimed(contract, client, lease, record, now)
+        self._observe(result, record, lateness, contract.name)
 
     def _pace(
         self, store: Store, lease: Lease, record: OperationRecord, provider: str, now: datetime
@@ -276,4 +297,4 @@ def _reason(record: OperationRecord) -> str | None:
     return record.reason.value if record.reason else None
 
 
-__all__ = ["JsonLog", "Metrics", "Worker", "lease_ttl"]
+__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker"]

@@ -1,0 +1,327 @@
+"""Admission: whether a request to watch creates an operation, resumes one, narrows it, or is refused.
+
+One pure rule for every interface (`watch`, `enqueue`, the Python API, the MCP server's `start_watch`): the
+drivers parse their flags or arguments into a `WatchRequest`, hand it here with what the store holds, and carry
+out the answer. Authority only ever shrinks here: a resume may narrow a limit, never widen one, and a job that
+already has an operation gets that operation back, never a fresh budget (widening is a person's decision).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from .contract import Contract
+from .durations import format_duration, format_rfc3339
+from .record import OPERATION_ID, OperationRecord, new_record
+
+MAX_JOB_ID_CHARS = 512
+MAX_COUNT = 1_000_000
+"""The largest request or failure budget anyone may ask for: far beyond any real watch, far below overflow."""
+
+
+def job_id_problem(job_id: object) -> str | None:
+    """Why this cannot be a provider's job id, or None. The same words on every interface."""
+    if not isinstance(job_id, str) or not job_id.strip():
+        return "the job id must be the provider's job id, not empty"
+    if len(job_id) > MAX_JOB_ID_CHARS:
+        return f"the job id is {len(job_id)} characters long; at most {MAX_JOB_ID_CHARS} are accepted"
+    for ch in job_id:
+        # Cc: controls (forge lines on a terminal), Cs: lone surrogates (cannot be encoded), Cf: bidi overrides
+        # and other invisible formatting (make one id look like another).
+        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp"):
+            return f"the job id contains the invisible or control character U+{ord(ch):04X}; give the id as printed"
+    return None
+
+
+def operation_id_problem(operation_id: object) -> str | None:
+    if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
+        return "an operation id is 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+    return None
+
+
+def new_operation_id(contract_name: str, now: datetime, token: str) -> str:
+    """`<contract>-<UTC time>-<token>`: sortable, readable, and unique by the caller's random token."""
+    prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", contract_name)[:40].strip("-.:_")
+    if not prefix or not prefix[0].isalnum():
+        prefix = "op"
+    return f"{prefix}-{now.strftime('%Y%m%d-%H%M%S')}-{token}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the caller asks for; None means the contract's value (for an agent: its `[agent]` cap)."""
+
+    deadline: timedelta | None = None
+    max_requests: int | None = None
+    max_transport_failures: int | None = None
+    base_delay: timedelta | None = None
+    max_delay: timedelta | None = None
+    useful_for: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    contract: Contract
+    job_id: str | None
+    operation_id: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    by: str = "cli"
+    """Who asks, as the `created` event records it: "cli", "enqueue", "python api", "agent session ..."."""
+    agent: bool = False
+    """An agent asks: the contract's `[agent]` caps bound what it may ask for, and are its defaults."""
+    status_location: str | None = None
+    request_fingerprint: str | None = None
+
+
+class Refusal(StrEnum):
+    INVALID = "invalid_argument"
+    """The request itself is malformed: nothing is looked up, nothing is audited."""
+    LIMIT = "limit_exceeded"
+    """More than the contract lets this caller ask for."""
+    CONFLICT = "conflict"
+    """It contradicts an existing operation (another job, another contract, wider limits): audited on it."""
+
+
+@dataclass(frozen=True)
+class Create:
+    record: OperationRecord
+    event: dict[str, Any]
+    """The `created` audit payload: one shape whoever creates."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    record: OperationRecord
+    reused_job: bool = False
+    """True when the caller named no operation and got the job's existing one back."""
+
+
+@dataclass(frozen=True)
+class Narrow:
+    record: OperationRecord
+    """The stored record the narrowing applies to; the driver re-applies `narrow` under the lease."""
+    narrowed: OperationRecord
+    reused_job: bool = False
+
+
+@dataclass(frozen=True)
+class Refuse:
+    kind: Refusal
+    problems: tuple[str, ...]
+    operation_id: str | None = None
+    """The existing operation the refusal is audited on (`resume_refused`), when there is one."""
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.problems)
+
+
+Admission = Create | Resume | Narrow | Refuse
+
+
+def created_event(record: OperationRecord, by: str) -> dict[str, Any]:
+    return {
+        **record.summary(),
+        "request_fingerprint": record.request_fingerprint,
+        "contract_fingerprint": record.contract_fingerprint,
+        "expected_terminal": list(record.expected_terminal),
+        "created_by": by,
+    }
+
+
+def _limit_problems(request: WatchRequest) -> tuple[list[str], list[str]]:
+    """(malformed, beyond the agent cap) for the asked limits alone."""
+    limits = request.limits
+    bad: list[str] = []
+    for name, duration in (
+        ("deadline", limits.deadline),
+        ("base_delay", limits.base_delay),
+        ("max_delay", limits.max_delay),
+        ("useful_for", limits.useful_for),
+    ):
+        if duration is not None and duration <= timedelta(0):
+            bad.append(f"{name} must be longer than zero")
+    for name, count in (
+        ("max_requests", limits.max_requests),
+        ("max_transport_failures", limits.max_transport_failures),
+    ):
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT):
+            bad.append(f"{name} must be a whole number from 1 to {MAX_COUNT}")
+    schedule = request.contract.schedule
+    base = limits.base_delay or schedule.base_delay
+    if (limits.base_delay or limits.max_delay) and (limits.max_delay or schedule.max_delay) < base:
+        bad.append("max_delay must not be shorter than base_delay")
+    over: list[str] = []
+    if request.agent:
+        contract = request.contract
+        if limits.deadline is not None and limits.deadline > contract.agent_max_deadline:
+            over.append(
+                f"deadline {format_duration(limits.deadline)} exceeds [agent].max_deadline"
+                f" {format_duration(contract.agent_max_deadline)} of contract {contract.name!r}"
+            )
+        if limits.max_requests is not None and limits.max_requests > contract.agent_max_requests:
+            over.append(
+                f"max_requests {limits.max_requests} exceeds [agent].max_requests {contract.agent_max_requests}"
+                f" of contract {contract.name!r}"
+            )
+    return bad, over
+
+
+def narrow(record: OperationRecord, limits: Limits) -> OperationRecord:
+    """The record with every asked limit that is tighter applied; looser ones are `widening`'s business."""
+    plan = record.plan
+    changes: dict[str, Any] = {}
+    if limits.deadline is not None and record.created_at + limits.deadline < plan.deadline_at:
+        changes["deadline_at"] = record.created_at + limits.deadline
+    if limits.max_requests is not None and limits.max_requests < plan.max_status_requests:
+        changes["max_status_requests"] = max(limits.max_requests, 1)
+    if limits.max_transport_failures is not None and limits.max_transport_failures < plan.max_transport_failures:
+        changes["max_transport_failures"] = limits.max_transport_failures
+    if limits.useful_for is not None:
+        useful = record.created_at + limits.useful_for
+        if plan.useful_until is None or useful < plan.useful_until:
+            changes["useful_until"] = useful
+    if not changes:
+        return record
+    return replace(record, plan=replace(plan, **changes))
+
+
+def widening(record: OperationRecord, limits: Limits) -> list[str]:
+    """Every asked limit that would give the operation more authority than it was granted."""
+    plan = record.plan
+    problems: list[str] = []
+    if limits.deadline is not None and record.created_at + limits.deadline > plan.deadline_at:
+        problems.append(
+            f"deadline {format_duration(limits.deadline)} would move the deadline past"
+            f" {format_rfc3339(plan.deadline_at)}"
+        )
+    if limits.max_requests is not None and limits.max_requests > plan.max_status_requests:
+        problems.append(f"max_requests {limits.max_requests} exceeds the approved {plan.max_status_requests}")
+    if limits.max_transport_failures is not None and limits.max_transport_failures > plan.max_transport_failures:
+        problems.append(
+            f"max_transport_failures {limits.max_transport_failures} exceeds the approved {plan.max_transport_failures}"
+        )
+    useful = plan.useful_until
+    if limits.useful_for is not None and useful is not None and record.created_at + limits.useful_for > useful:
+        problems.append(
+            f"useful_for {format_duration(limits.useful_for)} would move the usefulness window past"
+            f" {format_rfc3339(useful)}"
+        )
+    for name, asked, stored in (
+        ("base_delay", limits.base_delay, plan.schedule.base_delay),
+        ("max_delay", limits.max_delay, plan.schedule.max_delay),
+    ):
+        if asked is not None and asked != stored:
+            problems.append(f"{name} {format_duration(asked)} differs from the operation's {format_duration(stored)}")
+    return problems
+
+
+def _resume(request: WatchRequest, existing: OperationRecord, *, reused_job: bool) -> Admission:
+    problems: list[str] = []
+    if request.job_id is not None and request.job_id != existing.job_id:
+        problems.append(f"operation {existing.operation_id} watches job {existing.job_id}, not {request.job_id}")
+    if request.contract.fingerprint() != existing.contract_fingerprint:
+        problems.append(
+            f"contract {request.contract.name!r} differs from the one operation {existing.operation_id} was created"
+            " with (states, fields, status_url or credential); resume it with the original contract"
+        )
+    problems.extend(widening(existing, request.limits))
+    if problems:
+        return Refuse(Refusal.CONFLICT, tuple(problems), existing.operation_id)
+    narrowed = narrow(existing, request.limits)
+    if narrowed is existing:
+        return Resume(existing, reused_job=reused_job)
+    return Narrow(existing, narrowed, reused_job=reused_job)
+
+
+def admit(
+    request: WatchRequest,
+    existing: OperationRecord | None,
+    same_job: Sequence[OperationRecord],
+    now: datetime,
+    *,
+    token: str,
+) -> Admission:
+    """The one admission rule.
+
+    `existing` is the stored operation named by `request.operation_id` (None when there is none or no id was
+    given); `same_job` are the stored operations of the same contract name and job id, newest first; `token` is
+    the random part of a new operation id (handed in, so this stays pure).
+    """
+    bad: list[str] = []
+    if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
+        bad.append(f"operation id {request.operation_id!r}: {problem}")
+    if request.job_id is not None and (problem := job_id_problem(request.job_id)):
+        bad.append(problem)
+    malformed, over = _limit_problems(request)
+    bad.extend(malformed)
+    if bad:
+        return Refuse(Refusal.INVALID, tuple(bad))
+    if over:
+        return Refuse(Refusal.LIMIT, (*over, "an agent may ask for less, never more"))
+    if existing is not None:
+        return _resume(request, existing, reused_job=False)
+    if request.job_id is None:
+        return Refuse(Refusal.INVALID, ("a job id is required to start a new operation",))
+    if same_job:
+        earlier = same_job[0]
+        if request.operation_id is not None:
+            return Refuse(
+                Refusal.CONFLICT,
+                (
+                    f"job {request.job_id} is already watched by operation {earlier.operation_id}; resume that one"
+                    f" (a second operation would be a fresh budget for the same job, which only a person's decision"
+                    " may grant)",
+                ),
+                earlier.operation_id,
+            )
+        return _resume(request, earlier, reused_job=True)
+    contract = request.contract
+    limits = request.limits
+    deadline = limits.deadline
+    max_requests = limits.max_requests
+    if request.agent:
+        deadline = deadline or contract.agent_max_deadline
+        max_requests = max_requests or contract.agent_max_requests
+    record = new_record(
+        contract,
+        operation_id=request.operation_id or new_operation_id(contract.name, now, token),
+        job_id=request.job_id,
+        now=now,
+        deadline=deadline,
+        max_requests=max_requests,
+        max_transport_failures=limits.max_transport_failures,
+        base_delay=limits.base_delay,
+        max_delay=limits.max_delay,
+        request_fingerprint=request.request_fingerprint,
+        useful_for=limits.useful_for or contract.escalation.useful_for,
+        status_location=request.status_location,
+    )
+    return Create(record, created_event(record, request.by))
+
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_JOB_ID_CHARS",
+    "Admission",
+    "Create",
+    "Limits",
+    "Narrow",
+    "Refusal",
+    "Refuse",
+    "Resume",
+    "WatchRequest",
+    "admit",
+    "created_event",
+    "job_id_problem",
+    "narrow",
+    "new_operation_id",
+    "operation_id_problem",
+    "widening",
+]

@@ -1,0 +1,18 @@
+"""One engine under every interface: admission and the poll step, written once (see `flow` and `driver`)."""
+
+from .driver import AdmissionError, Admitted, Engine, StatusSender, new_decision_id
+from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+
+__all__ = [
+    "AdmissionError",
+    "Admitted",
+    "Busy",
+    "Done",
+    "Engine",
+    "NotYet",
+    "Polled",
+    "StatusSender",
+    "StepResult",
+    "lease_ttl",
+    "new_decision_id",
+]

@@ -1,0 +1,268 @@
+"""The synchronous driver of the engine: admission and the step flow, executed against a store and a client.
+
+Every interface goes through `Engine`: `watch` and the Python API (`run`), the worker (`step_claimed` after
+its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`). What each interface adds is parsing
+its own input and rendering its own output.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from ..clock import utcnow
+from ..core.admission import Create, Narrow, Refusal, Refuse, Resume, WatchRequest, admit, narrow
+from ..core.contract import Contract
+from ..core.escalation import DecisionRequest
+from ..core.observe import Exchange
+from ..core.record import OperationRecord
+from ..notify import deliver
+from ..store.base import Lease, OperationExists, Store
+from . import flow
+from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+
+T = TypeVar("T")
+
+
+class StatusSender(Protocol):
+    """What the engine needs of a status client: one bounded request, credential held inside."""
+
+    def fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
+    ) -> Exchange: ...
+
+
+class AdmissionError(ValueError):
+    """A watch that cannot start or resume as asked; nothing was sent. The message says what to change."""
+
+    exit_code = 2
+
+    def __init__(self, refusal: Refuse) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+    @property
+    def kind(self) -> Refusal:
+        return self.refusal.kind
+
+
+@dataclass(frozen=True)
+class Admitted:
+    record: OperationRecord
+    created: bool
+    reused_job: bool = False
+    """The caller named no operation and got the job's existing one back (never a fresh budget)."""
+
+
+Notifier = Callable[[Contract, DecisionRequest], None]
+
+
+class Engine:
+    """One store, one owner name, one clock: admission and steps for any number of operations and contracts."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        owner: str,
+        clock: Callable[[], datetime] = utcnow,
+        rng: random.Random | None = None,
+        environ: Mapping[str, str] | None = None,
+        notify: Notifier | None = None,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._environ = environ
+        self._notify = notify or self._webhook
+
+    # -- admission ---------------------------------------------------------------------------------------------
+
+    def admit(self, request: WatchRequest) -> Admitted:
+        """Create, resume or narrow the operation the request names, or raise AdmissionError (audited on the
+        existing operation when it contradicts one)."""
+        for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
+            now = self.clock()
+            stored = self.store.get(request.operation_id) if request.operation_id is not None else None
+            existing = stored.record if stored is not None else None
+            same_job = self._same_job(request) if existing is None else []
+            answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
+            if isinstance(answer, Refuse):
+                if answer.operation_id is not None:
+                    self.store.append(
+                        answer.operation_id, "resume_refused", {"why": answer.message, "by": request.by}, now
+                    )
+                raise AdmissionError(answer)
+            if isinstance(answer, Resume):
+                return Admitted(answer.record, created=False, reused_job=answer.reused_job)
+            if isinstance(answer, Narrow):
+                return Admitted(self._narrow(request, answer), created=False, reused_job=answer.reused_job)
+            assert isinstance(answer, Create)
+            try:
+                self.store.create(answer.record, request.contract.source_text, answer.event)
+            except OperationExists:
+                continue
+            return Admitted(answer.record, created=True)
+        raise AdmissionError(
+            Refuse(Refusal.CONFLICT, ("the operation is being created by another process; try again in a moment",))
+        )
+
+    def _same_job(self, request: WatchRequest) -> list[OperationRecord]:
+        if request.job_id is None:
+            return []
+        name = request.contract.name
+        found = [
+            s.record for s in self.store.all() if s.record.contract_name == name and s.record.job_id == request.job_id
+        ]
+        return sorted(found, key=lambda r: r.created_at, reverse=True)
+
+    def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
+        now = self.clock()
+        claimed = self.store.claim(answer.record.operation_id, self.owner, now, lease_ttl(request.contract))
+        if claimed is None:
+            raise AdmissionError(
+                Refuse(
+                    Refusal.CONFLICT,
+                    (f"operation {answer.record.operation_id} is busy in another process; try again in a moment",),
+                )
+            )
+        lease, current = claimed
+        narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
+        if narrowed is current:
+            self.store.release(lease)
+            return current
+        if not self.store.write(
+            lease, narrowed, [("limits_narrowed", {**narrowed.summary(), "by": request.by})], now, release=True
+        ):
+            raise AdmissionError(
+                Refuse(Refusal.CONFLICT, (f"operation {current.operation_id} was taken over; try again",))
+            )
+        return narrowed
+
+    # -- steps -----------------------------------------------------------------------------------------------------
+
+    def step(self, contract: Contract, client: StatusSender, operation_id: str) -> StepResult:
+        stored = self.store.get(operation_id)
+        if stored is None:
+            raise KeyError(operation_id)
+        return self._drive(flow.step(contract, stored.record, self.clock()), contract, client)
+
+    def step_claimed(
+        self, contract: Contract, client: StatusSender, lease: Lease, record: OperationRecord, now: datetime
+    ) -> StepResult:
+        return self._drive(flow.step_claimed(contract, lease, record, now), contract, client)
+
+    def run(
+        self,
+        contract: Contract,
+        client: StatusSender,
+        operation_id: str,
+        *,
+        on_progress: Callable[[StepResult], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        tick: float | None = None,
+        until: Callable[[], bool] | None = None,
+    ) -> OperationRecord:
+        """Step until the operation is final (or `until()` says stop); sleep in between with no lease held."""
+        while True:
+            result = self.step(contract, client, operation_id)
+            if on_progress is not None:
+                on_progress(result)
+            if isinstance(result, Done):
+                return result.record
+            if isinstance(result, Polled):
+                if result.decision.record.is_final or (until is not None and until()):
+                    return result.decision.record
+                continue
+            if until is not None and until():
+                return result.record
+            wake = result.until if isinstance(result, NotYet) else result.retry_at
+            delay = max(0.0, (wake - self.clock()).total_seconds())
+            sleep(min(delay, tick) if tick else delay)
+
+    # -- executing effects --------------------------------------------------------------------------------------
+
+    def _drive(self, steps: flow.Flow[T], contract: Contract, client: StatusSender) -> T:
+        """Run a flow to its end: perform each effect, send its answer back, throw its exception in."""
+        answer: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                effect = steps.throw(failure) if failure is not None else steps.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            failure = None
+            try:
+                answer = self._perform(effect, contract, client)
+            except BaseException as exc:  # handed to the flow, which gives its lease back and re-raises
+                answer, failure = None, exc
+
+    def _perform(self, effect: flow.Effect[Any], contract: Contract, client: StatusSender) -> Any:
+        store = self.store
+        if isinstance(effect, flow.Claim):
+            return store.claim(effect.operation_id, self.owner, self.clock(), effect.ttl)
+        if isinstance(effect, flow.Write):
+            return store.write(
+                effect.lease,
+                effect.record,
+                effect.events,
+                self.clock(),
+                release=effect.release,
+                decision=effect.decision,
+                hold_until=effect.hold_until,
+            )
+        if isinstance(effect, flow.Send):
+            return client.fetch(effect.job_id, effect.headers, location=effect.location)
+        if isinstance(effect, flow.Now):
+            return self.clock()
+        if isinstance(effect, flow.Draw):
+            return self.rng.random()
+        if isinstance(effect, flow.Release):
+            store.release(effect.lease)
+            return None
+        if isinstance(effect, flow.Append):
+            store.append(effect.operation_id, effect.kind, effect.data, self.clock())
+            return None
+        if isinstance(effect, flow.CanResubmit):
+            return store.get_submission(effect.operation_id) is not None
+        if isinstance(effect, flow.NewDecisionId):
+            return new_decision_id()
+        if isinstance(effect, flow.Announce):
+            self._notify(contract, effect.request)
+            return None
+        raise TypeError(f"unknown effect {effect!r}")
+
+    def _webhook(self, contract: Contract, request: DecisionRequest) -> None:
+        """After an escalation is committed, tell someone; the outcome of telling is audited too."""
+        delivery = deliver(contract, request, environ=self._environ)
+        if delivery is not None:
+            kind = "notified" if delivery.ok else "notify_failed"
+            data = {"decision_id": request.decision_id, **delivery.to_json()}
+            self.store.append(request.operation_id, kind, data, self.clock())
+
+
+def new_decision_id() -> str:
+    """Short enough to type after `pollwarden decide`; random so two stops never share one."""
+    return "d" + secrets.token_hex(5)
+
+
+__all__ = [
+    "AdmissionError",
+    "Admitted",
+    "Busy",
+    "Done",
+    "Engine",
+    "NotYet",
+    "Polled",
+    "StatusSender",
+    "StepResult",
+    "lease_ttl",
+    "new_decision_id",
+]

@@ -1,0 +1,333 @@
+"""The poll step as one sans-I/O flow: it yields effects (claim, write, send, ...) and never performs one.
+
+This is the step protocol of docs/design.md written once. `step` and `step_claimed` are generators in the
+manner of httpx's `auth_flow`: a driver executes each effect it yields and sends the answer back, so the rules
+(reserve before send, record and release in one fenced write, notify only after the commit, give the lease
+back when anything escapes) cannot drift between `watch`, the worker, the Python API and the MCP server. Today
+every driver is synchronous (`engine.driver.Engine`); an asynchronous driver executes the same effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar, cast
+
+from ..core.codec import record_to_json
+from ..core.contract import Contract
+from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
+from ..core.durations import format_rfc3339
+from ..core.escalation import DecisionRequest, build_request
+from ..core.observe import Exchange, Observation, observe
+from ..core.reasons import Phase, StopReason
+from ..core.record import OperationRecord
+from ..store.base import Lease, NewEvent
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def lease_ttl(contract: Contract) -> timedelta:
+    """Long enough for one bounded request (connect to last byte is bounded by `timeout`) and its record,
+    short enough that a crash is not waited out. Every claim and every reservation uses this, whoever drives."""
+    return contract.timeout * 2 + timedelta(seconds=5)
+
+
+# -- effects: what the flow asks its driver to do, and what each one answers ----------------------------------
+
+
+class Effect(Generic[R]):
+    """A request to the driver; `R` is the type of the answer the driver sends back."""
+
+
+@dataclass(frozen=True)
+class Claim(Effect["tuple[Lease, OperationRecord] | None"]):
+    """Take the operation's lease (None: someone else holds it); answers with the record reloaded under it."""
+
+    operation_id: str
+    ttl: timedelta
+
+
+@dataclass(frozen=True)
+class Write(Effect[bool]):
+    """One fenced transaction: the record, its events and any decision request; False if the lease was lost."""
+
+    lease: Lease
+    record: OperationRecord
+    events: Sequence[NewEvent]
+    release: bool
+    decision: DecisionRequest | None = None
+    hold_until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Release(Effect[None]):
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class Append(Effect[None]):
+    """An event that changes no record (a lost lease)."""
+
+    operation_id: str
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Send(Effect[Exchange]):
+    """The one status request, with the credential the driver's client holds."""
+
+    job_id: str
+    headers: dict[str, str]
+    location: str | None
+
+
+@dataclass(frozen=True)
+class Now(Effect[datetime]):
+    pass
+
+
+@dataclass(frozen=True)
+class Draw(Effect[float]):
+    """One uniform draw in [0, 1) for the jitter, recorded so `why` can replay the decision."""
+
+
+@dataclass(frozen=True)
+class CanResubmit(Effect[bool]):
+    """Whether a stored submission to an idempotent provider lets a decision offer a new job (R34)."""
+
+    operation_id: str
+
+
+@dataclass(frozen=True)
+class NewDecisionId(Effect[str]):
+    pass
+
+
+@dataclass(frozen=True)
+class Announce(Effect[None]):
+    """Tell someone about a committed decision request (the contract's webhook); audited by the driver."""
+
+    request: DecisionRequest
+
+
+Flow = Generator[Effect[Any], Any, T]
+
+
+def ask(effect: Effect[R]) -> Generator[Effect[Any], Any, R]:
+    """Yield one effect and return the driver's answer with the effect's own answer type."""
+    return cast(R, (yield effect))
+
+
+# -- what one step ends in ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    record: OperationRecord
+
+
+@dataclass(frozen=True)
+class NotYet:
+    record: OperationRecord
+    until: datetime
+
+
+@dataclass(frozen=True)
+class Busy:
+    """Another owner holds the lease: it is sending or recording; look again shortly."""
+
+    record: OperationRecord
+    retry_at: datetime
+
+
+@dataclass(frozen=True)
+class Polled:
+    decision: Decision
+    observation: Observation
+
+
+StepResult = Done | NotYet | Busy | Polled
+
+
+# -- the audit payloads of a step, each built in one place ------------------------------------------------------
+
+
+def decision_event(
+    before: OperationRecord, observation: Observation | None, decision: Decision, now: datetime, u: float | None
+) -> NewEvent:
+    """The decision with everything `why` needs to replay it: the record before, the observation, now, u."""
+    inputs: dict[str, Any] = {"record": record_to_json(before), "now": now.isoformat()}
+    if observation is not None:
+        inputs["observation"] = observation.to_json()
+    if u is not None:
+        inputs["u"] = u
+    return (
+        "decision",
+        {
+            **decision.to_json(),
+            "request_no": before.status_requests_used,
+            "max_status_requests": before.plan.max_status_requests,
+            "deadline_at": format_rfc3339(before.deadline_at),
+            "state": observation.state if observation is not None else before.last_state,
+            "http_status": observation.http_status if observation is not None else before.last_http_status,
+            "inputs": inputs,
+        },
+    )
+
+
+def outcome_events(record: OperationRecord) -> list[NewEvent]:
+    if record.phase is Phase.SUCCEEDED:
+        return [("succeeded", {"result": record.result, "state": record.last_state})]
+    if record.phase is Phase.STOPPED and record.reason is not None:
+        kind = "job_ended" if record.reason.job_ended else "escalated"
+        return [(kind, {"reason": record.reason.value, "detail": record.detail, "summary": record.summary()})]
+    return []
+
+
+def reserved_event(reserved: OperationRecord, lease: Lease) -> NewEvent:
+    return (
+        "reserved",
+        {
+            "request_no": reserved.status_requests_used,
+            "max_status_requests": reserved.plan.max_status_requests,
+            "deadline_at": format_rfc3339(reserved.deadline_at),
+            "lease_token": lease.token,
+        },
+    )
+
+
+# -- the flow ------------------------------------------------------------------------------------------------------
+
+
+def step(contract: Contract, record: OperationRecord, now: datetime) -> Flow[StepResult]:
+    """R37 from the top: nothing is claimed unless a poll or a stop is due."""
+    first = next_step(record, now)
+    if isinstance(first, Finished):
+        return Done(record)
+    if isinstance(first, Wait):
+        return NotYet(record, first.until)
+    claimed = yield from ask(Claim(record.operation_id, lease_ttl(contract)))
+    if claimed is None:
+        u = yield from ask(Draw())
+        return Busy(record, now + timedelta(milliseconds=200 + u * 300))
+    lease, current = claimed  # reloaded under the lease: another owner may have moved it on
+    return (yield from step_claimed(contract, lease, current, now))
+
+
+def step_claimed(contract: Contract, lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
+    """R37 from "acquire ownership lease" on: the worker enters here with a lease from its batch claim.
+
+    Whatever escapes (an interrupt, a store error) gives the lease back first, so a resume starts at once."""
+    try:
+        step = next_step(record, now)
+        if isinstance(step, Finished | Wait):
+            yield from ask(Release(lease))
+            return Done(record) if isinstance(step, Finished) else NotYet(record, step.until)
+        if isinstance(step, Halt):
+            decision = halt(record, step.reason, now, step.detail, rule=step.reason.value)
+            return (yield from _record(contract, lease, record, None, decision, now, None))
+        assert isinstance(step, Poll)
+        return (yield from _poll(contract, lease, record, now))
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield from ask(Release(lease))
+        raise
+
+
+def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
+    reserved = reserve(record, now)
+    # The reservation is committed before the request goes out (R16), and it moves the lease expiry to cover
+    # the bounded request, so no other owner can take the operation while the answer is on its way.
+    if not (
+        yield from ask(
+            Write(
+                lease, reserved, [reserved_event(reserved, lease)], release=False, hold_until=now + lease_ttl(contract)
+            )
+        )
+    ):
+        return (yield from _lost(lease, record, now))
+    headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
+    try:
+        exchange: Exchange | None = yield from ask(Send(record.job_id, headers, record.status_location))
+        problem = None
+    except Exception as exc:  # refused locally (a status location off the contract's origin, a bad header)
+        exchange, problem = None, f"the status request could not be sent: {_words(exc)}"
+    after = yield from ask(Now())
+    observation: Observation | None = None
+    if exchange is not None:
+        try:
+            observation = observe(contract, exchange)
+        except Exception as exc:  # a parser defect must end in a recorded stop, never a crash loop
+            problem = f"the provider's answer could not be classified: {type(exc).__name__}"
+    if observation is None:
+        decision = halt(reserved, StopReason.INTEGRATION_FAILURE, after, problem or "no answer", rule="internal_error")
+        return (yield from _record(contract, lease, reserved, None, decision, after, None))
+    u = yield from ask(Draw())
+    decision = decide(reserved, observation, after, u)
+    return (yield from _record(contract, lease, reserved, observation, decision, after, u, exchange=exchange))
+
+
+def _record(
+    contract: Contract,
+    lease: Lease,
+    before: OperationRecord,
+    observation: Observation | None,
+    decision: Decision,
+    now: datetime,
+    u: float | None,
+    *,
+    exchange: Exchange | None = None,
+) -> Flow[StepResult]:
+    """The decision, its trail and any decision request in one fenced write that releases the lease."""
+    events: list[NewEvent] = []
+    if observation is not None and exchange is not None:
+        events.append(("observed", {"sent_at": format_rfc3339(exchange.sent_at), **observation.to_json()}))
+    events.append(decision_event(before, observation, decision, now, u))
+    events.extend(("guidance_rejected", r.to_json()) for r in decision.rejections)
+    events.extend(outcome_events(decision.record))
+    request = yield from _escalation(contract, decision.record, now)
+    try:
+        written = yield from ask(Write(lease, decision.record, events, release=True, decision=request))
+    except Exception as exc:
+        # The trail itself could not be written (a value the audit encoder refused): stop with what is known
+        # for certain, without the provider's data, so the operation does not poll again on every claim.
+        if observation is None:
+            raise
+        stopped = halt(
+            before, StopReason.INTEGRATION_FAILURE, now, f"the answer could not be recorded: {type(exc).__name__}",
+            rule="internal_error",
+        )  # fmt: skip
+        return (yield from _record(contract, lease, before, None, stopped, now, None))
+    if not written:
+        return (yield from _lost(lease, before, now))
+    if request is not None:
+        yield from ask(Announce(request))
+    # A stop without an observation (a limit reached, an answer that could not be classified) is final.
+    return Polled(decision, observation) if observation is not None else Done(decision.record)
+
+
+def _escalation(contract: Contract, record: OperationRecord, now: datetime) -> Flow[DecisionRequest | None]:
+    """Every stop gets one decision request, written in the same transaction as the stop (R29)."""
+    if record.phase is not Phase.STOPPED:
+        return None
+    resubmit = contract.submit is not None and contract.submit.idempotency_header is not None
+    if resubmit:
+        resubmit = yield from ask(CanResubmit(record.operation_id))
+    decision_id = yield from ask(NewDecisionId())
+    return build_request(record, contract, now, decision_id=decision_id, can_resubmit=resubmit)
+
+
+def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
+    """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""
+    yield from ask(Append(lease.operation_id, "lease_lost", {"owner": lease.owner, "token": lease.token}))
+    return Busy(record, now + timedelta(milliseconds=200))
+
+
+def _words(exc: Exception) -> str:
+    """An exception as a person reads it; the client scrubs credentials from its own messages."""
+    text = str(exc).strip()
+    return text[:300] if text else type(exc).__name__

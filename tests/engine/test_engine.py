@@ -1,0 +1,181 @@
+"""The engine between the pure flow and the subprocess tests: a real SQLite store, a scripted or loopback provider.
+
+Each interface (watch, worker, Python API, MCP) goes through this engine, so the promises tested here hold for
+all of them: the lease covers the bounded request, stops are announced once, admission never refills a budget.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from pollwarden.audit import load_or_create_keys
+from pollwarden.clock import utcnow
+from pollwarden.core.admission import Limits, WatchRequest
+from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.observe import Exchange, Response
+from pollwarden.core.reasons import StopReason
+from pollwarden.engine import AdmissionError, Engine, Polled
+from pollwarden.engine.flow import lease_ttl
+from pollwarden.simulator import Simulator, contract_text
+from pollwarden.store.base import Store
+from pollwarden.store.open import open_store
+from pollwarden.worker import CLAIM_TTL, Worker
+
+
+def _store(home: Path) -> Store:
+    home.mkdir(exist_ok=True)
+    return open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = _store(tmp_path / "home")
+    yield opened
+    opened.close()
+
+
+def _contract(base: str = "http://127.0.0.1:9", **options: Any) -> Contract:
+    return parse_contract(contract_text(base, **options), source="test.toml")
+
+
+class SlowProvider:
+    """Answers `running`; while "on the wire" it lets a second worker try to claim, as a slow provider would."""
+
+    def __init__(self, store: Store, rival_delay: timedelta) -> None:
+        self.store = store
+        self.rival_delay = rival_delay
+        self.rival_claims: list[int] = []
+
+    def fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
+    ) -> Exchange:
+        later = utcnow() + self.rival_delay  # a second worker, that much later, claiming with its fixed TTL
+        self.rival_claims.append(len(self.store.claim_due("rival", later, CLAIM_TTL, 10)))
+        now = utcnow()
+        return Response(status=200, headers={}, body=b'{"state": "running"}', sent_at=now, received_at=now)
+
+
+def test_a_batch_claim_with_a_short_ttl_is_extended_to_cover_a_slow_contract(store: Store) -> None:
+    """Item 1: with timeout = 60s and an answer after 36 s, a second worker took the operation mid-request."""
+    contract = _contract(timeout="60s")
+    engine = Engine(store, owner="worker-1")
+    admitted = engine.admit(WatchRequest(contract, "never-1", by="enqueue"))
+    (lease, record), *_ = store.claim_due("worker-1", utcnow(), CLAIM_TTL, 10)
+    assert lease_ttl(contract) > timedelta(seconds=36) > CLAIM_TTL - timedelta(seconds=30)
+    provider = SlowProvider(store, rival_delay=timedelta(seconds=36))
+    result = engine.step_claimed(contract, provider, lease, record, utcnow())
+    assert provider.rival_claims == [0]
+    assert isinstance(result, Polled) and result.decision.record.status_requests_used == 1
+    assert [e.kind for e in store.events(admitted.record.operation_id)].count("lease_lost") == 0
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        type(self).received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hook() -> Iterator[str]:
+    _Hook.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_worker_announces_a_stop_on_the_contracts_webhook(
+    tmp_path: Path, hook: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 2: the webhook fired from `watch` and MCP only, never from the worker or the Python API."""
+    monkeypatch.setenv("PW_HOOK_SECRET", "hook-secret-123")
+    extra = f'\n[escalation]\nwebhook_url = "{hook}"\nwebhook_secret_env = "PW_HOOK_SECRET"\n'
+    home = tmp_path / "home"
+    with Simulator() as sim:
+        contract = _contract(sim.url, extra=extra)
+        setup = _store(home)
+        operation = Engine(setup, owner="cli").admit(WatchRequest(contract, "unknown_state-1")).record.operation_id
+        setup.close()
+        worker = Worker(lambda: _store(home), owner="worker-1", concurrency=2)
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                for _ in range(200):  # the scenario stops on its third poll, 100-400 ms apart
+                    if not worker.run_once(pool):
+                        check = _store(home)
+                        done = check.get(operation)
+                        check.close()
+                        if done is not None and done.record.is_final:
+                            break
+                        worker.stop.wait(worker._idle_for())
+        finally:
+            worker.close()
+    assert [payload["decision"]["reason"] for payload in _Hook.received] == ["unknown_state"]
+    check = _store(home)
+    assert "notified" in [e.kind for e in check.events(operation)]
+    check.close()
+
+
+def test_the_python_api_announces_a_stop_on_the_contracts_webhook(
+    tmp_path: Path, hook: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pollwarden
+
+    monkeypatch.setenv("PW_HOOK_SECRET", "hook-secret-123")
+    extra = f'\n[escalation]\nwebhook_url = "{hook}"\nwebhook_secret_env = "PW_HOOK_SECRET"\n'
+    with Simulator() as sim:
+        path = tmp_path / "c.toml"
+        path.write_text(contract_text(sim.url, extra=extra))
+        outcome = pollwarden.watch_sync(path, "unknown_state-1", home=tmp_path / "home")
+    assert isinstance(outcome, pollwarden.Stopped) and outcome.reason is StopReason.UNKNOWN_STATE
+    assert [payload["decision"]["decision_id"] for payload in _Hook.received] == [outcome.decision.decision_id]  # type: ignore[union-attr]
+
+
+def test_starting_the_same_job_again_returns_its_operation_with_the_budget_it_has_left(store: Store) -> None:
+    contract = _contract(max_requests=3)
+    engine = Engine(store, owner="agent")
+    first = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
+    again = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
+    assert first.created and not again.created and again.reused_job
+    assert again.record.operation_id == first.record.operation_id
+    assert len(store.all()) == 1
+
+
+def test_a_refused_resume_is_audited_on_the_operation_and_changes_nothing(store: Store) -> None:
+    contract = _contract(max_requests=3)
+    engine = Engine(store, owner="cli")
+    made = engine.admit(WatchRequest(contract, "never-1", "op-1"))
+    with pytest.raises(AdmissionError, match="exceeds the approved 3"):
+        engine.admit(WatchRequest(contract, None, "op-1", Limits(max_requests=9)))
+    stored = store.get("op-1")
+    assert stored is not None and stored.record == made.record
+    assert [e.kind for e in store.events("op-1")] == ["created", "resume_refused"]
+
+
+def test_narrowing_on_resume_is_written_under_the_lease_and_keeps_the_usefulness_window(store: Store) -> None:
+    contract = _contract(max_requests=5)
+    engine = Engine(store, owner="cli")
+    engine.admit(WatchRequest(contract, "never-1", "op-1", Limits(useful_for=timedelta(seconds=30))))
+    narrowed = engine.admit(WatchRequest(contract, None, "op-1", Limits(max_requests=1)))
+    stored = store.get("op-1")
+    assert stored is not None and stored.record == narrowed.record
+    assert stored.record.plan.max_status_requests == 1 and stored.record.plan.useful_until is not None
+    assert stored.lease_owner is None
+    assert [e.kind for e in store.events("op-1")][-1] == "limits_narrowed"

@@ -1,0 +1,149 @@
+"""The step flow driven by hand: the order of its effects is the step protocol, whoever drives it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pollwarden.core.reasons import Phase, StopReason
+from pollwarden.core.record import OperationRecord
+from pollwarden.engine import flow
+from pollwarden.store.base import Lease
+
+from ..core.support import T0, body, make_contract, make_record, response
+
+CONTRACT = make_contract(max_requests=3)
+LEASE = Lease("report-export-2025-04-18-01", "me", 7, T0 + timedelta(seconds=15))
+
+
+class Script:
+    """Answers each effect the way a store and a provider would, and keeps what was asked, in order."""
+
+    def __init__(self, exchange: object = None, *, write_ok: bool = True, raise_on: type | None = None) -> None:
+        self.exchange = exchange if exchange is not None else response(body("running"))
+        self.write_ok = write_ok
+        self.raise_on = raise_on
+        self.asked: list[flow.Effect[Any]] = []
+
+    def answer(self, effect: flow.Effect[Any]) -> Any:
+        self.asked.append(effect)
+        if self.raise_on is not None and isinstance(effect, self.raise_on):
+            raise KeyboardInterrupt
+        if isinstance(effect, flow.Write):
+            return self.write_ok
+        if isinstance(effect, flow.Send):
+            return self.exchange
+        if isinstance(effect, flow.Now):
+            return T0
+        if isinstance(effect, flow.Draw):
+            return 0.5
+        if isinstance(effect, flow.NewDecisionId):
+            return "d0000000001"
+        if isinstance(effect, flow.CanResubmit):
+            return False
+        return None
+
+    def run(self, steps: flow.Flow[flow.StepResult]) -> flow.StepResult:
+        answer: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                effect = steps.throw(failure) if failure is not None else steps.send(answer)
+            except StopIteration as stop:
+                result: flow.StepResult = stop.value
+                return result
+            failure = None
+            try:
+                answer = self.answer(effect)
+            except BaseException as exc:
+                answer, failure = None, exc
+
+    def kinds(self) -> list[str]:
+        return [type(e).__name__ for e in self.asked]
+
+
+def record(**changes: Any) -> OperationRecord:
+    from dataclasses import replace
+
+    return replace(make_record(CONTRACT), **changes)
+
+
+def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_releases_once() -> None:
+    script = Script()
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert script.kinds() == ["Write", "Send", "Now", "Draw", "Write"]
+    reserve, final = script.asked[0], script.asked[-1]
+    assert isinstance(reserve, flow.Write) and not reserve.release
+    assert reserve.record.status_requests_used == 1 and reserve.events[0][0] == "reserved"
+    # Item 1: the lease covers the bounded request, whatever claimed it (the worker claims with a fixed TTL).
+    assert reserve.hold_until == T0 + flow.lease_ttl(CONTRACT)
+    assert isinstance(final, flow.Write) and final.release
+    assert [kind for kind, _ in final.events] == ["observed", "decision"]
+    assert isinstance(result, flow.Polled) and result.decision.record.phase is Phase.ACTIVE
+
+
+def test_a_stop_is_written_with_its_decision_request_and_announced_only_after_the_commit() -> None:
+    script = Script(response(body("no-such-state")))
+    script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert script.kinds()[-3:] == ["NewDecisionId", "Write", "Announce"]
+    final = script.asked[-2]
+    assert isinstance(final, flow.Write) and final.decision is not None
+    assert final.decision.reason is StopReason.UNKNOWN_STATE
+
+
+def test_a_refused_commit_announces_nothing_and_logs_the_lost_lease() -> None:
+    script = Script(response(body("no-such-state")), write_ok=False)
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert "Announce" not in script.kinds() and "Send" not in script.kinds()
+    assert script.kinds()[-1] == "Append" and isinstance(result, flow.Busy)
+
+
+def test_a_halt_sends_nothing() -> None:
+    script = Script()
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(status_requests_used=3), T0))
+    assert "Send" not in script.kinds()
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.REQUEST_BUDGET_EXHAUSTED
+
+
+def test_an_interrupt_during_the_request_gives_the_lease_back_and_propagates() -> None:
+    """Item 20: a resume after Ctrl-C or SIGTERM must not wait out the lease."""
+    script = Script(raise_on=flow.Send)
+    with pytest.raises(KeyboardInterrupt):
+        script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert script.kinds() == ["Write", "Send", "Release"]
+
+
+def test_a_parser_defect_ends_in_a_recorded_stop_not_a_crash_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(flow, "observe", broken)
+    script = Script()
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.INTEGRATION_FAILURE
+    assert "RecursionError" in (result.record.detail or "")
+    final = script.asked[-2]
+    assert isinstance(final, flow.Write) and final.release and final.decision is not None
+
+
+def test_a_request_refused_locally_is_an_integration_failure() -> None:
+    class Refuses(Script):
+        def answer(self, effect: flow.Effect[Any]) -> Any:
+            if isinstance(effect, flow.Send):
+                self.asked.append(effect)
+                raise ValueError("refusing to send the credential to http://elsewhere")
+            return super().answer(effect)
+
+    script = Refuses()
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.INTEGRATION_FAILURE
+    assert "elsewhere" in (result.record.detail or "")
+
+
+def test_not_due_claims_nothing() -> None:
+    script = Script()
+    later: datetime = T0 + timedelta(minutes=1)
+    result = script.run(flow.step(CONTRACT, record(next_poll_at=later), T0))
+    assert script.asked == [] and isinstance(result, flow.NotYet) and result.until == later
