@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,8 @@ from .support import T0, make_contract, make_record
 CONTRACT = make_contract(deadline="40m", max_requests=12)
 
 
-def ask(job: str | None = "exp_71c", op: str | None = None, **limits: object) -> WatchRequest:
-    return WatchRequest(CONTRACT, job, op, Limits(**limits))  # type: ignore[arg-type]
+def ask(job: str | None = "exp_71c", op: str | None = None, **limits: Any) -> WatchRequest:
+    return WatchRequest(CONTRACT, job, op, Limits(**limits))
 
 
 def test_a_new_job_creates_one_record_with_one_created_shape() -> None:
