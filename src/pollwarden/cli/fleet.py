@@ -12,17 +12,17 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
-from .audit import AuditError, load_or_create_keys
-from .core.contract import ContractError, load_contract
-from .core.durations import DurationError, format_rfc3339, parse_duration
-from .core.record import OPERATION_ID, new_record
-from .home import database_path, resolve_home, trusted_checkpoint_path
-from .store.base import OperationExists, Store, StoreError
-from .store.open import is_postgres_url, open_store
-from .store.postgres import upgrade_database
-from .store.sqlite import process_owner
-from .watch import utcnow
-from .worker import JsonLog, Metrics, Worker
+from ..audit import AuditError, load_or_create_keys
+from ..core.contract import ContractError, load_contract
+from ..core.durations import DurationError, format_rfc3339, parse_duration
+from ..core.record import OPERATION_ID, new_record
+from ..home import database_path, resolve_home, trusted_checkpoint_path
+from ..store.base import OperationExists, Store, StoreError
+from ..store.open import is_postgres_url, open_store
+from ..store.postgres import upgrade_database
+from ..store.sqlite import process_owner
+from ..watch import utcnow
+from ..worker import JsonLog, Metrics, Worker
 
 
 class FleetUsageError(Exception):

@@ -1,9 +1,9 @@
 """The commands around agents: `mcp` serves them; `approvals`, `approve-session`, `revoke-session` and
 `approve-call` are how a person answers them (R41, R42, R48).
 
-Kept out of cli.py so the agent surface is one module; cli.py adds these with one call to
-`add_agent_commands`. Every answer is a once-only state change of a grant, recorded in the agent session's
-audit chain with the name of the person who gave it.
+The agent surface is one module; cli/app.py adds these with one call to `add_agent_commands`. Every answer
+is a once-only state change of a grant, recorded in the agent session's audit chain with the name of the
+person who gave it.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .home import resolve_home
-from .operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
-from .store.open import AnyStore
+from ..home import resolve_home
+from ..operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
+from ..store.open import AnyStore
+from .common import UsageError
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def _usage(message: str) -> Exception:
-    from .cli import UsageError  # cli imports this module; by the time a command runs, cli is complete
-
     return UsageError(message)
 
 
@@ -45,7 +44,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     directory = Path(args.contracts)
     if not directory.is_dir():
         raise _usage(f"--contracts {directory}: not a directory of contract files (*.toml)")
-    from .mcp_server import load_contracts, serve
+    from ..mcp_server import load_contracts, serve
 
     contracts, problems = load_contracts(directory)
     if not contracts:

@@ -1,0 +1,127 @@
+"""`audit verify`, `audit export` and `audit repair`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..audit import (
+    AuditError,
+    Checkpoint,
+    VerifyReport,
+    read_export,
+    verify,
+    write_checkpoint_file,
+    write_export,
+)
+from ..core.durations import format_rfc3339
+from ..home import resolve_home
+from ..operating import HomeError, trusted_checkpoint, verify_home
+from ..watch import utcnow
+from .common import (
+    EXIT_OK,
+    UsageError,
+    _open_store,
+)
+
+# -- audit and why --------------------------------------------------------------------------------
+
+EXIT_TAMPERED = 5
+
+
+def _print_report(report: VerifyReport, *, as_json: bool, source: str, trusted: str | None) -> int:
+    if as_json:
+        print(json.dumps({**report.to_json(), "source": source, "trusted_checkpoint": trusted}, sort_keys=True))
+    else:
+        state = "intact" if report.ok else "TAMPERED"
+        print(
+            f"{source}: {state}: {report.records} records in {report.logs} logs, {report.checkpoints} checkpoints,"
+            f" {report.bytes_verified} bytes verified"
+            + (f", checked against {trusted}" if trusted else ", no checkpoint kept elsewhere to check rollback")
+        )
+        for problem in report.problems:
+            where = f"log {problem.log_id}" + (f" record {problem.seq}" if problem.seq is not None else "")
+            print(f"  {where}: {problem.what}")
+    return EXIT_OK if report.ok else EXIT_TAMPERED
+
+
+def _trusted(path: Path | None) -> tuple[Checkpoint | None, str | None]:
+    try:
+        return trusted_checkpoint(path)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    """Needs no decryption key: the chain is over ciphertext, checkpoints are signed with a public key."""
+    explicit = Path(args.checkpoint) if args.checkpoint else None
+    if explicit is not None and not explicit.exists():
+        raise UsageError(f"--checkpoint {explicit} does not exist")
+    if args.file:
+        path = Path(args.file)
+        try:
+            records, checkpoints, public_key = read_export(path)
+        except AuditError as exc:
+            raise UsageError(str(exc)) from None
+        trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
+        report = verify(records, checkpoints, public_key, trusted_checkpoint=trusted)
+        return _print_report(report, as_json=args.json, source=str(path), trusted=trusted_name)
+    try:
+        check = verify_home(resolve_home(args.home), explicit)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
+    return _print_report(check.report, as_json=args.json, source=check.source, trusted=check.trusted)
+
+
+def cmd_audit_export(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if not out.parent.exists():
+        raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
+    store = _open_store(args.home, keys="write")
+    try:
+        if args.operation and store.get(args.operation) is None:
+            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+        assert store.keys is not None
+        made = store.checkpoint_heads(utcnow(), [args.operation] if args.operation else None)
+        if not made:
+            raise UsageError("the audit log is empty: nothing to export")
+        checkpoints = store.audit_checkpoints(args.operation)
+        count = write_export(
+            out,
+            store.audit_records(args.operation),
+            checkpoints,
+            store.keys.public_key,
+            exported_at=format_rfc3339(utcnow()),
+        )
+        newest = max(made, key=lambda cp: cp.counter)
+        write_checkpoint_file(Path(str(out) + ".checkpoint"), newest)
+    finally:
+        store.close()
+    print(f"exported {count} records in {len(made)} logs to {out}; keep {out}.checkpoint somewhere else")
+    return EXIT_OK
+
+
+def cmd_audit_repair(args: argparse.Namespace) -> int:
+    """An export cut off mid-line (a crash while copying) loses only its torn last line, kept aside."""
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    torn = tail != b""
+    if not torn and complete:
+        try:
+            json.loads(complete[-1])
+        except ValueError:
+            torn, tail, complete = True, complete[-1], complete[:-1]
+    if not torn:
+        print(f"{path}: no torn tail; nothing to repair")
+        return EXIT_OK
+    aside = Path(str(path) + ".torn")
+    aside.write_bytes(tail)
+    path.write_bytes(b"".join(line + b"\n" for line in complete))
+    print(f"{path}: removed a torn last line of {len(tail)} bytes (kept in {aside}); run `audit verify` again")
+    return EXIT_OK

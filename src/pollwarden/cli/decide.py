@@ -1,0 +1,184 @@
+"""A person's answers and the actions beside polling: `decisions`, `decide`, `submit`, `fetch-result`, `cancel`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from pathlib import Path
+
+from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
+from ..core.contract import Contract
+from ..core.escalation import DecisionError, OptionKind
+from ..core.record import OPERATION_ID, OperationRecord
+from ..http import StatusClient
+from ..operating import HomeError, contract_of, decide, status_client
+from ..store.open import AnyStore
+from ..watch import utcnow
+from .common import (
+    EXIT_ESCALATED,
+    EXIT_OK,
+    UsageError,
+    _duration,
+    _load_contract,
+    _open_store,
+)
+from .watch import cmd_watch
+
+# -- decisions and actions ----------------------------------------------------------------------------
+
+
+def _contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+    try:
+        return contract_of(store, operation_id)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _client(contract: Contract) -> StatusClient:
+    try:
+        return status_client(contract)
+    except HomeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_decisions(args: argparse.Namespace) -> int:
+    store = _open_store(args.home, keys="none")
+    try:
+        rows = store.decisions(args.operation, open_only=not args.all)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([d.to_json() for d in rows], sort_keys=True))
+        return EXIT_OK
+    if not rows:
+        print("no open decisions" if not args.all else "no decisions")
+        return EXIT_OK
+    for stored in rows:
+        if stored.status != "open":
+            print(f"[{stored.status} by {stored.decided_by}, option {stored.option}]")
+        print(stored.request.render())
+        print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
+        print()
+    return EXIT_OK
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    if args.option is None and not args.refuse:
+        raise UsageError("choose one: --option N (see `pollwarden decisions`) or --refuse")
+    if not args.by.strip():
+        raise UsageError("--by must name the person deciding")
+    store = _open_store(args.home, keys="write")
+    try:
+        outcome = decide(store, args.decision, option=args.option, refuse=args.refuse, by=args.by, note=args.note)
+    except (HomeError, DecisionError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"status": outcome.status, "message": outcome.message, "action": outcome.action}))
+    else:
+        print(outcome.message)
+    return EXIT_OK if not outcome.action or outcome.action.get("ok") else EXIT_ESCALATED
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from .app import build_parser  # app imports this module: the parser exists once a command runs
+
+    contract = _load_contract(args.contract)
+    try:
+        body = Path(args.body).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--body {args.body}: {exc.strerror}") from None
+    try:
+        json.loads(body)
+    except ValueError:
+        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as application/json") from None
+    now = utcnow()
+    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    if not OPERATION_ID.match(operation_id):
+        raise UsageError(f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
+    store = _open_store(args.home, keys="write")
+    try:
+        with _client(contract) as client:
+            try:
+                submitted = submit(
+                    store,
+                    contract,
+                    client,
+                    operation_id=operation_id,
+                    body=body,
+                    now=now,
+                    deadline=_duration(args.deadline, "--deadline"),
+                    max_requests=args.max_requests,
+                    useful_for=_duration(args.useful_for, "--useful-for"),
+                )
+            except ActionRefused as exc:
+                raise UsageError(str(exc)) from None
+            except ActionError as exc:
+                print(f"pollwarden: {exc}", file=sys.stderr)
+                return EXIT_ESCALATED
+    finally:
+        store.close()
+    record = submitted.record
+    print(
+        f"submitted: operation {record.operation_id}, job {record.job_id}"
+        + (f", status at {record.status_location}" if record.status_location else "")
+    )
+    if not args.watch:
+        return EXIT_OK
+    ns = build_parser().parse_args(
+        ["watch", "--contract", args.contract, "--operation", record.operation_id]
+        + (["--home", args.home] if args.home else [])
+        + (["--json"] if args.json else [])
+    )
+    return cmd_watch(ns)
+
+
+def cmd_fetch_result(args: argparse.Namespace) -> int:
+    store = _open_store(args.home, keys="write")
+    try:
+        contract, record = _contract_of(store, args.operation)
+        out = Path(args.out)
+        if not out.parent.exists():
+            raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
+        with _client(contract) as client:
+            try:
+                result = fetch_result(contract, client, record, out)
+            except ActionError as exc:
+                raise UsageError(str(exc)) from None
+        store.append(args.operation, "action", result, utcnow())
+    finally:
+        store.close()
+    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {out}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancelling is new authority: it runs only as the option a person chose in a decision."""
+    store = _open_store(args.home, keys="write")
+    try:
+        contract, record = _contract_of(store, args.operation)
+        if contract.cancel is None:
+            raise UsageError(f"contract {contract.name!r} documents no cancel action; nothing can be sent")
+        approved = [
+            d
+            for d in store.decisions(args.operation)
+            if d.status == "decided" and d.option is not None and d.request.option(d.option).kind is OptionKind.CANCEL
+        ]
+        if not approved:
+            raise UsageError(
+                f"cancelling {args.operation} needs a person's decision: choose the 'cancel at provider' option in"
+                " `pollwarden decisions` / `pollwarden decide`; nothing was sent"
+            )
+        done = [e for e in store.events(args.operation) if e.kind == "action" and e.data.get("action") == "cancel"]
+        if any(e.data.get("ok") for e in done):
+            raise UsageError(f"the job of {args.operation} was already cancelled at the provider; nothing was sent")
+        with _client(contract) as client:
+            result = cancel(contract, client, record)
+        store.append(args.operation, "action", {**result, "decision_id": approved[-1].request.decision_id}, utcnow())
+    finally:
+        store.close()
+    print("cancel sent" if result["ok"] else f"cancel failed: {result}")
+    return EXIT_OK if result["ok"] else EXIT_ESCALATED

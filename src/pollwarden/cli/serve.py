@@ -1,0 +1,140 @@
+"""Long-running servers and the newcomer's demo: `console`, `simulate`, `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..console import ConsoleServer, is_loopback, serve_until_signalled
+from ..home import resolve_home
+from ..simulator import SCENARIOS, Simulator, Step, contract_text, serve
+from .common import (
+    EXIT_ESCALATED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    UsageError,
+    _open_store,
+)
+from .inspect import cmd_story
+from .watch import cmd_watch
+
+# -- console --------------------------------------------------------------------------------------
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """The operator console on loopback: a token printed here (or taken from --token-env) opens it."""
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
+        if len(token) < 16:
+            raise UsageError(f"--token-env {args.token_env}: the token must be at least 16 characters")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be between 0 and 65535")
+    home = resolve_home(args.home)
+    _open_store(args.home, keys="none").close()  # a home that cannot be opened is reported here, not per page
+    server = ConsoleServer(home, host=args.host, port=args.port, token=token)
+    if not is_loopback(args.host):
+        print(
+            f"pollwarden: warning: binding to {args.host}, not loopback: anyone who can reach this port can try"
+            " the token, and the traffic is plain HTTP",
+            file=sys.stderr,
+        )
+
+    def ready() -> None:
+        print(f"pollwarden console on {server.url}/ for {home}")
+        if token is None:
+            print(f"log in: {server.login_url}")
+        else:
+            print(f"log in with the token in ${args.token_env}")
+        print("stop with Ctrl-C")
+        sys.stdout.flush()
+
+    try:
+        serve_until_signalled(server, ready)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    print("console stopped")
+    return EXIT_OK
+
+
+# -- simulate and demo --------------------------------------------------------------------------------
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
+    if args.time_scale <= 0:
+        raise UsageError("--time-scale must be greater than zero")
+
+    def ready(url: str) -> None:
+        print(f"simulated provider listening on {url}", flush=True)
+        if not args.quiet:
+            print("scenarios (GET /jobs/<scenario>-<anything>):")
+            for name, (description, _) in SCENARIOS.items():
+                print(f"  {name:26} {description}")
+            sys.stdout.flush()
+
+    try:
+        serve(args.host, args.port, token=token, time_scale=args.time_scale, on_ready=ready)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The newcomer's first command: a real provider on loopback, a real watch, the story it leaves."""
+    from .app import build_parser  # app imports this module: the parser exists once a command runs
+
+    home = Path(tempfile.mkdtemp(prefix="pollwarden-demo-")) if args.home is None else Path(args.home)
+    with Simulator() as sim:
+        sim.add_job(
+            "exp_71c",
+            [
+                Step(body={"state": "queued"}),
+                Step(body={"state": "running"}),
+                Step(status=503, body={"error": "maintenance"}, headers={"Retry-After": "5"}),
+                Step(body={"state": "running", "poll_after_seconds": 1}),
+                Step(body={"state": "succeeded", "result_url": "https://files.example/exports/exp_71c.csv"}),
+            ],
+        )
+        sim.add_job("exp_72d", [Step(body={"state": "running"}), Step(body={"state": "awaiting_review"})])
+        contract_path = home / "demo-contract.toml"
+        home.mkdir(parents=True, exist_ok=True)
+        demo = contract_text(
+            sim.url, name="demo-exports", base_delay="500ms", max_delay="4s", deadline="2m", max_requests=8
+        )
+        contract_path.write_text(demo, encoding="utf-8")
+        print(f"pollwarden demo: a simulated provider on {sim.url}, state in {home}\n")
+        codes = []
+        for job in ("exp_71c", "exp_72d"):
+            print(f"$ pollwarden watch --contract {contract_path} --job {job} --operation demo-{job}")
+            ns = build_parser().parse_args(
+                [
+                    "watch",
+                    "--contract",
+                    str(contract_path),
+                    "--job",
+                    job,
+                    "--operation",
+                    f"demo-{job}",
+                    "--home",
+                    str(home),
+                ]
+            )
+            code = cmd_watch(ns)
+            codes.append(code)
+            print(f"(exit code {code}; the provider saw {sim.request_count(job)} status requests)\n")
+            print(f"$ pollwarden story demo-{job}")
+            cmd_story(build_parser().parse_args(["story", f"demo-{job}", "--home", str(home)]))
+            print()
+    ok = codes == [EXIT_OK, EXIT_ESCALATED]
+    print("demo finished: one job succeeded with a validated result, one stopped on an unknown state.")
+    return EXIT_OK if ok else EXIT_INTERNAL

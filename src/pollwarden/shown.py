@@ -1,0 +1,34 @@
+"""Text from a provider or a person, made safe to show on a terminal, in a log line or on a web page.
+
+A provider's state, error or result is read by a person deciding what to do next. Raw, an ESC sequence can
+clear the screen or recolour a line, a CR or LF can forge a line the program never wrote, and a bidi override
+can make "cancel" read as something else. `shown` replaces each such code point with a visible escape, so
+what is shown is exactly what was sent, and nothing more. It is applied at output only: stored values and
+the audit log keep the original.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls (TAB, LF, CR, ESC, BEL included), DEL, C1 controls; the bidi marks, embeddings, overrides and
+# isolates (Trojan Source); the Unicode line and paragraph separators, which break lines in browsers and some
+# terminals; and surrogates, which in a str are always lone (a pair would have been one code point).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: object) -> str:
+    """`value` as text a person can read safely: unsafe code points become `\\x1b` / `\\u202e`; None is `-`."""
+    if value is None:
+        return "-"
+    return _UNSAFE.sub(_escape, value if isinstance(value, str) else str(value))
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a code point `shown` would escape: input a person types is refused for it."""
+    return _UNSAFE.search(text) is not None
