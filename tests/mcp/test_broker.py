@@ -57,10 +57,10 @@ def test_unknown_tools_and_crashes_come_back_as_scrubbed_errors(sim: Simulator, 
     contracts, _ = load_contracts(tmp_path / "contracts")
     broker = Broker(contracts, tmp_path / "home", environ={"PW_BROKER_SECRET": "hunter2-very-secret"})
 
-    def boom(call: CallContext) -> dict[str, Any]:
+    def boom(broker: Broker, call: CallContext) -> dict[str, Any]:
         raise RuntimeError("token hunter2-very-secret rejected")
 
-    broker.tool_list_operations = boom  # type: ignore[method-assign]
+    broker.tools["list_operations"] = boom
     ok, reply = broker.dispatch("list_operations", _call(), None)
     assert not ok and reply["error"] == "internal_error"
     assert "hunter2-very-secret" not in str(reply) and "[secret]" in reply["message"]

@@ -1,0 +1,240 @@
+"""The broker behind the MCP tools: the served contracts, the store, the agent session and one tool dispatch.
+
+The `Broker` is plain synchronous code (tested directly and driven by the MCP tools on worker threads). It holds
+what every call shares (contracts, credentials, the session's identity and audit log) and opens a fresh store
+connection per call; the tools themselves are plain functions over it (`tools.py`), the approval gates likewise
+(`gates.py`), so the class stays the session's state and its lookups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..core.contract import Contract
+from ..core.decide import Finished, Halt, Poll, Wait, next_step
+from ..core.escalation import DecisionRequest
+from ..core.record import OPERATION_ID, OperationRecord
+from ..http import CredentialError, StatusClient, resolve_secret
+from ..notify import deliver
+from ..operating import HomeError, open_store
+from ..store.base import agent_log_id
+from ..store.open import AnyStore
+from ..store.sqlite import process_owner
+from ..watch import Polled, StepResult, Watcher, utcnow
+from .base import CallContext, ToolFailure, clean_text, log
+from .gates import gated_call
+from .scrub import Scrubber, secret_values
+from .tools import TOOLS, Tool
+from .views import final, not_yet, reply
+
+
+class Broker:
+    """The agent-facing operations, synchronous, each on its own store connection."""
+
+    def __init__(
+        self,
+        contracts: Mapping[str, Contract],
+        home: Path,
+        *,
+        environ: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        problems: Iterable[str] = (),
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.contracts = dict(contracts)
+        self.home = home
+        self.clock = clock
+        self.session_id = session_id or secrets.token_hex(6)
+        self.log_id = agent_log_id(self.session_id)
+        self.scrubber = Scrubber(secret_values(self.contracts.values(), env))
+        self.problems = list(problems)
+        self.stopping = threading.Event()
+        self._secrets: dict[str, str | None] = {}
+        self.not_ready: dict[str, str] = {}
+        for name, contract in self.contracts.items():
+            try:
+                self._secrets[name] = resolve_secret(contract, env)
+            except CredentialError as exc:
+                self.not_ready[name] = str(exc)
+            if not contract.safe_status:
+                self.not_ready[name] = f"contract {name!r} declares safe_status = false"
+        self._lock = threading.Lock()
+        self._started = False
+        self._calls = 0
+        self._environ = env
+        self.tools: dict[str, Tool] = dict(TOOLS)
+        # Opening once creates the audit keys before any concurrent tool call could race to create them.
+        self._connect().close()
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _connect(self) -> AnyStore:
+        try:
+            return open_store(self.home, keys="write")
+        except HomeError as exc:
+            raise ToolFailure("store_unavailable", f"the state store cannot be opened: {exc}") from None
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[AnyStore]:
+        store = self._connect()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def audit(self, store: AnyStore, kind: str, data: Mapping[str, Any]) -> None:
+        """A durable record in the session's audit chain; when it cannot be written, nothing happens."""
+        try:
+            store.append(self.log_id, kind, dict(data), self.clock())
+        except Exception as exc:
+            raise ToolFailure(
+                "audit_unavailable",
+                f"the audit record ({kind}) could not be written, so nothing was done: {exc.__class__.__name__}",
+            ) from None
+
+    def start_session(self, client: Mapping[str, Any] | None) -> None:
+        """Written once, before the first tool call is served: which process, which contracts, which client."""
+        with self._lock:
+            if self._started:
+                return
+            with self.store() as store:
+                self.audit(
+                    store,
+                    "session_started",
+                    {
+                        "session": self.session_id,
+                        "pid": os.getpid(),
+                        "server": f"pollwarden {__version__}",
+                        "client": dict(client) if client else None,
+                        "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},
+                        "contract_problems": self.problems,
+                    },
+                )
+            self._started = True
+
+    def dispatch(
+        self, tool: str, call: CallContext, client: Mapping[str, Any] | None, **arguments: Any
+    ) -> tuple[bool, dict[str, Any]]:
+        """Run one tool; every outcome (reply, refusal, crash) comes back scrubbed as (ok, JSON-able dict)."""
+        try:
+            self.start_session(client)
+            handler = self.tools[tool]
+            answer = handler(self, call, **arguments)
+            return True, self.scrubber.value(answer)
+        except ToolFailure as failure:
+            return False, self.scrubber.value(failure.to_json())
+        except Exception as exc:  # the agent gets a sentence, the operator the (scrubbed) traceback
+            log.exception("tool %s failed", tool)
+            message = f"internal error in {tool}: {exc.__class__.__name__}: {exc}"[:500]
+            return False, self.scrubber.value({"error": "internal_error", "message": message})
+
+    # -- lookups -------------------------------------------------------------------------------------
+
+    def contract(self, name: str) -> Contract:
+        contract = self.contracts.get(name) if isinstance(name, str) else None
+        if contract is None:
+            raise ToolFailure(
+                "unknown_contract",
+                f"no contract named {clean_text(str(name), 80)!r} is served here; contracts are named by their"
+                " `name`, never by a path",
+                contracts=sorted(self.contracts),
+            )
+        return contract
+
+    def ready(self, contract: Contract) -> None:
+        problem = self.not_ready.get(contract.name)
+        if problem is not None:
+            log.warning("contract %s is not ready: %s", contract.name, problem)
+            raise ToolFailure(
+                "not_ready",
+                f"contract {contract.name!r} is not ready on this server (its credential or safety declaration is"
+                " missing); a person must fix the server's configuration. Nothing was sent",
+            )
+
+    def operation(self, store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+        if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
+            raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
+        stored = store.get(operation_id)
+        if stored is None or stored.record.contract_name not in self.contracts:
+            raise ToolFailure("unknown_operation", f"no operation {operation_id!r}; list_operations() shows them")
+        return self.contracts[stored.record.contract_name], stored.record
+
+    def provider_ready(self, contract: Contract, record: OperationRecord) -> None:
+        """Configuration ready: a credential, a safe status endpoint, and the table the operation was made with."""
+        self.ready(contract)
+        if contract.fingerprint() != record.contract_fingerprint:
+            raise ToolFailure(
+                "not_ready",
+                f"operation {record.operation_id} was created with another version of contract {contract.name!r}"
+                " (states, fields, status URL or credential); a person must resume it with the original. Nothing"
+                " was sent",
+            )
+
+    def client(self, contract: Contract) -> StatusClient:
+        return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
+
+    def watcher(self, store: AnyStore, contract: Contract, client: StatusClient) -> Watcher:
+        def notify(request: DecisionRequest) -> None:
+            delivery = deliver(contract, request, environ=self._environ)
+            if delivery is not None:
+                kind = "notified" if delivery.ok else "notify_failed"
+                store.append(
+                    request.operation_id, kind, {"decision_id": request.decision_id, **delivery.to_json()}, self.clock()
+                )
+
+        return Watcher(store, contract, client, owner=process_owner(), clock=self.clock, notify=notify)
+
+    def next_call_number(self) -> int:
+        """The session's provider calls are numbered, so each intent record pairs with its result."""
+        with self._lock:
+            self._calls += 1
+            return self._calls
+
+    # -- one step of the controller ------------------------------------------------------------------
+
+    def advance(self, store: AnyStore, operation_id: str, call: CallContext) -> dict[str, Any]:
+        """At most one poll: "not yet" (no provider request) when nothing is due."""
+        contract, record = self.operation(store, operation_id)
+        now = self.clock()
+        step = next_step(record, now)
+        if isinstance(step, Finished):
+            return final(store, record, now)
+        if isinstance(step, Wait):
+            return not_yet(record, step.until, now)
+        if isinstance(step, Halt):  # a stop found before any request: recorded, nothing sent
+            with self.client(contract) as client:
+                result = self.watcher(store, contract, client).step(operation_id)
+            return reply(store, result, self.clock())
+        assert isinstance(step, Poll)
+
+        def send() -> tuple[StepResult, dict[str, Any]]:
+            with self.client(contract) as client:
+                result = self.watcher(store, contract, client).step(operation_id)
+            if isinstance(result, Polled):
+                polled = result.decision.record
+                outcome = {
+                    "outcome": "sent",
+                    "http_status": result.observation.http_status,
+                    "state": result.observation.state,
+                    "phase": polled.phase.value,
+                    "reason": polled.reason.value if polled.reason else None,
+                    "request_no": polled.status_requests_used,
+                }
+            else:
+                outcome = {"outcome": "not_sent", "step": type(result).__name__.lower()}
+            return result, outcome
+
+        return reply(store, gated_call(self, store, contract, record, "status_request", call, send), self.clock())
+
+    @property
+    def requester(self) -> str:
+        return f"agent session {self.session_id}"

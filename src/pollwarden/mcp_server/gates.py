@@ -1,0 +1,206 @@
+"""The fixed order of every provider call an agent causes, and the two approval gates in it.
+
+    configuration ready -> per-call gate -> session gate -> durable "intent" record -> call -> result record
+
+A per-call gate waits (bounded by `[agent].approval_timeout`) for `pollwarden approve-call`; a session gate needs
+one `pollwarden approve-session` per agent session and contract, revocable. A missing answer is a distinct
+`approval_timeout`, never a silent yes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..core.contract import Contract
+from ..core.durations import format_duration, format_rfc3339
+from ..core.record import OperationRecord
+from ..store.base import Grant
+from ..store.open import AnyStore
+from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+def gated_call(
+    broker: Broker,
+    store: AnyStore,
+    contract: Contract,
+    record: OperationRecord,
+    purpose: str,
+    call: CallContext,
+    send: Callable[[], tuple[T, dict[str, Any]]],
+) -> T:
+    """The fixed order for every provider call: ready, per-call gate, session gate, intent, call, result."""
+    broker.provider_ready(contract, record)
+    grant_id: str | None = None
+    if contract.approval == "per_call":
+        grant_id = _per_call_gate(broker, store, contract, record, purpose, call)
+    if contract.approval == "session":
+        grant_id = _session_gate(broker, store, contract, record, purpose)
+    number = broker.next_call_number()
+    intent = {
+        "call": number,
+        "purpose": purpose,
+        "operation": record.operation_id,
+        "contract": contract.name,
+        "job": record.job_id,
+        "approval": contract.approval,
+        "grant_id": grant_id,
+        "status_requests_used": record.status_requests_used,
+        "max_status_requests": record.plan.max_status_requests,
+    }
+    broker.audit(store, "call_intent", intent)
+    try:
+        value, outcome = send()
+    except ToolFailure as failure:
+        _result(broker, store, {"call": number, "operation": record.operation_id, "outcome": failure.code})
+        raise
+    except Exception as exc:
+        _result(broker, store, {"call": number, "operation": record.operation_id, "outcome": "error"})
+        raise ToolFailure("call_failed", f"the provider call failed: {exc.__class__.__name__}") from None
+    _result(broker, store, {"call": number, "operation": record.operation_id, **outcome})
+    return value
+
+
+def _result(broker: Broker, store: AnyStore, data: Mapping[str, Any]) -> None:
+    # The call has happened and its facts are in the operation's own log; a failed result record is
+    # reported to the operator, not turned into a second call.
+    try:
+        store.append(broker.log_id, "call_result", dict(data), broker.clock())
+    except Exception:
+        log.exception("the result record of call %s could not be written", data.get("call"))
+
+
+def _deny(broker: Broker, store: AnyStore, record: OperationRecord, reason: str, grant_id: str | None) -> None:
+    with contextlib.suppress(ToolFailure):
+        broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
+
+
+def _per_call_gate(
+    broker: Broker, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
+) -> str:
+    """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
+    now = broker.clock()
+    timeout = contract.agent.approval_timeout
+    grant = Grant(
+        grant_id="c" + secrets.token_hex(5),
+        kind="call",
+        subject=broker.session_id,
+        scope=record.operation_id,
+        status="pending",
+        requested_at=now,
+        detail={
+            "contract": contract.name,
+            "operation": record.operation_id,
+            "job": record.job_id,
+            "purpose": purpose,
+            "status_request": record.status_requests_used + 1 if purpose == "status_request" else None,
+            "max_status_requests": record.plan.max_status_requests,
+            "deadline_at": format_rfc3339(record.deadline_at),
+            "expires_at": format_rfc3339(now + timeout),
+        },
+    )
+    try:
+        store.request_grant(grant, broker.log_id)
+    except Exception as exc:
+        raise ToolFailure(
+            "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+        ) from None
+    how = f"pollwarden approve-call {grant.grant_id} --by NAME (or --refuse)"
+    if call.notify is not None:
+        with contextlib.suppress(Exception):
+            call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
+    ends = time.monotonic() + timeout.total_seconds()
+    while True:
+        current = store.get_grant(grant.grant_id)
+        status = current.status if current is not None else "missing"
+        if status == "approved":
+            return grant.grant_id
+        if status != "pending":
+            by = current.decided_by if current is not None else None
+            _deny(broker, store, record, f"approval_{status}", grant.grant_id)
+            raise ToolFailure(
+                "approval_refused",
+                f"a person refused this {purpose.replace('_', ' ')} (grant {grant.grant_id}); nothing was sent",
+                grant_id=grant.grant_id,
+                refused_by=by,
+                operation_id=record.operation_id,
+            )
+        gone = call.cancelled.is_set() or broker.stopping.is_set()
+        if gone or time.monotonic() >= ends:
+            expired = store.decide_grant(
+                grant.grant_id,
+                expect="pending",
+                status="expired",
+                by="pollwarden",
+                at=broker.clock(),
+                log_id=broker.log_id,
+                note="the caller went away" if gone else f"no answer within {format_duration(timeout)}",
+            )
+            if not expired:
+                continue  # a person answered in the last instant: that answer counts
+            _deny(broker, store, record, "approval_timeout", grant.grant_id)
+            raise ToolFailure(
+                "approval_timeout",
+                f"no person approved this {purpose.replace('_', ' ')} within {format_duration(timeout)}"
+                f" ([agent].approval_timeout); grant {grant.grant_id} expired and nothing was sent. Calling"
+                " again asks again",
+                grant_id=grant.grant_id,
+                operation_id=record.operation_id,
+            )
+        broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
+
+
+def _session_gate(broker: Broker, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str) -> str:
+    """One approval per agent session and contract; revoked means ask again, refused means no for good."""
+    mine = [g for g in store.grants(kind="session", subject=broker.session_id) if g.scope == contract.name]
+    latest = mine[-1] if mine else None
+    if latest is not None and latest.status == "approved":
+        return latest.grant_id
+    if latest is not None and latest.status == "refused":
+        _deny(broker, store, record, "session_refused", latest.grant_id)
+        raise ToolFailure(
+            "approval_refused",
+            f"a person refused this agent session the use of contract {contract.name!r}"
+            f" (grant {latest.grant_id}); nothing was sent",
+            grant_id=latest.grant_id,
+            refused_by=latest.decided_by,
+            operation_id=record.operation_id,
+        )
+    if latest is None or latest.status != "pending":
+        latest = Grant(
+            grant_id="s" + secrets.token_hex(5),
+            kind="session",
+            subject=broker.session_id,
+            scope=contract.name,
+            status="pending",
+            requested_at=broker.clock(),
+            detail={
+                "contract": contract.name,
+                "first_operation": record.operation_id,
+                "first_purpose": purpose,
+                "after": latest.grant_id if latest is not None else None,
+            },
+        )
+        try:
+            store.request_grant(latest, broker.log_id)
+        except Exception as exc:
+            raise ToolFailure(
+                "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+            ) from None
+    _deny(broker, store, record, "approval_required", latest.grant_id)
+    raise ToolFailure(
+        "approval_required",
+        f"contract {contract.name!r} needs a person to approve this agent session before any provider call;"
+        f" nothing was sent. Ask them to run: pollwarden approve-session {latest.grant_id} --by NAME,"
+        " then call again",
+        grant_id=latest.grant_id,
+        approve_with=f"pollwarden approve-session {latest.grant_id} --by NAME",
+        session=broker.session_id,
+        operation_id=record.operation_id,
+    )

@@ -1,0 +1,215 @@
+"""The MCP layer: the SDK's `MCPServer` with the seven tools over one `Broker`, and `serve` on stdio."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from .. import __version__
+from .base import MAX_WAIT_SECONDS, CallContext, log
+from .broker import Broker
+from .contracts import load_contracts
+from .scrub import ScrubLogs
+
+INSTRUCTIONS = """\
+pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
+then call wait_operation(operation_id, max_wait_seconds) to wait here (up to 300 s per call) instead of looping.
+check_operation never sends a request before the next check is due. When waiting stops, only a person can grant
+more: request_extension asks them, get_decision shows their answer. fetch_result works only after a validated
+success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
+"""
+
+
+OperationId = Annotated[str, Field(description="an operation id returned by start_watch or list_operations")]
+"""Tool argument types live at module level: the SDK evaluates the (string) annotations in this namespace."""
+
+
+def build_server(broker: Broker) -> MCPServer[Any]:
+    """The SDK's high-level `MCPServer` with the seven tools; every reply is a scrubbed JSON object."""
+    scrubber = broker.scrubber
+
+    async def scrub_everything(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """The protocol boundary: nothing leaves, reply or error, with a configured secret in it."""
+        try:
+            result = await call_next(ctx)
+        except MCPError as exc:
+            if scrubber.found_in(exc.error.message) or scrubber.found_in(json.dumps(exc.error.data, default=str)):
+                raise MCPError(exc.error.code, scrubber.text(exc.error.message)) from None
+            raise
+        if result is None or not scrubber:
+            return result
+        dumped = result.model_dump(mode="json", by_alias=True) if isinstance(result, BaseModel) else dict(result)
+        if not scrubber.found_in(json.dumps(dumped)):
+            return result
+        cleaned: dict[str, Any] = scrubber.value(dumped)
+        return cleaned
+
+    server: MCPServer[Any] = MCPServer(
+        "pollwarden",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        middleware=[scrub_everything],
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ScrubLogs(scrubber))
+
+    def client_of(ctx: Context) -> dict[str, Any] | None:
+        try:
+            params = ctx.session.client_params
+            info = params.client_info.model_dump(mode="json", exclude_none=True) if params is not None else None
+            return {"info": info, "protocol_version": ctx.protocol_version}
+        except Exception:
+            return None
+
+    async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
+        cancelled = threading.Event()
+
+        def notify(message: str) -> None:
+            anyio.from_thread.run(ctx.info, scrubber.text(message))
+
+        call = CallContext(cancelled=cancelled, notify=notify)
+        try:
+            ok, payload = await anyio.to_thread.run_sync(
+                functools.partial(broker.dispatch, tool, call, client_of(ctx), **arguments),
+                abandon_on_cancel=True,
+            )
+        except BaseException:
+            cancelled.set()  # the worker thread sees it and expires any pending approval
+            raise
+        text = json.dumps(payload, indent=2, sort_keys=True)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=payload, is_error=not ok
+        )
+
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+    polls = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+    @server.tool(
+        name="start_watch",
+        annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False),
+        description="Create a bounded watch on a provider job (no provider request yet). The contract, named by its"
+        " `name`, fixes the status URL and credential; deadline and max_requests may only be lower than the"
+        " contract allows for agents. Returns the operation id, deadline, budget and when to look again.",
+    )
+    async def start_watch(
+        contract: Annotated[str, Field(description="the contract's name, as list_operations shows")],
+        job_id: Annotated[str, Field(description="the provider's job id")],
+        ctx: Context,
+        deadline: Annotated[
+            str | float | None,
+            Field(description="a duration like '10m' or '90s' (a number is seconds); default: the most allowed"),
+        ] = None,
+        max_requests: Annotated[
+            int | None, Field(description="status request budget; default: the most allowed")
+        ] = None,
+    ) -> CallToolResult:
+        return await run(
+            ctx, "start_watch", contract=contract, job_id=job_id, deadline=deadline, max_requests=max_requests
+        )
+
+    @server.tool(
+        name="check_operation",
+        annotations=polls,
+        description="Look at an operation once. If the next check is not due, answers 'not_yet' with"
+        " retry_after_seconds and sends NO provider request; if due, performs exactly one status request.",
+    )
+    async def check_operation(operation_id: OperationId, ctx: Context) -> CallToolResult:
+        return await run(ctx, "check_operation", operation_id=operation_id)
+
+    @server.tool(
+        name="wait_operation",
+        annotations=polls,
+        description="Wait here, server-side, until the operation succeeds, stops for a decision, or"
+        f" max_wait_seconds pass (at most {MAX_WAIT_SECONDS}). Polls only when due. Use this instead of a loop.",
+    )
+    async def wait_operation(
+        operation_id: OperationId,
+        max_wait_seconds: Annotated[float, Field(description=f"seconds to wait, capped at {MAX_WAIT_SECONDS}")],
+        ctx: Context,
+    ) -> CallToolResult:
+        return await run(ctx, "wait_operation", operation_id=operation_id, max_wait_seconds=max_wait_seconds)
+
+    @server.tool(
+        name="get_decision",
+        annotations=read_only,
+        description="The open decision request of a stopped operation (options a person may choose) and past ones.",
+    )
+    async def get_decision(operation_id: OperationId, ctx: Context) -> CallToolResult:
+        return await run(ctx, "get_decision", operation_id=operation_id)
+
+    @server.tool(
+        name="request_extension",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+        description="Ask a person for more waiting after a stop: extra minutes and extra status checks, with a"
+        " reason. Creates a decision request; only a person can grant it (pollwarden decide or the console).",
+    )
+    async def request_extension(
+        operation_id: OperationId,
+        minutes: Annotated[int, Field(description="extra minutes of waiting")],
+        checks: Annotated[int, Field(description="extra status requests")],
+        reason: Annotated[str, Field(description="why more waiting is worth it, for the person deciding")],
+        ctx: Context,
+    ) -> CallToolResult:
+        return await run(
+            ctx, "request_extension", operation_id=operation_id, minutes=minutes, checks=checks, reason=reason
+        )
+
+    @server.tool(
+        name="fetch_result",
+        annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=True),
+        description="Retrieve the job's result, only after a validated success: the body as text (capped) and the"
+        " sha256 of the whole body.",
+    )
+    async def fetch_result_tool(operation_id: OperationId, ctx: Context) -> CallToolResult:
+        return await run(ctx, "fetch_result", operation_id=operation_id)
+
+    @server.tool(
+        name="list_operations",
+        annotations=read_only,
+        description="The contracts served here (by name, with their agent limits and approval mode) and the"
+        " operations on them.",
+    )
+    async def list_operations(ctx: Context) -> CallToolResult:
+        return await run(ctx, "list_operations")
+
+    return server
+
+
+def serve(contracts_dir: Path, home: Path) -> int:
+    """Run the stdio server until the client goes away. Returns an exit code; stdout belongs to MCP."""
+    # The wait notice is an MCP log message: deprecated as of spec 2026-07-28, still shown by many clients, and
+    # best effort here. The SDK's deprecation warning would only add noise to the operator's stderr.
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+    contracts, problems = load_contracts(contracts_dir)
+    broker = Broker(contracts, home, problems=problems)
+    server = build_server(broker)
+    log.setLevel(logging.INFO)
+    for problem in problems:
+        log.warning("contract not served: %s", problem)
+    log.info(
+        "pollwarden mcp: session %s serving %s from %s, state in %s",
+        broker.session_id,
+        ", ".join(f"{n} (approval {c.approval})" for n, c in sorted(contracts.items())) or "no contracts",
+        contracts_dir,
+        home,
+    )
+    try:
+        server.run("stdio")
+    finally:
+        broker.stopping.set()
+    return 0

@@ -1,0 +1,386 @@
+"""The seven agent tools, as plain functions over the `Broker`: each validates its arguments, then acts."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..actions import ActionError, fetch_result
+from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
+from ..core.escalation import DecisionError, OptionKind, build_request, stop_marker
+from ..core.reasons import Phase
+from ..core.record import new_record
+from ..store.base import OperationExists
+from ..store.sqlite import process_owner
+from ..watch import new_decision_id
+from .base import (
+    MAX_EXTENSION_CHECKS,
+    MAX_EXTENSION_MINUTES,
+    MAX_JOB_ID_CHARS,
+    MAX_REASON_CHARS,
+    MAX_WAIT_SECONDS,
+    RESULT_TEXT_CAP,
+    CallContext,
+    ToolFailure,
+    clean_text,
+    log,
+)
+from .gates import gated_call
+from .views import decision_view, seconds_until
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+Tool = Callable[..., dict[str, Any]]
+"""`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
+
+
+def _operation_prefix(name: str) -> str:
+    prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", name)[:40].strip("-.:_")
+    return prefix if prefix and prefix[0].isalnum() else "op"
+
+
+def tool_start_watch(
+    broker: Broker,
+    call: CallContext,
+    contract: str,
+    job_id: str,
+    deadline: str | float | None = None,
+    max_requests: int | None = None,
+) -> dict[str, Any]:
+    served = broker.contract(contract)
+    broker.ready(served)
+    if (
+        not isinstance(job_id, str)
+        or not job_id.strip()
+        or len(job_id) > MAX_JOB_ID_CHARS
+        or any(not ch.isprintable() for ch in job_id)
+    ):
+        raise ToolFailure(
+            "invalid_argument",
+            f"job_id must be the provider's job id: non-empty, at most {MAX_JOB_ID_CHARS} printable characters",
+        )
+    wanted_deadline = served.agent_max_deadline
+    if deadline is not None:
+        try:
+            if isinstance(deadline, int | float) and not isinstance(deadline, bool):
+                wanted_deadline = timedelta(seconds=deadline)  # a bare number is seconds
+            else:
+                wanted_deadline = parse_duration(str(deadline))
+        except (DurationError, OverflowError, ValueError) as exc:
+            raise ToolFailure("invalid_argument", f"deadline: {exc}") from None
+        if wanted_deadline <= timedelta(0):
+            raise ToolFailure("invalid_argument", "deadline must be longer than zero")
+        if wanted_deadline > served.agent_max_deadline:
+            raise ToolFailure(
+                "limit_exceeded",
+                f"deadline {format_duration(wanted_deadline)} exceeds [agent].max_deadline"
+                f" {format_duration(served.agent_max_deadline)} of contract {served.name!r}: an agent may ask for"
+                " less, never more. Nothing was created",
+                limit="[agent].max_deadline",
+                allowed=format_duration(served.agent_max_deadline),
+            )
+    wanted_requests = served.agent_max_requests
+    if max_requests is not None:
+        if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
+            raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
+        if max_requests > served.agent_max_requests:
+            raise ToolFailure(
+                "limit_exceeded",
+                f"max_requests {max_requests} exceeds [agent].max_requests {served.agent_max_requests} of contract"
+                f" {served.name!r}: an agent may ask for less, never more. Nothing was created",
+                limit="[agent].max_requests",
+                allowed=served.agent_max_requests,
+            )
+        wanted_requests = max_requests
+    now = broker.clock()
+    operation_id = f"{_operation_prefix(served.name)}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    record = new_record(
+        served,
+        operation_id=operation_id,
+        job_id=job_id,
+        now=now,
+        deadline=wanted_deadline,
+        max_requests=wanted_requests,
+        useful_for=served.escalation.useful_for,
+    )
+    with broker.store() as store:
+        broker.audit(
+            store,
+            "watch_started",
+            {"operation": operation_id, "contract": served.name, "job": job_id, **record.summary()},
+        )
+        try:
+            store.create(
+                record,
+                served.source_text,
+                {
+                    **record.summary(),
+                    "request_fingerprint": record.request_fingerprint,
+                    "contract_fingerprint": record.contract_fingerprint,
+                    "expected_terminal": list(record.expected_terminal),
+                    "created_by": f"agent session {broker.session_id}",
+                },
+            )
+        except OperationExists:  # pragma: no cover - a random suffix; kept as a guard
+            raise ToolFailure("busy", "that operation id was taken a moment ago; call start_watch again") from None
+    return {
+        "status": "watching",
+        "operation_id": operation_id,
+        "contract": served.name,
+        "job_id": job_id,
+        "deadline_at": format_rfc3339(record.deadline_at),
+        "max_status_requests": record.plan.max_status_requests,
+        "next_check_at": format_rfc3339(record.next_poll_at),
+        "retry_after_seconds": seconds_until(record.next_poll_at, now),
+        "approval": served.approval,
+        "message": (
+            f"watching job {job_id}: at most {record.plan.max_status_requests} status requests until"
+            f" {format_rfc3339(record.deadline_at)}. Call wait_operation(operation_id, max_wait_seconds) to wait"
+            " here without a loop, or check_operation(operation_id) when retry_after_seconds has passed"
+        ),
+    }
+
+
+def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+    with broker.store() as store:
+        return broker.advance(store, operation_id, call)
+
+
+def tool_wait_operation(
+    broker: Broker, call: CallContext, operation_id: str, max_wait_seconds: float
+) -> dict[str, Any]:
+    if isinstance(max_wait_seconds, bool) or not isinstance(max_wait_seconds, int | float) or max_wait_seconds < 0:
+        raise ToolFailure("invalid_argument", "max_wait_seconds must be a number of seconds, 0 or more")
+    capped = min(float(max_wait_seconds), float(MAX_WAIT_SECONDS))
+    started = time.monotonic()
+    ends = started + capped
+    with broker.store() as store:
+        while True:
+            reply = broker.advance(store, operation_id, call)
+            if reply["status"] in ("succeeded", "stopped"):
+                break
+            remaining = ends - time.monotonic()
+            if reply["status"] == "polled" and remaining > 0:
+                continue  # the next step will say how long until the next poll
+            if remaining <= 0 or call.cancelled.is_set() or broker.stopping.is_set():
+                reply = {
+                    **reply,
+                    "status": "not_yet",
+                    "wait_ended": True,
+                    "message": f"still waiting after {capped:g} s; call wait_operation again (the operation"
+                    " keeps its deadline and budget)",
+                }
+                break
+            # No lease is held here: the Watcher released it after its step (R38).
+            pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
+            broker.stopping.wait(max(0.01, pause))
+    reply["waited_seconds"] = round(time.monotonic() - started, 3)
+    if capped < max_wait_seconds:
+        reply["max_wait_seconds_capped_to"] = MAX_WAIT_SECONDS
+    return reply
+
+
+def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+    with broker.store() as store:
+        _, record = broker.operation(store, operation_id)
+        rows = store.decisions(operation_id)
+    open_rows = [d for d in rows if d.status == "open"]
+    return {
+        "operation_id": operation_id,
+        "phase": record.phase.value,
+        "reason": record.reason.value if record.reason else None,
+        "decision": decision_view(open_rows[-1].request) if open_rows else None,
+        "history": [
+            {
+                "decision_id": d.request.decision_id,
+                "status": d.status,
+                "decided_by": d.decided_by,
+                "option": d.option,
+                "requested_by": d.request.requested_by,
+            }
+            for d in rows
+        ],
+        "message": (
+            "a person decides with `pollwarden decide` or the console; an agent cannot"
+            if open_rows
+            else "no open decision for this operation"
+        ),
+    }
+
+
+def tool_request_extension(
+    broker: Broker, call: CallContext, operation_id: str, minutes: int, checks: int, reason: str
+) -> dict[str, Any]:
+    for name, value, top in (("minutes", minutes, MAX_EXTENSION_MINUTES), ("checks", checks, MAX_EXTENSION_CHECKS)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ToolFailure("invalid_argument", f"{name} must be a whole number from 1 to {top}")
+    why = clean_text(str(reason), MAX_REASON_CHARS)
+    if not why:
+        raise ToolFailure("invalid_argument", "reason must say why more waiting is worth it (R43)")
+    with broker.store() as store:
+        contract, record = broker.operation(store, operation_id)
+        if record.phase is not Phase.STOPPED:
+            raise ToolFailure(
+                "not_stopped",
+                f"operation {operation_id} is {record.phase.value}; more authority is asked for after a stop"
+                " (the operation keeps its approved deadline and budget until then)",
+            )
+        marker = stop_marker(record)
+        for existing in store.decisions(operation_id, open_only=True):
+            mine = existing.request.requested_by == broker.requester
+            if mine and existing.request.stop_marker == marker:
+                return {
+                    "status": "requested",
+                    "already_requested": True,
+                    "decision": decision_view(existing.request),
+                    "message": "this stop already has your request; a person decides it, you cannot",
+                }
+        now = broker.clock()
+        claimed = store.claim(operation_id, process_owner(), now, timedelta(seconds=30))
+        if claimed is None:
+            raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
+        lease, current = claimed
+        try:
+            if stop_marker(current) != marker:
+                raise ToolFailure("busy", f"operation {operation_id} moved on a moment ago; look at it again")
+            try:
+                request = build_request(
+                    current,
+                    contract,
+                    now,
+                    decision_id=new_decision_id(),
+                    requested=(timedelta(minutes=minutes), checks, why, broker.requester),
+                )
+            except DecisionError as exc:
+                raise ToolFailure("not_stopped", str(exc)) from None
+            if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
+                reason_value = current.reason.value if current.reason else "?"
+                raise ToolFailure(
+                    "not_extendable",
+                    f"a stop for {reason_value} does not allow more waiting (R30); a person may inspect or close"
+                    " it. Nothing was requested",
+                )
+            event = {
+                "decision_id": request.decision_id,
+                "minutes": minutes,
+                "checks": checks,
+                "reason": why,
+                "requested_by": broker.requester,
+            }
+            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=request):
+                raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
+        except BaseException:
+            store.release(lease)
+            raise
+        # The request and its audit event are committed in the operation's log; this is the session's copy.
+        try:
+            store.append(broker.log_id, "extension_requested", {"operation": operation_id, **event}, now)
+        except Exception:
+            log.exception("the session record of extension request %s could not be written", request.decision_id)
+    return {
+        "status": "requested",
+        "decision": decision_view(request),
+        "message": (
+            f"decision {request.decision_id} is waiting for a person (pollwarden decisions / decide, or the"
+            " console); you cannot grant it. get_decision(operation_id) shows what they chose"
+        ),
+    }
+
+
+def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+    with broker.store() as store:
+        contract, record = broker.operation(store, operation_id)
+        if record.phase is not Phase.SUCCEEDED or not record.result:
+            state = record.reason.value if record.reason else record.phase.value
+            raise ToolFailure(
+                "no_result",
+                f"operation {operation_id} has no validated result ({state}); output may be fetched only after a"
+                " validated success (R6, R17). Nothing was sent",
+            )
+
+        def send() -> tuple[dict[str, Any], dict[str, Any]]:
+            with tempfile.TemporaryDirectory(prefix="pollwarden-result-") as scratch:
+                out = Path(scratch) / "result"
+                with broker.client(contract) as client:
+                    try:
+                        info = fetch_result(contract, client, record, out)
+                    except ActionError as exc:
+                        store.append(
+                            operation_id,
+                            "action",
+                            {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester},
+                            broker.clock(),
+                        )
+                        raise ToolFailure("fetch_failed", str(exc)) from None
+                body = out.read_bytes()
+            info.pop("out", None)
+            store.append(operation_id, "action", {**info, "by": broker.requester}, broker.clock())
+            summary = {"outcome": "sent", "bytes": info["bytes"], "sha256": info["sha256"]}
+            return {**info, "body": body}, summary
+
+        fetched = gated_call(broker, store, contract, record, "fetch_result", call, send)
+    body: bytes = fetched.pop("body")
+    text = body.decode("utf-8", errors="replace")
+    return {
+        "status": "fetched",
+        "operation_id": operation_id,
+        "bytes": len(body),
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "content_type": fetched.get("content_type"),
+        "text": text[:RESULT_TEXT_CAP],
+        "truncated": len(text) > RESULT_TEXT_CAP,
+        "url": fetched.get("url"),
+    }
+
+
+def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
+    now = broker.clock()
+    with broker.store() as store:
+        rows = [s.record for s in store.all() if s.record.contract_name in broker.contracts]
+    return {
+        "session": broker.session_id,
+        "contracts": {
+            name: {
+                "approval": c.approval,
+                "ready": name not in broker.not_ready,
+                "max_deadline": format_duration(c.agent_max_deadline),
+                "max_requests": c.agent_max_requests,
+            }
+            for name, c in sorted(broker.contracts.items())
+        },
+        "operations": [
+            {
+                "operation_id": r.operation_id,
+                "contract": r.contract_name,
+                "job_id": r.job_id,
+                "phase": r.phase.value,
+                "reason": r.reason.value if r.reason else None,
+                "last_state": r.last_state,
+                "status_requests_used": r.status_requests_used,
+                "max_status_requests": r.plan.max_status_requests,
+                "deadline_at": format_rfc3339(r.deadline_at),
+                "next_check_at": None if r.is_final else format_rfc3339(r.next_poll_at),
+            }
+            for r in rows
+        ],
+        "now": format_rfc3339(now),
+    }
+
+
+TOOLS: dict[str, Tool] = {
+    "start_watch": tool_start_watch,
+    "check_operation": tool_check_operation,
+    "wait_operation": tool_wait_operation,
+    "get_decision": tool_get_decision,
+    "request_extension": tool_request_extension,
+    "fetch_result": tool_fetch_result,
+    "list_operations": tool_list_operations,
+}
