@@ -773,10 +773,11 @@ def postgres_commit_rate(url: str, seconds: float) -> float:
 def step_rate(target: str, home: Path, seconds: float) -> float:
     """Durable poll steps per second for one operation: claim, reserve (commit), GET, record + audit (commit)."""
     from pollwarden.audit import load_or_create_keys
+    from pollwarden.clock import utcnow
     from pollwarden.core import new_record, parse_contract
+    from pollwarden.engine import Engine, Polled
     from pollwarden.http import StatusClient
     from pollwarden.store.open import open_store
-    from pollwarden.watch import Polled, Watcher, utcnow
 
     with Simulator() as sim:
         sim.add_job("j", [Step(body={"state": "running"})])
@@ -787,11 +788,11 @@ def step_rate(target: str, home: Path, seconds: float) -> float:
                 record = new_record(contract, operation_id="op", job_id="j", now=utcnow())
                 store.create(record, contract.source_text, {})
             with StatusClient(contract, None, clock=utcnow) as client:
-                watcher = Watcher(store, contract, client, owner="bench")
+                engine = Engine(store, owner="bench")
                 polls, end = 0, time.perf_counter() + seconds
                 started = time.perf_counter()
                 while time.perf_counter() < end:
-                    result = watcher.step("op")
+                    result = engine.step(contract, client, "op")
                     if isinstance(result, Polled):
                         polls += 1
                     else:

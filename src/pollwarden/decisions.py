@@ -8,16 +8,17 @@ contract documents one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .actions import ActionError, cancel, submit
 from .core.contract import Contract
 from .core.durations import format_rfc3339
 from .core.escalation import DecisionError, OptionKind, apply_extension, stop_marker
+from .engine.flow import lease_ttl
 from .http import StatusClient
 from .store.base import DecisionTaken, Store, StoredDecision
-from .store.sqlite import process_owner
+from .store.common import process_owner
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def apply_decision(
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)
-    claimed = store.claim(request.operation_id, process_owner(), now, timedelta(seconds=30))
+    claimed = store.claim(request.operation_id, process_owner(), now, lease_ttl(contract))
     if claimed is None:
         raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
     lease, record = claimed

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .audit import AuditError, Checkpoint, VerifyReport, load_or_create_keys, load_public_key, verify
 from .audit.export import read_checkpoint_file
+from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
@@ -23,7 +24,6 @@ from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Grant, StoreError, agent_log_id
 from .store.open import AnyStore
 from .store.open import open_store as open_target
-from .watch import utcnow
 
 
 class HomeError(Exception):

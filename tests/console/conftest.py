@@ -9,14 +9,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
 from pollwarden.core.contract import Contract, load_contract
 from pollwarden.core.record import new_record
+from pollwarden.engine import Engine
 from pollwarden.http import StatusClient
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.base import StoredDecision
-from pollwarden.watch import Watcher, utcnow
 from tests.conftest import write_contract
 
 TOKEN = "console-test-token-0123456789abcdef"
@@ -46,7 +47,7 @@ def stop_operation(
         record = new_record(contract, operation_id=operation_id, job_id=job_id, now=utcnow(), max_requests=max_requests)
         store.create(record, contract.source_text, record.summary())
         with StatusClient(contract, None, clock=utcnow) as client:
-            Watcher(store, contract, client, owner="console-test").run(operation_id)
+            Engine(store, owner="console-test").run(contract, client, operation_id)
         decisions = store.decisions(operation_id, open_only=True)
     finally:
         store.close()

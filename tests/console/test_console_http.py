@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer, is_loopback
 from pollwarden.core.contract import load_contract
 from pollwarden.core.reasons import Phase
@@ -21,7 +22,6 @@ from pollwarden.core.record import new_record
 from pollwarden.home import database_path
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
-from pollwarden.watch import utcnow
 
 from .conftest import TOKEN, decision, stop_operation
 

@@ -57,7 +57,7 @@ def test_job_ids_with_controls_blanks_or_invisible_characters_are_refused(job: s
         {"base_delay": timedelta(seconds=10), "max_delay": timedelta(seconds=5)},
     ],
 )
-def test_malformed_limits_are_refused_before_anything_is_looked_up(limits: dict[str, object]) -> None:
+def test_malformed_limits_are_refused_before_anything_is_looked_up(limits: dict[str, Any]) -> None:
     answer = admit(ask(**limits), None, [], T0, token="t")
     assert isinstance(answer, Refuse) and answer.kind is Refusal.INVALID
 
@@ -87,7 +87,7 @@ def test_a_resume_asking_for_nothing_new_changes_nothing() -> None:
         ({"base_delay": timedelta(seconds=1)}, "differs from the operation's"),
     ],
 )
-def test_widening_on_resume_is_refused_and_audited_on_the_operation(limits: dict[str, object], words: str) -> None:
+def test_widening_on_resume_is_refused_and_audited_on_the_operation(limits: dict[str, Any], words: str) -> None:
     existing = make_record(CONTRACT)
     answer = admit(ask(op=existing.operation_id, **limits), existing, [], T0, token="t")
     assert isinstance(answer, Refuse) and answer.kind is Refusal.CONFLICT

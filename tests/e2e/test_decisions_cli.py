@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 import pytest
 
 from pollwarden.audit import load_or_create_keys
+from pollwarden.clock import utcnow
 from pollwarden.core.escalation import OptionKind, apply_extension
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.sqlite import SQLiteStore
-from pollwarden.watch import utcnow
 from tests.conftest import run_cli, write_contract
 
 CANCEL_AND_CONSOLE = """

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
 
     w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
-    w.add_argument("--contract", required=True, help="provider contract (TOML)")
+    w.add_argument("--contract", help="provider contract (TOML); to resume, the operation's stored one is used")
     w.add_argument("--job", help="the provider's job id (required for a new operation)")
     w.add_argument("--operation", help="operation id: new to create, existing to resume")
     w.add_argument("--deadline", help="wall-clock deadline from the operation's start, e.g. 40m")

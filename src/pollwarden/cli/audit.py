@@ -15,10 +15,10 @@ from ..audit import (
     write_checkpoint_file,
     write_export,
 )
+from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..home import resolve_home
 from ..operating import HomeError, trusted_checkpoint, verify_home
-from ..watch import utcnow
 from .common import (
     EXIT_OK,
     UsageError,

@@ -9,13 +9,13 @@ import uuid
 from pathlib import Path
 
 from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
+from ..clock import utcnow
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OPERATION_ID, OperationRecord
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
 from ..store.open import AnyStore
-from ..watch import utcnow
 from .common import (
     EXIT_ESCALATED,
     EXIT_OK,

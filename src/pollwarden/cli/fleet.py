@@ -6,22 +6,20 @@ import argparse
 import os
 import signal
 import sys
-import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
 from ..audit import AuditError, load_or_create_keys
+from ..core.admission import Limits, WatchRequest
 from ..core.contract import ContractError, load_contract
 from ..core.durations import DurationError, format_rfc3339, parse_duration
-from ..core.record import OPERATION_ID, new_record
+from ..engine import AdmissionError, Engine
 from ..home import database_path, resolve_home, trusted_checkpoint_path
-from ..store.base import OperationExists, Store, StoreError
+from ..store.base import Store, StoreError
+from ..store.common import process_owner
 from ..store.open import is_postgres_url, open_store
 from ..store.postgres import upgrade_database
-from ..store.sqlite import process_owner
-from ..watch import utcnow
 from ..worker import JsonLog, Metrics, Worker
 
 
@@ -107,35 +105,29 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise FleetUsageError(str(exc)) from None
     if not contract.safe_status:
         raise FleetUsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
-    now = utcnow()
-    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    if not OPERATION_ID.match(operation_id):
-        raise FleetUsageError(f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
-    if not args.job.strip():
-        raise FleetUsageError("--job must be the provider's job id")
     try:
         deadline = parse_duration(args.deadline) if args.deadline else None
     except DurationError as exc:
         raise FleetUsageError(f"--deadline: {exc}") from None
-    if args.max_requests is not None and args.max_requests < 1:
-        raise FleetUsageError("--max-requests must be at least 1")
+    request = WatchRequest(
+        contract, args.job, args.operation, Limits(deadline=deadline, max_requests=args.max_requests), by="enqueue"
+    )
     store = store_factory(args)()
     try:
-        record = new_record(
-            contract,
-            operation_id=operation_id,
-            job_id=args.job,
-            now=store.db_now(),
-            deadline=deadline if deadline and deadline > timedelta(0) else None,
-            max_requests=args.max_requests,
-        )
         try:
-            store.create(record, contract.source_text, {**record.summary(), "enqueued": True})
-        except OperationExists as exc:
-            raise FleetUsageError(f"{exc}; choose another --operation") from None
+            admitted = Engine(store, owner=process_owner(), clock=store.db_now).admit(request)
+        except AdmissionError as exc:
+            raise FleetUsageError(f"cannot enqueue: {exc}") from None
     finally:
         store.close()
-    print(f"enqueued {record.operation_id}: job {record.job_id}, deadline {format_rfc3339(record.deadline_at)}")
+    record = admitted.record
+    if admitted.created:
+        print(f"enqueued {record.operation_id}: job {record.job_id}, deadline {format_rfc3339(record.deadline_at)}")
+    else:  # the same job again: its operation, never a second budget
+        print(
+            f"already enqueued as {record.operation_id} ({record.phase.value}): job {record.job_id}, deadline"
+            f" {format_rfc3339(record.deadline_at)}; nothing new was created"
+        )
     return 0
 
 

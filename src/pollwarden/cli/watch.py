@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
-import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
+from ..clock import utcnow
+from ..core.admission import Limits, WatchRequest
 from ..core.contract import Contract
 from ..core.decide import Decision
 from ..core.durations import format_duration, format_rfc3339
-from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
-from ..core.record import OPERATION_ID, OperationRecord, new_record
+from ..core.record import OperationRecord
+from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
-from ..notify import deliver
-from ..store.base import OperationExists, Stored
+from ..operating import HomeError, contract_of
+from ..shown import shown
+from ..store.common import process_owner
 from ..store.open import AnyStore
-from ..store.sqlite import process_owner
-from ..watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
+from ..store.postgres import redact_url
 from .common import (
     EXIT_ESCALATED,
     EXIT_JOB_ENDED,
@@ -44,119 +45,40 @@ def exit_code(record: OperationRecord) -> int:
 # -- watch ------------------------------------------------------------------------------------------
 
 
-def _resume_problems(args: argparse.Namespace, contract: Contract, stored: Stored) -> list[str]:
-    """Widening a limit is new authority (R41): only an audited approval may grant it."""
-    record = stored.record
-    plan = record.plan
-    problems: list[str] = []
-    if args.job is not None and args.job != record.job_id:
-        problems.append(f"operation {record.operation_id} watches job {record.job_id}, not {args.job}")
-    if contract.fingerprint() != record.contract_fingerprint:
-        problems.append(
-            f"contract {contract.name!r} differs from the one operation {record.operation_id} was created with"
-            " (states, fields, status_url or credential); resume it with the original contract"
-        )
-    deadline = _duration(args.deadline, "--deadline")
-    if deadline is not None and record.created_at + deadline > plan.deadline_at:
-        problems.append(f"--deadline {args.deadline} would move the deadline past {format_rfc3339(plan.deadline_at)}")
-    if args.max_requests is not None and args.max_requests > plan.max_status_requests:
-        problems.append(f"--max-requests {args.max_requests} exceeds the approved {plan.max_status_requests}")
-    if args.max_transport_failures is not None and args.max_transport_failures > plan.max_transport_failures:
-        problems.append(
-            f"--max-transport-failures {args.max_transport_failures} exceeds the approved {plan.max_transport_failures}"
-        )
-    for flag, value, stored_value in (
-        ("--base-delay", args.base_delay, plan.schedule.base_delay),
-        ("--max-delay", args.max_delay, plan.schedule.max_delay),
-    ):
-        parsed = _duration(value, flag)
-        if parsed is not None and parsed != stored_value:
-            problems.append(f"{flag} {value} differs from the operation's {format_duration(stored_value)}")
-    return problems
-
-
-def _narrowed(args: argparse.Namespace, record: OperationRecord) -> OperationRecord:
-    plan = record.plan
-    deadline = _duration(args.deadline, "--deadline")
-    new_plan = plan.__class__(
-        deadline_at=min(plan.deadline_at, record.created_at + deadline) if deadline else plan.deadline_at,
-        max_status_requests=min(plan.max_status_requests, args.max_requests)
-        if args.max_requests is not None
-        else plan.max_status_requests,
-        max_transport_failures=min(plan.max_transport_failures, args.max_transport_failures)
-        if args.max_transport_failures is not None
-        else plan.max_transport_failures,
-        max_rate_limited=plan.max_rate_limited,
-        schedule=plan.schedule,
-        not_found_grace=plan.not_found_grace,
-    )
-    return record if new_plan == plan else record.evolve(plan=new_plan)
-
-
-def _prepare(args: argparse.Namespace, store: AnyStore, contract: Contract, now: datetime) -> OperationRecord:
-    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    if not OPERATION_ID.match(operation_id):
-        raise UsageError(
-            f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-', starting with a"
-            " letter or digit"
-        )
-    stored = store.get(operation_id)
-    if stored is not None:
-        problems = _resume_problems(args, contract, stored)
-        if problems:
-            store.append(operation_id, "resume_refused", {"why": "; ".join(problems)}, now)
-            raise UsageError(
-                "cannot resume: " + "; ".join(problems) + ". Widening limits is an approval: it needs a"
-                " decision by a person (see `pollwarden decide`), not a flag"
-            )
-        narrowed = _narrowed(args, stored.record)
-        if narrowed is not stored.record:
-            claimed = store.claim(operation_id, process_owner(), now, timedelta(seconds=30))
-            if claimed is None:
-                raise UsageError(f"operation {operation_id} is busy in another process; try again in a moment")
-            lease, current = claimed
-            narrowed = _narrowed(args, current)
-            store.write(lease, narrowed, [("limits_narrowed", narrowed.summary())], now, release=True)
-        return narrowed
-    if args.job is None:
-        raise UsageError("--job is required to start a new operation")
-    if not args.job.strip() or len(args.job) > 512 or any(ord(ch) < 32 or ord(ch) == 127 for ch in args.job):
-        raise UsageError(
-            "--job must be the provider's job id: non-empty, at most 512 characters, no control characters"
-        )
-    record = new_record(
-        contract,
-        operation_id=operation_id,
-        job_id=args.job,
-        now=now,
+def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
+    """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
+    limits = Limits(
         deadline=_duration(args.deadline, "--deadline"),
-        max_requests=args.max_requests if args.max_requests else None,
+        max_requests=args.max_requests,
         max_transport_failures=args.max_transport_failures,
         base_delay=_duration(args.base_delay, "--base-delay"),
         max_delay=_duration(args.max_delay, "--max-delay"),
-        useful_for=_duration(args.useful_for, "--useful-for") or contract.escalation.useful_for,
+        useful_for=_duration(args.useful_for, "--useful-for"),
     )
-    if record.plan.schedule.max_delay < record.plan.schedule.base_delay:
-        raise UsageError("--max-delay must not be shorter than --base-delay")
-    if args.max_requests == 0:
-        raise UsageError("--max-requests must be at least 1")
-    if args.max_transport_failures == 0:
-        raise UsageError("--max-transport-failures must be at least 1 (a budget of 1 stops at the first failure)")
+    return WatchRequest(contract, args.job, args.operation, limits, by="cli")
+
+
+def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
+    """The command that resumes this operation, exactly as it can be typed back (no credential in it)."""
+    words = ["pollwarden", "watch", "--operation", operation_id]
+    if args.home:
+        words += ["--home", args.home]
+    if getattr(args, "db", None):
+        words += ["--db", redact_url(args.db)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def _contract(args: argparse.Namespace, store: AnyStore) -> Contract:
+    """`--contract` when given; otherwise, to resume, the contract stored with `--operation` (item 18)."""
+    if args.contract is not None:
+        return _load_contract(args.contract)
+    if args.operation is None:
+        raise UsageError("give --contract FILE and --job ID to start watching, or --operation ID to resume one")
     try:
-        store.create(
-            record,
-            contract.source_text,
-            {
-                **record.summary(),
-                "request_fingerprint": record.request_fingerprint,
-                "contract_fingerprint": record.contract_fingerprint,
-                "expected_terminal": list(record.expected_terminal),
-            },
-        )
-    except OperationExists:
-        # Another process created it a moment ago: this one resumes it under the same checks.
-        return _prepare(args, store, contract, now)
-    return record
+        contract, _ = contract_of(store, args.operation)
+    except HomeError as exc:
+        raise UsageError(f"{exc}; to start a new operation give --contract FILE and --job ID") from None
+    return contract
 
 
 class Progress:
@@ -223,40 +145,47 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    contract = _load_contract(args.contract)
-    if not contract.safe_status:
-        raise UsageError(
-            f"contract {contract.name!r} declares safe_status = false: its status request is an action"
-            " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
-        )
-    for flag in ("deadline", "base_delay", "max_delay"):
+    for flag in ("deadline", "base_delay", "max_delay", "useful_for"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
-    try:
-        secret = resolve_secret(contract)
-    except CredentialError as exc:
-        raise UsageError(str(exc)) from None
     store = _open_store(args.home)
     try:
-        record = _prepare(args, store, contract, utcnow())
+        contract = _contract(args, store)
+        if not contract.safe_status:
+            raise UsageError(
+                f"contract {contract.name!r} declares safe_status = false: its status request is an action"
+                " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
+            )
+        try:
+            secret = resolve_secret(contract)
+        except CredentialError as exc:
+            raise UsageError(str(exc)) from None
+        engine = Engine(store, owner=process_owner())
+        try:
+            admitted = engine.admit(watch_request(args, contract))
+        except AdmissionError as exc:
+            raise UsageError(f"cannot watch: {exc}") from None
+        record = admitted.record
         out = sys.stdout
         if not args.json:
+            how = "resumed" if not admitted.created else "watching"
+            if admitted.reused_job:
+                how = f"job {record.job_id} already has this operation; resumed"
             out.write(
-                f"operation {record.operation_id}: job {record.job_id} via {contract.name}, deadline"
-                f" {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests} requests\n"
+                f"operation {shown(record.operation_id)} ({how}): job {shown(record.job_id)} via"
+                f" {shown(contract.name)}, deadline {format_rfc3339(record.deadline_at)}, budget"
+                f" {record.plan.max_status_requests} requests\n"
             )
             out.flush()
         progress = Progress(out, live=out.isatty(), quiet=args.json)
         with StatusClient(contract, secret, clock=utcnow) as client:
-            watcher = Watcher(store, contract, client, owner=process_owner(), notify=_notifier(store, contract))
             try:
-                final = watcher.run(record.operation_id, on_progress=progress, tick=1.0 if progress.live else None)
+                final = engine.run(
+                    contract, client, record.operation_id, on_progress=progress, tick=1.0 if progress.live else None
+                )
             except KeyboardInterrupt:
                 progress(Done(record))
-                print(
-                    f"interrupted; the record is kept. Resume with: pollwarden watch --contract {args.contract}"
-                    f" --operation {record.operation_id}",
-                    file=sys.stderr,
-                )
+                print(f"interrupted; the record is kept. Resume with: {resume_hint(args, record.operation_id)}",
+                      file=sys.stderr)  # fmt: skip
                 return 130
         open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
         if args.json:
@@ -272,20 +201,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return exit_code(final)
     finally:
         store.close()
-
-
-def _notifier(store: AnyStore, contract: Contract) -> Callable[[DecisionRequest], None]:
-    """After an escalation is committed, tell someone; the outcome of telling is audited too."""
-
-    def notify(request: DecisionRequest) -> None:
-        delivery = deliver(contract, request)
-        if delivery is not None:
-            kind = "notified" if delivery.ok else "notify_failed"
-            store.append(
-                request.operation_id, kind, {"decision_id": request.decision_id, **delivery.to_json()}, utcnow()
-            )
-
-    return notify
 
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:

@@ -39,12 +39,12 @@ from typing import Any, TextIO
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from ..audit import AuditError
+from ..clock import utcnow
 from ..core.escalation import DecisionError
 from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, open_store, verify_home
 from ..store.base import StoreError
 from ..store.open import AnyStore
 from ..story import story_lines
-from ..watch import utcnow
 from . import pages
 from .pages import Flash
 

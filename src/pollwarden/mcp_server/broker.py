@@ -18,17 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..clock import utcnow
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
-from ..core.escalation import DecisionRequest
 from ..core.record import OPERATION_ID, OperationRecord
+from ..engine import Engine, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
-from ..notify import deliver
 from ..operating import HomeError, open_store
 from ..store.base import agent_log_id
+from ..store.common import process_owner
 from ..store.open import AnyStore
-from ..store.sqlite import process_owner
-from ..watch import Polled, StepResult, Watcher, utcnow
 from .base import CallContext, ToolFailure, clean_text, log
 from .gates import gated_call
 from .scrub import Scrubber, secret_values
@@ -182,16 +181,9 @@ class Broker:
     def client(self, contract: Contract) -> StatusClient:
         return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
 
-    def watcher(self, store: AnyStore, contract: Contract, client: StatusClient) -> Watcher:
-        def notify(request: DecisionRequest) -> None:
-            delivery = deliver(contract, request, environ=self._environ)
-            if delivery is not None:
-                kind = "notified" if delivery.ok else "notify_failed"
-                store.append(
-                    request.operation_id, kind, {"decision_id": request.decision_id, **delivery.to_json()}, self.clock()
-                )
-
-        return Watcher(store, contract, client, owner=process_owner(), clock=self.clock, notify=notify)
+    def engine(self, store: AnyStore) -> Engine:
+        """The one engine every interface drives; the session's environment names the webhook's secret."""
+        return Engine(store, owner=process_owner(), clock=self.clock, environ=self._environ)
 
     def next_call_number(self) -> int:
         """The session's provider calls are numbered, so each intent record pairs with its result."""
@@ -212,13 +204,13 @@ class Broker:
             return not_yet(record, step.until, now)
         if isinstance(step, Halt):  # a stop found before any request: recorded, nothing sent
             with self.client(contract) as client:
-                result = self.watcher(store, contract, client).step(operation_id)
+                result = self.engine(store).step(contract, client, operation_id)
             return reply(store, result, self.clock())
         assert isinstance(step, Poll)
 
         def send() -> tuple[StepResult, dict[str, Any]]:
             with self.client(contract) as client:
-                result = self.watcher(store, contract, client).step(operation_id)
+                result = self.engine(store).step(contract, client, operation_id)
             if isinstance(result, Polled):
                 polled = result.decision.record
                 outcome = {

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..actions import ActionError, fetch_result
+from ..core.admission import Limits, Refusal, WatchRequest
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
-from ..core.record import new_record
-from ..store.base import OperationExists
-from ..store.sqlite import process_owner
-from ..watch import new_decision_id
+from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..store.common import process_owner
 from .base import (
     MAX_EXTENSION_CHECKS,
     MAX_EXTENSION_MINUTES,
-    MAX_JOB_ID_CHARS,
     MAX_REASON_CHARS,
     MAX_WAIT_SECONDS,
     RESULT_TEXT_CAP,
@@ -33,7 +29,7 @@ from .base import (
     log,
 )
 from .gates import gated_call
-from .views import decision_view, seconds_until
+from .views import decision_view, final, seconds_until
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -42,9 +38,21 @@ Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
 
 
-def _operation_prefix(name: str) -> str:
-    prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", name)[:40].strip("-.:_")
-    return prefix if prefix and prefix[0].isalnum() else "op"
+def _deadline(deadline: object) -> timedelta | None:
+    """An agent's deadline: a bare number is seconds, a string is a duration ("20m")."""
+    if deadline is None:
+        return None
+    try:
+        if isinstance(deadline, int | float) and not isinstance(deadline, bool):
+            return timedelta(seconds=deadline)
+        if isinstance(deadline, str):
+            return parse_duration(deadline)
+    except (DurationError, OverflowError, ValueError) as exc:
+        raise ToolFailure("invalid_argument", f"deadline: {exc}") from None
+    raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
+
+
+REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded", Refusal.CONFLICT: "conflict"}
 
 
 def tool_start_watch(
@@ -55,94 +63,51 @@ def tool_start_watch(
     deadline: str | float | None = None,
     max_requests: int | None = None,
 ) -> dict[str, Any]:
+    """Admission through the engine, as for every interface: the agent's caps bound what it asks, and the same job
+    asked again gets its existing operation back (with what is left of its budget), never a fresh one."""
     served = broker.contract(contract)
     broker.ready(served)
-    if (
-        not isinstance(job_id, str)
-        or not job_id.strip()
-        or len(job_id) > MAX_JOB_ID_CHARS
-        or any(not ch.isprintable() for ch in job_id)
-    ):
-        raise ToolFailure(
-            "invalid_argument",
-            f"job_id must be the provider's job id: non-empty, at most {MAX_JOB_ID_CHARS} printable characters",
-        )
-    wanted_deadline = served.agent_max_deadline
-    if deadline is not None:
-        try:
-            if isinstance(deadline, int | float) and not isinstance(deadline, bool):
-                wanted_deadline = timedelta(seconds=deadline)  # a bare number is seconds
-            else:
-                wanted_deadline = parse_duration(str(deadline))
-        except (DurationError, OverflowError, ValueError) as exc:
-            raise ToolFailure("invalid_argument", f"deadline: {exc}") from None
-        if wanted_deadline <= timedelta(0):
-            raise ToolFailure("invalid_argument", "deadline must be longer than zero")
-        if wanted_deadline > served.agent_max_deadline:
-            raise ToolFailure(
-                "limit_exceeded",
-                f"deadline {format_duration(wanted_deadline)} exceeds [agent].max_deadline"
-                f" {format_duration(served.agent_max_deadline)} of contract {served.name!r}: an agent may ask for"
-                " less, never more. Nothing was created",
-                limit="[agent].max_deadline",
-                allowed=format_duration(served.agent_max_deadline),
-            )
-    wanted_requests = served.agent_max_requests
-    if max_requests is not None:
-        if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
-            raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
-        if max_requests > served.agent_max_requests:
-            raise ToolFailure(
-                "limit_exceeded",
-                f"max_requests {max_requests} exceeds [agent].max_requests {served.agent_max_requests} of contract"
-                f" {served.name!r}: an agent may ask for less, never more. Nothing was created",
-                limit="[agent].max_requests",
-                allowed=served.agent_max_requests,
-            )
-        wanted_requests = max_requests
-    now = broker.clock()
-    operation_id = f"{_operation_prefix(served.name)}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    record = new_record(
+    if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
+        raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
+    request = WatchRequest(
         served,
-        operation_id=operation_id,
-        job_id=job_id,
-        now=now,
-        deadline=wanted_deadline,
-        max_requests=wanted_requests,
-        useful_for=served.escalation.useful_for,
+        job_id,
+        limits=Limits(deadline=_deadline(deadline), max_requests=max_requests),
+        by=broker.requester,
+        agent=True,
     )
     with broker.store() as store:
+        try:
+            admitted = broker.engine(store).admit(request)
+        except AdmissionError as exc:
+            raise ToolFailure(REFUSALS[exc.kind], f"{exc}. Nothing was created") from None
+        record = admitted.record
+        now = broker.clock()
         broker.audit(
             store,
-            "watch_started",
-            {"operation": operation_id, "contract": served.name, "job": job_id, **record.summary()},
+            "watch_started" if admitted.created else "watch_rejoined",
+            {"operation": record.operation_id, "contract": served.name, "job": record.job_id, **record.summary()},
         )
-        try:
-            store.create(
-                record,
-                served.source_text,
-                {
-                    **record.summary(),
-                    "request_fingerprint": record.request_fingerprint,
-                    "contract_fingerprint": record.contract_fingerprint,
-                    "expected_terminal": list(record.expected_terminal),
-                    "created_by": f"agent session {broker.session_id}",
-                },
-            )
-        except OperationExists:  # pragma: no cover - a random suffix; kept as a guard
-            raise ToolFailure("busy", "that operation id was taken a moment ago; call start_watch again") from None
+        if record.is_final:
+            return {**final(store, record, now), "reused": True}
+    reused = "" if admitted.created else (
+        f"job {record.job_id} was already watched by this operation: it keeps its budget"
+        f" ({record.status_requests_used} of {record.plan.max_status_requests} status requests used). "
+    )  # fmt: skip
     return {
         "status": "watching",
-        "operation_id": operation_id,
+        "operation_id": record.operation_id,
+        "reused": not admitted.created,
         "contract": served.name,
-        "job_id": job_id,
+        "job_id": record.job_id,
         "deadline_at": format_rfc3339(record.deadline_at),
         "max_status_requests": record.plan.max_status_requests,
+        "status_requests_used": record.status_requests_used,
         "next_check_at": format_rfc3339(record.next_poll_at),
         "retry_after_seconds": seconds_until(record.next_poll_at, now),
         "approval": served.approval,
         "message": (
-            f"watching job {job_id}: at most {record.plan.max_status_requests} status requests until"
+            f"{reused}watching job {record.job_id}: at most {record.plan.max_status_requests} status requests until"
             f" {format_rfc3339(record.deadline_at)}. Call wait_operation(operation_id, max_wait_seconds) to wait"
             " here without a loop, or check_operation(operation_id) when retry_after_seconds has passed"
         ),
@@ -244,7 +209,7 @@ def tool_request_extension(
                     "message": "this stop already has your request; a person decides it, you cannot",
                 }
         now = broker.clock()
-        claimed = store.claim(operation_id, process_owner(), now, timedelta(seconds=30))
+        claimed = store.claim(operation_id, process_owner(), now, lease_ttl(contract))
         if claimed is None:
             raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
         lease, current = claimed

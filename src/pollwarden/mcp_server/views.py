@@ -9,8 +9,8 @@ from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, stop_marker
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..engine import Busy, Done, NotYet, Polled, StepResult
 from ..store.open import AnyStore
-from ..watch import Busy, Done, NotYet, Polled, StepResult
 
 
 def seconds_until(moment: datetime, now: datetime) -> float:
