@@ -52,8 +52,8 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
         (("--base-delay", "0s"), "--base-delay: must be longer than zero"),
         (("--max-requests", "many"), "expected a whole number"),
         (("--operation", "../etc"), "--operation '../etc'"),
-        (("--max-requests", "0"), "--max-requests must be at least 1"),
-        (("--max-transport-failures", "0"), "--max-transport-failures must be at least 1"),
+        (("--max-requests", "0"), "--max-requests must be a whole number from 1"),
+        (("--max-transport-failures", "0"), "--max-transport-failures must be a whole number from 1"),
         (("--job", ""), "--job must be the provider's job id"),
     ],
 )
@@ -94,13 +94,15 @@ def test_resume_refuses_another_job_and_wider_limits(sim: Simulator, home: Path,
     before = _record(home, "op")
     assert before["reason"] == "request_budget_exhausted"
     for flags, phrase in [
-        (("--job", "never-2"), "watches job never-1, not never-2"),
         (("--max-requests", "5"), "--max-requests 5 exceeds the approved 2"),
         (("--deadline", "2h"), "--deadline 2h would move the deadline"),
-        (("--base-delay", "1s"), "--base-delay 1s differs"),
+        (("--base-delay", "50ms"), "--base-delay 50ms differs"),
     ]:
         ran = run_cli("watch", "--contract", str(contract), "--operation", "op", *flags, home=home)
         _assert_usage(ran.code, ran.stderr, phrase, "approval")
+    other = run_cli("watch", "--contract", str(contract), "--operation", "op", "--job", "never-2", home=home)
+    _assert_usage(other.code, other.stderr, "watches job never-1, not never-2")
+    assert "approval" not in other.stderr  # another job is a mistake, not a request for more authority
     assert _record(home, "op") == before
     assert sim.request_count("never-1") == 2
 

@@ -21,6 +21,7 @@ from ..store.common import process_owner
 from ..store.open import is_postgres_url, open_store
 from ..store.postgres import upgrade_database
 from ..worker import JsonLog, Metrics, Worker
+from .watch import FLAGS
 
 
 class FleetUsageError(Exception):
@@ -117,7 +118,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         try:
             admitted = Engine(store, owner=process_owner(), clock=store.db_now).admit(request)
         except AdmissionError as exc:
-            raise FleetUsageError(f"cannot enqueue: {exc}") from None
+            raise FleetUsageError(f"cannot enqueue: {exc.message_for(FLAGS)}") from None
     finally:
         store.close()
     record = admitted.record

@@ -45,6 +45,19 @@ def exit_code(record: OperationRecord) -> int:
 # -- watch ------------------------------------------------------------------------------------------
 
 
+FLAGS = {
+    "job_id": "--job",
+    "operation_id": "--operation",
+    "deadline": "--deadline",
+    "max_requests": "--max-requests",
+    "max_transport_failures": "--max-transport-failures",
+    "base_delay": "--base-delay",
+    "max_delay": "--max-delay",
+    "useful_for": "--useful-for",
+}
+"""Admission's field names as this command's flags, so a refusal names what to change."""
+
+
 def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
     """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
     limits = Limits(
@@ -163,7 +176,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         try:
             admitted = engine.admit(watch_request(args, contract))
         except AdmissionError as exc:
-            raise UsageError(f"cannot watch: {exc}") from None
+            raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
         record = admitted.record
         out = sys.stdout
         if not args.json:

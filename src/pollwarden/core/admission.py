@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -28,20 +28,22 @@ MAX_COUNT = 1_000_000
 def job_id_problem(job_id: object) -> str | None:
     """Why this cannot be a provider's job id, or None. The same words on every interface."""
     if not isinstance(job_id, str) or not job_id.strip():
-        return "the job id must be the provider's job id, not empty"
+        return "must be the provider's job id, not empty"
     if len(job_id) > MAX_JOB_ID_CHARS:
-        return f"the job id is {len(job_id)} characters long; at most {MAX_JOB_ID_CHARS} are accepted"
+        return f"is {len(job_id)} characters long; at most {MAX_JOB_ID_CHARS} are accepted"
     for ch in job_id:
         # Cc: controls (forge lines on a terminal), Cs: lone surrogates (cannot be encoded), Cf: bidi overrides
         # and other invisible formatting (make one id look like another).
         if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp"):
-            return f"the job id contains the invisible or control character U+{ord(ch):04X}; give the id as printed"
+            return (
+                f"contains the invisible or control character U+{ord(ch):04X}; give the id as the provider printed it"
+            )
     return None
 
 
 def operation_id_problem(operation_id: object) -> str | None:
     if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
-        return "an operation id is 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+        return "use 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
     return None
 
 
@@ -111,15 +113,31 @@ class Narrow:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """One reason for a refusal; `field` is named in each interface's own words (`--max-requests`, `max_requests`)."""
+
+    field: str | None
+    text: str
+    allowed: str | int | None = None
+    """For a limit an agent may not exceed: the most it may ask for."""
+
+    def render(self, names: Mapping[str, str]) -> str:
+        return self.text if self.field is None else f"{names.get(self.field, self.field)} {self.text}"
+
+
+@dataclass(frozen=True)
 class Refuse:
     kind: Refusal
-    problems: tuple[str, ...]
+    problems: tuple[Problem, ...]
     operation_id: str | None = None
     """The existing operation the refusal is audited on (`resume_refused`), when there is one."""
 
+    def message_for(self, names: Mapping[str, str]) -> str:
+        return "; ".join(problem.render(names) for problem in self.problems)
+
     @property
     def message(self) -> str:
-        return "; ".join(self.problems)
+        return self.message_for({})
 
 
 Admission = Create | Resume | Narrow | Refuse
@@ -135,10 +153,10 @@ def created_event(record: OperationRecord, by: str) -> dict[str, Any]:
     }
 
 
-def _limit_problems(request: WatchRequest) -> tuple[list[str], list[str]]:
+def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]]:
     """(malformed, beyond the agent cap) for the asked limits alone."""
     limits = request.limits
-    bad: list[str] = []
+    bad: list[Problem] = []
     for name, duration in (
         ("deadline", limits.deadline),
         ("base_delay", limits.base_delay),
@@ -146,29 +164,37 @@ def _limit_problems(request: WatchRequest) -> tuple[list[str], list[str]]:
         ("useful_for", limits.useful_for),
     ):
         if duration is not None and duration <= timedelta(0):
-            bad.append(f"{name} must be longer than zero")
+            bad.append(Problem(name, "must be longer than zero"))
     for name, count in (
         ("max_requests", limits.max_requests),
         ("max_transport_failures", limits.max_transport_failures),
     ):
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT):
-            bad.append(f"{name} must be a whole number from 1 to {MAX_COUNT}")
+            bad.append(Problem(name, f"must be a whole number from 1 to {MAX_COUNT}"))
     schedule = request.contract.schedule
     base = limits.base_delay or schedule.base_delay
     if (limits.base_delay or limits.max_delay) and (limits.max_delay or schedule.max_delay) < base:
-        bad.append("max_delay must not be shorter than base_delay")
-    over: list[str] = []
+        bad.append(Problem("max_delay", "must not be shorter than the base delay"))
+    over: list[Problem] = []
     if request.agent:
         contract = request.contract
         if limits.deadline is not None and limits.deadline > contract.agent_max_deadline:
             over.append(
-                f"deadline {format_duration(limits.deadline)} exceeds [agent].max_deadline"
-                f" {format_duration(contract.agent_max_deadline)} of contract {contract.name!r}"
+                Problem(
+                    "deadline",
+                    f"{format_duration(limits.deadline)} exceeds [agent].max_deadline"
+                    f" {format_duration(contract.agent_max_deadline)} of contract {contract.name!r}",
+                    allowed=format_duration(contract.agent_max_deadline),
+                )
             )
         if limits.max_requests is not None and limits.max_requests > contract.agent_max_requests:
             over.append(
-                f"max_requests {limits.max_requests} exceeds [agent].max_requests {contract.agent_max_requests}"
-                f" of contract {contract.name!r}"
+                Problem(
+                    "max_requests",
+                    f"{limits.max_requests} exceeds [agent].max_requests {contract.agent_max_requests}"
+                    f" of contract {contract.name!r}",
+                    allowed=contract.agent_max_requests,
+                )
             )
     return bad, over
 
@@ -192,46 +218,65 @@ def narrow(record: OperationRecord, limits: Limits) -> OperationRecord:
     return replace(record, plan=replace(plan, **changes))
 
 
-def widening(record: OperationRecord, limits: Limits) -> list[str]:
+def widening(record: OperationRecord, limits: Limits) -> list[Problem]:
     """Every asked limit that would give the operation more authority than it was granted."""
     plan = record.plan
-    problems: list[str] = []
+    problems: list[Problem] = []
     if limits.deadline is not None and record.created_at + limits.deadline > plan.deadline_at:
         problems.append(
-            f"deadline {format_duration(limits.deadline)} would move the deadline past"
-            f" {format_rfc3339(plan.deadline_at)}"
+            Problem(
+                "deadline",
+                f"{format_duration(limits.deadline)} would move the deadline past {format_rfc3339(plan.deadline_at)}",
+            )
         )
     if limits.max_requests is not None and limits.max_requests > plan.max_status_requests:
-        problems.append(f"max_requests {limits.max_requests} exceeds the approved {plan.max_status_requests}")
+        problems.append(
+            Problem("max_requests", f"{limits.max_requests} exceeds the approved {plan.max_status_requests}")
+        )
     if limits.max_transport_failures is not None and limits.max_transport_failures > plan.max_transport_failures:
         problems.append(
-            f"max_transport_failures {limits.max_transport_failures} exceeds the approved {plan.max_transport_failures}"
+            Problem(
+                "max_transport_failures",
+                f"{limits.max_transport_failures} exceeds the approved {plan.max_transport_failures}",
+            )
         )
     useful = plan.useful_until
     if limits.useful_for is not None and useful is not None and record.created_at + limits.useful_for > useful:
         problems.append(
-            f"useful_for {format_duration(limits.useful_for)} would move the usefulness window past"
-            f" {format_rfc3339(useful)}"
+            Problem(
+                "useful_for",
+                f"{format_duration(limits.useful_for)} would move the usefulness window past {format_rfc3339(useful)}",
+            )
         )
     for name, asked, stored in (
         ("base_delay", limits.base_delay, plan.schedule.base_delay),
         ("max_delay", limits.max_delay, plan.schedule.max_delay),
     ):
         if asked is not None and asked != stored:
-            problems.append(f"{name} {format_duration(asked)} differs from the operation's {format_duration(stored)}")
+            problems.append(
+                Problem(name, f"{format_duration(asked)} differs from the operation's {format_duration(stored)}")
+            )
     return problems
 
 
 def _resume(request: WatchRequest, existing: OperationRecord, *, reused_job: bool) -> Admission:
-    problems: list[str] = []
+    problems: list[Problem] = []
     if request.job_id is not None and request.job_id != existing.job_id:
-        problems.append(f"operation {existing.operation_id} watches job {existing.job_id}, not {request.job_id}")
+        problems.append(
+            Problem(None, f"operation {existing.operation_id} watches job {existing.job_id}, not {request.job_id}")
+        )
     if request.contract.fingerprint() != existing.contract_fingerprint:
         problems.append(
-            f"contract {request.contract.name!r} differs from the one operation {existing.operation_id} was created"
-            " with (states, fields, status_url or credential); resume it with the original contract"
+            Problem(
+                None,
+                f"contract {request.contract.name!r} differs from the one operation {existing.operation_id} was"
+                " created with (states, fields, status_url or credential); resume it with the original contract",
+            )
         )
-    problems.extend(widening(existing, request.limits))
+    wider = widening(existing, request.limits)
+    problems.extend(wider)
+    if wider:
+        problems.append(Problem(None, "more authority is an approval: a person grants it with `pollwarden decide`"))
     if problems:
         return Refuse(Refusal.CONFLICT, tuple(problems), existing.operation_id)
     narrowed = narrow(existing, request.limits)
@@ -254,30 +299,33 @@ def admit(
     given); `same_job` are the stored operations of the same contract name and job id, newest first; `token` is
     the random part of a new operation id (handed in, so this stays pure).
     """
-    bad: list[str] = []
+    bad: list[Problem] = []
     if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
-        bad.append(f"operation id {request.operation_id!r}: {problem}")
+        bad.append(Problem("operation_id", f"{request.operation_id!r}: {problem}"))
     if request.job_id is not None and (problem := job_id_problem(request.job_id)):
-        bad.append(problem)
+        bad.append(Problem("job_id", problem))
     malformed, over = _limit_problems(request)
     bad.extend(malformed)
     if bad:
         return Refuse(Refusal.INVALID, tuple(bad))
     if over:
-        return Refuse(Refusal.LIMIT, (*over, "an agent may ask for less, never more"))
+        return Refuse(Refusal.LIMIT, (*over, Problem(None, "an agent may ask for less, never more")))
     if existing is not None:
         return _resume(request, existing, reused_job=False)
     if request.job_id is None:
-        return Refuse(Refusal.INVALID, ("a job id is required to start a new operation",))
+        return Refuse(Refusal.INVALID, (Problem("job_id", "is required to start a new operation"),))
     if same_job:
         earlier = same_job[0]
         if request.operation_id is not None:
             return Refuse(
                 Refusal.CONFLICT,
                 (
-                    f"job {request.job_id} is already watched by operation {earlier.operation_id}; resume that one"
-                    f" (a second operation would be a fresh budget for the same job, which only a person's decision"
-                    " may grant)",
+                    Problem(
+                        None,
+                        f"job {request.job_id} is already watched by operation {earlier.operation_id}; resume that"
+                        " one (a second operation would be a fresh budget for the same job, which only a person's"
+                        " decision may grant)",
+                    ),
                 ),
                 earlier.operation_id,
             )
@@ -313,6 +361,7 @@ __all__ = [
     "Create",
     "Limits",
     "Narrow",
+    "Problem",
     "Refusal",
     "Refuse",
     "Resume",

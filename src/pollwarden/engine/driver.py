@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..clock import utcnow
-from ..core.admission import Create, Narrow, Refusal, Refuse, Resume, WatchRequest, admit, narrow
+from ..core.admission import Create, Narrow, Problem, Refusal, Refuse, Resume, WatchRequest, admit, narrow
 from ..core.contract import Contract
 from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
@@ -45,6 +45,10 @@ class AdmissionError(ValueError):
     def __init__(self, refusal: Refuse) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
+
+    def message_for(self, names: Mapping[str, str]) -> str:
+        """The refusal with each field named as the caller's interface names it (a flag, an argument)."""
+        return self.refusal.message_for(names)
 
     @property
     def kind(self) -> Refusal:
@@ -110,7 +114,10 @@ class Engine:
                 continue
             return Admitted(answer.record, created=True)
         raise AdmissionError(
-            Refuse(Refusal.CONFLICT, ("the operation is being created by another process; try again in a moment",))
+            Refuse(
+                Refusal.CONFLICT,
+                (Problem(None, "the operation is being created by another process; try again in a moment"),),
+            )
         )
 
     def _same_job(self, request: WatchRequest) -> list[OperationRecord]:
@@ -129,7 +136,12 @@ class Engine:
             raise AdmissionError(
                 Refuse(
                     Refusal.CONFLICT,
-                    (f"operation {answer.record.operation_id} is busy in another process; try again in a moment",),
+                    (
+                        Problem(
+                            None,
+                            f"operation {answer.record.operation_id} is busy in another process; try again in a moment",
+                        ),
+                    ),
                 )
             )
         lease, current = claimed
@@ -141,7 +153,9 @@ class Engine:
             lease, narrowed, [("limits_narrowed", {**narrowed.summary(), "by": request.by})], now, release=True
         ):
             raise AdmissionError(
-                Refuse(Refusal.CONFLICT, (f"operation {current.operation_id} was taken over; try again",))
+                Refuse(
+                    Refusal.CONFLICT, (Problem(None, f"operation {current.operation_id} was taken over; try again"),)
+                )
             )
         return narrowed
 
@@ -246,6 +260,10 @@ class Engine:
             kind = "notified" if delivery.ok else "notify_failed"
             data = {"decision_id": request.decision_id, **delivery.to_json()}
             self.store.append(request.operation_id, kind, data, self.clock())
+
+
+def _conflict(text: str) -> AdmissionError:
+    return AdmissionError(Refuse(Refusal.CONFLICT, (Problem(None, text),)))
 
 
 def new_decision_id() -> str:

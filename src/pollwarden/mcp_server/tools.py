@@ -52,6 +52,7 @@ def _deadline(deadline: object) -> timedelta | None:
     raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
 
 
+AGENT_CAPS = {"deadline": "[agent].max_deadline", "max_requests": "[agent].max_requests"}
 REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded", Refusal.CONFLICT: "conflict"}
 
 
@@ -80,7 +81,11 @@ def tool_start_watch(
         try:
             admitted = broker.engine(store).admit(request)
         except AdmissionError as exc:
-            raise ToolFailure(REFUSALS[exc.kind], f"{exc}. Nothing was created") from None
+            capped = [p for p in exc.refusal.problems if p.allowed is not None]
+            extra: dict[str, Any] = {}
+            if capped:  # which cap, and how much the agent may ask for instead
+                extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
+            raise ToolFailure(REFUSALS[exc.kind], f"{exc}. Nothing was created", **extra) from None
         record = admitted.record
         now = broker.clock()
         broker.audit(
