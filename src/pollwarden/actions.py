@@ -19,16 +19,21 @@ from .core.contract import Contract
 from .core.observe import Response, TransportFailure, dig
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
+from .errors import EXIT_ESCALATED, PollwardenError
 from .http import StatusClient, origin_of
 from .store.base import OperationExists, Store, Submission
 
 
-class ActionError(Exception):
+class ActionError(PollwardenError):
     """An action that was tried and did not succeed; the message says what is known and what to do."""
+
+    exit_code = EXIT_ESCALATED  # like a stop: a person decides what happens next
 
 
 class ActionRefused(ActionError):
     """An action that must not happen at all: nothing was sent and nothing changed."""
+
+    exit_code = PollwardenError.exit_code
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from .core.durations import DurationError, format_duration, format_rfc3339, pars
 from .core.escalation import DecisionError, DecisionRequest, OptionKind
 from .core.reasons import Phase
 from .core.record import OPERATION_ID, OperationRecord, new_record
+from .errors import PollwardenError
 from .fleet_cli import FleetUsageError, add_fleet_commands
 from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
@@ -52,7 +53,7 @@ from .why import WhyError, explain, pick
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
 
 
-class UsageError(Exception):
+class UsageError(PollwardenError):
     """Bad input from the person at the keyboard: reported in one line, exit 2, nothing changed."""
 
 

@@ -16,6 +16,7 @@ from .audit import AuditError, load_or_create_keys
 from .core.contract import ContractError, load_contract
 from .core.durations import DurationError, format_rfc3339, parse_duration
 from .core.record import OPERATION_ID, new_record
+from .errors import PollwardenError
 from .home import database_path, resolve_home, trusted_checkpoint_path
 from .store.base import OperationExists, Store, StoreError
 from .store.open import is_postgres_url, open_store
@@ -25,7 +26,7 @@ from .watch import utcnow
 from .worker import JsonLog, Metrics, Worker
 
 
-class FleetUsageError(Exception):
+class FleetUsageError(PollwardenError):
     pass
 
 

@@ -57,6 +57,7 @@ from .core.durations import DurationError, format_duration, format_rfc3339, pars
 from .core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from .core.reasons import Phase
 from .core.record import OPERATION_ID, OperationRecord, new_record
+from .errors import PollwardenError
 from .http import CredentialError, StatusClient, resolve_secret
 from .notify import deliver
 from .operating import HomeError, open_store
@@ -82,7 +83,7 @@ MAX_JOB_ID_CHARS = 512
 T = TypeVar("T")
 
 
-class ToolFailure(Exception):
+class ToolFailure(PollwardenError):
     """A reply the agent gets as an error: a machine code, a sentence, and what to do next."""
 
     def __init__(self, code: str, message: str, **extra: Any) -> None:
