@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,15 @@ def test_core_sources_name_only_the_standard_library_core_and_the_error_tree() -
                 continue
             bad.append(f"{path.name}: {'.' * level}{module}")
     assert bad == []
+
+
+def test_every_requirement_id_the_sources_cite_is_defined() -> None:
+    root = CORE.parent.parent.parent
+    defined = set(
+        re.findall(r"^- \*\*(R\d+)\*\*", (root / "docs" / "requirements.md").read_text(encoding="utf-8"), re.M)
+    )
+    cited: set[str] = set()
+    for path in [*(root / "src").rglob("*.py"), root / "README.md", *(root / "docs").glob("*.md")]:
+        cited.update(re.findall(r"\bR\d+\b", path.read_text(encoding="utf-8")))
+    assert cited, "the pattern found no citation at all"
+    assert sorted(cited - defined, key=lambda r: int(r[1:])) == []
