@@ -116,6 +116,7 @@ def test_what_is_not_ours_is_internal_and_an_interrupt_is_130() -> None:
     assert exit_code_for(RuntimeError("bug")) == errors.EXIT_INTERNAL == 1
     assert exit_code_for(KeyError("x")) == 1
     assert exit_code_for(KeyboardInterrupt()) == errors.EXIT_INTERRUPTED == 130
+    assert errors.EXIT_TERMINATED == 143  # for the SIGTERM handler; a signal is not an exception here
 
 
 def test_the_tree_module_is_a_leaf() -> None:

@@ -90,11 +90,3 @@ def format_rfc3339(moment: datetime) -> str:
     if utc.microsecond:  # kept whole: an audited decision must replay from exactly these times
         return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
     return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def from_epoch(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def to_epoch(moment: datetime) -> float:
-    return moment.timestamp()
