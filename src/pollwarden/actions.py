@@ -15,20 +15,26 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from . import events as ev
 from .core.contract import Contract
 from .core.observe import Response, TransportFailure, dig
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
+from .errors import EXIT_ESCALATED, PollwardenError
 from .http import StatusClient, origin_of
 from .store.base import OperationExists, Store, Submission
 
 
-class ActionError(Exception):
+class ActionError(PollwardenError):
     """An action that was tried and did not succeed; the message says what is known and what to do."""
+
+    exit_code = EXIT_ESCALATED  # like a stop: a person decides what happens next
 
 
 class ActionRefused(ActionError):
     """An action that must not happen at all: nothing was sent and nothing changed."""
+
+    exit_code = PollwardenError.exit_code
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,10 @@ def submit(
         token = secrets.token_urlsafe(18) if spec.idempotency_header else None
         submission = Submission(operation_id, print_fp, token, body, "sending", None, None, now)
         try:
-            store.record_submission(
-                submission,
-                {"fingerprint": print_fp, "method": spec.method, "url": _safe_url(spec.url), "idempotent": bool(token)},
+            intent = ev.SubmissionIntent(
+                fingerprint=print_fp, method=spec.method, url=_safe_url(spec.url), idempotent=bool(token)
             )
+            store.record_submission(submission, intent.to_json())
         except OperationExists:
             raise ActionRefused(f"operation {operation_id} already exists; choose another --operation") from None
     else:
@@ -107,9 +113,10 @@ def submit(
             break
     if isinstance(exchange, TransportFailure):
         # A refused connection proves the provider never saw it; anything later leaves the outcome unknown.
-        state = "unknown" if exchange.delivery_unknown else "not_sent"
-        store.mark_submission(operation_id, state, {"failure": exchange.kind.value, "detail": exchange.message}, now)
-        if state == "not_sent":
+        marked = ev.SubmissionUnknown if exchange.delivery_unknown else ev.SubmissionNotSent
+        lost = marked(failure=exchange.kind.value, detail=exchange.message)
+        store.mark_submission(operation_id, lost.state, lost.to_json(), now)
+        if not exchange.delivery_unknown:
             raise ActionError(f"the submission was not delivered ({exchange.message}); it is safe to run submit again")
         again = (
             "run the same submit again: the idempotency token makes a second send safe"
@@ -118,7 +125,8 @@ def submit(
         )
         raise ActionError(f"the submission's outcome is unknown ({exchange.message}); {again}")
     if exchange.status not in (200, 201, 202):
-        store.mark_submission(operation_id, "rejected", {"http_status": exchange.status}, now)
+        rejected = ev.SubmissionRejected(http_status=exchange.status)
+        store.mark_submission(operation_id, rejected.state, rejected.to_json(), now)
         raise ActionError(f"the provider refused the submission with HTTP {exchange.status}; nothing will be watched")
     job_id, location = _accepted(contract, exchange)
     record = new_record(
@@ -135,18 +143,8 @@ def submit(
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
-    store.accept_submission(
-        accepted,
-        record,
-        contract.source_text,
-        {
-            **record.summary(),
-            "request_fingerprint": print_fp,
-            "http_status": exchange.status,
-            "status_location": location,
-            "resent_with_same_token": resent,
-        },
-    )
+    event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
+    store.accept_submission(accepted, record, contract.source_text, event.to_json())
     return Submitted(record, resent)
 
 

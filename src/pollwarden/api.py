@@ -35,6 +35,7 @@ from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
 from .engine import AdmissionError, Engine, StepResult
+from .errors import PollwardenError
 from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .operating import HomeError, open_store
@@ -44,7 +45,7 @@ from .store.common import process_owner
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
 
 
-class WatchError(ValueError):
+class WatchError(PollwardenError, ValueError):
     """A watch that cannot start or resume as asked; nothing was sent. The message says what to change."""
 
 

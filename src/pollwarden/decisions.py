@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from . import events as ev
 from .actions import ActionError, cancel, submit
 from .core.contract import Contract
 from .core.durations import format_rfc3339
@@ -58,7 +59,6 @@ def apply_decision(
     if claimed is None:
         raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
     lease, record = claimed
-    base_event = {"decision_id": decision_id, "by": by, "note": note, "reason": request.reason.value}
     try:
         if stop_marker(record) != request.stop_marker:
             store.resolve_decision(
@@ -69,7 +69,7 @@ def apply_decision(
                 note="the operation moved on",
                 option=None,
                 record=None,
-                events=[("decision_expired", base_event)],
+                events=[ev.DecisionExpired.of(request, by=by, note=note).new_event()],
                 now=now,
             )
             raise DecisionError(
@@ -77,30 +77,23 @@ def apply_decision(
                 f" (now {record.phase.value}{', ' + record.reason.value if record.reason else ''}); nothing changed"
             )
         if chosen is None:
-            _resolve(store, lease, decision_id, "refused", by, note, None, None, [("refused", base_event)], now)
+            refused = ev.Refused.of(request, by=by, note=note).new_event()
+            _resolve(store, lease, decision_id, "refused", by, note, None, None, [refused], now)
             return Outcome(f"refused decision {decision_id}; operation {request.operation_id} stays stopped", "refused")
-        event = {**base_event, "option": chosen.number, "kind": chosen.kind.value, "label": chosen.label}
+        event = ev.Decided.chose(request, chosen, by=by, note=note)
         if chosen.kind is OptionKind.INSPECT:
             store.release(lease)
-            store.append(request.operation_id, "inspected", event, now)
+            store.append(request.operation_id, *ev.Inspected.chose(request, chosen, by=by, note=note).new_event(), now)
             return Outcome(f"open {chosen.url} to inspect the job; decision {decision_id} stays open", "open")
         if chosen.kind is OptionKind.CLOSE:
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [("decided", event)], now)
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
             return Outcome(f"closed: operation {request.operation_id} stays stopped as final", "decided")
         if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE):
             extended = apply_extension(record, chosen, now)
-            detail = {
-                **event,
-                "delay_source": "manual_extension",
-                "deadline_at": format_rfc3339(extended.deadline_at),
-                "max_status_requests": extended.plan.max_status_requests,
-                "max_transport_failures": extended.plan.max_transport_failures,
-                "next_poll_at": format_rfc3339(extended.next_poll_at),
-                "effect": chosen.effect,
-            }
+            detail = ev.Extended.after(event, extended, chosen.effect)
             _resolve(
                 store, lease, decision_id, "decided", by, note, chosen.number, extended,
-                [("decided", event), ("extended", detail)], now,
+                [event.new_event(), detail.new_event()], now,
             )  # fmt: skip
             return Outcome(
                 f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
@@ -111,12 +104,13 @@ def apply_decision(
         if chosen.kind is OptionKind.CANCEL:
             if contract.cancel is None or client is None:
                 raise DecisionError("the contract documents no cancel action; nothing was sent")
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [("decided", event)], now)
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
             try:
                 result = cancel(contract, client, record)
             except ActionError as exc:
                 result = {"action": "cancel", "ok": False, "detail": str(exc)}
-            store.append(request.operation_id, "action", {**result, "decision_id": decision_id, "by": by}, now)
+            done = ev.ActionEvent.from_json({**result, "decision_id": decision_id, "by": by})
+            store.append(request.operation_id, *done.new_event(), now)
             state = "sent" if result.get("ok") else "FAILED (see `story`)"
             return Outcome(f"cancel at provider {state} for job {request.job_id}", "decided", result)
         return _resubmit(
@@ -135,7 +129,7 @@ def _resubmit(
     operation_id: str,
     decision_id: str,
     option: int,
-    event: dict[str, Any],
+    event: ev.Decided,
     by: str,
     note: str | None,
     now: datetime,
@@ -149,14 +143,14 @@ def _resubmit(
         )
     taken = {s.record.operation_id for s in store.all()}
     new_id = next(f"{operation_id}.r{n}" for n in range(1, 1000) if f"{operation_id}.r{n}" not in taken)
-    _resolve(store, lease, decision_id, "decided", by, note, option, None, [("decided", event)], now)
+    _resolve(store, lease, decision_id, "decided", by, note, option, None, [event.new_event()], now)
     try:
         submitted = submit(store, contract, client, operation_id=new_id, body=submission.body, now=now)
     except ActionError as exc:
-        store.append(operation_id, "action", {"action": "resubmit", "ok": False, "detail": str(exc)}, now)
+        store.append(operation_id, *ev.ActionEvent(action="resubmit", ok=False, detail=str(exc)).new_event(), now)
         raise DecisionError(f"the resubmission failed: {exc}") from None
     result = {"action": "resubmit", "ok": True, "new_operation": new_id, "job": submitted.record.job_id, "by": by}
-    store.append(operation_id, "action", result, now)
+    store.append(operation_id, *ev.ActionEvent.from_json(result).new_event(), now)
     return Outcome(
         f"resubmitted as operation {new_id} (job {submitted.record.job_id}); watch it with"
         f" `pollwarden watch --operation {new_id}`",

@@ -17,9 +17,10 @@ import httpx
 from . import __version__
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
+from .errors import PollwardenError
 
 
-class CredentialError(Exception):
+class CredentialError(PollwardenError):
     """The credential is missing here, or a request would carry it somewhere the contract does not name."""
 
 

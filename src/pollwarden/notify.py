@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from . import __version__
+from . import events as ev
 from .core.contract import Contract
 from .core.escalation import DecisionRequest
 
@@ -34,6 +35,18 @@ class Delivery:
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "attempts": self.attempts, "status": self.status, "error": self.error}
+
+
+def delivery_event(request: DecisionRequest, delivery: Delivery) -> ev.DeliveryEvent:
+    """What a delivery leaves in the operation's log: `notified`, or `notify_failed` with the error."""
+    kind = ev.Notified if delivery.ok else ev.NotifyFailed
+    return kind(
+        decision_id=request.decision_id,
+        ok=delivery.ok,
+        attempts=delivery.attempts,
+        status=delivery.status,
+        error=delivery.error,
+    )
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:

@@ -19,6 +19,7 @@ from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
+from .errors import PollwardenError
 from .home import database_path, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Grant, StoreError, agent_log_id
@@ -26,7 +27,7 @@ from .store.open import AnyStore
 from .store.open import open_store as open_target
 
 
-class HomeError(Exception):
+class HomeError(PollwardenError):
     """A problem with the home, its store or an operation's contract, in words a person can act on."""
 
 

@@ -1,13 +1,19 @@
-"""The audit trail told as a story (R45): one line per decision, in the words an operator uses."""
+"""The audit trail told as a story (R45): one line per decision, in the words an operator uses.
+
+Each kind has one renderer in `RENDERERS`, fed the typed event (`events.parse`), so a record written by an
+older version, with a field missing, still tells its line: a missing value reads "?", never "None".
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from .core.durations import parse_rfc3339
-from .store.base import Event
+from . import events as ev
+from .core.durations import DurationError, parse_rfc3339
+from .store.base import AGENT_LOG_PREFIX, Event
 
 SOURCE_WORDS = {
     "provider_retry_after": "provider guidance",
@@ -16,129 +22,266 @@ SOURCE_WORDS = {
     "manual_extension": "manual extension",
 }
 
+JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Where an event sits: its clock time, its log, and the observation a decision line starts from."""
+
+    at: str
+    log_id: str
+    observed: ev.Observed | None
+
+    @property
+    def operation(self) -> str | None:
+        """The operation whose log this is; an agent session's log is no operation."""
+        return None if self.log_id.startswith(AGENT_LOG_PREFIX) else self.log_id
+
+
+Renderer = Callable[[ev.AuditEvent, Scene], str | None]
+RENDERERS: dict[str, Renderer] = {}
+"""kind -> its line; a kind that tells no line of its own (reserved, succeeded, ...) maps to `_silent`."""
+
+E = TypeVar("E", bound=ev.AuditEvent)
+
+
+def renders(*classes: type[E]) -> Callable[[Callable[[E, Scene], str | None]], Callable[[E, Scene], str | None]]:
+    def register(fn: Callable[[E, Scene], str | None]) -> Callable[[E, Scene], str | None]:
+        def typed(event: ev.AuditEvent, scene: Scene) -> str | None:
+            if not isinstance(event, classes):
+                raise TypeError(f"{fn.__name__} renders {classes}, not {type(event).__name__}")
+            return fn(event, scene)
+
+        for cls in classes:
+            RENDERERS[cls.KIND] = typed
+        return fn
+
+    return register
+
+
+def _v(value: object) -> str:
+    """A value for a sentence: a field an older record lacks reads "?", never "None"."""
+    return "?" if value is None or value == "" else str(value)
+
 
 def _clock(moment: datetime) -> str:
     return moment.strftime("%H:%M:%S")
 
 
 def _clock_text(text: str | None) -> str:
-    return "?" if text is None else _clock(parse_rfc3339(text))
+    if not text:
+        return "?"
+    try:
+        return _clock(parse_rfc3339(text))
+    except DurationError:
+        return "?"
 
 
-def _words(reason: str) -> str:
-    return reason.replace("_", " ")
+def _words(reason: str | None) -> str:
+    return _v(reason).replace("_", " ")
 
 
-def _observed(data: Mapping[str, Any]) -> str:
-    status = data.get("http_status")
-    state = data.get("state")
-    if status is None:
-        return f"request failed ({data.get('detail', 'transport failure')})"
-    if state is not None:
-        return f"polled, state {state}"
-    text = f"received {status}"
-    if data.get("retry_after_header"):
-        text += f", Retry-After {data['retry_after_header']}"
+@renders(ev.Reserved, ev.SucceededEvent, ev.JobEnded, ev.Escalated, ev.Observed)
+def _silent(event: ev.AuditEvent, scene: Scene) -> None:
+    """The decision line already tells these; `story --json` has them all."""
+    return None
+
+
+def _observed(o: ev.Observed) -> str:
+    if o.http_status is None:
+        return f"request failed ({o.detail or 'transport failure'})"
+    if o.state is not None:
+        return f"polled, state {o.state}"
+    text = f"received {o.http_status}"
+    if o.retry_after_header:
+        text += f", Retry-After {o.retry_after_header}"
     return text
 
 
-def render_event(event: Event, observed: Mapping[str, Any] | None) -> str | None:
-    d = event.data
-    at = _clock(event.at)
-    if event.kind == "created":
-        return (
-            f"{at} watching job {d['job']} ({d['contract']}), deadline {_clock_text(d['deadline_at'])},"
-            f" budget {d['max_status_requests']} requests, {d['max_transport_failures']} transport failures"
-        )
-    if event.kind == "decision":
-        head = _observed(observed) if observed is not None else None
-        action = d.get("action")
-        if action == "wait":
-            when = _clock_text(d.get("next_poll_at"))
-            source = SOURCE_WORDS.get(str(d.get("delay_source")), str(d.get("delay_source")))
-            return f"{at} {head}, next poll {when} from {source}"
-        if action == "succeed":
-            return f"{at} {head}, result validated, succeeded"
-        reason = str(d.get("reason"))
-        prefix = f"{at} {head}, " if head else f"{at} "
-        if reason in {"job_failed", "job_cancelled", "job_expired"}:
-            return f"{prefix}{_words(reason)}, stopped"
-        return f"{prefix}{_words(reason)}, escalated"
-    if event.kind == "guidance_rejected":
-        return f"{at}   rejected {d['source']} {d['value']!r}: {d['why']}"
-    if event.kind == "lease_taken_over":
-        return f"{at} took over the operation from {d['previous_owner']} (lease {d['token']})"
-    if event.kind == "lease_lost":
-        return f"{at} lost the lease (token {d['token']}); the response was discarded"
-    if event.kind == "resume_refused":
-        return f"{at} refused a resume: {d['why']}"
-    if event.kind == "decision_requested":
-        labels = ", ".join(o["label"] for o in d.get("options", []))
-        return f"{at} asked for a decision {d['decision_id']} ({d['reason']}): {labels}"
-    if event.kind == "decided":
-        note = f" ({d['note']})" if d.get("note") else ""
-        return f"{at} {d['by']} chose [{d['option']}] {d['label']} on {d['decision_id']}{note}"
-    if event.kind == "refused":
-        return f"{at} {d['by']} refused {d['decision_id']}; the operation stays stopped"
-    if event.kind == "extended":
-        return (
-            f"{at} extended: deadline {_clock_text(d['deadline_at'])}, budget {d['max_status_requests']} requests,"
-            f" next poll {_clock_text(d['next_poll_at'])} from manual extension"
-        )
-    if event.kind == "decision_expired":
-        return f"{at} decision {d['decision_id']} expired: the operation had moved on"
-    if event.kind == "inspected":
-        return f"{at} {d['by']} opened the provider console for {d['decision_id']}"
-    if event.kind in ("notified", "notify_failed"):
-        state = "sent" if d.get("ok") else f"FAILED ({d.get('error')})"
-        return f"{at} webhook for {d['decision_id']} {state} after {d.get('attempts')} attempt(s)"
-    if event.kind == "action":
-        state = "done" if d.get("ok") else "FAILED"
-        return f"{at} action {d.get('action')} {state}" + (f" by {d['by']}" if d.get("by") else "")
-    if event.kind == "submission_intent":
-        return f"{at} recorded a submission {d['fingerprint'][:19]}… before sending it"
-    if event.kind == "submitted":
-        return (
-            f"{at} submitted job {d['job']} ({d['contract']}), deadline {_clock_text(d['deadline_at'])},"
-            f" budget {d['max_status_requests']}"
-        )
-    if event.kind.startswith("submission_"):
-        return f"{at} submission {event.kind.removeprefix('submission_')}: {d}"
-    if event.kind == "session_started":
-        return f"{at} agent session {d.get('session')} started ({d.get('server')}), client {d.get('client')}"
-    if event.kind == "watch_started":
-        return f"{at} the agent started operation {d.get('operation')} on job {d.get('job')} ({d.get('contract')})"
-    if event.kind == "call_intent":
-        return (
-            f"{at} call {d.get('call')}: {d.get('purpose')} for {d.get('operation')} (approval {d.get('approval')},"
-            f" requests {d.get('status_requests_used')}/{d.get('max_status_requests')})"
-        )
-    if event.kind == "call_result":
-        return f"{at} call {d.get('call')}: {d.get('outcome', 'done')}"
-    if event.kind == "call_denied":
-        return f"{at} call for {d.get('operation')} denied: {d.get('why')}"
-    if event.kind.endswith("_approval_requested"):
-        return f"{at} {event.kind.split('_')[0]} approval {d.get('grant_id')} requested for {d.get('scope')}"
-    if event.kind.startswith("approval_"):
-        return f"{at} approval {d.get('grant_id')} {event.kind.removeprefix('approval_')} by {d.get('by')}"
-    if event.kind == "extension_requested":
-        return f"{at} the agent asked for more time for {d.get('operation')}: {d.get('reason', '')}".rstrip(": ")
-    if event.kind == "paced":
-        return f"{at} paced by the fleet's cap for {d['provider']}: next poll not before {_clock_text(d['until'])}"
-    if event.kind == "limits_narrowed":
-        return f"{at} limits narrowed: deadline {_clock_text(d['deadline_at'])}, budget {d['max_status_requests']}"
-    return None
+@renders(ev.Created)
+def _created(e: ev.Created, s: Scene) -> str:
+    return (
+        f"{s.at} watching job {_v(e.job)} ({_v(e.contract)}), deadline {_clock_text(e.deadline_at)},"
+        f" budget {_v(e.max_status_requests)} requests, {_v(e.max_transport_failures)} transport failures"
+    )
+
+
+@renders(ev.DecisionEvent)
+def _decision(e: ev.DecisionEvent, s: Scene) -> str:
+    head = _observed(s.observed) if s.observed is not None else None
+    if e.action == "wait":
+        source = SOURCE_WORDS.get(str(e.delay_source), _v(e.delay_source))
+        return f"{s.at} {_v(head)}, next poll {_clock_text(e.next_poll_at)} from {source}"
+    if e.action == "succeed":
+        return f"{s.at} {_v(head)}, result validated, succeeded"
+    prefix = f"{s.at} {head}, " if head else f"{s.at} "
+    if e.reason in JOB_ENDED_REASONS:
+        return f"{prefix}{_words(e.reason)}, stopped"
+    return f"{prefix}{_words(e.reason)}, escalated"
+
+
+@renders(ev.GuidanceRejected)
+def _rejected(e: ev.GuidanceRejected, s: Scene) -> str:
+    value = "?" if e.value is None else repr(e.value)
+    return f"{s.at}   rejected {_v(e.source)} {value}: {_v(e.why)}"
+
+
+@renders(ev.LeaseTakenOver)
+def _taken_over(e: ev.LeaseTakenOver, s: Scene) -> str:
+    return f"{s.at} took over the operation from {_v(e.previous_owner)} (lease {_v(e.token)})"
+
+
+@renders(ev.LeaseLost)
+def _lost(e: ev.LeaseLost, s: Scene) -> str:
+    return f"{s.at} lost the lease (token {_v(e.token)}); the response was discarded"
+
+
+@renders(ev.ResumeRefused)
+def _resume_refused(e: ev.ResumeRefused, s: Scene) -> str:
+    return f"{s.at} refused a resume: {_v(e.why)}"
+
+
+@renders(ev.DecisionRequested)
+def _requested(e: ev.DecisionRequested, s: Scene) -> str:
+    labels = ", ".join(_v(o.get("label")) for o in e.options)
+    return f"{s.at} asked for a decision {_v(e.decision_id)} ({_v(e.reason)}): {labels}"
+
+
+@renders(ev.Decided)
+def _decided(e: ev.Decided, s: Scene) -> str:
+    note = f" ({e.note})" if e.note else ""
+    return f"{s.at} {_v(e.by)} chose [{_v(e.option)}] {_v(e.label)} on {_v(e.decision_id)}{note}"
+
+
+@renders(ev.Refused)
+def _refused(e: ev.Refused, s: Scene) -> str:
+    return f"{s.at} {_v(e.by)} refused {_v(e.decision_id)}; the operation stays stopped"
+
+
+@renders(ev.Extended)
+def _extended(e: ev.Extended, s: Scene) -> str:
+    return (
+        f"{s.at} extended: deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)} requests,"
+        f" next poll {_clock_text(e.next_poll_at)} from manual extension"
+    )
+
+
+@renders(ev.DecisionExpired)
+def _expired(e: ev.DecisionExpired, s: Scene) -> str:
+    return f"{s.at} decision {_v(e.decision_id)} expired: the operation had moved on"
+
+
+@renders(ev.Inspected)
+def _inspected(e: ev.Inspected, s: Scene) -> str:
+    return f"{s.at} {_v(e.by)} opened the provider console for {_v(e.decision_id)}"
+
+
+@renders(ev.Notified, ev.NotifyFailed)
+def _notified(e: ev.DeliveryEvent, s: Scene) -> str:
+    state = "sent" if e.ok else f"FAILED ({_v(e.error)})"
+    return f"{s.at} webhook for {_v(e.decision_id)} {state} after {_v(e.attempts)} attempt(s)"
+
+
+@renders(ev.ActionEvent)
+def _action(e: ev.ActionEvent, s: Scene) -> str:
+    state = "done" if e.ok else "FAILED"
+    return f"{s.at} action {_v(e.action)} {state}" + (f" by {e.by}" if e.by else "")
+
+
+@renders(ev.SubmissionIntent)
+def _intent(e: ev.SubmissionIntent, s: Scene) -> str:
+    return f"{s.at} recorded a submission {_v(e.fingerprint)[:19]}… before sending it"
+
+
+@renders(ev.Submitted)
+def _submitted(e: ev.Submitted, s: Scene) -> str:
+    return (
+        f"{s.at} submitted job {_v(e.job)} ({_v(e.contract)}), deadline {_clock_text(e.deadline_at)},"
+        f" budget {_v(e.max_status_requests)}"
+    )
+
+
+@renders(ev.SubmissionUnknown, ev.SubmissionNotSent, ev.SubmissionRejected)
+def _marked(e: ev.SubmissionMarked, s: Scene) -> str:
+    why = e.detail or (f"HTTP {e.http_status}" if e.http_status is not None else None)
+    return f"{s.at} submission {e.state.replace('_', ' ')}" + (f": {why}" if why else "")
+
+
+@renders(ev.SessionStarted)
+def _session(e: ev.SessionStarted, s: Scene) -> str:
+    return f"{s.at} agent session {_v(e.session)} started ({_v(e.server)}), client {_v(e.client)}"
+
+
+@renders(ev.WatchStarted)
+def _watch_started(e: ev.WatchStarted, s: Scene) -> str:
+    return f"{s.at} the agent started operation {_v(e.operation)} on job {_v(e.job)} ({_v(e.contract)})"
+
+
+@renders(ev.CallIntent)
+def _call_intent(e: ev.CallIntent, s: Scene) -> str:
+    return (
+        f"{s.at} call {_v(e.call)}: {_v(e.purpose)} for {_v(e.operation)} (approval {_v(e.approval)},"
+        f" requests {_v(e.status_requests_used)}/{_v(e.max_status_requests)})"
+    )
+
+
+@renders(ev.CallResult)
+def _call_result(e: ev.CallResult, s: Scene) -> str:
+    return f"{s.at} call {_v(e.call)}: {e.outcome or 'done'}"
+
+
+@renders(ev.CallDenied)
+def _call_denied(e: ev.CallDenied, s: Scene) -> str:
+    return f"{s.at} call for {_v(e.operation)} denied: {_v(e.why)}"
+
+
+@renders(ev.SessionApprovalRequested, ev.CallApprovalRequested)
+def _grant_requested(e: ev.GrantRequested, s: Scene) -> str:
+    return f"{s.at} {e.KIND.split('_')[0]} approval {_v(e.grant_id)} requested for {_v(e.scope)}"
+
+
+@renders(ev.ApprovalApproved, ev.ApprovalRefused, ev.ApprovalRevoked, ev.ApprovalExpired)
+def _grant_answered(e: ev.GrantAnswered, s: Scene) -> str:
+    return f"{s.at} approval {_v(e.grant_id)} {e.KIND.removeprefix('approval_')} by {_v(e.by)}"
+
+
+@renders(ev.ExtensionRequested)
+def _extension(e: ev.ExtensionRequested, s: Scene) -> str:
+    # In the operation's own log the payload names no operation: the log is the operation.
+    operation = e.operation or s.operation or "an operation"
+    line = f"{s.at} the agent asked for more time for {operation}"
+    return f"{line}: {e.reason}" if e.reason else line
+
+
+@renders(ev.Paced)
+def _paced(e: ev.Paced, s: Scene) -> str:
+    return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next poll not before {_clock_text(e.until)}"
+
+
+@renders(ev.LimitsNarrowed)
+def _narrowed(e: ev.LimitsNarrowed, s: Scene) -> str:
+    return f"{s.at} limits narrowed: deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)}"
+
+
+def render_event(event: Event, observed: ev.Observed | None = None) -> str | None:
+    """One line for a stored event; a kind this version does not know is named, not hidden."""
+    scene = Scene(_clock(event.at), event.operation_id, observed)
+    typed = ev.parse(event.kind, event.data)
+    if typed is None:
+        return f"{scene.at} {_words(event.kind)} (recorded by another version; see `story --json`)"
+    return RENDERERS[event.kind](typed, scene)
 
 
 def story_lines(events: Sequence[Event]) -> list[str]:
     lines: list[str] = []
-    observed: Mapping[str, Any] | None = None
+    observed: ev.Observed | None = None
     for event in events:
-        if event.kind == "observed":
-            observed = event.data
+        if event.kind == ev.Observed.KIND:
+            observed = ev.Observed.from_json(event.data)
             continue
         line = render_event(event, observed)
-        if event.kind == "decision":
+        if event.kind == ev.DecisionEvent.KIND:
             observed = None
         if line is not None:
             lines.append(line)

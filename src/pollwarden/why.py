@@ -13,12 +13,13 @@ from typing import Any
 
 from .core.codec import observation_from_json, record_from_json
 from .core.decide import Decision, Halt, decide, halt, next_step
+from .errors import PollwardenError
 from .store.base import Event
 
 COMPARED = ("action", "rule", "reason", "next_poll_at", "delay_source", "raw_delay", "jitter_u", "rejections", "detail")
 
 
-class WhyError(ValueError):
+class WhyError(PollwardenError, ValueError):
     pass
 
 

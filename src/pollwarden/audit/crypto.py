@@ -12,6 +12,8 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from ..errors import EXIT_TAMPERED, PollwardenError
+
 __all__ = [
     "KEY_BYTES",
     "NONCE_BYTES",
@@ -28,7 +30,7 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 
 
-class AuditError(Exception):
+class AuditError(PollwardenError):
     """Base of every audit failure a person may see.
 
     Messages say what is wrong and what to do. They never contain key material, so they are safe to print,
@@ -38,6 +40,8 @@ class AuditError(Exception):
 
 class AuditDecryptError(AuditError):
     """A ciphertext could not be opened: wrong key, or the bytes or their metadata were changed."""
+
+    exit_code = EXIT_TAMPERED  # a record that does not authenticate is what `audit verify` calls tampered
 
 
 class AuditKeyError(AuditError):

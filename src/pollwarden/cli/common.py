@@ -11,11 +11,12 @@ from ..core.durations import DurationError, parse_duration
 from ..home import resolve_home
 from ..operating import HomeError, open_store
 from ..store.open import AnyStore
+from ..errors import PollwardenError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
 
 
-class UsageError(Exception):
+class UsageError(PollwardenError):
     """Bad input from the person at the keyboard: reported in one line, exit 2, nothing changed."""
 
 

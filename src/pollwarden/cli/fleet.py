@@ -22,9 +22,10 @@ from ..store.open import is_postgres_url, open_store
 from ..store.postgres import upgrade_database
 from ..worker import JsonLog, Metrics, Worker
 from .watch import FLAGS
+from ..errors import PollwardenError
 
 
-class FleetUsageError(Exception):
+class FleetUsageError(PollwardenError):
     pass
 
 

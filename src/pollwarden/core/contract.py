@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from ..errors import PollwardenError
 from .durations import DurationError, parse_duration
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
 
 
-class ContractError(ValueError):
+class ContractError(PollwardenError, ValueError):
     """A contract that cannot be used; the message names the file and the key."""
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from ..errors import PollwardenError
+
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _MAX_SECONDS = 366 * 86400.0
 
 
-class DurationError(ValueError):
+class DurationError(PollwardenError, ValueError):
     """A duration or timestamp that cannot be used; the message says what was given and what is accepted."""
 
 
@@ -88,11 +90,3 @@ def format_rfc3339(moment: datetime) -> str:
     if utc.microsecond:  # kept whole: an audited decision must replay from exactly these times
         return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
     return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def from_epoch(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def to_epoch(moment: datetime) -> float:
-    return moment.timestamp()

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from ..errors import PollwardenError
 from .contract import Contract
 from .durations import format_duration, format_rfc3339
 from .reasons import DelaySource, Phase, StopReason
@@ -55,7 +56,7 @@ ALLOWED: dict[StopReason, tuple[OptionKind, ...]] = {
 _TRANSPORT_REASONS = frozenset({StopReason.PROVIDER_FAILURE, StopReason.AMBIGUOUS_DELIVERY})
 
 
-class DecisionError(ValueError):
+class DecisionError(PollwardenError, ValueError):
     """A decision that cannot be applied; the message says why and what is still possible."""
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import PollwardenError
+
 log = logging.getLogger("pollwarden.mcp")
 
 MAX_WAIT_SECONDS = 300
@@ -25,7 +27,7 @@ MAX_JOB_ID_CHARS = 512
 T = TypeVar("T")
 
 
-class ToolFailure(Exception):
+class ToolFailure(PollwardenError):
     """A reply the agent gets as an error: a machine code, a sentence, and what to do next."""
 
     def __init__(self, code: str, message: str, **extra: Any) -> None:

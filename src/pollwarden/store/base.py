@@ -15,9 +15,10 @@ from typing import Any, Protocol
 from ..audit import AuditKeys, AuditRecord, Checkpoint
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
+from ..errors import PollwardenError
 
 
-class StoreError(Exception):
+class StoreError(PollwardenError):
     """A store problem a person can act on (locked, newer schema, unreadable file)."""
 
 

@@ -1,0 +1,650 @@
+"""The audit log's event kinds, one frozen dataclass each, and the registry `EVENT_TYPES` (kind -> class).
+
+Here rather than in `audit/`: an event describes an operation (its record, observation, decision), not the
+sealing, and `audit/` loads the crypto. This module needs only `core`, so the engine, the story and the
+tests build and read events without a store.
+
+Producers build an event and hand the store `event.new_event()`, the `(kind, payload)` tuple it has always
+taken. Readers call `parse(kind, data)`: `from_json` is tolerant, because records written by older versions
+must still render. A field that is missing or of the wrong type becomes None (or the type's empty value),
+and keys no field names are kept in `extra`, so `to_json` gives back what was read.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from typing import Any, ClassVar, Self, TypeVar
+
+from .core.codec import record_to_json
+from .core.decide import Decision
+from .core.durations import format_rfc3339
+from .core.escalation import DecisionRequest, Option
+from .core.observe import Observation
+from .core.reasons import Phase
+from .core.record import OperationRecord
+from .core.schedule import Rejection
+
+Payload = dict[str, Any]
+"""A JSON object as the audit log stores it: its values are whatever a provider or a person sent."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEvent:
+    KIND: ClassVar[str] = ""
+
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Keys of the payload that no field names: older shapes, or detail carried along (a record summary)."""
+
+    def to_json(self) -> Payload:
+        out: Payload = dict(self.extra)
+        for f in fields(self):
+            if f.name != "extra":
+                out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        hints = _hints(cls)
+        values: dict[str, Any] = {name: _coerce(data.get(name), hint) for name, hint in hints.items()}
+        return cls(**values, extra={k: v for k, v in data.items() if k not in hints})
+
+    def new_event(self) -> tuple[str, Payload]:
+        """What the store's write/append takes (`NewEvent`)."""
+        return self.KIND, self.to_json()
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+_HINTS: dict[type[AuditEvent], dict[str, object]] = {}
+
+
+def _hints(cls: type[AuditEvent]) -> dict[str, object]:
+    """Field name -> resolved type hint; resolved once per class (the annotations are strings here)."""
+    if cls not in _HINTS:
+        resolved = typing.get_type_hints(cls)
+        _HINTS[cls] = {f.name: resolved[f.name] for f in fields(cls) if f.name != "extra"}
+    return _HINTS[cls]
+
+
+def _coerce(value: object, hint: object) -> object:
+    """`value` if it has one of the hinted types, else None when the hint allows it, else the empty value."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if origin is tuple and isinstance(value, list | tuple):
+            return tuple(v for v in value if isinstance(v, Mapping))  # tuples here only hold JSON objects
+        if origin is Mapping and isinstance(value, Mapping):
+            return value
+        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if origin is int and isinstance(value, bool):
+            continue
+        if isinstance(origin, type) and origin not in (tuple, Mapping) and isinstance(value, origin):
+            return value
+    if types.NoneType in options:
+        return None
+    empty: dict[object, object] = {str: "", int: 0, float: 0.0, bool: False, tuple: (), Mapping: {}}
+    first = typing.get_origin(options[0]) or options[0]
+    return empty.get(first)
+
+
+EVENT_TYPES: dict[str, type[AuditEvent]] = {}
+"""Every kind the log holds, to its class: the story's table and `parse` look kinds up here."""
+
+
+E = TypeVar("E", bound=type[AuditEvent])
+
+
+def _register(cls: E) -> E:
+    if not cls.KIND or cls.KIND in EVENT_TYPES:
+        raise TypeError(f"{cls.__name__}: KIND {cls.KIND!r} is empty or already taken")
+    EVENT_TYPES[cls.KIND] = cls
+    return cls
+
+
+def parse(kind: str, data: Mapping[str, Any]) -> AuditEvent | None:
+    """The typed event of a stored record; None for a kind this version does not know."""
+    cls = EVENT_TYPES.get(kind)
+    return None if cls is None else cls.from_json(data)
+
+
+# -- an operation is created, polled and stopped --------------------------------------------------------
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Created(AuditEvent):
+    KIND = "created"
+    operation: str | None = None
+    job: str | None = None
+    contract: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+    max_transport_failures: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, *, created_by: str | None = None, enqueued: bool = False) -> Created:
+        """The one shape of `created`, whichever interface made the operation."""
+        extra: Payload = {
+            **record.summary(),
+            "request_fingerprint": record.request_fingerprint,
+            "contract_fingerprint": record.contract_fingerprint,
+            "expected_terminal": list(record.expected_terminal),
+        }
+        if created_by is not None:
+            extra["created_by"] = created_by
+        if enqueued:
+            extra["enqueued"] = True
+        return cls.from_json(extra)
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Reserved(AuditEvent):
+    """A status request counted (and committed) before it is sent."""
+
+    KIND = "reserved"
+    request_no: int | None = None
+    max_status_requests: int | None = None
+    deadline_at: str | None = None
+    lease_token: int | None = None
+
+    @classmethod
+    def of(cls, reserved: OperationRecord, lease_token: int) -> Reserved:
+        return cls(
+            request_no=reserved.status_requests_used,
+            max_status_requests=reserved.plan.max_status_requests,
+            deadline_at=format_rfc3339(reserved.deadline_at),
+            lease_token=lease_token,
+        )
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Observed(AuditEvent):
+    """What one HTTP exchange proved; the fields the story tells, the rest of the observation in `extra`."""
+
+    KIND = "observed"
+    sent_at: str | None = None
+    http_status: int | None = None
+    state: str | None = None
+    retry_after_header: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def of(cls, observation: Observation, sent_at: datetime) -> Observed:
+        return cls.from_json({"sent_at": format_rfc3339(sent_at), **observation.to_json()})
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class DecisionEvent(AuditEvent):
+    """One decision of the core with everything `why` needs to replay it (`inputs`)."""
+
+    KIND = "decision"
+    action: str | None = None
+    rule: str | None = None
+    reason: str | None = None
+    next_poll_at: str | None = None
+    delay_source: str | None = None
+    detail: str | None = None
+    request_no: int | None = None
+    max_status_requests: int | None = None
+    deadline_at: str | None = None
+    state: str | None = None
+    http_status: int | None = None
+    inputs: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        before: OperationRecord,
+        observation: Observation | None,
+        decision: Decision,
+        now: datetime,
+        u: float | None = None,
+    ) -> DecisionEvent:
+        """Built once for both paths: after a poll (`observation` and the jitter draw `u`), or a halt (None)."""
+        inputs: Payload = {"record": record_to_json(before)}
+        if observation is not None:
+            inputs["observation"] = observation.to_json()
+        inputs["now"] = now.isoformat()
+        if observation is not None:
+            inputs["u"] = u
+        return cls.from_json(
+            {
+                **decision.to_json(),
+                "request_no": before.status_requests_used,
+                "max_status_requests": before.plan.max_status_requests,
+                "deadline_at": format_rfc3339(before.deadline_at),
+                "state": observation.state if observation is not None else before.last_state,
+                "http_status": observation.http_status if observation is not None else before.last_http_status,
+                "inputs": inputs,
+            }
+        )
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class GuidanceRejected(AuditEvent):
+    KIND = "guidance_rejected"
+    source: str | None = None
+    value: str | None = None
+    why: str | None = None
+
+    @classmethod
+    def of(cls, rejection: Rejection) -> GuidanceRejected:
+        return cls(source=rejection.source, value=rejection.value, why=rejection.why)
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SucceededEvent(AuditEvent):
+    KIND = "succeeded"
+    result: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopEvent(AuditEvent):
+    reason: str | None = None
+    detail: str | None = None
+    summary: Mapping[str, Any] | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class JobEnded(StopEvent):
+    KIND = "job_ended"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Escalated(StopEvent):
+    KIND = "escalated"
+
+
+def outcome_events(record: OperationRecord) -> list[AuditEvent]:
+    """The outcome a decision left, if it ended the waiting: succeeded, job_ended or escalated."""
+    if record.phase is Phase.SUCCEEDED:
+        return [SucceededEvent(result=record.result, state=record.last_state)]
+    if record.phase is Phase.STOPPED and record.reason is not None:
+        stop = JobEnded if record.reason.job_ended else Escalated
+        return [stop(reason=record.reason.value, detail=record.detail, summary=record.summary())]
+    return []
+
+
+def poll_events(
+    before: OperationRecord, observation: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
+) -> list[AuditEvent]:
+    """What one poll leaves in the trail: the observation, the decision with its inputs, and the outcome."""
+    return [
+        Observed.of(observation, sent_at),
+        DecisionEvent.of(before, observation, decision, now, u),
+        *(GuidanceRejected.of(r) for r in decision.rejections),
+        *outcome_events(decision.record),
+    ]
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class LeaseLost(AuditEvent):
+    KIND = "lease_lost"
+    owner: str | None = None
+    token: int | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class LeaseTakenOver(AuditEvent):
+    KIND = "lease_taken_over"
+    previous_owner: str | None = None
+    owner: str | None = None
+    token: int | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ResumeRefused(AuditEvent):
+    KIND = "resume_refused"
+    why: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class LimitsNarrowed(AuditEvent):
+    """A resume asked for less; the narrowed record's summary is the payload."""
+
+    KIND = "limits_narrowed"
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, narrowed: OperationRecord) -> LimitsNarrowed:
+        return cls.from_json(narrowed.summary())
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Paced(AuditEvent):
+    KIND = "paced"
+    provider: str | None = None
+    until: str | None = None
+
+
+# -- a person decides -------------------------------------------------------------------------------------
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class DecisionRequested(AuditEvent):
+    """The payload is the request's own JSON (`DecisionRequest.to_json`)."""
+
+    KIND = "decision_requested"
+    decision_id: str | None = None
+    reason: str | None = None
+    options: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerEvent(AuditEvent):
+    decision_id: str | None = None
+    by: str | None = None
+    note: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, request: DecisionRequest, *, by: str, note: str | None) -> Self:
+        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.reason.value)
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Refused(AnswerEvent):
+    KIND = "refused"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class DecisionExpired(AnswerEvent):
+    KIND = "decision_expired"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChosenEvent(AnswerEvent):
+    option: int | None = None
+    kind: str | None = None
+    label: str | None = None
+
+    @classmethod
+    def chose(cls, request: DecisionRequest, option: Option, *, by: str, note: str | None) -> Self:
+        answer = cls.of(request, by=by, note=note)
+        return replace(answer, option=option.number, kind=option.kind.value, label=option.label)
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Decided(ChosenEvent):
+    KIND = "decided"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Inspected(ChosenEvent):
+    KIND = "inspected"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Extended(ChosenEvent):
+    """The new limits an extension gave, with the choice that gave them."""
+
+    KIND = "extended"
+    delay_source: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+    max_transport_failures: int | None = None
+    next_poll_at: str | None = None
+    effect: str | None = None
+
+    @classmethod
+    def after(cls, chosen: ChosenEvent, extended: OperationRecord, effect: str | None) -> Extended:
+        return cls.from_json(
+            {
+                **chosen.to_json(),
+                "delay_source": "manual_extension",
+                "deadline_at": format_rfc3339(extended.deadline_at),
+                "max_status_requests": extended.plan.max_status_requests,
+                "max_transport_failures": extended.plan.max_transport_failures,
+                "next_poll_at": format_rfc3339(extended.next_poll_at),
+                "effect": effect,
+            }
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeliveryEvent(AuditEvent):
+    decision_id: str | None = None
+    ok: bool = False
+    attempts: int | None = None
+    status: int | None = None
+    error: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Notified(DeliveryEvent):
+    KIND = "notified"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class NotifyFailed(DeliveryEvent):
+    KIND = "notify_failed"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ActionEvent(AuditEvent):
+    """An action beside polling (cancel, fetch_result, resubmit) and how it went; its own detail in `extra`."""
+
+    KIND = "action"
+    action: str | None = None
+    ok: bool = False
+    by: str | None = None
+    detail: str | None = None
+    decision_id: str | None = None
+
+
+# -- submissions ----------------------------------------------------------------------------------------
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SubmissionIntent(AuditEvent):
+    """Recorded before the submission is sent (R34)."""
+
+    KIND = "submission_intent"
+    fingerprint: str | None = None
+    method: str | None = None
+    url: str | None = None
+    idempotent: bool = False
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class Submitted(AuditEvent):
+    """The provider accepted the submission; the new record's summary and the answer's facts."""
+
+    KIND = "submitted"
+    job: str | None = None
+    contract: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, *, http_status: int, resent: bool) -> Submitted:
+        return cls.from_json(
+            {
+                **record.summary(),
+                "request_fingerprint": record.request_fingerprint,
+                "http_status": http_status,
+                "status_location": record.status_location,
+                "resent_with_same_token": resent,
+            }
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmissionMarked(AuditEvent):
+    """A submission that did not end in an accepted job; the kind's suffix is the state the store keeps."""
+
+    failure: str | None = None
+    detail: str | None = None
+    http_status: int | None = None
+
+    @property
+    def state(self) -> str:
+        """What `Store.mark_submission(operation_id, state, payload, at)` takes; it logs `submission_<state>`."""
+        return self.KIND.removeprefix("submission_")
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SubmissionUnknown(SubmissionMarked):
+    KIND = "submission_unknown"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SubmissionNotSent(SubmissionMarked):
+    KIND = "submission_not_sent"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SubmissionRejected(SubmissionMarked):
+    KIND = "submission_rejected"
+
+
+# -- an agent session's own log (@agent/<id>) -------------------------------------------------------------
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SessionStarted(AuditEvent):
+    KIND = "session_started"
+    session: str | None = None
+    server: str | None = None
+    client: Mapping[str, Any] | str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class WatchStarted(AuditEvent):
+    KIND = "watch_started"
+    operation: str | None = None
+    job: str | None = None
+    contract: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class CallIntent(AuditEvent):
+    KIND = "call_intent"
+    call: int | None = None
+    purpose: str | None = None
+    operation: str | None = None
+    approval: str | None = None
+    status_requests_used: int | None = None
+    max_status_requests: int | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class CallResult(AuditEvent):
+    KIND = "call_result"
+    call: int | None = None
+    operation: str | None = None
+    outcome: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class CallDenied(AuditEvent):
+    KIND = "call_denied"
+    operation: str | None = None
+    why: str | None = None
+    grant_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantRequested(AuditEvent):
+    """The payload is the grant's own JSON (`Grant.to_json`)."""
+
+    grant_id: str | None = None
+    kind: str | None = None
+    scope: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class SessionApprovalRequested(GrantRequested):
+    KIND = "session_approval_requested"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class CallApprovalRequested(GrantRequested):
+    KIND = "call_approval_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantAnswered(AuditEvent):
+    grant_id: str | None = None
+    by: str | None = None
+    note: str | None = None
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ApprovalApproved(GrantAnswered):
+    KIND = "approval_approved"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRefused(GrantAnswered):
+    KIND = "approval_refused"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRevoked(GrantAnswered):
+    KIND = "approval_revoked"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ApprovalExpired(GrantAnswered):
+    KIND = "approval_expired"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
+class ExtensionRequested(AuditEvent):
+    """An agent asked a person for more; in the operation's log the operation is the log itself."""
+
+    KIND = "extension_requested"
+    operation: str | None = None
+    reason: str | None = None
