@@ -38,7 +38,7 @@ from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .operating import HomeError, open_store
 from .store.base import OperationExists, Store
-from .store.sqlite import process_owner
+from .store.owner import process_owner
 from .watch import StepResult, Watcher, utcnow
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]

@@ -42,9 +42,8 @@ from .http import CredentialError, StatusClient, resolve_secret
 from .notify import deliver
 from .operating import HomeError, contract_of, decide, open_store, status_client, trusted_checkpoint, verify_home
 from .simulator import SCENARIOS, Simulator, Step, contract_text, serve
-from .store.base import OperationExists, Stored, StoreError
-from .store.open import AnyStore
-from .store.sqlite import process_owner
+from .store.base import OperationExists, Store, Stored, StoreError
+from .store.owner import process_owner
 from .story import story_json, story_lines
 from .watch import Done, NotYet, Polled, StepResult, Watcher, utcnow
 from .why import WhyError, explain, pick
@@ -86,7 +85,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open_store(home_arg: str | None, *, keys: str = "write") -> AnyStore:
+def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
     try:
         return open_store(resolve_home(home_arg), keys=keys)
@@ -153,7 +152,7 @@ def _narrowed(args: argparse.Namespace, record: OperationRecord) -> OperationRec
     return record if new_plan == plan else record.evolve(plan=new_plan)
 
 
-def _prepare(args: argparse.Namespace, store: AnyStore, contract: Contract, now: datetime) -> OperationRecord:
+def _prepare(args: argparse.Namespace, store: Store, contract: Contract, now: datetime) -> OperationRecord:
     operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     if not OPERATION_ID.match(operation_id):
         raise UsageError(
@@ -334,7 +333,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _notifier(store: AnyStore, contract: Contract) -> Callable[[DecisionRequest], None]:
+def _notifier(store: Store, contract: Contract) -> Callable[[DecisionRequest], None]:
     """After an escalation is committed, tell someone; the outcome of telling is audited too."""
 
     def notify(request: DecisionRequest) -> None:
@@ -581,7 +580,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 # -- decisions and actions ----------------------------------------------------------------------------
 
 
-def _contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def _contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
     try:
         return contract_of(store, operation_id)
     except HomeError as exc:

@@ -17,7 +17,7 @@ from .core.durations import format_rfc3339
 from .core.escalation import DecisionError, OptionKind, apply_extension, stop_marker
 from .http import StatusClient
 from .store.base import DecisionTaken, Store, StoredDecision
-from .store.sqlite import process_owner
+from .store.owner import process_owner
 
 
 @dataclass(frozen=True)

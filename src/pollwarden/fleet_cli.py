@@ -19,8 +19,8 @@ from .core.record import OPERATION_ID, new_record
 from .home import database_path, resolve_home, trusted_checkpoint_path
 from .store.base import OperationExists, Store, StoreError
 from .store.open import is_postgres_url, open_store
+from .store.owner import process_owner
 from .store.postgres import upgrade_database
-from .store.sqlite import process_owner
 from .watch import utcnow
 from .worker import JsonLog, Metrics, Worker
 

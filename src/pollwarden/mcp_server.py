@@ -60,9 +60,8 @@ from .core.record import OPERATION_ID, OperationRecord, new_record
 from .http import CredentialError, StatusClient, resolve_secret
 from .notify import deliver
 from .operating import HomeError, open_store
-from .store.base import Grant, OperationExists, agent_log_id
-from .store.open import AnyStore
-from .store.sqlite import process_owner
+from .store.base import Grant, OperationExists, Store, agent_log_id
+from .store.owner import process_owner
 from .watch import Busy, Done, NotYet, Polled, StepResult, Watcher, new_decision_id, utcnow
 
 log = logging.getLogger("pollwarden.mcp")
@@ -294,21 +293,21 @@ class Broker:
 
     # -- plumbing ------------------------------------------------------------------------------------
 
-    def _open(self) -> AnyStore:
+    def _open(self) -> Store:
         try:
             return open_store(self.home, keys="write")
         except HomeError as exc:
             raise ToolFailure("store_unavailable", f"the state store cannot be opened: {exc}") from None
 
     @contextlib.contextmanager
-    def _store(self) -> Iterator[AnyStore]:
+    def _store(self) -> Iterator[Store]:
         store = self._open()
         try:
             yield store
         finally:
             store.close()
 
-    def _audit(self, store: AnyStore, kind: str, data: Mapping[str, Any]) -> None:
+    def _audit(self, store: Store, kind: str, data: Mapping[str, Any]) -> None:
         """A durable record in the session's audit chain; when it cannot be written, nothing happens."""
         try:
             store.append(self.log_id, kind, dict(data), self.clock())
@@ -377,7 +376,7 @@ class Broker:
                 " missing); a person must fix the server's configuration. Nothing was sent",
             )
 
-    def _operation(self, store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+    def _operation(self, store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
         if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
             raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
         stored = store.get(operation_id)
@@ -399,7 +398,7 @@ class Broker:
     def _client(self, contract: Contract) -> StatusClient:
         return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
 
-    def _watcher(self, store: AnyStore, contract: Contract, client: StatusClient) -> Watcher:
+    def _watcher(self, store: Store, contract: Contract, client: StatusClient) -> Watcher:
         def notify(request: DecisionRequest) -> None:
             delivery = deliver(contract, request, environ=self._environ)
             if delivery is not None:
@@ -414,7 +413,7 @@ class Broker:
 
     def _gated_call(
         self,
-        store: AnyStore,
+        store: Store,
         contract: Contract,
         record: OperationRecord,
         purpose: str,
@@ -454,7 +453,7 @@ class Broker:
         self._result(store, {"call": number, "operation": record.operation_id, **outcome})
         return value
 
-    def _result(self, store: AnyStore, data: Mapping[str, Any]) -> None:
+    def _result(self, store: Store, data: Mapping[str, Any]) -> None:
         # The call has happened and its facts are in the operation's own log; a failed result record is
         # reported to the operator, not turned into a second call.
         try:
@@ -462,12 +461,12 @@ class Broker:
         except Exception:
             log.exception("the result record of call %s could not be written", data.get("call"))
 
-    def _deny(self, store: AnyStore, record: OperationRecord, reason: str, grant_id: str | None) -> None:
+    def _deny(self, store: Store, record: OperationRecord, reason: str, grant_id: str | None) -> None:
         with contextlib.suppress(ToolFailure):
             self._audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
 
     def _per_call_gate(
-        self, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
+        self, store: Store, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
     ) -> str:
         """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
         now = self.clock()
@@ -540,7 +539,7 @@ class Broker:
                 )
             self.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
 
-    def _session_gate(self, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str) -> str:
+    def _session_gate(self, store: Store, contract: Contract, record: OperationRecord, purpose: str) -> str:
         """One approval per agent session and contract; revoked means ask again, refused means no for good."""
         mine = [g for g in store.grants(kind="session", subject=self.session_id) if g.scope == contract.name]
         latest = mine[-1] if mine else None
@@ -591,7 +590,7 @@ class Broker:
 
     # -- one step of the controller ------------------------------------------------------------------
 
-    def _advance(self, store: AnyStore, operation_id: str, call: CallContext) -> dict[str, Any]:
+    def _advance(self, store: Store, operation_id: str, call: CallContext) -> dict[str, Any]:
         """At most one poll: "not yet" (no provider request) when nothing is due."""
         contract, record = self._operation(store, operation_id)
         now = self.clock()
@@ -625,7 +624,7 @@ class Broker:
 
         return self._reply(store, self._gated_call(store, contract, record, "status_request", call, send))
 
-    def _reply(self, store: AnyStore, result: StepResult) -> dict[str, Any]:
+    def _reply(self, store: Store, result: StepResult) -> dict[str, Any]:
         now = self.clock()
         if isinstance(result, Polled):
             record = result.decision.record
@@ -661,7 +660,7 @@ class Broker:
             "operation": view(record, now),
         }
 
-    def _final(self, store: AnyStore, record: OperationRecord, *, polled: bool = False) -> dict[str, Any]:
+    def _final(self, store: Store, record: OperationRecord, *, polled: bool = False) -> dict[str, Any]:
         now = self.clock()
         if record.phase is Phase.SUCCEEDED:
             return {

@@ -20,8 +20,7 @@ from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
 from .home import database_path, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Grant, StoreError, agent_log_id
-from .store.open import AnyStore
+from .store.base import Grant, Store, StoreError, agent_log_id
 from .store.open import open_store as open_target
 from .watch import utcnow
 
@@ -35,7 +34,7 @@ def database_target(home: Path) -> str | Path:
     return os.environ.get("POLLWARDEN_DB") or database_path(home)
 
 
-def open_store(home: Path, *, keys: str = "write") -> AnyStore:
+def open_store(home: Path, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither.
 
     The keys stay in the home even when the records are in PostgreSQL: a fleet shares them by environment."""
@@ -51,7 +50,7 @@ def open_store(home: Path, *, keys: str = "write") -> AnyStore:
         raise HomeError(str(exc)) from None
 
 
-def contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
     """The contract stored with an operation (not today's file) and its record."""
     stored = store.get(operation_id)
     if stored is None:
@@ -70,7 +69,7 @@ def status_client(contract: Contract) -> StatusClient:
 
 
 def decide(
-    store: AnyStore,
+    store: Store,
     decision_id: str,
     *,
     option: int | None,
@@ -159,7 +158,7 @@ class GrantAnswer:
 
 
 def answer_grant(
-    store: AnyStore,
+    store: Store,
     grant_id: str,
     *,
     kind: str | None,
