@@ -16,7 +16,7 @@ from .audit import AuditError, load_or_create_keys
 from .core.contract import ContractError, load_contract
 from .core.durations import DurationError, format_rfc3339, parse_duration
 from .core.record import OPERATION_ID, new_record
-from .home import database_path, resolve_home, trusted_checkpoint_path
+from .home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from .store.base import OperationExists, Store, StoreError
 from .store.open import is_postgres_url, open_store
 from .store.owner import process_owner
@@ -39,7 +39,7 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
     home = resolve_home(getattr(args, "home", None))
     target = db_target(args)
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        ensure_home(home)
         keys = load_or_create_keys(home)
     except (AuditError, OSError) as exc:
         raise FleetUsageError(str(exc)) from None

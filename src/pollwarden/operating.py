@@ -18,7 +18,7 @@ from .audit.export import read_checkpoint_file
 from .core.contract import Contract, ContractError, parse_contract
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
-from .home import database_path, trusted_checkpoint_path
+from .home import database_path, ensure_home, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Grant, Store, StoreError, agent_log_id
 from .store.open import open_store as open_target
@@ -40,8 +40,8 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
     The keys stay in the home even when the records are in PostgreSQL: a fleet shares them by environment."""
     try:
         audit_keys = None
+        ensure_home(home, create=keys != "none")
         if keys != "none":
-            home.mkdir(parents=True, exist_ok=True)
             audit_keys = load_or_create_keys(home, create=keys == "write")
         return open_target(
             database_target(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home)

@@ -6,7 +6,8 @@ SQLITE_BUSY without waiting on busy_timeout, which is exactly when two watchers 
 lock is also what the dialect's row and log locks are on PostgreSQL, so here they are empty.
 
 The schema comes from `migrations` like PostgreSQL's; a file is brought to this code's version when it is
-opened (one machine: no fleet to keep in step), and one that a newer pollwarden wrote is refused.
+opened (one machine: no fleet to keep in step), and one that a newer pollwarden wrote is refused. The
+file, its -wal and -shm are the owner's alone (see `home.py`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..audit import AuditKeys
+from ..home import PRIVATE_DIR, PRIVATE_FILE, create_private, tighten
 from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
@@ -78,22 +80,35 @@ class SQLiteStore(SQLStore):
         self.path = path
         super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.exists():
+                path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+                tighten(path.parent, PRIVATE_DIR)
+            create_private(path)
             self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         try:
             self._conn.execute("PRAGMA busy_timeout=30000")
             _use_wal(self._conn)
+            self._tighten_files()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._upgrade()
+            self._tighten_files()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise StoreError(f"{path} is not a usable pollwarden database: {exc}") from None
         except BaseException:
             self._conn.close()
             raise
+
+    def _tighten_files(self) -> None:
+        """SQLite makes -wal and -shm itself (with the database's mode); an older file's may be looser."""
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                tighten(self.path.with_name(self.path.name + suffix), PRIVATE_FILE)
+        except OSError as exc:
+            raise StoreError(f"cannot make the state database {self.path} private: {exc}") from None
 
     def _upgrade(self) -> None:
         """Apply what is pending, all in one write transaction: a crash leaves the old version whole."""

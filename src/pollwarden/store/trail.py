@@ -40,6 +40,7 @@ from ..audit import (
     write_checkpoint_file,
 )
 from ..core.durations import format_rfc3339, parse_rfc3339
+from ..home import PRIVATE_FILE, tighten
 from .base import Event, StoreError
 from .common import (
     AUDIT_RECORD_COLUMNS,
@@ -105,6 +106,11 @@ class AuditTrail(ABC):
         self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
         self.trusted_checkpoint_path = trusted_checkpoint_path
         self._checkpoint_file_lock = threading.Lock()
+        if trusted_checkpoint_path is not None:
+            try:
+                tighten(trusted_checkpoint_path, PRIVATE_FILE)  # written 0644 by an older pollwarden
+            except OSError as exc:
+                raise StoreError(f"cannot make {trusted_checkpoint_path} private: {exc.strerror}") from None
 
     # -- what a backend supplies -------------------------------------------------------------------------
 
