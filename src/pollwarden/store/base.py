@@ -158,6 +158,11 @@ class Store(Protocol):
 
     def all(self) -> list[Stored]: ...
 
+    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
+        """Every operation of this job under this contract, newest first: admission asks before it creates one,
+        so an existing operation of the job is resumed instead of getting a fresh budget."""
+        ...
+
     def claim(
         self, operation_id: str, owner: str, now: datetime, ttl: timedelta
     ) -> tuple[Lease, OperationRecord] | None:

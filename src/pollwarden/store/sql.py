@@ -81,6 +81,15 @@ class _Operations(AuditTrail):
         rows = self._rows(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at, operation_id")
         return [stored_from_row(row, self.dialect.moment) for row in rows]
 
+    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
+        """Every operation of one job under one contract, newest first (served by `operations_job`)."""
+        rows = self._rows(
+            f"SELECT {STORED_COLUMNS} FROM operations WHERE contract_name = ? AND job_id = ?"
+            " ORDER BY created_at DESC, operation_id DESC",
+            (contract_name, job_id),
+        )
+        return [stored_from_row(row, self.dialect.moment) for row in rows]
+
     def next_due(self) -> datetime | None:
         """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
         row = self._row("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'")
