@@ -40,7 +40,7 @@ from .home import resolve_home
 from .http import CredentialError, StatusClient, resolve_secret
 from .operating import HomeError, open_store
 from .store.base import Store
-from .store.common import process_owner
+from .store.owner import process_owner
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
 

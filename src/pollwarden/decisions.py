@@ -19,7 +19,7 @@ from .core.escalation import DecisionError, OptionKind, apply_extension, stop_ma
 from .engine.flow import lease_ttl
 from .http import StatusClient
 from .store.base import DecisionTaken, Store, StoredDecision
-from .store.common import process_owner
+from .store.owner import process_owner
 
 
 @dataclass(frozen=True)

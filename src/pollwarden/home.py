@@ -1,9 +1,21 @@
-"""Where state lives: --home, else $POLLWARDEN_HOME, else the XDG state directory."""
+"""Where state lives: --home, else $POLLWARDEN_HOME, else the XDG state directory; and who may read it.
+
+The home holds result references (often presigned URLs), provider errors and the audit keys, so it is
+the owner's alone: the directory is 0700 and every file pollwarden writes in it 0600, from the moment it
+is created (whatever the umask) and again each time a store opens it (a home made by an older version,
+or by hand, is tightened). Only what the running user owns is tightened: someone else's file is theirs
+to guard, and a reader of it must not fail for not being able to chmod it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 
 
 def resolve_home(explicit: str | None = None) -> Path:
@@ -24,3 +36,38 @@ def database_path(home: Path) -> Path:
 def trusted_checkpoint_path(home: Path) -> Path:
     """The newest signed checkpoint, kept beside the database and not in it (rollback evidence)."""
     return home / "audit-head.checkpoint"
+
+
+def ensure_home(home: Path, *, create: bool = True) -> None:
+    """Create the home 0700 (missing parents too), or tighten an existing one to 0700."""
+    if create and not home.exists():
+        # mkdir's mode passes through the umask: the chmod below makes it exact.
+        home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    tighten(home, PRIVATE_DIR)
+
+
+def tighten(path: Path, mode: int) -> None:
+    """Take every permission beyond `mode` away from `path`, if it exists and is the running user's.
+
+    A symlink is left alone (its target may be anything); a vanished file is nothing to tighten.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            return
+        if stat.S_IMODE(info.st_mode) & ~mode:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
+
+
+def create_private(path: Path) -> None:
+    """Create `path` empty with mode 0600 unless it exists (then tighten it): the file is private before
+    anything is written to it, whatever the umask."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE)
+    except FileExistsError:
+        tighten(path, PRIVATE_FILE)
+        return
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+    finally:
+        os.close(fd)

@@ -20,10 +20,9 @@ from .core.contract import Contract, ContractError, parse_contract
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
 from .errors import PollwardenError
-from .home import database_path, trusted_checkpoint_path
+from .home import database_path, ensure_home, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Grant, StoreError, agent_log_id
-from .store.open import AnyStore
+from .store.base import Grant, Store, StoreError, agent_log_id
 from .store.open import open_store as open_target
 
 
@@ -36,14 +35,14 @@ def database_target(home: Path) -> str | Path:
     return os.environ.get("POLLWARDEN_DB") or database_path(home)
 
 
-def open_store(home: Path, *, keys: str = "write") -> AnyStore:
+def open_store(home: Path, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither.
 
     The keys stay in the home even when the records are in PostgreSQL: a fleet shares them by environment."""
     try:
         audit_keys = None
+        ensure_home(home, create=keys != "none")
         if keys != "none":
-            home.mkdir(parents=True, exist_ok=True)
             audit_keys = load_or_create_keys(home, create=keys == "write")
         return open_target(
             database_target(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home)
@@ -52,7 +51,7 @@ def open_store(home: Path, *, keys: str = "write") -> AnyStore:
         raise HomeError(str(exc)) from None
 
 
-def contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
     """The contract stored with an operation (not today's file) and its record."""
     stored = store.get(operation_id)
     if stored is None:
@@ -71,7 +70,7 @@ def status_client(contract: Contract) -> StatusClient:
 
 
 def decide(
-    store: AnyStore,
+    store: Store,
     decision_id: str,
     *,
     option: int | None,
@@ -160,7 +159,7 @@ class GrantAnswer:
 
 
 def answer_grant(
-    store: AnyStore,
+    store: Store,
     grant_id: str,
     *,
     kind: str | None,

@@ -21,11 +21,12 @@ import pytest
 from psycopg import sql
 
 from pollwarden.audit import AuditKeys, load_or_create_keys
+from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.store.postgres import PostgresStore, redact_url, upgrade_database
-from pollwarden.store.sqlite import SQLiteStore
 
-AnyStore = SQLiteStore | PostgresStore
+AnyStore = Store
+"""The tests hold a store as the interfaces do: by the protocol, whichever backend is behind it."""
 
 ADMIN_URL = os.environ.get("POLLWARDEN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", "postgres"]

@@ -24,8 +24,9 @@ from pollwarden.store import agent_log_id
 from pollwarden.store.base import DecisionTaken, Grant, OperationExists, Store, StoreError, Submission
 from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
+from pollwarden.store.owner import this_host
 from pollwarden.store.postgres import PostgresStore, redact_url, upgrade_database
-from pollwarden.store.sqlite import SQLiteStore, this_host
+from pollwarden.store.sqlite import SQLiteStore
 
 from .conftest import AnyStore, Backend, run_threads
 

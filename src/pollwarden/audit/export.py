@@ -75,7 +75,7 @@ def _checkpoint_line(cp: Checkpoint) -> str:
     return _dumps({"type": "checkpoint", **cp.to_json()})
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+def _atomic_write(path: Path, write: Any, mode: int = 0o644) -> None:
     """Call write(handle) on a temp file beside `path`, fsync, rename over `path`, fsync the directory."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
@@ -85,7 +85,7 @@ def _atomic_write(path: Path, write: Any) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp_name, 0o644)
+        os.chmod(temp_name, mode)
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -279,7 +279,7 @@ def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
     def write(handle: IO[str]) -> None:
         handle.write(json.dumps(body, ensure_ascii=False, indent=2) + "\n")
 
-    _atomic_write(Path(path), write)
+    _atomic_write(Path(path), write, 0o600)  # kept in the home, which is the owner's alone
 
 
 def read_checkpoint_file(path: Path) -> Checkpoint:

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from pollwarden.audit.checkpoint import load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
+from pollwarden.home import PRIVATE_DIR, tighten
 
 __all__ = [
     "AUDIT_KEY_ENV",
@@ -153,9 +154,9 @@ def _ensure_dir(directory: Path) -> None:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise AuditKeyError(f"cannot create key directory {directory}: {exc.strerror}") from None
-        os.chmod(directory, 0o700)
     elif not directory.is_dir():
         raise AuditKeyError(f"{directory} exists but is not a directory; move it away so keys can be stored")
+    tighten(directory, PRIVATE_DIR)  # created under any umask, or left open by an older pollwarden
 
 
 def _signing_from_raw(raw: bytes, source: str) -> Ed25519PrivateKey:

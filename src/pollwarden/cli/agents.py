@@ -16,7 +16,7 @@ from typing import Any
 
 from ..home import resolve_home
 from ..operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
-from ..store.open import AnyStore
+from ..store.base import Store
 from .common import UsageError
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -26,7 +26,7 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def _store(home: str | None, keys: str = "write") -> AnyStore:
+def _store(home: str | None, keys: str = "write") -> Store:
     try:
         return open_store(resolve_home(home), keys=keys)
     except HomeError as exc:

@@ -10,7 +10,7 @@ from ..core.contract import Contract, ContractError, load_contract
 from ..core.durations import DurationError, parse_duration
 from ..home import resolve_home
 from ..operating import HomeError, open_store
-from ..store.open import AnyStore
+from ..store.base import Store
 from ..errors import PollwardenError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
@@ -42,7 +42,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _open_store(home_arg: str | None, *, keys: str = "write") -> AnyStore:
+def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
     try:
         return open_store(resolve_home(home_arg), keys=keys)

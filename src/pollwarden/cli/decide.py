@@ -15,7 +15,7 @@ from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OPERATION_ID, OperationRecord
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
-from ..store.open import AnyStore
+from ..store.base import Store
 from .common import (
     EXIT_ESCALATED,
     EXIT_OK,
@@ -29,7 +29,7 @@ from .watch import cmd_watch
 # -- decisions and actions ----------------------------------------------------------------------------
 
 
-def _contract_of(store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+def _contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
     try:
         return contract_of(store, operation_id)
     except HomeError as exc:

@@ -15,14 +15,14 @@ from ..core.admission import Limits, WatchRequest
 from ..core.contract import ContractError, load_contract
 from ..core.durations import DurationError, format_rfc3339, parse_duration
 from ..engine import AdmissionError, Engine
-from ..home import database_path, resolve_home, trusted_checkpoint_path
+from ..errors import PollwardenError
+from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..store.base import Store, StoreError
-from ..store.common import process_owner
 from ..store.open import is_postgres_url, open_store
+from ..store.owner import process_owner
 from ..store.postgres import upgrade_database
 from ..worker import JsonLog, Metrics, Worker
 from .watch import FLAGS
-from ..errors import PollwardenError
 
 
 class FleetUsageError(PollwardenError):
@@ -39,7 +39,7 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
     home = resolve_home(getattr(args, "home", None))
     target = db_target(args)
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        ensure_home(home)
         keys = load_or_create_keys(home)
     except (AuditError, OSError) as exc:
         raise FleetUsageError(str(exc)) from None

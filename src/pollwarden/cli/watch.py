@@ -20,8 +20,8 @@ from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, contract_of
 from ..shown import shown
-from ..store.common import process_owner
-from ..store.open import AnyStore
+from ..store.owner import process_owner
+from ..store.base import Store
 from ..store.postgres import redact_url
 from .common import (
     EXIT_ESCALATED,
@@ -81,7 +81,7 @@ def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
-def _contract(args: argparse.Namespace, store: AnyStore) -> Contract:
+def _contract(args: argparse.Namespace, store: Store) -> Contract:
     """`--contract` when given; otherwise, to resume, the contract stored with `--operation` (item 18)."""
     if args.contract is not None:
         return _load_contract(args.contract)

@@ -42,8 +42,7 @@ from ..audit import AuditError
 from ..clock import utcnow
 from ..core.escalation import DecisionError
 from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, open_store, verify_home
-from ..store.base import StoreError
-from ..store.open import AnyStore
+from ..store.base import Store, StoreError
 from ..story import story_lines
 from . import pages
 from .pages import Flash
@@ -231,7 +230,7 @@ class ConsoleServer:
         return {_netloc(name, self.port).lower() for name in names}
 
     @contextmanager
-    def store(self, keys: str) -> Iterator[AnyStore]:
+    def store(self, keys: str) -> Iterator[Store]:
         store = open_store(self.home, keys=keys)
         try:
             yield store
@@ -689,7 +688,7 @@ class _Handler(BaseHTTPRequestHandler):
         back("ok", answered.message)
 
 
-def _pending_approvals(store: AnyStore) -> int:
+def _pending_approvals(store: Store) -> int:
     return len(store.grants(status="pending"))
 
 

@@ -26,8 +26,8 @@ from ..engine import Engine, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
 from ..store.base import agent_log_id
-from ..store.common import process_owner
-from ..store.open import AnyStore
+from ..store.owner import process_owner
+from ..store.base import Store
 from .base import CallContext, ToolFailure, clean_text, log
 from .gates import gated_call
 from .scrub import Scrubber, secret_values
@@ -76,21 +76,21 @@ class Broker:
 
     # -- plumbing ------------------------------------------------------------------------------------
 
-    def _connect(self) -> AnyStore:
+    def _connect(self) -> Store:
         try:
             return open_store(self.home, keys="write")
         except HomeError as exc:
             raise ToolFailure("store_unavailable", f"the state store cannot be opened: {exc}") from None
 
     @contextlib.contextmanager
-    def store(self) -> Iterator[AnyStore]:
+    def store(self) -> Iterator[Store]:
         store = self._connect()
         try:
             yield store
         finally:
             store.close()
 
-    def audit(self, store: AnyStore, kind: str, data: Mapping[str, Any]) -> None:
+    def audit(self, store: Store, kind: str, data: Mapping[str, Any]) -> None:
         """A durable record in the session's audit chain; when it cannot be written, nothing happens."""
         try:
             store.append(self.log_id, kind, dict(data), self.clock())
@@ -159,7 +159,7 @@ class Broker:
                 " missing); a person must fix the server's configuration. Nothing was sent",
             )
 
-    def operation(self, store: AnyStore, operation_id: str) -> tuple[Contract, OperationRecord]:
+    def operation(self, store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
         if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
             raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
         stored = store.get(operation_id)
@@ -181,7 +181,7 @@ class Broker:
     def client(self, contract: Contract) -> StatusClient:
         return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
 
-    def engine(self, store: AnyStore) -> Engine:
+    def engine(self, store: Store) -> Engine:
         """The one engine every interface drives; the session's environment names the webhook's secret."""
         return Engine(store, owner=process_owner(), clock=self.clock, environ=self._environ)
 
@@ -193,7 +193,7 @@ class Broker:
 
     # -- one step of the controller ------------------------------------------------------------------
 
-    def advance(self, store: AnyStore, operation_id: str, call: CallContext) -> dict[str, Any]:
+    def advance(self, store: Store, operation_id: str, call: CallContext) -> dict[str, Any]:
         """At most one poll: "not yet" (no provider request) when nothing is due."""
         contract, record = self.operation(store, operation_id)
         now = self.clock()

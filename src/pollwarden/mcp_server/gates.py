@@ -19,7 +19,7 @@ from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.record import OperationRecord
 from ..store.base import Grant
-from ..store.open import AnyStore
+from ..store.base import Store
 from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def gated_call(
     broker: Broker,
-    store: AnyStore,
+    store: Store,
     contract: Contract,
     record: OperationRecord,
     purpose: str,
@@ -67,7 +67,7 @@ def gated_call(
     return value
 
 
-def _result(broker: Broker, store: AnyStore, data: Mapping[str, Any]) -> None:
+def _result(broker: Broker, store: Store, data: Mapping[str, Any]) -> None:
     # The call has happened and its facts are in the operation's own log; a failed result record is
     # reported to the operator, not turned into a second call.
     try:
@@ -76,13 +76,13 @@ def _result(broker: Broker, store: AnyStore, data: Mapping[str, Any]) -> None:
         log.exception("the result record of call %s could not be written", data.get("call"))
 
 
-def _deny(broker: Broker, store: AnyStore, record: OperationRecord, reason: str, grant_id: str | None) -> None:
+def _deny(broker: Broker, store: Store, record: OperationRecord, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
         broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
 
 
 def _per_call_gate(
-    broker: Broker, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
+    broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
 ) -> str:
     """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
     now = broker.clock()
@@ -156,7 +156,7 @@ def _per_call_gate(
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
 
 
-def _session_gate(broker: Broker, store: AnyStore, contract: Contract, record: OperationRecord, purpose: str) -> str:
+def _session_gate(broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str) -> str:
     """One approval per agent session and contract; revoked means ask again, refused means no for good."""
     mine = [g for g in store.grants(kind="session", subject=broker.session_id) if g.scope == contract.name]
     latest = mine[-1] if mine else None

@@ -16,7 +16,7 @@ from ..core.durations import DurationError, format_duration, format_rfc3339, par
 from ..core.escalation import DecisionError, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
 from ..engine import AdmissionError, lease_ttl, new_decision_id
-from ..store.common import process_owner
+from ..store.owner import process_owner
 from .base import (
     MAX_EXTENSION_CHECKS,
     MAX_EXTENSION_MINUTES,

@@ -10,7 +10,7 @@ from ..core.escalation import DecisionRequest, stop_marker
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import Busy, Done, NotYet, Polled, StepResult
-from ..store.open import AnyStore
+from ..store.base import Store
 
 
 def seconds_until(moment: datetime, now: datetime) -> float:
@@ -52,7 +52,7 @@ def decision_view(request: DecisionRequest, status: str = "open") -> dict[str, A
     }
 
 
-def reply(store: AnyStore, result: StepResult, now: datetime) -> dict[str, Any]:
+def reply(store: Store, result: StepResult, now: datetime) -> dict[str, Any]:
     """The reply to one controller step."""
     if isinstance(result, Polled):
         record = result.decision.record
@@ -90,7 +90,7 @@ def not_yet(record: OperationRecord, until: datetime, now: datetime) -> dict[str
     }
 
 
-def final(store: AnyStore, record: OperationRecord, now: datetime, *, polled: bool = False) -> dict[str, Any]:
+def final(store: Store, record: OperationRecord, now: datetime, *, polled: bool = False) -> dict[str, Any]:
     if record.phase is Phase.SUCCEEDED:
         return {
             "status": "succeeded",

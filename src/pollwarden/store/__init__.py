@@ -15,7 +15,8 @@ from .base import (
     Submission,
     agent_log_id,
 )
-from .sqlite import SQLiteStore, process_owner
+from .owner import process_owner
+from .sqlite import SQLiteStore
 
 __all__ = [
     "AGENT_LOG_PREFIX",

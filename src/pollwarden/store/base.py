@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..audit import AuditKeys, AuditRecord, Checkpoint
@@ -137,14 +138,31 @@ def agent_log_id(session_id: str) -> str:
 
 
 class Store(Protocol):
+    """What every interface may use of a store, whichever backend `open_store` gave it."""
+
     keys: AuditKeys | None
     """The audit keys this store seals and signs with (None: read-only use such as `status`)."""
+
+    @property
+    def path(self) -> Path | str:
+        """Where the store is, as messages name it (a PostgreSQL URL without its password)."""
+        ...
+
+    @property
+    def shared_across_threads(self) -> bool:
+        """Whether one instance may serve many threads at once."""
+        ...
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
 
     def get(self, operation_id: str) -> Stored | None: ...
 
     def all(self) -> list[Stored]: ...
+
+    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
+        """Every operation of this job under this contract, newest first: admission asks before it creates one,
+        so an existing operation of the job is resumed instead of getting a fresh budget."""
+        ...
 
     def claim(
         self, operation_id: str, owner: str, now: datetime, ttl: timedelta

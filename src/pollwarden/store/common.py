@@ -1,58 +1,103 @@
-"""What both store backends do the same way, whatever the database. Statements stay in each backend
-(placeholders and column types differ); only the column lists the converters depend on live here.
+"""What both store backends share that is not a transaction body: the dialect a backend speaks, the
+transaction it hands the bodies, and the rows they read.
 
 Rows come back in the column order of the `*_COLUMNS` constants below, and each `*_from_row` builds the
 value from such a row. The one thing the backends store differently is time (SQLite: epoch seconds,
-PostgreSQL: timestamptz), so the converters take the backend's `Moment` for a non-null time column, and
-`record_values` the backend's way of storing one.
-
-`AuditedStore` holds the audit state both keep (keys, cipher, trusted checkpoint file) and what they do
-with it outside SQL: the missing-key errors, reading a log back as events, and keeping the newest
-checkpoint in the trusted file after commit. Sealing and chaining a record onto a head it is given is
-`seal_next`; reading the head and inserting the record stay with each backend, in its transaction.
+PostgreSQL: timestamptz), so the converters take the dialect's `Moment` for a non-null time column, and
+`record_values` the dialect's way of storing one. The bodies themselves are in `trail.py` (the audit
+chain) and `sql.py` (everything else).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import threading
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from functools import cache
+from typing import Any, Protocol
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from ..audit import (
-    AUDIT_KEY_ENV,
-    GENESIS_HASH,
-    SIGNING_KEY_ENV,
-    AuditCipher,
-    AuditError,
-    AuditKeys,
-    AuditRecord,
-    Checkpoint,
-    open_record,
-    read_checkpoint_file,
-    seal_record,
-    write_checkpoint_file,
-)
+from ..audit import AuditRecord, Checkpoint
 from ..core.codec import record_from_json, record_to_json
-from ..core.durations import format_rfc3339, parse_rfc3339
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import Event, Grant, Stored, StoredDecision, StoreError, Submission
-
-CHECKPOINT_EVERY = 32
-"""A log gets a signed checkpoint at every outcome and at least every this many records."""
-
-CHECKPOINT_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
+from .base import Grant, Stored, StoredDecision, Submission
+from .owner import holder_dead
 
 Moment = Callable[[Any], datetime]
 """A backend's reading of a non-null time column as an aware UTC datetime."""
+
+Row = Sequence[Any]
+
+
+# -- dialects and transactions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the transaction bodies need to know about the database they run on, and nothing else.
+
+    Statements are written once with `?` placeholders; `placeholder` is what the driver wants instead.
+    The defaults describe a database with one writer at a time (SQLite): a write transaction already
+    holds everything, so there is nothing to lock row by row or log by log.
+    """
+
+    stamp: Callable[[datetime], Any]
+    """A time as this database stores it (a parameter)."""
+    moment: Moment
+    """A stored time read back as an aware UTC datetime."""
+    next_counter: str
+    """The next audit checkpoint counter."""
+    placeholder: str = "?"
+    lock_row: str = ""
+    """Appended to a SELECT of rows the transaction will update: the rows stay ours until commit."""
+    lock_due: str = ""
+    """Appended to the fleet claim's SELECT: rows another claimer holds are skipped, not waited for."""
+    lock_log: str | None = None
+    """A statement that holds one audit log's head until commit."""
+
+    def sql(self, query: str) -> str:
+        return _placed(query, self.placeholder)
+
+
+@cache
+def _placed(query: str, placeholder: str) -> str:
+    # No statement of the store has a literal "?" or "%": the swap cannot touch anything but placeholders.
+    return query if placeholder == "?" else query.replace("?", placeholder)
+
+
+def marks(count: int) -> str:
+    """`?,?,...` for an IN list or a VALUES row of `count` values."""
+    return ",".join("?" * count)
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the bodies use (sqlite3 and psycopg both have it)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> Sequence[Row]: ...
+
+
+@dataclass
+class Tx:
+    """One write transaction: how to run a statement in it, the logs it has locked, the checkpoints it
+    signed (kept elsewhere after commit). Per transaction, not per store: threads share a PostgresStore."""
+
+    run: Callable[[str, Sequence[Any]], Cursor]
+    dialect: Dialect
+    locked: set[str] = field(default_factory=set)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
+        return self.run(self.dialect.sql(query), params)
+
+    def one(self, query: str, params: Sequence[Any] = ()) -> Row | None:
+        return self.execute(query, params).fetchone()
+
 
 # -- rows ----------------------------------------------------------------------------------------------
 
@@ -162,41 +207,6 @@ def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
 # -- leases --------------------------------------------------------------------------------------------
 
 
-def this_host() -> str:
-    return socket.gethostname()
-
-
-def process_owner() -> str:
-    """host:pid:nonce — the nonce tells two incarnations of one pid apart."""
-    return f"{this_host()}:{os.getpid()}:{os.urandom(4).hex()}"
-
-
-def holder_dead(owner: str) -> bool:
-    """A holder on this host whose process is gone cannot be sending: its lease need not be waited out."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != this_host() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
-
-
 def lease_held(stored: Stored, owner: str, now: datetime) -> bool:
     """`claim` must wait: another owner holds an unexpired lease, and is not a dead process on this host."""
     return (
@@ -216,92 +226,3 @@ def taken_over(previous_owner: str | None, owner: str) -> bool:
 def takeover_event(previous_owner: str | None, owner: str, token: int) -> dict[str, Any]:
     """The data of the `lease_taken_over` event."""
     return {"previous_owner": previous_owner, "owner": owner, "token": token}
-
-
-# -- the audit trail -----------------------------------------------------------------------------------
-
-
-def seal_next(
-    cipher: AuditCipher, head: Sequence[Any] | None, *, log_id: str, kind: str, data: Mapping[str, Any], at: datetime
-) -> tuple[AuditRecord, bool]:
-    """Seal one event and chain it onto `head` (the log's last (seq, this_hash) row, None for an empty log).
-
-    Returns the record and whether the log gets a signed checkpoint at it. The caller reads the head and
-    inserts the record in one write transaction that no other writer of this log can interleave with.
-    """
-    seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
-    record = seal_record(
-        cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
-    )
-    return record, kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0
-
-
-class AuditedStore(ABC):
-    """The audit state of a store and what it does with it that needs no SQL.
-
-    `keys` may lack the cipher key (a verifier's machine) or the signing key; then only the operations
-    that need them fail, each with a message saying which key is missing. `trusted_checkpoint_path` is a
-    file kept outside the database that holds the newest checkpoint, so that replacing the database with
-    an older copy is detected as a rollback.
-    """
-
-    path: Path | str
-    """Where the store is, as messages name it."""
-
-    def __init__(self, *, keys: AuditKeys | None, trusted_checkpoint_path: Path | None) -> None:
-        self.keys = keys
-        self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
-        self.trusted_checkpoint_path = trusted_checkpoint_path
-        self._checkpoint_file_lock = threading.Lock()
-
-    def _writing_cipher(self) -> AuditCipher:
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log cannot be written. Keep keys/audit.key in"
-                f" the home directory or set {AUDIT_KEY_ENV}"
-            )
-        return self._cipher
-
-    def _signing_key(self) -> Ed25519PrivateKey:
-        if self.keys is None or self.keys.signing_key is None:
-            raise StoreError(
-                f"no audit signing key for {self.path}: checkpoints cannot be signed. Keep keys/signing.key in"
-                f" the home directory or set {SIGNING_KEY_ENV}"
-            )
-        return self.keys.signing_key
-
-    def _keep_checkpoints_elsewhere(self, pending: Sequence[Checkpoint]) -> None:
-        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
-        if not pending or self.trusted_checkpoint_path is None:
-            return
-        newest = max(pending, key=lambda cp: cp.counter)
-        path = self.trusted_checkpoint_path
-        with self._checkpoint_file_lock:  # threads of this process; the file only ever moves forward
-            try:
-                if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
-                    return
-            except AuditError:
-                pass  # a damaged file is replaced by a good one; verify reports what it read before
-            write_checkpoint_file(path, newest)
-
-    @abstractmethod
-    def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]: ...
-
-    def events(self, operation_id: str) -> list[Event]:
-        """The decrypted trail of one log; needs the cipher key, and says so when it is missing."""
-        if self._cipher is None:
-            raise StoreError(
-                f"no audit encryption key for {self.path}: the log is verifiable but not readable here."
-                f" Restore keys/audit.key in the home directory or set {AUDIT_KEY_ENV}"
-            )
-        events = []
-        for record in self.audit_records(operation_id):
-            try:
-                data = open_record(self._cipher, record)
-            except AuditError:
-                raise StoreError(
-                    f"audit record {record.seq} of {operation_id} cannot be decrypted with this key;"
-                    " run `pollwarden audit verify` to check the log"
-                ) from None
-            events.append(Event(operation_id, record.seq, parse_rfc3339(record.at), record.kind, data))
-        return events

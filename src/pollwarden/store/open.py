@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..audit import AuditKeys
-from .base import StoreError
+from .base import Store, StoreError
 from .postgres import PostgresStore, is_postgres_url
 from .sqlite import SQLiteStore
 
-__all__ = ["AnyStore", "is_postgres_url", "open_store"]
-
-AnyStore = SQLiteStore | PostgresStore
-"""What `open_store` returns: either backend, with the same methods."""
+__all__ = ["is_postgres_url", "open_store"]
 
 
 def open_store(
@@ -21,8 +18,10 @@ def open_store(
     keys: AuditKeys | None = None,
     trusted_checkpoint_path: Path | None = None,
     pool_size: int = 4,
-) -> SQLiteStore | PostgresStore:
-    """A `postgresql://` or `postgres://` URL opens the shared database; anything else is a SQLite file.
+) -> Store:
+    """Either backend, behind the one protocol callers type against.
+
+    A `postgresql://` or `postgres://` URL opens the shared database; anything else is a SQLite file.
 
     A URL is never mistaken for a path: a typo like `postgresq://` would otherwise quietly create a file
     of that name, so only those two schemes are URLs and the rest must look like a path a person meant.

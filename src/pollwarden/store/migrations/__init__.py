@@ -1,9 +1,15 @@
-"""Versioned PostgreSQL schema: `vNNN.sql` files applied in order, each in a transaction of its own.
+"""Versioned schema for both backends: `vNNN.sql` files applied in order, each in a transaction of its own.
 
-A fleet shares one database, so the schema is never changed behind a running worker's back: stores only
-check the version (`check`), and `pollwarden db upgrade` (`upgrade`) is the one thing that changes it. A
-database newer than this code is refused rather than written, because an older worker could break rules
-it does not know about (a new column it never sets, a new table it never fences).
+The files are the one schema source. They are written once, with the column types that differ between
+the backends as `{tokens}` (`DIALECTS` is the only place those differences are spelled out), and a
+statement that only one backend has is marked with a `-- only <dialect>` line inside it.
+
+PostgreSQL: a fleet shares one database, so the schema is never changed behind a running worker's back:
+stores only check the version (`check`), and `pollwarden db upgrade` (`upgrade`) is the one thing that
+changes it. A database newer than this code is refused rather than written, because an older worker could
+break rules it does not know about (a new column it never sets, a new table it never fences).
+
+SQLite: one machine, one file; the store applies what is pending when it opens the file (`sqlite.py`).
 """
 
 from __future__ import annotations
@@ -11,13 +17,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
-
-import psycopg
-from psycopg.rows import TupleRow
+from typing import TYPE_CHECKING
 
 from ..base import StoreError
 
+if TYPE_CHECKING:
+    # Only for annotations: the SQLite backend renders these files without loading the PostgreSQL driver.
+    import psycopg
+    from psycopg.rows import TupleRow
+
 _FILE = re.compile(r"^v(\d{3})\.sql$")
+_TOKEN = re.compile(r"\{(\w+)\}")
+_ONLY = re.compile(r"^\s*--\s*only\s+(\w+)\s*$")
+
+DIALECTS: dict[str, dict[str, str]] = {
+    # Identifiers sort in byte order on both: "C" is what SQLite's default BINARY collation is.
+    "postgresql": {
+        "id": 'text COLLATE "C"',
+        "time": "timestamptz",
+        "int": "bigint",
+        "float": "double precision",
+        "bytes": "bytea",
+        "strict": "",
+    },
+    # STRICT tables refuse a value of the wrong type instead of storing it; times are epoch seconds.
+    "sqlite": {"id": "TEXT", "time": "REAL", "int": "INTEGER", "float": "REAL", "bytes": "BLOB", "strict": " STRICT"},
+}
 
 UPGRADE_COMMAND = "pollwarden db upgrade"
 
@@ -33,7 +58,31 @@ _CREATE_TABLE = (
 class Migration:
     version: int
     name: str
-    sql: str
+    template: str
+
+    def statements(self, dialect: str) -> list[str]:
+        """This migration's statements as `dialect` runs them, in file order."""
+        types = DIALECTS[dialect]
+        found: list[str] = []
+        # Comments go first, so that a ";" in one never splits a statement; the markers stay.
+        kept = [line for line in self.template.splitlines() if _ONLY.match(line) or not line.lstrip().startswith("--")]
+        for chunk in "\n".join(kept).split(";"):
+            lines = chunk.splitlines()
+            only = {m.group(1) for m in map(_ONLY.match, lines) if m}
+            code = "\n".join(line for line in lines if not _ONLY.match(line)).strip()
+            if not code or (only and dialect not in only):
+                continue
+            found.append(_TOKEN.sub(lambda m: _type(types, m.group(1), self.name), code))
+        return found
+
+    def sql(self, dialect: str) -> str:
+        return ";\n".join(self.statements(dialect)) + ";\n"
+
+
+def _type(types: dict[str, str], token: str, name: str) -> str:
+    if token not in types:
+        raise RuntimeError(f"pollwarden's schema migration {name} uses an unknown type token {{{token}}}")
+    return types[token]
 
 
 def migrations() -> list[Migration]:
@@ -53,22 +102,24 @@ LATEST = len(migrations())
 """The schema version this code reads and writes."""
 
 
+def refuse_newer(version: int, where: str) -> None:
+    if version > LATEST:
+        raise StoreError(
+            f"{where} has schema version {version}, but this pollwarden knows only up to {LATEST}:"
+            " it was upgraded by a newer pollwarden. Upgrade pollwarden on this machine; do not downgrade"
+            " the database"
+        )
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------------
+
+
 def applied_versions(conn: psycopg.Connection[TupleRow]) -> list[int] | None:
     """Versions recorded in the database, or None when it has never been upgraded (no table)."""
     row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
     if row is None or not row[0]:
         return None
     return [int(r[0]) for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
-
-
-def _refuse_newer(versions: list[int], where: str) -> None:
-    newest = max(versions, default=0)
-    if newest > LATEST:
-        raise StoreError(
-            f"{where} has schema version {newest}, but this pollwarden knows only up to {LATEST}:"
-            " it was upgraded by a newer pollwarden. Upgrade pollwarden on this machine; do not downgrade"
-            " the database"
-        )
 
 
 def check(conn: psycopg.Connection[TupleRow], where: str) -> None:
@@ -79,7 +130,7 @@ def check(conn: psycopg.Connection[TupleRow], where: str) -> None:
             f"{where} has no pollwarden schema yet. Create it with `{UPGRADE_COMMAND} --db URL`"
             " (run once per database, before starting workers)"
         )
-    _refuse_newer(versions, where)
+    refuse_newer(max(versions, default=0), where)
     missing = sorted(set(range(1, LATEST + 1)) - set(versions))
     if missing:
         raise StoreError(
@@ -99,7 +150,7 @@ def upgrade(conn: psycopg.Connection[TupleRow], where: str = "the database") -> 
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(_CREATE_TABLE)
-        _refuse_newer(applied_versions(conn) or [], where)
+        refuse_newer(max(applied_versions(conn) or [0]), where)
     applied: list[int] = []
     for migration in migrations():
         with conn.transaction():
@@ -107,7 +158,7 @@ def upgrade(conn: psycopg.Connection[TupleRow], where: str = "the database") -> 
             if migration.version in (applied_versions(conn) or []):
                 continue
             # Only this package's own files get here: bytes keep psycopg's literal-string typing satisfied.
-            conn.execute(migration.sql.encode("utf-8"))
+            conn.execute(migration.sql("postgresql").encode("utf-8"))
             conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
             applied.append(migration.version)
     return applied

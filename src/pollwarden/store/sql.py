@@ -1,0 +1,415 @@
+"""The store's transaction bodies, written once for SQLite and PostgreSQL.
+
+Every body is one transaction (`_tx`) or one read, in statements with `?` placeholders; what differs
+between the databases is only what the `Dialect` says: how a time is stored, how a row is kept locked
+until commit, how the fleet claim skips rows another claimer holds, how an audit log's head is held, and
+where checkpoint counters come from. Connections, the schema's version and the clock stay with each
+backend (`sqlite.py`, `postgres.py`).
+
+Every write that changes authority or budgets is fenced by the lease token the writer holds: an UPDATE
+whose WHERE carries the token changes nothing when the token is stale (DESIGN.md, "lease protocol").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..core.escalation import DecisionRequest
+from ..core.record import OperationRecord
+from .base import DecisionTaken, Grant, Lease, NewEvent, OperationExists, Stored, StoredDecision, StoreError, Submission
+from .common import (
+    DECISION_COLUMNS,
+    GRANT_COLUMNS,
+    STORED_COLUMNS,
+    SUBMISSION_COLUMNS,
+    Tx,
+    decision_from_row,
+    decision_request_text,
+    grant_detail_text,
+    grant_from_row,
+    lease_held,
+    marks,
+    record_values,
+    stored_from_row,
+    submission_from_row,
+    taken_over,
+    takeover_event,
+)
+from .trail import AuditTrail
+
+_ALREADY = "operation {} already exists"
+
+
+class _Operations(AuditTrail):
+    """Operation records, their leases and the decisions asked about them."""
+
+    # -- records -------------------------------------------------------------------------------------
+
+    def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None:
+        with self._tx() as tx:
+            self._insert_operation(tx, record, contract_text)
+            self._append(tx, record.operation_id, "created", event, record.created_at)
+
+    def _insert_operation(self, tx: Tx, record: OperationRecord, contract_text: str) -> None:
+        # ON CONFLICT, not a prior SELECT: two machines creating one id at once must not both pass a check.
+        stamp = self.dialect.stamp
+        cursor = tx.execute(
+            "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
+            " status_requests_used, max_status_requests, record, contract, created_at, updated_at)"
+            f" VALUES ({marks(12)}) ON CONFLICT (operation_id) DO NOTHING",
+            (
+                record.operation_id,
+                record.job_id,
+                record.contract_name,
+                *record_values(record, stamp),
+                contract_text,
+                stamp(record.created_at),
+                stamp(record.created_at),
+            ),
+        )
+        if cursor.rowcount != 1:
+            raise OperationExists(_ALREADY.format(record.operation_id))
+
+    def get(self, operation_id: str) -> Stored | None:
+        row = self._row(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,))
+        return None if row is None else stored_from_row(row, self.dialect.moment)
+
+    def all(self) -> list[Stored]:
+        # operation_id breaks ties of created_at: a listing should not shuffle.
+        rows = self._rows(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at, operation_id")
+        return [stored_from_row(row, self.dialect.moment) for row in rows]
+
+    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
+        """Every operation of one job under one contract, newest first (served by `operations_job`)."""
+        rows = self._rows(
+            f"SELECT {STORED_COLUMNS} FROM operations WHERE contract_name = ? AND job_id = ?"
+            " ORDER BY created_at DESC, operation_id DESC",
+            (contract_name, job_id),
+        )
+        return [stored_from_row(row, self.dialect.moment) for row in rows]
+
+    def next_due(self) -> datetime | None:
+        """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
+        row = self._row("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'")
+        return None if row is None or row[0] is None else self.dialect.moment(row[0])
+
+    # -- leases --------------------------------------------------------------------------------------
+
+    def claim(
+        self, operation_id: str, owner: str, now: datetime, ttl: timedelta
+    ) -> tuple[Lease, OperationRecord] | None:
+        with self._tx() as tx:
+            row = tx.one(
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?{self.dialect.lock_row}",
+                (operation_id,),
+            )
+            if row is None:
+                raise StoreError(f"operation {operation_id} does not exist")
+            stored = stored_from_row(row, self.dialect.moment)
+            if lease_held(stored, owner, now):
+                return None
+            (lease,) = self._take_leases(tx, [(operation_id, stored)], owner, now + ttl, now)
+            return lease, stored.record
+
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+        """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
+        due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
+        rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
+        lease of a dead holder is taken only once it expires: a process's death can only be seen from its
+        own host, which `claim` covers."""
+        if limit <= 0:
+            return []
+        at = self.dialect.stamp(now)
+        with self._tx() as tx:
+            rows = tx.execute(
+                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                f" ORDER BY next_poll_at, operation_id LIMIT ?{self.dialect.lock_due}",
+                (at, at, limit),
+            ).fetchall()
+            due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
+            leases = self._take_leases(tx, due, owner, now + ttl, now)
+            return [(lease, stored.record) for lease, (_, stored) in zip(leases, due, strict=True)]
+
+    def _take_leases(
+        self, tx: Tx, rows: Sequence[tuple[str, Stored]], owner: str, expires: datetime, now: datetime
+    ) -> list[Lease]:
+        """The next token of each row to `owner`, in the caller's transaction, which holds the rows locked
+        (so each token is the one read plus one); taking a lease from another owner is logged."""
+        if not rows:
+            return []
+        ids = [operation_id for operation_id, _ in rows]
+        tx.execute(
+            "UPDATE operations SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?"
+            f" WHERE operation_id IN ({marks(len(ids))})",
+            (owner, self.dialect.stamp(expires), *ids),
+        )
+        takeovers = [(operation_id, stored) for operation_id, stored in rows if taken_over(stored.lease_owner, owner)]
+        self._lock_logs(tx, [operation_id for operation_id, _ in takeovers])
+        for operation_id, stored in takeovers:
+            event = takeover_event(stored.lease_owner, owner, stored.lease_token + 1)
+            self._append(tx, operation_id, "lease_taken_over", event, now)
+        return [Lease(operation_id, owner, stored.lease_token + 1, expires) for operation_id, stored in rows]
+
+    def write(
+        self,
+        lease: Lease,
+        record: OperationRecord,
+        events: Sequence[NewEvent],
+        now: datetime,
+        *,
+        release: bool,
+        decision: DecisionRequest | None = None,
+        hold_until: datetime | None = None,
+    ) -> bool:
+        with self._tx() as tx:
+            if not self._update_fenced(tx, lease, record, now, release=release, hold_until=hold_until):
+                return False
+            for kind, data in events:
+                self._append(tx, lease.operation_id, kind, data, now)
+            if decision is not None:
+                self._insert_decision(tx, decision, now)
+            return True
+
+    def _update_fenced(
+        self,
+        tx: Tx,
+        lease: Lease,
+        record: OperationRecord,
+        now: datetime,
+        *,
+        release: bool,
+        hold_until: datetime | None = None,
+    ) -> bool:
+        """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
+        stamp = self.dialect.stamp
+        cursor = tx.execute(
+            "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
+            " max_status_requests = ?, record = ?, updated_at = ?,"
+            " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
+            " lease_expires_at = CASE WHEN ? THEN NULL ELSE COALESCE(?, lease_expires_at) END"
+            " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
+            (
+                *record_values(record, stamp),
+                stamp(now),
+                release,
+                release,
+                None if hold_until is None else stamp(hold_until),
+                lease.operation_id,
+                lease.token,
+                lease.owner,
+            ),
+        )
+        return cursor.rowcount == 1
+
+    def release(self, lease: Lease) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                "UPDATE operations SET lease_owner = NULL, lease_expires_at = NULL"
+                " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
+                (lease.operation_id, lease.token, lease.owner),
+            )
+
+    # -- decisions ----------------------------------------------------------------------------------------
+
+    def _insert_decision(self, tx: Tx, request: DecisionRequest, now: datetime) -> None:
+        tx.execute(
+            f"INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES ({marks(5)})",
+            (
+                request.decision_id,
+                request.operation_id,
+                "open",
+                self.dialect.stamp(now),
+                decision_request_text(request),
+            ),
+        )
+        self._append(tx, request.operation_id, "decision_requested", request.to_json(), now)
+
+    def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
+        query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE 1=1"
+        params: list[Any] = []
+        if operation_id is not None:
+            query += " AND operation_id = ?"
+            params.append(operation_id)
+        if open_only:
+            query += " AND status = 'open'"
+        rows = self._rows(query + " ORDER BY created_at, decision_id", params)
+        return [decision_from_row(row, self.dialect.moment) for row in rows]
+
+    def get_decision(self, decision_id: str) -> StoredDecision | None:
+        row = self._row(f"SELECT {DECISION_COLUMNS} FROM decisions WHERE decision_id = ?", (decision_id,))
+        return None if row is None else decision_from_row(row, self.dialect.moment)
+
+    def resolve_decision(
+        self,
+        lease: Lease,
+        decision_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        option: int | None,
+        record: OperationRecord | None,
+        events: Sequence[NewEvent],
+        now: datetime,
+    ) -> bool:
+        with self._tx() as tx:
+            row = tx.one(
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?{self.dialect.lock_row}",
+                (lease.operation_id,),
+            )
+            kept = None if row is None else stored_from_row(row, self.dialect.moment).record
+            target = record if record is not None else kept
+            if target is None or not self._update_fenced(tx, lease, target, now, release=True):
+                return False
+            cursor = tx.execute(
+                "UPDATE decisions SET status = ?, decided_by = ?, decided_at = ?, option = ?, note = ?"
+                " WHERE decision_id = ? AND status = 'open'",
+                (status, by, self.dialect.stamp(now), option, note, decision_id),
+            )
+            if cursor.rowcount != 1:
+                raise DecisionTaken(f"decision {decision_id} was decided by someone else a moment ago")
+            if record is not None:
+                # The operation moved on: every other question about the old stop is void.
+                tx.execute(
+                    "UPDATE decisions SET status = 'expired' WHERE operation_id = ? AND status = 'open'",
+                    (lease.operation_id,),
+                )
+            for kind, data in events:
+                self._append(tx, lease.operation_id, kind, data, now)
+            return True
+
+
+class SQLStore(_Operations):
+    """The whole store over a backend's transactions: `_Operations`, and submissions, grants and pacing."""
+
+    shared_across_threads = False
+    """Whether one instance may serve many threads at once (the worker asks before it shares one)."""
+
+    # -- submissions --------------------------------------------------------------------------------------
+
+    def record_submission(self, submission: Submission, event: Mapping[str, Any]) -> None:
+        stamp = self.dialect.stamp
+        with self._tx() as tx:
+            if tx.one("SELECT 1 FROM operations WHERE operation_id = ?", (submission.operation_id,)):
+                raise OperationExists(_ALREADY.format(submission.operation_id))
+            cursor = tx.execute(
+                "INSERT INTO submissions (operation_id, fingerprint, idempotency_token, body, state, job_id,"
+                f" status_location, created_at, updated_at) VALUES ({marks(9)}) ON CONFLICT (operation_id) DO NOTHING",
+                (
+                    submission.operation_id,
+                    submission.fingerprint,
+                    submission.idempotency_token,
+                    submission.body,
+                    submission.state,
+                    submission.job_id,
+                    submission.status_location,
+                    stamp(submission.created_at),
+                    stamp(submission.created_at),
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise OperationExists(_ALREADY.format(submission.operation_id))
+            self._append(tx, submission.operation_id, "submission_intent", event, submission.created_at)
+
+    def get_submission(self, operation_id: str) -> Submission | None:
+        row = self._row(f"SELECT {SUBMISSION_COLUMNS} FROM submissions WHERE operation_id = ?", (operation_id,))
+        return None if row is None else submission_from_row(row, self.dialect.moment)
+
+    def accept_submission(
+        self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
+    ) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                "UPDATE submissions SET state = 'accepted', job_id = ?, status_location = ?, updated_at = ?"
+                " WHERE operation_id = ?",
+                (record.job_id, record.status_location, self.dialect.stamp(record.created_at), submission.operation_id),
+            )
+            self._insert_operation(tx, record, contract_text)
+            self._append(tx, record.operation_id, "submitted", event, record.created_at)
+
+    def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                "UPDATE submissions SET state = ?, updated_at = ? WHERE operation_id = ?",
+                (state, self.dialect.stamp(at), operation_id),
+            )
+            self._append(tx, operation_id, f"submission_{state}", event, at)
+
+    # -- grants (agent approvals) ------------------------------------------------------------------------
+
+    def request_grant(self, grant: Grant, log_id: str) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                "INSERT INTO grants (grant_id, kind, subject, scope, status, requested_at, detail)"
+                f" VALUES ({marks(7)})",
+                (
+                    grant.grant_id,
+                    grant.kind,
+                    grant.subject,
+                    grant.scope,
+                    grant.status,
+                    self.dialect.stamp(grant.requested_at),
+                    grant_detail_text(grant),
+                ),
+            )
+            self._append(tx, log_id, f"{grant.kind}_approval_requested", grant.to_json(), grant.requested_at)
+
+    def get_grant(self, grant_id: str) -> Grant | None:
+        row = self._row(f"SELECT {GRANT_COLUMNS} FROM grants WHERE grant_id = ?", (grant_id,))
+        return None if row is None else grant_from_row(row, self.dialect.moment)
+
+    def grants(self, *, kind: str | None = None, status: str | None = None, subject: str | None = None) -> list[Grant]:
+        query = f"SELECT {GRANT_COLUMNS} FROM grants WHERE 1=1"
+        params: list[Any] = []
+        for column, value in (("kind", kind), ("status", status), ("subject", subject)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                params.append(value)
+        rows = self._rows(query + " ORDER BY requested_at, grant_id", params)
+        return [grant_from_row(row, self.dialect.moment) for row in rows]
+
+    def decide_grant(
+        self, grant_id: str, *, expect: str, status: str, by: str, at: datetime, log_id: str, note: str | None = None
+    ) -> bool:
+        """Once only across machines: the UPDATE's `status = expect` is the check, so two deciders cannot
+        both win, and the loser writes no audit event."""
+        with self._tx() as tx:
+            cursor = tx.execute(
+                "UPDATE grants SET status = ?, decided_by = ?, decided_at = ? WHERE grant_id = ? AND status = ?",
+                (status, by, self.dialect.stamp(at), grant_id, expect),
+            )
+            if cursor.rowcount != 1:
+                return False
+            self._append(tx, log_id, f"approval_{status}", {"grant_id": grant_id, "by": by, "note": note}, at)
+            return True
+
+    # -- pacing -------------------------------------------------------------------------------------------
+
+    def pace(
+        self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
+    ) -> tuple[datetime, bool] | None:
+        stamp = self.dialect.stamp
+        with self._tx() as tx:
+            if interval is not None:
+                tx.execute(
+                    "INSERT INTO provider_pacing (provider, interval_seconds, next_slot_at) VALUES (?,?,?)"
+                    " ON CONFLICT (provider) DO UPDATE SET interval_seconds = excluded.interval_seconds",
+                    (provider, interval.total_seconds(), stamp(now)),
+                )
+            row = tx.one(
+                f"SELECT interval_seconds, next_slot_at FROM provider_pacing WHERE provider = ?{self.dialect.lock_row}",
+                (provider,),
+            )
+            if row is None:
+                return None
+            slot = max(now, self.dialect.moment(row[1]))
+            if slot - now > horizon:
+                return slot, False
+            tx.execute(
+                "UPDATE provider_pacing SET next_slot_at = ? WHERE provider = ?",
+                (stamp(slot + timedelta(seconds=float(row[0]))), provider),
+            )
+            return slot, True

@@ -1,0 +1,252 @@
+"""The sealed, hash-chained audit trail, written once for both backends.
+
+`AuditTrail` holds the audit state a store keeps (keys, cipher, trusted checkpoint file) and the bodies
+that read and write the trail: sealing and chaining an event onto its log's head, signing checkpoints,
+keeping the newest checkpoint in the trusted file after commit, reading a log back. A backend supplies
+only its transactions and reads (`_tx`, `_fetchall`, `_stream`) and its `Dialect`.
+
+Chaining is safe with many writers because the head is read inside the write transaction that inserts
+the next record, after the dialect's `lock_log` (PostgreSQL: an advisory lock per log, held to commit;
+SQLite: the file's one write lock, so nothing to add). Two writers can never chain onto one head: a fork
+would look exactly like tampering to the verifier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..audit import (
+    AUDIT_KEY_ENV,
+    GENESIS_HASH,
+    SIGNING_KEY_ENV,
+    AuditCipher,
+    AuditError,
+    AuditKeys,
+    AuditRecord,
+    Checkpoint,
+    open_record,
+    read_checkpoint_file,
+    seal_record,
+    sign_checkpoint,
+    write_checkpoint_file,
+)
+from ..core.durations import format_rfc3339, parse_rfc3339
+from ..home import PRIVATE_FILE, tighten
+from .base import Event, StoreError
+from .common import (
+    AUDIT_RECORD_COLUMNS,
+    CHECKPOINT_COLUMNS,
+    Dialect,
+    Row,
+    Tx,
+    audit_record_from_row,
+    audit_record_values,
+    checkpoint_from_row,
+    checkpoint_values,
+    marks,
+)
+
+CHECKPOINT_EVERY = 32
+"""A log gets a signed checkpoint at every outcome and at least every this many records."""
+
+CHECKPOINT_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
+
+
+def log_lock_key(log_id: str) -> int:
+    """A 64-bit lock key per log, computed here (not by `hashtext` in SQL) so a transaction that locks
+    several logs can take them in one global order and never deadlock with another such transaction."""
+    digest = hashlib.sha256(b"pollwarden-audit-log\x00" + log_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def seal_next(
+    cipher: AuditCipher, head: Row | None, *, log_id: str, kind: str, data: Mapping[str, Any], at: datetime
+) -> tuple[AuditRecord, bool]:
+    """Seal one event and chain it onto `head` (the log's last (seq, this_hash) row, None for an empty log).
+
+    Returns the record and whether the log gets a signed checkpoint at it.
+    """
+    seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
+    record = seal_record(
+        cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
+    )
+    return record, kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0
+
+
+def _of_log(select: str, log_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """`select` narrowed to one log, or left whole (None)."""
+    return (select, ()) if log_id is None else (select + " WHERE log_id = ?", (log_id,))
+
+
+class AuditTrail(ABC):
+    """The audit state of a store and the bodies that write and read the trail.
+
+    `keys` may lack the cipher key (a verifier's machine) or the signing key; then only the operations
+    that need them fail, each with a message saying which key is missing. `trusted_checkpoint_path` is a
+    file kept outside the database that holds the newest checkpoint, so that replacing the database with
+    an older copy is detected as a rollback.
+    """
+
+    path: Path | str
+    """Where the store is, as messages name it."""
+
+    dialect: Dialect
+
+    def __init__(self, *, keys: AuditKeys | None, trusted_checkpoint_path: Path | None) -> None:
+        self.keys = keys
+        self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
+        self.trusted_checkpoint_path = trusted_checkpoint_path
+        self._checkpoint_file_lock = threading.Lock()
+        if trusted_checkpoint_path is not None:
+            try:
+                tighten(trusted_checkpoint_path, PRIVATE_FILE)  # written 0644 by an older pollwarden
+            except OSError as exc:
+                raise StoreError(f"cannot make {trusted_checkpoint_path} private: {exc.strerror}") from None
+
+    # -- what a backend supplies -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _tx(self) -> AbstractContextManager[Tx]:
+        """One write transaction; on commit the backend passes `tx.checkpoints` to `_keep_checkpoints_elsewhere`."""
+
+    @abstractmethod
+    def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
+        """One read outside any write transaction; `query` is already in the dialect's placeholders."""
+
+    @abstractmethod
+    def _stream(self, query: str, params: Sequence[Any]) -> Iterator[Row]:
+        """Like `_fetchall`, for reads that may not fit in memory (a whole fleet's trail)."""
+
+    def _rows(self, query: str, params: Sequence[Any] = ()) -> Sequence[Row]:
+        return self._fetchall(self.dialect.sql(query), params)
+
+    def _row(self, query: str, params: Sequence[Any] = ()) -> Row | None:
+        rows = self._rows(query, params)
+        return rows[0] if rows else None
+
+    # -- keys --------------------------------------------------------------------------------------------
+
+    def _writing_cipher(self) -> AuditCipher:
+        if self._cipher is None:
+            raise StoreError(
+                f"no audit encryption key for {self.path}: the log cannot be written. Keep keys/audit.key in"
+                f" the home directory or set {AUDIT_KEY_ENV}"
+            )
+        return self._cipher
+
+    def _signing_key(self) -> Ed25519PrivateKey:
+        if self.keys is None or self.keys.signing_key is None:
+            raise StoreError(
+                f"no audit signing key for {self.path}: checkpoints cannot be signed. Keep keys/signing.key in"
+                f" the home directory or set {SIGNING_KEY_ENV}"
+            )
+        return self.keys.signing_key
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        with self._tx() as tx:
+            self._append(tx, operation_id, kind, data, at)
+
+    def _lock_logs(self, tx: Tx, log_ids: Iterable[str]) -> None:
+        """Hold these logs' heads until commit, in key order: the same order every transaction uses."""
+        if self.dialect.lock_log is None:
+            return
+        for log_id in sorted(set(log_ids) - tx.locked, key=log_lock_key):
+            tx.execute(self.dialect.lock_log, (log_lock_key(log_id),))
+            tx.locked.add(log_id)
+
+    def _append(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """Seal and chain one event onto its log. The head is read only once the log is locked, and the
+        lock is held until commit, so the next writer reads this record as its head."""
+        cipher = self._writing_cipher()
+        self._lock_logs(tx, [log_id])
+        head = tx.one("SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,))
+        record, checkpoint = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
+        insert = f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES ({marks(7)})"
+        tx.execute(insert, audit_record_values(record))
+        if checkpoint:
+            self._checkpoint(tx, log_id, record.seq, record.this_hash, record.at)
+
+    def _checkpoint(self, tx: Tx, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
+        signing_key = self._signing_key()
+        row = tx.one(self.dialect.next_counter)
+        assert row is not None  # both dialects' counter queries return exactly one row
+        cp = sign_checkpoint(signing_key, log_id=log_id, seq=seq, head_hash=head_hash, counter=int(row[0]), at=at)
+        tx.execute(f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({marks(7)})", checkpoint_values(cp))
+        tx.checkpoints.append(cp)
+        return cp
+
+    def checkpoint_heads(self, at: datetime, log_ids: Sequence[str] | None = None) -> list[Checkpoint]:
+        """Sign the current head of each log (all, or the named ones): done before every export.
+
+        The heads are read without taking the logs' locks: a record appended meanwhile comes after a head
+        that is still valid, and locking every log of a large fleet at once would exhaust the lock table.
+        """
+        wanted = "" if log_ids is None else f" WHERE log_id IN ({marks(len(log_ids))})"
+        if log_ids is not None and not log_ids:
+            return []
+        made: list[Checkpoint] = []
+        with self._tx() as tx:
+            rows = tx.execute(
+                "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
+                f" JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records{wanted} GROUP BY log_id) h"
+                " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id",
+                list(log_ids or ()),
+            ).fetchall()
+            for log_id, seq, head_hash in rows:
+                made.append(self._checkpoint(tx, log_id, int(seq), head_hash, format_rfc3339(at)))
+        return made
+
+    def _keep_checkpoints_elsewhere(self, pending: Sequence[Checkpoint]) -> None:
+        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
+        if not pending or self.trusted_checkpoint_path is None:
+            return
+        newest = max(pending, key=lambda cp: cp.counter)
+        path = self.trusted_checkpoint_path
+        with self._checkpoint_file_lock:  # threads of this process; the file only ever moves forward
+            try:
+                if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
+                    return
+            except AuditError:
+                pass  # a damaged file is replaced by a good one; verify reports what it read before
+            write_checkpoint_file(path, newest)
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]:
+        query, params = _of_log(f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records", log_id)
+        for row in self._stream(self.dialect.sql(query + " ORDER BY log_id, seq"), params):
+            yield audit_record_from_row(row)
+
+    def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]:
+        query, params = _of_log(f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints", log_id)
+        return [checkpoint_from_row(row) for row in self._rows(query + " ORDER BY counter", params)]
+
+    def events(self, operation_id: str) -> list[Event]:
+        """The decrypted trail of one log; needs the cipher key, and says so when it is missing."""
+        if self._cipher is None:
+            raise StoreError(
+                f"no audit encryption key for {self.path}: the log is verifiable but not readable here."
+                f" Restore keys/audit.key in the home directory or set {AUDIT_KEY_ENV}"
+            )
+        events = []
+        for record in self.audit_records(operation_id):
+            try:
+                data = open_record(self._cipher, record)
+            except AuditError:
+                raise StoreError(
+                    f"audit record {record.seq} of {operation_id} cannot be decrypted with this key;"
+                    " run `pollwarden audit verify` to check the log"
+                ) from None
+            events.append(Event(operation_id, record.seq, parse_rfc3339(record.at), record.kind, data))
+        return events
