@@ -19,8 +19,8 @@ from urllib.parse import quote
 MARK = "[secret]"
 
 MIN_SECRET_LENGTH = 4
-"""Forms shorter than this are not searched for: a two-letter "secret" would turn every answer into marks.
-Credentials that short are not credentials; the text they might match carries no usable secret."""
+"""Values (and forms) shorter than this are not searched for: a two-letter "secret" would turn every answer into
+marks, and a credential that short protects nothing anyway."""
 
 
 def _forms(value: str, scheme: str | None) -> set[str]:
@@ -28,7 +28,7 @@ def _forms(value: str, scheme: str | None) -> set[str]:
     forms: set[str] = set()
     for text in {value, value.strip()}:
         raw = text.encode("utf-8", "surrogatepass")
-        percent = quote(text, safe="")
+        percent = quote(text, safe="", errors="surrogatepass")
         forms.update(
             (
                 text,
@@ -75,7 +75,7 @@ class Scrubber:
     def __init__(self, values: Iterable[str | None], *, scheme: str | None = None) -> None:
         forms: set[str] = set()
         for value in values:
-            if value:
+            if value and len(value.strip()) >= MIN_SECRET_LENGTH:
                 forms.update(_forms(value, scheme))
         # Longest first, so a form that contains another (with the scheme, say) is removed whole.
         self._forms = sorted((f for f in forms if len(f) >= MIN_SECRET_LENGTH), key=len, reverse=True)
