@@ -466,3 +466,10 @@ def test_a_missing_or_empty_credential_is_refused() -> None:
     for env in ({}, {"PW_TOKEN": ""}, {"PW_TOKEN": "\n"}):
         with pytest.raises(CredentialError, match="PW_TOKEN, which is not set"):
             resolve_secret(contract_for("http://127.0.0.1:1"), env)
+
+
+def test_an_unencodable_host_from_the_provider_is_a_local_failure() -> None:
+    # A result URL is the provider's text and is fetched without the credential: its host may be anything.
+    with StatusClient(contract_for("http://127.0.0.1:1"), SECRET, clock=clock) as client:
+        failure = failure_of(client.send("GET", "http://a..b/x", credential=False))
+    assert failure.kind is FailureKind.LOCAL and "host name" in failure.message

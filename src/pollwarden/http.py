@@ -225,6 +225,8 @@ class SocketTransport:
             sock = socket.create_connection((host, port), timeout=_remaining(deadline, "connect"))
         except TimeoutError:
             raise WireError(FailureKind.CONNECT, "connect timed out") from None
+        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
+            raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded") from None
         except OSError as exc:
             raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
