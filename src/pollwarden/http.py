@@ -1,27 +1,61 @@
-"""One status request: credential injected, redirects refused, body capped, total time bounded.
+"""One request: credential injected, redirects refused, body capped and decoded, total time bounded, secret scrubbed.
 
 The driver half of R1: it reports what happened on the wire as a `Response` or `TransportFailure` and
-leaves every judgement to the core. No message it produces may contain the credential.
+leaves every judgement to the core. Every answer is hostile until parsed, so this module promises three
+things whatever the peer sends: the whole exchange, connect to last byte, ends by the contract's `timeout`
+(each socket read gets only the time that is left, so a byte-a-second drip cannot stretch it); nothing the
+provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
+`Exchange` leaves the client holding the credential in any form (`core.scrub`).
+
+The wire is `http.client` over a socket this module connects itself: httpx's timeouts are per read, and its
+per-request cost was four times that of the standard library on the poll path. `Transport` is the seam for
+tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import os
+import select
+import socket
+import ssl
 import time
+import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from urllib.parse import urlsplit
-
-import httpx
+from typing import Protocol
+from urllib.parse import SplitResult, urlsplit
 
 from . import __version__
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
+from .core.scrub import Scrubber
 from .errors import PollwardenError
+
+MAX_HEADERS = 100
+"""`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
+
+MAX_HEADER_BYTES = 64 * 1024
+READ_CHUNK = 64 * 1024
+ACCEPT_ENCODING = "gzip, deflate"
+"""Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
+
+_MESSAGE_CAP = 300
 
 
 class CredentialError(PollwardenError):
-    """The credential is missing here, or a request would carry it somewhere the contract does not name."""
+    """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
+
+
+class WireError(Exception):
+    """A failure already classified: `kind` says whether the request may have reached the provider."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
 
 
 def origin_of(url: str) -> str:
@@ -30,34 +64,320 @@ def origin_of(url: str) -> str:
 
 
 def resolve_secret(contract: Contract, environ: Mapping[str, str] | None = None) -> str | None:
+    """The credential from the environment, as it will be sent.
+
+    Mounted secrets usually end in a newline, so exactly one trailing "\\n" or "\\r\\n" is removed. Whatever
+    is left must be printable ASCII (space to "~") with no space at either end: anything else cannot travel in
+    a header unchanged (HTTP strips the spaces, latin-1 is the most a header holds and servers disagree even on
+    that), and a value the server reads differently from what we hold is one our scrubber may miss.
+    """
     if contract.auth is None:
         return None
+    name = contract.auth.secret_env
     env = os.environ if environ is None else environ
-    value = env.get(contract.auth.secret_env)
+    value = env.get(name)
+    if value is not None:
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
     if not value:
         raise CredentialError(
-            f"contract {contract.name!r} needs the credential in environment variable"
-            f" {contract.auth.secret_env}, which is not set; export it and run again"
+            f"contract {contract.name!r} needs the credential in environment variable {name}, which is not set;"
+            " export it and run again"
+        )
+    if any(not " " <= ch <= "~" for ch in value) or value != value.strip(" "):
+        raise CredentialError(
+            f"the credential in environment variable {name} holds a control character, a non-ASCII character,"
+            " more than one trailing newline or a space at either end, and cannot be sent in a header unchanged;"
+            " write it as printable ASCII (one trailing newline is fine) and run again"
         )
     return value
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a transport is asked to send; `deadline` is the `time.monotonic()` by which the last byte is in."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes | None
+    deadline: float
+
+
+class Answer(Protocol):
+    """The head of an answer and its raw (still content-encoded) body; `read` returns b"" at the end."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+
+    def read(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Sends one request; raises `WireError` for anything that is not an answer."""
+
+    def open(self, request: Request) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+def _remaining(deadline: float, what: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(what)
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that never outlast the request's deadline, however slowly the peer drips bytes."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+        self.ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        self._sock.settimeout(_remaining(self._deadline, "read"))
+        count = self._sock.recv_into(buffer)
+        if count == 0:
+            self.ended = True
+        return count
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *, method: str, deadline: float) -> None:
+        super().__init__(sock, method=method)
+        self.fp.close()
+        self.reader = _DeadlineReader(sock, deadline)
+        self.fp = io.BufferedReader(self.reader, READ_CHUNK)
+
+
+class _SocketAnswer:
+    def __init__(self, sock: socket.socket, response: _DeadlineResponse) -> None:
+        self._sock = sock
+        self._response = response
+        self.status = response.status
+        self.headers = tuple(response.msg.items())
+
+    def read(self, size: int) -> bytes:
+        try:
+            data = self._response.read(size)
+        except TimeoutError:
+            raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout") from None
+        except http.client.IncompleteRead:
+            raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body") from None
+        except (ValueError, http.client.HTTPException) as exc:
+            raise WireError(FailureKind.PROTOCOL, f"broken chunked body ({exc.__class__.__name__})") from None
+        except OSError as exc:
+            raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+        short = self._response.length
+        if not data and short:
+            raise WireError(FailureKind.RESET, f"the body ended {short} bytes short of its Content-Length")
+        return data
+
+    def close(self) -> None:
+        self._response.close()
+        self._sock.close()
+
+
+class SocketTransport:
+    """HTTP/1.1 over one fresh connection per request (`Connection: close`): polls are seconds apart."""
+
+    def __init__(self) -> None:
+        self._tls = ssl.create_default_context()
+
+    def close(self) -> None:
+        """Nothing is pooled, so nothing is held between requests."""
+
+    def open(self, request: Request) -> Answer:
+        parts = urlsplit(request.url)
+        head = _request_head(request, parts)
+        sock = self._connect(parts, request.deadline)
+        try:
+            try:
+                sock.settimeout(_remaining(request.deadline, "send"))
+                sock.sendall(head + (request.body or b""))
+            except TimeoutError:
+                raise WireError(FailureKind.TIMEOUT, "the request could not be sent within the timeout") from None
+            except OSError as exc:
+                raise WireError(
+                    FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}"
+                ) from None
+            response = _DeadlineResponse(sock, method=request.method, deadline=request.deadline)
+            _begin(response)
+            return _SocketAnswer(sock, response)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
+        host = parts.hostname or ""
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        try:
+            sock = socket.create_connection((host, port), timeout=_remaining(deadline, "connect"))
+        except TimeoutError:
+            raise WireError(FailureKind.CONNECT, "connect timed out") from None
+        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
+            raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded") from None
+        except OSError as exc:
+            raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not tls:
+            return sock
+        try:
+            return self._handshake(sock, host, deadline)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
+        """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
+        tls = self._tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        tls.setblocking(False)
+        try:
+            while True:
+                try:
+                    tls.do_handshake()
+                    return tls
+                except ssl.SSLWantReadError:
+                    ready = select.select([tls], [], [], _remaining(deadline, "handshake"))[0]
+                except ssl.SSLWantWriteError:
+                    ready = select.select([], [tls], [], _remaining(deadline, "handshake"))[1]
+                if not ready:
+                    raise TimeoutError("handshake")
+        except TimeoutError:
+            raise WireError(FailureKind.CONNECT, "TLS handshake did not finish within the timeout") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
+
+
+def _begin(response: _DeadlineResponse) -> None:
+    """Status line and headers, under the deadline and the caps."""
+    try:
+        response.begin()
+    except TimeoutError:
+        raise WireError(FailureKind.TIMEOUT, "no complete answer head within the timeout") from None
+    except http.client.RemoteDisconnected:
+        raise WireError(FailureKind.RESET, "the provider closed the connection without answering") from None
+    except http.client.LineTooLong:
+        raise WireError(FailureKind.PROTOCOL, "a status or header line is longer than 64 KiB") from None
+    except http.client.BadStatusLine:
+        raise WireError(FailureKind.PROTOCOL, "the answer does not start with an HTTP status line") from None
+    except http.client.HTTPException as exc:
+        raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
+    except OSError as exc:
+        raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+    if response.reader.ended:
+        # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
+        raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
+    if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
+        raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
+
+
+def _request_head(request: Request, parts: SplitResult) -> bytes:
+    """The request line and headers as bytes, refused here (nothing sent) when they cannot be sent as they are."""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    lines += [f"{name}: {value}" for name, value in request.headers]
+    if request.body is not None or request.method in {"POST", "PUT", "PATCH"}:
+        lines.append(f"Content-Length: {len(request.body or b'')}")
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
+    """Local integration errors: nothing has left the machine when these are raised."""
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise WireError(FailureKind.LOCAL, "the URL is not an absolute http(s) URL")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number in range
+    except ValueError:
+        raise WireError(FailureKind.LOCAL, "the URL's port is not a number from 1 to 65535") from None
+    if parts.username is not None or parts.password is not None:
+        raise WireError(FailureKind.LOCAL, "the URL carries userinfo; credentials travel only in [auth]")
+    if not method.isascii() or not method.isalpha():
+        raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
+    if any(not "!" <= ch <= "~" for ch in url):
+        raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
+    for name, value in headers.items():
+        if not name or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in name):
+            raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
+        # The value is never quoted back: it may be the credential.
+        if any(not ("\x20" <= ch <= "\x7e" or "\xa0" <= ch <= "\xff" or ch == "\t") for ch in value):
+            raise WireError(FailureKind.LOCAL, f"header {name} holds a control or non-latin-1 character")
+
+
+class _Decoder:
+    """Content-Encoding gzip or deflate, undone in bounded steps so a bomb never grows past the cap."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._raw_deflate_tried = encoding != "deflate"
+        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+        self._fed = False
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        """At most `limit` bytes out (limit >= 1); more pending output shows as a full `limit`."""
+        try:
+            out = self._zlib.decompress(data, limit)
+        except zlib.error:
+            if self._fed or self._raw_deflate_tried:
+                raise WireError(FailureKind.PROTOCOL, f"the {self.encoding} body is corrupt") from None
+            # "deflate" is sent both zlib-wrapped (the standard) and raw (some servers): try the other.
+            self._raw_deflate_tried = True
+            self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self.feed(data, limit)
+        self._fed = True
+        return out
+
+    def finish(self) -> None:
+        if not self._zlib.eof:
+            raise WireError(FailureKind.PROTOCOL, f"the {self.encoding} body ended before its compressed stream did")
+
+
+def _decoder(headers: Mapping[str, str]) -> _Decoder | None:
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if encoding in {"gzip", "x-gzip"}:
+        return _Decoder("gzip")
+    if encoding == "deflate":
+        return _Decoder("deflate")
+    return None  # identity; anything else is passed on still encoded, and the parser refuses it by its header
 
 
 class StatusClient:
     """Holds the secret so callers never have to; it leaves this object only as a request header."""
 
-    def __init__(self, contract: Contract, secret: str | None, *, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        contract: Contract,
+        secret: str | None,
+        *,
+        clock: Callable[[], datetime],
+        transport: Transport | None = None,
+    ) -> None:
         self._contract = contract
         self._secret = secret
         self._clock = clock
-        self._client = httpx.Client(
-            follow_redirects=False,
-            timeout=httpx.Timeout(contract.timeout.total_seconds()),
-            trust_env=False,
-            headers={"User-Agent": f"pollwarden/{__version__}", "Accept": "application/json"},
-        )
+        self._transport: Transport = SocketTransport() if transport is None else transport
+        scheme = contract.auth.scheme if contract.auth is not None else None
+        self._scrubber = Scrubber([secret], scheme=scheme)
+        self._base_headers = {
+            "User-Agent": f"pollwarden/{__version__}",
+            "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,
+        }
 
     def close(self) -> None:
-        self._client.close()
+        self._transport.close()
 
     def __enter__(self) -> StatusClient:
         return self
@@ -65,17 +385,12 @@ class StatusClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
-        headers = dict(extra)
+    def _headers(self, extra: Mapping[str, str], credential: bool) -> dict[str, str]:
+        headers = {**self._base_headers, **extra}
         auth = self._contract.auth
-        if auth is not None and self._secret is not None:
+        if credential and auth is not None and self._secret is not None:
             headers[auth.header] = f"{auth.scheme} {self._secret}" if auth.scheme else self._secret
         return headers
-
-    def scrub(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "[secret]")
-        return text[:300]
 
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
@@ -97,47 +412,107 @@ class StatusClient:
         origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
         if credential and origin_of(url) != self._contract.origin:
             raise CredentialError(
-                f"refusing to send the credential to {origin_of(url)}: contract {self._contract.name!r} binds it"
-                f" to {self._contract.origin}"
+                f"refusing to send the credential to {self._scrubber.text(origin_of(url))}: contract"
+                f" {self._contract.name!r} binds it to {self._contract.origin}"
             )
-        cap = self._contract.max_body_bytes
-        budget = self._contract.timeout.total_seconds()
         sent_at = self._clock()
-        started = time.monotonic()
+        deadline = time.monotonic() + self._contract.timeout.total_seconds()
         try:
-            headers = self._headers(extra_headers or {}) if credential else dict(extra_headers or {})
-            with self._client.stream(method, url, headers=headers, content=body) as response:
-                chunks: list[bytes] = []
-                size = 0
-                truncated = False
-                for chunk in response.iter_raw():
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > cap:
-                        truncated = True
-                        break
-                    if time.monotonic() - started > budget:
-                        return self._failure(FailureKind.TIMEOUT, "the body did not arrive within the timeout", sent_at)
-                body = b"".join(chunks)[:cap]
-                headers = {k.lower(): v for k, v in response.headers.items()}
-                return Response(
-                    status=response.status_code,
-                    headers=headers,
-                    body=body,
-                    sent_at=sent_at,
-                    received_at=self._clock(),
-                    truncated=truncated,
-                )
-        except httpx.ConnectTimeout:
-            return self._failure(FailureKind.CONNECT, "connect timed out", sent_at)
-        except httpx.ConnectError as exc:
-            return self._failure(FailureKind.CONNECT, f"connection failed: {exc}", sent_at)
-        except httpx.TimeoutException:
-            return self._failure(FailureKind.TIMEOUT, "no answer within the timeout", sent_at)
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            return self._failure(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}", sent_at)
-        except httpx.HTTPError as exc:
-            return self._failure(FailureKind.PROTOCOL, f"{exc.__class__.__name__}: {exc}", sent_at)
+            headers = self._headers(extra_headers or {}, credential)
+            try:
+                parts = urlsplit(url)
+            except ValueError:
+                raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            _check_request(method, url, parts, headers)
+            request = Request(method, url, tuple(headers.items()), body, deadline)
+            try:
+                answer = self._transport.open(request)
+            except TimeoutError:  # a transport's own deadline check
+                raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
+            try:
+                return self._read(answer, sent_at, deadline)
+            finally:
+                answer.close()
+        except WireError as exc:
+            return self._failure(exc.kind, exc.message, sent_at)
+
+    def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
+        headers: dict[str, str] = {}
+        for name, value in answer.headers:
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        cap = self._contract.max_body_bytes
+        decoder = _decoder(headers)
+        chunks: list[bytes] = []
+        size = raw_size = 0
+        truncated = False
+        while True:
+            if time.monotonic() > deadline:
+                raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
+            raw = answer.read(READ_CHUNK)
+            if not raw:
+                if decoder is not None:
+                    decoder.finish()
+                break
+            raw_size += len(raw)
+            data = raw if decoder is None else decoder.feed(raw, cap + 1 - size)
+            chunks.append(data)
+            size += len(data)
+            # The raw count bounds a stream that decodes to nothing; the decoded count is the contract's cap.
+            if size > cap or raw_size > cap:
+                truncated = True
+                break
+        if decoder is not None:
+            # These describe the bytes on the wire, which nobody downstream sees.
+            headers.pop("content-encoding", None)
+            headers.pop("content-length", None)
+        scrub = self._scrubber.text
+        return Response(
+            status=answer.status,
+            headers={scrub(k): scrub(v) for k, v in headers.items()},
+            body=self._scrubber.binary(b"".join(chunks)[:cap]),
+            sent_at=sent_at,
+            received_at=self._clock(),
+            truncated=truncated,
+        )
 
     def _failure(self, kind: FailureKind, message: str, sent_at: datetime) -> TransportFailure:
-        return TransportFailure(kind=kind, message=self.scrub(message), sent_at=sent_at, failed_at=self._clock())
+        text = self._scrubber.text(message)[:_MESSAGE_CAP]
+        return TransportFailure(kind=kind, message=text, sent_at=sent_at, failed_at=self._clock())
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A scripted answer for `FakeTransport`; `body` is sent as it is (encode it yourself to test decoding)."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+class _ReplyAnswer:
+    def __init__(self, reply: Reply) -> None:
+        self.status = reply.status
+        self.headers = tuple(reply.headers.items())
+        self._body = io.BytesIO(reply.body)
+
+    def read(self, size: int) -> bytes:
+        return self._body.read(size)
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class FakeTransport:
+    """Answers from a function, like `httpx.MockTransport`; the function may raise `WireError` to fail a request."""
+
+    def __init__(self, handler: Callable[[Request], Reply]) -> None:
+        self._handler = handler
+        self.requests: list[Request] = []
+
+    def open(self, request: Request) -> Answer:
+        self.requests.append(request)
+        return _ReplyAnswer(self._handler(request))
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -47,6 +47,19 @@ def test_canonical_json_rejects_unserialisable_values() -> None:
         canonical_json({"x": b"bytes"})
 
 
+def test_canonical_json_escapes_a_lone_surrogate_and_keeps_every_other_string_as_before(cipher: AuditCipher) -> None:
+    # Item 6, defence in depth: text that is not Unicode must not crash sealing. Only such text changes form
+    # (to the JSON escape that reads back as the same string); the bytes, and so the hashes, of all else stay.
+    assert canonical_json({"s": "\ud800", "t": "é"}) == b'{"s":"\\ud800","t":"\xc3\xa9"}'
+    assert canonical_json({"\udfffk": ["a\udc80b"]}) == b'{"\\udfffk":["a\\udc80b"]}'
+    assert canonical_json({"pair": "\U0001f600"}) == '{"pair":"\U0001f600"}'.encode()
+    payload = {"state": "\ud800x"}
+    record = seal_record(
+        cipher, log_id="op", seq=1, at="2025-01-01T00:00:00Z", kind="k", prev_hash=GENESIS_HASH, payload=payload
+    )
+    assert open_record(cipher, record) == payload
+
+
 def test_chain_hash_matches_the_documented_encoding() -> None:
     ciphertext = bytes(range(40))
     prev = hashlib.sha256(b"prev").hexdigest()

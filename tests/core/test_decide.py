@@ -78,6 +78,7 @@ RULE_CASES: list[tuple[str, Exchange, Action, StopReason | None]] = [
     ("not_found", response(status=404), Action.STOP, StopReason.INTEGRATION_FAILURE),
     ("redirect", response(status=302, headers={"location": "/x"}), Action.STOP, StopReason.INTEGRATION_FAILURE),
     ("unexpected_status", response(status=418), Action.STOP, StopReason.INTEGRATION_FAILURE),
+    ("local_error", failure(FailureKind.LOCAL), Action.STOP, StopReason.INTEGRATION_FAILURE),
 ]
 
 

@@ -95,18 +95,18 @@ def test_dig() -> None:
         (json.dumps({"state": 5}).encode(), "is a int, not a string"),
         (json.dumps({"state": ["running"]}).encode(), "is a list, not a string"),
         (json.dumps({"state": True}).encode(), "is a bool, not a string"),
-        (json.dumps(["running"]).encode(), "'state' is missing"),
-        (b'"running"', "'state' is missing"),
+        (json.dumps(["running"]).encode(), "body is a JSON array, not an object"),
+        (b'"running"', "body is a JSON string, not an object"),
         (b"<html>Service Unavailable</html>", "not JSON"),
         (b"", "not JSON"),
         (b'{"state": "running"', "not JSON"),
-        (b'{"state": "running", "x": NaN}', "not JSON"),
-        (b'{"state": "running", "x": Infinity}', "not JSON"),
-        (b'{"state": "running", "x": -Infinity}', "not JSON"),
+        (b'{"state": "running", "x": NaN}', "body holds NaN, which is not JSON"),
+        (b'{"state": "running", "x": Infinity}', "body holds Infinity, which is not JSON"),
+        (b'{"state": "running", "x": -Infinity}', "body holds -Infinity, which is not JSON"),
         (b'{"state": "running"}\xff', "not UTF-8"),
         ('{"state": "running"}'.encode("utf-16"), "not UTF-8"),
-        (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
-        (b'{"state": "running", "n": ' + b"9" * 5000 + b"}", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests deeper than 64 levels"),
+        (b'{"state": "running", "n": ' + b"9" * 5000 + b"}", "integer of 5000 digits"),
     ],
 )
 def test_invalid_bodies(payload: bytes, needle: str) -> None:
@@ -115,6 +115,66 @@ def test_invalid_bodies(payload: bytes, needle: str) -> None:
     assert needle in obs.detail
     assert obs.state is None and obs.category is None
     assert obs.http_status == 200
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        # Item 6: a lone surrogate is not Unicode text; it crashed audit sealing downstream.
+        (b'{"state": "\\ud800"}', "lone surrogate"),
+        (b'{"state": "running", "error": {"m": ["\\udfff"]}}', "lone surrogate"),
+        (b'{"state": "running", "\\udc80": 1}', "lone surrogate"),
+        # Item 7: nesting past 64 levels, wherever it is.
+        (b'{"state": "running", "poll_after_seconds": ' + b"[" * 990 + b"1" + b"]" * 990 + b"}", "nests deeper"),
+        (b'{"state": "failed", "error": ' + b'{"a": ' * 65 + b"1" + b"}" * 65 + b"}", "nests deeper than 64"),
+        # Item 8: a repeated key means whatever the last parser to read it decides.
+        (b'{"state":"running","state":"succeeded","result_url":"/x"}', "repeats the key 'state'"),
+        (b'{"state": "running", "error": {"code": 1, "code": 2}}', "repeats the key 'code'"),
+        (b'{"state": "running", "poll_after_seconds": 1e999}', "too large for a float"),
+        (b'{"state": "running", "poll_after_seconds": -1e999}', "too large for a float"),
+        (b'{"state": "running", "n": -' + b"9" * 1001 + b"}", "integer of 1001 digits"),
+        (b'\xef\xbb\xbf{"state": "running"}', "byte-order mark"),
+        (b'[{"state": "running"}]', "body is a JSON array, not an object"),
+        (b"null", "body is a JSON null, not an object"),
+        (b"5", "body is a JSON number, not an object"),
+        (b'{"state": "run\xc3\x28ning"}', "not UTF-8 (invalid byte at offset 14)"),
+        (b'{"state": "running"} {"state": "succeeded"}', "not JSON (Extra data at offset 21)"),
+    ],
+)
+def test_hostile_bodies_are_invalid_with_a_clear_detail(payload: bytes, needle: str) -> None:
+    obs = look(payload)
+    assert obs.kind is Kind.INVALID_RESPONSE, obs
+    assert needle in obs.detail
+    assert obs.state is None and obs.category is None
+    obs.detail.encode("utf-8")  # the detail itself is storable text
+
+
+def test_what_strict_parsing_still_accepts() -> None:
+    pair = look(b'{"state": "\\ud83d\\ude00"}')  # a surrogate PAIR is one real character
+    assert (pair.kind, pair.state) == (Kind.JOB_STATE, "\U0001f600")
+    deep = b'{"state": "failed", "error": ' + b"[" * 62 + b"1" + b"]" * 62 + b"}"
+    assert look(deep).kind is Kind.JOB_STATE
+    big = look(b'{"state": "running", "n": ' + b"9" * 1000 + b', "f": 1.5e300}')
+    assert (big.kind, big.state) == (Kind.JOB_STATE, "running")
+    same_key_elsewhere = look(b'{"state": "running", "a": {"state": 1}, "b": {"state": 2}}')
+    assert same_key_elsewhere.kind is Kind.JOB_STATE
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "gzip, gzip", "compress"])
+def test_a_body_still_encoded_is_invalid(encoding: str) -> None:
+    # Item 9: the client decodes gzip and deflate and drops the header; any other coding arrives still encoded.
+    obs = look(body("running"), headers={"content-encoding": encoding})
+    assert obs.kind is Kind.INVALID_RESPONSE
+    assert "Content-Encoding" in obs.detail
+    assert look(body("running"), headers={"content-encoding": "identity"}).kind is Kind.JOB_STATE
+
+
+def test_a_local_failure_is_not_a_transport_failure() -> None:
+    # Item 17: nothing left the machine, so delivery is known (not delivered) and the kind is its own.
+    obs = observe(C, failure(FailureKind.LOCAL))
+    assert obs.kind is Kind.LOCAL_ERROR
+    assert obs.delivery_unknown is False
+    assert obs.detail.startswith("not sent, a local error")
 
 
 def test_truncated_body_is_invalid_even_if_it_parses() -> None:
@@ -261,8 +321,7 @@ def test_poll_after_seconds_valid() -> None:
         (b'"30"', "not a number"),
         (b"[30]", "not a number"),
         (b"{}", "not a number"),
-        (b"1e999", "not a number"),  # parses to float inf
-        (b"-1e999", "not a number"),
+        # 1e999 is no longer a rejected hint: a number too large for its type refuses the whole body (item 8).
         (str(366 * 86400 + 1).encode(), "absurdly far"),
         (b"1" + b"0" * 30, "absurdly far"),
     ],

@@ -124,7 +124,13 @@ def canonical_json(payload: Mapping[str, Any]) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("payload contains a lone surrogate and cannot be encoded as UTF-8") from None
+        # A lone surrogate is not Unicode text and has no UTF-8 form. Inside a JSON string its escape reads
+        # back as the same string, and only text that could not be encoded before changes, so the hashes of
+        # every existing record stay as they were. Surrogates can appear only inside strings here.
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _check_fields(log_id: str, seq: int, at: str, kind: str) -> None:

@@ -8,7 +8,9 @@ start-up, not a silent default at 3 a.m.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -267,6 +269,8 @@ def _build(r: _Reader) -> Contract:
         secret_env = a.text("secret_env", required=True)
         _check_token(a, "header", header)
         _check_token(a, "secret_env", secret_env)
+        if scheme:
+            _check_token(a, "scheme", scheme)
         auth = Auth(secret_env=secret_env, header=header, scheme="Bearer" if scheme is None else scheme)
     s = r.table("states", required=True)
     s.only({c.value for c in Category if c is not Category.UNKNOWN})
@@ -336,14 +340,14 @@ def _build(r: _Reader) -> Contract:
         e = r.table("escalation")
         e.only({"extend", "extend_checks", "pause", "console_url", "webhook_url", "webhook_secret_env", "useful_for"})
         webhook_url = e.text("webhook_url")
-        if webhook_url is not None and urlsplit(webhook_url).scheme not in {"http", "https"}:
-            raise e.fail("webhook_url", "must be an http(s) URL")
+        if webhook_url is not None:
+            _check_url(e, "webhook_url", webhook_url)
         secret_env = e.text("webhook_secret_env")
         if secret_env is not None:
             _check_token(e, "webhook_secret_env", secret_env)
         console_url = e.text("console_url")
-        if console_url is not None and urlsplit(console_url).scheme not in {"http", "https"}:
-            raise e.fail("console_url", "must be an http(s) URL")
+        if console_url is not None:
+            _check_url(e, "console_url", console_url)
         useful_for = e.duration("useful_for", timedelta(0), positive=True) if "useful_for" in e.data else None
         escalation = Escalation(
             extend=e.duration("extend", escalation.extend, positive=True),
@@ -364,6 +368,7 @@ def _build(r: _Reader) -> Contract:
         sb = r.table("submit")
         sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
         url = sb.text("url", required=True)
+        _check_url(sb, "url", url)
         if _origin(url) != origin:
             raise sb.fail("url", f"must be on {origin}, the origin the credential is bound to")
         idem = sb.text("idempotency_header")
@@ -438,6 +443,7 @@ def _method(r: _Reader) -> str:
 
 def _action_url(r: _Reader, origin: str) -> str:
     url: str = r.text("url", required=True)
+    _check_url(r, "url", url)
     if url.count("{job_id}") != 1:
         raise r.fail("url", "must contain the placeholder {job_id} exactly once")
     if _origin(url) != origin:
@@ -446,19 +452,54 @@ def _action_url(r: _Reader, origin: str) -> str:
 
 
 def _check_status_url(r: _Reader, url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise ContractError(f"{r.source}: status_url: must be an absolute http(s) URL, got {url!r}")
+    if "{job_id}" in url.partition("//")[2].partition("/")[0]:  # before _check_url, which would only say "host"
+        raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
+    _check_url(r, "status_url", url)
     if url.count("{job_id}") != 1:
         raise ContractError(f"{r.source}: status_url: must contain the placeholder {{job_id}} exactly once")
-    if "{job_id}" in parts.netloc:
-        raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
-    if parts.username or parts.password:
-        raise ContractError(f"{r.source}: status_url: must not carry credentials; use [auth].secret_env")
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9.-]+")
+
+
+def _check_url(r: _Reader, key: str, url: str) -> None:
+    """A URL the client can request exactly as written, refused at load so nothing is created or counted first.
+
+    ASCII only, with no space or control character anywhere (a CR/LF would split the request, and a client
+    that quietly re-encodes a URL requests something the contract does not name); http or https; a host name
+    or IP literal; a port from 1 to 65535; no userinfo (credentials travel only through [auth])."""
+    for ch in url:
+        if ord(ch) < 32 or ord(ch) == 127:
+            raise r.fail(key, f"holds the control character U+{ord(ch):04X}; a URL must be one printable line")
+        if ch == " ":
+            raise r.fail(key, "holds a space; percent-encode it as %20")
+        if not ch.isascii():
+            raise r.fail(key, f"holds the non-ASCII character {ch!r}; percent-encode it, and write an IDN host as xn--")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        detail = "its port is not a number from 1 to 65535" if "ort" in str(exc) else str(exc)
+        raise r.fail(key, f"is not a valid URL ({detail}): {url!r}") from None
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise r.fail(key, f"must be an absolute http(s) URL, got {url!r}")
+    if port == 0:
+        raise r.fail(key, "its port is not a number from 1 to 65535")
+    if parts.username is not None or parts.password is not None:
+        raise r.fail(key, "must not carry credentials (user:password@); use [auth].secret_env")
+    host = parts.hostname
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise r.fail(key, f"host {host!r} in brackets is not an IPv6 address") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise r.fail(key, f"host {host!r} may only use letters, digits, '.' and '-'")
 
 
 def _check_token(r: _Reader, key: str, value: str) -> None:
-    if not value or any(not (ch.isalnum() or ch in "-_") for ch in value):
+    """Header names, auth schemes, variable names: ASCII letters (isalnum alone lets "é" in), digits, - and _."""
+    if not value or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in value):
         raise ContractError(f"{r.source}: {r.where(key)}: {value!r} may only use letters, digits, '-' and '_'")
 
 

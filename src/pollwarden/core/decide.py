@@ -303,4 +303,7 @@ RULES: dict[tuple[Kind, Category | None], tuple[str, Callable[[_Ctx], Decision]]
     (Kind.NOT_FOUND, None): ("not_found", _not_found),
     (Kind.REDIRECT, None): ("redirect", _stop_with(StopReason.INTEGRATION_FAILURE)),
     (Kind.UNEXPECTED_STATUS, None): ("unexpected_status", _stop_with(StopReason.INTEGRATION_FAILURE)),
+    # Nothing left the machine, so the provider learned nothing and retrying cannot help: a person fixes the
+    # integration. The reserved request stays counted: the budget counts attempts, and this one was attempted.
+    (Kind.LOCAL_ERROR, None): ("local_error", _stop_with(StopReason.INTEGRATION_FAILURE)),
 }

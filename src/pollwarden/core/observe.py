@@ -7,8 +7,10 @@ hands over bytes, headers and the times it measured.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,6 +42,7 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"  # sent, no answer in time: delivery unknown
     RESET = "reset"  # connection dropped after sending: delivery unknown
     PROTOCOL = "protocol"  # the peer spoke broken HTTP
+    LOCAL = "local"  # refused here before a byte was written (a URL or header that cannot be sent): not delivered
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class TransportFailure:
     @property
     def delivery_unknown(self) -> bool:
         """Did the provider perhaps receive it? Only a failure before sending proves it did not."""
-        return self.kind is not FailureKind.CONNECT
+        return self.kind not in (FailureKind.CONNECT, FailureKind.LOCAL)
 
 
 Exchange = Response | TransportFailure
@@ -68,6 +71,7 @@ class Kind(StrEnum):
     NOT_FOUND = "not_found"
     REDIRECT = "redirect"
     UNEXPECTED_STATUS = "unexpected_status"
+    LOCAL_ERROR = "local_error"  # our side could not send the request: an integration error, not a provider fact
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,14 @@ def _t(moment: datetime | None) -> str | None:
 def observe(contract: Contract, exchange: Exchange) -> Observation:
     if isinstance(exchange, TransportFailure):
         return Observation(
-            kind=Kind.TRANSPORT,
+            kind=Kind.LOCAL_ERROR if exchange.kind is FailureKind.LOCAL else Kind.TRANSPORT,
             observed_at=exchange.failed_at,
             delivery_unknown=exchange.delivery_unknown,
-            detail=f"{exchange.kind.value}: {exchange.message}",
+            detail=(
+                f"not sent, a local error: {exchange.message}"
+                if exchange.kind is FailureKind.LOCAL
+                else f"{exchange.kind.value}: {exchange.message}"
+            ),
         )
     response = exchange
     at = response.received_at
@@ -187,14 +195,14 @@ def _classify_body(
 
     if response.truncated:
         return invalid(f"body larger than the {contract.max_body_bytes}-byte cap")
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        # The client decodes gzip and deflate and then drops the header, so one still here was not decoded.
+        return invalid(f"body is sent with Content-Encoding {_short(encoding)!r}, which is not gzip or deflate")
     try:
-        text = response.body.decode("utf-8")
-    except UnicodeDecodeError:
-        return invalid("body is not UTF-8")
-    try:
-        document = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
-        return invalid("body is not JSON")
+        document = parse_document(response.body)
+    except BodyError as exc:
+        return invalid(str(exc))
     fields = contract.fields
     found, state = dig(document, fields.state)
     if not found:
@@ -288,8 +296,99 @@ def dig(document: Any, path: str) -> tuple[bool, Any]:
     return True, current
 
 
+MAX_DEPTH = 64
+"""Deeper than any status document needs; past it, json, the audit encoder and `_short` would recurse for ever."""
+
+MAX_INT_DIGITS = 1000
+"""Below Python's own int-from-text limit (4300 digits), which raises a bare ValueError deep in the parser."""
+
+
+class BodyError(ValueError):
+    """Why a body is not a JSON object this parser will read; the message is safe to show and to store."""
+
+
+def parse_document(body: bytes) -> dict[str, Any]:
+    """Strict JSON: one object, UTF-8 without a BOM, no repeated keys, no NaN or infinities, no number too big for
+    its type, no lone surrogate escapes (they are not Unicode text and cannot be stored), at most MAX_DEPTH deep.
+
+    Each of these is read one way by one parser and another way by the next, so an answer that has any of them
+    cannot be trusted to mean what the contract says; it is refused, never guessed at."""
+    if body.startswith(codecs.BOM_UTF8):
+        raise BodyError("body starts with a byte-order mark, which JSON does not allow")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"body is not UTF-8 (invalid byte at offset {exc.start})") from None
+    try:
+        document = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_constant=_refuse_constant,
+            parse_float=_float,
+            parse_int=_int,
+        )
+    except BodyError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"body is not JSON ({exc.msg} at offset {exc.pos})") from None
+    except RecursionError:
+        raise BodyError(f"body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        raise BodyError("body is not JSON") from None
+    if not isinstance(document, dict):
+        raise BodyError(f"body is a JSON {_json_type(document)}, not an object")
+    _check_tree(document)
+    return document
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_tree(document: dict[str, Any]) -> None:
+    """Depth and text, walked without recursion so that the walk itself cannot overflow."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise BodyError("body holds a lone surrogate escape (like \\ud800), which is not Unicode text")
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise BodyError(f"body nests deeper than {MAX_DEPTH} levels")
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        shown = _short(repeated.encode("utf-8", "backslashreplace").decode("utf-8"))
+        raise BodyError(f"body repeats the key {shown!r}: parsers disagree on which value counts")
+    return document
+
+
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
+    raise BodyError(f"body holds {name}, which is not JSON")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BodyError(f"body holds the number {_short(text)}, too large for a float")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise BodyError(f"body holds an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _short(value: Any) -> str:

@@ -123,11 +123,7 @@ class Engine:
     def _same_job(self, request: WatchRequest) -> list[OperationRecord]:
         if request.job_id is None:
             return []
-        name = request.contract.name
-        found = [
-            s.record for s in self.store.all() if s.record.contract_name == name and s.record.job_id == request.job_id
-        ]
-        return sorted(found, key=lambda r: r.created_at, reverse=True)
+        return [stored.record for stored in self.store.find_job(request.contract.name, request.job_id)]
 
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
         now = self.clock()
