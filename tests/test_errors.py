@@ -17,12 +17,12 @@ from pollwarden.api import WatchError
 from pollwarden.audit import AuditError
 from pollwarden.audit.crypto import AuditDecryptError, AuditKeyError
 from pollwarden.audit.export import ExportFormatError
-from pollwarden.cli import UsageError
+from pollwarden.cli.common import UsageError
+from pollwarden.cli.fleet import FleetUsageError
 from pollwarden.core.contract import ContractError
 from pollwarden.core.durations import DurationError
 from pollwarden.core.escalation import DecisionError
 from pollwarden.errors import PollwardenError, exit_code_for
-from pollwarden.fleet_cli import FleetUsageError
 from pollwarden.http import CredentialError
 from pollwarden.mcp_server import ToolFailure
 from pollwarden.operating import HomeError

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ..core.contract import Contract, ContractError, load_contract
 from ..core.durations import DurationError, parse_duration
+from ..errors import PollwardenError
 from ..home import resolve_home
 from ..operating import HomeError, open_store
 from ..store.base import Store
-from ..errors import PollwardenError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
 

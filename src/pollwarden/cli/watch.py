@@ -20,8 +20,8 @@ from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, contract_of
 from ..shown import shown
-from ..store.owner import process_owner
 from ..store.base import Store
+from ..store.owner import process_owner
 from ..store.postgres import redact_url
 from .common import (
     EXIT_ESCALATED,

@@ -25,9 +25,8 @@ from ..core.record import OPERATION_ID, OperationRecord
 from ..engine import Engine, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
-from ..store.base import agent_log_id
+from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
-from ..store.base import Store
 from .base import CallContext, ToolFailure, clean_text, log
 from .gates import gated_call
 from .scrub import Scrubber, secret_values

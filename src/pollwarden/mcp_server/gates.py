@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.record import OperationRecord
-from ..store.base import Grant
-from ..store.base import Store
+from ..store.base import Grant, Store
 from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
 if TYPE_CHECKING:
