@@ -252,19 +252,33 @@ def test_request_extension_asks_a_person_who_alone_can_grant_it(sim: Simulator, 
             assert stopped.data["decision"] is not None
             assert sim.request_count("never-2") == 2
 
+            opened = stopped.data["decision"]["decision_id"]
             asked = await agent.call(
                 "request_extension", operation_id=op, minutes=10, checks=3, reason="the export is large today"
             )
             assert asked.ok, asked.text
             decision = asked.data["decision"]
-            assert decision["status"] == "open" and decision["requested_by"].startswith("agent session ")
-            assert (decision["options"][0]["kind"], decision["options"][0]["extra_checks"]) == ("extend", 3)
-            repeat = await agent.call("request_extension", operation_id=op, minutes=10, checks=3, reason="again")
-            assert repeat.data["already_requested"] is True
+            # Added to the decision the stop opened, not a second one beside it.
+            assert decision["decision_id"] == opened and decision["status"] == "open", asked.text
+            assert asked.data["attached"] is True
+            (attached,) = decision["agent_requests"]
+            assert (attached["minutes"], attached["checks"], attached["reason"]) == (10, 3, "the export is large today")
+            assert attached["requested_by"].startswith("agent session ")
+            repeat = await agent.call("request_extension", operation_id=op, minutes=60, checks=9, reason="again")
+            assert repeat.ok and repeat.data["already_requested"] is True, repeat.text
+            assert repeat.data["decision"]["decision_id"] == opened
+            assert [r["reason"] for r in repeat.data["decision"]["agent_requests"]] == ["the export is large today"]
 
-            listed = await cli("decisions", "--json", home=home)
-            open_ids = {d["decision_id"]: d for d in json.loads(listed.stdout)}
-            assert open_ids[decision["decision_id"]]["request_reason"] == "the export is large today"
+            every = json.loads((await cli("decisions", op, "--all", "--json", home=home)).stdout)
+            assert [d["decision_id"] for d in every] == [opened], every
+            story = await cli("story", op, home=home)
+            assert story.stdout.count("the agent asked for more time") == 1, story.stdout
+            assert f"the agent asked for more time for {op}: the export is large today" in story.stdout
+            session = (await agent.call("list_operations")).data["session"]
+            trail = json.loads((await cli("story", f"@agent/{session}", "--json", home=home)).stdout)
+            asked_events = [e for e in trail if e["kind"] == "extension_requested"]
+            assert len(asked_events) == 1 and asked_events[0]["data"]["decision_id"] == opened, asked_events
+            decision = {**decision, "options": stopped.data["decision"]["options"]}
 
             # The agent has no tool to grant it, and asking again or polling changes nothing.
             names = {tool.name for tool in (await agent.session.list_tools()).tools}
@@ -280,7 +294,9 @@ def test_request_extension_asks_a_person_who_alone_can_grant_it(sim: Simulator, 
             assert granted.code == 0, granted.stderr
             resumed = await agent.call("wait_operation", operation_id=op, max_wait_seconds=20)
             assert resumed.data["status"] == "stopped" and resumed.data["reason"] == "request_budget_exhausted"
-            assert sim.request_count("never-2") == 5  # exactly the 3 checks a person granted
+            granted_checks = decision["options"][0]["extra_checks"]
+            assert decision["options"][0]["kind"] == "extend"
+            assert sim.request_count("never-2") == 2 + granted_checks  # exactly the checks a person granted
             history = (await agent.call("get_decision", operation_id=op)).data["history"]
             assert {"decision_id": decision["decision_id"], "status": "decided", "decided_by": "carol"}.items() <= {
                 k: v for h in history if h["decision_id"] == decision["decision_id"] for k, v in h.items()

@@ -45,7 +45,7 @@ def _run(*args: str, home: Path, umask: int) -> Ran:
 
 def _watch(sim: Simulator, tmp_path: Path, home: Path, op: str, *, umask: int = 0o022) -> None:
     contract = write_contract(tmp_path / "c.toml", sim.url)
-    ran = _run("-m", "pollwarden", "watch", "--contract", str(contract), "--job", "happy-1", "--operation", op,
+    ran = _run("-m", "pollwarden", "watch", "--contract", str(contract), "--job", f"happy-{op}", "--operation", op,
                home=home, umask=umask)  # fmt: skip
     assert ran.code == 0, ran.stderr
 

@@ -29,7 +29,7 @@ from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, clean_text, log
 from .gates import gated_call
-from .scrub import Scrubber, secret_values
+from .scrub import Scrubber, secret_values, wire_safe
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
@@ -127,13 +127,13 @@ class Broker:
             self.start_session(client)
             handler = self.tools[tool]
             answer = handler(self, call, **arguments)
-            return True, self.scrubber.value(answer)
+            return True, wire_safe(self.scrubber.value(answer))
         except ToolFailure as failure:
-            return False, self.scrubber.value(failure.to_json())
+            return False, wire_safe(self.scrubber.value(failure.to_json()))
         except Exception as exc:  # the agent gets a sentence, the operator the (scrubbed) traceback
             log.exception("tool %s failed", tool)
             message = f"internal error in {tool}: {exc.__class__.__name__}: {exc}"[:500]
-            return False, self.scrubber.value({"error": "internal_error", "message": message})
+            return False, wire_safe(self.scrubber.value({"error": "internal_error", "message": message}))
 
     # -- lookups -------------------------------------------------------------------------------------
 

@@ -60,6 +60,8 @@ def gated_call(
         _result(broker, store, {"call": number, "operation": record.operation_id, "outcome": failure.code})
         raise
     except Exception as exc:
+        # The agent gets a named failure; the operator gets the (scrubbed) traceback of what no path expected.
+        log.exception("provider call %s for %s failed", number, record.operation_id)
         _result(broker, store, {"call": number, "operation": record.operation_id, "outcome": "error"})
         raise ToolFailure("call_failed", f"the provider call failed: {exc.__class__.__name__}") from None
     _result(broker, store, {"call": number, "operation": record.operation_id, **outcome})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -73,6 +74,21 @@ class ScrubLogs(logging.Filter):
             record.exc_text = self.scrubber.text(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         return True
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def wire_safe(value: Any) -> Any:
+    """Strings that UTF-8 can carry: the SDK cannot serialize a lone surrogate, and one such reply would end the
+    stdio writer and so the whole server, not just that call."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, Mapping):
+        return {wire_safe(str(k)): wire_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wire_safe(v) for v in value]
+    return value
 
 
 def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> list[str]:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from ..actions import ActionError, fetch_result
 from ..core.admission import Limits, Refusal, WatchRequest
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
-from ..core.escalation import DecisionError, OptionKind, build_request, stop_marker
+from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
 from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
 from .base import (
     MAX_EXTENSION_CHECKS,
@@ -162,12 +163,13 @@ def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> d
     with broker.store() as store:
         _, record = broker.operation(store, operation_id)
         rows = store.decisions(operation_id)
-    open_rows = [d for d in rows if d.status == "open"]
+        open_rows = [d for d in rows if d.status == "open"]
+        shown = _with_agent_requests(store, open_rows[-1].request) if open_rows else None
     return {
         "operation_id": operation_id,
         "phase": record.phase.value,
         "reason": record.reason.value if record.reason else None,
-        "decision": decision_view(open_rows[-1].request) if open_rows else None,
+        "decision": shown,
         "history": [
             {
                 "decision_id": d.request.decision_id,
@@ -195,6 +197,7 @@ def tool_request_extension(
     why = clean_text(str(reason), MAX_REASON_CHARS)
     if not why:
         raise ToolFailure("invalid_argument", "reason must say why more waiting is worth it (R43)")
+    asked = {"minutes": minutes, "checks": checks, "reason": why, "requested_by": broker.requester}
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
         if record.phase is not Phase.STOPPED:
@@ -204,15 +207,9 @@ def tool_request_extension(
                 " (the operation keeps its approved deadline and budget until then)",
             )
         marker = stop_marker(record)
-        for existing in store.decisions(operation_id, open_only=True):
-            mine = existing.request.requested_by == broker.requester
-            if mine and existing.request.stop_marker == marker:
-                return {
-                    "status": "requested",
-                    "already_requested": True,
-                    "decision": decision_view(existing.request),
-                    "message": "this stop already has your request; a person decides it, you cannot",
-                }
+        already = _already_asked(store, operation_id, marker)
+        if already is not None:
+            return already
         now = broker.clock()
         claimed = store.claim(operation_id, process_owner(), now, lease_ttl(contract))
         if claimed is None:
@@ -221,16 +218,25 @@ def tool_request_extension(
         try:
             if stop_marker(current) != marker:
                 raise ToolFailure("busy", f"operation {operation_id} moved on a moment ago; look at it again")
-            try:
-                request = build_request(
-                    current,
-                    contract,
-                    now,
-                    decision_id=new_decision_id(),
-                    requested=(timedelta(minutes=minutes), checks, why, broker.requester),
-                )
-            except DecisionError as exc:
-                raise ToolFailure("not_stopped", str(exc)) from None
+            # Checked again under the lease: two requests racing for one stop must not both be added.
+            already = _already_asked(store, operation_id, marker)
+            if already is not None:
+                store.release(lease)
+                return already
+            opened = _open_decision(store, operation_id, marker)
+            if opened is not None:
+                request, new = opened.request, None
+            else:
+                try:
+                    request = new = build_request(
+                        current,
+                        contract,
+                        now,
+                        decision_id=new_decision_id(),
+                        requested=(timedelta(minutes=minutes), checks, why, broker.requester),
+                    )
+                except DecisionError as exc:
+                    raise ToolFailure("not_stopped", str(exc)) from None
             if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
                 reason_value = current.reason.value if current.reason else "?"
                 raise ToolFailure(
@@ -238,30 +244,64 @@ def tool_request_extension(
                     f"a stop for {reason_value} does not allow more waiting (R30); a person may inspect or close"
                     " it. Nothing was requested",
                 )
-            event = {
-                "decision_id": request.decision_id,
-                "minutes": minutes,
-                "checks": checks,
-                "reason": why,
-                "requested_by": broker.requester,
-            }
-            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=request):
+            # The operation's id is in the event itself: the story names the operation from it.
+            event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
+            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
         except BaseException:
             store.release(lease)
             raise
         # The request and its audit event are committed in the operation's log; this is the session's copy.
         try:
-            store.append(broker.log_id, "extension_requested", {"operation": operation_id, **event}, now)
+            store.append(broker.log_id, "extension_requested", event, now)
         except Exception:
             log.exception("the session record of extension request %s could not be written", request.decision_id)
+        shown = _with_agent_requests(store, request)
     return {
         "status": "requested",
-        "decision": decision_view(request),
+        "attached": new is None,
+        "decision": shown,
         "message": (
             f"decision {request.decision_id} is waiting for a person (pollwarden decisions / decide, or the"
-            " console); you cannot grant it. get_decision(operation_id) shows what they chose"
+            " console); your request is attached to it and you cannot grant it. get_decision(operation_id) shows"
+            " what they chose"
         ),
+    }
+
+
+def _open_decision(store: Store, operation_id: str, marker: str) -> StoredDecision | None:
+    """The open decision of this very stop, if there is one: an agent's request is added to it."""
+    current = [d for d in store.decisions(operation_id, open_only=True) if d.request.stop_marker == marker]
+    return current[-1] if current else None
+
+
+def _agent_requests(store: Store, request: DecisionRequest) -> list[dict[str, Any]]:
+    """The agents' requests for more, each audited in the operation's log against the decision it went to."""
+    return [
+        {k: e.data.get(k) for k in ("minutes", "checks", "reason", "requested_by")}
+        for e in store.events(request.operation_id)
+        if e.kind == "extension_requested" and e.data.get("decision_id") == request.decision_id
+    ]
+
+
+def _with_agent_requests(store: Store, request: DecisionRequest) -> dict[str, Any]:
+    return {**decision_view(request), "agent_requests": _agent_requests(store, request)}
+
+
+def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, Any] | None:
+    """One agent request per open decision: asking again says so and changes nothing."""
+    opened = _open_decision(store, operation_id, marker)
+    if opened is None:
+        return None
+    shown = _with_agent_requests(store, opened.request)
+    if not opened.request.requested_by and not shown["agent_requests"]:
+        return None
+    return {
+        "status": "requested",
+        "already_requested": True,
+        "decision": shown,
+        "message": f"decision {opened.request.decision_id} for this stop already has an agent's request; a person"
+        " decides it, you cannot. Nothing was changed",
     }
 
 
