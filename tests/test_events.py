@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pollwarden import events as ev
-from pollwarden.core import decide, halt, observe, reserve
+from pollwarden.core import halt, observe, reserve
 from pollwarden.core.codec import record_to_json
 from pollwarden.core.reasons import StopReason
 from tests.core.support import T0, body, make_contract, make_record, poll, response
@@ -53,7 +53,7 @@ def _written_kinds() -> set[str]:
 
 def test_every_kind_the_code_writes_has_a_class() -> None:
     written = _written_kinds()
-    assert {"created", "decision", "observed", "reserved", "paced", "notified", "submission_unknown"} <= written
+    assert {"paced", "notified", "submission_unknown"} <= written  # the engine writes typed events only
     assert sorted(k for k in written if k not in ev.EVENT_TYPES) == []
 
 
@@ -136,25 +136,10 @@ def test_the_decision_payload_of_a_halt_has_no_observation_and_no_draw() -> None
     }
 
 
-def test_the_engine_payloads_match_the_watch_drivers_while_it_exists() -> None:
-    watch = pytest.importorskip("pollwarden.watch")
-    if not hasattr(watch, "decision_events"):
-        pytest.skip("watch.py no longer builds events")
-    contract = make_contract()
-    reserved = reserve(make_record(contract), T0)
-    exchange = response(body("succeeded", result_url="/r"), at=T0)
-    obs = observe(contract, exchange)
-    decision = decide(reserved, obs, T0, 0.5)
-    old = watch.decision_events(reserved, obs, decision, T0, 0.5, sent_at=T0)
-    new = [e.new_event() for e in ev.poll_events(reserved, obs, decision, T0, 0.5, sent_at=T0)]
-    assert [k for k, _ in new] == [k for k, _ in old] == ["observed", "decision", "succeeded"]
-    assert [dict(p) for _, p in new] == [dict(p) for _, p in old]
-
-
 def test_created_has_one_shape_whoever_creates() -> None:
     record = make_record(make_contract())
-    plain = ev.Created.of(record).to_json()
+    plain = ev.Created.of(record, "cli").to_json()
     assert plain["operation"] == record.operation_id and plain["expected_terminal"] == list(record.expected_terminal)
     assert {"request_fingerprint", "contract_fingerprint", "max_transport_failures"} <= set(plain)
-    assert ev.Created.of(record, created_by="agent session s1").to_json() == {**plain, "created_by": "agent session s1"}
-    assert ev.Created.of(record, enqueued=True).to_json() == {**plain, "enqueued": True}
+    agent = ev.Created.of(record, "agent session s1").to_json()
+    assert agent == {**plain, "created_by": "agent session s1"}

@@ -76,7 +76,7 @@ def test_the_face_keeps_its_names() -> None:
 
 
 def test_the_api_function_watch_wins_over_the_submodule_of_the_same_name() -> None:
-    for first in ("import pollwarden.watch", "from pollwarden import Stopped", "import pollwarden.cli"):
+    for first in ("import pollwarden.engine", "from pollwarden import Stopped", "import pollwarden.cli"):
         code = f"{first}\nimport pollwarden, types\nassert callable(pollwarden.watch), pollwarden.watch"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, (first, out.stderr)

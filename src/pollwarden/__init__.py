@@ -8,8 +8,6 @@ one of its names.
 from __future__ import annotations
 
 import importlib
-import sys
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -29,19 +27,6 @@ def __getattr__(name: str) -> object:
     for each in _FROM_API:  # all at once: later lookups skip this function
         globals()[each] = getattr(api, each)
     return globals()[name]
-
-
-class _Face(ModuleType):
-    """Keeps `pollwarden.watch` the function: importing the submodule `pollwarden.watch` sets an attribute of
-    the same name on this package, which the eager import used to overwrite right away."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _FROM_API and isinstance(value, ModuleType):
-            return  # the submodule stays reachable through sys.modules and `from .watch import ...`
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Face
 
 
 def __dir__() -> list[str]:

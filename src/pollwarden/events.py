@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, ClassVar, Self, TypeVar
 
+from .core.admission import created_event
 from .core.codec import record_to_json
 from .core.decide import Decision
 from .core.durations import format_rfc3339
@@ -133,19 +134,9 @@ class Created(AuditEvent):
     max_transport_failures: int | None = None
 
     @classmethod
-    def of(cls, record: OperationRecord, *, created_by: str | None = None, enqueued: bool = False) -> Created:
-        """The one shape of `created`, whichever interface made the operation."""
-        extra: Payload = {
-            **record.summary(),
-            "request_fingerprint": record.request_fingerprint,
-            "contract_fingerprint": record.contract_fingerprint,
-            "expected_terminal": list(record.expected_terminal),
-        }
-        if created_by is not None:
-            extra["created_by"] = created_by
-        if enqueued:
-            extra["enqueued"] = True
-        return cls.from_json(extra)
+    def of(cls, record: OperationRecord, created_by: str) -> Created:
+        """The one shape of `created`, whichever interface made the operation (admission builds it)."""
+        return cls.from_json(created_event(record, created_by))
 
 
 @_register

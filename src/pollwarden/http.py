@@ -32,7 +32,7 @@ from . import __version__
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
-from .errors import PollwardenError
+from .errors import EXIT_ESCALATED, PollwardenError
 
 MAX_HEADERS = 100
 """`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
@@ -49,8 +49,13 @@ class CredentialError(PollwardenError):
     """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
 
 
-class WireError(Exception):
-    """A failure already classified: `kind` says whether the request may have reached the provider."""
+class WireError(PollwardenError):
+    """A failure already classified: `kind` says whether the request may have reached the provider.
+
+    Caught inside the client (it becomes a `TransportFailure`);
+    it is about the provider's answer, so its exit code is a stop's (4)."""
+
+    exit_code = EXIT_ESCALATED
 
     def __init__(self, kind: FailureKind, message: str) -> None:
         super().__init__(message)

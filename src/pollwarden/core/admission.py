@@ -157,18 +157,17 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
     """(malformed, beyond the agent cap) for the asked limits alone."""
     limits = request.limits
     bad: list[Problem] = []
-    for name, duration in (
-        ("deadline", limits.deadline),
-        ("base_delay", limits.base_delay),
-        ("max_delay", limits.max_delay),
-        ("useful_for", limits.useful_for),
-    ):
+    durations = {
+        "deadline": limits.deadline,
+        "base_delay": limits.base_delay,
+        "max_delay": limits.max_delay,
+        "useful_for": limits.useful_for,
+    }
+    for name, duration in durations.items():
         if duration is not None and duration <= timedelta(0):
             bad.append(Problem(name, "must be longer than zero"))
-    for name, count in (
-        ("max_requests", limits.max_requests),
-        ("max_transport_failures", limits.max_transport_failures),
-    ):
+    counts = {"max_requests": limits.max_requests, "max_transport_failures": limits.max_transport_failures}
+    for name, count in counts.items():
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT):
             bad.append(Problem(name, f"must be a whole number from 1 to {MAX_COUNT}"))
     schedule = request.contract.schedule
@@ -248,10 +247,11 @@ def widening(record: OperationRecord, limits: Limits) -> list[Problem]:
                 f"{format_duration(limits.useful_for)} would move the usefulness window past {format_rfc3339(useful)}",
             )
         )
-    for name, asked, stored in (
-        ("base_delay", limits.base_delay, plan.schedule.base_delay),
-        ("max_delay", limits.max_delay, plan.schedule.max_delay),
-    ):
+    delays = {
+        "base_delay": (limits.base_delay, plan.schedule.base_delay),
+        "max_delay": (limits.max_delay, plan.schedule.max_delay),
+    }
+    for name, (asked, stored) in delays.items():
         if asked is not None and asked != stored:
             problems.append(
                 Problem(name, f"{format_duration(asked)} differs from the operation's {format_duration(stored)}")

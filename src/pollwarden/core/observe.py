@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from ..errors import EXIT_ESCALATED, PollwardenError
 from .contract import Contract
 from .durations import DurationError, format_rfc3339, parse_rfc3339
 from .reasons import Category
@@ -303,8 +304,13 @@ MAX_INT_DIGITS = 1000
 """Below Python's own int-from-text limit (4300 digits), which raises a bare ValueError deep in the parser."""
 
 
-class BodyError(ValueError):
-    """Why a body is not a JSON object this parser will read; the message is safe to show and to store."""
+class BodyError(PollwardenError, ValueError):
+    """Why a body is not a JSON object this parser will read; the message is safe to show and to store.
+
+    Caught inside the parser (it becomes `invalid_response`);
+    it is about the provider's answer, so its exit code is a stop's (4)."""
+
+    exit_code = EXIT_ESCALATED
 
 
 def parse_document(body: bytes) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..core.contract import Contract
 from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
+from ..errors import PollwardenError
 from ..notify import deliver
 from ..store.base import Lease, OperationExists, Store
 from . import flow
@@ -37,10 +38,8 @@ class StatusSender(Protocol):
     ) -> Exchange: ...
 
 
-class AdmissionError(ValueError):
+class AdmissionError(PollwardenError, ValueError):
     """A watch that cannot start or resume as asked; nothing was sent. The message says what to change."""
-
-    exit_code = 2
 
     def __init__(self, refusal: Refuse) -> None:
         super().__init__(refusal.message)

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
-from ..core.codec import record_to_json
 from ..core.contract import Contract
 from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
-from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
 from ..core.observe import Exchange, Observation, observe
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
+from ..events import DecisionEvent, LeaseLost, Reserved, outcome_events, poll_events
 from ..store.base import Lease, NewEvent
 
 R = TypeVar("R")
@@ -152,53 +151,6 @@ class Polled:
 StepResult = Done | NotYet | Busy | Polled
 
 
-# -- the audit payloads of a step, each built in one place ------------------------------------------------------
-
-
-def decision_event(
-    before: OperationRecord, observation: Observation | None, decision: Decision, now: datetime, u: float | None
-) -> NewEvent:
-    """The decision with everything `why` needs to replay it: the record before, the observation, now, u."""
-    inputs: dict[str, Any] = {"record": record_to_json(before), "now": now.isoformat()}
-    if observation is not None:
-        inputs["observation"] = observation.to_json()
-    if u is not None:
-        inputs["u"] = u
-    return (
-        "decision",
-        {
-            **decision.to_json(),
-            "request_no": before.status_requests_used,
-            "max_status_requests": before.plan.max_status_requests,
-            "deadline_at": format_rfc3339(before.deadline_at),
-            "state": observation.state if observation is not None else before.last_state,
-            "http_status": observation.http_status if observation is not None else before.last_http_status,
-            "inputs": inputs,
-        },
-    )
-
-
-def outcome_events(record: OperationRecord) -> list[NewEvent]:
-    if record.phase is Phase.SUCCEEDED:
-        return [("succeeded", {"result": record.result, "state": record.last_state})]
-    if record.phase is Phase.STOPPED and record.reason is not None:
-        kind = "job_ended" if record.reason.job_ended else "escalated"
-        return [(kind, {"reason": record.reason.value, "detail": record.detail, "summary": record.summary()})]
-    return []
-
-
-def reserved_event(reserved: OperationRecord, lease: Lease) -> NewEvent:
-    return (
-        "reserved",
-        {
-            "request_no": reserved.status_requests_used,
-            "max_status_requests": reserved.plan.max_status_requests,
-            "deadline_at": format_rfc3339(reserved.deadline_at),
-            "lease_token": lease.token,
-        },
-    )
-
-
 # -- the flow ------------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +197,11 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
     if not (
         yield from ask(
             Write(
-                lease, reserved, [reserved_event(reserved, lease)], release=False, hold_until=now + lease_ttl(contract)
+                lease,
+                reserved,
+                [Reserved.of(reserved, lease.token).new_event()],
+                release=False,
+                hold_until=now + lease_ttl(contract),
             )
         )
     ):
@@ -283,12 +239,11 @@ def _record(
     exchange: Exchange | None = None,
 ) -> Flow[StepResult]:
     """The decision, its trail and any decision request in one fenced write that releases the lease."""
-    events: list[NewEvent] = []
-    if observation is not None and exchange is not None:
-        events.append(("observed", {"sent_at": format_rfc3339(exchange.sent_at), **observation.to_json()}))
-    events.append(decision_event(before, observation, decision, now, u))
-    events.extend(("guidance_rejected", r.to_json()) for r in decision.rejections)
-    events.extend(outcome_events(decision.record))
+    if observation is not None and exchange is not None and u is not None:
+        trail = poll_events(before, observation, decision, now, u, sent_at=exchange.sent_at)
+    else:  # a stop without an answer to show: the decision and its outcome
+        trail = [DecisionEvent.of(before, None, decision, now), *outcome_events(decision.record)]
+    events = [event.new_event() for event in trail]
     request = yield from _escalation(contract, decision.record, now)
     try:
         written = yield from ask(Write(lease, decision.record, events, release=True, decision=request))
@@ -323,7 +278,8 @@ def _escalation(contract: Contract, record: OperationRecord, now: datetime) -> F
 
 def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
     """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""
-    yield from ask(Append(lease.operation_id, "lease_lost", {"owner": lease.owner, "token": lease.token}))
+    lost = LeaseLost(owner=lease.owner, token=lease.token)
+    yield from ask(Append(lease.operation_id, lost.KIND, lost.to_json()))
     return Busy(record, now + timedelta(milliseconds=200))
 
 
