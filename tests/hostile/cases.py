@@ -138,6 +138,8 @@ def exit_code_for(outcome: str) -> int:
 # -- bodies ----------------------------------------------------------------------------------------------
 
 _SUCCESS = b'{"state":"succeeded","result_url":"/results/x"}'
+# The forged answer left in the pipe names itself, so a job that reports it was fed another job's leftovers.
+SMUGGLED_RESULT = "/results/smuggled"
 
 
 def _once(data: bytes) -> Script:
@@ -214,7 +216,8 @@ def _cut_short() -> Script:
 def _smuggled_success() -> Script:
     """Content-Length covers a pending body; a forged success follows in the same pipe, left open."""
     pending = http(b'{"state":"running"}', close=False)
-    return in_turn(answer(pending + http(_SUCCESS, close=False), keep_open=True))
+    forged = json.dumps({"state": "succeeded", "result_url": SMUGGLED_RESULT}).encode()
+    return in_turn(answer(pending + http(forged, close=False), keep_open=True))
 
 
 def _nested(depth: int) -> bytes:
