@@ -137,6 +137,9 @@ class Findings:
     def counted(self, requests: list[Request], used: int | None) -> None:
         if used is not None and len(requests) > used:
             self.add(f"the provider saw {len(requests)} requests, {used} were counted")
+        slots = [r.headers.get("x-pollwarden-reservation") for r in requests]
+        if len(set(slots)) != len(slots):
+            self.add(f"a reservation slot was sent twice: {slots}")
 
     def bounded(self, requests: list[Request]) -> None:
         """Each request, connect to last byte, ends within the contract timeout (with room for a slow machine)."""
