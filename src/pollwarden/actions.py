@@ -7,7 +7,6 @@ or moves output elsewhere is one of these, recorded before and after it happens.
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,8 +15,9 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from . import events as ev
+from .core.admission import job_id_problem
 from .core.contract import Contract
-from .core.observe import Response, TransportFailure, dig
+from .core.observe import BodyError, Response, TransportFailure, dig, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
 from .errors import EXIT_ESCALATED, PollwardenError
@@ -152,13 +152,17 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
     """R25: the job id and status resource come from the response as documented, never from a guess."""
     spec = contract.submit
     assert spec is not None
-    try:
-        document: Any = json.loads(response.body.decode("utf-8")) if response.body else {}
-    except (UnicodeDecodeError, ValueError):
-        raise ActionError("the provider accepted the submission but its body is not JSON; see `story`") from None
+    try:  # the same strict reading as a status answer: one hostile body must not make a job id up
+        document: Any = parse_document(response.body) if response.body else {}
+    except BodyError as exc:
+        raise ActionError(
+            f"the provider accepted the submission but its body cannot be read ({exc}); see `story`"
+        ) from None
     found, job_id = dig(document, spec.job_id)
     if not found or not isinstance(job_id, str) or not job_id.strip():
         raise ActionError(f"the provider's answer has no job id at {spec.job_id!r}; the contract must say where it is")
+    if problem := job_id_problem(job_id):
+        raise ActionError(f"the job id the provider returned at {spec.job_id!r} {problem}; nothing will be watched")
     location: str | None = None
     if spec.status_location is not None:
         source, _, name = spec.status_location.partition(":")

@@ -90,3 +90,13 @@ def test_scrubbing_a_large_body_stays_linear() -> None:
     scrub = Scrubber([SECRET], scheme="Bearer")
     body = (b"x" * 1023 + b"\n") * 1024 + SECRET.encode()
     assert scrub.binary(body).endswith(MARK.encode()) and sys.getsizeof(body) > 1_000_000
+
+
+def test_a_credential_spelled_with_json_escapes_is_scrubbed_and_repeated_keys_survive() -> None:
+    """A provider can hide the echo from a byte search: `\\u0073k-...` decodes to the credential."""
+    scrubber = Scrubber(["sk-SECRET-123"], scheme="Bearer")
+    body = b'{"state":"\\u0073k-SECRET-123","error":{"x":"a\\u0073k-SECRET-123b"},"state":"running"}'
+    cleaned = scrubber.binary(body)
+    assert b"SECRET" not in cleaned and b"\\u0073k" not in cleaned
+    assert cleaned.count(b'"state"') == 2  # the strict parser still sees the repeated key and refuses it
+    assert scrubber.binary(b'{"state":"\\u0072unning"}') == b'{"state":"\\u0072unning"}'  # untouched when clean

@@ -95,7 +95,39 @@ class Scrubber:
         for form in self._byte_forms:
             if form in data:
                 data = data.replace(form, mark)
+        if self._forms and b"\\" in data:
+            data = self._unescaped(data)
         return data
+
+    def _unescaped(self, data: bytes) -> bytes:
+        """A JSON body can spell the credential with escapes (`\\u0073k-...`) that no byte search sees: read it
+        (keeping repeated keys, which the strict parser refuses later) and, only if a decoded string holds a form,
+        write it back scrubbed. A body that is not JSON is left for the parser to refuse."""
+        try:
+            pairs = json.loads(data, object_pairs_hook=_Pairs)
+            if not self._holds(pairs):
+                return data
+            return _dump(self._scrubbed(pairs)).encode("ascii")
+        except (ValueError, RecursionError):  # not JSON, or nested past reading: the parser refuses it whole
+            return data
+
+    def _holds(self, value: Any) -> bool:
+        if isinstance(value, str):
+            return self.found_in(value)
+        if isinstance(value, _Pairs):
+            return any(self._holds(k) or self._holds(v) for k, v in value)
+        if isinstance(value, list):
+            return any(self._holds(v) for v in value)
+        return False
+
+    def _scrubbed(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, _Pairs):
+            return _Pairs((self.text(k), self._scrubbed(v)) for k, v in value)
+        if isinstance(value, list):
+            return [self._scrubbed(v) for v in value]
+        return value
 
     def found_in(self, text: str) -> bool:
         return any(form in text for form in self._forms)
@@ -109,3 +141,15 @@ class Scrubber:
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its key/value pairs in order, repeated keys kept, written back as an object."""
+
+
+def _dump(value: Any) -> str:
+    if isinstance(value, _Pairs):
+        return "{" + ",".join(json.dumps(k) + ":" + _dump(v) for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(v) for v in value) + "]"
+    return json.dumps(value)
