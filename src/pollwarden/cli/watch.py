@@ -8,7 +8,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from ..core.contract import Contract
 from ..core.decide import Decision
@@ -18,6 +18,7 @@ from ..core.reasons import Phase
 from ..core.record import OPERATION_ID, OperationRecord, new_record
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..notify import deliver
+from ..shown import shown
 from ..store.base import OperationExists, Stored
 from ..store.open import AnyStore
 from ..store.sqlite import process_owner
@@ -30,6 +31,7 @@ from .common import (
     _duration,
     _load_contract,
     _open_store,
+    shown_request,
 )
 
 
@@ -162,6 +164,9 @@ def _prepare(args: argparse.Namespace, store: AnyStore, contract: Contract, now:
 class Progress:
     """One line per decision; on a terminal also a live countdown that is overwritten in place."""
 
+    watching: ClassVar[str | None] = None
+    """The operation the last step was about: an interrupted `watch` names it in its resume hint."""
+
     def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
         self.out = out
         self.live = live
@@ -174,6 +179,7 @@ class Progress:
             self._dirty = False
 
     def __call__(self, result: StepResult) -> None:
+        Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
         now = utcnow()
@@ -189,7 +195,7 @@ class Progress:
         until = result.until if isinstance(result, NotYet) else result.retry_at
         what = "next poll" if isinstance(result, NotYet) else "another owner is polling; retry"
         self.out.write(
-            f"\r\033[K{record.job_id}: {record.last_state or 'not yet seen'} · requests"
+            f"\r\033[K{shown(record.job_id)}: {shown(record.last_state or 'not yet seen')} · requests"
             f" {record.status_requests_used}/{record.plan.max_status_requests} · {what} in"
             f" {_left(until, now)} · deadline in {_left(record.deadline_at, now)}"
         )
@@ -205,14 +211,14 @@ def _decision_line(decision: Decision, now: datetime) -> str:
     record = decision.record
     seen = f"HTTP {record.last_http_status}" if record.last_http_status else "no response"
     if record.last_state and record.last_http_status and 200 <= record.last_http_status < 300:
-        seen = f"state {record.last_state}"
+        seen = f"state {shown(record.last_state)}"
     budget = f"{record.status_requests_used}/{record.plan.max_status_requests}"
     stamp = now.strftime("%H:%M:%S")
     if decision.next_poll_at is not None and not record.is_final:
         source = decision.delay_source.value if decision.delay_source else "?"
         return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
     if record.phase is Phase.SUCCEEDED:
-        return f"{stamp} {seen} · requests {budget} · succeeded: {record.result}"
+        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(record.result)}"
     return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
 
 
@@ -267,7 +273,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             _print_outcome(final, out)
             if open_decisions:
                 request = open_decisions[-1].request
-                out.write("\n" + request.render() + "\n")
+                out.write("\n" + shown_request(request).render() + "\n")
                 out.write(f"Decide with: pollwarden decide {request.decision_id} --option N --by YOUR_NAME\n")
         return exit_code(final)
     finally:
@@ -290,15 +296,15 @@ def _notifier(store: AnyStore, contract: Contract) -> Callable[[DecisionRequest]
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     if record.phase is Phase.SUCCEEDED:
-        out.write(f"succeeded: job {record.job_id}, result {record.result}\n")
+        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(record.result)}\n")
         return
     reason = record.reason.value if record.reason else "?"
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
-    out.write(f"{label}: {reason}: {record.detail}\n")
+    out.write(f"{label}: {reason}: {shown(record.detail)}\n")
     out.write(
-        f"  last state {record.last_state}, last HTTP {record.last_http_status},"
+        f"  last state {shown(record.last_state)}, last HTTP {record.last_http_status},"
         f" requests {record.status_requests_used} of {record.plan.max_status_requests},"
         f" transport failures {record.transport_failures_used} of {record.plan.max_transport_failures}\n"
     )
     if record.provider_error:
-        out.write(f"  provider error: {record.provider_error}\n")
+        out.write(f"  provider error: {shown(record.provider_error)}\n")
