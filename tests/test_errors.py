@@ -18,7 +18,6 @@ from pollwarden.audit import AuditError
 from pollwarden.audit.crypto import AuditDecryptError, AuditKeyError
 from pollwarden.audit.export import ExportFormatError
 from pollwarden.cli.common import UsageError
-from pollwarden.cli.fleet import FleetUsageError
 from pollwarden.core.contract import ContractError
 from pollwarden.core.durations import DurationError
 from pollwarden.core.escalation import DecisionError
@@ -86,7 +85,6 @@ def test_every_exit_code_is_one_the_readme_documents() -> None:
     ("exc", "code"),
     [
         (UsageError("--deadline: bad"), 2),
-        (FleetUsageError("--concurrency"), 2),
         (ContractError("exports.toml: [states]"), 2),
         (DurationError("5x"), 2),
         (CredentialError("EXPORTS_TOKEN is not set"), 2),

@@ -27,6 +27,8 @@ class Outcome:
     message: str
     status: str  # decided | refused | open (inspect) | expired
     action: dict[str, Any] | None = None
+    resume: str | None = None
+    """The operation to watch next; each interface words its own hint (the CLI's carries its --home/--db)."""
 
 
 def _load(store: Store, decision_id: str) -> StoredDecision:
@@ -97,9 +99,9 @@ def apply_decision(
             )  # fmt: skip
             return Outcome(
                 f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
-                f" at most {extended.plan.max_status_requests} status requests in all; resume it with"
-                f" `pollwarden watch --operation {request.operation_id}` or let a worker pick it up",
+                f" at most {extended.plan.max_status_requests} status requests in all",
                 "decided",
+                resume=request.operation_id,
             )
         if chosen.kind is OptionKind.CANCEL:
             if contract.cancel is None or client is None:
@@ -152,10 +154,10 @@ def _resubmit(
     result = {"action": "resubmit", "ok": True, "new_operation": new_id, "job": submitted.record.job_id, "by": by}
     store.append(operation_id, *ev.ActionEvent.from_json(result).new_event(), now)
     return Outcome(
-        f"resubmitted as operation {new_id} (job {submitted.record.job_id}); watch it with"
-        f" `pollwarden watch --operation {new_id}`",
+        f"resubmitted as operation {new_id} (job {submitted.record.job_id})",
         "decided",
         result,
+        resume=new_id,
     )
 
 

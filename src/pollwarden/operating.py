@@ -9,6 +9,7 @@ console shows it as a flash message.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,13 +18,17 @@ from .audit import AuditError, Checkpoint, VerifyReport, load_or_create_keys, lo
 from .audit.export import read_checkpoint_file
 from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
+from .core.escalation import OptionKind
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
 from .errors import PollwardenError
 from .home import database_path, ensure_home, trusted_checkpoint_path
 from .http import CredentialError, StatusClient, resolve_secret
+from .shown import shown
 from .store.base import Grant, Store, StoreError, agent_log_id
+from .store.open import is_postgres_url
 from .store.open import open_store as open_target
+from .store.postgres import redact_url
 
 
 class HomeError(PollwardenError):
@@ -81,14 +86,16 @@ def decide(
 ) -> Outcome:
     """Apply one option of a decision request (or refuse it) through `apply_decision`, the only way.
 
-    Raises HomeError (no such decision, unreadable contract, missing credential) or DecisionError.
+    Raises HomeError (no such decision, unreadable contract, the credential missing for an option that calls
+    the provider: the message names its variable) or DecisionError (no such option, already decided, ...).
     """
     stored = store.get_decision(decision_id)
     if stored is None:
         raise HomeError(f"no decision {decision_id!r}; `pollwarden decisions` lists the open ones")
     contract, _ = contract_of(store, stored.request.operation_id)
-    needs_client = contract.cancel is not None or contract.submit is not None
-    client = status_client(contract) if needs_client and not refuse else None
+    # Only an option that sends something needs the credential: extend, pause and close must work without it.
+    chosen = None if refuse or option is None else stored.request.option(option).kind
+    client = status_client(contract) if chosen in (OptionKind.CANCEL, OptionKind.RESUBMIT) else None
     try:
         return apply_decision(
             store,
@@ -104,6 +111,18 @@ def decide(
     finally:
         if client is not None:
             client.close()
+
+
+def watch_command(operation_id: str, *, home: str | None = None, db: str | None = None) -> str:
+    """`pollwarden watch --operation OP [--home DIR] [--db URL]`, quoted so it runs exactly as printed.
+
+    A PostgreSQL URL is shown without its password: the person supplies it again (or sets POLLWARDEN_DB)."""
+    words = ["pollwarden", "watch", "--operation", operation_id]
+    if home:
+        words += ["--home", home]
+    if db:
+        words += ["--db", redact_url(db) if is_postgres_url(db) else db]
+    return " ".join(shlex.quote(shown(word)) for word in words)
 
 
 def answer_command(kind: str) -> str:

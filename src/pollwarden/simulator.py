@@ -403,8 +403,8 @@ class Simulator:
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None, time_scale: float = 1.0
     ) -> None:
-        if not time_scale > 0:
-            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        if not (math.isfinite(time_scale) and time_scale > 0):  # nan compares false, inf would never advance
+            raise ValueError(f"time_scale must be a finite number > 0, got {time_scale}")
         self._host = host
         self._port = port
         self._token = token

@@ -200,7 +200,10 @@ def test_deciding_by_the_console_extends_once_and_a_second_decide_is_refused(
 
     second = client.post(url, data={"option": "2", "by": "bob", "csrf": token})
     message = flash_after(client, second)
-    assert message.startswith(f"error: decision {stopped.decision_id} was already decided by alice")
+    assert message.startswith(
+        f"error: Decision {stopped.decision_id} was not applied: decision {stopped.decision_id} was already decided"
+        " by alice"
+    )
     assert "nothing changed" in message
     assert decision(home, stopped.decision_id).decided_by == "alice"
     # The flash is shown once; the decided request moves to "recently decided" and the name is offered again.
@@ -217,7 +220,8 @@ def test_refusing_and_unknown_decisions(home: Path, sim: Simulator, contract_pat
     unknown = client.post("/decisions/dnothing/decide", data={"option": "1", "by": "alice", "csrf": token})
     assert (
         flash_after(client, unknown)
-        == "error: no decision &#x27;dnothing&#x27;; `pollwarden decisions` lists the open ones"
+        == "error: Decision dnothing was not applied: no decision &#x27;dnothing&#x27;; `pollwarden decisions` lists"
+        " the open ones"
     )
     no_option = client.post(f"/decisions/{stopped.decision_id}/decide", data={"by": "alice", "csrf": token})
     assert flash_after(client, no_option).startswith("error: Choose one of the options")
@@ -330,7 +334,7 @@ def test_the_console_command_warns_off_loopback_and_stops_on_ctrl_c(home: Path) 
     [
         (["--token-env", "NO_SUCH_VARIABLE_SET"], "that environment variable is not set"),
         (["--token-env", "SHORT_TOKEN"], "at least 16 characters"),
-        (["--port", "70000"], "must be between 0 and 65535"),
+        (["--port", "70000"], "must be a whole number from 0 to 65535"),
     ],
 )
 def test_the_console_command_refuses_bad_input(home: Path, args: list[str], message: str) -> None:

@@ -50,7 +50,7 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
     [
         (("--deadline", "soon"), "--deadline: cannot read duration 'soon'"),
         (("--base-delay", "0s"), "--base-delay: must be longer than zero"),
-        (("--max-requests", "many"), "expected a whole number"),
+        (("--max-requests", "many"), "must be a whole number"),
         (("--operation", "../etc"), "--operation '../etc'"),
         (("--max-requests", "0"), "--max-requests must be a whole number from 1"),
         (("--max-transport-failures", "0"), "--max-transport-failures must be a whole number from 1"),

@@ -1,7 +1,8 @@
 """The `pollwarden` command: parse, call the library, render. No decision is made here.
 
 Exit codes: 0 succeeded, 1 internal error, 2 bad input (nothing changed), 3 the job ended at the
-provider without success, 4 stopped and escalated for a decision, 130 interrupted.
+provider without success, 4 stopped and escalated for a decision, 5 the audit log is tampered with;
+129, 130, 143 stopped by SIGHUP, SIGINT, SIGTERM (the record is kept); 141 stdout was closed (`| head`).
 """
 
 from __future__ import annotations
@@ -10,22 +11,21 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import NoReturn
 
 from .. import __version__
-from ..store.base import StoreError
+from ..errors import PollwardenError
+from ..shown import shown
 from .agents import add_agent_commands
 from .audit import cmd_audit_export, cmd_audit_repair, cmd_audit_verify
-from .common import (
-    EXIT_USAGE,
-    UsageError,
-    _positive,
-)
+from .common import EXIT_USAGE, _positive, port_number, real_number, resume_hint, whole_number
 from .decide import cmd_cancel, cmd_decide, cmd_decisions, cmd_fetch_result, cmd_submit
-from .fleet import FleetUsageError, add_fleet_commands
+from .fleet import add_fleet_commands
 from .inspect import cmd_status, cmd_story, cmd_why
+from .interrupts import EXIT_BROKEN_PIPE, Interrupted, interruptible
 from .serve import cmd_console, cmd_demo, cmd_simulate
-from .watch import cmd_watch
+from .watch import Progress, cmd_watch
 
 # -- parser ---------------------------------------------------------------------------------------
 
@@ -73,9 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="run a scripted job provider on loopback")
     sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8080)
+    sim.add_argument("--port", type=port_number, default=8080)
     sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
-    sim.add_argument("--time-scale", type=float, default=1.0, help="scale scenario times (0.1 = ten times faster)")
+    sim.add_argument(
+        "--time-scale", type=real_number(0, 1000), default=1.0, help="scale scenario times (0.1 = ten times faster)"
+    )
     sim.add_argument("--quiet", action="store_true", help="print only the listening line")
     sim.set_defaults(func=cmd_simulate)
 
@@ -99,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     wy = sub.add_parser("why", help="explain one decision and replay it through today's core")
     wy.add_argument("operation")
     which = wy.add_mutually_exclusive_group()
-    which.add_argument("--seq", type=int, help="the decision's record number (see `story --json`)")
+    which.add_argument("--seq", type=whole_number(0, 2**62), help="the decision's record number (see `story --json`)")
     which.add_argument("--at", help="the last decision at or before this RFC 3339 time")
     wy.add_argument("--json", action="store_true")
     home(wy)
@@ -114,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dc = sub.add_parser("decide", help="apply one option of a decision request, or refuse it")
     dc.add_argument("decision")
-    dc.add_argument("--option", type=int)
+    dc.add_argument("--option", type=whole_number(0, 9999))
     dc.add_argument("--refuse", action="store_true")
     dc.add_argument("--by", default=os.environ.get("USER", ""), help="who decides (recorded in the audit log)")
     dc.add_argument("--note")
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
     co.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
-    co.add_argument("--port", type=int, default=8765)
+    co.add_argument("--port", type=port_number, default=8765)
     co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
     home(co)
     co.set_defaults(func=cmd_console)
@@ -168,17 +170,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "db", None):
         os.environ["POLLWARDEN_DB"] = args.db  # one rule for every store this process opens (operating.py)
     try:
-        return func(args)
-    except UsageError as exc:
-        print(f"pollwarden: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except FleetUsageError as exc:
-        print(f"pollwarden: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StoreError as exc:
-        print(f"pollwarden: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        with interruptible():
+            return func(args)
+    except PollwardenError as exc:  # every error a person acts on, with its own exit code (errors.py)
+        _say(f"pollwarden: error: {shown(exc)}")
+        return exc.exit_code
+    except Interrupted as exc:
+        _say(_interrupted(args, exc))
+        return exc.exit_code
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be said on stdout, and Python's own flush at exit
+        # would raise again and print a traceback, so stdout now points at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def _say(line: str) -> None:
+    with suppress(OSError, ValueError):
+        print(line, file=sys.stderr)
+
+
+def _interrupted(args: argparse.Namespace, exc: Interrupted) -> str:
+    if sys.stdout.isatty():
+        with suppress(OSError, ValueError):
+            sys.stdout.write("\r\033[K")  # the live countdown line, if one was being drawn
+            sys.stdout.flush()
+    if args.command not in ("watch", "submit"):
+        return f"pollwarden: interrupted by {exc}"
+    operation = Progress.watching or args.operation
+    if operation is None:
+        return "interrupted before the operation was created; nothing to resume"
+    return f"interrupted; the record is kept. Resume with: {resume_hint(args, operation)}"

@@ -19,10 +19,12 @@ from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..home import resolve_home
 from ..operating import HomeError, trusted_checkpoint, verify_home
+from ..shown import shown
 from .common import (
     EXIT_OK,
     UsageError,
     _open_store,
+    output_file,
 )
 
 # -- audit and why --------------------------------------------------------------------------------
@@ -76,29 +78,31 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if not out.parent.exists():
-        raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
-    store = _open_store(args.home, keys="write")
-    try:
-        if args.operation and store.get(args.operation) is None:
-            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
-        assert store.keys is not None
-        made = store.checkpoint_heads(utcnow(), [args.operation] if args.operation else None)
-        if not made:
-            raise UsageError("the audit log is empty: nothing to export")
-        checkpoints = store.audit_checkpoints(args.operation)
-        count = write_export(
-            out,
-            store.audit_records(args.operation),
-            checkpoints,
-            store.keys.public_key,
-            exported_at=format_rfc3339(utcnow()),
-        )
-        newest = max(made, key=lambda cp: cp.counter)
-        write_checkpoint_file(Path(str(out) + ".checkpoint"), newest)
-    finally:
-        store.close()
-    print(f"exported {count} records in {len(made)} logs to {out}; keep {out}.checkpoint somewhere else")
+    # Both files are checked and their temporary twins made before the store is touched: a bad --out changes
+    # nothing, and a failure half-way leaves neither a partial export nor a checkpoint without its export.
+    with output_file(args.out, "--out") as temp, output_file(f"{args.out}.checkpoint", "--out") as temp_checkpoint:
+        store = _open_store(args.home, keys="write")
+        try:
+            if args.operation and store.get(args.operation) is None:
+                raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            assert store.keys is not None
+            made = store.checkpoint_heads(utcnow(), [args.operation] if args.operation else None)
+            if not made:
+                raise UsageError("the audit log is empty: nothing to export")
+            checkpoints = store.audit_checkpoints(args.operation)
+            count = write_export(
+                temp,
+                store.audit_records(args.operation),
+                checkpoints,
+                store.keys.public_key,
+                exported_at=format_rfc3339(utcnow()),
+            )
+            newest = max(made, key=lambda cp: cp.counter)
+            write_checkpoint_file(temp_checkpoint, newest)
+        finally:
+            store.close()
+    shown_out = shown(out)
+    print(f"exported {count} records in {len(made)} logs to {shown_out}; keep {shown_out}.checkpoint somewhere else")
     return EXIT_OK
 
 

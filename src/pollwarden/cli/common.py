@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from ..core.contract import Contract, ContractError, load_contract
 from ..core.durations import DurationError, parse_duration
+from ..core.escalation import DecisionRequest
 from ..errors import PollwardenError
 from ..home import resolve_home
-from ..operating import HomeError, open_store
+from ..operating import HomeError, open_store, watch_command
+from ..shown import has_control, shown
 from ..store.base import Store
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
@@ -32,14 +41,114 @@ def _duration(text: str | None, flag: str) -> timedelta | None:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0 or value > 1_000_000:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1000000, got {value}")
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]; argparse names the flag and exits 2 when it is not."""
+
+    def parse(text: str) -> int:
+        # Bounded before int(): a 5,000-digit number would otherwise cost a conversion and then an OverflowError.
+        if len(text.strip()) > 20:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {shown(text[:24])}...")
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {low} to {high}, got {shown(text)!r}"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse words its own errors with the type's name
+    return parse
+
+
+def real_number(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number in (low, high]; nan and inf are refused, not compared."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low < value <= high):
+            raise argparse.ArgumentTypeError(
+                f"must be a number greater than {low:g} and at most {high:g}, got {shown(text)!r}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+_positive = whole_number(0, 1_000_000)
+"""A count or budget flag. 0 passes here so the command can say why it is not allowed where it is not."""
+port_number = whole_number(0, 65_535)
+
+
+def typed(value: str | None, flag: str) -> str | None:
+    """A name or note a person typed for the audit log: refused, not escaped, when it holds a control character."""
+    if value is not None and has_control(value):
+        raise UsageError(
+            f"{flag} {shown(value)!r}: control characters (newlines, tabs, escapes, bidi overrides) are not"
+            " allowed; type plain text"
+        )
     return value
+
+
+def shown_json(value: Any) -> Any:
+    """A JSON-shaped value with every string in it passed through `shown`, for text output built from it."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list):
+        return [shown_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: shown_json(v) for k, v in value.items()}
+    return value
+
+
+def shown_request(request: DecisionRequest) -> DecisionRequest:
+    """The request with every text field passed through `shown`, so its multi-line `render()` stays safe."""
+    return DecisionRequest.from_json(shown_json(request.to_json()))
+
+
+def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
+    """The resume command for this operation, with the --home/--db this command was given."""
+    return watch_command(operation_id, home=getattr(args, "home", None), db=getattr(args, "db", None))
+
+
+@contextmanager
+def output_file(path: str, flag: str) -> Iterator[Path]:
+    """A temporary file beside `path`, renamed over it when the block succeeds, removed when it fails.
+
+    Only a regular file is ever replaced: a device, FIFO, socket, symlink or directory at `path` is refused,
+    so `--out /dev/full` (as root) cannot replace the device node, and a reader never sees half a file."""
+    target = Path(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise UsageError(f"{flag} {shown(path)}: {exc.strerror}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = (
+            "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        )
+        raise UsageError(f"{flag} {shown(path)}: {kind}; give the path of a regular file to write (or replace)")
+    parent = target.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {shown(path)}: the directory {shown(parent)} does not exist")
+    try:
+        fd, temp_name = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".part")
+    except OSError as exc:
+        raise UsageError(f"{flag} {shown(path)}: cannot write in {shown(parent)}: {exc.strerror}") from None
+    os.close(fd)
+    temp = Path(temp_name)
+    try:
+        yield temp
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:

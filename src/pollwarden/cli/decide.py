@@ -15,6 +15,7 @@ from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OPERATION_ID, OperationRecord
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
+from ..shown import shown
 from ..store.base import Store
 from .common import (
     EXIT_ESCALATED,
@@ -23,6 +24,10 @@ from .common import (
     _duration,
     _load_contract,
     _open_store,
+    output_file,
+    resume_hint,
+    shown_request,
+    typed,
 )
 from .watch import cmd_watch
 
@@ -57,18 +62,20 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         return EXIT_OK
     for stored in rows:
         if stored.status != "open":
-            print(f"[{stored.status} by {stored.decided_by}, option {stored.option}]")
-        print(stored.request.render())
+            print(f"[{stored.status} by {shown(stored.decided_by)}, option {stored.option}]")
+        print(shown_request(stored.request).render())
         print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
         print()
     return EXIT_OK
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    if args.option is None and not args.refuse:
+    if (args.option is None) is not args.refuse:
         raise UsageError("choose one: --option N (see `pollwarden decisions`) or --refuse")
     if not args.by.strip():
         raise UsageError("--by must name the person deciding")
+    typed(args.by, "--by")
+    typed(args.note, "--note")
     store = _open_store(args.home, keys="write")
     try:
         outcome = decide(store, args.decision, option=args.option, refuse=args.refuse, by=args.by, note=args.note)
@@ -76,10 +83,15 @@ def cmd_decide(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
+    hint = resume_hint(args, outcome.resume) if outcome.resume else None
     if args.json:
-        print(json.dumps({"status": outcome.status, "message": outcome.message, "action": outcome.action}))
+        print(
+            json.dumps({"status": outcome.status, "message": outcome.message, "action": outcome.action, "resume": hint})
+        )
     else:
-        print(outcome.message)
+        print(shown(outcome.message))
+        if hint:
+            print(f"Resume with: {hint}  (or let a worker pick it up)")
     return EXIT_OK if not outcome.action or outcome.action.get("ok") else EXIT_ESCALATED
 
 
@@ -117,16 +129,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
             except ActionRefused as exc:
                 raise UsageError(str(exc)) from None
             except ActionError as exc:
-                print(f"pollwarden: {exc}", file=sys.stderr)
+                print(f"pollwarden: {shown(exc)}", file=sys.stderr)
                 return EXIT_ESCALATED
     finally:
         store.close()
     record = submitted.record
     print(
-        f"submitted: operation {record.operation_id}, job {record.job_id}"
-        + (f", status at {record.status_location}" if record.status_location else "")
+        f"submitted: operation {record.operation_id}, job {shown(record.job_id)}"
+        + (f", status at {shown(record.status_location)}" if record.status_location else "")
     )
     if not args.watch:
+        print(f"Watch it with: {resume_hint(args, record.operation_id)}")
         return EXIT_OK
     ns = build_parser().parse_args(
         ["watch", "--contract", args.contract, "--operation", record.operation_id]
@@ -141,17 +154,15 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
     try:
         contract, record = _contract_of(store, args.operation)
         out = Path(args.out)
-        if not out.parent.exists():
-            raise UsageError(f"--out {out}: the directory {out.parent} does not exist")
-        with _client(contract) as client:
+        with _client(contract) as client, output_file(args.out, "--out") as temp:
             try:
-                result = fetch_result(contract, client, record, out)
+                result = fetch_result(contract, client, record, temp)
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
         store.append(args.operation, "action", result, utcnow())
     finally:
         store.close()
-    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {out}")
+    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
     return EXIT_OK
 
 
@@ -180,5 +191,5 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         store.append(args.operation, "action", {**result, "decision_id": approved[-1].request.decision_id}, utcnow())
     finally:
         store.close()
-    print("cancel sent" if result["ok"] else f"cancel failed: {result}")
+    print("cancel sent" if result["ok"] else f"cancel failed: {shown(result)}")
     return EXIT_OK if result["ok"] else EXIT_ESCALATED

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -13,20 +12,17 @@ from types import FrameType
 from ..audit import AuditError, load_or_create_keys
 from ..core.admission import Limits, WatchRequest
 from ..core.contract import ContractError, load_contract
-from ..core.durations import DurationError, format_rfc3339, parse_duration
+from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, Engine
-from ..errors import PollwardenError
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
+from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
 from ..store.postgres import upgrade_database
 from ..worker import JsonLog, Metrics, Worker
+from .common import UsageError, _duration, _positive, port_number, whole_number
 from .watch import FLAGS
-
-
-class FleetUsageError(PollwardenError):
-    pass
 
 
 def db_target(args: argparse.Namespace) -> str | Path:
@@ -42,7 +38,7 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
         ensure_home(home)
         keys = load_or_create_keys(home)
     except (AuditError, OSError) as exc:
-        raise FleetUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
     def make() -> Store:
         return open_store(target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path(home), pool_size=pool_size)
@@ -50,13 +46,11 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
     try:
         make().close()  # fail early, in words a person can act on
     except StoreError as exc:
-        raise FleetUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     return make
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if args.concurrency < 1 or args.concurrency > 256:
-        raise FleetUsageError("--concurrency must be between 1 and 256")
     factory = store_factory(args, pool_size=args.concurrency + 2)
     owner = process_owner()
     metrics = Metrics()
@@ -66,7 +60,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             port = metrics.serve(args.metrics_port, args.metrics_host)
             log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")
         except OSError as exc:
-            raise FleetUsageError(
+            raise UsageError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
             ) from None
     rates: dict[str, float] = {}
@@ -77,9 +71,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError:
             rate = -1.0
         if not name or not 0 < rate <= 10_000:
-            raise FleetUsageError(
-                f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5"
-            )
+            raise UsageError(f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5")
         rates[name] = rate
     worker = Worker(
         factory,
@@ -104,13 +96,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     try:
         contract = load_contract(Path(args.contract))
     except ContractError as exc:
-        raise FleetUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if not contract.safe_status:
-        raise FleetUsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
-    try:
-        deadline = parse_duration(args.deadline) if args.deadline else None
-    except DurationError as exc:
-        raise FleetUsageError(f"--deadline: {exc}") from None
+        raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
+    deadline = _duration(args.deadline, "--deadline")
     request = WatchRequest(
         contract, args.job, args.operation, Limits(deadline=deadline, max_requests=args.max_requests), by="enqueue"
     )
@@ -119,15 +108,16 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         try:
             admitted = Engine(store, owner=process_owner(), clock=store.db_now).admit(request)
         except AdmissionError as exc:
-            raise FleetUsageError(f"cannot enqueue: {exc.message_for(FLAGS)}") from None
+            raise UsageError(f"cannot enqueue: {exc.message_for(FLAGS)}") from None
     finally:
         store.close()
     record = admitted.record
+    job = shown(record.job_id)
     if admitted.created:
-        print(f"enqueued {record.operation_id}: job {record.job_id}, deadline {format_rfc3339(record.deadline_at)}")
+        print(f"enqueued {record.operation_id}: job {job}, deadline {format_rfc3339(record.deadline_at)}")
     else:  # the same job again: its operation, never a second budget
         print(
-            f"already enqueued as {record.operation_id} ({record.phase.value}): job {record.job_id}, deadline"
+            f"already enqueued as {record.operation_id} ({record.phase.value}): job {job}, deadline"
             f" {format_rfc3339(record.deadline_at)}; nothing new was created"
         )
     return 0
@@ -141,7 +131,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     try:
         applied = upgrade_database(str(target))
     except StoreError as exc:
-        raise FleetUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     print(f"applied migrations {applied}" if applied else "the database is up to date")
     return 0
 
@@ -151,8 +141,8 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
         home(p)  # which also adds --db
 
     w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
-    w.add_argument("--concurrency", type=int, default=8)
-    w.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    w.add_argument("--concurrency", type=whole_number(1, 256), default=8)
+    w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
     w.add_argument("--metrics-host", default="127.0.0.1")
     w.add_argument(
         "--provider-rate",
@@ -168,7 +158,7 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
     e.add_argument("--job", required=True)
     e.add_argument("--operation")
     e.add_argument("--deadline")
-    e.add_argument("--max-requests", type=int)
+    e.add_argument("--max-requests", type=_positive)
     db(e)
     e.set_defaults(func=cmd_enqueue)
 
@@ -177,11 +167,3 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
     up = dbs.add_parser("upgrade", help="apply pending schema migrations to a PostgreSQL database")
     db(up)
     up.set_defaults(func=cmd_db_upgrade)
-
-
-def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    try:
-        return func(args)
-    except FleetUsageError as exc:
-        print(f"pollwarden: error: {exc}", file=sys.stderr)
-        return 2

@@ -6,12 +6,14 @@ import argparse
 import json
 
 from ..core.durations import DurationError, parse_rfc3339
+from ..shown import shown
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
 from .common import (
     EXIT_OK,
     UsageError,
     _open_store,
+    shown_json,
 )
 
 # -- status and story ---------------------------------------------------------------------------------
@@ -29,7 +31,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(json.dumps(summary, sort_keys=True))
             else:
                 for key, value in summary.items():
-                    print(f"{key:26} {value if value is not None else '-'}")
+                    print(f"{key:26} {shown(value)}")
             return EXIT_OK
         rows = [s.record for s in store.all()]
         if args.json:
@@ -41,8 +43,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{'OPERATION':40} {'JOB':20} {'PHASE':10} {'REASON':26} {'STATE':16} REQUESTS")
         for r in rows:
             print(
-                f"{r.operation_id:40} {r.job_id:20} {r.phase.value:10} {(r.reason.value if r.reason else '-'):26}"
-                f" {(r.last_state or '-'):16} {r.status_requests_used}/{r.plan.max_status_requests}"
+                f"{shown(r.operation_id):40} {shown(r.job_id):20} {r.phase.value:10}"
+                f" {(r.reason.value if r.reason else '-'):26} {shown(r.last_state):16}"
+                f" {r.status_requests_used}/{r.plan.max_status_requests}"
             )
         return EXIT_OK
     finally:
@@ -59,7 +62,7 @@ def cmd_story(args: argparse.Namespace) -> int:
             print(json.dumps(story_json(events), sort_keys=True))
         else:
             for line in story_lines(events):
-                print(line)
+                print(shown(line))
         return EXIT_OK
     finally:
         store.close()
@@ -86,7 +89,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(explanation.to_json(), sort_keys=True))
         return EXIT_OK
-    data = explanation.to_json()
+    data = shown_json(explanation.to_json())
     decision = data["decision"]
     inputs = data["inputs"] or {}
     record = inputs.get("record", {})
@@ -100,7 +103,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         )
     print(f"  detail: {decision['detail']}")
     for rejection in decision.get("rejections") or []:
-        print(f"  rejected {rejection['source']} {rejection['value']!r}: {rejection['why']}")
+        print(f"  rejected {rejection['source']} {shown(repr(rejection['value']))}: {rejection['why']}")
     print("inputs:")
     print(f"  now: {inputs.get('now')}")
     if record:
@@ -122,5 +125,5 @@ def cmd_why(args: argparse.Namespace) -> int:
     else:
         print("replay: today's core decides DIFFERENTLY:")
         for difference in explanation.differences:
-            print(f"  {difference}")
+            print(f"  {shown(difference)}")
     return EXIT_OK

@@ -33,8 +33,6 @@ def cmd_console(args: argparse.Namespace) -> int:
             raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
         if len(token) < 16:
             raise UsageError(f"--token-env {args.token_env}: the token must be at least 16 characters")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port}: must be between 0 and 65535")
     home = resolve_home(args.home)
     _open_store(args.home, keys="none").close()  # a home that cannot be opened is reported here, not per page
     server = ConsoleServer(home, host=args.host, port=args.port, token=token)
@@ -71,8 +69,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         token = os.environ.get(args.token_env)
         if not token:
             raise UsageError(f"--token-env {args.token_env}: that environment variable is not set")
-    if args.time_scale <= 0:
-        raise UsageError("--time-scale must be greater than zero")
 
     def ready(url: str) -> None:
         print(f"simulated provider listening on {url}", flush=True)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from datetime import datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
 from ..core.admission import Limits, WatchRequest
@@ -22,7 +21,6 @@ from ..operating import HomeError, contract_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.owner import process_owner
-from ..store.postgres import redact_url
 from .common import (
     EXIT_ESCALATED,
     EXIT_JOB_ENDED,
@@ -31,6 +29,7 @@ from .common import (
     _duration,
     _load_contract,
     _open_store,
+    shown_request,
 )
 
 
@@ -71,16 +70,6 @@ def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
     return WatchRequest(contract, args.job, args.operation, limits, by="cli")
 
 
-def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
-    """The command that resumes this operation, exactly as it can be typed back (no credential in it)."""
-    words = ["pollwarden", "watch", "--operation", operation_id]
-    if args.home:
-        words += ["--home", args.home]
-    if getattr(args, "db", None):
-        words += ["--db", redact_url(args.db)]
-    return " ".join(shlex.quote(word) for word in words)
-
-
 def _contract(args: argparse.Namespace, store: Store) -> Contract:
     """`--contract` when given; otherwise, to resume, the contract stored with `--operation` (item 18)."""
     if args.contract is not None:
@@ -97,6 +86,9 @@ def _contract(args: argparse.Namespace, store: Store) -> Contract:
 class Progress:
     """One line per decision; on a terminal also a live countdown that is overwritten in place."""
 
+    watching: ClassVar[str | None] = None
+    """The operation the last step was about: an interrupted `watch` names it in its resume hint."""
+
     def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
         self.out = out
         self.live = live
@@ -109,6 +101,7 @@ class Progress:
             self._dirty = False
 
     def __call__(self, result: StepResult) -> None:
+        Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
         now = utcnow()
@@ -124,7 +117,7 @@ class Progress:
         until = result.until if isinstance(result, NotYet) else result.retry_at
         what = "next poll" if isinstance(result, NotYet) else "another owner is polling; retry"
         self.out.write(
-            f"\r\033[K{record.job_id}: {record.last_state or 'not yet seen'} · requests"
+            f"\r\033[K{shown(record.job_id)}: {shown(record.last_state or 'not yet seen')} · requests"
             f" {record.status_requests_used}/{record.plan.max_status_requests} · {what} in"
             f" {_left(until, now)} · deadline in {_left(record.deadline_at, now)}"
         )
@@ -140,14 +133,14 @@ def _decision_line(decision: Decision, now: datetime) -> str:
     record = decision.record
     seen = f"HTTP {record.last_http_status}" if record.last_http_status else "no response"
     if record.last_state and record.last_http_status and 200 <= record.last_http_status < 300:
-        seen = f"state {record.last_state}"
+        seen = f"state {shown(record.last_state)}"
     budget = f"{record.status_requests_used}/{record.plan.max_status_requests}"
     stamp = now.strftime("%H:%M:%S")
     if decision.next_poll_at is not None and not record.is_final:
         source = decision.delay_source.value if decision.delay_source else "?"
         return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
     if record.phase is Phase.SUCCEEDED:
-        return f"{stamp} {seen} · requests {budget} · succeeded: {record.result}"
+        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(record.result)}"
     return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
 
 
@@ -182,7 +175,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if not args.json:
             how = "resumed" if not admitted.created else "watching"
             if admitted.reused_job:
-                how = f"job {record.job_id} already has this operation; resumed"
+                how = f"job {shown(record.job_id)} already has this operation; resumed"
             out.write(
                 f"operation {shown(record.operation_id)} ({how}): job {shown(record.job_id)} via"
                 f" {shown(contract.name)}, deadline {format_rfc3339(record.deadline_at)}, budget"
@@ -190,16 +183,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
             )
             out.flush()
         progress = Progress(out, live=out.isatty(), quiet=args.json)
+        Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
         with StatusClient(contract, secret, clock=utcnow) as client:
-            try:
-                final = engine.run(
-                    contract, client, record.operation_id, on_progress=progress, tick=1.0 if progress.live else None
-                )
-            except KeyboardInterrupt:
-                progress(Done(record))
-                print(f"interrupted; the record is kept. Resume with: {resume_hint(args, record.operation_id)}",
-                      file=sys.stderr)  # fmt: skip
-                return 130
+            final = engine.run(
+                contract, client, record.operation_id, on_progress=progress, tick=1.0 if progress.live else None
+            )
         open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
         if args.json:
             summary = _final_json(final)
@@ -209,7 +197,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             _print_outcome(final, out)
             if open_decisions:
                 request = open_decisions[-1].request
-                out.write("\n" + request.render() + "\n")
+                out.write("\n" + shown_request(request).render() + "\n")
                 out.write(f"Decide with: pollwarden decide {request.decision_id} --option N --by YOUR_NAME\n")
         return exit_code(final)
     finally:
@@ -218,15 +206,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     if record.phase is Phase.SUCCEEDED:
-        out.write(f"succeeded: job {record.job_id}, result {record.result}\n")
+        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(record.result)}\n")
         return
     reason = record.reason.value if record.reason else "?"
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
-    out.write(f"{label}: {reason}: {record.detail}\n")
+    out.write(f"{label}: {reason}: {shown(record.detail)}\n")
     out.write(
-        f"  last state {record.last_state}, last HTTP {record.last_http_status},"
+        f"  last state {shown(record.last_state)}, last HTTP {record.last_http_status},"
         f" requests {record.status_requests_used} of {record.plan.max_status_requests},"
         f" transport failures {record.transport_failures_used} of {record.plan.max_transport_failures}\n"
     )
     if record.provider_error:
-        out.write(f"  provider error: {record.provider_error}\n")
+        out.write(f"  provider error: {shown(record.provider_error)}\n")

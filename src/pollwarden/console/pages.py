@@ -17,12 +17,15 @@ from ..core.escalation import OptionKind
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..operating import AuditCheck, describe_grant
+from ..shown import shown
 from ..store.base import Grant, StoredDecision
 
 
 def esc(value: object) -> str:
-    """Every value that reaches a page goes through here (quotes too: values also land in attributes)."""
-    return html.escape(str(value), quote=True)
+    """Every value that reaches a page goes through here (quotes too: values also land in attributes).
+
+    HTML escaping alone leaves bidi overrides and controls, which reorder or hide what an operator reads."""
+    return html.escape(shown(value), quote=True)
 
 
 def operation_href(operation_id: str) -> str:

@@ -41,7 +41,17 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from ..audit import AuditError
 from ..clock import utcnow
 from ..core.escalation import DecisionError
-from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, open_store, verify_home
+from ..operating import (
+    GRANT_ANSWERS,
+    HomeError,
+    answer_grant,
+    decide,
+    grant_step,
+    open_store,
+    verify_home,
+    watch_command,
+)
+from ..shown import has_control, shown
 from ..store.base import Store, StoreError
 from ..story import story_lines
 from . import pages
@@ -69,7 +79,6 @@ SECURITY_HEADERS = (
 
 _DECIDE_PATH = re.compile(r"^/decisions/([^/]+)/decide$")
 _ANSWER_PATH = re.compile(r"^/approvals/([^/]+)/answer$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_loopback(host: str) -> bool:
@@ -249,7 +258,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A dropped connection is not worth a traceback on the operator's terminal.
-        self.console.log(f"{client_address[0]} connection error: {sys.exc_info()[1]!r}")
+        self.console.log(f"{client_address[0]} connection error: {shown(repr(sys.exc_info()[1]))}")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -270,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         path = urlsplit(self.path).path if hasattr(self, "path") else "-"
         method = getattr(self, "command", None) or "-"
-        self.console.log(f'{self.client_address[0]} "{method} {path}" {code}')
+        self.console.log(f'{self.client_address[0]} "{shown(method)} {shown(path)}" {code}')
 
     def log_error(self, format: str, *args: Any) -> None:
         self.console.log(f"{self.client_address[0]} bad request")
@@ -408,7 +417,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return
         if not self._origin_ok():
-            self.console.log(f"{self.client_address[0]} refused a form from origin {self.headers.get('Origin')!r}")
+            self.console.log(
+                f"{self.client_address[0]} refused a form from origin {shown(repr(self.headers.get('Origin')))}"
+            )
             self._problem(403, "Refused", "This form was sent from another site; nothing changed.")
             return
         form = self._form()
@@ -618,10 +629,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "error", "Type your name in 'Decided by': every decision names the person who made it. Nothing changed."
             )
             return None
-        if len(by) > MAX_BY or _CONTROL.search(by):
+        if len(by) > MAX_BY or has_control(by):
             back("error", f"'Decided by' must be at most {MAX_BY} characters of plain text. Nothing changed.")
             return None
-        if note is not None and (len(note) > MAX_NOTE or _CONTROL.search(note)):
+        if note is not None and (len(note) > MAX_NOTE or has_control(note)):
             back("error", f"The note must be at most {MAX_NOTE} characters of plain text. Nothing changed.")
             return None
         return by, note
@@ -648,12 +659,16 @@ class _Handler(BaseHTTPRequestHandler):
             with self.console.store("write") as store:
                 outcome = decide(store, decision_id, option=option, refuse=refuse, by=by, note=note)
         except (HomeError, DecisionError, StoreError, AuditError) as exc:
-            self.console.log(f"{self.client_address[0]} decision {decision_id} by {by!r} refused: {exc}")
-            back("error", str(exc))
+            self.console.log(f"{self.client_address[0]} decision {shown(decision_id)} by {by!r} refused: {shown(exc)}")
+            back("error", f"Decision {decision_id} was not applied: {exc}")
             return
-        self.console.log(f"{self.client_address[0]} decision {decision_id} by {by!r}: {outcome.status}")
+        self.console.log(f"{self.client_address[0]} decision {shown(decision_id)} by {by!r}: {outcome.status}")
         failed = outcome.action is not None and not outcome.action.get("ok")
-        back("error" if failed else "ok", outcome.message)
+        hint = ""
+        if outcome.resume:
+            command = watch_command(outcome.resume, home=str(self.console.home))
+            hint = f"; resume it with `{command}` or let a worker pick it up"
+        back("error" if failed else "ok", outcome.message + hint)
 
     def _answer(self, session: Session, grant_id: str, form: dict[str, str]) -> None:
         """Approve, refuse or revoke an agent's approval request: `operating.answer_grant`, as the CLI does."""
@@ -681,10 +696,12 @@ class _Handler(BaseHTTPRequestHandler):
                     store, grant_id, kind=kind, expect=expect, status=status, verb=verb, by=by, note=note
                 )
         except (HomeError, StoreError, AuditError) as exc:
-            self.console.log(f"{self.client_address[0]} approval {grant_id} {answer} by {by!r} refused: {exc}")
+            self.console.log(
+                f"{self.client_address[0]} approval {shown(grant_id)} {answer} by {by!r} refused: {shown(exc)}"
+            )
             back("error", str(exc))
             return
-        self.console.log(f"{self.client_address[0]} approval {grant_id} by {by!r}: {answered.status}")
+        self.console.log(f"{self.client_address[0]} approval {shown(grant_id)} by {by!r}: {answered.status}")
         back("ok", answered.message)
 
 

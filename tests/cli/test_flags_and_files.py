@@ -1,0 +1,90 @@
+"""Items 16 and 22: every numeric and duration flag refused with exit 2 and a message that names it; --out
+writes only a regular file, atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli, write_contract
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("enqueue", "--max-requests", HUGE), "--max-requests"),
+        (("enqueue", "--max-requests", "-1"), "--max-requests"),
+        (("enqueue", "--deadline", "0s"), "--deadline"),
+        (("watch", "--max-requests", HUGE), "--max-requests"),
+        (("watch", "--max-transport-failures", HUGE), "--max-transport-failures"),
+        (("simulate", "--time-scale", "nan"), "--time-scale"),
+        (("simulate", "--time-scale", "inf"), "--time-scale"),
+        (("simulate", "--time-scale", "0"), "--time-scale"),
+        (("simulate", "--port", "99999"), "--port"),
+        (("console", "--port", HUGE), "--port"),
+        (("worker", "--metrics-port", "70000"), "--metrics-port"),
+        (("worker", "--concurrency", HUGE), "--concurrency"),
+        (("why", "op", "--seq", HUGE + HUGE), "--seq"),
+        (("decide", "d1", "--option", HUGE, "--by", "a"), "--option"),
+        (("submit", "--body", "b.json", "--max-requests", HUGE), "--max-requests"),
+    ],
+)
+def test_bad_numbers_are_exit_2_naming_the_flag(args: tuple[str, ...], flag: str, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    extra: tuple[str, ...] = ("--contract", str(contract), "--job", "j") if args[0] in ("enqueue", "watch") else ()
+    if args[0] == "submit":
+        extra = ("--contract", str(contract))
+    ran = run_cli(*args, *extra, home=home, timeout=30)
+    assert ran.code == 2, (ran.stdout, ran.stderr)
+    assert flag in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+def _exported_home(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    sim.add_job("ok-1", [Step(body={"state": "succeeded", "result_url": "https://files.example/r"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    assert run_cli("watch", "--contract", str(contract), "--job", "ok-1", home=home).code == 0
+
+
+def test_audit_export_refuses_what_is_not_a_regular_file(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    _exported_home(sim, tmp_path, home)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.jsonl"
+    target.write_text("keep me\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = {
+        str(tmp_path): "a directory",
+        "/dev/null": "not a regular file",
+        str(fifo): "not a regular file",
+        str(link): "a symbolic link",
+        str(tmp_path / "missing" / "x.jsonl"): "does not exist",
+    }
+    if os.geteuid() != 0:  # root writes anywhere
+        cases[str(locked / "x.jsonl")] = "cannot write"
+    for out, why in cases.items():
+        ran = run_cli("audit", "export", "--out", out, home=home)
+        assert ran.code == 2, (out, ran.stderr)
+        assert "--out" in ran.stderr and why in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    assert target.read_text() == "keep me\n" and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left over
+    assert os.path.exists("/dev/null") and not Path("/dev/null").is_file()
+
+
+def test_audit_export_replaces_a_regular_file_and_verifies(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    _exported_home(sim, tmp_path, home)
+    out = tmp_path / "export.jsonl"
+    out.write_text("old\n")
+    ran = run_cli("audit", "export", "--out", str(out), home=home)
+    assert ran.code == 0, ran.stderr
+    assert run_cli("audit", "verify", "--file", str(out), home=home).code == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
