@@ -4,7 +4,7 @@ that drives random provider behaviour through `next_step`/`reserve`/`decide` on 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
@@ -200,13 +200,13 @@ def test_next_step_order() -> None:
     assert isinstance(deadline, Halt) and deadline.reason is StopReason.DEADLINE_EXCEEDED
     assert "2025-04-18T10:30:00Z" in deadline.detail
     assert isinstance(next_step(record, at(10_000)), Halt)
-    spent = record.evolve(status_requests_used=2)
+    spent = replace(record, status_requests_used=2)
     budget = next_step(spent, at(5))
     assert budget == Halt(StopReason.REQUEST_BUDGET_EXHAUSTED, "all 2 status requests are used")
     # the deadline is checked first
     both = next_step(spent, at(600))
     assert isinstance(both, Halt) and both.reason is StopReason.DEADLINE_EXCEEDED
-    assert isinstance(next_step(record.evolve(phase=Phase.SUCCEEDED), at(600)), Finished)
+    assert isinstance(next_step(replace(record, phase=Phase.SUCCEEDED), at(600)), Finished)
 
 
 def test_reserve_increments_exactly_once_and_only_when_due() -> None:
@@ -215,13 +215,13 @@ def test_reserve_increments_exactly_once_and_only_when_due() -> None:
     with pytest.raises(ValueError, match=r"no poll is due.*Wait"):
         reserve(record, at(4.999))
     reserved = reserve(record, at(5))
-    assert reserved == record.evolve(status_requests_used=1)
+    assert reserved == replace(record, status_requests_used=1)
     with pytest.raises(ValueError, match="Halt"):
         reserve(reserved, at(5))
     with pytest.raises(ValueError, match="Halt"):
         reserve(record, at(600))
     with pytest.raises(ValueError, match="Finished"):
-        reserve(record.evolve(phase=Phase.STOPPED), at(5))
+        reserve(replace(record, phase=Phase.STOPPED), at(5))
 
 
 def test_halt_keeps_the_last_state() -> None:
@@ -258,7 +258,7 @@ def test_last_allowed_poll_with_a_pending_answer_stops_in_the_same_decision() ->
     assert record.last_state == "running"
     assert isinstance(next_step(record, at(3600)), Finished)
     # a record persisted with the budget spent but still active (a crash between reserve and decide) halts
-    active = record.evolve(phase=Phase.ACTIVE, reason=None)
+    active = replace(record, phase=Phase.ACTIVE, reason=None)
     step = next_step(active, record.next_poll_at)
     assert isinstance(step, Halt) and step.reason is StopReason.REQUEST_BUDGET_EXHAUSTED
 

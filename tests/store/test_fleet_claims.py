@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from pollwarden.core.contract import parse_contract
@@ -33,9 +34,9 @@ SECOND = timedelta(seconds=1)
 
 def _create(store: AnyStore, op: str, due: datetime, *, phase: Phase = Phase.ACTIVE) -> OperationRecord:
     record = new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0 - timedelta(minutes=1))
-    record = record.evolve(next_poll_at=due)
+    record = record.deferred(due)
     if phase is not Phase.ACTIVE:
-        record = record.evolve(phase=phase, reason=StopReason.JOB_FAILED, finished_at=T0)
+        record = replace(record, phase=phase, reason=StopReason.JOB_FAILED, finished_at=T0)
     store.create(record, CONTRACT, {})
     return record
 
@@ -111,7 +112,7 @@ def test_tokens_grow_with_every_claim_and_a_released_row_is_claimed_without_a_ta
         (lease, record), *rest = store.claim_due(f"w{round_}:1:a", now, TTL, limit=1)
         assert rest == []
         tokens.append(lease.token)
-        assert store.write(lease, record.evolve(next_poll_at=now + SECOND), [("polled", {})], now, release=True)
+        assert store.write(lease, record.deferred(now + SECOND), [("polled", {})], now, release=True)
     assert tokens == [1, 2, 3]
     assert "lease_taken_over" not in [e.kind for e in store.events("op")]
 
@@ -134,7 +135,7 @@ def test_concurrent_claimers_never_share_an_operation_in_a_round(store: AnyStore
                 claimed.extend(batch)
             # Finish the round as a worker would: one fenced write per claim, lease released.
             for lease, record in claimed:
-                polled = reserve(record, now).evolve(next_poll_at=now + timedelta(minutes=1))
+                polled = reserve(record, now).deferred(now + timedelta(minutes=1))
                 assert mine.write(lease, polled, [("polled", {"round": round_})], now, release=True)
             taken[index] = [lease.operation_id for lease, _ in claimed]
 

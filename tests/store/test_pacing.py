@@ -53,7 +53,7 @@ def test_defer_moves_later_never_earlier_and_never_past_the_deadline() -> None:
         '[fields]\nstate = "state"\n[limits]\ndeadline = "1m"\n',
         source="t",
     )
-    record = new_record(contract, operation_id="op", job_id="j", now=T0).evolve(next_poll_at=T0 + timedelta(seconds=10))
+    record = new_record(contract, operation_id="op", job_id="j", now=T0).deferred(T0 + timedelta(seconds=10))
     assert defer(record, T0).next_poll_at == T0 + timedelta(seconds=10)
     assert defer(record, T0 + timedelta(seconds=20)).next_poll_at == T0 + timedelta(seconds=20)
     assert defer(record, T0 + timedelta(hours=1)).next_poll_at == record.deadline_at

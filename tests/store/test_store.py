@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,9 +50,7 @@ def _record(op: str = "op", *, now: datetime = T0) -> OperationRecord:
 
 
 def _stopped(record: OperationRecord) -> OperationRecord:
-    return record.evolve(
-        phase=Phase.STOPPED, reason=StopReason.DEADLINE_EXCEEDED, detail="deadline passed", finished_at=T0
-    )
+    return record.stopped(StopReason.DEADLINE_EXCEEDED, "deadline passed", T0)
 
 
 def _request(record: OperationRecord, decision_id: str) -> DecisionRequest:
@@ -270,7 +269,7 @@ def test_a_new_record_from_a_decision_voids_the_other_open_questions(store: AnyS
     request = _stop_with_decision(store, "op", "d-1")
     lease, current = store.claim("op", "hostB:2:b", T0, TTL) or pytest.fail("claim")
     assert store.write(lease, current, [], T0, release=False, decision=_request(current, "d-2"))
-    resumed = current.evolve(phase=Phase.ACTIVE, reason=None, detail=None, finished_at=None)
+    resumed = replace(current, phase=Phase.ACTIVE, reason=None, detail=None, finished_at=None)
     assert store.resolve_decision(
         lease, "d-2", status="decided", by="ana", note=None, option=1, record=resumed, events=[("extended", {})], now=T0
     )
@@ -294,7 +293,7 @@ def test_a_submission_survives_and_becomes_an_operation_once_accepted(store: Any
     assert store.get_submission("ghost") is None
     with pytest.raises(OperationExists):
         store.record_submission(submission, {})
-    record = _record("sub").evolve(status_location="http://127.0.0.1:9/jobs/j-1")
+    record = replace(_record("sub"), status_location="http://127.0.0.1:9/jobs/j-1")
     store.accept_submission(submission, record, CONTRACT, {"job": "exp_71c"})
     accepted = store.get_submission("sub")
     assert accepted is not None

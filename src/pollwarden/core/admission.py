@@ -199,22 +199,30 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
 
 
 def narrow(record: OperationRecord, limits: Limits) -> OperationRecord:
-    """The record with every asked limit that is tighter applied; looser ones are `widening`'s business."""
+    """The record with every asked limit that is tighter applied; looser ones are `widening`'s business.
+
+    The record itself comes back when nothing is tighter, so a caller can tell a plain resume by identity."""
     plan = record.plan
-    changes: dict[str, Any] = {}
-    if limits.deadline is not None and record.created_at + limits.deadline < plan.deadline_at:
-        changes["deadline_at"] = record.created_at + limits.deadline
-    if limits.max_requests is not None and limits.max_requests < plan.max_status_requests:
-        changes["max_status_requests"] = max(limits.max_requests, 1)
-    if limits.max_transport_failures is not None and limits.max_transport_failures < plan.max_transport_failures:
-        changes["max_transport_failures"] = limits.max_transport_failures
+    deadline_at, max_requests, max_failures = plan.deadline_at, plan.max_status_requests, plan.max_transport_failures
+    useful_until = plan.useful_until
+    if limits.deadline is not None and record.created_at + limits.deadline < deadline_at:
+        deadline_at = record.created_at + limits.deadline
+    if limits.max_requests is not None and limits.max_requests < max_requests:
+        max_requests = max(limits.max_requests, 1)
+    if limits.max_transport_failures is not None and limits.max_transport_failures < max_failures:
+        max_failures = limits.max_transport_failures
     if limits.useful_for is not None:
         useful = record.created_at + limits.useful_for
-        if plan.useful_until is None or useful < plan.useful_until:
-            changes["useful_until"] = useful
-    if not changes:
-        return record
-    return replace(record, plan=replace(plan, **changes))
+        if useful_until is None or useful < useful_until:
+            useful_until = useful
+    tighter = replace(
+        plan,
+        deadline_at=deadline_at,
+        max_status_requests=max_requests,
+        max_transport_failures=max_failures,
+        useful_until=useful_until,
+    )
+    return record if tighter == plan else record.with_plan(tighter)
 
 
 def widening(record: OperationRecord, limits: Limits) -> list[Problem]:

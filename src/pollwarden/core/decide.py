@@ -8,14 +8,14 @@ named by a rule in `RULES`, one table, so `why` can say which rule fired and a t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from .durations import format_duration, format_rfc3339
 from .observe import Kind, Observation
-from .reasons import Category, DelaySource, Phase, StopReason
+from .reasons import Category, DelaySource, StopReason
 from .record import OperationRecord
 from .schedule import Rejection, jittered, raw_delay
 
@@ -106,7 +106,7 @@ def reserve(record: OperationRecord, now: datetime) -> OperationRecord:
     step = next_step(record, now)
     if not isinstance(step, Poll):
         raise ValueError(f"no poll is due for {record.operation_id}: {type(step).__name__}")
-    return record.evolve(status_requests_used=record.status_requests_used + 1)
+    return record.reserved()
 
 
 def defer(record: OperationRecord, until: datetime) -> OperationRecord:
@@ -114,24 +114,24 @@ def defer(record: OperationRecord, until: datetime) -> OperationRecord:
     latest = (
         record.deadline_at if record.plan.useful_until is None else min(record.deadline_at, record.plan.useful_until)
     )
-    return record.evolve(next_poll_at=min(max(record.next_poll_at, until), latest))
+    return record.deferred(min(max(record.next_poll_at, until), latest))
 
 
 def halt(record: OperationRecord, reason: StopReason, now: datetime, detail: str, rule: str) -> Decision:
     """Stop without a new observation (deadline, budget, lost credential): the last state is kept as seen."""
-    final = record.evolve(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=now)
-    return Decision(record=final, action=Action.STOP, rule=rule, reason=reason, detail=detail)
+    return Decision(
+        record=record.stopped(reason, detail, now), action=Action.STOP, rule=rule, reason=reason, detail=detail
+    )
 
 
 def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -> Decision:
     """Apply one observation to a record whose request was already reserved."""
-    seen = record.evolve(
-        polls_completed=record.polls_completed + 1,
-        last_http_status=obs.http_status,
-        last_observed_at=obs.observed_at,
-        last_request_id=obs.request_id,
-        last_state=obs.state if obs.state is not None else record.last_state,
-        rate_limited_consecutive=record.rate_limited_consecutive + 1 if obs.kind is Kind.RATE_LIMITED else 0,
+    seen = record.observed(
+        at=obs.observed_at,
+        http_status=obs.http_status,
+        request_id=obs.request_id,
+        state=obs.state,
+        rate_limited=obs.kind is Kind.RATE_LIMITED,
     )
     key = (obs.kind, obs.category if obs.kind is Kind.JOB_STATE else None)
     rule_name, rule = RULES[key]
@@ -140,14 +140,23 @@ def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -
 
 @dataclass(frozen=True)
 class _Ctx:
+    """One observation being decided: `record` has already taken the observation in."""
+
     record: OperationRecord
     obs: Observation
     now: datetime
     u: float
     rule: str
 
-    def stop(self, reason: StopReason, detail: str, **changes: Any) -> Decision:
-        final = self.record.evolve(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=self.now, **changes)
+    def stop(self, reason: StopReason, detail: str) -> Decision:
+        return self._stopped(self.record.stopped(reason, detail, self.now), reason, detail)
+
+    def end(self, reason: StopReason) -> Decision:
+        """The provider ended the job: its own error, if it gave one, is kept for the person who looks."""
+        final = self.record.ended(reason, self.obs.detail, self.now, self.obs.provider_error)
+        return self._stopped(final, reason, self.obs.detail)
+
+    def _stopped(self, final: OperationRecord, reason: StopReason, detail: str) -> Decision:
         return Decision(
             record=final,
             action=Action.STOP,
@@ -157,46 +166,23 @@ class _Ctx:
             detail=detail,
         )
 
-    def wait(self, *, floor: datetime | None = None, use_hint: bool = False, **changes: Any) -> Decision:
+    def wait(self, *, floor: datetime | None = None, use_hint: bool = False) -> Decision:
         """Next poll time: local backoff, raised to a Retry-After floor or replaced by a valid hint (R9, R23).
 
         A 429 grows the delay sharply only when it names no Retry-After (R24): with one, the provider has said
         how long, and its answer is the floor over the ordinary backoff."""
-        record = self.record.evolve(**changes)
+        record = self.record
         schedule = record.plan.schedule
         grow = record.rate_limited_consecutive if floor is None else 0
         raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
-        when = self.now + jittered(schedule, raw, self.u)
-        source = DelaySource.LOCAL_BACKOFF
-        rejections = self.obs.rejections
-        detail = self.obs.detail
-        if use_hint and self.obs.hint_at is not None:
-            why = _hint_problem(self.obs.hint_at, self.now, record)
-            if why is None:
-                when, source = self.obs.hint_at, DelaySource.PROVIDER_POLL_HINT
-            else:
-                rejections += (Rejection(self.obs.hint_field or "hint", format_rfc3339(self.obs.hint_at), why),)
-        if floor is not None and floor >= when:
-            when, source = floor, DelaySource.PROVIDER_RETRY_AFTER
-        if record.status_requests_used >= record.plan.max_status_requests:
-            reason = StopReason.REQUEST_BUDGET_EXHAUSTED
-            text = f"{detail}; all {record.plan.max_status_requests} status requests are used"
-            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(reason, text)
-        if self.now >= record.deadline_at:
-            text = f"{detail}; deadline {format_rfc3339(record.deadline_at)} has passed"
-            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(StopReason.DEADLINE_EXCEEDED, text)
-        useful_until = record.plan.useful_until
-        if useful_until is not None and self.now >= useful_until:
-            text = f"{detail}; the result stopped being useful at {format_rfc3339(useful_until)}"
-            return _Ctx(record, self.obs, self.now, self.u, self.rule).stop(StopReason.USEFULNESS_WINDOW_CLOSED, text)
-        if when > record.deadline_at:
-            detail += "; next poll would fall after the deadline, waking at the deadline instead"
-            when = record.deadline_at
-        if useful_until is not None and when > useful_until:
-            detail += "; next poll would fall after the result stops being useful, waking then instead"
-            when = useful_until
+        when, source, rejections = self._when(self.now + jittered(schedule, raw, self.u), floor, use_hint)
+        spent = _limit_spent(record, self.now)
+        if spent is not None:
+            reason, why = spent
+            return self.stop(reason, f"{self.obs.detail}; {why}")
+        when, detail = _within_limits(record, when, self.obs.detail)
         return Decision(
-            record=record.evolve(next_poll_at=when, delay_source=source),
+            record=record.waiting(when, source),
             action=Action.WAIT,
             rule=self.rule,
             next_poll_at=when,
@@ -206,6 +192,47 @@ class _Ctx:
             rejections=rejections,
             detail=detail,
         )
+
+    def _when(
+        self, backoff: datetime, floor: datetime | None, use_hint: bool
+    ) -> tuple[datetime, DelaySource, tuple[Rejection, ...]]:
+        """The provider's word over the local backoff: a valid hint replaces it, a Retry-After raises it."""
+        when, source, rejections = backoff, DelaySource.LOCAL_BACKOFF, self.obs.rejections
+        hint_at = self.obs.hint_at
+        if use_hint and hint_at is not None:
+            why = _hint_problem(hint_at, self.now, self.record)
+            if why is None:
+                when, source = hint_at, DelaySource.PROVIDER_POLL_HINT
+            else:
+                rejections += (Rejection(self.obs.hint_field or "hint", format_rfc3339(hint_at), why),)
+        if floor is not None and floor >= when:
+            when, source = floor, DelaySource.PROVIDER_RETRY_AFTER
+        return when, source, rejections
+
+
+def _limit_spent(record: OperationRecord, now: datetime) -> tuple[StopReason, str] | None:
+    """After an answer that asks for more waiting, the limit already reached, budget first (the last request
+    was just spent), or None."""
+    if record.status_requests_used >= record.plan.max_status_requests:
+        return StopReason.REQUEST_BUDGET_EXHAUSTED, f"all {record.plan.max_status_requests} status requests are used"
+    if now >= record.deadline_at:
+        return StopReason.DEADLINE_EXCEEDED, f"deadline {format_rfc3339(record.deadline_at)} has passed"
+    useful_until = record.plan.useful_until
+    if useful_until is not None and now >= useful_until:
+        return StopReason.USEFULNESS_WINDOW_CLOSED, f"the result stopped being useful at {format_rfc3339(useful_until)}"
+    return None
+
+
+def _within_limits(record: OperationRecord, when: datetime, detail: str) -> tuple[datetime, str]:
+    """A wake-up past a limit happens at the limit instead, where `next_step` will stop it, and says so."""
+    if when > record.deadline_at:
+        detail += "; next poll would fall after the deadline, waking at the deadline instead"
+        when = record.deadline_at
+    useful_until = record.plan.useful_until
+    if useful_until is not None and when > useful_until:
+        detail += "; next poll would fall after the result stops being useful, waking then instead"
+        when = useful_until
+    return when, detail
 
 
 def _hint_problem(hint_at: datetime, now: datetime, record: OperationRecord) -> str | None:
@@ -219,10 +246,13 @@ def _hint_problem(hint_at: datetime, now: datetime, record: OperationRecord) -> 
     return None
 
 
+Rule = Callable[[_Ctx], Decision]
+
+
 def _success(c: _Ctx) -> Decision:
     if c.obs.result_problem is not None:
         return c.stop(StopReason.RESULT_INVALID, f"{c.obs.detail}, but {c.obs.result_problem}")
-    final = c.record.evolve(phase=Phase.SUCCEEDED, result=c.obs.result, detail=c.obs.detail, finished_at=c.now)
+    final = c.record.succeeded(c.obs.result, c.obs.detail, c.now)
     return Decision(record=final, action=Action.SUCCEED, rule=c.rule, rejections=c.obs.rejections, detail=c.obs.detail)
 
 
@@ -236,14 +266,14 @@ def _pending(c: _Ctx) -> Decision:
     return c.wait(use_hint=True)
 
 
-def _ended(reason: StopReason) -> Callable[[_Ctx], Decision]:
+def _ended(reason: StopReason) -> Rule:
     def rule(c: _Ctx) -> Decision:
-        return c.stop(reason, c.obs.detail, provider_error=c.obs.provider_error)
+        return c.end(reason)
 
     return rule
 
 
-def _stop_with(reason: StopReason) -> Callable[[_Ctx], Decision]:
+def _stop_with(reason: StopReason) -> Rule:
     def rule(c: _Ctx) -> Decision:
         return c.stop(reason, c.obs.detail)
 
@@ -252,13 +282,12 @@ def _stop_with(reason: StopReason) -> Callable[[_Ctx], Decision]:
 
 def _transport_failure(c: _Ctx) -> Decision:
     """5xx and network failures: the job state could not be learned; spend the transport budget (R14, R28)."""
-    used = c.record.transport_failures_used + 1
-    if used >= c.record.plan.max_transport_failures:
+    c = replace(c, record=c.record.transport_failed())
+    used, limit = c.record.transport_failures_used, c.record.plan.max_transport_failures
+    if used >= limit:
         reason = StopReason.AMBIGUOUS_DELIVERY if c.obs.delivery_unknown else StopReason.PROVIDER_FAILURE
-        limit = c.record.plan.max_transport_failures
-        detail = f"{c.obs.detail}; transport-failure budget spent ({used} of {limit})"
-        return c.stop(reason, detail, transport_failures_used=used)
-    return c.wait(floor=c.obs.retry_after, transport_failures_used=used)
+        return c.stop(reason, f"{c.obs.detail}; transport-failure budget spent ({used} of {limit})")
+    return c.wait(floor=c.obs.retry_after)
 
 
 def _rate_limited(c: _Ctx) -> Decision:
@@ -288,7 +317,7 @@ def _not_found(c: _Ctx) -> Decision:
     return c.stop(StopReason.INTEGRATION_FAILURE, detail)
 
 
-RULES: dict[tuple[Kind, Category | None], tuple[str, Callable[[_Ctx], Decision]]] = {
+RULES: dict[tuple[Kind, Category | None], tuple[str, Rule]] = {
     (Kind.JOB_STATE, Category.SUCCESS): ("success_validated", _success),
     (Kind.JOB_STATE, Category.PENDING): ("pending_wait", _pending),
     (Kind.JOB_STATE, Category.FAILURE): ("job_failed", _ended(StopReason.JOB_FAILED)),

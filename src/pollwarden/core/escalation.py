@@ -8,7 +8,7 @@ a request is tied to the stop it describes by `stop_marker`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import PollwardenError
 from .contract import Contract
 from .durations import format_duration, format_rfc3339
-from .reasons import DelaySource, Phase, StopReason
+from .reasons import Phase, StopReason
 from .record import OperationRecord
 
 
@@ -342,25 +342,13 @@ def apply_extension(record: OperationRecord, option: Option, now: datetime) -> O
     transport_max = plan.max_transport_failures
     if option.extra_transport_failures:
         transport_max = record.transport_failures_used + option.extra_transport_failures
-    new_plan = type(plan)(
+    new_plan = replace(
+        plan,
         deadline_at=deadline,
         max_status_requests=record.status_requests_used + option.extra_checks,
         max_transport_failures=transport_max,
-        max_rate_limited=plan.max_rate_limited,
-        schedule=plan.schedule,
-        not_found_grace=plan.not_found_grace,
-        useful_until=plan.useful_until,
     )
-    return record.evolve(
-        plan=new_plan,
-        phase=Phase.ACTIVE,
-        reason=None,
-        detail=None,
-        finished_at=None,
-        next_poll_at=next_poll,
-        delay_source=DelaySource.MANUAL_EXTENSION,
-        rate_limited_consecutive=0,
-    )
+    return record.extended(new_plan, next_poll)
 
 
 def contract_margin(record: OperationRecord) -> timedelta:

@@ -70,8 +70,73 @@ class OperationRecord:
     def is_final(self) -> bool:
         return self.phase is not Phase.ACTIVE
 
-    def evolve(self, **changes: Any) -> OperationRecord:
-        return replace(self, **changes)
+    # The transitions: one per thing that happens to an operation, each naming what it changes and keeping
+    # every other field, so a rule cannot rebuild a record and drop or widen a limit on the way (R15, R20).
+
+    def reserved(self) -> OperationRecord:
+        """One more status request is spent; persisted before it is sent (R16)."""
+        return replace(self, status_requests_used=self.status_requests_used + 1)
+
+    def observed(
+        self,
+        *,
+        at: datetime,
+        http_status: int | None,
+        request_id: str | None,
+        state: str | None,
+        rate_limited: bool,
+    ) -> OperationRecord:
+        """One exchange was seen; an answer without a state keeps the last state seen, not forgets it."""
+        return replace(
+            self,
+            polls_completed=self.polls_completed + 1,
+            last_http_status=http_status,
+            last_observed_at=at,
+            last_request_id=request_id,
+            last_state=state if state is not None else self.last_state,
+            rate_limited_consecutive=self.rate_limited_consecutive + 1 if rate_limited else 0,
+        )
+
+    def transport_failed(self) -> OperationRecord:
+        """The job state could not be learned: one more transport failure is spent (R14)."""
+        return replace(self, transport_failures_used=self.transport_failures_used + 1)
+
+    def waiting(self, next_poll_at: datetime, delay_source: DelaySource) -> OperationRecord:
+        return replace(self, next_poll_at=next_poll_at, delay_source=delay_source)
+
+    def deferred(self, next_poll_at: datetime) -> OperationRecord:
+        """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
+        return replace(self, next_poll_at=next_poll_at)
+
+    def succeeded(self, result: str | None, detail: str, at: datetime) -> OperationRecord:
+        return replace(self, phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at)
+
+    def stopped(self, reason: StopReason, detail: str, at: datetime) -> OperationRecord:
+        return replace(self, phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=at)
+
+    def ended(self, reason: StopReason, detail: str, at: datetime, provider_error: str | None) -> OperationRecord:
+        """The provider ended the job (failed, cancelled, expired): stopped, with the provider's own error."""
+        return replace(
+            self, phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=at, provider_error=provider_error
+        )
+
+    def extended(self, plan: Plan, next_poll_at: datetime) -> OperationRecord:
+        """A person's approval: active again under a new plan; the budgets already spent stay spent (R41)."""
+        return replace(
+            self,
+            plan=plan,
+            phase=Phase.ACTIVE,
+            reason=None,
+            detail=None,
+            finished_at=None,
+            next_poll_at=next_poll_at,
+            delay_source=DelaySource.MANUAL_EXTENSION,
+            rate_limited_consecutive=0,
+        )
+
+    def with_plan(self, plan: Plan) -> OperationRecord:
+        """Only the limits change (a resume that narrows them); nothing about the polling so far."""
+        return replace(self, plan=plan)
 
     def summary(self) -> dict[str, Any]:
         """The machine view shared by `status --json`, `watch --json` and the audit trail."""
