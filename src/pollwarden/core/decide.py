@@ -172,14 +172,14 @@ class _Ctx:
         A 429 grows the delay sharply only when it names no Retry-After (R24): with one, the provider has said
         how long, and its answer is the floor over the ordinary backoff."""
         record = self.record
-        schedule = record.plan.schedule
-        grow = record.rate_limited_consecutive if floor is None else 0
-        raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
-        when, source, rejections = self._when(self.now + jittered(schedule, raw, self.u), floor, use_hint)
         spent = _limit_spent(record, self.now)
         if spent is not None:
             reason, why = spent
             return self.stop(reason, f"{self.obs.detail}; {why}")
+        schedule = record.plan.schedule
+        grow = record.rate_limited_consecutive if floor is None else 0
+        raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
+        when, source, rejections = self._when(self.now + jittered(schedule, raw, self.u), floor, use_hint)
         when, detail = _within_limits(record, when, self.obs.detail)
         return Decision(
             record=record.waiting(when, source),
