@@ -70,6 +70,16 @@ def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
     return WatchRequest(contract, args.job, args.operation, limits, by="cli")
 
 
+def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
+    """`pollwarden decide D --option N --by YOUR_NAME`, with the --home/--db this command was given."""
+    words = ["pollwarden", "decide", decision_id, "--option", "N", "--by", "YOUR_NAME"]
+    if args.home:
+        words += ["--home", args.home]
+    if getattr(args, "db", None):
+        words += ["--db", redact_url(args.db)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
 def _contract(args: argparse.Namespace, store: Store) -> Contract:
     """`--contract` when given; otherwise, to resume, the contract stored with `--operation` (item 18)."""
     if args.contract is not None:
@@ -198,7 +208,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             if open_decisions:
                 request = open_decisions[-1].request
                 out.write("\n" + shown_request(request).render() + "\n")
-                out.write(f"Decide with: pollwarden decide {request.decision_id} --option N --by YOUR_NAME\n")
+                out.write(f"Decide with: {decide_hint(args, request.decision_id)}\n")
         return exit_code(final)
     finally:
         store.close()
