@@ -17,7 +17,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
-from ..operating import HomeError, contract_of
+from ..operating import HomeError, command_line, contract_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.owner import process_owner
@@ -73,11 +73,7 @@ def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
 def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
     """`pollwarden decide D --option N --by YOUR_NAME`, with the --home/--db this command was given."""
     words = ["pollwarden", "decide", decision_id, "--option", "N", "--by", "YOUR_NAME"]
-    if args.home:
-        words += ["--home", args.home]
-    if getattr(args, "db", None):
-        words += ["--db", redact_url(args.db)]
-    return " ".join(shlex.quote(word) for word in words)
+    return command_line(words, home=args.home, db=getattr(args, "db", None))
 
 
 def _contract(args: argparse.Namespace, store: Store) -> Contract:
