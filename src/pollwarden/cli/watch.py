@@ -179,13 +179,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
         record = admitted.record
         out = sys.stdout
         if not args.json:
-            how = "resumed" if not admitted.created else "watching"
-            if admitted.reused_job:
-                how = f"job {shown(record.job_id)} already has this operation; resumed"
+            how = ""
+            if not admitted.created:
+                how = f"; resumed with {record.status_requests_used} used"
+                if admitted.reused_job:
+                    how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
             out.write(
-                f"operation {shown(record.operation_id)} ({how}): job {shown(record.job_id)} via"
-                f" {shown(contract.name)}, deadline {format_rfc3339(record.deadline_at)}, budget"
-                f" {record.plan.max_status_requests} requests\n"
+                f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
+                f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
+                f" requests{how}\n"
             )
             out.flush()
         progress = Progress(out, live=out.isatty(), quiet=args.json)
