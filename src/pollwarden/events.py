@@ -551,6 +551,14 @@ class WatchStarted(AuditEvent):
 
 @_register
 @dataclass(frozen=True, kw_only=True)
+class WatchRejoined(WatchStarted):
+    """The agent asked to watch a job that already had an operation: it got that one back, never a fresh budget."""
+
+    KIND = "watch_rejoined"
+
+
+@_register
+@dataclass(frozen=True, kw_only=True)
 class CallIntent(AuditEvent):
     KIND = "call_intent"
     call: int | None = None

@@ -117,11 +117,15 @@ def watch_command(operation_id: str, *, home: str | None = None, db: str | None 
     """`pollwarden watch --operation OP [--home DIR] [--db URL]`, quoted so it runs exactly as printed.
 
     A PostgreSQL URL is shown without its password: the person supplies it again (or sets POLLWARDEN_DB)."""
-    words = ["pollwarden", "watch", "--operation", operation_id]
+    return command_line(["pollwarden", "watch", "--operation", operation_id], home=home, db=db)
+
+
+def command_line(words: list[str], *, home: str | None = None, db: str | None = None) -> str:
+    """A command with the --home/--db it must carry, quoted so it runs exactly as printed."""
     if home:
-        words += ["--home", home]
+        words = [*words, "--home", home]
     if db:
-        words += ["--db", redact_url(db) if is_postgres_url(db) else db]
+        words = [*words, "--db", redact_url(db) if is_postgres_url(db) else db]
     return " ".join(shlex.quote(shown(word)) for word in words)
 
 

@@ -218,6 +218,11 @@ def _watch_started(e: ev.WatchStarted, s: Scene) -> str:
     return f"{s.at} the agent started operation {_v(e.operation)} on job {_v(e.job)} ({_v(e.contract)})"
 
 
+@renders(ev.WatchRejoined)
+def _watch_rejoined(e: ev.WatchRejoined, s: Scene) -> str:
+    return f"{s.at} the agent asked again for job {_v(e.job)} and got operation {_v(e.operation)} back, budget kept"
+
+
 @renders(ev.CallIntent)
 def _call_intent(e: ev.CallIntent, s: Scene) -> str:
     return (

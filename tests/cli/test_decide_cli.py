@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 
@@ -49,7 +47,6 @@ def test_only_an_option_that_calls_the_provider_needs_the_credential(
     assert "extended operation op" in extend.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="runs once `watch --operation OP` works without --contract (the lead's change)")
 def test_the_resume_hint_runs_as_printed(sim: Simulator, tmp_path: Path, home: Path) -> None:
     decision, options = _stopped(sim, tmp_path, home)
     sim.add_job("slow-1", [Step(body={"state": "succeeded", "result_url": "https://files.example/r.csv"})])

@@ -43,7 +43,7 @@ def test_watch_resumes_with_the_stored_contract_and_refuses_a_changed_one(
     assert first.code == 4, first.stderr
     resumed = run_cli("watch", "--operation", "op", home=home)
     assert resumed.code == 4 and "Traceback" not in resumed.stderr
-    assert "operation op (resumed)" in resumed.stdout
+    assert "operation op: job never-1" in resumed.stdout and "resumed with 2 used" in resumed.stdout
     changed = tmp_path / "changed.toml"
     changed.write_text(contract.read_text().replace('success = ["succeeded"]', 'success = ["succeeded", "done"]'))
     refused = run_cli("watch", "--contract", str(changed), "--operation", "op", home=home)

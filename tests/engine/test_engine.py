@@ -25,6 +25,7 @@ from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.engine import AdmissionError, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
+from pollwarden.http import FakeTransport, Reply, StatusClient
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
@@ -36,11 +37,7 @@ def _store(home: Path) -> Store:
     return open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = _store(tmp_path / "home")
-    yield opened
-    opened.close()
+# `store` is the store suite's fixture: each test that takes it runs on SQLite and on PostgreSQL.
 
 
 def _contract(base: str = "http://127.0.0.1:9", **options: Any) -> Contract:
@@ -58,7 +55,7 @@ class SlowProvider:
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:
-        later = utcnow() + self.rival_delay  # a second worker, that much later, claiming with its fixed TTL
+        later = self.store.db_now() + self.rival_delay  # a second worker, that much later, with its fixed TTL
         self.rival_claims.append(len(self.store.claim_due("rival", later, CLAIM_TTL, 10)))
         now = utcnow()
         return Response(status=200, headers={}, body=b'{"state": "running"}', sent_at=now, received_at=now)
@@ -67,12 +64,12 @@ class SlowProvider:
 def test_a_batch_claim_with_a_short_ttl_is_extended_to_cover_a_slow_contract(store: Store) -> None:
     """Item 1: with timeout = 60s and an answer after 36 s, a second worker took the operation mid-request."""
     contract = _contract(timeout="60s")
-    engine = Engine(store, owner="worker-1")
+    engine = Engine(store, owner="worker-1", clock=store.db_now)
     admitted = engine.admit(WatchRequest(contract, "never-1", by="enqueue"))
-    (lease, record), *_ = store.claim_due("worker-1", utcnow(), CLAIM_TTL, 10)
+    (lease, record), *_ = store.claim_due("worker-1", store.db_now(), CLAIM_TTL, 10)
     assert lease_ttl(contract) > timedelta(seconds=36) > CLAIM_TTL - timedelta(seconds=30)
     provider = SlowProvider(store, rival_delay=timedelta(seconds=36))
-    result = engine.step_claimed(contract, provider, lease, record, utcnow())
+    result = engine.step_claimed(contract, provider, lease, record, store.db_now())
     assert provider.rival_claims == [0]
     assert isinstance(result, Polled) and result.decision.record.status_requests_used == 1
     assert [e.kind for e in store.events(admitted.record.operation_id)].count("lease_lost") == 0
@@ -150,7 +147,7 @@ def test_the_python_api_announces_a_stop_on_the_contracts_webhook(
 
 def test_starting_the_same_job_again_returns_its_operation_with_the_budget_it_has_left(store: Store) -> None:
     contract = _contract(max_requests=3)
-    engine = Engine(store, owner="agent")
+    engine = Engine(store, owner="agent", clock=store.db_now)
     first = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
     again = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
     assert first.created and not again.created and again.reused_job
@@ -160,7 +157,7 @@ def test_starting_the_same_job_again_returns_its_operation_with_the_budget_it_ha
 
 def test_a_refused_resume_is_audited_on_the_operation_and_changes_nothing(store: Store) -> None:
     contract = _contract(max_requests=3)
-    engine = Engine(store, owner="cli")
+    engine = Engine(store, owner="cli", clock=store.db_now)
     made = engine.admit(WatchRequest(contract, "never-1", "op-1"))
     with pytest.raises(AdmissionError, match="exceeds the approved 3"):
         engine.admit(WatchRequest(contract, None, "op-1", Limits(max_requests=9)))
@@ -171,7 +168,7 @@ def test_a_refused_resume_is_audited_on_the_operation_and_changes_nothing(store:
 
 def test_narrowing_on_resume_is_written_under_the_lease_and_keeps_the_usefulness_window(store: Store) -> None:
     contract = _contract(max_requests=5)
-    engine = Engine(store, owner="cli")
+    engine = Engine(store, owner="cli", clock=store.db_now)
     engine.admit(WatchRequest(contract, "never-1", "op-1", Limits(useful_for=timedelta(seconds=30))))
     narrowed = engine.admit(WatchRequest(contract, None, "op-1", Limits(max_requests=1)))
     stored = store.get("op-1")
@@ -179,3 +176,20 @@ def test_narrowing_on_resume_is_written_under_the_lease_and_keeps_the_usefulness
     assert stored.record.plan.max_status_requests == 1 and stored.record.plan.useful_until is not None
     assert stored.lease_owner is None
     assert [e.kind for e in store.events("op-1")][-1] == "limits_narrowed"
+
+
+def test_the_real_status_client_through_the_engine_on_a_scripted_transport(store: Store) -> None:
+    """The middle layer with the real client: credential injected, answers decoded and scrubbed, then recorded."""
+    contract = parse_contract(
+        contract_text("https://provider.test", secret_env="PW_ENGINE_TOKEN", max_requests=3), source="t.toml"
+    )
+    answers = iter([b'{"state": "running", "error": "tok-ENGINE-123"}', b'{"state": "succeeded", "result_url": "/r"}'])
+    transport = FakeTransport(lambda request: Reply(body=next(answers)))
+    engine = Engine(store, owner="cli", clock=store.db_now)
+    op = engine.admit(WatchRequest(contract, "happy-1")).record.operation_id
+    with StatusClient(contract, "tok-ENGINE-123", clock=store.db_now, transport=transport) as client:
+        final = engine.run(contract, client, op, sleep=lambda _: None)
+    assert final.result == "/r" and final.status_requests_used == 2
+    assert [dict(r.headers).get("Authorization") for r in transport.requests] == ["Bearer tok-ENGINE-123"] * 2
+    trail = json.dumps([dict(e.data) for e in store.events(op)])
+    assert "tok-ENGINE-123" not in trail and "[secret]" in trail

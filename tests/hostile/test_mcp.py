@@ -118,8 +118,10 @@ def _outcome(findings: Findings, replies: list[Reply]) -> str:
         findings.add(f"internal_error: {str(final.data.get('message', ''))[:200]}")
         return "internal_error"
     if not final.ok:
-        message = str(final.data.get("message", ""))[:200]
-        return "refused" if final is replies[0] else f"tool error {final.error}: {message}"
+        # A named refusal (say, of a credential it will not send) is an answer; a crash mapped to a name is not.
+        if final.error != "call_failed":
+            return "refused"
+        return f"tool error {final.error}: {str(final.data.get('message', ''))[:200]}"
     if final.data.get("status") not in {"succeeded", "stopped"}:
         return f"not ended (status {final.data.get('status')})"
     view: dict[str, Any] = final.data.get("operation") or {}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
-import uuid
 from pathlib import Path
 
 from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
+from ..core.admission import new_operation_id, operation_id_problem
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
-from ..core.record import OPERATION_ID, OperationRecord
+from ..core.record import OperationRecord
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
@@ -108,9 +109,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except ValueError:
         raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as application/json") from None
     now = utcnow()
-    operation_id = args.operation or f"{contract.name}-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    if not OPERATION_ID.match(operation_id):
-        raise UsageError(f"--operation {operation_id!r}: use 1-128 letters, digits, '.', '_', ':' or '-'")
+    operation_id = args.operation or new_operation_id(contract.name, now, secrets.token_hex(3))
+    if problem := operation_id_problem(operation_id):
+        raise UsageError(f"--operation {shown(operation_id)!r}: {problem}")
     store = _open_store(args.home, keys="write")
     try:
         with _client(contract) as client:

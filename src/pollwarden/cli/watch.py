@@ -17,7 +17,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
-from ..operating import HomeError, contract_of
+from ..operating import HomeError, command_line, contract_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.owner import process_owner
@@ -68,6 +68,12 @@ def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
         useful_for=_duration(args.useful_for, "--useful-for"),
     )
     return WatchRequest(contract, args.job, args.operation, limits, by="cli")
+
+
+def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
+    """`pollwarden decide D --option N --by YOUR_NAME`, with the --home/--db this command was given."""
+    words = ["pollwarden", "decide", decision_id, "--option", "N", "--by", "YOUR_NAME"]
+    return command_line(words, home=args.home, db=getattr(args, "db", None))
 
 
 def _contract(args: argparse.Namespace, store: Store) -> Contract:
@@ -173,13 +179,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
         record = admitted.record
         out = sys.stdout
         if not args.json:
-            how = "resumed" if not admitted.created else "watching"
-            if admitted.reused_job:
-                how = f"job {shown(record.job_id)} already has this operation; resumed"
+            how = ""
+            if not admitted.created:
+                how = f"; resumed with {record.status_requests_used} used"
+                if admitted.reused_job:
+                    how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
             out.write(
-                f"operation {shown(record.operation_id)} ({how}): job {shown(record.job_id)} via"
-                f" {shown(contract.name)}, deadline {format_rfc3339(record.deadline_at)}, budget"
-                f" {record.plan.max_status_requests} requests\n"
+                f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
+                f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
+                f" requests{how}\n"
             )
             out.flush()
         progress = Progress(out, live=out.isatty(), quiet=args.json)
@@ -198,7 +206,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             if open_decisions:
                 request = open_decisions[-1].request
                 out.write("\n" + shown_request(request).render() + "\n")
-                out.write(f"Decide with: pollwarden decide {request.decision_id} --option N --by YOUR_NAME\n")
+                out.write(f"Decide with: {decide_hint(args, request.decision_id)}\n")
         return exit_code(final)
     finally:
         store.close()

@@ -25,7 +25,7 @@ from ..errors import PollwardenError
 from ..notify import deliver
 from ..store.base import Lease, OperationExists, Store
 from . import flow
-from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+from .flow import Done, NotYet, Polled, StepResult, lease_ttl
 
 T = TypeVar("T")
 
@@ -264,18 +264,3 @@ def _conflict(text: str) -> AdmissionError:
 def new_decision_id() -> str:
     """Short enough to type after `pollwarden decide`; random so two stops never share one."""
     return "d" + secrets.token_hex(5)
-
-
-__all__ = [
-    "AdmissionError",
-    "Admitted",
-    "Busy",
-    "Done",
-    "Engine",
-    "NotYet",
-    "Polled",
-    "StatusSender",
-    "StepResult",
-    "lease_ttl",
-    "new_decision_id",
-]

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import events as ev
 from ..actions import ActionError, fetch_result
 from ..core.admission import Limits, Refusal, WatchRequest
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
@@ -89,11 +90,9 @@ def tool_start_watch(
             raise ToolFailure(REFUSALS[exc.kind], f"{exc}. Nothing was created", **extra) from None
         record = admitted.record
         now = broker.clock()
-        broker.audit(
-            store,
-            "watch_started" if admitted.created else "watch_rejoined",
-            {"operation": record.operation_id, "contract": served.name, "job": record.job_id, **record.summary()},
-        )
+        kind = ev.WatchStarted if admitted.created else ev.WatchRejoined
+        started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
+        broker.audit(store, started.KIND, started.to_json())
         if record.is_final:
             return {**final(store, record, now), "reused": True}
     reused = "" if admitted.created else (
