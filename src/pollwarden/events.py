@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 from .core.admission import created_event
 from .core.codec import record_to_json
@@ -106,7 +106,10 @@ EVENT_TYPES: dict[str, type[AuditEvent]] = {}
 E = TypeVar("E", bound=type[AuditEvent])
 
 
-def _register(cls: E) -> E:
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def event(cls: E) -> E:
+    """A frozen, keyword-only dataclass for one kind, entered in `EVENT_TYPES` under its `KIND`."""
+    dataclass(frozen=True, kw_only=True)(cls)  # a dataclass decorator returns the class it was given
     if not cls.KIND or cls.KIND in EVENT_TYPES:
         raise TypeError(f"{cls.__name__}: KIND {cls.KIND!r} is empty or already taken")
     EVENT_TYPES[cls.KIND] = cls
@@ -122,8 +125,7 @@ def parse(kind: str, data: Mapping[str, Any]) -> AuditEvent | None:
 # -- an operation is created, polled and stopped --------------------------------------------------------
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Created(AuditEvent):
     KIND = "created"
     operation: str | None = None
@@ -139,8 +141,7 @@ class Created(AuditEvent):
         return cls.from_json(created_event(record, created_by))
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Reserved(AuditEvent):
     """A status request counted (and committed) before it is sent."""
 
@@ -160,8 +161,7 @@ class Reserved(AuditEvent):
         )
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Observed(AuditEvent):
     """What one HTTP exchange proved; the fields the story tells, the rest of the observation in `extra`."""
 
@@ -177,8 +177,7 @@ class Observed(AuditEvent):
         return cls.from_json({"sent_at": format_rfc3339(sent_at), **observation.to_json()})
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class DecisionEvent(AuditEvent):
     """One decision of the core with everything `why` needs to replay it (`inputs`)."""
 
@@ -225,8 +224,7 @@ class DecisionEvent(AuditEvent):
         )
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class GuidanceRejected(AuditEvent):
     KIND = "guidance_rejected"
     source: str | None = None
@@ -238,8 +236,7 @@ class GuidanceRejected(AuditEvent):
         return cls(source=rejection.source, value=rejection.value, why=rejection.why)
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SucceededEvent(AuditEvent):
     KIND = "succeeded"
     result: str | None = None
@@ -253,14 +250,12 @@ class StopEvent(AuditEvent):
     summary: Mapping[str, Any] | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class JobEnded(StopEvent):
     KIND = "job_ended"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Escalated(StopEvent):
     KIND = "escalated"
 
@@ -287,16 +282,14 @@ def poll_events(
     ]
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class LeaseLost(AuditEvent):
     KIND = "lease_lost"
     owner: str | None = None
     token: int | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class LeaseTakenOver(AuditEvent):
     KIND = "lease_taken_over"
     previous_owner: str | None = None
@@ -304,15 +297,13 @@ class LeaseTakenOver(AuditEvent):
     token: int | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ResumeRefused(AuditEvent):
     KIND = "resume_refused"
     why: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class LimitsNarrowed(AuditEvent):
     """A resume asked for less; the narrowed record's summary is the payload."""
 
@@ -325,8 +316,7 @@ class LimitsNarrowed(AuditEvent):
         return cls.from_json(narrowed.summary())
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Paced(AuditEvent):
     KIND = "paced"
     provider: str | None = None
@@ -336,8 +326,7 @@ class Paced(AuditEvent):
 # -- a person decides -------------------------------------------------------------------------------------
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class DecisionRequested(AuditEvent):
     """The payload is the request's own JSON (`DecisionRequest.to_json`)."""
 
@@ -359,14 +348,12 @@ class AnswerEvent(AuditEvent):
         return cls(decision_id=request.decision_id, by=by, note=note, reason=request.reason.value)
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Refused(AnswerEvent):
     KIND = "refused"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class DecisionExpired(AnswerEvent):
     KIND = "decision_expired"
 
@@ -383,20 +370,17 @@ class ChosenEvent(AnswerEvent):
         return replace(answer, option=option.number, kind=option.kind.value, label=option.label)
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Decided(ChosenEvent):
     KIND = "decided"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Inspected(ChosenEvent):
     KIND = "inspected"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Extended(ChosenEvent):
     """The new limits an extension gave, with the choice that gave them."""
 
@@ -432,20 +416,17 @@ class DeliveryEvent(AuditEvent):
     error: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Notified(DeliveryEvent):
     KIND = "notified"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class NotifyFailed(DeliveryEvent):
     KIND = "notify_failed"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ActionEvent(AuditEvent):
     """An action beside polling (cancel, fetch_result, resubmit) and how it went; its own detail in `extra`."""
 
@@ -460,8 +441,7 @@ class ActionEvent(AuditEvent):
 # -- submissions ----------------------------------------------------------------------------------------
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SubmissionIntent(AuditEvent):
     """Recorded before the submission is sent (R34)."""
 
@@ -472,8 +452,7 @@ class SubmissionIntent(AuditEvent):
     idempotent: bool = False
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class Submitted(AuditEvent):
     """The provider accepted the submission; the new record's summary and the answer's facts."""
 
@@ -510,20 +489,17 @@ class SubmissionMarked(AuditEvent):
         return self.KIND.removeprefix("submission_")
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SubmissionUnknown(SubmissionMarked):
     KIND = "submission_unknown"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SubmissionNotSent(SubmissionMarked):
     KIND = "submission_not_sent"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SubmissionRejected(SubmissionMarked):
     KIND = "submission_rejected"
 
@@ -531,8 +507,7 @@ class SubmissionRejected(SubmissionMarked):
 # -- an agent session's own log (@agent/<id>) -------------------------------------------------------------
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SessionStarted(AuditEvent):
     KIND = "session_started"
     session: str | None = None
@@ -540,8 +515,7 @@ class SessionStarted(AuditEvent):
     client: Mapping[str, Any] | str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class WatchStarted(AuditEvent):
     KIND = "watch_started"
     operation: str | None = None
@@ -549,16 +523,14 @@ class WatchStarted(AuditEvent):
     contract: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class WatchRejoined(WatchStarted):
     """The agent asked to watch a job that already had an operation: it got that one back, never a fresh budget."""
 
     KIND = "watch_rejoined"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class CallIntent(AuditEvent):
     KIND = "call_intent"
     call: int | None = None
@@ -569,8 +541,7 @@ class CallIntent(AuditEvent):
     max_status_requests: int | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class CallResult(AuditEvent):
     KIND = "call_result"
     call: int | None = None
@@ -578,8 +549,7 @@ class CallResult(AuditEvent):
     outcome: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class CallDenied(AuditEvent):
     KIND = "call_denied"
     operation: str | None = None
@@ -596,14 +566,12 @@ class GrantRequested(AuditEvent):
     scope: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class SessionApprovalRequested(GrantRequested):
     KIND = "session_approval_requested"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class CallApprovalRequested(GrantRequested):
     KIND = "call_approval_requested"
 
@@ -615,32 +583,27 @@ class GrantAnswered(AuditEvent):
     note: str | None = None
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ApprovalApproved(GrantAnswered):
     KIND = "approval_approved"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ApprovalRefused(GrantAnswered):
     KIND = "approval_refused"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ApprovalRevoked(GrantAnswered):
     KIND = "approval_revoked"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ApprovalExpired(GrantAnswered):
     KIND = "approval_expired"
 
 
-@_register
-@dataclass(frozen=True, kw_only=True)
+@event
 class ExtensionRequested(AuditEvent):
     """An agent asked a person for more; in the operation's log the operation is the log itself."""
 
