@@ -2,7 +2,7 @@
 
 The server is the credential broker of R47: contracts in `--contracts DIR` bind each secret to its status URL
 origin, the agent names a contract only by its `name`, and the server makes every provider call itself, through
-the same `Watcher` step as `pollwarden watch` (same core, same store, same audit). No tool argument can choose a
+the same engine step as `pollwarden watch` (same core, same store, same audit). No tool argument can choose a
 host, a path outside the status template, a header or a credential.
 
 The package, by concept: `broker` (the session's state, the store, one dispatch), `tools` (the seven tools as

@@ -149,7 +149,7 @@ def tool_wait_operation(
                     " keeps its deadline and budget)",
                 }
                 break
-            # No lease is held here: the Watcher released it after its step (R38).
+            # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
             broker.stopping.wait(max(0.01, pause))
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
