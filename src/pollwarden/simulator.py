@@ -51,6 +51,7 @@ __all__ = [
     "Simulator",
     "Step",
     "contract_text",
+    "scenario_listing",
     "serve",
     "substitute",
 ]
@@ -247,6 +248,12 @@ SCENARIOS: Mapping[str, tuple[str, Sequence[Step]]] = {
     "reset": ("the connection is closed without a response, forever", (Step(close=True),)),
     "teapot": ("418 forever", (Step(status=418, body={"error": "I'm a teapot"}),)),
 }
+
+
+def scenario_listing() -> str:
+    """The builtin scenarios, one `name  description` line each: `simulate --help` and its start-up print."""
+    lines = [f"  {name:26} {description}" for name, (description, _) in SCENARIOS.items()]
+    return "\n".join(["scenarios (GET /jobs/<scenario>-<anything>):", *lines])
 
 
 def _scenario_for(job_id: str) -> str | None:
