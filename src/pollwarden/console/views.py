@@ -9,7 +9,7 @@ from ..store.base import Store, StoreError
 from ..story import story_lines
 from . import pages
 from .auth import AuthHandler
-from .pages import Flash
+from .pages import Chrome
 from .sessions import Session
 
 RECENT_DECISIONS = 10
@@ -22,9 +22,10 @@ def _pending_approvals(store: Store) -> int:
 
 class PageViews(AuthHandler):
     @staticmethod
-    def _flashes(session: Session) -> list[Flash]:
+    def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
+        """The page's frame; the session's flashes are shown once, on this page."""
         flashes, session.flashes = session.flashes, []
-        return flashes
+        return Chrome(session.csrf, flashes, open_decisions, pending_approvals)
 
     def _unreadable(self, session: Session, exc: Exception) -> None:
         self._problem(500, "Cannot read the state", str(exc), session)
@@ -43,10 +44,7 @@ class PageViews(AuthHandler):
             records,
             by_operation,
             utcnow(),
-            csrf=session.csrf,
-            flashes=self._flashes(session),
-            open_decisions=len(open_ones),
-            pending_approvals=pending,
+            chrome=self._chrome(session, len(open_ones), pending),
         )
         self._send(200, body)
 
@@ -83,10 +81,7 @@ class PageViews(AuthHandler):
             problem,
             decisions,
             utcnow(),
-            csrf=session.csrf,
-            flashes=self._flashes(session),
-            open_decisions=open_count,
-            pending_approvals=pending,
+            chrome=self._chrome(session, open_count, pending),
         )
         self._send(200, body)
 
@@ -104,10 +99,8 @@ class PageViews(AuthHandler):
         body = pages.decisions_page(
             open_ones,
             done[:RECENT_DECISIONS],
-            csrf=session.csrf,
             by=session.by,
-            flashes=self._flashes(session),
-            pending_approvals=pending,
+            chrome=self._chrome(session, pending_approvals=pending),
         )
         self._send(200, body)
 
@@ -126,10 +119,7 @@ class PageViews(AuthHandler):
         body = pages.audit_page(
             check,
             problem,
-            csrf=session.csrf,
-            flashes=self._flashes(session),
-            open_decisions=open_count,
-            pending_approvals=pending,
+            chrome=self._chrome(session, open_count, pending),
         )
         self._send(200, body)
 
@@ -151,9 +141,7 @@ class PageViews(AuthHandler):
             approved_sessions,
             recent[:RECENT_APPROVALS],
             utcnow(),
-            csrf=session.csrf,
             by=session.by,
-            flashes=self._flashes(session),
-            open_decisions=open_count,
+            chrome=self._chrome(session, open_count),
         )
         self._send(200, body)
