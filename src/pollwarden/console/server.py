@@ -25,7 +25,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -33,10 +32,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from ..foreground import stop_signals, wait_for
 from ..operating import open_store
 from ..shown import shown
 from ..store.base import Store
@@ -180,30 +180,10 @@ class ConsoleHTTPServer(ThreadingHTTPServer):
 
 def serve_until_signalled(server: ConsoleServer, on_ready: Callable[[], None]) -> None:
     """Run a started-here console in the foreground until Ctrl-C or SIGTERM, then stop it cleanly."""
-    done = threading.Event()
-    previous: Any = None
-    previous_int: Any = None
-    in_main = threading.current_thread() is threading.main_thread()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    if in_main:
-        # SIGINT too, explicitly: a process started in the background by a shell inherits SIGINT ignored, and
-        # Python then installs no KeyboardInterrupt handler, so Ctrl-C (or `kill -INT`) would do nothing.
-        previous = signal.signal(signal.SIGTERM, on_term)
-        previous_int = signal.signal(signal.SIGINT, on_term)
-    try:
+    with stop_signals() as done:
         server.start()
         try:
             on_ready()
-            while not done.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            pass
+            wait_for(done)
         finally:
             server.stop()
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_int)

@@ -7,7 +7,6 @@ import hmac
 import json
 import math
 import re
-import signal
 import socket
 import sys
 import threading
@@ -16,9 +15,10 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, cast
 
+from ..foreground import stop_signals, wait_for
 from .scenarios import SCENARIOS, scenario_for
 from .script import Job, Step, parse_script, render, substitute
 
@@ -394,26 +394,6 @@ class Simulator:
 
 def serve(host: str, port: int, *, token: str | None, time_scale: float, on_ready: Callable[[str], None]) -> None:
     """Run a simulator in the foreground for the demo or a subprocess test; SIGTERM stops it cleanly."""
-    done = threading.Event()
-    previous: Any = None
-    previous_int: Any = None
-    in_main = threading.current_thread() is threading.main_thread()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    if in_main:  # SIGINT explicitly as well: a shell's background job inherits it ignored
-        previous = signal.signal(signal.SIGTERM, on_term)
-        previous_int = signal.signal(signal.SIGINT, on_term)
-    try:
-        with Simulator(host, port, token=token, time_scale=time_scale) as sim:
-            on_ready(sim.url)
-            try:
-                while not done.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
-                pass
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_int)
+    with stop_signals() as done, Simulator(host, port, token=token, time_scale=time_scale) as sim:
+        on_ready(sim.url)
+        wait_for(done)
