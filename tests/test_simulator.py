@@ -327,3 +327,14 @@ def test_serve_runs_until_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_simulate_help_lists_every_scenario() -> None:
+    """A person finds the scenarios where they look first, `--help`, not only after the server started."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pollwarden", "simulate", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [" ".join(line.split()) for line in proc.stdout.splitlines()]
+    for name, (description, _) in SCENARIOS.items():
+        assert f"{name} {description}" in lines, name

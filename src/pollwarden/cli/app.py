@@ -17,6 +17,7 @@ from typing import NoReturn
 from .. import __version__
 from ..errors import PollwardenError
 from ..shown import shown
+from ..simulator import scenario_listing
 from .agents import add_agent_commands
 from .audit import cmd_audit_export, cmd_audit_repair, cmd_audit_verify
 from .common import EXIT_USAGE, _positive, port_number, real_number, resume_hint, whole_number
@@ -71,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     home(st)
     st.set_defaults(func=cmd_story)
 
-    sim = sub.add_parser("simulate", help="run a scripted job provider on loopback")
+    sim = sub.add_parser(
+        "simulate",
+        help="run a scripted job provider on loopback",
+        epilog=scenario_listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=port_number, default=8080)
     sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")

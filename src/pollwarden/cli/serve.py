@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
 from ..home import resolve_home
-from ..simulator import SCENARIOS, Simulator, Step, contract_text, serve
+from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
 from .common import (
     EXIT_ESCALATED,
     EXIT_INTERNAL,
@@ -73,10 +73,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"simulated provider listening on {url}", flush=True)
         if not args.quiet:
-            print("scenarios (GET /jobs/<scenario>-<anything>):")
-            for name, (description, _) in SCENARIOS.items():
-                print(f"  {name:26} {description}")
-            sys.stdout.flush()
+            print(scenario_listing(), flush=True)
 
     try:
         serve(args.host, args.port, token=token, time_scale=args.time_scale, on_ready=ready)

@@ -1,38 +1,12 @@
-"""A real HTTP job provider on loopback whose job lifecycles are scripted step by step.
-
-The demo, the end-to-end tests and the benchmarks need a provider that misbehaves on purpose
-(503 with Retry-After, 429 storms, states outside the table, bodies that are not JSON, resets)
-and that tells afterwards exactly which requests it saw. A mock inside the client would prove
-nothing about the wire, so this is a real `ThreadingHTTPServer` speaking HTTP/1.1.
-
-Scripting model: a job is a list of `Step`s. Each status request is answered by the current
-step; a step ends after it answered `times` requests, or, when it has `seconds`, once that much
-(scaled) time has passed since it became active. The last step answers forever.
-
-Placeholders: body strings (at any depth of a JSON body) and header values are rendered at
-answer time by `substitute`, because a static script cannot know the job id or "now":
-
-- `{job_id}`          the job's id
-- `{rfc3339+N}`       now + N seconds as RFC 3339 UTC (`{rfc3339-N}` for the past)
-- `{http_date+N}`     now + N seconds as an RFC 9110 HTTP-date (`{http_date-N}` too)
-
-N is scaled by `time_scale` like every scenario time except `delay`.
-
-The simulator never keeps an Authorization value or any header whose name suggests a
-credential: recorded requests end up in test output and logs.
-"""
+"""The HTTP side: a `ThreadingHTTPServer` that answers from the scripts, records every request, and `serve`."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import email.utils
 import hmac
 import json
 import math
 import re
-import signal
 import socket
 import sys
 import threading
@@ -40,52 +14,20 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, cast
 
-__all__ = [
-    "SCENARIOS",
-    "RecordedRequest",
-    "Simulator",
-    "Step",
-    "contract_text",
-    "serve",
-    "substitute",
-]
+from ..foreground import stop_signals, wait_for
+from .scenarios import SCENARIOS, scenario_for
+from .script import Job, Step, parse_script, render, substitute
 
 _MAX_REQUEST_BODY = 1024 * 1024
 _SECRET_NAME_PARTS = ("token", "key", "secret")
 _SECRET_NAMES = frozenset({"authorization", "proxy-authorization", "cookie"})
-_PLACEHOLDER = re.compile(r"\{(job_id|(rfc3339|http_date)([+-])(\d+(?:\.\d+)?))\}")
 _JOB_PATH = re.compile(r"^/jobs/([^/]+)$")
 _CANCEL_PATH = re.compile(r"^/jobs/([^/]+)/cancel$")
 _RESULT_PATH = re.compile(r"^/results/([^/]+)$")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One phase of a scripted job; see the module docstring for how steps advance."""
-
-    status: int = 200
-    body: Any = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    times: int = 1
-    seconds: float | None = None
-    delay: float = 0.0
-    close: bool = False
-
-    def __post_init__(self) -> None:
-        # A script error should fail where the script is written, not as a hung test later.
-        if not 100 <= self.status <= 599:
-            raise ValueError(f"status must be 100..599, got {self.status}")
-        if self.times < 1:
-            raise ValueError(f"times must be at least 1, got {self.times}")
-        if self.seconds is not None and (math.isnan(self.seconds) or self.seconds < 0):
-            raise ValueError(f"seconds must be >= 0, got {self.seconds}")
-        if math.isnan(self.delay) or self.delay < 0:
-            raise ValueError(f"delay must be >= 0, got {self.delay}")
 
 
 @dataclass(frozen=True)
@@ -115,184 +57,9 @@ class RecordedRequest:
         }
 
 
-def substitute(text: str, *, job_id: str, now: float, time_scale: float = 1.0) -> str:
-    """Render the placeholders in one string; unknown `{...}` text is left alone on purpose."""
-
-    def one(match: re.Match[str]) -> str:
-        if match.group(1) == "job_id":
-            return job_id
-        offset = float(match.group(4)) * time_scale
-        when = now + offset if match.group(3) == "+" else now - offset
-        if match.group(2) == "rfc3339":
-            return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        # HTTP-dates have whole seconds; round up so "+N" is never earlier than asked.
-        return email.utils.formatdate(math.ceil(when), usegmt=True)
-
-    return _PLACEHOLDER.sub(one, text)
-
-
-def _render(value: Any, *, job_id: str, now: float, time_scale: float) -> Any:
-    if isinstance(value, str):
-        return substitute(value, job_id=job_id, now=now, time_scale=time_scale)
-    if isinstance(value, Mapping):
-        return {k: _render(v, job_id=job_id, now=now, time_scale=time_scale) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_render(v, job_id=job_id, now=now, time_scale=time_scale) for v in value]
-    return value
-
-
-def _state(state: str, **extra: Any) -> dict[str, Any]:
-    return {"job_id": "{job_id}", "state": state, **extra}
-
-
-_SUCCEEDED = Step(body=_state("succeeded", result_url="/results/{job_id}"))
-_RUNNING = Step(body=_state("running"))
-_HUGE_BODY = b'{"state": "running", "padding": "' + b"x" * (5 * 1024 * 1024) + b'"}'
-
-SCENARIOS: Mapping[str, tuple[str, Sequence[Step]]] = {
-    "happy": (
-        "queued once, running twice, then succeeded with a result_url",
-        (Step(body=_state("queued")), Step(body=_state("running"), times=2), _SUCCEEDED),
-    ),
-    "slow": ("running for 3 s, then succeeded", (Step(body=_state("running"), seconds=3.0), _SUCCEEDED)),
-    "retry_after": (
-        "queued, 503 with Retry-After: 1, running, succeeded",
-        (
-            Step(body=_state("queued")),
-            Step(status=503, body={"error": "service unavailable"}, headers={"Retry-After": "1"}),
-            _RUNNING,
-            _SUCCEEDED,
-        ),
-    ),
-    "retry_after_date": (
-        "503 with an HTTP-date Retry-After 2 s ahead, then succeeded",
-        (
-            Step(status=503, body={"error": "service unavailable"}, headers={"Retry-After": "{http_date+2}"}),
-            _SUCCEEDED,
-        ),
-    ),
-    "rate_limited": ("429 forever, never a Retry-After", (Step(status=429, body={"error": "rate limited"}),)),
-    "rate_limited_retry_after": (
-        "429 with Retry-After: 1, then succeeded",
-        (Step(status=429, body={"error": "rate limited"}, headers={"Retry-After": "1"}), _SUCCEEDED),
-    ),
-    "unauthorized": (
-        "401 forever",
-        (Step(status=401, body={"error": "unauthorized"}, headers={"WWW-Authenticate": "Bearer"}),),
-    ),
-    "forbidden": ("403 forever", (Step(status=403, body={"error": "forbidden"}),)),
-    "unknown_state": (
-        "running, then awaiting_review forever",
-        (_RUNNING, Step(body=_state("awaiting_review"))),
-    ),
-    "no_result": ("running, then succeeded without result_url", (_RUNNING, Step(body=_state("succeeded")))),
-    "expired_running": (
-        "running forever with expires_at one hour in the past",
-        (Step(body=_state("running", expires_at="{rfc3339-3600}")),),
-    ),
-    "never": ("running forever", (_RUNNING,)),
-    "down": ("500 forever", (Step(status=500, body={"error": "internal error"}),)),
-    "flaky": (
-        "502, 503, running, succeeded",
-        (
-            Step(status=502, body={"error": "bad gateway"}),
-            Step(status=503, body={"error": "service unavailable"}),
-            _RUNNING,
-            _SUCCEEDED,
-        ),
-    ),
-    "hint": (
-        "running with poll_after_seconds: 1 twice, then succeeded",
-        (Step(body=_state("running", poll_after_seconds=1), times=2), _SUCCEEDED),
-    ),
-    "bad_hint": (
-        "running with a negative, an unparseable and an absurd hint, then succeeded",
-        (
-            Step(body=_state("running", poll_after_seconds=-5)),
-            Step(body=_state("running", next_check_at="not a time")),
-            Step(body=_state("running", poll_after_seconds=1e12)),
-            _SUCCEEDED,
-        ),
-    ),
-    "garbage": (
-        "200 with an HTML body",
-        (Step(body=b"<html>not json</html>", headers={"Content-Type": "text/html"}),),
-    ),
-    "not_utf8": (
-        "200 claiming JSON with bytes that are not UTF-8",
-        (Step(body=b'\xff\xfe{"state": "running"}', headers={"Content-Type": "application/json"}),),
-    ),
-    "huge": (
-        "200 with a 5 MB JSON body",
-        (Step(body=_HUGE_BODY, headers={"Content-Type": "application/json"}),),
-    ),
-    "failed": (
-        "running, then failed with a provider error",
-        (
-            _RUNNING,
-            Step(body=_state("failed", error={"code": "E_QUOTA", "message": "export quota exceeded"})),
-        ),
-    ),
-    "cancelled": ("running, then cancelled", (_RUNNING, Step(body=_state("cancelled")))),
-    "expired": ("running, then expired", (_RUNNING, Step(body=_state("expired")))),
-    "not_found_then_ok": (
-        "404 once (eventual consistency), running, succeeded",
-        (Step(status=404, body={"error": "no such job"}), _RUNNING, _SUCCEEDED),
-    ),
-    "redirect": (
-        "302 to another host",
-        (Step(status=302, body=None, headers={"Location": "http://127.0.0.2:9/elsewhere"}),),
-    ),
-    "timeout": ("every answer is delayed 5 s (then running)", (Step(body=_state("running"), delay=5.0),)),
-    "reset": ("the connection is closed without a response, forever", (Step(close=True),)),
-    "teapot": ("418 forever", (Step(status=418, body={"error": "I'm a teapot"}),)),
-}
-
-
-def _scenario_for(job_id: str) -> str | None:
-    """The builtin scenario a job id names (`happy`, `happy-42`); the longest name wins."""
-    matches = [name for name in SCENARIOS if job_id == name or job_id.startswith(name + "-")]
-    return max(matches, key=len) if matches else None
-
-
 def _is_secret_header(name: str) -> bool:
     lowered = name.lower()
     return lowered in _SECRET_NAMES or any(part in lowered for part in _SECRET_NAME_PARTS)
-
-
-class _Job:
-    """Progress through a script; every method is called with the simulator lock held."""
-
-    def __init__(self, steps: Sequence[Step], now: float) -> None:
-        if not steps:
-            raise ValueError("a job needs at least one step")
-        self.steps = tuple(steps)
-        self.index = 0
-        self.answered = 0
-        self.active_since = now
-        self.cancelled = False
-
-    def take(self, now: float, time_scale: float) -> Step:
-        """The step answering a request arriving at `now`, advancing the script past it."""
-        last = len(self.steps) - 1
-        while self.index < last:
-            current = self.steps[self.index]
-            if current.seconds is None:
-                break
-            ends = self.active_since + current.seconds * time_scale
-            if now < ends:
-                break
-            self.index += 1
-            self.answered = 0
-            self.active_since = ends
-        step = self.steps[self.index]
-        if step.seconds is None and self.index < last:
-            self.answered += 1
-            if self.answered >= step.times:
-                self.index += 1
-                self.answered = 0
-                self.active_since = now
-        return step
 
 
 @dataclass
@@ -410,7 +177,7 @@ class Simulator:
         self._token = token
         self._time_scale = time_scale
         self._lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._log: list[RecordedRequest] = []
         self._idempotency: dict[str, tuple[str, str]] = {}
         self._request_counter = 0
@@ -465,7 +232,7 @@ class Simulator:
 
     def add_job(self, job_id: str, steps: Sequence[Step]) -> None:
         """Script (or re-script) a job; its first step becomes active now, as if just submitted."""
-        job = _Job(steps, time.monotonic())
+        job = Job(steps, time.monotonic())
         with self._lock:
             self._jobs[job_id] = job
 
@@ -483,12 +250,12 @@ class Simulator:
 
     # --- request handling (called from handler threads) -------------------------------------
 
-    def _job(self, job_id: str) -> _Job | None:
+    def _job(self, job_id: str) -> Job | None:
         job = self._jobs.get(job_id)
         if job is None:
-            name = _scenario_for(job_id)
+            name = scenario_for(job_id)
             if name is not None:
-                job = self._jobs[job_id] = _Job(SCENARIOS[name][1], time.monotonic())
+                job = self._jobs[job_id] = Job(SCENARIOS[name][1], time.monotonic())
         return job
 
     def _record_and_answer(
@@ -573,7 +340,7 @@ class Simulator:
         elif step.body is None:
             body = b""
         else:
-            rendered = _render(step.body, job_id=job_id, now=now, time_scale=self._time_scale)
+            rendered = render(step.body, job_id=job_id, now=now, time_scale=self._time_scale)
             body = json.dumps(rendered).encode()
             headers["Content-Type"] = "application/json"
         for name, value in step.headers.items():
@@ -595,7 +362,7 @@ class Simulator:
         else:
             self._submit_counter += 1
             job_id = f"{scenario}-sub{self._submit_counter}"
-            self._jobs[job_id] = _Job(SCENARIOS[scenario][1], time.monotonic())
+            self._jobs[job_id] = Job(SCENARIOS[scenario][1], time.monotonic())
             if key is not None:
                 self._idempotency[key] = (job_id, scenario)
         location = f"/jobs/{urllib.parse.quote(job_id)}"
@@ -617,7 +384,7 @@ class Simulator:
             return _json_answer(200, [r.as_dict() for r in self.requests(job)])
         if path == "/_sim/jobs" and method == "POST":
             try:
-                job_id, steps = _parse_script(raw)
+                job_id, steps = parse_script(raw)
             except ValueError as exc:
                 return _json_answer(400, {"error": str(exc)})
             self.add_job(job_id, steps)
@@ -625,139 +392,8 @@ class Simulator:
         return _json_answer(404, {"error": "not found"})
 
 
-def _parse_script(raw: bytes) -> tuple[str, list[Step]]:
-    """Read a `/_sim/jobs` body; bytes bodies travel as `body_base64` because JSON cannot carry them."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError("body is not JSON") from exc
-    if not isinstance(data, dict):
-        raise ValueError("expected an object with job_id and steps")
-    job_id, raw_steps = data.get("job_id"), data.get("steps")
-    if not isinstance(job_id, str) or not job_id or "/" in job_id:
-        raise ValueError("job_id must be a non-empty string without '/'")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise ValueError("steps must be a non-empty list")
-    steps: list[Step] = []
-    allowed = {"status", "body", "body_base64", "headers", "times", "seconds", "delay", "close"}
-    for i, item in enumerate(raw_steps):
-        if not isinstance(item, dict) or not set(item) <= allowed:
-            raise ValueError(f"step {i}: expected an object with keys from {sorted(allowed)}")
-        headers = item.get("headers", {})
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise ValueError(f"step {i}: headers must map strings to strings")
-        body: Any = item.get("body")
-        if "body_base64" in item:
-            try:
-                body = base64.b64decode(item["body_base64"], validate=True)
-            except (binascii.Error, TypeError) as exc:
-                raise ValueError(f"step {i}: body_base64 is not base64") from exc
-        status, times, seconds, delay, close = (
-            item.get("status", 200),
-            item.get("times", 1),
-            item.get("seconds"),
-            item.get("delay", 0.0),
-            item.get("close", False),
-        )
-        if type(status) is not int or type(times) is not int or type(close) is not bool:
-            raise ValueError(f"step {i}: status and times must be integers, close a boolean")
-        if seconds is not None and not isinstance(seconds, int | float):
-            raise ValueError(f"step {i}: seconds must be a number or null")
-        if not isinstance(delay, int | float) or isinstance(delay, bool):
-            raise ValueError(f"step {i}: delay must be a number")
-        steps.append(Step(status, body, headers, times, seconds, float(delay), close))
-    return job_id, steps
-
-
-_CONTRACT = """\
-name = "{name}"
-status_url = "{base}/jobs/{{job_id}}"
-timeout = "{timeout}"
-safe_status = true
-{auth}
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-cancelled = ["cancelled"]
-expired = ["expired"]
-
-[fields]
-state = "state"
-result = "result_url"
-error = "error"
-expires_at = "expires_at"
-poll_after_seconds = "poll_after_seconds"
-next_check_at = "next_check_at"
-
-[schedule]
-base_delay = "{base_delay}"
-max_delay = "{max_delay}"
-
-[limits]
-deadline = "{deadline}"
-max_requests = {max_requests}
-max_transport_failures = {max_transport_failures}
-max_rate_limited = {max_rate_limited}
-{extra}
-"""
-
-
-def contract_text(
-    base_url: str,
-    *,
-    name: str = "exports",
-    timeout: str = "2s",
-    base_delay: str = "100ms",
-    max_delay: str = "400ms",
-    deadline: str = "1m",
-    max_requests: int = 12,
-    max_transport_failures: int = 3,
-    max_rate_limited: int = 3,
-    secret_env: str | None = None,
-    extra: str = "",
-) -> str:
-    """The contract that reads this simulator's scenario bodies: the demo, the tests and the benchmarks use it."""
-    auth = f'\n[auth]\nsecret_env = "{secret_env}"\n' if secret_env else ""
-    return _CONTRACT.format(
-        name=name,
-        base=base_url,
-        timeout=timeout,
-        base_delay=base_delay,
-        max_delay=max_delay,
-        deadline=deadline,
-        max_requests=max_requests,
-        max_transport_failures=max_transport_failures,
-        max_rate_limited=max_rate_limited,
-        auth=auth,
-        extra=extra,
-    )
-
-
 def serve(host: str, port: int, *, token: str | None, time_scale: float, on_ready: Callable[[str], None]) -> None:
     """Run a simulator in the foreground for the demo or a subprocess test; SIGTERM stops it cleanly."""
-    done = threading.Event()
-    previous: Any = None
-    previous_int: Any = None
-    in_main = threading.current_thread() is threading.main_thread()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    if in_main:  # SIGINT explicitly as well: a shell's background job inherits it ignored
-        previous = signal.signal(signal.SIGTERM, on_term)
-        previous_int = signal.signal(signal.SIGINT, on_term)
-    try:
-        with Simulator(host, port, token=token, time_scale=time_scale) as sim:
-            on_ready(sim.url)
-            try:
-                while not done.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
-                pass
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_int)
+    with stop_signals() as done, Simulator(host, port, token=token, time_scale=time_scale) as sim:
+        on_ready(sim.url)
+        wait_for(done)

@@ -1,0 +1,110 @@
+"""The forms that change something: a decision's option, an approval's answer.
+
+Each is applied by the one function the CLI uses too (`operating.decide`, `operating.answer_grant`), names the
+person who made it, and ends in a redirect to its page with a flash that says what happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..audit import AuditError
+from ..core.escalation import DecisionError
+from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
+from ..shown import has_control, shown
+from ..store.base import StoreError
+from .auth import AuthHandler
+from .pages import Flash
+from .sessions import Session
+
+MAX_BY = 100
+MAX_NOTE = 500
+
+Back = Callable[[str, str], None]
+"""Queue a flash (kind, text) and redirect to the form's page."""
+
+
+class FormActions(AuthHandler):
+    def _back(self, session: Session, page: str) -> Back:
+        def back(kind: str, text: str) -> None:
+            session.flashes.append(Flash(kind, text))
+            self._redirect(page)
+
+        return back
+
+    def _operator(self, form: dict[str, str], back: Back) -> tuple[str, str | None] | None:
+        """The checked 'Decided by' name and note of a form; None after an error flash was queued."""
+        by = form.get("by", "").strip()
+        note = form.get("note", "").strip() or None
+        if not by:
+            back(
+                "error", "Type your name in 'Decided by': every decision names the person who made it. Nothing changed."
+            )
+            return None
+        if len(by) > MAX_BY or has_control(by):
+            back("error", f"'Decided by' must be at most {MAX_BY} characters of plain text. Nothing changed.")
+            return None
+        if note is not None and (len(note) > MAX_NOTE or has_control(note)):
+            back("error", f"The note must be at most {MAX_NOTE} characters of plain text. Nothing changed.")
+            return None
+        return by, note
+
+    def _decide(self, session: Session, decision_id: str, form: dict[str, str]) -> None:
+        back = self._back(session, "/decisions")
+        operator = self._operator(form, back)
+        if operator is None:
+            return
+        by, note = operator
+        choice = form.get("option", "").strip()
+        refuse = choice == "refuse"
+        option: int | None = None
+        if not refuse:
+            if not choice.isdigit() or len(choice) > 4:
+                back("error", "Choose one of the options (or refuse). Nothing changed.")
+                return
+            option = int(choice)
+        session.by = by
+        try:
+            with self.console.store("write") as store:
+                outcome = decide(store, decision_id, option=option, refuse=refuse, by=by, note=note)
+        except (HomeError, DecisionError, StoreError, AuditError) as exc:
+            self.console.log(f"{self.client_address[0]} decision {shown(decision_id)} by {by!r} refused: {shown(exc)}")
+            back("error", f"Decision {decision_id} was not applied: {exc}")
+            return
+        self.console.log(f"{self.client_address[0]} decision {shown(decision_id)} by {by!r}: {outcome.status}")
+        failed = outcome.action is not None and not outcome.action.get("ok")
+        hint = ""
+        if outcome.resume:
+            command = watch_command(outcome.resume, home=str(self.console.home))
+            hint = f"; resume it with `{command}` or let a worker pick it up"
+        back("error" if failed else "ok", outcome.message + hint)
+
+    def _answer(self, session: Session, grant_id: str, form: dict[str, str]) -> None:
+        """Approve, refuse or revoke an agent's approval request: `operating.answer_grant`, as the CLI does."""
+        back = self._back(session, "/approvals")
+        operator = self._operator(form, back)
+        if operator is None:
+            return
+        by, note = operator
+        answer = form.get("answer", "").strip()
+        if answer not in GRANT_ANSWERS:
+            back("error", "Choose Approve, Refuse or Revoke. Nothing changed.")
+            return
+        session.by = by
+        try:
+            with self.console.store("write") as store:
+                # Revoking is `revoke-session`: sessions only, and a still-pending one is refused instead.
+                step = grant_step(answer, store.get_grant(grant_id) if answer == "revoke" else None)
+                kind = "session" if answer == "revoke" else None
+                expect, status, verb = step
+                answered = answer_grant(
+                    store, grant_id, kind=kind, expect=expect, status=status, verb=verb, by=by, note=note
+                )
+        except (HomeError, StoreError, AuditError) as exc:
+            self.console.log(
+                f"{self.client_address[0]} approval {shown(grant_id)} {answer} by {by!r} refused: {shown(exc)}"
+            )
+            back("error", str(exc))
+            return
+        self.console.log(f"{self.client_address[0]} approval {shown(grant_id)} by {by!r}: {answered.status}")
+        back("ok", answered.message)

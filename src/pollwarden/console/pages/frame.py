@@ -1,0 +1,230 @@
+"""The page frame and the small pieces every page uses: escaping, links, badges, times, budgets.
+
+Every value that reaches a page goes through `esc`; the frame carries the navigation and the logout form.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import quote
+
+from ...core.durations import format_duration, format_rfc3339
+from ...core.record import OperationRecord
+from ...shown import shown
+
+
+def esc(value: object) -> str:
+    """Every value that reaches a page goes through here (quotes too: values also land in attributes).
+
+    HTML escaping alone leaves bidi overrides and controls, which reorder or hide what an operator reads."""
+    return html.escape(shown(value), quote=True)
+
+
+def operation_href(operation_id: str) -> str:
+    return "/operations/" + quote(operation_id, safe="")
+
+
+def decide_href(decision_id: str) -> str:
+    return "/decisions/" + quote(decision_id, safe="") + "/decide"
+
+
+def answer_href(grant_id: str) -> str:
+    return "/approvals/" + quote(grant_id, safe="") + "/answer"
+
+
+@dataclass(frozen=True)
+class Flash:
+    kind: str  # ok | error
+    text: str
+
+
+@dataclass(frozen=True)
+class Chrome:
+    """What a logged-in page's frame shows around its body: the logout form's CSRF token, the flashes, the counts
+    in the navigation (None or 0: no count shown)."""
+
+    csrf: str
+    flashes: Sequence[Flash] = ()
+    open_decisions: int | None = None
+    pending_approvals: int | None = None
+
+
+STYLE = """
+:root { --fg:#1d232b; --muted:#5d6875; --line:#d8dde3; --bg:#f6f7f9; --card:#fff; --accent:#1f5fbf;
+        --ok:#1d7a3a; --warn:#a35b00; --bad:#b3261e; }
+* { box-sizing: border-box; }
+body { margin:0; font:15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif;
+       color:var(--fg); background:var(--bg); }
+header { background:#18202b; color:#fff; padding:.6rem 1.25rem; display:flex; gap:1.5rem; align-items:center; }
+header .brand { font-weight:700; letter-spacing:.02em; }
+header nav { display:flex; gap:1rem; flex:1; }
+header a { color:#cfe0ff; text-decoration:none; }
+header a.here { color:#fff; border-bottom:2px solid #fff; }
+header form { margin:0; }
+header button { background:none; border:1px solid #6b7a8c; color:#cfe0ff; border-radius:4px; padding:.15rem .6rem;
+                cursor:pointer; font:inherit; font-size:.85rem; }
+main { padding:1rem 1.25rem 3rem; max-width:1280px; }
+h1 { font-size:1.35rem; margin:.4rem 0 1rem; }
+h2 { font-size:1.1rem; margin:1.5rem 0 .6rem; }
+table { border-collapse:collapse; width:100%; background:var(--card); border:1px solid var(--line); }
+th, td { text-align:left; padding:.4rem .6rem; border-bottom:1px solid var(--line); vertical-align:top; }
+th { background:#eef1f5; font-weight:600; font-size:.85rem; color:var(--muted); white-space:nowrap; }
+td.num { white-space:nowrap; font-variant-numeric:tabular-nums; }
+td > a.mono { white-space:nowrap; }
+code, .mono { font-family:ui-monospace, "DejaVu Sans Mono", "Liberation Mono", monospace; font-size:.9em; }
+.muted { color:var(--muted); }
+.badge { display:inline-block; padding:.05rem .5rem; border-radius:999px; font-size:.8rem; font-weight:600;
+         border:1px solid currentColor; white-space:nowrap; }
+.phase-active { color:var(--accent); } .phase-succeeded { color:var(--ok); } .phase-stopped { color:var(--warn); }
+.status-open { color:var(--warn); } .status-decided { color:var(--ok); } .status-refused { color:var(--bad); }
+.status-expired { color:var(--muted); }
+.status-pending { color:var(--warn); } .status-approved { color:var(--ok); } .status-revoked { color:var(--muted); }
+form.answer { display:flex; flex-wrap:wrap; gap:.4rem; align-items:center; margin:0; }
+form.answer input { font:inherit; font-size:.9rem; padding:.25rem .4rem; border:1px solid #aab4bf; border-radius:4px;
+                    width:9rem; }
+form.answer button.option { padding:.25rem .7rem; }
+.detail { font-size:.8rem; margin-top:.2rem; }
+progress { width:7rem; height:.8rem; vertical-align:middle; margin-right:.35rem; }
+.flash { padding:.6rem .9rem; border-radius:6px; margin:0 0 1rem; border:1px solid; }
+.flash.ok { background:#e8f5ec; border-color:#9fd3ae; color:#124d25; }
+.flash.error { background:#fdecea; border-color:#f1a9a2; color:#7a1a13; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1rem 1.2rem;
+        margin:0 0 1.2rem; }
+.card h2 { margin-top:0; }
+ul.r31 { list-style:none; padding:0; margin:0 0 .8rem; columns:2 22rem; column-gap:2rem; }
+ul.r31 li { padding:.12rem 0; break-inside:avoid; }
+ul.r31 .k { color:var(--muted); display:inline-block; min-width:9.5rem; } ul.r31 .v { font-weight:500; }
+.fields { display:flex; flex-wrap:wrap; gap:.8rem 1.5rem; margin:.4rem 0 1rem; }
+.fields label { display:flex; flex-direction:column; font-size:.85rem; color:var(--muted); gap:.2rem; }
+.fields input { font:inherit; padding:.35rem .5rem; border:1px solid #aab4bf; border-radius:4px; min-width:16rem; }
+ul.options { list-style:none; padding:0; margin:0; display:flex; flex-direction:column; gap:.55rem; }
+ul.options li { display:flex; gap:.8rem; align-items:baseline; flex-wrap:wrap; }
+ul.options .effect { color:var(--muted); font-size:.9rem; flex:1; min-width:18rem; }
+button.option, a.option { font:inherit; font-weight:600; padding:.4rem .9rem; border-radius:5px; cursor:pointer;
+                          border:1px solid var(--accent); background:var(--accent); color:#fff; text-decoration:none;
+                          display:inline-block; }
+a.option { background:#fff; color:var(--accent); }
+button.kind-close, button.kind-cancel, button.kind-resubmit { background:#fff; color:var(--accent); }
+h3 { font-size:.95rem; margin:.2rem 0 .6rem; }
+button.refuse { border-color:var(--bad); background:#fff; color:var(--bad); }
+ol.story { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:.6rem 1rem .6rem 3rem;
+           margin:0; }
+ol.story li { font-family:ui-monospace, "DejaVu Sans Mono", "Liberation Mono", monospace; font-size:.85rem;
+              padding:.1rem 0; white-space:pre-wrap; word-break:break-word; }
+table.kv th { width:14rem; }
+.verdict { font-size:1.3rem; font-weight:700; }
+.verdict.ok { color:var(--ok); } .verdict.bad { color:var(--bad); }
+.login { max-width:26rem; margin:4rem auto; }
+.login input { width:100%; font:inherit; padding:.45rem .6rem; margin:.4rem 0 .8rem; border:1px solid #aab4bf;
+               border-radius:4px; }
+"""
+
+NAV = (
+    ("/", "Operations", "operations"),
+    ("/decisions", "Decisions", "decisions"),
+    ("/approvals", "Approvals", "approvals"),
+    ("/audit", "Audit", "audit"),
+)
+
+
+def layout(
+    title: str,
+    body: str,
+    *,
+    here: str,
+    chrome: Chrome | None,
+) -> str:
+    """The page frame; `chrome` None means a logged-out page (no navigation, no logout form)."""
+    head = (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · pollwarden</title><style>{STYLE}</style></head><body>"
+    )
+    bar = '<header><span class="brand">pollwarden console</span>'
+    flashes: Sequence[Flash] = ()
+    if chrome is not None:
+        flashes = chrome.flashes
+        links = []
+        for href, label, key in NAV:
+            text = esc(label)
+            if key == "decisions" and chrome.open_decisions:
+                text += f" ({chrome.open_decisions} open)"
+            if key == "approvals" and chrome.pending_approvals:
+                text += f" ({chrome.pending_approvals} pending)"
+            cls = ' class="here"' if key == here else ""
+            links.append(f'<a href="{href}"{cls}>{text}</a>')
+        bar += "<nav>" + "".join(links) + "</nav>"
+        bar += (
+            '<form method="post" action="/logout">'
+            f'<input type="hidden" name="csrf" value="{esc(chrome.csrf)}"><button type="submit">log out</button></form>'
+        )
+    bar += "</header>"
+    notes = "".join(f'<div class="flash {esc(f.kind)}" role="status">{esc(f.text)}</div>' for f in flashes)
+    return f"{head}{bar}<main>{notes}{body}</main></body></html>"
+
+
+def login_page(message: str | None = None) -> str:
+    note = f'<div class="flash error" role="alert">{esc(message)}</div>' if message else ""
+    body = (
+        '<div class="card login"><h1>Log in</h1>'
+        f"{note}"
+        '<p class="muted">Use the token the <code>pollwarden console</code> command printed when it started.</p>'
+        '<form method="post" action="/login">'
+        '<label for="token">Token</label>'
+        '<input id="token" name="token" type="password" autocomplete="off" required autofocus>'
+        '<button class="option" type="submit">Log in</button></form></div>'
+    )
+    return layout("Log in", body, here="login", chrome=None)
+
+
+def message_page(title: str, text: str, *, csrf: str | None) -> str:
+    body = f'<h1>{esc(title)}</h1><p>{esc(text)}</p><p><a href="/">Back to the operations</a></p>'
+    return layout(title, body, here="", chrome=None if csrf is None else Chrome(csrf))
+
+
+def clock(moment: datetime | None) -> str:
+    if moment is None:
+        return '<span class="muted">—</span>'
+    return f'<time datetime="{esc(format_rfc3339(moment))}">{esc(moment.strftime("%H:%M:%S"))} UTC</time>'
+
+
+def timestamp(at: datetime) -> str:
+    """Date and time to the second; the exact instant is in the `datetime` attribute."""
+    return f'<time datetime="{esc(format_rfc3339(at))}">{esc(at.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>'
+
+
+def relative(moment: datetime, now: datetime) -> str:
+    """`in 4m10s` or `2m ago`, to the second: the console is read by a person, not parsed."""
+    delta = timedelta(seconds=round((moment - now).total_seconds()))
+    if delta == timedelta(0):
+        return "now"
+    return f"in {format_duration(delta)}" if delta > timedelta(0) else f"{format_duration(-delta)} ago"
+
+
+def phase_badge(record: OperationRecord) -> str:
+    return f'<span class="badge phase-{esc(record.phase.value)}">{esc(record.phase.value)}</span>'
+
+
+def status_badge(status: str) -> str:
+    return f'<span class="badge status-{esc(status)}">{esc(status)}</span>'
+
+
+def budget(used: int, maximum: int, what: str) -> str:
+    """A bar and its numbers; the numbers are the fact, the bar only helps the eye."""
+    value = min(used, maximum)
+    return (
+        f'<progress value="{value}" max="{max(maximum, 1)}" aria-label="{esc(what)}"></progress>'
+        f'<span class="mono">{used}/{maximum}</span>'
+    )
+
+
+def dash(value: object) -> str:
+    return '<span class="muted">—</span>' if value is None or value == "" else esc(value)
+
+
+def moment_span(moment: datetime, now: datetime) -> str:
+    """`in 4m10s` to read, the exact instant in the title."""
+    return f'<span title="{esc(format_rfc3339(moment))}">{esc(relative(moment, now))}</span>'

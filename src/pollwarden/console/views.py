@@ -1,0 +1,147 @@
+"""The console's pages as views: read the store (opened per request, never holding a lease), render, send."""
+
+from __future__ import annotations
+
+from ..audit import AuditError
+from ..clock import utcnow
+from ..operating import HomeError, open_store, verify_home
+from ..store.base import Store, StoreError
+from ..story import story_lines
+from . import pages
+from .auth import AuthHandler
+from .pages import Chrome
+from .sessions import Session
+
+RECENT_DECISIONS = 10
+RECENT_APPROVALS = 10
+
+
+def _pending_approvals(store: Store) -> int:
+    return len(store.grants(status="pending"))
+
+
+class PageViews(AuthHandler):
+    @staticmethod
+    def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
+        """The page's frame; the session's flashes are shown once, on this page."""
+        flashes, session.flashes = session.flashes, []
+        return Chrome(session.csrf, flashes, open_decisions, pending_approvals)
+
+    def _unreadable(self, session: Session, exc: Exception) -> None:
+        self._problem(500, "Cannot read the state", str(exc), session)
+
+    def _operations(self, session: Session) -> None:
+        try:
+            with self.console.store("none") as store:
+                records = [s.record for s in store.all()]
+                open_ones = store.decisions(open_only=True)
+                pending = _pending_approvals(store)
+        except (HomeError, StoreError) as exc:
+            self._unreadable(session, exc)
+            return
+        by_operation = {d.request.operation_id: d.request.decision_id for d in open_ones}
+        body = pages.operations_page(
+            records,
+            by_operation,
+            utcnow(),
+            chrome=self._chrome(session, len(open_ones), pending),
+        )
+        self._send(200, body)
+
+    def _operation(self, session: Session, operation_id: str) -> None:
+        story: list[str] | None = None
+        problem: str | None = None
+        try:
+            try:
+                store = open_store(self.console.home, keys="read")
+            except HomeError as exc:
+                problem = str(exc)  # no key to read the story with; the record itself can still be shown
+                store = open_store(self.console.home, keys="none")
+            try:
+                stored = store.get(operation_id)
+                decisions = store.decisions(operation_id)
+                open_count = len(store.decisions(open_only=True))
+                pending = _pending_approvals(store)
+                if stored is not None and problem is None:
+                    try:
+                        story = story_lines(store.events(operation_id))
+                    except (StoreError, AuditError) as exc:
+                        problem = str(exc)
+            finally:
+                store.close()
+        except (HomeError, StoreError) as exc:
+            self._unreadable(session, exc)
+            return
+        if stored is None:
+            self._problem(404, "No such operation", f"There is no operation {operation_id!r}.", session)
+            return
+        body = pages.operation_page(
+            stored.record,
+            story,
+            problem,
+            decisions,
+            utcnow(),
+            chrome=self._chrome(session, open_count, pending),
+        )
+        self._send(200, body)
+
+    def _decisions(self, session: Session) -> None:
+        try:
+            with self.console.store("none") as store:
+                everything = store.decisions()
+                pending = _pending_approvals(store)
+        except (HomeError, StoreError) as exc:
+            self._unreadable(session, exc)
+            return
+        open_ones = [d for d in everything if d.status == "open"]
+        done = [d for d in everything if d.status != "open"]
+        done.sort(key=lambda d: d.decided_at.timestamp() if d.decided_at else 0.0, reverse=True)
+        body = pages.decisions_page(
+            open_ones,
+            done[:RECENT_DECISIONS],
+            by=session.by,
+            chrome=self._chrome(session, pending_approvals=pending),
+        )
+        self._send(200, body)
+
+    def _audit(self, session: Session) -> None:
+        check = None
+        problem = None
+        open_count = 0
+        pending: int | None = None
+        try:
+            with self.console.store("none") as store:
+                open_count = len(store.decisions(open_only=True))
+                pending = _pending_approvals(store)
+            check = verify_home(self.console.home)
+        except (HomeError, StoreError, AuditError) as exc:
+            problem = str(exc)
+        body = pages.audit_page(
+            check,
+            problem,
+            chrome=self._chrome(session, open_count, pending),
+        )
+        self._send(200, body)
+
+    def _approvals(self, session: Session) -> None:
+        try:
+            with self.console.store("none") as store:
+                everything = store.grants()
+                open_count = len(store.decisions(open_only=True))
+        except (HomeError, StoreError) as exc:
+            self._unreadable(session, exc)
+            return
+        pending = [g for g in everything if g.status == "pending"]
+        approved_sessions = [g for g in everything if g.status == "approved" and g.kind == "session"]
+        shown = {g.grant_id for g in pending + approved_sessions}
+        recent = [g for g in everything if g.grant_id not in shown]
+        recent.sort(key=lambda g: (g.decided_at or g.requested_at).timestamp(), reverse=True)
+        body = pages.approvals_page(
+            pending,
+            approved_sessions,
+            recent[:RECENT_APPROVALS],
+            utcnow(),
+            by=session.by,
+            chrome=self._chrome(session, open_count),
+        )
+        self._send(200, body)
