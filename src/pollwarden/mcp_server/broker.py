@@ -29,7 +29,7 @@ from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, clean_text, log
 from .gates import gated_call
-from .scrub import Scrubber, secret_values, wire_safe
+from .scrub import scrubber_for, wire_safe
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
@@ -53,7 +53,7 @@ class Broker:
         self.clock = clock
         self.session_id = session_id or secrets.token_hex(6)
         self.log_id = agent_log_id(self.session_id)
-        self.scrubber = Scrubber(secret_values(self.contracts.values(), env))
+        self.scrubber = scrubber_for(self.contracts.values(), env)
         self.problems = list(problems)
         self.stopping = threading.Event()
         self._secrets: dict[str, str | None] = {}
