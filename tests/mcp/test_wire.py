@@ -138,3 +138,18 @@ def test_a_line_that_is_not_json_rpc_is_answered(raw: RawClient, line: bytes, co
     assert "nothing was done" in refused["error"]["message"], refused
     raw.send(_call(10, "happy-2"))
     assert "result" in raw.answer_to(10)
+
+
+def test_a_nan_wait_is_refused_not_waited_on(raw: RawClient) -> None:
+    """NaN is no JSON, but the SDK's parser reads it: a wait of NaN seconds compared false with every bound and
+    so polled on until the operation stopped (its whole budget spent in one call), not at most max_wait_seconds."""
+    raw.send(_call(11, "never-1"))
+    op = raw.answer_to(11)["result"]["structuredContent"]["operation_id"]
+    params = {"name": "wait_operation", "arguments": {"operation_id": op, "max_wait_seconds": "@"}}
+    raw.send(
+        json.dumps({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": params})
+        .replace('"@"', "NaN")
+        .encode()
+    )
+    refused = raw.answer_to(12)["result"]
+    assert refused["isError"] and refused["structuredContent"]["error"] == "invalid_argument", refused

@@ -27,7 +27,7 @@ from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
-from .base import CallContext, ToolFailure, clean_text, log
+from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import gated_call
 from .scrub import scrubber_for, wire_safe
 from .tools import TOOLS, Tool
@@ -124,6 +124,7 @@ class Broker:
     ) -> tuple[bool, dict[str, Any]]:
         """Run one tool; every outcome (reply, refusal, crash) comes back scrubbed as (ok, JSON-able dict)."""
         try:
+            check_arguments(arguments)
             self.start_session(client)
             handler = self.tools[tool]
             answer = handler(self, call, **arguments)
