@@ -111,7 +111,9 @@ class AnsweringStdin(anyio.AsyncFile[str]):
         while True:
             raw, answer = await anyio.to_thread.run_sync(self._checked_line)
             if answer is None:
-                return raw.decode("utf-8")  # b"" at the end of input, when the client went away
+                # b"" at the end of input, when the client went away. A line the check took is UTF-8; "replace" only
+                # keeps a surprise from ending the SDK's reader, and so the server.
+                return raw.decode("utf-8", "replace")
             log.warning("refused a line that is not a JSON-RPC message (code %s)", answer.error.code)
             await self._ready.wait()
             if self._send is None:
