@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from pollwarden.mcp_server import Broker, CallContext, Scrubber, ScrubLogs, load_contracts
+from pollwarden.mcp_server import Broker, CallContext, Scrubber, ScrubLogs, load_contracts, secret_values
 from pollwarden.simulator import Simulator
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
@@ -83,3 +83,16 @@ def test_scrubber_removes_secrets_and_their_encodings() -> None:
         record.exc_info = sys.exc_info()
     assert ScrubLogs(scrub).filter(record)
     assert record.getMessage() == "sent [secret]" and record.exc_text and secret not in record.exc_text
+
+
+def test_the_served_credentials_are_read_as_they_are_sent(sim: Simulator, tmp_path: Path) -> None:
+    """One trailing newline is not part of the credential (`resolve_secret`); the scheme it is sent with is."""
+    agent_contract(tmp_path / "contracts", sim.url, secret_env="PW_TOKEN")
+    agent_contract(tmp_path / "contracts", sim.url, name="other", secret_env="PW_OTHER")
+    contracts, _ = load_contracts(tmp_path / "contracts")
+    environ = {"PW_TOKEN": "tok-123456789\n", "PW_OTHER": "bad\x00value-1"}
+    assert secret_values(contracts.values(), environ) == [("bad\x00value-1", "Bearer"), ("tok-123456789", "Bearer")]
+    broker = Broker(contracts, tmp_path / "home", environ=environ)
+    assert "other" in broker.not_ready  # never sent, and still scrubbed
+    cleaned = broker.scrubber.text("Bearer tok-123456789 and bad\x00value-1")
+    assert "tok-123456789" not in cleaned and "bad\x00value-1" not in cleaned, cleaned

@@ -16,6 +16,7 @@ from pollwarden.core.observe import Exchange
 from pollwarden.http import StatusClient
 from pollwarden.mcp_server import Broker, CallContext, ToolFailure, load_contracts
 from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli
 
 from .support import agent_contract, mcp_agent, run
 
@@ -117,3 +118,41 @@ def test_a_reply_with_a_lone_surrogate_still_goes_on_the_wire(sim: Simulator, tm
         result = CallToolResult(content=[TextContent(type="text", text=text)], structured_content=payload)
         wire = result.model_dump_json(by_alias=True, exclude_unset=True)  # what the stdio writer does
         assert "\\ufffd" in wire or "\ufffd" in wire, wire
+
+
+HUGE = 5 * 1024 * 1024
+
+
+def test_a_huge_argument_is_refused_and_copied_nowhere(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home, stderr = tmp_path / "contracts", tmp_path / "home", tmp_path / "stderr.txt"
+    agent_contract(contracts, sim.url)
+    huge = "h" * HUGE
+    session = ""
+
+    async def body() -> None:
+        nonlocal session
+        async with mcp_agent(contracts, home, stderr) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="happy-1")).data["operation_id"]
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("start_watch", {"contract": "exports", "job_id": huge}),
+                ("start_watch", {"contract": huge, "job_id": "happy-2"}),
+                ("start_watch", {"contract": "exports", "job_id": "happy-3", "deadline": huge}),
+                ("check_operation", {"operation_id": huge}),
+                ("wait_operation", {"operation_id": huge, "max_wait_seconds": 1}),
+                ("get_decision", {"operation_id": huge}),
+                ("fetch_result", {"operation_id": huge}),
+                ("request_extension", {"operation_id": op, "minutes": 5, "checks": 2, "reason": huge}),
+            ]
+            for tool, arguments in calls:
+                refused = await agent.call(tool, **arguments)
+                assert refused.error == "invalid_argument", (tool, refused.text[:300])
+                assert len(refused.text) < 4096, (tool, refused.text[:300])  # named, not echoed
+            session = (await agent.call("list_operations")).data["session"]
+
+    run(body)
+    assert len(stderr.read_text(encoding="utf-8")) < 64 * 1024
+    story = run_cli("story", f"@agent/{session}", "--json", home=home)
+    assert story.code == 0, story.stderr
+    assert "h" * 1000 not in story.stdout and len(story.stdout) < 256 * 1024
+    stored = sum(path.stat().st_size for path in home.rglob("*") if path.is_file())
+    assert stored < 2 * 1024 * 1024, stored  # not even encrypted: the audit holds no such payload

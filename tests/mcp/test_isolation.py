@@ -160,3 +160,50 @@ def test_no_argument_sends_the_credential_anywhere_else(
         assert re.fullmatch(r"/jobs/[^/?#]+", request.path), request.path
     paths = {request.path for request in seen}
     assert "/jobs/..%2F..%2Fx" in paths and "/jobs/%2E%2E" in paths and "/jobs/%252F.." in paths
+
+
+def _basic_forms(user: str, password: str) -> tuple[str, list[str]]:
+    """A Basic credential as the environment holds it (one trailing newline, as a mounted file has) and every form
+    a provider or an agent may echo it in."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    escaped = "".join(f"\\u{ord(ch):04x}" for ch in password)
+    forms = [token, f"Basic {token}", f"{user}:{password}", password, escaped, quote(password, safe="")]
+    return token + "\n", forms
+
+
+def test_a_basic_credential_echoed_in_any_form_reaches_no_reply_and_no_log(tmp_path: Path) -> None:
+    password = "pw-" + secrets.token_hex(12)
+    env_value, forms = _basic_forms("agentuser", password)
+    token = forms[0]
+    contracts, home, stderr = tmp_path / "contracts", tmp_path / "home", tmp_path / "stderr.txt"
+    with Simulator() as provider:
+        path = agent_contract(contracts, provider.url, secret_env=SECRET_ENV, base_delay="50ms", max_delay="100ms")
+        auth = f'secret_env = "{SECRET_ENV}"\n'
+        path.write_text(path.read_text(encoding="utf-8").replace(auth, auth + 'scheme = "Basic"\n'), encoding="utf-8")
+        # The provider echoes the credential: base64 and decoded in a message, the password JSON-escaped.
+        message = f"rejected Basic {token} for agentuser:{password}"
+        echo = json.dumps({"state": "failed", "error": {"message": message, "hint": "@"}}).replace("@", forms[4])
+        provider.add_job("echo", [Step(body=echo.encode())])
+
+        async def body() -> None:
+            async with mcp_agent(contracts, home, stderr, env={SECRET_ENV: env_value}) as agent:
+                started = await agent.call("start_watch", contract="exports", job_id="echo")
+                assert started.ok, started.text
+                op = started.data["operation_id"]
+                stopped = await agent.call("wait_operation", operation_id=op, max_wait_seconds=20)
+                assert stopped.data["status"] == "stopped", stopped.text
+                await agent.call("get_decision", operation_id=op)
+                await agent.call("list_operations")
+                # An agent that guessed a form of the credential gets it back in no reply either.
+                for guess in (f"agentuser:{password}", password):
+                    await agent.call("start_watch", contract="exports", job_id=guess)
+                await agent.call("start_watch", contract=f"agentuser:{password}", job_id="x")
+                for tool, _, reply in agent.replies:
+                    for form in forms:
+                        assert form not in reply.text and form not in json.dumps(reply.data), (tool, form)
+
+        run(body)
+        assert provider.requests(), "the provider was asked"
+    log = stderr.read_text(encoding="utf-8")
+    for form in forms:
+        assert form not in log, form

@@ -66,8 +66,8 @@ def _from_base64(text: str) -> str | None:
 class Scrubber:
     """Removes every configured secret value, in every form `_forms` knows, from text, bytes and JSON values.
 
-    Same methods as the MCP server's scrubber (`text`, `value`, `found_in`, truthiness)
-    plus `binary` for bodies, so it can replace it.
+    `text`, `value`, `found_in` and truthiness for replies and logs, `binary` for bodies; `joined` for an
+    interface (the MCP server) that holds the credentials of several contracts at once.
     """
 
     MARK = MARK
@@ -77,6 +77,16 @@ class Scrubber:
         for value in values:
             if value and len(value.strip()) >= MIN_SECRET_LENGTH:
                 forms.update(_forms(value, scheme))
+        self._keep(forms)
+
+    @classmethod
+    def joined(cls, credentials: Iterable[tuple[str | None, str | None]]) -> Scrubber:
+        """One scrubber for (value, scheme) pairs sent with different schemes, as a server of many contracts holds."""
+        joined = cls(())
+        joined._keep({f for value, scheme in credentials for f in cls([value], scheme=scheme)._forms})
+        return joined
+
+    def _keep(self, forms: set[str]) -> None:
         # Longest first, so a form that contains another (with the scheme, say) is removed whole.
         self._forms = sorted((f for f in forms if len(f) >= MIN_SECRET_LENGTH), key=len, reverse=True)
         self._byte_forms = [f.encode("utf-8", "surrogatepass") for f in self._forms]

@@ -8,13 +8,15 @@ host, a path outside the status template, a header or a credential.
 The package, by concept: `broker` (the session's state, the store, one dispatch), `tools` (the seven tools as
 functions over the broker), `gates` (the fixed call order and the approval gates), `views` (what an agent reads),
 `scrub` (every reply, error and log line scrubbed of secrets), `contracts` (the served directory), `server` (the
-SDK wiring and `serve`). Every reply and error passes through one `Scrubber`.
+SDK wiring and `serve`), `wire` (every stdin line checked; a bad one answered, never dropped). Every reply and
+error passes through one `Scrubber`, the project's (`core.scrub`).
 """
 
+from ..core.scrub import Scrubber
 from .base import MAX_WAIT_SECONDS, CallContext, ToolFailure
 from .broker import Broker
 from .contracts import load_contracts
-from .scrub import Scrubber, ScrubLogs, secret_values
+from .scrub import ScrubLogs, secret_values
 from .server import build_server, serve
 
 __all__ = [

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,7 +23,9 @@ APPROVAL_POLL_SECONDS = 0.2
 MAX_EXTENSION_MINUTES = 24 * 60
 MAX_EXTENSION_CHECKS = 1000
 MAX_REASON_CHARS = 500
-MAX_JOB_ID_CHARS = 512
+MAX_ARGUMENT_CHARS = 4096
+"""Any string argument longer than this is refused before a tool sees it: none needs more (a job id is at most 512
+characters, a reason is kept to 500), and a huge one must never be walked, logged or audited."""
 
 T = TypeVar("T")
 
@@ -41,7 +44,20 @@ class ToolFailure(PollwardenError):
 
 
 def clean_text(text: str, limit: int) -> str:
-    return "".join(ch if ch.isprintable() else " " for ch in text)[:limit].strip()
+    # Cut first: the mapping keeps length, so the output is the same and a huge text is never walked.
+    return "".join(ch if ch.isprintable() else " " for ch in text[:limit]).strip()
+
+
+def check_arguments(arguments: Mapping[str, object]) -> None:
+    """The bounds every argument of every tool keeps, checked before the tool runs and before anything is audited."""
+    for name, value in arguments.items():
+        if isinstance(value, str) and len(value) > MAX_ARGUMENT_CHARS:
+            raise ToolFailure(
+                "invalid_argument",
+                f"{name} is {len(value)} characters long; at most {MAX_ARGUMENT_CHARS} are accepted. Nothing was done",
+            )
+        if isinstance(value, float) and math.isnan(value):
+            raise ToolFailure("invalid_argument", f"{name} is NaN, which is not a number; nothing was done")
 
 
 @dataclass

@@ -27,11 +27,14 @@ from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
-from .base import CallContext, ToolFailure, clean_text, log
+from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import gated_call
-from .scrub import Scrubber, secret_values, wire_safe
+from .scrub import scrubber_for, wire_safe
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
+
+AGENT_REQUESTER = "agent session "
+"""How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
 
 
 class Broker:
@@ -53,7 +56,7 @@ class Broker:
         self.clock = clock
         self.session_id = session_id or secrets.token_hex(6)
         self.log_id = agent_log_id(self.session_id)
-        self.scrubber = Scrubber(secret_values(self.contracts.values(), env))
+        self.scrubber = scrubber_for(self.contracts.values(), env)
         self.problems = list(problems)
         self.stopping = threading.Event()
         self._secrets: dict[str, str | None] = {}
@@ -66,6 +69,7 @@ class Broker:
             if not contract.safe_status:
                 self.not_ready[name] = f"contract {name!r} declares safe_status = false"
         self._lock = threading.Lock()
+        self._agent_made: dict[str, bool] = {}
         self._started = False
         self._calls = 0
         self._environ = env
@@ -124,6 +128,7 @@ class Broker:
     ) -> tuple[bool, dict[str, Any]]:
         """Run one tool; every outcome (reply, refusal, crash) comes back scrubbed as (ok, JSON-able dict)."""
         try:
+            check_arguments(arguments)
             self.start_session(client)
             handler = self.tools[tool]
             answer = handler(self, call, **arguments)
@@ -162,9 +167,34 @@ class Broker:
         if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
             raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
         stored = store.get(operation_id)
-        if stored is None or stored.record.contract_name not in self.contracts:
+        served = stored is not None and stored.record.contract_name in self.contracts
+        # A person's operation answers as one that does not exist, so an agent cannot probe which do.
+        if stored is None or not served or not self.agent_made(store, operation_id):
             raise ToolFailure("unknown_operation", f"no operation {operation_id!r}; list_operations() shows them")
         return self.contracts[stored.record.contract_name], stored.record
+
+    def agent_made(self, store: Store, operation_id: str) -> bool:
+        """Agents act only on operations an agent session created: one a person started on a served contract
+        (CLI, worker queue, Python API) is theirs, its budget and its result. Read from the `created` event, which
+        never changes, so it is read once per operation."""
+        known = self._agent_made.get(operation_id)
+        if known is None:
+            created = next((e for e in store.events(operation_id) if e.kind == "created"), None)
+            by = created.data.get("created_by") if created is not None else None
+            known = isinstance(by, str) and by.startswith(AGENT_REQUESTER)
+            self._agent_made[operation_id] = known
+        return known
+
+    def refuse_a_persons_job(self, store: Store, contract: Contract, job_id: str) -> None:
+        """start_watch on a job a person's operation watches would rejoin (or narrow) theirs: refused instead,
+        without its id. Admission rejoins the newest operation of the job, so that is the one that counts."""
+        newest = store.find_job(contract.name, job_id)[:1]
+        if newest and not self.agent_made(store, newest[0].record.operation_id):
+            raise ToolFailure(
+                "conflict",
+                f"job {clean_text(job_id, 80)!r} is watched by an operation a person started; an agent may not act"
+                " on it (its budget and result are theirs). Nothing was created",
+            )
 
     def provider_ready(self, contract: Contract, record: OperationRecord) -> None:
         """Configuration ready: a credential, a safe status endpoint, and the table the operation was made with."""
@@ -228,4 +258,4 @@ class Broker:
 
     @property
     def requester(self) -> str:
-        return f"agent session {self.session_id}"
+        return f"{AGENT_REQUESTER}{self.session_id}"

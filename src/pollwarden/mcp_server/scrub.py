@@ -1,59 +1,15 @@
-"""Secrets never leave: one scrubber for every reply, error and log line of the MCP server."""
+"""Secrets never leave: the project's one `Scrubber` over every reply, error and log line of the MCP server."""
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 from ..core.contract import Contract
-
-
-class Scrubber:
-    """Removes every configured secret value (and its common encodings) from text and JSON-able values.
-
-    Defence in depth: secrets never reach a reply by design; this is the net under that design.
-    """
-
-    MARK = "[secret]"
-
-    def __init__(self, values: Iterable[str]) -> None:
-        variants: set[str] = set()
-        for value in values:
-            if not value:
-                continue
-            variants.add(value)
-            variants.add(quote(value, safe=""))
-            variants.add(json.dumps(value)[1:-1])
-            variants.add(base64.b64encode(value.encode()).decode().rstrip("="))
-            variants.add(base64.urlsafe_b64encode(value.encode()).decode().rstrip("="))
-        # Longest first, so a secret that contains another is removed whole.
-        self._variants = sorted((v for v in variants if v), key=len, reverse=True)
-
-    def __bool__(self) -> bool:
-        return bool(self._variants)
-
-    def text(self, text: str) -> str:
-        for variant in self._variants:
-            if variant in text:
-                text = text.replace(variant, self.MARK)
-        return text
-
-    def found_in(self, text: str) -> bool:
-        return any(variant in text for variant in self._variants)
-
-    def value(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.value(v) for v in value]
-        return value
+from ..core.scrub import Scrubber
+from ..http import CredentialError, resolve_secret
 
 
 class ScrubLogs(logging.Filter):
@@ -91,11 +47,23 @@ def wire_safe(value: Any) -> Any:
     return value
 
 
-def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> list[str]:
-    names: set[str] = set()
+def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """Every credential the served contracts name, with the scheme it is sent with, as `resolve_secret` reads it
+    (one trailing newline removed); a value it refuses is never sent but is still a secret, so kept as it is."""
+    found: set[tuple[str, str | None]] = set()
     for contract in contracts:
         if contract.auth is not None:
-            names.add(contract.auth.secret_env)
-        if contract.escalation.webhook_secret_env:
-            names.add(contract.escalation.webhook_secret_env)
-    return [environ[name] for name in sorted(names) if environ.get(name)]
+            try:
+                sent = resolve_secret(contract, environ)
+            except CredentialError:
+                sent = environ.get(contract.auth.secret_env)
+            if sent:
+                found.add((sent, contract.auth.scheme or None))
+        webhook = contract.escalation.webhook_secret_env
+        if webhook and environ.get(webhook):
+            found.add((environ[webhook], None))  # an HMAC key, used exactly as the environment holds it
+    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
+
+
+def scrubber_for(contracts: Iterable[Contract], environ: Mapping[str, str]) -> Scrubber:
+    return Scrubber.joined(secret_values(contracts, environ))

@@ -24,6 +24,7 @@ from .base import MAX_WAIT_SECONDS, CallContext, log
 from .broker import Broker
 from .contracts import load_contracts
 from .scrub import ScrubLogs
+from .wire import run_stdio
 
 INSTRUCTIONS = """\
 pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
@@ -209,7 +210,7 @@ def serve(contracts_dir: Path, home: Path) -> int:
         home,
     )
     try:
-        server.run("stdio")
+        anyio.run(run_stdio, server)
     finally:
         broker.stopping.set()
     return 0

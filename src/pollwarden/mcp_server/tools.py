@@ -119,6 +119,18 @@ def tool_start_watch(
     }
 
 
+def tool_start_own_watch(
+    broker: Broker, call: CallContext, contract: str, job_id: str, **limits: Any
+) -> dict[str, Any]:
+    """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
+    which would otherwise rejoin (or narrow) that operation for the agent."""
+    served = broker.contracts.get(contract) if isinstance(contract, str) else None
+    if served is not None and isinstance(job_id, str):
+        with broker.store() as store:
+            broker.refuse_a_persons_job(store, served, job_id)
+    return tool_start_watch(broker, call, contract, job_id, **limits)
+
+
 def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         return broker.advance(store, operation_id, call)
@@ -353,7 +365,11 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
 def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
     now = broker.clock()
     with broker.store() as store:
-        rows = [s.record for s in store.all() if s.record.contract_name in broker.contracts]
+        rows = [
+            s.record
+            for s in store.all()
+            if s.record.contract_name in broker.contracts and broker.agent_made(store, s.record.operation_id)
+        ]
     return {
         "session": broker.session_id,
         "contracts": {
@@ -385,7 +401,7 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
 
 
 TOOLS: dict[str, Tool] = {
-    "start_watch": tool_start_watch,
+    "start_watch": tool_start_own_watch,
     "check_operation": tool_check_operation,
     "wait_operation": tool_wait_operation,
     "get_decision": tool_get_decision,
