@@ -196,7 +196,8 @@ def test_a_basic_credential_echoed_in_any_form_reaches_no_reply_and_no_log(tmp_p
                 await agent.call("list_operations")
                 # An agent that guessed a form of the credential gets it back in no reply either.
                 for guess in (f"agentuser:{password}", password):
-                    await agent.call("start_watch", contract="exports", job_id=guess)
+                    refused = await agent.call("start_watch", contract="exports", job_id=guess)
+                    assert refused.error == "invalid_argument", refused.text  # never stored, never sent
                 await agent.call("start_watch", contract=f"agentuser:{password}", job_id="x")
                 for tool, _, reply in agent.replies:
                     for form in forms:

@@ -70,6 +70,9 @@ def tool_start_watch(
     asked again gets its existing operation back (with what is left of its budget), never a fresh one."""
     served = broker.contract(contract)
     broker.ready(served)
+    if isinstance(job_id, str) and broker.scrubber.found_in(job_id):
+        # it would be stored and sent in the status URL: a credential is never a job id
+        raise ToolFailure("invalid_argument", "job_id holds a credential this server keeps; give the provider's job id")
     if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
         raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
     request = WatchRequest(
