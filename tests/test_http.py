@@ -473,3 +473,21 @@ def test_an_unencodable_host_from_the_provider_is_a_local_failure() -> None:
     with StatusClient(contract_for("http://127.0.0.1:1"), SECRET, clock=clock) as client:
         failure = failure_of(client.send("GET", "http://a..b/x", credential=False))
     assert failure.kind is FailureKind.LOCAL and "host name" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("head", "words"),
+    [
+        (b"Content-Length: 10\r\nContent-Length: 44", "two different Content-Length"),
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 44", "both Transfer-Encoding and Content-Length"),
+        (b"Transfer-Encoding: gzip", "unsupported Transfer-Encoding"),
+    ],
+)
+def test_an_answer_whose_length_is_ambiguous_is_not_read(
+    serve: Callable[[Script], RawServer], head: bytes, words: str
+) -> None:
+    """RFC 9112 6.3: a reader that picks one length reads another's answer as its own (found by review)."""
+    body = json_body("succeeded", result_url="/x")
+    server = serve(send(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body))
+    failure = failure_of(poll(server)[0])
+    assert failure.kind is FailureKind.PROTOCOL and words in failure.message

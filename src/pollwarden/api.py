@@ -151,7 +151,9 @@ class Watch:
                 raise WatchError(str(exc)) from None
         try:
             engine = Engine(store, owner=process_owner(), clock=utcnow)
-            request = WatchRequest(self.contract, self.job_id, self.operation_id, self.limits, by="python api")
+            request = WatchRequest(
+                self.contract, self.job_id, self.operation_id, self.limits, by="python api", credential=secret
+            )
             try:
                 admitted = engine.admit(request)
             except AdmissionError as exc:

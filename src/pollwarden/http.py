@@ -286,6 +286,21 @@ def _begin(response: _DeadlineResponse) -> None:
         raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
     if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
         raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
+    _check_framing(response.msg)
+
+
+def _check_framing(headers: http.client.HTTPMessage) -> None:
+    """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
+    another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
+    transfer coding other than chunked."""
+    lengths = {value.strip() for value in headers.get_all("Content-Length") or []}
+    codings = [c.strip().lower() for value in headers.get_all("Transfer-Encoding") or [] for c in value.split(",")]
+    if len(lengths) > 1:
+        raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
+    if codings and lengths:
+        raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
+    if codings and codings != ["chunked"]:
+        raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
 
 
 def _request_head(request: Request, parts: SplitResult) -> bytes:

@@ -51,9 +51,9 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
         (("--deadline", "soon"), "--deadline: cannot read duration 'soon'"),
         (("--base-delay", "0s"), "--base-delay: must be longer than zero"),
         (("--max-requests", "many"), "must be a whole number"),
-        (("--operation", "../etc"), "--operation '../etc'"),
-        (("--max-requests", "0"), "--max-requests must be a whole number from 1"),
-        (("--max-transport-failures", "0"), "--max-transport-failures must be a whole number from 1"),
+        (("--operation", "../etc"), "--operation ../etc: use 1-128 letters"),
+        (("--max-requests", "0"), "--max-requests: must be a whole number from 1"),
+        (("--max-transport-failures", "0"), "--max-transport-failures: must be a whole number from 1"),
         (("--job", ""), "--job must be the provider's job id"),
     ],
 )

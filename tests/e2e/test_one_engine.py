@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,43 @@ def test_start_watch_again_rejoins_the_operation_with_what_is_left_of_its_budget
             assert after.data["status"] == "stopped" and after.data["reason"] == "request_budget_exhausted"
 
     run(body)
+
+
+def test_bytes_that_are_not_utf8_in_any_argument_are_exit_2_with_nothing_created(tmp_path: Path) -> None:
+    """Found by review: such an id reached the store unvalidated and raised UnicodeEncodeError (exit 1)."""
+    home = tmp_path / "home"
+    for args in ([b"status", b"op\xff"], [b"watch", b"--contract", b"c.toml", b"--job", b"a\x85b"]):
+        ran = subprocess.run(
+            [sys.executable.encode(), b"-m", b"pollwarden", *args],
+            capture_output=True,
+            env={**os.environ, "POLLWARDEN_HOME": str(home)},
+            timeout=60,
+        )
+        assert ran.returncode == 2 and b"not valid UTF-8" in ran.stderr and b"Traceback" not in ran.stderr
+    assert not home.exists()
+
+
+def test_a_job_id_that_contains_the_credential_is_refused_by_every_interface(sim: Simulator, tmp_path: Path) -> None:
+    """Found by review: it would be sent in the status URL path, stored and printed."""
+    import pollwarden
+
+    home = tmp_path / "home"
+    contract = write_contract(tmp_path / "c.toml", sim.url, secret_env="PW_ENGINE_SECRET")
+    env = {"PW_ENGINE_SECRET": "s3cr3tTOKENxyz\n"}
+    for command in ("watch", "enqueue"):
+        ran = run_cli(command, "--contract", str(contract), "--job", "x-s3cr3tTOKENxyz", home=home, env=env)
+        assert ran.code == 2 and "contains the credential" in ran.stderr, ran.stderr
+        assert "s3cr3tTOKENxyz" not in ran.stdout + ran.stderr
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PW_ENGINE_SECRET", "s3cr3tTOKENxyz")
+        with pytest.raises(pollwarden.WatchError, match="contains the credential"):
+            pollwarden.watch_sync(contract, "s3cr3tTOKENxyz", home=home)
+    assert sim.requests() == []
+
+
+def test_a_refused_watch_creates_no_home(sim: Simulator, tmp_path: Path) -> None:
+    """Exit 2 means nothing changed: not even a home, keys or an empty database (found by review)."""
+    home = tmp_path / "fresh"
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    ran = run_cli("watch", "--contract", str(contract), "--job", "a\x1bb", home=home)
+    assert ran.code == 2 and not home.exists()

@@ -170,8 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    for number, word in enumerate(words, 1):
+        # Bytes that are not UTF-8 arrive as lone surrogates: no id, path or note may be one, and a store would
+        # refuse to encode it; one message here instead of a traceback wherever the word first reaches a store.
+        if any("\ud800" <= ch <= "\udfff" for ch in word):
+            _say(f"pollwarden: error: argument {number} ({shown(word)}) is not valid UTF-8 text; nothing was done")
+            return EXIT_USAGE
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     func: Callable[[argparse.Namespace], int] = args.func
     if getattr(args, "db", None):
         os.environ["POLLWARDEN_DB"] = args.db  # one rule for every store this process opens (operating.py)

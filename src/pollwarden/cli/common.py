@@ -80,7 +80,7 @@ def real_number(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-_positive = whole_number(0, 1_000_000)
+_positive = whole_number(1, 1_000_000)  # a budget of 0 would stop before the first request
 """A count or budget flag. 0 passes here so the command can say why it is not allowed where it is not."""
 port_number = whole_number(0, 65_535)
 

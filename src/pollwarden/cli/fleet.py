@@ -10,11 +10,12 @@ from pathlib import Path
 from types import FrameType
 
 from ..audit import AuditError, load_or_create_keys
-from ..core.admission import Limits, WatchRequest
+from ..core.admission import Limits, WatchRequest, check
 from ..core.contract import ContractError, load_contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, Engine
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
+from ..http import CredentialError, resolve_secret
 from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
@@ -100,9 +101,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     if not contract.safe_status:
         raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
     deadline = _duration(args.deadline, "--deadline")
-    request = WatchRequest(
-        contract, args.job, args.operation, Limits(deadline=deadline, max_requests=args.max_requests), by="enqueue"
-    )
+    try:  # the worker holds the credential; when this shell has it too, a job id that contains it is refused
+        credential = resolve_secret(contract)
+    except CredentialError:
+        credential = None
+    limits = Limits(deadline=deadline, max_requests=args.max_requests)
+    request = WatchRequest(contract, args.job, args.operation, limits, by="enqueue", credential=credential)
+    if (refused := check(request)) is not None:  # before the store is opened: exit 2 creates nothing
+        raise UsageError(f"cannot enqueue: {refused.message_for(FLAGS)}")
     store = store_factory(args)()
     try:
         try:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
-from ..core.admission import Limits, WatchRequest
+from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Decision
 from ..core.durations import format_duration, format_rfc3339
@@ -57,7 +57,7 @@ FLAGS = {
 """Admission's field names as this command's flags, so a refusal names what to change."""
 
 
-def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
+def watch_request(args: argparse.Namespace, contract: Contract, credential: str | None = None) -> WatchRequest:
     """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
     limits = Limits(
         deadline=_duration(args.deadline, "--deadline"),
@@ -67,7 +67,7 @@ def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
         max_delay=_duration(args.max_delay, "--max-delay"),
         useful_for=_duration(args.useful_for, "--useful-for"),
     )
-    return WatchRequest(contract, args.job, args.operation, limits, by="cli")
+    return WatchRequest(contract, args.job, args.operation, limits, by="cli", credential=credential)
 
 
 def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
@@ -156,26 +156,47 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
     return summary
 
 
+def _ready(contract: Contract) -> str | None:
+    """The contract may be watched here: its status request is safe to repeat and its credential is set."""
+    if not contract.safe_status:
+        raise UsageError(
+            f"contract {contract.name!r} declares safe_status = false: its status request is an action"
+            " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
+        )
+    try:
+        return resolve_secret(contract)
+    except CredentialError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _checked(request: WatchRequest) -> WatchRequest:
+    if (refused := check(request)) is not None:
+        raise UsageError(f"cannot watch: {refused.message_for(FLAGS)}")
+    return request
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     for flag in ("deadline", "base_delay", "max_delay", "useful_for"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
+    request: WatchRequest | None = None
+    if (
+        args.contract is not None
+    ):  # everything that needs no store is checked before one is opened (exit 2 creates nothing)
+        contract = _load_contract(args.contract)
+        request = _checked(watch_request(args, contract, _ready(contract)))
+    elif args.operation is not None and (problem := operation_id_problem(args.operation)):
+        raise UsageError(f"cannot watch: --operation {args.operation}: {problem}")
     store = _open_store(args.home)
     try:
-        contract = _contract(args, store)
-        if not contract.safe_status:
-            raise UsageError(
-                f"contract {contract.name!r} declares safe_status = false: its status request is an action"
-                " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
-            )
-        try:
-            secret = resolve_secret(contract)
-        except CredentialError as exc:
-            raise UsageError(str(exc)) from None
+        if request is None:
+            contract = _contract(args, store)
+            request = _checked(watch_request(args, contract, _ready(contract)))
         engine = Engine(store, owner=process_owner())
         try:
-            admitted = engine.admit(watch_request(args, contract))
+            admitted = engine.admit(request)
         except AdmissionError as exc:
             raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
+        secret = request.credential
         record = admitted.record
         out = sys.stdout
         if not args.json:
@@ -204,9 +225,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         else:
             _print_outcome(final, out)
             if open_decisions:
-                request = open_decisions[-1].request
-                out.write("\n" + shown_request(request).render() + "\n")
-                out.write(f"Decide with: {decide_hint(args, request.decision_id)}\n")
+                asked = open_decisions[-1].request
+                out.write("\n" + shown_request(asked).render() + "\n")
+                out.write(f"Decide with: {decide_hint(args, asked.decision_id)}\n")
         return exit_code(final)
     finally:
         store.close()

@@ -19,6 +19,7 @@ from typing import Any
 from .contract import Contract
 from .durations import format_duration, format_rfc3339
 from .record import OPERATION_ID, OperationRecord, new_record
+from .scrub import Scrubber
 
 MAX_JOB_ID_CHARS = 512
 MAX_COUNT = 1_000_000
@@ -79,6 +80,9 @@ class WatchRequest:
     """An agent asks: the contract's `[agent]` caps bound what it may ask for, and are its defaults."""
     status_location: str | None = None
     request_fingerprint: str | None = None
+    credential: str | None = field(default=None, repr=False)
+    """The credential this watch will send, when the caller holds it: a job id that contains it is refused (it
+    would be stored and sent in the status URL). Never stored, never shown."""
 
 
 class Refusal(StrEnum):
@@ -293,6 +297,27 @@ def _resume(request: WatchRequest, existing: OperationRecord, *, reused_job: boo
     return Narrow(existing, narrowed, reused_job=reused_job)
 
 
+def check(request: WatchRequest) -> Refuse | None:
+    """The part of admission that needs nothing stored: drivers call it before they open or query a store, so a
+    malformed request creates nothing (not even a home) and never reaches a database as an unencodable string."""
+    bad: list[Problem] = []
+    if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
+        bad.append(Problem("operation_id", f"{request.operation_id}: {problem}"))
+    if request.job_id is not None and (problem := job_id_problem(request.job_id)):
+        bad.append(Problem("job_id", problem))
+    elif request.job_id is not None and request.credential:
+        scheme = request.contract.auth.scheme if request.contract.auth else None
+        if Scrubber([request.credential], scheme=scheme).found_in(request.job_id):
+            bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
+    malformed, over = _limit_problems(request)
+    bad.extend(malformed)
+    if bad:
+        return Refuse(Refusal.INVALID, tuple(bad))
+    if over:
+        return Refuse(Refusal.LIMIT, (*over, Problem(None, "an agent may ask for less, never more")))
+    return None
+
+
 def admit(
     request: WatchRequest,
     existing: OperationRecord | None,
@@ -307,17 +332,9 @@ def admit(
     given); `same_job` are the stored operations of the same contract name and job id, newest first; `token` is
     the random part of a new operation id (handed in, so this stays pure).
     """
-    bad: list[Problem] = []
-    if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
-        bad.append(Problem("operation_id", f"{request.operation_id!r}: {problem}"))
-    if request.job_id is not None and (problem := job_id_problem(request.job_id)):
-        bad.append(Problem("job_id", problem))
-    malformed, over = _limit_problems(request)
-    bad.extend(malformed)
-    if bad:
-        return Refuse(Refusal.INVALID, tuple(bad))
-    if over:
-        return Refuse(Refusal.LIMIT, (*over, Problem(None, "an agent may ask for less, never more")))
+    refused = check(request)
+    if refused is not None:
+        return refused
     if existing is not None:
         return _resume(request, existing, reused_job=False)
     if request.job_id is None:
@@ -375,6 +392,7 @@ __all__ = [
     "Resume",
     "WatchRequest",
     "admit",
+    "check",
     "created_event",
     "job_id_problem",
     "narrow",

@@ -16,7 +16,18 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..clock import utcnow
-from ..core.admission import Create, Narrow, Problem, Refusal, Refuse, Resume, WatchRequest, admit, narrow
+from ..core.admission import (
+    Create,
+    Narrow,
+    Problem,
+    Refusal,
+    Refuse,
+    Resume,
+    WatchRequest,
+    admit,
+    check,
+    narrow,
+)
 from ..core.contract import Contract
 from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
@@ -90,6 +101,9 @@ class Engine:
     def admit(self, request: WatchRequest) -> Admitted:
         """Create, resume or narrow the operation the request names, or raise AdmissionError (audited on the
         existing operation when it contradicts one)."""
+        refused = check(request)  # before any lookup: a malformed id never reaches the store
+        if refused is not None:
+            raise AdmissionError(refused)
         for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
             now = self.clock()
             stored = self.store.get(request.operation_id) if request.operation_id is not None else None

@@ -49,8 +49,13 @@ def _deadline(deadline: object) -> timedelta | None:
             return timedelta(seconds=deadline)
         if isinstance(deadline, str):
             return parse_duration(deadline)
-    except (DurationError, OverflowError, ValueError) as exc:
-        raise ToolFailure("invalid_argument", f"deadline: {exc}") from None
+    except DurationError as exc:
+        raise ToolFailure("invalid_argument", f"deadline: {exc}. Nothing was created") from None
+    except (OverflowError, ValueError):  # inf, nan, or beyond what a time span holds
+        raise ToolFailure(
+            "invalid_argument",
+            'deadline must be a finite number of seconds or a duration such as "20m". Nothing was created',
+        ) from None
     raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
 
 
