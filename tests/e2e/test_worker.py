@@ -151,7 +151,7 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
 
 
 def test_four_workers_never_double_poll(db: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
-    count = 2000 if db.startswith("postgres") else 300
+    count = 1000 if db.startswith("postgres") else 300  # the suite's 10-minute budget: 1,000 is ~30 s here
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="100ms", max_delay="300ms", max_requests=5)
     for n in range(count):
         sim.add_job(f"j{n}", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
@@ -173,13 +173,13 @@ def test_chaos_kill_9_workers_and_nothing_is_lost(db: str, sim: Simulator, home:
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="200ms", max_delay="2s", max_requests=200,
                               deadline="5m")  # fmt: skip
     for n in range(count):
-        sim.add_job(f"c{n}", [Step(body={"state": "running"}, seconds=20 + n % 20),
+        sim.add_job(f"c{n}", [Step(body={"state": "running"}, seconds=12 + n % 12),
                               Step(body={"state": "succeeded", "result_url": "/r"})])  # fmt: skip
     _enqueue(db, home, contract, [f"c{n}" for n in range(count)])
     rng = random.Random(5)
     workers = [_spawn_worker(db, home) for _ in range(4)]
     kills = 0
-    ended = time.monotonic() + 60
+    ended = time.monotonic() + 35  # kills land while the jobs (running 12-24 s each) are in flight
     try:
         while time.monotonic() < ended:
             time.sleep(rng.uniform(2, 5))
@@ -194,7 +194,7 @@ def test_chaos_kill_9_workers_and_nothing_is_lost(db: str, sim: Simulator, home:
             worker.send_signal(signal.SIGTERM)
         for worker in workers:
             worker.wait(timeout=60)
-    assert kills >= 10
+    assert kills >= 6
     _check_invariants(sim, db, home)
     store = _store(db, home)
     try:
