@@ -26,6 +26,7 @@ from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult
+from .events import Paced
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Lease, Store
 
@@ -228,7 +229,8 @@ class Worker:
                 time.sleep(wait)  # at most PACING_HORIZON, well inside the lease
             return store.db_now()
         later = defer(record, slot)
-        store.write(lease, later, [("paced", {"provider": provider, "until": format_rfc3339(slot)})], now, release=True)
+        event = Paced(provider=provider, until=format_rfc3339(slot))
+        store.write(lease, later, [event.new_event()], now, release=True)
         self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
         return None
 

@@ -33,6 +33,7 @@ from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
+from ..events import LimitsNarrowed, ResumeRefused
 from ..notify import deliver
 from ..store.base import Lease, OperationExists, Store
 from . import flow
@@ -112,9 +113,8 @@ class Engine:
             answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
             if isinstance(answer, Refuse):
                 if answer.operation_id is not None:
-                    self.store.append(
-                        answer.operation_id, "resume_refused", {"why": answer.message, "by": request.by}, now
-                    )
+                    audited = ResumeRefused(why=answer.message, extra={"by": request.by})
+                    self.store.append(answer.operation_id, audited.KIND, audited.to_json(), now)
                 raise AdmissionError(answer)
             if isinstance(answer, Resume):
                 return Admitted(answer.record, created=False, reused_job=answer.reused_job)
@@ -126,12 +126,7 @@ class Engine:
             except OperationExists:
                 continue
             return Admitted(answer.record, created=True)
-        raise AdmissionError(
-            Refuse(
-                Refusal.CONFLICT,
-                (Problem(None, "the operation is being created by another process; try again in a moment"),),
-            )
-        )
+        raise _conflict("the operation is being created by another process; try again in a moment")
 
     def _same_job(self, request: WatchRequest) -> list[OperationRecord]:
         if request.job_id is None:
@@ -142,30 +137,15 @@ class Engine:
         now = self.clock()
         claimed = self.store.claim(answer.record.operation_id, self.owner, now, lease_ttl(request.contract))
         if claimed is None:
-            raise AdmissionError(
-                Refuse(
-                    Refusal.CONFLICT,
-                    (
-                        Problem(
-                            None,
-                            f"operation {answer.record.operation_id} is busy in another process; try again in a moment",
-                        ),
-                    ),
-                )
-            )
+            raise _conflict(f"operation {answer.record.operation_id} is busy in another process; try again in a moment")
         lease, current = claimed
         narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
         if narrowed is current:
             self.store.release(lease)
             return current
-        if not self.store.write(
-            lease, narrowed, [("limits_narrowed", {**narrowed.summary(), "by": request.by})], now, release=True
-        ):
-            raise AdmissionError(
-                Refuse(
-                    Refusal.CONFLICT, (Problem(None, f"operation {current.operation_id} was taken over; try again"),)
-                )
-            )
+        event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
+        if not self.store.write(lease, narrowed, [event], now, release=True):
+            raise _conflict(f"operation {current.operation_id} was taken over by another process; try again")
         return narrowed
 
     # -- steps -----------------------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ from typing import Any
 
 from .. import __version__
 from ..clock import utcnow
+from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
-from ..core.record import OPERATION_ID, OperationRecord
+from ..core.record import OperationRecord
 from ..engine import Engine, Polled, StepResult
 from ..http import CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
@@ -164,7 +165,7 @@ class Broker:
             )
 
     def operation(self, store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
-        if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
+        if operation_id_problem(operation_id) is not None:
             raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
         stored = store.get(operation_id)
         served = stored is not None and stored.record.contract_name in self.contracts
