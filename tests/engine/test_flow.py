@@ -10,6 +10,7 @@ import pytest
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord
 from pollwarden.engine import flow
+from pollwarden.http import CredentialError
 from pollwarden.store.base import Lease
 
 from ..core.support import T0, body, make_contract, make_record, response
@@ -133,7 +134,7 @@ def test_a_request_refused_locally_is_an_integration_failure() -> None:
         def answer(self, effect: flow.Effect[Any]) -> Any:
             if isinstance(effect, flow.Send):
                 self.asked.append(effect)
-                raise ValueError("refusing to send the credential to http://elsewhere")
+                raise CredentialError("refusing to send the credential to http://elsewhere")
             return super().answer(effect)
 
     script = Refuses()
@@ -147,3 +148,17 @@ def test_not_due_claims_nothing() -> None:
     later: datetime = T0 + timedelta(minutes=1)
     result = script.run(flow.step(CONTRACT, record(next_poll_at=later), T0))
     assert script.asked == [] and isinstance(result, flow.NotYet) and result.until == later
+
+
+def test_an_unvetted_exception_text_never_reaches_the_record() -> None:
+    """Only our own errors are written never to hold a secret; anything else is recorded by its type alone."""
+
+    class Leaks(Script):
+        def answer(self, effect: flow.Effect[Any]) -> Any:
+            if isinstance(effect, flow.Send):
+                raise RuntimeError("header Authorization: Bearer tok-LEAKED-1 could not be encoded")
+            return super().answer(effect)
+
+    result = Leaks().run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.INTEGRATION_FAILURE
+    assert "RuntimeError" in (result.record.detail or "") and "tok-LEAKED" not in (result.record.detail or "")

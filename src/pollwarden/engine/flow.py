@@ -20,6 +20,7 @@ from ..core.escalation import DecisionRequest, build_request
 from ..core.observe import Exchange, Observation, observe
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
+from ..errors import PollwardenError
 from ..events import DecisionEvent, LeaseLost, Reserved, outcome_events, poll_events
 from ..store.base import Lease, NewEvent
 
@@ -284,6 +285,7 @@ def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResu
 
 
 def _words(exc: Exception) -> str:
-    """An exception as a person reads it; the client scrubs credentials from its own messages."""
-    text = str(exc).strip()
+    """An exception as a person may read it: the message of our own errors (written never to hold a secret),
+    only the type of anything else, whose text nobody vetted."""
+    text = str(exc).strip() if isinstance(exc, PollwardenError) else ""
     return text[:300] if text else type(exc).__name__
