@@ -8,26 +8,19 @@ start-up, not a silent default at 3 a.m.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
-import re
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ..errors import PollwardenError
-from .durations import DurationError, parse_duration
+from .contract_reader import ContractError as ContractError
+from .contract_reader import Reader, check_token, check_url
+from .durations import DurationError
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
-
-
-class ContractError(PollwardenError, ValueError):
-    """A contract that cannot be used; the message names the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -226,10 +219,10 @@ def parse_contract(text: str, *, source: str = "<contract>") -> Contract:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ContractError(f"{source}: not valid TOML: {exc}") from None
-    reader = _Reader(source, data, "")
+    reader = Reader(source, data, "")
     try:
         contract = _build(reader)
-    except DurationError as exc:  # pragma: no cover - _Reader wraps these; kept as a guard
+    except DurationError as exc:  # pragma: no cover - Reader wraps these; kept as a guard
         raise ContractError(f"{source}: {exc}") from None
     return Contract(**{**contract.__dict__, "source_text": text})
 
@@ -255,7 +248,7 @@ _TOP_KEYS = {
 }
 
 
-def _build(r: _Reader) -> Contract:
+def _build(r: Reader) -> Contract:
     r.only(_TOP_KEYS)
     name = r.text("name", required=True)
     status_url = r.text("status_url", required=True)
@@ -267,10 +260,10 @@ def _build(r: _Reader) -> Contract:
         header = a.text("header") or "Authorization"
         scheme = a.text("scheme", allow_empty=True)
         secret_env = a.text("secret_env", required=True)
-        _check_token(a, "header", header)
-        _check_token(a, "secret_env", secret_env)
+        check_token(a, "header", header)
+        check_token(a, "secret_env", secret_env)
         if scheme:
-            _check_token(a, "scheme", scheme)
+            check_token(a, "scheme", scheme)
         auth = Auth(secret_env=secret_env, header=header, scheme="Bearer" if scheme is None else scheme)
     s = r.table("states", required=True)
     s.only({c.value for c in Category if c is not Category.UNKNOWN})
@@ -333,7 +326,7 @@ def _build(r: _Reader) -> Contract:
         nf.only({"grace"})
         grace = nf.duration("grace", timedelta(0))
     request_id_header = r.text("request_id_header") or "X-Request-Id"
-    _check_token(r, "request_id_header", request_id_header)
+    check_token(r, "request_id_header", request_id_header)
     origin = _origin(status_url)
     escalation = Escalation()
     if "escalation" in r.data:
@@ -341,13 +334,13 @@ def _build(r: _Reader) -> Contract:
         e.only({"extend", "extend_checks", "pause", "console_url", "webhook_url", "webhook_secret_env", "useful_for"})
         webhook_url = e.text("webhook_url")
         if webhook_url is not None:
-            _check_url(e, "webhook_url", webhook_url)
+            check_url(e, "webhook_url", webhook_url)
         secret_env = e.text("webhook_secret_env")
         if secret_env is not None:
-            _check_token(e, "webhook_secret_env", secret_env)
+            check_token(e, "webhook_secret_env", secret_env)
         console_url = e.text("console_url")
         if console_url is not None:
-            _check_url(e, "console_url", console_url)
+            check_url(e, "console_url", console_url)
         useful_for = e.duration("useful_for", timedelta(0), positive=True) if "useful_for" in e.data else None
         escalation = Escalation(
             extend=e.duration("extend", escalation.extend, positive=True),
@@ -368,12 +361,12 @@ def _build(r: _Reader) -> Contract:
         sb = r.table("submit")
         sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
         url = sb.text("url", required=True)
-        _check_url(sb, "url", url)
+        check_url(sb, "url", url)
         if _origin(url) != origin:
             raise sb.fail("url", f"must be on {origin}, the origin the credential is bound to")
         idem = sb.text("idempotency_header")
         if idem is not None:
-            _check_token(sb, "idempotency_header", idem)
+            check_token(sb, "idempotency_header", idem)
         location = sb.text("status_location")
         if location is not None and not (
             location in {"header:Location", "header:Operation-Location"} or location.startswith("body:")
@@ -434,16 +427,16 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _method(r: _Reader) -> str:
+def _method(r: Reader) -> str:
     method = (r.text("method") or "POST").upper()
     if method not in {"POST", "PUT", "DELETE", "PATCH"}:
         raise r.fail("method", f"must be POST, PUT, DELETE or PATCH, got {method!r}")
     return method
 
 
-def _action_url(r: _Reader, origin: str) -> str:
+def _action_url(r: Reader, origin: str) -> str:
     url: str = r.text("url", required=True)
-    _check_url(r, "url", url)
+    check_url(r, "url", url)
     if url.count("{job_id}") != 1:
         raise r.fail("url", "must contain the placeholder {job_id} exactly once")
     if _origin(url) != origin:
@@ -451,147 +444,9 @@ def _action_url(r: _Reader, origin: str) -> str:
     return url
 
 
-def _check_status_url(r: _Reader, url: str) -> None:
+def _check_status_url(r: Reader, url: str) -> None:
     if "{job_id}" in url.partition("//")[2].partition("/")[0]:  # before _check_url, which would only say "host"
         raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
-    _check_url(r, "status_url", url)
+    check_url(r, "status_url", url)
     if url.count("{job_id}") != 1:
         raise ContractError(f"{r.source}: status_url: must contain the placeholder {{job_id}} exactly once")
-
-
-_HOST_NAME = re.compile(r"[A-Za-z0-9.-]+")
-
-
-def _check_url(r: _Reader, key: str, url: str) -> None:
-    """A URL the client can request exactly as written, refused at load so nothing is created or counted first.
-
-    ASCII only, with no space or control character anywhere (a CR/LF would split the request, and a client
-    that quietly re-encodes a URL requests something the contract does not name); http or https; a host name
-    or IP literal; a port from 1 to 65535; no userinfo (credentials travel only through [auth])."""
-    for ch in url:
-        if ord(ch) < 32 or ord(ch) == 127:
-            raise r.fail(key, f"holds the control character U+{ord(ch):04X}; a URL must be one printable line")
-        if ch == " ":
-            raise r.fail(key, "holds a space; percent-encode it as %20")
-        if not ch.isascii():
-            raise r.fail(key, f"holds the non-ASCII character {ch!r}; percent-encode it, and write an IDN host as xn--")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        detail = "its port is not a number from 1 to 65535" if "ort" in str(exc) else str(exc)
-        raise r.fail(key, f"is not a valid URL ({detail}): {url!r}") from None
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise r.fail(key, f"must be an absolute http(s) URL, got {url!r}")
-    if port == 0:
-        raise r.fail(key, "its port is not a number from 1 to 65535")
-    if parts.username is not None or parts.password is not None:
-        raise r.fail(key, "must not carry credentials (user:password@); use [auth].secret_env")
-    host = parts.hostname
-    if parts.netloc.startswith("["):
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise r.fail(key, f"host {host!r} in brackets is not an IPv6 address") from None
-    elif not _HOST_NAME.fullmatch(host):
-        raise r.fail(key, f"host {host!r} may only use letters, digits, '.' and '-'")
-
-
-def _check_token(r: _Reader, key: str, value: str) -> None:
-    """Header names, auth schemes, variable names: ASCII letters (isalnum alone lets "é" in), digits, - and _."""
-    if not value or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in value):
-        raise ContractError(f"{r.source}: {r.where(key)}: {value!r} may only use letters, digits, '-' and '_'")
-
-
-class _Reader:
-    """Typed access to one TOML table that names the exact key in every complaint."""
-
-    def __init__(self, source: str, data: Mapping[str, Any], prefix: str) -> None:
-        self.source = source
-        self.data = data
-        self.prefix = prefix
-
-    def where(self, key: str) -> str:
-        return f"[{self.prefix}].{key}" if self.prefix else key
-
-    def fail(self, key: str, message: str) -> ContractError:
-        return ContractError(f"{self.source}: {self.where(key)}: {message}")
-
-    def only(self, allowed: set[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                hint = ", ".join(sorted(allowed))
-                raise self.fail(key, f"unknown key; allowed here: {hint}")
-
-    def _get(self, key: str, required: bool) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.fail(key, "required key is missing")
-            return None
-        return self.data[key]
-
-    def table(self, key: str, required: bool = False) -> _Reader:
-        value = self._get(key, required)
-        if value is None:
-            return _Reader(self.source, {}, key)
-        if not isinstance(value, dict):
-            raise self.fail(key, f"must be a table like [{key}], got {type(value).__name__}")
-        return _Reader(self.source, value, key)
-
-    def text(self, key: str, required: bool = False, allow_empty: bool = False) -> Any:
-        value = self._get(key, required)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(key, f"must be a string, got {type(value).__name__}")
-        if not value and not allow_empty:
-            raise self.fail(key, "must not be empty")
-        return value
-
-    def path(self, key: str, required: bool = False) -> str | None:
-        value: str | None = self.text(key, required)
-        if value is not None and any(not part for part in value.split(".")):
-            raise self.fail(key, f"{value!r} is not a dotted path like 'status' or 'job.state'")
-        return value
-
-    def strings(self, key: str, required: bool = False) -> tuple[str, ...]:
-        value = self._get(key, required)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(key, "must be a list of non-empty strings")
-        if required and not value:
-            raise self.fail(key, "must list at least one state")
-        return tuple(value)
-
-    def duration(self, key: str, default: timedelta, positive: bool = False) -> timedelta:
-        value = self._get(key, False)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.fail(key, f"must be a duration string like '90s', got {type(value).__name__}")
-        try:
-            parsed = parse_duration(value)
-        except DurationError as exc:
-            raise self.fail(key, str(exc)) from None
-        if positive and parsed <= timedelta(0):
-            raise self.fail(key, "must be longer than zero")
-        return parsed
-
-    def integer(self, key: str, default: int, minimum: int) -> int:
-        value = self._get(key, False)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"must be a whole number, got {type(value).__name__}")
-        if value < minimum or value > 1_000_000:
-            raise self.fail(key, f"must be between {minimum} and 1000000, got {value}")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._get(key, False)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {type(value).__name__}")
-        return value
