@@ -185,7 +185,7 @@ class Contract:
 
     def fingerprint(self) -> str:
         """What fixes the meaning of a poll: a resumed operation must be read with the same table."""
-        identity = {
+        identity: dict[str, object] = {
             "name": self.name,
             "status_url": self.status_url,
             "states": {c.value: list(v) for c, v in self.states._by_category()},

@@ -128,7 +128,8 @@ def _header(a: Reader) -> Auth:
         raise a.fail(given[1], f"give one credential source, not both {given[0]} and {given[1]}")
     if not given:
         raise a.fail(
-            "secret_env", "required key is missing; name the credential's source: secret_env, token_command or token_file"
+            "secret_env",
+            "required key is missing; name the credential's source: secret_env, token_command or token_file",
         )
     header = a.text("header") or "Authorization"
     check_token(a, "header", header)
