@@ -80,7 +80,8 @@ BAD = [
     ('kind = "sigv4"\nservice = "s3"\nregion = "us east"\naccess_key_env = "A"', "[auth].region", "region"),
     ('kind = "sigv4"\nservice = "s3"\nregion = "us-east-1"\nsecret_key_env = "S"', "[auth].access_key_env", "required"),
     (
-        'kind = "sigv4"\nservice = "s3"\nregion = "eu-west-1"\naccess_key_env = "A"\nsecret_key_env = "S"\nheader = "X"',
+        'kind = "sigv4"\nservice = "s3"\nregion = "eu-west-1"\naccess_key_env = "A"\n'
+        'secret_key_env = "S"\nheader = "X"',
         "[auth].header",
         "kind = 'header'",
     ),
