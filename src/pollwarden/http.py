@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import http.client
 import io
-import os
 import select
 import socket
 import ssl
@@ -32,6 +31,9 @@ from . import __version__
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
+from .credentials import Credential as Credential
+from .credentials import CredentialError as CredentialError
+from .credentials import resolve_secret as resolve_secret
 from .errors import EXIT_ESCALATED, PollwardenError
 
 MAX_HEADERS = 100
@@ -43,10 +45,6 @@ ACCEPT_ENCODING = "gzip, deflate"
 """Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
 
 _MESSAGE_CAP = 300
-
-
-class CredentialError(PollwardenError):
-    """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
 
 
 class WireError(PollwardenError):
@@ -66,35 +64,6 @@ class WireError(PollwardenError):
 def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-def resolve_secret(contract: Contract, environ: Mapping[str, str] | None = None) -> str | None:
-    """The credential from the environment, as it will be sent.
-
-    Mounted secrets usually end in a newline, so exactly one trailing "\\n" or "\\r\\n" is removed. Whatever
-    is left must be printable ASCII (space to "~") with no space at either end: anything else cannot travel in
-    a header unchanged (HTTP strips the spaces, latin-1 is the most a header holds and servers disagree even on
-    that), and a value the server reads differently from what we hold is one our scrubber may miss.
-    """
-    if contract.auth is None:
-        return None
-    name = contract.auth.secret_env
-    env = os.environ if environ is None else environ
-    value = env.get(name)
-    if value is not None:
-        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
-    if not value:
-        raise CredentialError(
-            f"contract {contract.name!r} needs the credential in environment variable {name}, which is not set;"
-            " export it and run again"
-        )
-    if any(not " " <= ch <= "~" for ch in value) or value != value.strip(" "):
-        raise CredentialError(
-            f"the credential in environment variable {name} holds a control character, a non-ASCII character,"
-            " more than one trailing newline or a space at either end, and cannot be sent in a header unchanged;"
-            " write it as printable ASCII (one trailing newline is fine) and run again"
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -379,17 +348,16 @@ class StatusClient:
     def __init__(
         self,
         contract: Contract,
-        secret: str | None,
+        secret: Credential | str | None,
         *,
         clock: Callable[[], datetime],
         transport: Transport | None = None,
     ) -> None:
         self._contract = contract
-        self._secret = secret
+        # A plain string is a header token the caller already read (the older API); either way one object holds it.
+        self._credential = Credential.static(contract, secret) if isinstance(secret, str) else secret
         self._clock = clock
         self._transport: Transport = SocketTransport() if transport is None else transport
-        scheme = contract.auth.scheme if contract.auth is not None else None
-        self._scrubber = Scrubber([secret], scheme=scheme)
         self._base_headers = {
             "User-Agent": f"pollwarden/{__version__}",
             "Accept": "application/json",
@@ -405,11 +373,21 @@ class StatusClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _headers(self, extra: Mapping[str, str], credential: bool) -> dict[str, str]:
+    @property
+    def _scrubber(self) -> Scrubber:
+        """Rebuilt when the credential fetches a new token, and still knowing every older one."""
+        return Scrubber(()) if self._credential is None else self._credential.scrubber()
+
+    def _headers(
+        self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
+    ) -> dict[str, str]:
         headers = {**self._base_headers, **extra}
-        auth = self._contract.auth
-        if credential and auth is not None and self._secret is not None:
-            headers[auth.header] = f"{auth.scheme} {self._secret}" if auth.scheme else self._secret
+        if credential and self._credential is not None:
+            try:
+                self._credential.apply(method, url, headers, body, self._clock())
+            except CredentialError as exc:
+                # Nothing was sent: a local failure, which the core stops as an integration failure (never a loop).
+                raise WireError(FailureKind.LOCAL, f"the credential could not be read: {exc}") from None
         return headers
 
     def fetch(
@@ -438,11 +416,12 @@ class StatusClient:
         sent_at = self._clock()
         deadline = time.monotonic() + self._contract.timeout.total_seconds()
         try:
-            headers = self._headers(extra_headers or {}, credential)
             try:
                 parts = urlsplit(url)
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            _check_request(method, url, parts, extra_headers or {})
+            headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_request(method, url, parts, headers)
             request = Request(method, url, tuple(headers.items()), body, deadline)
             try:
@@ -457,6 +436,9 @@ class StatusClient:
             return self._failure(exc.kind, exc.message, sent_at)
 
     def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
+        if answer.status == 401 and self._credential is not None:
+            # The next request fetches the token again; the core decides whether there is a next request.
+            self._credential.invalidate()
         headers: dict[str, str] = {}
         for name, value in answer.headers:
             key = name.lower()

@@ -16,7 +16,7 @@ from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
-from ..http import CredentialError, StatusClient, resolve_secret
+from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
 from ..shown import shown
 from ..store.base import Store
@@ -57,7 +57,7 @@ FLAGS = {
 """Admission's field names as this command's flags, so a refusal names what to change."""
 
 
-def watch_request(args: argparse.Namespace, contract: Contract, credential: str | None = None) -> WatchRequest:
+def watch_request(args: argparse.Namespace, contract: Contract, credential: Credential | None = None) -> WatchRequest:
     """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
     limits = Limits(
         deadline=_duration(args.deadline, "--deadline"),
@@ -156,7 +156,7 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
     return summary
 
 
-def _ready(contract: Contract) -> str | None:
+def _ready(contract: Contract) -> Credential | None:
     """The contract may be watched here: its status request is safe to repeat and its credential is set."""
     if not contract.safe_status:
         raise UsageError(
@@ -179,24 +179,26 @@ def cmd_watch(args: argparse.Namespace) -> int:
     for flag in ("deadline", "base_delay", "max_delay", "useful_for"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
     request: WatchRequest | None = None
+    secret: Credential | None = None
     if (
         args.contract is not None
     ):  # everything that needs no store is checked before one is opened (exit 2 creates nothing)
         contract = _load_contract(args.contract)
-        request = _checked(watch_request(args, contract, _ready(contract)))
+        secret = _ready(contract)
+        request = _checked(watch_request(args, contract, secret))
     elif args.operation is not None and (problem := operation_id_problem(args.operation)):
         raise UsageError(f"cannot watch: --operation {args.operation}: {problem}")
     store = _open_store(args.home)
     try:
         if request is None:
             contract = _contract(args, store)
-            request = _checked(watch_request(args, contract, _ready(contract)))
+            secret = _ready(contract)
+            request = _checked(watch_request(args, contract, secret))
         engine = Engine(store, owner=process_owner())
         try:
             admitted = engine.admit(request)
         except AdmissionError as exc:
             raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
-        secret = request.credential
         record = admitted.record
         out = sys.stdout
         if not args.json:

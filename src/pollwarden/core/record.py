@@ -51,6 +51,8 @@ class OperationRecord:
     status_requests_used: int = 0
     transport_failures_used: int = 0
     rate_limited_consecutive: int = 0
+    token_refused_consecutive: int = 0
+    """401s in a row to a token that can be fetched again: the first is retried at once, the second stops."""
     polls_completed: int = 0
     last_state: str | None = None
     last_http_status: int | None = None
@@ -85,6 +87,7 @@ class OperationRecord:
         request_id: str | None,
         state: str | None,
         rate_limited: bool,
+        token_refused: bool = False,
     ) -> OperationRecord:
         """One exchange was seen; an answer without a state keeps the last state seen, not forgets it."""
         return replace(
@@ -95,6 +98,7 @@ class OperationRecord:
             last_request_id=request_id,
             last_state=state if state is not None else self.last_state,
             rate_limited_consecutive=self.rate_limited_consecutive + 1 if rate_limited else 0,
+            token_refused_consecutive=self.token_refused_consecutive + 1 if token_refused else 0,
         )
 
     def transport_failed(self) -> OperationRecord:
@@ -132,6 +136,7 @@ class OperationRecord:
             next_poll_at=next_poll_at,
             delay_source=DelaySource.MANUAL_EXTENSION,
             rate_limited_consecutive=0,
+            token_refused_consecutive=0,
         )
 
     def with_plan(self, plan: Plan) -> OperationRecord:
