@@ -393,11 +393,11 @@ def test_expires_at() -> None:
     ("fields", "problem"),
     [
         ({}, "is missing"),
-        ({"result_url": None}, "is missing"),
+        ({"result_url": None}, "is null"),  # told apart from missing: a provider not done writing it
         ({"result_url": ""}, "is empty"),
         ({"result_url": "   "}, "is empty"),
-        ({"result_url": 5}, "is a int, not a string"),
-        ({"result_url": {"href": "x"}}, "is a dict, not a string"),
+        ({"result_url": 5}, "is a JSON number, not a string"),
+        ({"result_url": {"href": "x"}}, "is a JSON object, not a string"),
         ({"result_url": "https://files.example/a\nb"}, "control characters"),
         ({"result_url": "https://files.example/a\x7f"}, "control characters"),
         ({"result_url": "https://files.example/\x00"}, "control characters"),

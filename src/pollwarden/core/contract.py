@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 
 from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
+from .contract_result import ResultSpec, parse_result
 from .durations import DurationError
 from .reasons import Category, Jitter
 
@@ -161,6 +162,7 @@ class Contract:
     submit: Submit | None = None
     approval: str = "none"
     agent: AgentLimits = field(default_factory=AgentLimits)
+    result: ResultSpec = field(default_factory=ResultSpec)
     source_text: str = field(default="", compare=False, repr=False)
 
     @property
@@ -193,6 +195,8 @@ class Contract:
             "fields": self.fields.__dict__,
             "account": self.account,
         }
+        if (result := self.result.identity()) is not None:  # only when declared: old fingerprints stay the same
+            identity["result"] = result
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
@@ -245,6 +249,7 @@ _TOP_KEYS = {
     "submit",
     "approval",
     "agent",
+    "result",
 }
 
 
@@ -419,6 +424,7 @@ def _build(r: Reader) -> Contract:
         submit=submit,
         approval=approval,
         agent=agent,
+        result=parse_result(r, fields.result),
     )
 
 
