@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pollwarden.core.contract_result import result_text
 from pollwarden.api import Succeeded, Watch
+from pollwarden.core.contract_result import result_text
 from pollwarden.operating import open_store
 from pollwarden.simulator import contract_text as simulator_contract
 

@@ -7,6 +7,7 @@ or moves output elsewhere is one of these, recorded before and after it happens.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 from . import events as ev
 from .core.admission import job_id_problem
 from .core.contract import Contract
+from .core.contract_result import fetch_url
 from .core.observe import BodyError, Response, TransportFailure, dig, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
@@ -191,31 +193,63 @@ def cancel(contract: Contract, client: StatusClient, record: OperationRecord) ->
 
 
 def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
-    """Only after validated success; the credential goes along only to the contract's own origin."""
-    if record.phase is not Phase.SUCCEEDED or not record.result:
+    """Only after validated success. The URL is `[result].url` with the result in it, or the result itself when it
+    is an absolute URL (never resolved against the status URL); the credential goes along only where `[result]`
+    says so, and never off the contract's origin. An object or array result with no URL is the output itself."""
+    if record.phase is not Phase.SUCCEEDED or record.result is None:
         state = record.reason.value if record.reason else record.phase.value
         raise ActionRefused(
             f"operation {record.operation_id} has no validated result ({state}); fetching output is allowed only"
             " after a validated success (R6, R17)"
         )
-    base = record.status_location or contract.status_url_for(record.job_id)
-    url = urljoin(base, record.result)
+    spec = contract.result
+    where, why = fetch_url(spec, record.result)
+    if why is not None:
+        raise ActionRefused(why)
+    if where is None:  # the result is the output: written as the JSON it was received as
+        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
+        out.write_bytes(data)
+        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    url = contract.origin + where if where.startswith("/") else where
     same_origin = origin_of(url) == contract.origin
-    exchange = client.send("GET", url, credential=same_origin)
-    if isinstance(exchange, TransportFailure):
-        raise ActionError(f"fetching the result failed: {exchange.message}; nothing was written")
-    if exchange.status != 200:
-        raise ActionError(f"fetching the result answered HTTP {exchange.status}; nothing was written")
-    if exchange.truncated:
-        raise ActionError(f"the result is larger than the contract's {contract.max_body_bytes}-byte cap")
-    out.write_bytes(exchange.body)
+    if spec.credential is True and not same_origin:
+        raise ActionRefused(
+            f"the result is at {_safe_url(origin_of(url))}, not on {contract.origin}: [result].credential = true"
+            " sends the credential only to the contract's own origin, so nothing was sent. If that host needs no"
+            " credential, set credential = false"
+        )
+    # No [result] table: today's rule, the credential along to the contract's own origin only.
+    credential = same_origin if spec.credential is None else spec.credential
+    try:
+        with out.open("wb") as sink:
+            got = client.download(url, sink, cap=spec.max_bytes, credential=credential, extra_headers={"Accept": "*/*"})
+    except OSError as exc:
+        out.unlink(missing_ok=True)
+        raise ActionError(f"cannot write the result to {out}: {exc.strerror}") from None
+    failed: str | None = None
+    if isinstance(got, TransportFailure):
+        failed = f"fetching the result failed: {got.message}"
+    elif not 200 <= got.status < 300:
+        failed = f"fetching the result from {_safe_url(url)} answered HTTP {got.status}"
+    elif got.over_cap:
+        failed = f"the result is larger than [result].max_bytes ({spec.max_bytes} bytes); the partial one was removed"
+    if failed is not None:
+        out.unlink(missing_ok=True)  # a reader must never take a fragment for the result
+        raise ActionError(f"{failed}; no result file was written")
+    assert not isinstance(got, TransportFailure)
+    return _fetched(url, got.size, got.sha256, got.headers.get("content-type"), credential, out)
+
+
+def _fetched(
+    url: str | None, size: int, sha256: str, content_type: str | None, credential: bool, out: Path
+) -> dict[str, Any]:
     return {
         "action": "fetch_result",
         "ok": True,
-        "url": _safe_url(url),
-        "bytes": len(exchange.body),
-        "sha256": hashlib.sha256(exchange.body).hexdigest(),
-        "content_type": exchange.headers.get("content-type"),
-        "credential_sent": same_origin,
+        "url": None if url is None else _safe_url(url),
+        "bytes": size,
+        "sha256": sha256,
+        "content_type": content_type,
+        "credential_sent": credential,
         "out": str(out),
     }

@@ -160,10 +160,14 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
                 result = fetch_result(contract, client, record, temp)
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
+        result = {**result, "out": str(out)}  # where it ends up, not the temporary file it was written to
         store.append(args.operation, "action", result, utcnow())
     finally:
         store.close()
-    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
+    if result["url"] is None:
+        print(f"wrote the result ({result['bytes']} bytes of JSON, sha256 {result['sha256']}) to {shown(out)}")
+    else:
+        print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
     return EXIT_OK
 
 
