@@ -23,6 +23,8 @@ class Answer:
     status: int = 200
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
+    drop: bool = False
+    """Close the connection without answering: the request was received, its outcome unknown to the client."""
 
 
 Route = Callable[[Seen], Answer]
@@ -45,6 +47,9 @@ class Loopback:
                 outer.seen.append(seen)
                 route = outer.routes.get((self.command, self.path), Answer(404, b'{"error":"not found"}'))
                 answer = route if isinstance(route, Answer) else route(seen)
+                if answer.drop:
+                    self.close_connection = True
+                    return
                 self.send_response(answer.status)
                 for name, value in answer.headers.items():
                     self.send_header(name, value)

@@ -107,7 +107,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         json.loads(body)
     except ValueError:
-        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as application/json") from None
+        sent = "a form of its fields" if contract.submit and contract.submit.encoding == "form" else "application/json"
+        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as {sent}") from None
     now = utcnow()
     operation_id = args.operation or new_operation_id(contract.name, now, secrets.token_hex(3))
     if problem := operation_id_problem(operation_id):

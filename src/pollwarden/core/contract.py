@@ -134,6 +134,15 @@ class Submit:
     job_id: str = "job_id"
     status_location: str | None = None
     """Where the 202 names the status resource: "header:Location", "header:Operation-Location" or "body:PATH"."""
+    encoding: str = "json"
+    """How the body file is sent: "json" as it is, "form" (a JSON object of scalars) as x-www-form-urlencoded."""
+    idempotency_field: str | None = None
+    """The body field the durable idempotency token is placed in (as `idempotency_header` places it in a header)."""
+
+    @property
+    def job_id_header(self) -> str | None:
+        """`job_id = "header:Location"`: the job id is the last path segment of that header's URL."""
+        return self.job_id.partition(":")[2] if self.job_id.startswith("header:") else None
 
 
 def _quote_job(job_id: str) -> str:
@@ -364,7 +373,7 @@ def _build(r: Reader) -> Contract:
     submit = None
     if "submit" in r.data:
         sb = r.table("submit")
-        sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
+        sb.only({"url", "method", "idempotency_header", "job_id", "status_location", "encoding", "idempotency_field"})
         url = sb.text("url", required=True)
         check_url(sb, "url", url)
         if _origin(url) != origin:
@@ -381,8 +390,10 @@ def _build(r: Reader) -> Contract:
             url=url,
             method=_method(sb),
             idempotency_header=idem,
-            job_id=sb.path("job_id") or "job_id",
+            job_id=_submit_job_id(sb),
             status_location=location,
+            encoding=_encoding(sb),
+            idempotency_field=_idempotency_field(sb),
         )
     approval = r.text("approval") or "none"
     if approval not in APPROVAL_MODES:
@@ -426,6 +437,29 @@ def _build(r: Reader) -> Contract:
         agent=agent,
         result=parse_result(r, fields.result),
     )
+
+
+def _submit_job_id(r: Reader) -> str:
+    """A path into the answer's body, or `header:NAME` (the job id is the last segment of that header's URL)."""
+    raw = r.text("job_id")
+    if raw is not None and raw.startswith("header:"):
+        check_token(r, "job_id", raw.partition(":")[2])
+        return str(raw)
+    return r.path("job_id") or "job_id"
+
+
+def _encoding(r: Reader) -> str:
+    encoding = r.text("encoding") or "json"
+    if encoding not in {"json", "form"}:
+        raise r.fail("encoding", f"must be 'json' or 'form', got {encoding!r}")
+    return str(encoding)
+
+
+def _idempotency_field(r: Reader) -> str | None:
+    name = r.text("idempotency_field")
+    if name is not None:
+        check_token(r, "idempotency_field", name)
+    return None if name is None else str(name)
 
 
 def _origin(url: str) -> str:
