@@ -16,7 +16,7 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.core.contract import Contract, ContractError, parse_contract
 from pollwarden.http import StatusClient
 from pollwarden.store.sqlite import SQLiteStore
-from tests.loopback import Answer, Loopback, Seen, serving
+from tests.loopback import Answer, Loopback, serving
 
 NOW = datetime(2025, 4, 18, 10, 0, tzinfo=UTC)
 
