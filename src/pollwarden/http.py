@@ -14,6 +14,7 @@ tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import select
@@ -24,7 +25,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import SplitResult, urlsplit
 
 from . import __version__
@@ -435,6 +436,90 @@ class StatusClient:
         except WireError as exc:
             return self._failure(exc.kind, exc.message, sent_at)
 
+    def download(
+        self,
+        url: str,
+        sink: BinaryIO,
+        *,
+        cap: int,
+        credential: bool,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> Download | TransportFailure:
+        """A GET whose body is streamed into `sink` under its own cap, not the status cap: a result file can be far
+        bigger than any status answer. Only a 2xx body is written. The same guards as `send` otherwise: the
+        credential only to the contract's origin, no redirect followed, the secret removed from what is written.
+
+        The whole exchange is bounded by the contract's timeout plus one second per MiB of the cap: a download
+        takes longer than a status poll, and a peer that drips bytes must still not hold the process for ever."""
+        if credential and origin_of(url) != self._contract.origin:
+            raise CredentialError(
+                f"refusing to send the credential to {self._scrubber.text(origin_of(url))}: contract"
+                f" {self._contract.name!r} binds it to {self._contract.origin}"
+            )
+        sent_at = self._clock()
+        deadline = time.monotonic() + self._contract.timeout.total_seconds() + cap / (1 << 20)
+        try:
+            headers = self._headers("GET", url, extra_headers or {}, None, credential)
+            try:
+                parts = urlsplit(url)
+            except ValueError:
+                raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            _check_request("GET", url, parts, headers)
+            try:
+                answer = self._transport.open(Request("GET", url, tuple(headers.items()), None, deadline))
+            except TimeoutError:
+                raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
+            try:
+                return self._stream(answer, sink, cap, deadline)
+            finally:
+                answer.close()
+        except WireError as exc:
+            return self._failure(exc.kind, exc.message, sent_at)
+
+    def _stream(self, answer: Answer, sink: BinaryIO, cap: int, deadline: float) -> Download:
+        headers: dict[str, str] = {}
+        for name, value in answer.headers:
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        scrub = self._scrubber.text
+        shown_headers = {
+            scrub(k): scrub(v) for k, v in headers.items() if k not in ("content-encoding", "content-length")
+        }
+        if not 200 <= answer.status < 300:
+            return Download(answer.status, shown_headers, 0, hashlib.sha256().hexdigest(), over_cap=False)
+        decoder = _decoder(headers)
+        digest = hashlib.sha256()
+        hold = max(self._scrubber.longest - 1, 0)
+        pending = b""
+        size = raw_size = 0
+
+        def write(data: bytes) -> None:
+            nonlocal size
+            digest.update(data)
+            sink.write(data)
+            size += len(data)
+
+        while True:
+            if time.monotonic() > deadline:
+                raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
+            raw = answer.read(READ_CHUNK)
+            if not raw:
+                if decoder is not None:
+                    decoder.finish()
+                break
+            raw_size += len(raw)
+            data = raw if decoder is None else decoder.feed(raw, cap + 1 - size - len(pending))
+            # The tail that could be the start of a secret waits for the next piece before it is scrubbed.
+            pending = self._scrubber.raw(pending + data) if self._scrubber else pending + data
+            if len(pending) > hold:
+                cut = len(pending) - hold
+                write(pending[:cut])
+                pending = pending[cut:]
+            if size + len(pending) > cap or raw_size > cap:
+                return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=True)
+        write(pending)
+        return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=False)
+
     def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
         if answer.status == 401 and self._credential is not None:
             # The next request fetches the token again; the core decides whether there is a next request.
@@ -481,6 +566,18 @@ class StatusClient:
     def _failure(self, kind: FailureKind, message: str, sent_at: datetime) -> TransportFailure:
         text = self._scrubber.text(message)[:_MESSAGE_CAP]
         return TransportFailure(kind=kind, message=text, sent_at=sent_at, failed_at=self._clock())
+
+
+@dataclass(frozen=True)
+class Download:
+    """What `StatusClient.download` wrote: `size` bytes with this sha256; `over_cap` means the body went on past
+    the cap and what was written is a fragment the caller must remove."""
+
+    status: int
+    headers: Mapping[str, str]
+    size: int
+    sha256: str
+    over_cap: bool
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, TextIO
 from ..clock import utcnow
 from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract import Contract
+from ..core.contract_result import result_text
 from ..core.decide import Decision
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
@@ -146,7 +147,7 @@ def _decision_line(decision: Decision, now: datetime) -> str:
         source = decision.delay_source.value if decision.delay_source else "?"
         return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
     if record.phase is Phase.SUCCEEDED:
-        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(record.result)}"
+        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(result_text(record.result))}"
     return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
 
 
@@ -237,7 +238,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     if record.phase is Phase.SUCCEEDED:
-        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(record.result)}\n")
+        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(result_text(record.result))}\n")
         return
     reason = record.reason.value if record.reason else "?"
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"

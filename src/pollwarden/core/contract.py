@@ -20,6 +20,7 @@ from .contract_auth import Auth as Auth
 from .contract_auth import parse_auth
 from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
+from .contract_result import ResultSpec, parse_result
 from .contract_signals import RateLimitSignal, parse_rate_limits
 from .durations import TIMESTAMP_FORMATS, DurationError
 from .reasons import Category, Jitter
@@ -150,6 +151,15 @@ class Submit:
     job_id: str = "job_id"
     status_location: str | None = None
     """Where the 202 names the status resource: "header:Location", "header:Operation-Location" or "body:PATH"."""
+    encoding: str = "json"
+    """How the body file is sent: "json" as it is, "form" (a JSON object of scalars) as x-www-form-urlencoded."""
+    idempotency_field: str | None = None
+    """The body field the durable idempotency token is placed in (as `idempotency_header` places it in a header)."""
+
+    @property
+    def job_id_header(self) -> str | None:
+        """`job_id = "header:Location"`: the job id is the last path segment of that header's URL."""
+        return self.job_id.partition(":")[2] if self.job_id.startswith("header:") else None
 
 
 def _quote_job(job_id: str) -> str:
@@ -180,6 +190,7 @@ class Contract:
     approval: str = "none"
     agent: AgentLimits = field(default_factory=AgentLimits)
     rate_limits: tuple[RateLimitSignal, ...] = ()
+    result: ResultSpec = field(default_factory=ResultSpec)
     source_text: str = field(default="", compare=False, repr=False)
 
     @property
@@ -216,6 +227,8 @@ class Contract:
             identity["timestamps"] = self.timestamps.__dict__
         if self.rate_limits:
             identity["rate_limit"] = [signal.to_json() for signal in self.rate_limits]
+        if (result := self.result.identity()) is not None:  # only when declared: old fingerprints stay the same
+            identity["result"] = result
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
@@ -268,6 +281,7 @@ _TOP_KEYS = {
     "approval",
     "agent",
     "rate_limit",
+    "result",
 }
 
 
@@ -384,7 +398,7 @@ def _build(r: Reader) -> Contract:
     submit = None
     if "submit" in r.data:
         sb = r.table("submit")
-        sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
+        sb.only({"url", "method", "idempotency_header", "job_id", "status_location", "encoding", "idempotency_field"})
         url = sb.text("url", required=True)
         check_url(sb, "url", url)
         if _origin(url) != origin:
@@ -401,8 +415,10 @@ def _build(r: Reader) -> Contract:
             url=url,
             method=_method(sb),
             idempotency_header=idem,
-            job_id=sb.path("job_id") or "job_id",
+            job_id=_submit_job_id(sb),
             status_location=location,
+            encoding=_encoding(sb),
+            idempotency_field=_idempotency_field(sb),
         )
     approval = r.text("approval") or "none"
     if approval not in APPROVAL_MODES:
@@ -446,6 +462,7 @@ def _build(r: Reader) -> Contract:
         approval=approval,
         agent=agent,
         rate_limits=parse_rate_limits(r),
+        result=parse_result(r, fields.result),
     )
 
 
@@ -458,6 +475,29 @@ def _expression(r: Reader, key: str, required: bool = False) -> str | None:
         except expr.ExpressionError as exc:
             raise r.fail(key, f"{text!r} {exc}") from None
     return text
+
+
+def _submit_job_id(r: Reader) -> str:
+    """A path into the answer's body, or `header:NAME` (the job id is the last segment of that header's URL)."""
+    raw = r.text("job_id")
+    if raw is not None and raw.startswith("header:"):
+        check_token(r, "job_id", raw.partition(":")[2])
+        return str(raw)
+    return r.path("job_id") or "job_id"
+
+
+def _encoding(r: Reader) -> str:
+    encoding = r.text("encoding") or "json"
+    if encoding not in {"json", "form"}:
+        raise r.fail("encoding", f"must be 'json' or 'form', got {encoding!r}")
+    return str(encoding)
+
+
+def _idempotency_field(r: Reader) -> str | None:
+    name = r.text("idempotency_field")
+    if name is not None:
+        check_token(r, "idempotency_field", name)
+    return None if name is None else str(name)
 
 
 def _origin(url: str) -> str:

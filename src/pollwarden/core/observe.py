@@ -19,14 +19,14 @@ from typing import Any
 
 from ..errors import EXIT_ESCALATED, PollwardenError
 from .contract import Contract
+from .contract_result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
+from .contract_result import JSONValue, check_result
 from .contract_signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
 from .expr import absent_words, described, lookup
 from .ratelimit import matching, reset_at
 from .reasons import Category
 from .schedule import Rejection, parse_retry_after
-
-MAX_RESULT_LENGTH = 4096
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,8 @@ class Observation:
     request_id: str | None = None
     state: str | None = None
     category: Category | None = None
-    result: str | None = None
+    result: JSONValue = None
+    """The validated result (any JSON value `[result]` allows); None when there is none."""
     result_problem: str | None = None
     provider_error: str | None = None
     expires_at: datetime | None = None
@@ -253,7 +254,7 @@ def _classify_body(
         return invalid(f"state field {fields.state!r} is {described(state)}, not a string")
     category = contract.states.category(state)
     at = response.received_at
-    result, result_problem = _result(document, fields.result) if category is Category.SUCCESS else (None, None)
+    result, result_problem = _result(contract, document) if category is Category.SUCCESS else (None, None)
     expires_at = None
     if fields.expires_at:
         expires_at, problem = _moment(document, fields.expires_at, contract.timestamps.expires_at)
@@ -311,21 +312,15 @@ _FORM_WORDS = {
 }
 
 
-def _result(document: Any, path: str | None) -> tuple[str | None, str | None]:
+def _result(contract: Contract, document: Any) -> tuple[JSONValue, str | None]:
     """An artifact reference is validated before success is declared (R17)."""
+    path = contract.fields.result
     if path is None:
         return None, None
     found = lookup(path, document)
-    if not found.present:
+    if found.problem is not None or (not found.present and not found.plain):
         return None, f"result field {path!r} {absent_words(found)}"
-    value = found.value
-    if not isinstance(value, str):
-        return None, f"result field {path!r} is {described(value)}, not a string"
-    if not value.strip():
-        return None, f"result field {path!r} is empty"
-    if len(value) > MAX_RESULT_LENGTH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        return None, f"result field {path!r} is not a usable reference (too long or control characters)"
-    return value, None
+    return check_result(contract.result, path, not found.missing, found.value)
 
 
 def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | None, str | None, tuple[Rejection, ...]]:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .contract import Contract, Schedule
+from .contract_result import JSONValue
 from .durations import format_rfc3339
 from .reasons import DelaySource, Phase, StopReason
 
@@ -59,7 +60,8 @@ class OperationRecord:
     last_observed_at: datetime | None = None
     last_request_id: str | None = None
     provider_error: str | None = None
-    result: str | None = None
+    result: JSONValue = None
+    """The validated result: any JSON value the contract's `[result]` allows (a string for older contracts)."""
     finished_at: datetime | None = None
     status_location: str | None = None
     """A status URL the provider returned on submission (R25); None means the contract's template."""
@@ -112,7 +114,7 @@ class OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
         return replace(self, next_poll_at=next_poll_at)
 
-    def succeeded(self, result: str | None, detail: str, at: datetime) -> OperationRecord:
+    def succeeded(self, result: JSONValue, detail: str, at: datetime) -> OperationRecord:
         return replace(self, phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at)
 
     def stopped(self, reason: StopReason, detail: str, at: datetime) -> OperationRecord:
