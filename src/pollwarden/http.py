@@ -405,8 +405,10 @@ class StatusClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _headers(self, extra: Mapping[str, str], credential: bool) -> dict[str, str]:
-        headers = {**self._base_headers, **extra}
+    def _headers(self, extra: Mapping[str, str], credential: bool, url: str) -> dict[str, str]:
+        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere.
+        static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
+        headers = {**self._base_headers, **static, **extra}
         auth = self._contract.auth
         if credential and auth is not None and self._secret is not None:
             headers[auth.header] = f"{auth.scheme} {self._secret}" if auth.scheme else self._secret
@@ -415,9 +417,15 @@ class StatusClient:
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:
-        """One status request; `location` is a status URL the provider returned (same origin only)."""
+        """One status request as the contract's [status] says; `location` is a status URL the provider returned
+        (same origin only)."""
         url = self._contract.status_url_for(job_id) if location is None else location
-        return self.send("GET", url, extra_headers=extra_headers)
+        status = self._contract.status
+        body = status.body_for(job_id)
+        headers = dict(extra_headers or {})
+        if body is not None:
+            headers["Content-Type"] = status.content_type
+        return self.send(status.method, url, body=body, extra_headers=headers)
 
     def send(
         self,
@@ -438,7 +446,7 @@ class StatusClient:
         sent_at = self._clock()
         deadline = time.monotonic() + self._contract.timeout.total_seconds()
         try:
-            headers = self._headers(extra_headers or {}, credential)
+            headers = self._headers(extra_headers or {}, credential, url)
             try:
                 parts = urlsplit(url)
             except ValueError:
