@@ -117,7 +117,11 @@ def test_any_allowed_value_round_trips(segments: list[str]) -> None:
     assert again.status_url == contract.status_url and again.fingerprint() == contract.fingerprint()
 
 
-@given(st.text(max_size=10), st.sampled_from(["..", "?", "#", "@", " ", "\x00", "\x1f", "\x7f", "\n"]), st.text(max_size=10))
+@given(
+    st.text(max_size=10),
+    st.sampled_from(["..", "?", "#", "@", " ", "\x00", "\x1f", "\x7f", "\n"]),
+    st.text(max_size=10),
+)
 def test_any_value_with_a_dangerous_character_is_refused(before: str, bad: str, after: str) -> None:
     value = before + bad + after
     assert var_value_problem("project", value) is not None
@@ -183,7 +187,7 @@ def test_a_use_file_cannot_change_the_shipped_meaning(extra: str, words: str) ->
 
 
 def test_use_of_an_unknown_name_lists_the_shipped_ones() -> None:
-    with pytest.raises(ContractError, match="no shipped contract is named 'nope'; shipped: .*gitlab-pipeline"):
+    with pytest.raises(ContractError, match=r"no shipped contract is named 'nope'; shipped: .*gitlab-pipeline"):
         parse_contract('use = "nope"\n', source="mine.toml")
     with pytest.raises(ContractError, match="no shipped contract is named 'nope'"):
         resolve_contract("nope")
@@ -230,9 +234,8 @@ def test_a_status_url_with_two_job_placeholders_is_refused() -> None:
         parse_contract(PATH.replace("{job_id:path}", "{job_id:path}/{job_id}"))
 
 
-POST = (
-    PATH.replace("{job_id:path}", "")
-    .replace('status_url = "https://ops.example/v1/"', 'status_url = "https://ops.example/?job={job_id}"')
+POST = PATH.replace("{job_id:path}", "").replace(
+    'status_url = "https://ops.example/v1/"', 'status_url = "https://ops.example/?job={job_id}"'
 )
 
 
@@ -248,7 +251,7 @@ def test_a_post_status_with_a_json_body_template() -> None:
     ("status", "words"),
     [
         ('method = "POST"\nbody = \'{"JobId": {job_id}\'', r"\[status\].body: is not a JSON template"),
-        ('body = \'{"JobId": {job_id}}\'', r'\[status\].body: a status body needs method = "POST"'),
+        ("body = '{\"JobId\": {job_id}}'", r'\[status\].body: a status body needs method = "POST"'),
         ('method = "PUT"', r"\[status\].method: must be GET or POST"),
         ('method = "POST"\nbody = \'{"a": {nope}}\'', r"\[status\].body: \{nope\} names no declared var"),
     ],
@@ -270,7 +273,8 @@ def test_vars_in_a_body_become_json_string_literals() -> None:
 
 
 def test_static_headers_and_their_refusals() -> None:
-    text = BASE + '[auth]\nsecret_env = "T"\nheader = "x-api-key"\n[headers]\nanthropic-version = "2023-06-01"\nX-Project = "{project}"\n'
+    auth = '[auth]\nsecret_env = "T"\nheader = "x-api-key"\n'
+    text = BASE + auth + '[headers]\nanthropic-version = "2023-06-01"\nX-Project = "{project}"\n'
     contract = parse(text, project="p")
     assert contract.headers == (("anthropic-version", "2023-06-01"), ("X-Project", "p"))
     for name, value, words in [
