@@ -356,6 +356,8 @@ class StatusClient:
         self._contract = contract
         # A plain string is a header token the caller already read (the older API); either way one object holds it.
         self._credential = Credential.static(contract, secret) if isinstance(secret, str) else secret
+        # A contract without [auth] sends nothing, whatever it is handed; what it was handed is still scrubbed.
+        self._sends = contract.auth is not None
         self._clock = clock
         self._transport: Transport = SocketTransport() if transport is None else transport
         self._base_headers = {
@@ -382,7 +384,7 @@ class StatusClient:
         self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
     ) -> dict[str, str]:
         headers = {**self._base_headers, **extra}
-        if credential and self._credential is not None:
+        if credential and self._sends and self._credential is not None:
             try:
                 self._credential.apply(method, url, headers, body, self._clock())
             except CredentialError as exc:
