@@ -357,6 +357,8 @@ class StatusClient:
         self._contract = contract
         # A plain string is a header token the caller already read (the older API); either way one object holds it.
         self._credential = Credential.static(contract, secret) if isinstance(secret, str) else secret
+        # A contract without [auth] sends nothing, whatever it is handed; what it was handed is still scrubbed.
+        self._sends = contract.auth is not None
         self._clock = clock
         self._transport: Transport = SocketTransport() if transport is None else transport
         self._base_headers = {
@@ -385,7 +387,7 @@ class StatusClient:
         # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere.
         static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
         headers = {**self._base_headers, **static, **extra}
-        if credential and self._credential is not None:
+        if credential and self._sends and self._credential is not None:
             try:
                 self._credential.apply(method, url, headers, body, self._clock())
             except CredentialError as exc:

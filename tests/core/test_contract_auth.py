@@ -49,7 +49,8 @@ def test_kinds_and_their_accounts() -> None:
         "AWS_SESSION_TOKEN",
     )
     assert (
-        sigv4.account == "sigv4:textract/us-east-1 env:AWS_ACCESS_KEY_ID,env:AWS_SECRET_ACCESS_KEY,env:AWS_SESSION_TOKEN"
+        sigv4.account
+        == "sigv4:textract/us-east-1 env:AWS_ACCESS_KEY_ID,env:AWS_SECRET_ACCESS_KEY,env:AWS_SESSION_TOKEN"
     )
     assert len({c.fingerprint() for c in (command, token_file, basic, sigv4)}) == 4
 
