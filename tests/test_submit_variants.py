@@ -162,7 +162,7 @@ def test_hostile_answers_are_clear_errors(
         ('idempotency_field = ""', "[submit].idempotency_field: must not be empty"),
         ('job_id = "header:"', "[submit].job_id: '' may only use letters"),
         ('job_id = "header:Lo cation"', "[submit].job_id: 'Lo cation' may only use letters"),
-        ('job_id = "a..b"', "[submit].job_id: 'a..b' is not a dotted path"),
+        ('job_id = "a..b"', "[submit].job_id: 'a..b' is not a JMESPath expression"),
     ],
 )
 def test_malformed_submit_keys(keys: str, message: str) -> None:

@@ -19,7 +19,8 @@ from . import events as ev
 from .core.admission import job_id_problem
 from .core.contract import Contract, Submit
 from .core.contract_result import fetch_url, json_type
-from .core.observe import BodyError, Response, TransportFailure, dig, parse_document
+from .core.expr import lookup
+from .core.observe import BodyError, Response, TransportFailure, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
 from .errors import EXIT_ESCALATED, PollwardenError
@@ -173,7 +174,7 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
     location: str | None = None
     if spec.status_location is not None:
         source, _, name = spec.status_location.partition(":")
-        raw: Any = response.headers.get(name.lower()) if source == "header" else dig(document, name)[1]
+        raw: Any = response.headers.get(name.lower()) if source == "header" else lookup(name, document).value
         if not isinstance(raw, str) or not raw:
             raise ActionError(f"the provider's answer has no status location in {spec.status_location}")
         location = urljoin(spec.url, raw)
@@ -201,7 +202,8 @@ def _job_id(spec: Submit, response: Response, document: Any) -> str:
         if not segment or segment in {".", ".."}:
             raise ActionError(f"the provider's {header} header names no job (its last path segment is empty)")
         return segment
-    found, value = dig(document, spec.job_id)
+    seen = lookup(spec.job_id, document)
+    found, value = not seen.missing and seen.problem is None, seen.value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # GitHub, GitLab: numeric ids; the status URL quotes their digits like any id
     if not found or not isinstance(value, str) or not value.strip():

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollwarden.core import Category, FailureKind, Response, observe
-from pollwarden.core.observe import MAX_RESULT_LENGTH, Kind, Observation, dig
+from pollwarden.core.expr import Lookup, lookup
+from pollwarden.core.observe import MAX_RESULT_LENGTH, Kind, Observation
 
 from .support import T0, body, failure, make_contract, response
 
@@ -78,13 +79,13 @@ def test_dotted_state_path() -> None:
     assert "'job.state' is missing" in flat.detail
 
 
-def test_dig() -> None:
+def test_a_plain_path_tells_missing_from_null() -> None:
     doc = {"a": {"b": {"c": None}}, "l": [1]}
-    assert dig(doc, "a.b.c") == (True, None)
-    assert dig(doc, "a.b") == (True, {"c": None})
-    assert dig(doc, "a.x") == (False, None)
-    assert dig(doc, "l.0") == (False, None)
-    assert dig([doc], "a") == (False, None)
+    assert lookup("a.b.c", doc) == Lookup(present=False, value=None, missing=False)
+    assert lookup("a.b", doc) == Lookup(present=True, value={"c": None})
+    assert lookup("a.x", doc).missing
+    assert lookup("l.0", doc).missing
+    assert lookup("a", [doc]).missing
 
 
 @pytest.mark.parametrize(

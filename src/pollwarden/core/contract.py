@@ -528,6 +528,11 @@ def _build(r: Reader) -> Contract:
             location in {"header:Location", "header:Operation-Location"} or location.startswith("body:")
         ):
             raise sb.fail("status_location", "must be 'header:Location', 'header:Operation-Location' or 'body:PATH'")
+        if location is not None and location.startswith("body:"):
+            try:
+                expr.check(location[len("body:") :])
+            except expr.ExpressionError as exc:
+                raise sb.fail("status_location", f"{location!r}: the path {exc}") from None
         submit = Submit(
             url=url,
             method=_method(sb),
@@ -611,7 +616,7 @@ def _submit_job_id(r: Reader) -> str:
     if raw is not None and raw.startswith("header:"):
         check_token(r, "job_id", raw.partition(":")[2])
         return str(raw)
-    return r.path("job_id") or "job_id"
+    return _expression(r, "job_id") or "job_id"
 
 
 def _encoding(r: Reader) -> str:

@@ -106,12 +106,6 @@ class Reader:
             raise self.fail(key, "must not be empty")
         return value
 
-    def path(self, key: str, required: bool = False) -> str | None:
-        value: str | None = self.text(key, required)
-        if value is not None and any(not part for part in value.split(".")):
-            raise self.fail(key, f"{value!r} is not a dotted path like 'status' or 'job.state'")
-        return value
-
     def strings(self, key: str, required: bool = False) -> tuple[str, ...]:
         value = self._get(key, required)
         if value is None:

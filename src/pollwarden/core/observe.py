@@ -349,16 +349,6 @@ def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | N
     return None, None, tuple(rejections)
 
 
-def dig(document: Any, path: str) -> tuple[bool, Any]:
-    """Follow a dotted path through JSON objects; (False, None) when any step is absent."""
-    current = document
-    for part in path.split("."):
-        if not isinstance(current, dict) or part not in current:
-            return False, None
-        current = current[part]
-    return True, current
-
-
 MAX_DEPTH = 64
 """Deeper than any status document needs; past it, json, the audit encoder and `_short` would recurse for ever."""
 
