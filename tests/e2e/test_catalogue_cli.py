@@ -174,3 +174,38 @@ def test_path_job_ids_and_status_urls(home: Path, tmp_path: Path) -> None:
         refused = run_cli("watch", "--contract", str(plain), "--status-url", url, home=home)
         assert refused.code == 2 and "does not take a status URL" in refused.stderr
         assert len(ops.seen) == before  # nothing refused was ever sent
+
+
+def test_enqueue_a_status_url_and_the_worker_polls_exactly_it(home: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    with provider() as ops:
+        contract = _custom(tmp_path, HANDLES.format(base=ops.url))
+        url = f"{ops.url}/op/xyz?api-version=2024-01-01"
+        ops.answer("/op/xyz?api-version=2024-01-01", (200, {"status": "running"}), (200, {"status": "succeeded"}))
+        assert run_cli("enqueue", "--contract", str(contract), home=home).code == 2  # neither --job nor --status-url
+        off = run_cli("enqueue", "--contract", str(contract), "--status-url", "http://evil.example/op/1", home=home)
+        assert off.code == 2 and "--status-url" in off.stderr
+        queued = run_cli("enqueue", "--contract", str(contract), "--status-url", url, "--operation", "az-1", home=home)
+        assert queued.code == 0, queued.stderr
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "pollwarden", "worker", "--home", str(home)],
+            env={**os.environ, "POLLWARDEN_HOME": str(home)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                shown = json.loads(run_cli("status", "az-1", "--json", home=home).stdout)
+                if shown["phase"] != "active" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+        assert shown["phase"] == "succeeded", shown
+        assert [s.path for s in ops.seen] == ["/op/xyz?api-version=2024-01-01"] * 2

@@ -102,7 +102,17 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except CredentialError:
         credential = None
     limits = Limits(deadline=deadline, max_requests=args.max_requests)
-    request = WatchRequest(contract, args.job, args.operation, limits, by="enqueue", credential=credential)
+    if args.job is None and args.status_url is None:
+        raise UsageError("enqueue needs --job JOB_ID, or --status-url URL for a contract with status_url_handles")
+    request = WatchRequest(
+        contract,
+        args.job,
+        args.operation,
+        limits,
+        by="enqueue",
+        credential=credential,
+        status_location=args.status_url,
+    )
     if (refused := check(request)) is not None:  # before the store is opened: exit 2 creates nothing
         raise UsageError(f"cannot enqueue: {refused.message_for(FLAGS)}")
     store = store_factory(args)()
@@ -157,7 +167,12 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
 
     e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
     e.add_argument("--contract", required=True)
-    e.add_argument("--job", required=True)
+    e.add_argument("--job", help="the provider's job id (required unless --status-url)")
+    e.add_argument(
+        "--status-url",
+        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
+        " unless --job is given",
+    )
     e.add_argument("--operation")
     e.add_argument("--deadline")
     e.add_argument("--max-requests", type=_positive)
