@@ -81,6 +81,7 @@ def contract_text(
     result: str | None = "result_url",
     state_field: str = "state",
     request_id_header: str | None = None,
+    needs_person: bool = False,
 ) -> str:
     lines = [
         'name = "exports"',
@@ -95,6 +96,7 @@ def contract_text(
         'failure = ["failed"]',
         'cancelled = ["cancelled"]',
         'expired = ["expired"]',
+        *(['needs_person = ["action_required"]'] if needs_person else []),
         "[fields]",
         f'state = "{state_field}"',
         'error = "error"',

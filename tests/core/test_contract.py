@@ -133,7 +133,11 @@ REFUSALS: list[tuple[str, str, str]] = [
     (MINIMAL.replace('pending = ["running"]', "pending = []"), "[states].pending", "at least one"),
     (MINIMAL.replace('pending = ["running"]', 'pending = [""]'), "[states].pending", "non-empty"),
     (MINIMAL.replace('state = "state"', "state = 1"), "[fields].state", "must be a string"),
-    (MINIMAL.replace('state = "state"', 'state = "job..state"'), "[fields].state", "dotted path"),
+    (
+        MINIMAL.replace('state = "state"', 'state = "job..state"'),
+        "[fields].state",
+        "not a JMESPath expression (it breaks at column 5",
+    ),
     (_top('auth = "Bearer x"\n'), "auth", "must be a table"),
     # missing required keys
     (MINIMAL.replace('name = "exports"\n', ""), "name", "required key is missing"),

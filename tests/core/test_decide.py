@@ -69,6 +69,7 @@ RULE_CASES: list[tuple[str, Exchange, Action, StopReason | None]] = [
     ("job_failed", response(body("failed", error={"code": "E1"})), Action.STOP, StopReason.JOB_FAILED),
     ("job_cancelled", response(body("cancelled")), Action.STOP, StopReason.JOB_CANCELLED),
     ("job_expired", response(body("expired")), Action.STOP, StopReason.JOB_EXPIRED),
+    ("job_needs_action", response(body("action_required")), Action.STOP, StopReason.JOB_NEEDS_ACTION),
     ("unknown_state", response(body("awaiting_review")), Action.STOP, StopReason.UNKNOWN_STATE),
     ("invalid_response", response(b"<html>ok</html>"), Action.STOP, StopReason.INVALID_RESPONSE),
     ("server_error", response(status=503), Action.WAIT, None),
@@ -89,7 +90,7 @@ def test_rule_cases_cover_every_rule() -> None:
 
 @pytest.mark.parametrize(("rule", "exchange", "action", "reason"), RULE_CASES, ids=[c[0] for c in RULE_CASES])
 def test_each_rule(rule: str, exchange: Exchange, action: Action, reason: StopReason | None) -> None:
-    decision = first_poll(exchange)
+    decision = first_poll(exchange, contract=make_contract(needs_person=True))
     assert decision.rule == rule
     assert decision.action is action
     assert decision.reason is reason

@@ -15,9 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from . import expr
 from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
-from .durations import DurationError
+from .durations import TIMESTAMP_FORMATS, DurationError
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
@@ -37,6 +38,8 @@ class StateTable:
     failure: tuple[str, ...]
     cancelled: tuple[str, ...] = ()
     expired: tuple[str, ...] = ()
+    needs_person: tuple[str, ...] = ()
+    """The job waits for a person at the provider (GitHub's `action_required`): polling cannot move it on."""
 
     def category(self, value: str) -> Category:
         """Exact match only: `Running` is not `running`, and a new value is unknown (R2)."""
@@ -52,10 +55,18 @@ class StateTable:
             (Category.FAILURE, self.failure),
             (Category.CANCELLED, self.cancelled),
             (Category.EXPIRED, self.expired),
+            (Category.NEEDS_PERSON, self.needs_person),
         )
 
     def terminal(self) -> tuple[str, ...]:
         return self.success + self.failure + self.cancelled + self.expired
+
+    def identity(self) -> dict[str, list[str]]:
+        """For the fingerprint: a category a contract does not use is left out, so older contracts keep theirs."""
+        listed = {c.value: list(v) for c, v in self._by_category()}
+        if not self.needs_person:
+            del listed[Category.NEEDS_PERSON.value]
+        return listed
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,14 @@ class Fields:
     expires_at: str | None = None
     poll_after_seconds: str | None = None
     next_check_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Timestamps:
+    """The form each time field is written in: RFC 3339, or Unix seconds or milliseconds (OpenAI's `expires_at`)."""
+
+    expires_at: str = "rfc3339"
+    next_check_at: str = "rfc3339"
 
 
 @dataclass(frozen=True)
@@ -148,6 +167,7 @@ class Contract:
     status_url: str
     states: StateTable
     fields: Fields
+    timestamps: Timestamps = field(default_factory=Timestamps)
     timeout: timedelta = timedelta(seconds=10)
     safe_status: bool = True
     auth: Auth | None = None
@@ -189,10 +209,12 @@ class Contract:
         identity = {
             "name": self.name,
             "status_url": self.status_url,
-            "states": {c.value: list(v) for c, v in self.states._by_category()},
+            "states": self.states.identity(),
             "fields": self.fields.__dict__,
             "account": self.account,
         }
+        if self.timestamps != Timestamps():  # only when used, so every older contract keeps its fingerprint
+            identity["timestamps"] = self.timestamps.__dict__
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
@@ -235,6 +257,7 @@ _TOP_KEYS = {
     "auth",
     "states",
     "fields",
+    "timestamps",
     "schedule",
     "limits",
     "not_found",
@@ -273,6 +296,7 @@ def _build(r: Reader) -> Contract:
         failure=s.strings("failure", required=True),
         cancelled=s.strings("cancelled"),
         expired=s.strings("expired"),
+        needs_person=s.strings("needs_person"),
     )
     seen: dict[str, str] = {}
     for category, values in states._by_category():
@@ -288,13 +312,24 @@ def _build(r: Reader) -> Contract:
     f = r.table("fields", required=True)
     f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at"})
     fields = Fields(
-        state=f.path("state", required=True) or "state",
-        result=f.path("result"),
-        error=f.path("error"),
-        expires_at=f.path("expires_at"),
-        poll_after_seconds=f.path("poll_after_seconds"),
-        next_check_at=f.path("next_check_at"),
+        state=_expression(f, "state", required=True) or "state",
+        result=_expression(f, "result"),
+        error=_expression(f, "error"),
+        expires_at=_expression(f, "expires_at"),
+        poll_after_seconds=_expression(f, "poll_after_seconds"),
+        next_check_at=_expression(f, "next_check_at"),
     )
+    timestamps = Timestamps()
+    if "timestamps" in r.data:
+        ts = r.table("timestamps")
+        ts.only({"expires_at", "next_check_at"})
+        forms = {key: ts.text(key) or "rfc3339" for key in ("expires_at", "next_check_at")}
+        for key, form in forms.items():
+            if form not in TIMESTAMP_FORMATS:
+                raise ts.fail(key, f"must be one of {', '.join(TIMESTAMP_FORMATS)}, got {form!r}")
+            if key in ts.data and getattr(fields, key) is None:
+                raise ts.fail(key, f"gives a form for [fields].{key}, which the contract does not read")
+        timestamps = Timestamps(**forms)
     schedule = Schedule()
     if "schedule" in r.data:
         sc = r.table("schedule")
@@ -406,6 +441,7 @@ def _build(r: Reader) -> Contract:
         status_url=status_url,
         states=states,
         fields=fields,
+        timestamps=timestamps,
         timeout=r.duration("timeout", timedelta(seconds=10), positive=True),
         safe_status=r.boolean("safe_status", True),
         auth=auth,
@@ -420,6 +456,17 @@ def _build(r: Reader) -> Contract:
         approval=approval,
         agent=agent,
     )
+
+
+def _expression(r: Reader, key: str, required: bool = False) -> str | None:
+    """A JMESPath expression over the status body (a dotted path is one), compiled now so a typo stops start-up."""
+    text: str | None = r.text(key, required)
+    if text is not None:
+        try:
+            expr.check(text)
+        except expr.ExpressionError as exc:
+            raise r.fail(key, f"{text!r} {exc}") from None
+    return text
 
 
 def _origin(url: str) -> str:

@@ -280,6 +280,10 @@ def _stop_with(reason: StopReason) -> Rule:
     return rule
 
 
+def _needs_action(c: _Ctx) -> Decision:
+    return c.stop(StopReason.JOB_NEEDS_ACTION, f"{c.obs.detail}: the provider waits for a person to act there")
+
+
 def _transport_failure(c: _Ctx) -> Decision:
     """5xx and network failures: the job state could not be learned; spend the transport budget (R14, R28)."""
     c = replace(c, record=c.record.transport_failed())
@@ -323,6 +327,9 @@ RULES: dict[tuple[Kind, Category | None], tuple[str, Rule]] = {
     (Kind.JOB_STATE, Category.FAILURE): ("job_failed", _ended(StopReason.JOB_FAILED)),
     (Kind.JOB_STATE, Category.CANCELLED): ("job_cancelled", _ended(StopReason.JOB_CANCELLED)),
     (Kind.JOB_STATE, Category.EXPIRED): ("job_expired", _ended(StopReason.JOB_EXPIRED)),
+    # The provider holds the job for a person (an approval, a manual step): more polls cannot move it, and after
+    # the person acts there, an extension resumes the watch.
+    (Kind.JOB_STATE, Category.NEEDS_PERSON): ("job_needs_action", _needs_action),
     (Kind.JOB_STATE, Category.UNKNOWN): ("unknown_state", _stop_with(StopReason.UNKNOWN_STATE)),
     (Kind.INVALID_RESPONSE, None): ("invalid_response", _stop_with(StopReason.INVALID_RESPONSE)),
     (Kind.SERVER_ERROR, None): ("server_error", _transport_failure),

@@ -5,6 +5,7 @@ One parser for the contract, the CLI and the MCP server, so `40m` means the same
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -82,6 +83,27 @@ def parse_rfc3339(text: str) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00: the UTC instant is outside datetime's range
         raise DurationError(f"timestamp {text!r} is out of range") from None
+
+
+TIMESTAMP_FORMATS = ("rfc3339", "epoch_seconds", "epoch_millis")
+"""How a provider writes a moment: OpenAI's `expires_at` is Unix seconds, most others RFC 3339."""
+
+_EPOCH_LIMIT = 253_402_300_799  # 9999-12-31T23:59:59Z: later than that is not a moment datetime can hold
+
+
+def parse_timestamp(value: object, form: str) -> datetime:
+    """One moment in the declared form; a value of another JSON type or out of range is refused, not guessed."""
+    if form == "rfc3339":
+        if not isinstance(value, str):
+            raise DurationError("expected an RFC 3339 timestamp string")
+        return parse_rfc3339(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        unit = "seconds" if form == "epoch_seconds" else "milliseconds"
+        raise DurationError(f"expected {unit} since 1970 as a number")
+    seconds = float(value) if form == "epoch_seconds" else float(value) / 1000
+    if not 0 <= seconds <= _EPOCH_LIMIT:
+        raise DurationError("a Unix time before 1970 or after the year 9999")
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def format_rfc3339(moment: datetime) -> str:

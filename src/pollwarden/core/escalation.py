@@ -48,6 +48,8 @@ ALLOWED: dict[StopReason, tuple[OptionKind, ...]] = {
     StopReason.INTEGRATION_FAILURE: _LOOK_ONLY,
     # Waiting longer cannot make a result useful again (R33).
     StopReason.USEFULNESS_WINDOW_CLOSED: (OptionKind.CANCEL, OptionKind.CLOSE),
+    # Someone approves or acts at the provider; then more waiting can succeed.
+    StopReason.JOB_NEEDS_ACTION: _RETRYABLE,
     StopReason.JOB_FAILED: (OptionKind.RESUBMIT, OptionKind.INSPECT, OptionKind.CLOSE),
     StopReason.JOB_CANCELLED: (OptionKind.RESUBMIT, OptionKind.CLOSE),
     StopReason.JOB_EXPIRED: (OptionKind.RESUBMIT, OptionKind.CLOSE),

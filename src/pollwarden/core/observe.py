@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import EXIT_ESCALATED, PollwardenError
 from .contract import Contract
-from .durations import DurationError, format_rfc3339, parse_rfc3339
+from .durations import DurationError, format_rfc3339, parse_timestamp
+from .expr import absent_words, described, lookup
 from .reasons import Category
 from .schedule import Rejection, parse_retry_after
 
@@ -205,30 +206,25 @@ def _classify_body(
     except BodyError as exc:
         return invalid(str(exc))
     fields = contract.fields
-    found, state = dig(document, fields.state)
-    if not found:
-        return invalid(f"state field {fields.state!r} is missing")
+    found = lookup(fields.state, document)
+    if found.problem is not None or not found.present:
+        return invalid(f"state field {fields.state!r} {absent_words(found)}")
+    state = found.value
     if not isinstance(state, str):
-        return invalid(f"state field {fields.state!r} is a {type(state).__name__}, not a string")
+        return invalid(f"state field {fields.state!r} is {described(state)}, not a string")
     category = contract.states.category(state)
     at = response.received_at
     result, result_problem = _result(document, fields.result) if category is Category.SUCCESS else (None, None)
     expires_at = None
     if fields.expires_at:
-        found, raw = dig(document, fields.expires_at)
-        if found and raw is not None:
-            try:
-                expires_at = parse_rfc3339(raw) if isinstance(raw, str) else None
-            except DurationError:
-                expires_at = None
-            if expires_at is None:
-                rejections += (Rejection(fields.expires_at, _short(raw), "not an RFC 3339 timestamp"),)
+        expires_at, problem = _moment(document, fields.expires_at, contract.timestamps.expires_at)
+        rejections += problem
     hint_at, hint_field, hint_rejections = _hint(document, contract, at)
     provider_error = None
     if fields.error and category is not Category.SUCCESS:
-        found, err = dig(document, fields.error)
-        if found and err is not None:
-            provider_error = json.dumps(err, sort_keys=True, ensure_ascii=False)[:2000]
+        err = lookup(fields.error, document)
+        if err.present:
+            provider_error = _error_text(err.value)
     return make(
         Kind.JOB_STATE,
         f"state {state[:200]!r} ({category.value})",
@@ -244,15 +240,47 @@ def _classify_body(
     )
 
 
+def _error_text(value: Any) -> str:
+    """A provider's message as a person reads it: a list of messages joined, anything else as compact JSON."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        text = "; ".join(value)
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text[:2000]
+
+
+def _moment(document: Any, path: str, form: str) -> tuple[datetime | None, tuple[Rejection, ...]]:
+    """A time field in the contract's declared form; a value that is not one is a rejection, never a guess."""
+    found = lookup(path, document)
+    if found.problem is not None:
+        return None, (Rejection(path, "", found.problem),)
+    if not found.present:
+        return None, ()
+    try:
+        return parse_timestamp(found.value, form), ()
+    except DurationError:
+        return None, (Rejection(path, _short(found.value), f"not {_FORM_WORDS[form]}"),)
+
+
+_FORM_WORDS = {
+    "rfc3339": "an RFC 3339 timestamp",
+    "epoch_seconds": "a Unix time in seconds",
+    "epoch_millis": "a Unix time in milliseconds",
+}
+
+
 def _result(document: Any, path: str | None) -> tuple[str | None, str | None]:
     """An artifact reference is validated before success is declared (R17)."""
     if path is None:
         return None, None
-    found, value = dig(document, path)
-    if not found or value is None:
-        return None, f"result field {path!r} is missing"
+    found = lookup(path, document)
+    if not found.present:
+        return None, f"result field {path!r} {absent_words(found)}"
+    value = found.value
     if not isinstance(value, str):
-        return None, f"result field {path!r} is a {type(value).__name__}, not a string"
+        return None, f"result field {path!r} is {described(value)}, not a string"
     if not value.strip():
         return None, f"result field {path!r} is empty"
     if len(value) > MAX_RESULT_LENGTH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
@@ -265,8 +293,11 @@ def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | N
     fields = contract.fields
     rejections: list[Rejection] = []
     if fields.poll_after_seconds:
-        found, raw = dig(document, fields.poll_after_seconds)
-        if found and raw is not None:
+        found = lookup(fields.poll_after_seconds, document)
+        raw = found.value
+        if found.problem is not None:
+            rejections.append(Rejection(fields.poll_after_seconds, "", found.problem))
+        elif found.present:
             if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
                 rejections.append(Rejection(fields.poll_after_seconds, _short(raw), "not a number of seconds"))
             elif raw < 0:
@@ -276,14 +307,10 @@ def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | N
             else:
                 return at + timedelta(seconds=float(raw)), fields.poll_after_seconds, tuple(rejections)
     if fields.next_check_at:
-        found, raw = dig(document, fields.next_check_at)
-        if found and raw is not None:
-            try:
-                if not isinstance(raw, str):
-                    raise DurationError("not a string")
-                return parse_rfc3339(raw), fields.next_check_at, tuple(rejections)
-            except DurationError:
-                rejections.append(Rejection(fields.next_check_at, _short(raw), "not an RFC 3339 timestamp"))
+        moment, problem = _moment(document, fields.next_check_at, contract.timestamps.next_check_at)
+        if moment is not None:
+            return moment, fields.next_check_at, tuple(rejections)
+        rejections.extend(problem)
     return None, None, tuple(rejections)
 
 

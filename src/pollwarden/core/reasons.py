@@ -16,6 +16,7 @@ class Category(StrEnum):
     FAILURE = "failure"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    NEEDS_PERSON = "needs_person"
     UNKNOWN = "unknown"
 
 
@@ -25,6 +26,7 @@ class StopReason(StrEnum):
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
     JOB_EXPIRED = "job_expired"
+    JOB_NEEDS_ACTION = "job_needs_action"
     UNKNOWN_STATE = "unknown_state"
     INVALID_RESPONSE = "invalid_response"
     RESULT_INVALID = "result_invalid"
