@@ -24,7 +24,7 @@ ENV = {"ANTHROPIC_API_KEY": KEY}
 ID = "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF"
 
 
-def batch(status: str, *, cancel: bool = False, **counts: int) -> Answer:
+def batch(status: str, *, cancel: bool = False, origin: str = "https://api.anthropic.com", **counts: int) -> Answer:
     ended = status == "ended"
     body: dict[str, JSONValue] = {
         "id": ID,
@@ -36,7 +36,7 @@ def batch(status: str, *, cancel: bool = False, **counts: int) -> Answer:
         "expires_at": "2024-09-25T18:37:24.100435Z",
         "archived_at": None,
         "cancel_initiated_at": "2024-09-24T18:40:00.000000Z" if cancel else None,
-        "results_url": f"https://api.anthropic.com/v1/messages/batches/{ID}/results" if ended else None,
+        "results_url": f"{origin}/v1/messages/batches/{ID}/results" if ended else None,
     }
     return ok(body)
 
@@ -63,12 +63,12 @@ def contract(tmp_path: Path) -> Path:
 
 
 def test_lifecycle_to_success_then_fetch_the_results(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
-    provider.script(ID, batch("in_progress"), batch("in_progress"), batch("ended", succeeded=95, errored=5))
+    provider.script(ID, batch("in_progress"), batch("in_progress"), batch("ended", origin=provider.url, succeeded=95, errored=5))
     provider.file(f"/v1/messages/batches/{ID}/results", RESULTS, content_type="application/binary")
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a1")
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
     assert watched.outcome["last_state"] == "ended"
-    assert watched.outcome["result"] == f"https://api.anthropic.com/v1/messages/batches/{ID}/results"
+    assert watched.outcome["result"] == f"{provider.url}/v1/messages/batches/{ID}/results"
     for seen in provider.seen(ID):
         assert (seen.method, seen.path) == ("GET", f"/v1/messages/batches/{ID}")
         assert seen.headers["x-api-key"] == KEY
@@ -79,10 +79,23 @@ def test_lifecycle_to_success_then_fetch_the_results(provider: Imitation, contra
     fetched = fetch_result("a1", out, home=home, env=ENV)
     assert fetched.code == 0, fetched.stderr
     assert out.read_bytes() == RESULTS
-    # Fetched from the contract's own origin (the base_url), never from the absolute results_url's host.
     (download,) = provider.downloads(f"/v1/messages/batches/{ID}/results")
     assert download.headers["x-api-key"] == KEY
     assert_no_secret(KEY, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+
+
+def test_results_url_on_another_origin_never_gets_the_key(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
+    """Behind a gateway the batch still names api.anthropic.com: the key goes only to base_url's origin."""
+    with Imitation(anthropic(KEY)) as elsewhere:
+        elsewhere.file(f"/v1/messages/batches/{ID}/results", RESULTS)
+        provider.script(ID, batch("ended", origin=elsewhere.url, succeeded=1))
+        watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a2")
+        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+        fetched = fetch_result("a2", tmp_path / "r.jsonl", home=home, env=ENV)
+        assert fetched.code != 0
+        assert elsewhere.seen() == []
+        assert not (tmp_path / "r.jsonl").exists()
+        assert_no_secret(KEY, fetched.stdout, fetched.stderr)
 
 
 @pytest.mark.parametrize(

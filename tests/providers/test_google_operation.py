@@ -131,5 +131,7 @@ def test_quota_429_waits_and_a_401_stops(provider: Imitation, contract: Path, ho
     first, second = provider.seen(NAME)
     assert second.at - first.at >= 1.0
 
-    expired = watch(contract, base_url=provider.url, home=home, env={"GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.stale"}, job=NAME, operation="op2")
-    assert (expired.code, expired.outcome["reason"]) == (4, "authorization_denied")
+    provider.script("operations/2", ok(DONE))
+    stale = {"GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.stale"}
+    expired = watch(contract, base_url=provider.url, home=home, env=stale, job="operations/2", operation="op2")
+    assert (expired.code, expired.outcome.get("reason")) == (4, "authorization_denied"), expired.ran.stdout + expired.ran.stderr
