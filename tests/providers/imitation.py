@@ -298,7 +298,9 @@ class Imitation:
         with self._lock:
             self._scripts[job] = list(answers)
 
-    def file(self, path: str, content: bytes, *, content_type: str = "application/octet-stream", credential: bool = True) -> None:
+    def file(
+        self, path: str, content: bytes, *, content_type: str = "application/octet-stream", credential: bool = True
+    ) -> None:
         """A download at `path` (exact); `credential` says whether the provider requires the credential there."""
         with self._lock:
             self._files[path] = (content, content_type, credential)
@@ -394,7 +396,14 @@ def openai_rate_limited(retry_after_ms: int) -> Answer:
     """openai-python `_base_client._parse_retry_after_header`: retry-after-ms first, then retry-after."""
     return Answer(
         429,
-        {"error": {"message": "Rate limit reached for requests", "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
+        {
+            "error": {
+                "message": "Rate limit reached for requests",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        },
         {"retry-after-ms": str(retry_after_ms), "retry-after": str(max(1, retry_after_ms // 1000))},
     )
 
@@ -405,12 +414,17 @@ def openai_insufficient_quota() -> Answer:
         "You exceeded your current quota, please check your plan and billing details. For more information on"
         " this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
     )
-    return Answer(429, {"error": {"message": message, "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}})
+    return Answer(
+        429, {"error": {"message": message, "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
+    )
 
 
 def anthropic_error(status: int, type_: str, message: str) -> Answer:
-    """anthropic-sdk-python `types/shared/error_response.py`: `{"type": "error", "error": {type, message}, request_id}`."""
-    return Answer(status, {"type": "error", "error": {"type": type_, "message": message}, "request_id": "req_imitation"})
+    """anthropic-sdk-python `types/shared/error_response.py`:
+    `{"type": "error", "error": {type, message}, request_id}`."""
+    return Answer(
+        status, {"type": "error", "error": {"type": type_, "message": message}, "request_id": "req_imitation"}
+    )
 
 
 def anthropic(key: str) -> Profile:
@@ -440,7 +454,9 @@ def google(token: str) -> Profile:
         route=_path_route("GET", r"/v1/(?P<job>(?:[^/]+/)*operations/[^/]+)"),
         check=bearer(
             token,
-            google_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 access token."),
+            google_error(
+                401, "UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 access token."
+            ),
         ),
         not_found=lambda job: google_error(404, "NOT_FOUND", f"Operation {job} not found."),
     )
@@ -448,7 +464,9 @@ def google(token: str) -> Profile:
 
 def github_error(status: int, message: str) -> Answer:
     """GitHub REST error body: `{"message", "documentation_url", "status"}`."""
-    return Answer(status, {"message": message, "documentation_url": "https://docs.github.com/rest", "status": str(status)})
+    return Answer(
+        status, {"message": message, "documentation_url": "https://docs.github.com/rest", "status": str(status)}
+    )
 
 
 def github(token: str, *, repo: str) -> Profile:
@@ -457,7 +475,9 @@ def github(token: str, *, repo: str) -> Profile:
     def check(request: Incoming) -> Answer | None:
         # "Requests with no User-Agent header will be rejected" (REST docs, "Getting started").
         if not request.headers.get("user-agent"):
-            return github_error(403, "Request forbidden by administrative rules. Please make sure your request has a User-Agent header")
+            return github_error(
+                403, "Request forbidden by administrative rules. Please make sure your request has a User-Agent header"
+            )
         return base(request)
 
     return Profile(
@@ -470,10 +490,13 @@ def github(token: str, *, repo: str) -> Profile:
 
 
 def github_rate_limited(reset_epoch: int, *, status: int = 403) -> Answer:
-    """"Troubleshooting the REST API": 403 or 429 with x-ratelimit-remaining 0; wait until x-ratelimit-reset."""
+    """ "Troubleshooting the REST API": 403 or 429 with x-ratelimit-remaining 0; wait until x-ratelimit-reset."""
     return Answer(
         status,
-        {"message": "API rate limit exceeded for user ID 1.", "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"},
+        {
+            "message": "API rate limit exceeded for user ID 1.",
+            "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
+        },
         {"x-ratelimit-remaining": "0", "x-ratelimit-used": "5000", "x-ratelimit-reset": str(reset_epoch)},
     )
 
@@ -483,7 +506,13 @@ def replicate(token: str) -> Profile:
     return Profile(
         name="replicate",
         route=_path_route("GET", r"/v1/predictions/(?P<job>[^/]+)"),
-        check=bearer(token, Answer(401, {"title": "Unauthenticated", "detail": "You did not pass a valid authentication token", "status": 401})),
+        check=bearer(
+            token,
+            Answer(
+                401,
+                {"title": "Unauthenticated", "detail": "You did not pass a valid authentication token", "status": 401},
+            ),
+        ),
         not_found=lambda job: Answer(404, {"detail": "Not found."}),
     )
 
@@ -507,7 +536,7 @@ def azure(key: str) -> Profile:
     )
 
     def route(request: Incoming) -> str | None:
-        if request.method != "GET" or "/analyzeResults/" not in request.path and "/operations/" not in request.path:
+        if request.method != "GET" or ("/analyzeResults/" not in request.path and "/operations/" not in request.path):
             return None
         return request.path
 
@@ -555,7 +584,9 @@ def textract(access_key: str, secret_key: str, *, region: str, session_token: st
         region,
         "textract",
         session_token,
-        refusal=lambda kind, message: aws_error(400 if kind != "MissingAuthenticationTokenException" else 403, kind, message),
+        refusal=lambda kind, message: aws_error(
+            400 if kind != "MissingAuthenticationTokenException" else 403, kind, message
+        ),
         must_sign=("host", "x-amz-date", "x-amz-target"),
     )
     return Profile(
@@ -568,4 +599,9 @@ def textract(access_key: str, secret_key: str, *, region: str, session_token: st
 
 def delivery() -> Profile:
     """A foreign file origin (replicate.delivery, github.com): anonymous downloads, never a status request."""
-    return Profile(name="delivery", route=lambda request: None, check=None, not_found=lambda path: Answer(404, {"detail": "Not found"}))
+    return Profile(
+        name="delivery",
+        route=lambda request: None,
+        check=None,
+        not_found=lambda path: Answer(404, {"detail": "Not found"}),
+    )

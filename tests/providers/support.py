@@ -95,9 +95,7 @@ def fetch_result(operation: str, out: Path, *, home: Path, env: dict[str, str]) 
     return run_cli("fetch-result", operation, "--out", str(out), home=home, env=env)
 
 
-def enqueue(
-    contract: Path | str, job: str, *, base_url: str, home: Path, env: dict[str, str], operation: str
-) -> Ran:
+def enqueue(contract: Path | str, job: str, *, base_url: str, home: Path, env: dict[str, str], operation: str) -> Ran:
     return run_cli(
         "enqueue", "--contract", str(contract), "--var", f"base_url={base_url}", "--job", job,
         "--operation", operation, home=home, env=env,

@@ -30,7 +30,14 @@ def batch(status: str, *, cancel: bool = False, origin: str = "https://api.anthr
         "id": ID,
         "type": "message_batch",
         "processing_status": status,
-        "request_counts": {"processing": 0 if ended else 100, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0, **counts},
+        "request_counts": {
+            "processing": 0 if ended else 100,
+            "succeeded": 0,
+            "errored": 0,
+            "canceled": 0,
+            "expired": 0,
+            **counts,
+        },
         "ended_at": "2024-09-24T19:02:11.512380Z" if ended else None,
         "created_at": "2024-09-24T18:37:24.100435Z",
         "expires_at": "2024-09-25T18:37:24.100435Z",
@@ -42,7 +49,8 @@ def batch(status: str, *, cancel: bool = False, origin: str = "https://api.anthr
 
 
 RESULTS = (
-    b'{"custom_id": "my-second-request", "result": {"type": "succeeded", "message": {"id": "msg_014VwiXbi91y3JMjcpyGBHX5",'
+    b'{"custom_id": "my-second-request", "result": {"type": "succeeded", "message":'
+    b' {"id": "msg_014VwiXbi91y3JMjcpyGBHX5",'
     b' "type": "message", "role": "assistant", "model": "claude-3-5-sonnet-20240620", "content": [{"type": "text",'
     b' "text": "Hello again!"}], "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 11,'
     b' "output_tokens": 36}}}}\n'
@@ -62,8 +70,12 @@ def contract(tmp_path: Path) -> Path:
     return tuned(tmp_path / "contracts", "anthropic-message-batch")
 
 
-def test_lifecycle_to_success_then_fetch_the_results(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
-    provider.script(ID, batch("in_progress"), batch("in_progress"), batch("ended", origin=provider.url, succeeded=95, errored=5))
+def test_lifecycle_to_success_then_fetch_the_results(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    provider.script(
+        ID, batch("in_progress"), batch("in_progress"), batch("ended", origin=provider.url, succeeded=95, errored=5)
+    )
     provider.file(f"/v1/messages/batches/{ID}/results", RESULTS, content_type="application/binary")
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a1")
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
@@ -84,7 +96,9 @@ def test_lifecycle_to_success_then_fetch_the_results(provider: Imitation, contra
     assert_no_secret(KEY, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
 
 
-def test_results_url_on_another_origin_never_gets_the_key(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
+def test_results_url_on_another_origin_never_gets_the_key(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
     """Behind a gateway the batch still names api.anthropic.com: the key goes only to base_url's origin."""
     with Imitation(anthropic(KEY)) as elsewhere:
         elsewhere.file(f"/v1/messages/batches/{ID}/results", RESULTS)
@@ -104,20 +118,43 @@ def test_results_url_on_another_origin_never_gets_the_key(provider: Imitation, c
         pytest.param([batch("ended", errored=100)], 3, "job_failed", "ended_all_errored", id="every-request-errored"),
         pytest.param(
             [batch("canceling", cancel=True), batch("ended", cancel=True, succeeded=40, canceled=60)],
-            3, "job_cancelled", "ended_canceled", id="cancelled",
+            3,
+            "job_cancelled",
+            "ended_canceled",
+            id="cancelled",
         ),
-        pytest.param([batch("ended", cancel=True, succeeded=100)], 0, None, "ended", id="cancel-asked-nothing-canceled"),
-        pytest.param([batch("ended", succeeded=90, expired=10)], 3, "job_expired", "ended_expired", id="partly-expired"),
+        pytest.param(
+            [batch("ended", cancel=True, succeeded=100)], 0, None, "ended", id="cancel-asked-nothing-canceled"
+        ),
+        pytest.param(
+            [batch("ended", succeeded=90, expired=10)], 3, "job_expired", "ended_expired", id="partly-expired"
+        ),
         pytest.param([batch("ended", expired=100)], 3, "job_expired", "ended_expired", id="all-expired"),
-        pytest.param([batch("ended", canceled=10)], 4, "unknown_state", "ended_unexplained", id="canceled-without-cancel"),
+        pytest.param(
+            [batch("ended", canceled=10)], 4, "unknown_state", "ended_unexplained", id="canceled-without-cancel"
+        ),
         pytest.param([batch("ended")], 4, "unknown_state", "ended_unexplained", id="ended-with-no-counts"),
         pytest.param([batch("archiving")], 4, "unknown_state", "archiving", id="undocumented-status"),
-        pytest.param([anthropic_error(400, "billing_error", "Your credit balance is too low")], 4, "authorization_denied", None, id="billing"),
-        pytest.param([anthropic_error(403, "permission_error", "not allowed")], 4, "authorization_denied", None, id="permission"),
+        pytest.param(
+            [anthropic_error(400, "billing_error", "Your credit balance is too low")],
+            4,
+            "authorization_denied",
+            None,
+            id="billing",
+        ),
+        pytest.param(
+            [anthropic_error(403, "permission_error", "not allowed")], 4, "authorization_denied", None, id="permission"
+        ),
     ],
-)  # fmt: skip
+)
 def test_documented_endings(
-    provider: Imitation, contract: Path, home: Path, answers: list[Answer], code: int, reason: str | None, last_state: str | None
+    provider: Imitation,
+    contract: Path,
+    home: Path,
+    answers: list[Answer],
+    code: int,
+    reason: str | None,
+    last_state: str | None,
 ) -> None:
     provider.script(ID, *answers)
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID)
@@ -138,7 +175,11 @@ def test_all_errored_keeps_the_counts(provider: Imitation, contract: Path, home:
 def test_rate_limit_then_overloaded_then_success(provider: Imitation, contract: Path, home: Path) -> None:
     provider.script(
         ID,
-        Answer(429, anthropic_error(429, "rate_limit_error", "Number of requests has exceeded your rate limit").body, {"retry-after": "1"}),
+        Answer(
+            429,
+            anthropic_error(429, "rate_limit_error", "Number of requests has exceeded your rate limit").body,
+            {"retry-after": "1"},
+        ),
         anthropic_error(529, "overloaded_error", "Overloaded"),
         batch("ended", succeeded=1),
     )

@@ -53,7 +53,15 @@ def contract(tmp_path: Path) -> Path:
 
 
 def tx_watch(contract: Path, provider: Imitation, home: Path, **kw: Any) -> Any:
-    return watch(contract, base_url=provider.url, home=home, env=kw.pop("env", ENV), job=kw.pop("job", JOB), vars={"region": REGION}, **kw)
+    return watch(
+        contract,
+        base_url=provider.url,
+        home=home,
+        env=kw.pop("env", ENV),
+        job=kw.pop("job", JOB),
+        vars={"region": REGION},
+        **kw,
+    )
 
 
 def test_signed_post_to_success_with_page_metadata(provider: Imitation, contract: Path, home: Path) -> None:
@@ -69,7 +77,10 @@ def test_signed_post_to_success_with_page_metadata(provider: Imitation, contract
         assert s.headers["content-type"] == "application/x-amz-json-1.1"
         assert s.headers["x-amz-security-token"] == SESSION
         assert s.json() == {"JobId": JOB, "MaxResults": 1}
-        assert f"Credential={ACCESS}/" in s.headers["authorization"] and f"/{REGION}/textract/aws4_request" in s.headers["authorization"]
+        assert (
+            f"Credential={ACCESS}/" in s.headers["authorization"]
+            and f"/{REGION}/textract/aws4_request" in s.headers["authorization"]
+        )
     assert_no_secret(SECRET, watched.ran.stdout, watched.ran.stderr)
     assert_no_secret(SESSION, watched.ran.stdout, watched.ran.stderr)
 
@@ -87,22 +98,43 @@ def test_partial_success_keeps_the_warnings(provider: Imitation, contract: Path,
         pytest.param(ok(FAILED), 3, "job_failed", id="failed"),
         pytest.param(ok({"JobStatus": "SUCCEEDED"}), 4, "result_invalid", id="succeeded-without-metadata"),
         pytest.param(ok({"JobStatus": "QUEUED"}), 4, "unknown_state", id="undocumented"),
-        pytest.param(aws_error(400, "AccessDeniedException", "User is not authorized"), 4, "authorization_denied", id="access-denied"),
-        pytest.param(aws_error(400, "ExpiredTokenException", "The security token included in the request is expired"), 4, "authorization_denied", id="expired-token"),
-        pytest.param(aws_error(400, "InvalidJobIdException", "An invalid job identifier was passed."), 4, "integration_failure", id="invalid-job-id"),
+        pytest.param(
+            aws_error(400, "AccessDeniedException", "User is not authorized"),
+            4,
+            "authorization_denied",
+            id="access-denied",
+        ),
+        pytest.param(
+            aws_error(400, "ExpiredTokenException", "The security token included in the request is expired"),
+            4,
+            "authorization_denied",
+            id="expired-token",
+        ),
+        pytest.param(
+            aws_error(400, "InvalidJobIdException", "An invalid job identifier was passed."),
+            4,
+            "integration_failure",
+            id="invalid-job-id",
+        ),
     ],
-)  # fmt: skip
-def test_documented_endings(provider: Imitation, contract: Path, home: Path, answer: Answer, code: int, reason: str) -> None:
+)
+def test_documented_endings(
+    provider: Imitation, contract: Path, home: Path, answer: Answer, code: int, reason: str
+) -> None:
     provider.script(JOB, ok(IN_PROGRESS), answer)
     watched = tx_watch(contract, provider, home)
     assert watched.code == code, watched.ran.stdout + watched.ran.stderr
     assert watched.outcome["reason"] == reason
     if reason == "job_failed":
-        assert json.loads(watched.outcome["provider_error"])["status_message"] == "Request has unsupported document format"
+        assert (
+            json.loads(watched.outcome["provider_error"])["status_message"] == "Request has unsupported document format"
+        )
 
 
 @pytest.mark.parametrize("namespaced", [False, True])
-def test_throttling_is_a_rate_limit_not_a_failure(provider: Imitation, contract: Path, home: Path, namespaced: bool) -> None:
+def test_throttling_is_a_rate_limit_not_a_failure(
+    provider: Imitation, contract: Path, home: Path, namespaced: bool
+) -> None:
     provider.script(JOB, aws_throttled(namespaced=namespaced), aws_throttled(namespaced=namespaced), ok(SUCCEEDED))
     watched = tx_watch(contract, provider, home)
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr

@@ -35,7 +35,12 @@ ERROR: dict[str, JSONValue] = {
 
 
 def status(value: str, **extra: JSONValue) -> dict[str, JSONValue]:
-    return {"status": value, "createdDateTime": "2024-03-27T17:09:11Z", "lastUpdatedDateTime": "2024-03-27T17:09:12Z", **extra}
+    return {
+        "status": value,
+        "createdDateTime": "2024-03-27T17:09:11Z",
+        "lastUpdatedDateTime": "2024-03-27T17:09:12Z",
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -50,8 +55,12 @@ def handle(provider: Imitation) -> str:
 
 def test_the_operation_location_url_is_watched_as_given(provider: Imitation, home: Path) -> None:
     """--status-url with the shipped name: the query string kept, the key only as Ocp-Apim-Subscription-Key."""
-    provider.script(PATH, ok(status("notStarted")), ok(status("Running")), ok(status("succeeded", analyzeResult=RESULT)))
-    watched = watch("azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
+    provider.script(
+        PATH, ok(status("notStarted")), ok(status("Running")), ok(status("succeeded", analyzeResult=RESULT))
+    )
+    watched = watch(
+        "azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider))
+    )
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
     assert watched.outcome["result"] == RESULT
     for seen in provider.seen(PATH):
@@ -63,7 +72,9 @@ def test_the_operation_location_url_is_watched_as_given(provider: Imitation, hom
 
 def test_retry_after_on_a_200_poll_is_honoured(provider: Imitation, tmp_path: Path, home: Path) -> None:
     contract = tuned(tmp_path / "c", "azure-operation")
-    provider.script(PATH, Answer(200, status("running"), {"Retry-After": "1"}), ok(status("succeeded", analyzeResult=RESULT)))
+    provider.script(
+        PATH, Answer(200, status("running"), {"Retry-After": "1"}), ok(status("succeeded", analyzeResult=RESULT))
+    )
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
     first, second = provider.seen(PATH)
@@ -82,7 +93,9 @@ def test_retry_after_on_a_200_poll_is_honoured(provider: Imitation, tmp_path: Pa
         pytest.param({"status": 5}, 4, "invalid_response", id="status-a-number"),
     ],
 )
-def test_documented_endings(provider: Imitation, tmp_path: Path, home: Path, body: dict[str, JSONValue], code: int, reason: str) -> None:
+def test_documented_endings(
+    provider: Imitation, tmp_path: Path, home: Path, body: dict[str, JSONValue], code: int, reason: str
+) -> None:
     contract = tuned(tmp_path / "c", "azure-operation")
     provider.script(PATH, ok(status("running")), ok(body))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
@@ -94,12 +107,20 @@ def test_documented_endings(provider: Imitation, tmp_path: Path, home: Path, bod
 
 def test_a_status_url_on_another_origin_is_refused_before_any_request(provider: Imitation, home: Path) -> None:
     with Imitation(azure(KEY)) as elsewhere:
-        watched = watch("azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(elsewhere)))
+        watched = watch(
+            "azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(elsewhere))
+        )
         assert watched.code == 2, watched.ran.stdout + watched.ran.stderr
         assert elsewhere.seen() == [] and provider.seen() == []
 
 
 def test_wrong_key(provider: Imitation, home: Path) -> None:
     provider.script(PATH, ok(status("running")))
-    watched = watch("azure-operation", base_url=provider.url, home=home, env={"AZURE_API_KEY": "nope"}, flags=("--status-url", handle(provider)))
+    watched = watch(
+        "azure-operation",
+        base_url=provider.url,
+        home=home,
+        env={"AZURE_API_KEY": "nope"},
+        flags=("--status-url", handle(provider)),
+    )
     assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")

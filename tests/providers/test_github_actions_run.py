@@ -53,10 +53,20 @@ def contract(tmp_path: Path) -> Path:
 
 
 def gh_watch(contract: Path, provider: Imitation, home: Path, **kw: Any) -> Any:
-    return watch(contract, base_url=provider.url, home=home, env=kw.pop("env", ENV), job=kw.pop("job", RUN), vars={"repo": REPO}, **kw)
+    return watch(
+        contract,
+        base_url=provider.url,
+        home=home,
+        env=kw.pop("env", ENV),
+        job=kw.pop("job", RUN),
+        vars={"repo": REPO},
+        **kw,
+    )
 
 
-def test_a_run_to_success_and_its_page_fetched_without_the_token(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
+def test_a_run_to_success_and_its_page_fetched_without_the_token(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
     with Imitation(delivery()) as web:
         page = f"{web.url}/{REPO}/actions/runs/{RUN}"
         web.file(f"/{REPO}/actions/runs/{RUN}", b"<html>run</html>", content_type="text/html", credential=False)
@@ -115,7 +125,9 @@ def test_primary_rate_limit_403_waits_until_the_reset(provider: Imitation, contr
 
 
 def test_secondary_rate_limit_and_a_real_403(provider: Imitation, contract: Path, home: Path) -> None:
-    secondary = github_error(403, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.")
+    secondary = github_error(
+        403, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+    )
     provider.script(RUN, Answer(403, secondary.body, {"retry-after": "1"}), run("completed", "success"))
     watched = gh_watch(contract, provider, home)
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr

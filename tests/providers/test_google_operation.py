@@ -49,7 +49,13 @@ DONE: dict[str, JSONValue] = {
 FAILED_ERROR: dict[str, JSONValue] = {
     "code": 3,
     "message": "Invalid GCS path gs://bucket/missing.jsonl",
-    "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "INVALID_ARGUMENT", "domain": "aiplatform.googleapis.com"}],
+    "details": [
+        {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "INVALID_ARGUMENT",
+            "domain": "aiplatform.googleapis.com",
+        }
+    ],
 }
 
 
@@ -64,7 +70,9 @@ def contract(tmp_path: Path) -> Path:
     return tuned(tmp_path / "contracts", "google-operation")
 
 
-def test_operation_name_keeps_its_slashes_and_the_response_is_the_result(provider: Imitation, contract: Path, home: Path) -> None:
+def test_operation_name_keeps_its_slashes_and_the_response_is_the_result(
+    provider: Imitation, contract: Path, home: Path
+) -> None:
     provider.script(NAME, ok(PENDING), ok({**PENDING, "done": False}), ok(DONE))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=NAME)
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
@@ -78,7 +86,9 @@ def test_operation_name_keeps_its_slashes_and_the_response_is_the_result(provide
 
 def test_empty_response_is_a_success(provider: Imitation, contract: Path, home: Path) -> None:
     """Delete-like methods answer google.protobuf.Empty; some services send {}."""
-    for job, response in (("operations/empty-type", {"@type": "type.googleapis.com/google.protobuf.Empty"}), ("operations/bare", {})):
+    empty: dict[str, JSONValue] = {"@type": "type.googleapis.com/google.protobuf.Empty"}
+    cases: list[tuple[str, dict[str, JSONValue]]] = [("operations/empty-type", empty), ("operations/bare", {})]
+    for job, response in cases:
         provider.script(job, ok({"name": job, "done": True, "response": response}))
         watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=job, operation=job.replace("/", "-"))
         assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
@@ -88,15 +98,35 @@ def test_empty_response_is_a_success(provider: Imitation, contract: Path, home: 
 @pytest.mark.parametrize(
     ("body", "code", "reason", "last_state"),
     [
-        pytest.param({"name": NAME, "done": True, "error": {"code": 1, "message": "CANCELLED"}}, 3, "job_cancelled", "cancelled", id="cancelled"),
+        pytest.param(
+            {"name": NAME, "done": True, "error": {"code": 1, "message": "CANCELLED"}},
+            3,
+            "job_cancelled",
+            "cancelled",
+            id="cancelled",
+        ),
         pytest.param({"name": NAME, "done": True, "error": FAILED_ERROR}, 3, "job_failed", "failed", id="failed"),
         pytest.param({"name": NAME, "done": True, "error": {}}, 3, "job_failed", "failed", id="empty-error"),
-        pytest.param({"name": NAME, "done": True, "error": {"code": "1"}}, 3, "job_failed", "failed", id="code-as-string-is-not-cancel"),
-        pytest.param({"name": NAME, "done": True}, 4, "unknown_state", "done_without_result_or_error", id="done-with-neither"),
-        pytest.param({"name": NAME, "done": False, "response": DATASET}, 4, "unknown_state", "not_done_but_has_result", id="not-done-with-result"),
-        pytest.param({"name": NAME, "done": "true"}, 4, "unknown_state", 'done is true', id="done-as-string"),
+        pytest.param(
+            {"name": NAME, "done": True, "error": {"code": "1"}},
+            3,
+            "job_failed",
+            "failed",
+            id="code-as-string-is-not-cancel",
+        ),
+        pytest.param(
+            {"name": NAME, "done": True}, 4, "unknown_state", "done_without_result_or_error", id="done-with-neither"
+        ),
+        pytest.param(
+            {"name": NAME, "done": False, "response": DATASET},
+            4,
+            "unknown_state",
+            "not_done_but_has_result",
+            id="not-done-with-result",
+        ),
+        pytest.param({"name": NAME, "done": "true"}, 4, "unknown_state", "done is true", id="done-as-string"),
     ],
-)  # fmt: skip
+)
 def test_documented_endings(
     provider: Imitation, contract: Path, home: Path, body: dict[str, JSONValue], code: int, reason: str, last_state: str
 ) -> None:
@@ -113,7 +143,9 @@ def test_failure_keeps_code_message_and_details(provider: Imitation, contract: P
     assert json.loads(watched.outcome["provider_error"]) == FAILED_ERROR
 
 
-def test_dot_segments_in_the_name_are_refused_before_any_request(provider: Imitation, contract: Path, home: Path) -> None:
+def test_dot_segments_in_the_name_are_refused_before_any_request(
+    provider: Imitation, contract: Path, home: Path
+) -> None:
     for job in ("projects/p/../../admin/operations/1", "/operations/1", "operations/./1"):
         watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=job)
         assert watched.code == 2, (job, watched.ran.stdout, watched.ran.stderr)
@@ -134,4 +166,6 @@ def test_quota_429_waits_and_a_401_stops(provider: Imitation, contract: Path, ho
     provider.script("operations/2", ok(DONE))
     stale = {"GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.stale"}
     expired = watch(contract, base_url=provider.url, home=home, env=stale, job="operations/2", operation="op2")
-    assert (expired.code, expired.outcome.get("reason")) == (4, "authorization_denied"), expired.ran.stdout + expired.ran.stderr
+    assert (expired.code, expired.outcome.get("reason")) == (4, "authorization_denied"), (
+        expired.ran.stdout + expired.ran.stderr
+    )

@@ -22,7 +22,9 @@ VANILLA = Incoming(
     },
     body=b"",
 )
-VECTOR_SIGNER = SigV4("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", max_skew=math.inf)
+VECTOR_SIGNER = SigV4(
+    "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", max_skew=math.inf
+)
 
 
 def test_sigv4_check_accepts_aws_published_vector() -> None:
@@ -44,10 +46,15 @@ def test_sigv4_check_refuses_any_change_to_the_signed_request() -> None:
 def test_sigv4_check_refuses_wrong_key_scope_and_missing_token() -> None:
     assert SigV4("OTHER", "x", "us-east-1", "service", max_skew=math.inf).problem(VANILLA) is not None
     assert SigV4("AKIDEXAMPLE", "x", "eu-west-1", "service", max_skew=math.inf).problem(VANILLA) is not None
-    with_token = SigV4("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", "tok", max_skew=math.inf)
+    with_token = SigV4(
+        "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service", "tok", max_skew=math.inf
+    )
     assert with_token.problem(VANILLA) is not None
     # The vector is from 2015: with the real clock it is a stale signature, as AWS would say.
-    assert SigV4("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service").problem(VANILLA) is not None
+    assert (
+        SigV4("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1", "service").problem(VANILLA)
+        is not None
+    )
 
 
 def test_scripts_advance_repeat_the_last_answer_and_record_requests() -> None:

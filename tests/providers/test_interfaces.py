@@ -61,14 +61,18 @@ def test_mcp_agent_watches_replicate_and_openai(tmp_path: Path) -> None:
             async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env={**rp.ENV, **oa.ENV}) as agent:
                 started = await agent.call("start_watch", contract="replicate-prediction", job_id=rp.ID)
                 assert started.ok, started.text
-                done = await agent.call("wait_operation", operation_id=started.data["operation_id"], max_wait_seconds=30)
+                done = await agent.call(
+                    "wait_operation", operation_id=started.data["operation_id"], max_wait_seconds=30
+                )
                 assert done.ok, done.text
                 assert done.data["status"] == "succeeded"
                 assert done.data["result"] == rp.SUCCEEDED["output"]
 
                 started = await agent.call("start_watch", contract="openai-batch", job_id="batch_abc123")
                 assert started.ok, started.text
-                ended = await agent.call("wait_operation", operation_id=started.data["operation_id"], max_wait_seconds=30)
+                ended = await agent.call(
+                    "wait_operation", operation_id=started.data["operation_id"], max_wait_seconds=30
+                )
                 assert ended.data["status"] == "stopped", ended.text
                 assert "job_failed" in json.dumps(ended.data)
                 for _, _, reply in agent.replies:

@@ -93,7 +93,9 @@ def contract(tmp_path: Path) -> Path:
     return tuned(tmp_path / "contracts", "openai-batch")
 
 
-def test_lifecycle_to_success_then_fetch_the_output_file(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
+def test_lifecycle_to_success_then_fetch_the_output_file(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
     provider.script(
         "batch_abc123",
         ok(VALIDATING),
@@ -124,20 +126,48 @@ def test_lifecycle_to_success_then_fetch_the_output_file(provider: Imitation, co
 @pytest.mark.parametrize(
     ("answers", "code", "reason", "last_state"),
     [
-        pytest.param([ok(ALL_FAILED)], 3, "job_failed", "completed_without_output", id="completed-every-request-failed"),
-        pytest.param([ok({**COMPLETED, "output_file_id": ""})], 3, "job_failed", "completed_without_output", id="empty-output-id"),
+        pytest.param(
+            [ok(ALL_FAILED)], 3, "job_failed", "completed_without_output", id="completed-every-request-failed"
+        ),
+        pytest.param(
+            [ok({**COMPLETED, "output_file_id": ""})], 3, "job_failed", "completed_without_output", id="empty-output-id"
+        ),
         pytest.param([ok(VALIDATING), ok(FAILED)], 3, "job_failed", "failed", id="failed-validation"),
-        pytest.param([ok(CANCELLING), state(CANCELLING, "cancelled", cancelled_at=NOW)], 3, "job_cancelled", "cancelled", id="cancelled"),
-        pytest.param([state(VALIDATING, "in_progress"), state(VALIDATING, "expired", expired_at=NOW)], 3, "job_expired", "expired", id="expired"),
+        pytest.param(
+            [ok(CANCELLING), state(CANCELLING, "cancelled", cancelled_at=NOW)],
+            3,
+            "job_cancelled",
+            "cancelled",
+            id="cancelled",
+        ),
+        pytest.param(
+            [state(VALIDATING, "in_progress"), state(VALIDATING, "expired", expired_at=NOW)],
+            3,
+            "job_expired",
+            "expired",
+            id="expired",
+        ),
         pytest.param([state(VALIDATING, "paused")], 4, "unknown_state", "paused", id="undocumented-state"),
-        pytest.param([state(VALIDATING, "in_progress", expires_at=NOW - 3600)], 4, "contradictory_status", "in_progress", id="running-after-expiry"),
+        pytest.param(
+            [state(VALIDATING, "in_progress", expires_at=NOW - 3600)],
+            4,
+            "contradictory_status",
+            "in_progress",
+            id="running-after-expiry",
+        ),
         pytest.param([ok({**VALIDATING, "status": None})], 4, "invalid_response", None, id="status-null"),
         pytest.param([ok({"id": "batch_abc123"})], 4, "invalid_response", None, id="status-missing"),
         pytest.param([openai_insufficient_quota()], 4, "authorization_denied", None, id="insufficient-quota"),
     ],
 )
 def test_documented_endings(
-    provider: Imitation, contract: Path, home: Path, answers: list[Answer], code: int, reason: str, last_state: str | None
+    provider: Imitation,
+    contract: Path,
+    home: Path,
+    answers: list[Answer],
+    code: int,
+    reason: str,
+    last_state: str | None,
 ) -> None:
     provider.script("batch_abc123", *answers)
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job="batch_abc123")

@@ -44,7 +44,8 @@ SUCCEEDED: dict[str, JSONValue] = {
 }  # fmt: skip
 CANCELED: dict[str, JSONValue] = {
     "completed_at": "2024-04-22T11:15:15.504128Z", "created_at": "2024-04-22T11:15:15.329000Z", "error": None,
-    "id": ID, "input": {"seed": 42069, "width": 512, "height": 512, "prompt": "a studio photo of a rainbow colored corgi"},
+    "id": ID,
+    "input": {"seed": 42069, "width": 512, "height": 512, "prompt": "a studio photo of a rainbow colored corgi"},
     "logs": None, "metrics": {"predict_time": 0.128148, "total_time": 0.175128}, "output": None,
     "started_at": "2024-04-22T11:15:15.375980Z", "status": "canceled",
     "urls": {"get": f"https://api.replicate.com/v1/predictions/{ID}", "cancel": f"https://api.replicate.com/v1/predictions/{ID}/cancel"},
@@ -75,7 +76,11 @@ def test_the_shipped_name_watches_directly(provider: Imitation, home: Path) -> N
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
     assert watched.outcome["result"] == SUCCEEDED["output"]  # an array stays an array
     (seen,) = provider.seen(ID)
-    assert (seen.method, seen.path, seen.headers["authorization"]) == ("GET", f"/v1/predictions/{ID}", f"Bearer {TOKEN}")
+    assert (seen.method, seen.path, seen.headers["authorization"]) == (
+        "GET",
+        f"/v1/predictions/{ID}",
+        f"Bearer {TOKEN}",
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,7 +101,9 @@ def test_any_json_output_is_the_result(provider: Imitation, contract: Path, home
     assert watched.outcome["result"] == output
 
 
-def test_a_url_output_is_fetched_without_the_token(provider: Imitation, contract: Path, home: Path, tmp_path: Path) -> None:
+def test_a_url_output_is_fetched_without_the_token(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
     with Imitation(delivery()) as cdn:
         url = f"{cdn.url}/pbxt/9inf36/out-0.png"
         cdn.file("/pbxt/9inf36/out-0.png", b"\x89PNG\r\n\x1a\nimage", content_type="image/png", credential=False)
@@ -120,10 +127,17 @@ def test_a_url_output_is_fetched_without_the_token(provider: Imitation, contract
         pytest.param(with_(STARTING, status="aborted"), 3, "job_expired", id="aborted"),
         pytest.param(with_(STARTING, status="cancelled"), 4, "unknown_state", id="two-Ls-is-not-theirs"),
         pytest.param(with_(SUCCEEDED, output=None, data_removed=True), 4, "result_invalid", id="output-removed"),
-        pytest.param(Answer(401, {"title": "Unauthenticated", "detail": "Invalid token", "status": 401}), 4, "authorization_denied", id="401"),
+        pytest.param(
+            Answer(401, {"title": "Unauthenticated", "detail": "Invalid token", "status": 401}),
+            4,
+            "authorization_denied",
+            id="401",
+        ),
     ],
-)  # fmt: skip
-def test_documented_endings(provider: Imitation, contract: Path, home: Path, final: Answer, code: int, reason: str) -> None:
+)
+def test_documented_endings(
+    provider: Imitation, contract: Path, home: Path, final: Answer, code: int, reason: str
+) -> None:
     provider.script(ID, ok(STARTING), final)
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID)
     assert watched.code == code, watched.ran.stdout + watched.ran.stderr
@@ -137,7 +151,11 @@ def test_failure_keeps_error_and_logs(provider: Imitation, contract: Path, home:
 
 
 def test_429_waits_ratelimit_reset_seconds(provider: Imitation, contract: Path, home: Path) -> None:
-    throttled = Answer(429, {"detail": "Request was throttled. Your rate limit resets in ~1s."}, {"ratelimit-reset": "1", "ratelimit-remaining": "0"})
+    throttled = Answer(
+        429,
+        {"detail": "Request was throttled. Your rate limit resets in ~1s."},
+        {"ratelimit-reset": "1", "ratelimit-remaining": "0"},
+    )
     provider.script(ID, throttled, ok(SUCCEEDED))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID)
     assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
