@@ -446,7 +446,12 @@ def test_the_fake_transport_answers_from_a_function() -> None:
     [(f"{SECRET}\n", SECRET), (f"{SECRET}\r\n", SECRET), (SECRET, SECRET), ("a b", "a b")],
 )
 def test_one_trailing_newline_is_stripped_from_the_credential(raw: str, sent: str) -> None:
-    assert resolve_secret(contract_for("http://127.0.0.1:1"), {"PW_TOKEN": raw}) == sent
+    contract = contract_for("http://127.0.0.1:1")
+    credential = resolve_secret(contract, {"PW_TOKEN": raw})
+    assert credential is not None and contract.auth is not None
+    headers: dict[str, str] = {}
+    credential.apply("GET", "http://127.0.0.1:1/jobs/x", headers, None, clock())
+    assert headers[contract.auth.header] == (f"{contract.auth.scheme} {sent}" if contract.auth.scheme else sent)
 
 
 @pytest.mark.parametrize(

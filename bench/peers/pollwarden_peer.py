@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pollwarden.api import Succeeded, Watch
+from pollwarden.core.contract_result import result_text
 from pollwarden.operating import open_store
 from pollwarden.simulator import contract_text as simulator_contract
 
@@ -56,7 +57,8 @@ def prepare(config: PeerConfig) -> Callable[[], PeerResult]:
         record = outcome.record
         attempts = record.status_requests_used if record is not None else None
         if isinstance(outcome, Succeeded):
-            return PeerResult("success", "succeeded", outcome.result, attempts=attempts)
+            # The benchmark's contract has a string result; any other JSON is compared as its compact text.
+            return PeerResult("success", "succeeded", result_text(outcome.result), attempts=attempts)
         kind = "failure" if outcome.job_ended else "stop"
         return PeerResult(kind, outcome.reason.value, attempts=attempts)
 

@@ -7,16 +7,18 @@ or moves output elsewhere is one of these, recorded before and after it happens.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import events as ev
 from .core.admission import job_id_problem
-from .core.contract import Contract
+from .core.contract import Contract, Submit
+from .core.contract_result import fetch_url, json_type
 from .core.observe import BodyError, Response, TransportFailure, dig, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
@@ -73,11 +75,12 @@ def submit(
     spec = contract.submit
     if spec is None:
         raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False
     if existing is None:
-        token = secrets.token_urlsafe(18) if spec.idempotency_header else None
+        token = secrets.token_urlsafe(18) if spec.idempotency_header or spec.idempotency_field else None
         submission = Submission(operation_id, print_fp, token, body, "sending", None, None, now)
         try:
             intent = ev.SubmissionIntent(
@@ -102,13 +105,16 @@ def submit(
                 " first; a resubmission is a person's decision (R34). Nothing was sent"
             )
         resent = True
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    content_type = "application/x-www-form-urlencoded" if spec.encoding == "form" else "application/json"
+    headers = {"Content-Type": content_type, "Accept": "application/json"}
     if spec.idempotency_header and submission.idempotency_token:
         headers[spec.idempotency_header] = submission.idempotency_token
+    # The token was made durable with the submission, so a resend carries the same one in the body as well.
+    wire = _wire_body(spec, submission.body, submission.idempotency_token)
     # With a persisted idempotency token a lost answer is retried automatically; without one, never (R34).
     attempts = 3 if submission.idempotency_token else 1
     for _ in range(attempts):
-        exchange = client.send(spec.method, spec.url, body=body, extra_headers=headers)
+        exchange = client.send(spec.method, spec.url, body=wire, extra_headers=headers)
         if not isinstance(exchange, TransportFailure):
             break
     if isinstance(exchange, TransportFailure):
@@ -124,7 +130,7 @@ def submit(
             else "check the provider before anything else; without idempotency a second send may duplicate the job"
         )
         raise ActionError(f"the submission's outcome is unknown ({exchange.message}); {again}")
-    if exchange.status not in (200, 201, 202):
+    if exchange.status not in (200, 201, 202, 204):
         rejected = ev.SubmissionRejected(http_status=exchange.status)
         store.mark_submission(operation_id, rejected.state, rejected.to_json(), now)
         raise ActionError(f"the provider refused the submission with HTTP {exchange.status}; nothing will be watched")
@@ -152,15 +158,16 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
     """R25: the job id and status resource come from the response as documented, never from a guess."""
     spec = contract.submit
     assert spec is not None
+    needs_body = spec.job_id_header is None or (spec.status_location or "").startswith("body:")
     try:  # the same strict reading as a status answer: one hostile body must not make a job id up
         document: Any = parse_document(response.body) if response.body else {}
     except BodyError as exc:
-        raise ActionError(
-            f"the provider accepted the submission but its body cannot be read ({exc}); see `story`"
-        ) from None
-    found, job_id = dig(document, spec.job_id)
-    if not found or not isinstance(job_id, str) or not job_id.strip():
-        raise ActionError(f"the provider's answer has no job id at {spec.job_id!r}; the contract must say where it is")
+        if needs_body:
+            raise ActionError(
+                f"the provider accepted the submission but its body cannot be read ({exc}); see `story`"
+            ) from None
+        document = {}  # everything is taken from headers: the body is not read at all
+    job_id = _job_id(spec, response, document)
     if problem := job_id_problem(job_id):
         raise ActionError(f"the job id the provider returned at {spec.job_id!r} {problem}; nothing will be watched")
     location: str | None = None
@@ -178,6 +185,68 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
     return job_id, location
 
 
+def _job_id(spec: Submit, response: Response, document: Any) -> str:
+    """The job id where the contract says: a body field (a string, or an integer as its decimal digits) or the last
+    path segment of a header's URL (`header:Location`, as a 201, 202 or 204 names the new resource)."""
+    header = spec.job_id_header
+    if header is not None:
+        raw = response.headers.get(header.lower())
+        if raw is None or not raw.strip():
+            raise ActionError(f"the provider's answer has no {header} header to take the job id from")
+        try:
+            path = urlsplit(raw.strip()).path
+        except ValueError:
+            raise ActionError(f"the provider's {header} header is not a URL; nothing will be watched") from None
+        segment = unquote(path.rstrip("/").rpartition("/")[2])
+        if not segment or segment in {".", ".."}:
+            raise ActionError(f"the provider's {header} header names no job (its last path segment is empty)")
+        return segment
+    found, value = dig(document, spec.job_id)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # GitHub, GitLab: numeric ids; the status URL quotes their digits like any id
+    if not found or not isinstance(value, str) or not value.strip():
+        shown = "missing" if not found else f"a JSON {json_type(value)}" if value is not None else "null"
+        raise ActionError(
+            f"the provider's answer has no job id at {spec.job_id!r} ({shown}); the contract must say where it is"
+        )
+    return value
+
+
+def _wire_body(spec: Submit, body: bytes, token: str | None) -> bytes:
+    """The bytes sent: the body file as it is, or with the idempotency token in `idempotency_field`, or as a form.
+
+    Refused (ActionRefused: nothing recorded, nothing sent) when the file cannot be sent that way."""
+    if spec.encoding == "json" and (spec.idempotency_field is None or token is None):
+        return body
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise ActionRefused("the submission body is not JSON; nothing was sent") from None
+    if not isinstance(document, dict):
+        raise ActionRefused(
+            f"the submission body is a JSON {json_type(document)}; the contract's [submit] needs an object"
+            f" ({'form fields' if spec.encoding == 'form' else 'to hold ' + str(spec.idempotency_field)})"
+        )
+    if spec.idempotency_field is not None and token is not None:
+        if spec.idempotency_field in document:
+            raise ActionRefused(
+                f"the submission body already has {spec.idempotency_field!r}, where the contract puts the"
+                " idempotency token; remove it from the body. Nothing was sent"
+            )
+        document = {**document, spec.idempotency_field: token}
+    if spec.encoding == "json":
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    pairs: list[tuple[str, str]] = []
+    for key, value in document.items():
+        if value is None or isinstance(value, dict | list):
+            raise ActionRefused(
+                f"the form field {key!r} is a JSON {json_type(value)}; a form body holds strings, numbers and"
+                " booleans only. Nothing was sent"
+            )
+        pairs.append((key, value if isinstance(value, str) else json.dumps(value)))
+    return urlencode(pairs).encode("ascii")
+
+
 def cancel(contract: Contract, client: StatusClient, record: OperationRecord) -> dict[str, Any]:
     """Send the documented cancel once; only a decided decision option calls this."""
     if contract.cancel is None:
@@ -191,31 +260,63 @@ def cancel(contract: Contract, client: StatusClient, record: OperationRecord) ->
 
 
 def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
-    """Only after validated success; the credential goes along only to the contract's own origin."""
-    if record.phase is not Phase.SUCCEEDED or not record.result:
+    """Only after validated success. The URL is `[result].url` with the result in it, or the result itself when it
+    is an absolute URL (never resolved against the status URL); the credential goes along only where `[result]`
+    says so, and never off the contract's origin. An object or array result with no URL is the output itself."""
+    if record.phase is not Phase.SUCCEEDED or record.result is None:
         state = record.reason.value if record.reason else record.phase.value
         raise ActionRefused(
             f"operation {record.operation_id} has no validated result ({state}); fetching output is allowed only"
             " after a validated success (R6, R17)"
         )
-    base = record.status_location or contract.status_url_for(record.job_id)
-    url = urljoin(base, record.result)
+    spec = contract.result
+    where, why = fetch_url(spec, record.result)
+    if why is not None:
+        raise ActionRefused(why)
+    if where is None:  # the result is the output: written as the JSON it was received as
+        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
+        out.write_bytes(data)
+        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    url = contract.origin + where if where.startswith("/") else where
     same_origin = origin_of(url) == contract.origin
-    exchange = client.send("GET", url, credential=same_origin)
-    if isinstance(exchange, TransportFailure):
-        raise ActionError(f"fetching the result failed: {exchange.message}; nothing was written")
-    if exchange.status != 200:
-        raise ActionError(f"fetching the result answered HTTP {exchange.status}; nothing was written")
-    if exchange.truncated:
-        raise ActionError(f"the result is larger than the contract's {contract.max_body_bytes}-byte cap")
-    out.write_bytes(exchange.body)
+    if spec.credential is True and not same_origin:
+        raise ActionRefused(
+            f"the result is at {_safe_url(origin_of(url))}, not on {contract.origin}: [result].credential = true"
+            " sends the credential only to the contract's own origin, so nothing was sent. If that host needs no"
+            " credential, set credential = false"
+        )
+    # No [result] table: today's rule, the credential along to the contract's own origin only.
+    credential = same_origin if spec.credential is None else spec.credential
+    try:
+        with out.open("wb") as sink:
+            got = client.download(url, sink, cap=spec.max_bytes, credential=credential, extra_headers={"Accept": "*/*"})
+    except OSError as exc:
+        out.unlink(missing_ok=True)
+        raise ActionError(f"cannot write the result to {out}: {exc.strerror}") from None
+    failed: str | None = None
+    if isinstance(got, TransportFailure):
+        failed = f"fetching the result failed: {got.message}"
+    elif not 200 <= got.status < 300:
+        failed = f"fetching the result from {_safe_url(url)} answered HTTP {got.status}"
+    elif got.over_cap:
+        failed = f"the result is larger than [result].max_bytes ({spec.max_bytes} bytes); the partial one was removed"
+    if failed is not None:
+        out.unlink(missing_ok=True)  # a reader must never take a fragment for the result
+        raise ActionError(f"{failed}; no result file was written")
+    assert not isinstance(got, TransportFailure)
+    return _fetched(url, got.size, got.sha256, got.headers.get("content-type"), credential, out)
+
+
+def _fetched(
+    url: str | None, size: int, sha256: str, content_type: str | None, credential: bool, out: Path
+) -> dict[str, Any]:
     return {
         "action": "fetch_result",
         "ok": True,
-        "url": _safe_url(url),
-        "bytes": len(exchange.body),
-        "sha256": hashlib.sha256(exchange.body).hexdigest(),
-        "content_type": exchange.headers.get("content-type"),
-        "credential_sent": same_origin,
+        "url": None if url is None else _safe_url(url),
+        "bytes": size,
+        "sha256": sha256,
+        "content_type": content_type,
+        "credential_sent": credential,
         "out": str(out),
     }

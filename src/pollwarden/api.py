@@ -30,6 +30,7 @@ from pathlib import Path
 from .clock import utcnow
 from .core.admission import Limits, WatchRequest, job_id_problem, operation_id_problem
 from .core.contract import Contract, ContractError, load_contract
+from .core.contract_result import JSONValue
 from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
@@ -54,7 +55,8 @@ class Succeeded:
     """The provider reported success and every field the next action needs passed validation (R17)."""
 
     operation_id: str
-    result: str
+    result: JSONValue
+    """Any JSON value the contract's `[result]` allows: a str for a string result (the default), as before."""
     record: OperationRecord
 
 
@@ -168,7 +170,7 @@ class Watch:
 
 
 def outcome_of(store: Store, record: OperationRecord) -> Outcome:
-    if record.phase is Phase.SUCCEEDED and record.result is not None:
+    if record.phase is Phase.SUCCEEDED:
         return Succeeded(record.operation_id, record.result, record)
     assert record.reason is not None, "a final record that did not succeed carries its stop reason"
     open_requests = [d.request for d in store.decisions(record.operation_id, open_only=True)]

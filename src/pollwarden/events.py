@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 from .core.admission import created_event
 from .core.codec import record_to_json
+from .core.contract_result import JSONValue
 from .core.decide import Decision
 from .core.durations import format_rfc3339
 from .core.escalation import DecisionRequest, Option
@@ -239,7 +240,7 @@ class GuidanceRejected(AuditEvent):
 @event
 class SucceededEvent(AuditEvent):
     KIND = "succeeded"
-    result: str | None = None
+    result: JSONValue = None
     state: str | None = None
 
 

@@ -14,9 +14,9 @@ tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
-import os
 import select
 import socket
 import ssl
@@ -25,13 +25,16 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import SplitResult, urlsplit
 
 from . import __version__
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
+from .credentials import Credential as Credential
+from .credentials import CredentialError as CredentialError
+from .credentials import resolve_secret as resolve_secret
 from .errors import EXIT_ESCALATED, PollwardenError
 
 MAX_HEADERS = 100
@@ -43,10 +46,6 @@ ACCEPT_ENCODING = "gzip, deflate"
 """Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
 
 _MESSAGE_CAP = 300
-
-
-class CredentialError(PollwardenError):
-    """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
 
 
 class WireError(PollwardenError):
@@ -66,35 +65,6 @@ class WireError(PollwardenError):
 def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-def resolve_secret(contract: Contract, environ: Mapping[str, str] | None = None) -> str | None:
-    """The credential from the environment, as it will be sent.
-
-    Mounted secrets usually end in a newline, so exactly one trailing "\\n" or "\\r\\n" is removed. Whatever
-    is left must be printable ASCII (space to "~") with no space at either end: anything else cannot travel in
-    a header unchanged (HTTP strips the spaces, latin-1 is the most a header holds and servers disagree even on
-    that), and a value the server reads differently from what we hold is one our scrubber may miss.
-    """
-    if contract.auth is None:
-        return None
-    name = contract.auth.secret_env
-    env = os.environ if environ is None else environ
-    value = env.get(name)
-    if value is not None:
-        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
-    if not value:
-        raise CredentialError(
-            f"contract {contract.name!r} needs the credential in environment variable {name}, which is not set;"
-            " export it and run again"
-        )
-    if any(not " " <= ch <= "~" for ch in value) or value != value.strip(" "):
-        raise CredentialError(
-            f"the credential in environment variable {name} holds a control character, a non-ASCII character,"
-            " more than one trailing newline or a space at either end, and cannot be sent in a header unchanged;"
-            " write it as printable ASCII (one trailing newline is fine) and run again"
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -379,17 +349,16 @@ class StatusClient:
     def __init__(
         self,
         contract: Contract,
-        secret: str | None,
+        secret: Credential | str | None,
         *,
         clock: Callable[[], datetime],
         transport: Transport | None = None,
     ) -> None:
         self._contract = contract
-        self._secret = secret
+        # A plain string is a header token the caller already read (the older API); either way one object holds it.
+        self._credential = Credential.static(contract, secret) if isinstance(secret, str) else secret
         self._clock = clock
         self._transport: Transport = SocketTransport() if transport is None else transport
-        scheme = contract.auth.scheme if contract.auth is not None else None
-        self._scrubber = Scrubber([secret], scheme=scheme)
         self._base_headers = {
             "User-Agent": f"pollwarden/{__version__}",
             "Accept": "application/json",
@@ -405,11 +374,21 @@ class StatusClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _headers(self, extra: Mapping[str, str], credential: bool) -> dict[str, str]:
+    @property
+    def _scrubber(self) -> Scrubber:
+        """Rebuilt when the credential fetches a new token, and still knowing every older one."""
+        return Scrubber(()) if self._credential is None else self._credential.scrubber()
+
+    def _headers(
+        self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
+    ) -> dict[str, str]:
         headers = {**self._base_headers, **extra}
-        auth = self._contract.auth
-        if credential and auth is not None and self._secret is not None:
-            headers[auth.header] = f"{auth.scheme} {self._secret}" if auth.scheme else self._secret
+        if credential and self._credential is not None:
+            try:
+                self._credential.apply(method, url, headers, body, self._clock())
+            except CredentialError as exc:
+                # Nothing was sent: a local failure, which the core stops as an integration failure (never a loop).
+                raise WireError(FailureKind.LOCAL, f"the credential could not be read: {exc}") from None
         return headers
 
     def fetch(
@@ -438,11 +417,12 @@ class StatusClient:
         sent_at = self._clock()
         deadline = time.monotonic() + self._contract.timeout.total_seconds()
         try:
-            headers = self._headers(extra_headers or {}, credential)
             try:
                 parts = urlsplit(url)
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            _check_request(method, url, parts, extra_headers or {})
+            headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_request(method, url, parts, headers)
             request = Request(method, url, tuple(headers.items()), body, deadline)
             try:
@@ -456,7 +436,94 @@ class StatusClient:
         except WireError as exc:
             return self._failure(exc.kind, exc.message, sent_at)
 
+    def download(
+        self,
+        url: str,
+        sink: BinaryIO,
+        *,
+        cap: int,
+        credential: bool,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> Download | TransportFailure:
+        """A GET whose body is streamed into `sink` under its own cap, not the status cap: a result file can be far
+        bigger than any status answer. Only a 2xx body is written. The same guards as `send` otherwise: the
+        credential only to the contract's origin, no redirect followed, the secret removed from what is written.
+
+        The whole exchange is bounded by the contract's timeout plus one second per MiB of the cap: a download
+        takes longer than a status poll, and a peer that drips bytes must still not hold the process for ever."""
+        if credential and origin_of(url) != self._contract.origin:
+            raise CredentialError(
+                f"refusing to send the credential to {self._scrubber.text(origin_of(url))}: contract"
+                f" {self._contract.name!r} binds it to {self._contract.origin}"
+            )
+        sent_at = self._clock()
+        deadline = time.monotonic() + self._contract.timeout.total_seconds() + cap / (1 << 20)
+        try:
+            headers = self._headers("GET", url, extra_headers or {}, None, credential)
+            try:
+                parts = urlsplit(url)
+            except ValueError:
+                raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            _check_request("GET", url, parts, headers)
+            try:
+                answer = self._transport.open(Request("GET", url, tuple(headers.items()), None, deadline))
+            except TimeoutError:
+                raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
+            try:
+                return self._stream(answer, sink, cap, deadline)
+            finally:
+                answer.close()
+        except WireError as exc:
+            return self._failure(exc.kind, exc.message, sent_at)
+
+    def _stream(self, answer: Answer, sink: BinaryIO, cap: int, deadline: float) -> Download:
+        headers: dict[str, str] = {}
+        for name, value in answer.headers:
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        scrub = self._scrubber.text
+        shown_headers = {
+            scrub(k): scrub(v) for k, v in headers.items() if k not in ("content-encoding", "content-length")
+        }
+        if not 200 <= answer.status < 300:
+            return Download(answer.status, shown_headers, 0, hashlib.sha256().hexdigest(), over_cap=False)
+        decoder = _decoder(headers)
+        digest = hashlib.sha256()
+        hold = max(self._scrubber.longest - 1, 0)
+        pending = b""
+        size = raw_size = 0
+
+        def write(data: bytes) -> None:
+            nonlocal size
+            digest.update(data)
+            sink.write(data)
+            size += len(data)
+
+        while True:
+            if time.monotonic() > deadline:
+                raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
+            raw = answer.read(READ_CHUNK)
+            if not raw:
+                if decoder is not None:
+                    decoder.finish()
+                break
+            raw_size += len(raw)
+            data = raw if decoder is None else decoder.feed(raw, cap + 1 - size - len(pending))
+            # The tail that could be the start of a secret waits for the next piece before it is scrubbed.
+            pending = self._scrubber.raw(pending + data) if self._scrubber else pending + data
+            if len(pending) > hold:
+                cut = len(pending) - hold
+                write(pending[:cut])
+                pending = pending[cut:]
+            if size + len(pending) > cap or raw_size > cap:
+                return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=True)
+        write(pending)
+        return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=False)
+
     def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
+        if answer.status == 401 and self._credential is not None:
+            # The next request fetches the token again; the core decides whether there is a next request.
+            self._credential.invalidate()
         headers: dict[str, str] = {}
         for name, value in answer.headers:
             key = name.lower()
@@ -499,6 +566,18 @@ class StatusClient:
     def _failure(self, kind: FailureKind, message: str, sent_at: datetime) -> TransportFailure:
         text = self._scrubber.text(message)[:_MESSAGE_CAP]
         return TransportFailure(kind=kind, message=text, sent_at=sent_at, failed_at=self._clock())
+
+
+@dataclass(frozen=True)
+class Download:
+    """What `StatusClient.download` wrote: `size` bytes with this sha256; `over_cap` means the body went on past
+    the cap and what was written is a fragment the caller must remove."""
+
+    status: int
+    headers: Mapping[str, str]
+    size: int
+    sha256: str
+    over_cap: bool
 
 
 @dataclass(frozen=True)

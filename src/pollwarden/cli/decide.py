@@ -107,7 +107,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         json.loads(body)
     except ValueError:
-        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as application/json") from None
+        sent = "a form of its fields" if contract.submit and contract.submit.encoding == "form" else "application/json"
+        raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as {sent}") from None
     now = utcnow()
     operation_id = args.operation or new_operation_id(contract.name, now, secrets.token_hex(3))
     if problem := operation_id_problem(operation_id):
@@ -160,10 +161,14 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
                 result = fetch_result(contract, client, record, temp)
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
+        result = {**result, "out": str(out)}  # where it ends up, not the temporary file it was written to
         store.append(args.operation, "action", result, utcnow())
     finally:
         store.close()
-    print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
+    if result["url"] is None:
+        print(f"wrote the result ({result['bytes']} bytes of JSON, sha256 {result['sha256']}) to {shown(out)}")
+    else:
+        print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
 from ..shown import shown
 from ..story import story_json, story_lines
@@ -31,7 +32,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(json.dumps(summary, sort_keys=True))
             else:
                 for key, value in summary.items():
-                    print(f"{key:26} {shown(value)}")
+                    # A result may be any JSON value: one line of compact JSON, never a Python repr.
+                    print(f"{key:26} {shown(result_text(value) if key == 'result' else value)}")
             return EXIT_OK
         rows = [s.record for s in store.all()]
         if args.json:

@@ -11,12 +11,13 @@ from typing import Any, ClassVar, TextIO
 from ..clock import utcnow
 from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract import Contract
+from ..core.contract_result import result_text
 from ..core.decide import Decision
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
-from ..http import CredentialError, StatusClient, resolve_secret
+from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
 from ..shown import shown
 from ..store.base import Store
@@ -57,7 +58,7 @@ FLAGS = {
 """Admission's field names as this command's flags, so a refusal names what to change."""
 
 
-def watch_request(args: argparse.Namespace, contract: Contract, credential: str | None = None) -> WatchRequest:
+def watch_request(args: argparse.Namespace, contract: Contract, credential: Credential | None = None) -> WatchRequest:
     """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
     limits = Limits(
         deadline=_duration(args.deadline, "--deadline"),
@@ -146,7 +147,7 @@ def _decision_line(decision: Decision, now: datetime) -> str:
         source = decision.delay_source.value if decision.delay_source else "?"
         return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
     if record.phase is Phase.SUCCEEDED:
-        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(record.result)}"
+        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(result_text(record.result))}"
     return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
 
 
@@ -156,7 +157,7 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
     return summary
 
 
-def _ready(contract: Contract) -> str | None:
+def _ready(contract: Contract) -> Credential | None:
     """The contract may be watched here: its status request is safe to repeat and its credential is set."""
     if not contract.safe_status:
         raise UsageError(
@@ -179,24 +180,26 @@ def cmd_watch(args: argparse.Namespace) -> int:
     for flag in ("deadline", "base_delay", "max_delay", "useful_for"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
     request: WatchRequest | None = None
+    secret: Credential | None = None
     if (
         args.contract is not None
     ):  # everything that needs no store is checked before one is opened (exit 2 creates nothing)
         contract = _load_contract(args.contract)
-        request = _checked(watch_request(args, contract, _ready(contract)))
+        secret = _ready(contract)
+        request = _checked(watch_request(args, contract, secret))
     elif args.operation is not None and (problem := operation_id_problem(args.operation)):
         raise UsageError(f"cannot watch: --operation {args.operation}: {problem}")
     store = _open_store(args.home)
     try:
         if request is None:
             contract = _contract(args, store)
-            request = _checked(watch_request(args, contract, _ready(contract)))
+            secret = _ready(contract)
+            request = _checked(watch_request(args, contract, secret))
         engine = Engine(store, owner=process_owner())
         try:
             admitted = engine.admit(request)
         except AdmissionError as exc:
             raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
-        secret = request.credential
         record = admitted.record
         out = sys.stdout
         if not args.json:
@@ -235,7 +238,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     if record.phase is Phase.SUCCEEDED:
-        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(record.result)}\n")
+        out.write(f"succeeded: job {shown(record.job_id)}, result {shown(result_text(record.result))}\n")
         return
     reason = record.reason.value if record.reason else "?"
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"

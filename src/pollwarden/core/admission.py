@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from .contract import Contract
 from .durations import format_duration, format_rfc3339
@@ -56,6 +56,12 @@ def new_operation_id(contract_name: str, now: datetime, token: str) -> str:
     return f"{prefix}-{now.strftime('%Y%m%d-%H%M%S')}-{token}"
 
 
+class HeldSecret(Protocol):
+    """A credential the driver holds (`pollwarden.credentials.Credential`): the core only asks whether text holds it."""
+
+    def found_in(self, text: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the caller asks for; None means the contract's value (for an agent: its `[agent]` cap)."""
@@ -80,7 +86,7 @@ class WatchRequest:
     """An agent asks: the contract's `[agent]` caps bound what it may ask for, and are its defaults."""
     status_location: str | None = None
     request_fingerprint: str | None = None
-    credential: str | None = field(default=None, repr=False)
+    credential: str | HeldSecret | None = field(default=None, repr=False)
     """The credential this watch will send, when the caller holds it: a job id that contains it is refused (it
     would be stored and sent in the status URL). Never stored, never shown."""
 
@@ -307,7 +313,10 @@ def check(request: WatchRequest) -> Refuse | None:
         bad.append(Problem("job_id", problem))
     elif request.job_id is not None and request.credential:
         scheme = request.contract.auth.scheme if request.contract.auth else None
-        if Scrubber([request.credential], scheme=scheme).found_in(request.job_id):
+        held = request.credential
+        if isinstance(held, str):
+            held = Scrubber([held], scheme=scheme)
+        if held.found_in(request.job_id):
             bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
     malformed, over = _limit_problems(request)
     bad.extend(malformed)

@@ -26,7 +26,7 @@ def _req_dt(text: str) -> datetime:
 
 def record_to_json(record: OperationRecord) -> dict[str, Any]:
     plan = record.plan
-    return {
+    data = {
         "operation_id": record.operation_id,
         "job_id": record.job_id,
         "contract_name": record.contract_name,
@@ -65,6 +65,11 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         "finished_at": _dt(record.finished_at),
         "status_location": record.status_location,
     }
+    if record.token_refused_consecutive:
+        # Written only when set: every record stored before the counter existed, and every pinned golden record,
+        # stays byte for byte what it was; an absent key reads back as 0.
+        data["token_refused_consecutive"] = record.token_refused_consecutive
+    return data
 
 
 def record_from_json(data: dict[str, Any]) -> OperationRecord:
@@ -102,6 +107,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         status_requests_used=int(data["status_requests_used"]),
         transport_failures_used=int(data["transport_failures_used"]),
         rate_limited_consecutive=int(data["rate_limited_consecutive"]),
+        token_refused_consecutive=int(data.get("token_refused_consecutive", 0)),
         polls_completed=int(data["polls_completed"]),
         last_state=data.get("last_state"),
         last_http_status=data.get("last_http_status"),

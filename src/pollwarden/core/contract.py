@@ -16,19 +16,16 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from . import expr
+from .contract_auth import Auth as Auth
+from .contract_auth import parse_auth
 from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
+from .contract_result import ResultSpec, parse_result
+from .contract_signals import RateLimitSignal, parse_rate_limits
 from .durations import TIMESTAMP_FORMATS, DurationError
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
-
-
-@dataclass(frozen=True)
-class Auth:
-    secret_env: str
-    header: str = "Authorization"
-    scheme: str = "Bearer"
 
 
 @dataclass(frozen=True)
@@ -93,6 +90,8 @@ class Schedule:
     max_delay: timedelta = timedelta(seconds=120)
     jitter: Jitter = Jitter.BOUNDED
     first_check: timedelta = timedelta(0)
+    retry_after_on_success: bool = False
+    """The provider sends Retry-After on a 2xx pending answer (Azure) and means it: it raises the next poll time."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +151,15 @@ class Submit:
     job_id: str = "job_id"
     status_location: str | None = None
     """Where the 202 names the status resource: "header:Location", "header:Operation-Location" or "body:PATH"."""
+    encoding: str = "json"
+    """How the body file is sent: "json" as it is, "form" (a JSON object of scalars) as x-www-form-urlencoded."""
+    idempotency_field: str | None = None
+    """The body field the durable idempotency token is placed in (as `idempotency_header` places it in a header)."""
+
+    @property
+    def job_id_header(self) -> str | None:
+        """`job_id = "header:Location"`: the job id is the last path segment of that header's URL."""
+        return self.job_id.partition(":")[2] if self.job_id.startswith("header:") else None
 
 
 def _quote_job(job_id: str) -> str:
@@ -181,6 +189,8 @@ class Contract:
     submit: Submit | None = None
     approval: str = "none"
     agent: AgentLimits = field(default_factory=AgentLimits)
+    rate_limits: tuple[RateLimitSignal, ...] = ()
+    result: ResultSpec = field(default_factory=ResultSpec)
     source_text: str = field(default="", compare=False, repr=False)
 
     @property
@@ -206,7 +216,7 @@ class Contract:
 
     def fingerprint(self) -> str:
         """What fixes the meaning of a poll: a resumed operation must be read with the same table."""
-        identity = {
+        identity: dict[str, object] = {
             "name": self.name,
             "status_url": self.status_url,
             "states": self.states.identity(),
@@ -215,15 +225,17 @@ class Contract:
         }
         if self.timestamps != Timestamps():  # only when used, so every older contract keeps its fingerprint
             identity["timestamps"] = self.timestamps.__dict__
+        if self.rate_limits:
+            identity["rate_limit"] = [signal.to_json() for signal in self.rate_limits]
+        if (result := self.result.identity()) is not None:  # only when declared: old fingerprints stay the same
+            identity["result"] = result
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
     @property
     def account(self) -> str:
         """The credential context in words that contain no secret: which variable, sent how."""
-        if self.auth is None:
-            return "anonymous"
-        return f"env:{self.auth.secret_env} via {self.auth.header}"
+        return "anonymous" if self.auth is None else self.auth.account
 
 
 def load_contract(path: Path) -> Contract:
@@ -268,6 +280,8 @@ _TOP_KEYS = {
     "submit",
     "approval",
     "agent",
+    "rate_limit",
+    "result",
 }
 
 
@@ -276,18 +290,7 @@ def _build(r: Reader) -> Contract:
     name = r.text("name", required=True)
     status_url = r.text("status_url", required=True)
     _check_status_url(r, status_url)
-    auth = None
-    if "auth" in r.data:
-        a = r.table("auth")
-        a.only({"header", "scheme", "secret_env"})
-        header = a.text("header") or "Authorization"
-        scheme = a.text("scheme", allow_empty=True)
-        secret_env = a.text("secret_env", required=True)
-        check_token(a, "header", header)
-        check_token(a, "secret_env", secret_env)
-        if scheme:
-            check_token(a, "scheme", scheme)
-        auth = Auth(secret_env=secret_env, header=header, scheme="Bearer" if scheme is None else scheme)
+    auth = parse_auth(r)
     s = r.table("states", required=True)
     s.only({c.value for c in Category if c is not Category.UNKNOWN})
     states = StateTable(
@@ -333,7 +336,7 @@ def _build(r: Reader) -> Contract:
     schedule = Schedule()
     if "schedule" in r.data:
         sc = r.table("schedule")
-        sc.only({"base_delay", "max_delay", "jitter", "first_check"})
+        sc.only({"base_delay", "max_delay", "jitter", "first_check", "retry_after_on_success"})
         jitter_text = sc.text("jitter") or Jitter.BOUNDED.value
         if jitter_text not in {j.value for j in Jitter}:
             raise ContractError(f"{r.source}: [schedule].jitter: must be 'bounded' or 'full', got {jitter_text!r}")
@@ -342,6 +345,7 @@ def _build(r: Reader) -> Contract:
             max_delay=sc.duration("max_delay", schedule.max_delay, positive=True),
             jitter=Jitter(jitter_text),
             first_check=sc.duration("first_check", schedule.first_check),
+            retry_after_on_success=sc.boolean("retry_after_on_success", False),
         )
         if schedule.max_delay < schedule.base_delay:
             raise ContractError(f"{r.source}: [schedule].max_delay must not be shorter than base_delay")
@@ -394,7 +398,7 @@ def _build(r: Reader) -> Contract:
     submit = None
     if "submit" in r.data:
         sb = r.table("submit")
-        sb.only({"url", "method", "idempotency_header", "job_id", "status_location"})
+        sb.only({"url", "method", "idempotency_header", "job_id", "status_location", "encoding", "idempotency_field"})
         url = sb.text("url", required=True)
         check_url(sb, "url", url)
         if _origin(url) != origin:
@@ -411,8 +415,10 @@ def _build(r: Reader) -> Contract:
             url=url,
             method=_method(sb),
             idempotency_header=idem,
-            job_id=sb.path("job_id") or "job_id",
+            job_id=_submit_job_id(sb),
             status_location=location,
+            encoding=_encoding(sb),
+            idempotency_field=_idempotency_field(sb),
         )
     approval = r.text("approval") or "none"
     if approval not in APPROVAL_MODES:
@@ -455,6 +461,8 @@ def _build(r: Reader) -> Contract:
         submit=submit,
         approval=approval,
         agent=agent,
+        rate_limits=parse_rate_limits(r),
+        result=parse_result(r, fields.result),
     )
 
 
@@ -467,6 +475,29 @@ def _expression(r: Reader, key: str, required: bool = False) -> str | None:
         except expr.ExpressionError as exc:
             raise r.fail(key, f"{text!r} {exc}") from None
     return text
+
+
+def _submit_job_id(r: Reader) -> str:
+    """A path into the answer's body, or `header:NAME` (the job id is the last segment of that header's URL)."""
+    raw = r.text("job_id")
+    if raw is not None and raw.startswith("header:"):
+        check_token(r, "job_id", raw.partition(":")[2])
+        return str(raw)
+    return r.path("job_id") or "job_id"
+
+
+def _encoding(r: Reader) -> str:
+    encoding = r.text("encoding") or "json"
+    if encoding not in {"json", "form"}:
+        raise r.fail("encoding", f"must be 'json' or 'form', got {encoding!r}")
+    return str(encoding)
+
+
+def _idempotency_field(r: Reader) -> str | None:
+    name = r.text("idempotency_field")
+    if name is not None:
+        check_token(r, "idempotency_field", name)
+    return None if name is None else str(name)
 
 
 def _origin(url: str) -> str:

@@ -132,6 +132,7 @@ def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -
         request_id=obs.request_id,
         state=obs.state,
         rate_limited=obs.kind is Kind.RATE_LIMITED,
+        token_refused=obs.kind is Kind.TOKEN_REFUSED,
     )
     key = (obs.kind, obs.category if obs.kind is Kind.JOB_STATE else None)
     rule_name, rule = RULES[key]
@@ -263,7 +264,9 @@ def _pending(c: _Ctx) -> Decision:
             StopReason.CONTRADICTORY_STATUS,
             f"{c.obs.detail} after the job's own expiry {format_rfc3339(expires_at)}",
         )
-    return c.wait(use_hint=True)
+    # retry_after is set on a 2xx only when the contract says the provider means it ([schedule]
+    # retry_after_on_success): then it is a floor under the hint and the backoff, as on a 429.
+    return c.wait(use_hint=True, floor=c.obs.retry_after)
 
 
 def _ended(reason: StopReason) -> Rule:
@@ -296,16 +299,41 @@ def _transport_failure(c: _Ctx) -> Decision:
 
 def _rate_limited(c: _Ctx) -> Decision:
     if c.record.rate_limited_consecutive >= c.record.plan.max_rate_limited:
-        detail = f"{c.record.rate_limited_consecutive} consecutive 429 responses"
+        what = "429" if c.obs.http_status == 429 else "rate-limit"  # a [[rate_limit]] signal may be a 403 or 400
+        detail = f"{c.record.rate_limited_consecutive} consecutive {what} responses"
         return c.stop(StopReason.RATE_LIMITED, detail)
     decision = c.wait(floor=c.obs.retry_after)
     if decision.action is Action.WAIT and decision.next_poll_at == c.record.deadline_at:
         # The rate limit leaves no poll before the deadline: say so now rather than wake up only to time out.
         detail = (
-            f"HTTP 429 and the provider's rate limit leaves no request before {format_rfc3339(c.record.deadline_at)}"
+            f"HTTP {c.obs.http_status} and the provider's rate limit leaves no request before"
+            f" {format_rfc3339(c.record.deadline_at)}"
         )
         return c.stop(StopReason.RATE_LIMITED, detail)
     return decision
+
+
+def _credential_refreshed(c: _Ctx) -> Decision:
+    """A 401 to a token a command or file can give again: it may just have expired, so the client has dropped it
+    and the next poll, due at once, sends a fresh one. Once: a second 401 in a row is a refusal (never a loop)."""
+    if c.record.token_refused_consecutive > 1:
+        denied = replace(c, rule="authorization_denied")
+        return denied.stop(StopReason.AUTHORIZATION_DENIED, f"{c.obs.detail} again, after the token was fetched again")
+    spent = _limit_spent(c.record, c.now)
+    if spent is not None:
+        reason, why = spent
+        return c.stop(reason, f"{c.obs.detail}; {why}")
+    detail = f"{c.obs.detail}; it is fetched again and the next poll is due at once (once)"
+    return Decision(
+        record=c.record.waiting(c.now, DelaySource.LOCAL_BACKOFF),
+        action=Action.WAIT,
+        rule=c.rule,
+        next_poll_at=c.now,
+        delay_source=DelaySource.LOCAL_BACKOFF,
+        raw_delay=timedelta(0),
+        rejections=c.obs.rejections,
+        detail=detail,
+    )
 
 
 def _not_found(c: _Ctx) -> Decision:
@@ -336,6 +364,7 @@ RULES: dict[tuple[Kind, Category | None], tuple[str, Rule]] = {
     (Kind.TRANSPORT, None): ("transport_failure", _transport_failure),
     (Kind.RATE_LIMITED, None): ("rate_limited", _rate_limited),
     (Kind.AUTH_DENIED, None): ("authorization_denied", _stop_with(StopReason.AUTHORIZATION_DENIED)),
+    (Kind.TOKEN_REFUSED, None): ("credential_refreshed", _credential_refreshed),
     (Kind.NOT_FOUND, None): ("not_found", _not_found),
     (Kind.REDIRECT, None): ("redirect", _stop_with(StopReason.INTEGRATION_FAILURE)),
     (Kind.UNEXPECTED_STATUS, None): ("unexpected_status", _stop_with(StopReason.INTEGRATION_FAILURE)),

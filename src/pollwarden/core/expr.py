@@ -14,26 +14,30 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jmespath
-import jmespath.exceptions
-import jmespath.functions
-
-
-class _Functions(jmespath.functions.Functions):
-    """Stock JMESPath has no case folding; Azure's `status` is documented case-insensitive."""
-
-    @jmespath.functions.signature({"types": ["string"]})
-    def _func_lower(self, s: str) -> str:
-        return s.lower()
-
-    @jmespath.functions.signature({"types": ["string"]})
-    def _func_upper(self, s: str) -> str:
-        return s.upper()
+if TYPE_CHECKING:
+    import jmespath
 
 
-_OPTIONS = jmespath.Options(custom_functions=_Functions())
+@functools.cache
+def _options() -> jmespath.Options:
+    """Built on first use: `import pollwarden.core` loads only the standard library (tests/test_imports.py)."""
+    import jmespath
+    import jmespath.functions
+
+    class _Functions(jmespath.functions.Functions):
+        """Stock JMESPath has no case folding; Azure's `status` is documented case-insensitive."""
+
+        @jmespath.functions.signature({"types": ["string"]})
+        def _func_lower(self, s: str) -> str:
+            return s.lower()
+
+        @jmespath.functions.signature({"types": ["string"]})
+        def _func_upper(self, s: str) -> str:
+            return s.upper()
+
+    return jmespath.Options(custom_functions=_Functions())
 
 
 class ExpressionError(ValueError):
@@ -65,6 +69,9 @@ def check(text: str) -> None:
 
 @functools.lru_cache(maxsize=1024)
 def _compile(text: str) -> _Compiled:
+    import jmespath
+    import jmespath.exceptions
+
     if not text.strip():
         raise ExpressionError("is empty")
     path = _plain_path(text)
@@ -106,6 +113,8 @@ def _first_line(exc: Exception) -> str:
 
 def lookup(text: str, document: Any) -> Lookup:
     """Evaluate `text` against a parsed JSON document; never raises for any document."""
+    import jmespath.exceptions
+
     compiled = _compile(text)
     if compiled.path is not None:
         current = document
@@ -115,13 +124,15 @@ def lookup(text: str, document: Any) -> Lookup:
             current = current[part]
         return Lookup(present=current is not None, value=current)
     try:
-        value = compiled.parsed.search(document, options=_OPTIONS)
+        value = compiled.parsed.search(document, options=_options())
     except (jmespath.exceptions.JMESPathError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         return Lookup(present=False, problem=_evaluation_problem(exc), plain=False)
     return Lookup(present=value is not None, value=value, plain=False)
 
 
 def _evaluation_problem(exc: Exception) -> str:
+    import jmespath.exceptions
+
     if isinstance(exc, TypeError) and not isinstance(exc, jmespath.exceptions.JMESPathError):
         # Python's own words here name Python types ("'<' not supported between 'str' and 'int'").
         return "it compares values of different JSON types (a string with a number)"

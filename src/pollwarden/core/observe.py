@@ -19,12 +19,14 @@ from typing import Any
 
 from ..errors import EXIT_ESCALATED, PollwardenError
 from .contract import Contract
+from .contract_result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
+from .contract_result import JSONValue, check_result
+from .contract_signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
 from .expr import absent_words, described, lookup
+from .ratelimit import matching, reset_at
 from .reasons import Category
 from .schedule import Rejection, parse_retry_after
-
-MAX_RESULT_LENGTH = 4096
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Kind(StrEnum):
     TRANSPORT = "transport"
     RATE_LIMITED = "rate_limited"
     AUTH_DENIED = "auth_denied"
+    TOKEN_REFUSED = "token_refused"  # a 401 to a token a command or file can give again: fetched again once
     NOT_FOUND = "not_found"
     REDIRECT = "redirect"
     UNEXPECTED_STATUS = "unexpected_status"
@@ -86,7 +89,8 @@ class Observation:
     request_id: str | None = None
     state: str | None = None
     category: Category | None = None
-    result: str | None = None
+    result: JSONValue = None
+    """The validated result (any JSON value `[result]` allows); None when there is none."""
     result_problem: str | None = None
     provider_error: str | None = None
     expires_at: datetime | None = None
@@ -155,14 +159,37 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
             **extra,
         )
 
+    signal = matching(contract.rate_limits, status, response.headers, lambda: _document_or_none(response))
+    success_retry = 200 <= status < 300 and contract.schedule.retry_after_on_success
     retry_after: datetime | None = None
     rejections: tuple[Rejection, ...] = ()
-    if raw_retry is not None and (status == 429 or status >= 500):
+    if raw_retry is not None and (status == 429 or status >= 500 or signal is not None or success_retry):
         parsed = parse_retry_after(raw_retry, at)
         if isinstance(parsed, Rejection):
             rejections = (parsed,)
         else:
             retry_after = parsed
+    if signal is not None:  # the contract's own signals come before the status-code table
+        number, matched = signal
+        if matched.means is Meaning.AUTHORIZATION_DENIED:
+            return make(
+                Kind.AUTH_DENIED,
+                f"HTTP {status} matches [[rate_limit]] {number}, which means authorization_denied:"
+                " a quota or billing limit a person must act on",
+            )
+        reset = reset_at(matched, response.headers, at)
+        if isinstance(reset, Rejection):
+            rejections += (reset,)
+        elif reset is not None:
+            retry_after = reset if retry_after is None else max(retry_after, reset)
+        return make(
+            Kind.RATE_LIMITED,
+            f"HTTP {status} matches [[rate_limit]] {number}",
+            retry_after=retry_after,
+            rejections=rejections,
+        )
+    if status == 401 and contract.auth is not None and contract.auth.refreshable:
+        return make(Kind.TOKEN_REFUSED, "HTTP 401: the token was refused")
     if status in (401, 403):
         return make(Kind.AUTH_DENIED, f"HTTP {status}: the credential was refused")
     if status == 429:
@@ -183,7 +210,17 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
         )
     if not 200 <= status < 300:
         return make(Kind.UNEXPECTED_STATUS, f"HTTP {status} is not in the contract")
-    return _classify_body(contract, response, make, rejections)
+    return _classify_body(contract, response, make, rejections, retry_after)
+
+
+def _document_or_none(response: Response) -> dict[str, Any] | None:
+    """The body for a [[rate_limit]] body predicate: a body that is cut or not a JSON object matches nothing."""
+    if response.truncated:
+        return None
+    try:
+        return parse_document(response.body)
+    except BodyError:
+        return None
 
 
 def _classify_body(
@@ -191,7 +228,10 @@ def _classify_body(
     response: Response,
     make: Callable[..., Observation],
     rejections: tuple[Rejection, ...],
+    retry_after: datetime | None = None,
 ) -> Observation:
+    """A 2xx answer's body; `retry_after` is set only when the contract says its provider means one on a 2xx."""
+
     def invalid(detail: str) -> Observation:
         return make(Kind.INVALID_RESPONSE, detail, rejections=rejections)
 
@@ -214,7 +254,7 @@ def _classify_body(
         return invalid(f"state field {fields.state!r} is {described(state)}, not a string")
     category = contract.states.category(state)
     at = response.received_at
-    result, result_problem = _result(document, fields.result) if category is Category.SUCCESS else (None, None)
+    result, result_problem = _result(contract, document) if category is Category.SUCCESS else (None, None)
     expires_at = None
     if fields.expires_at:
         expires_at, problem = _moment(document, fields.expires_at, contract.timestamps.expires_at)
@@ -234,6 +274,7 @@ def _classify_body(
         result_problem=result_problem,
         provider_error=provider_error,
         expires_at=expires_at,
+        retry_after=retry_after,
         hint_at=hint_at,
         hint_field=hint_field,
         rejections=rejections + hint_rejections,
@@ -271,21 +312,15 @@ _FORM_WORDS = {
 }
 
 
-def _result(document: Any, path: str | None) -> tuple[str | None, str | None]:
+def _result(contract: Contract, document: Any) -> tuple[JSONValue, str | None]:
     """An artifact reference is validated before success is declared (R17)."""
+    path = contract.fields.result
     if path is None:
         return None, None
     found = lookup(path, document)
-    if not found.present:
+    if found.problem is not None or (not found.present and not found.plain):
         return None, f"result field {path!r} {absent_words(found)}"
-    value = found.value
-    if not isinstance(value, str):
-        return None, f"result field {path!r} is {described(value)}, not a string"
-    if not value.strip():
-        return None, f"result field {path!r} is empty"
-    if len(value) > MAX_RESULT_LENGTH or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        return None, f"result field {path!r} is not a usable reference (too long or control characters)"
-    return value, None
+    return check_result(contract.result, path, not found.missing, found.value)
 
 
 def _hint(document: Any, contract: Contract, at: datetime) -> tuple[datetime | None, str | None, tuple[Rejection, ...]]:

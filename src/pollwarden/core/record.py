@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .contract import Contract, Schedule
+from .contract_result import JSONValue
 from .durations import format_rfc3339
 from .reasons import DelaySource, Phase, StopReason
 
@@ -51,13 +52,16 @@ class OperationRecord:
     status_requests_used: int = 0
     transport_failures_used: int = 0
     rate_limited_consecutive: int = 0
+    token_refused_consecutive: int = 0
+    """401s in a row to a token that can be fetched again: the first is retried at once, the second stops."""
     polls_completed: int = 0
     last_state: str | None = None
     last_http_status: int | None = None
     last_observed_at: datetime | None = None
     last_request_id: str | None = None
     provider_error: str | None = None
-    result: str | None = None
+    result: JSONValue = None
+    """The validated result: any JSON value the contract's `[result]` allows (a string for older contracts)."""
     finished_at: datetime | None = None
     status_location: str | None = None
     """A status URL the provider returned on submission (R25); None means the contract's template."""
@@ -85,6 +89,7 @@ class OperationRecord:
         request_id: str | None,
         state: str | None,
         rate_limited: bool,
+        token_refused: bool = False,
     ) -> OperationRecord:
         """One exchange was seen; an answer without a state keeps the last state seen, not forgets it."""
         return replace(
@@ -95,6 +100,7 @@ class OperationRecord:
             last_request_id=request_id,
             last_state=state if state is not None else self.last_state,
             rate_limited_consecutive=self.rate_limited_consecutive + 1 if rate_limited else 0,
+            token_refused_consecutive=self.token_refused_consecutive + 1 if token_refused else 0,
         )
 
     def transport_failed(self) -> OperationRecord:
@@ -108,7 +114,7 @@ class OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
         return replace(self, next_poll_at=next_poll_at)
 
-    def succeeded(self, result: str | None, detail: str, at: datetime) -> OperationRecord:
+    def succeeded(self, result: JSONValue, detail: str, at: datetime) -> OperationRecord:
         return replace(self, phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at)
 
     def stopped(self, reason: StopReason, detail: str, at: datetime) -> OperationRecord:
@@ -132,6 +138,7 @@ class OperationRecord:
             next_poll_at=next_poll_at,
             delay_source=DelaySource.MANUAL_EXTENSION,
             rate_limited_consecutive=0,
+            token_refused_consecutive=0,
         )
 
     def with_plan(self, plan: Plan) -> OperationRecord:

@@ -94,6 +94,19 @@ class Scrubber:
     def __bool__(self) -> bool:
         return bool(self._forms)
 
+    @property
+    def longest(self) -> int:
+        """Bytes of the longest form: a stream scrubbed in pieces holds back one byte fewer, so no form is split."""
+        return max((len(f) for f in self._byte_forms), default=0)
+
+    def raw(self, data: bytes) -> bytes:
+        """Every form removed from bytes that are not a JSON document (a downloaded file): no re-encoding."""
+        mark = MARK.encode("ascii")
+        for form in self._byte_forms:
+            if form in data:
+                data = data.replace(form, mark)
+        return data
+
     def text(self, text: str) -> str:
         for form in self._forms:
             if form in text:

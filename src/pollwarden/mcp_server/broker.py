@@ -24,7 +24,7 @@ from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
 from ..engine import Engine, Polled, StepResult
-from ..http import CredentialError, StatusClient, resolve_secret
+from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
@@ -60,7 +60,7 @@ class Broker:
         self.scrubber = scrubber_for(self.contracts.values(), env)
         self.problems = list(problems)
         self.stopping = threading.Event()
-        self._secrets: dict[str, str | None] = {}
+        self._secrets: dict[str, Credential | None] = {}
         self.not_ready: dict[str, str] = {}
         for name, contract in self.contracts.items():
             try:

@@ -54,11 +54,17 @@ def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> 
     for contract in contracts:
         if contract.auth is not None:
             try:
-                sent = resolve_secret(contract, environ)
+                credential = resolve_secret(contract, environ)
             except CredentialError:
-                sent = environ.get(contract.auth.secret_env)
-            if sent:
-                found.add((sent, contract.auth.scheme or None))
+                credential = None
+            if credential is not None:
+                found.update(credential.secret_pairs())
+            else:  # a value refused for sending is still a secret: every variable the contract names, as it is
+                found.update(
+                    (environ[name], contract.auth.scheme or None)
+                    for name in contract.auth.env_names
+                    if environ.get(name)
+                )
         webhook = contract.escalation.webhook_secret_env
         if webhook and environ.get(webhook):
             found.add((environ[webhook], None))  # an HMAC key, used exactly as the environment holds it

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -327,7 +326,7 @@ def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, An
 def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
-        if record.phase is not Phase.SUCCEEDED or not record.result:
+        if record.phase is not Phase.SUCCEEDED or record.result is None:
             state = record.reason.value if record.reason else record.phase.value
             raise ToolFailure(
                 "no_result",
@@ -349,7 +348,8 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                             broker.clock(),
                         )
                         raise ToolFailure("fetch_failed", str(exc)) from None
-                body = out.read_bytes()
+                with out.open("rb") as written:  # a result file may be a GiB: the agent sees the head only
+                    body = written.read(RESULT_TEXT_CAP * 4 + 4)
             info.pop("out", None)
             store.append(operation_id, "action", {**info, "by": broker.requester}, broker.clock())
             summary = {"outcome": "sent", "bytes": info["bytes"], "sha256": info["sha256"]}
@@ -358,14 +358,15 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
         fetched = gated_call(broker, store, contract, record, "fetch_result", call, send)
     body: bytes = fetched.pop("body")
     text = body.decode("utf-8", errors="replace")
+    size: int = fetched["bytes"]
     return {
         "status": "fetched",
         "operation_id": operation_id,
-        "bytes": len(body),
-        "sha256": hashlib.sha256(body).hexdigest(),
+        "bytes": size,
+        "sha256": fetched["sha256"],  # of the whole file, as written
         "content_type": fetched.get("content_type"),
         "text": text[:RESULT_TEXT_CAP],
-        "truncated": len(text) > RESULT_TEXT_CAP,
+        "truncated": len(text) > RESULT_TEXT_CAP or len(body) < size,
         "url": fetched.get("url"),
     }
 

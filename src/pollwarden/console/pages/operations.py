@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from ...core.contract_result import result_text
 from ...core.reasons import Phase
 from ...core.record import OperationRecord
 from ...store.base import StoredDecision
@@ -71,6 +72,7 @@ def operation_page(
     chrome: Chrome,
 ) -> str:
     summary = record.summary()
+    summary["result"] = result_text(record.result)  # any JSON value: compact JSON, never a Python repr
     kv = "".join(f"<tr><th>{esc(key)}</th><td>{dash(value)}</td></tr>" for key, value in summary.items())
     bars = (
         '<p><span class="muted">Status requests</span> '

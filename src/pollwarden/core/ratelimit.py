@@ -1,0 +1,88 @@
+"""Matching one answer against the contract's `[[rate_limit]]` signals, and reading the reset time it names.
+
+Kept out of observe so the status-code classification stays one readable table: observe asks `matching` first
+and, for a rate limit, `reset_at`. Every predicate is evaluated defensively: a header that is absent, a body
+that is not JSON and a JMESPath expression that raises on this body all mean "does not match", never an error
+(the answer is the provider's, hostile until parsed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from . import expr
+from .contract_signals import RateLimitSignal, ResetFormat
+from .schedule import MAX_RETRY_AFTER, Rejection
+
+_NUMBER = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?")
+"""ASCII digits only (str.isdigit alone accepts '²'), at most 15 before the point so float() stays exact enough."""
+
+
+def matching(
+    signals: tuple[RateLimitSignal, ...],
+    status: int,
+    headers: Mapping[str, str],
+    document: Callable[[], Any],
+) -> tuple[int, RateLimitSignal] | None:
+    """The first signal (numbered from 1, as a person counts [[rate_limit]] tables) this answer matches.
+
+    `document` parses the body on first use, so a header-only signal never reads it; it returns None when the
+    body is not a JSON object, and then a body predicate does not match."""
+    for number, signal in enumerate(signals, start=1):
+        if status not in signal.status:
+            continue
+        if signal.header is not None:
+            value = headers.get(signal.header)
+            if value is None or (signal.equals is not None and value.strip() != signal.equals):
+                continue
+        if signal.body is not None and not _holds(signal.body, document()):
+            continue
+        return number, signal
+    return None
+
+
+def _holds(expression: str, document: Any) -> bool:
+    if document is None:
+        return False
+    found = expr.lookup(expression, document)  # never raises; an expression that fails on this body: no match
+    value = found.value if found.problem is None else None
+    # JMESPath truth: false, null, "", [] and {} are false; every number (0 included) is true.
+    return not (value is None or value is False or (isinstance(value, str | list | dict) and not value))
+
+
+def reset_at(signal: RateLimitSignal, headers: Mapping[str, str], at: datetime) -> datetime | Rejection | None:
+    """The time the signal's reset header names, bounded like Retry-After: at most MAX_RETRY_AFTER ahead, a time
+    in the past meaning "now"; None when the signal names no reset header or the answer does not carry it."""
+    if signal.reset_header is None or signal.reset is None:
+        return None
+    raw = headers.get(signal.reset_header)
+    if raw is None:
+        return None
+    text = raw.strip()
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    if text.startswith("-"):
+        return Rejection(signal.reset_header, shown, "negative")
+    if not _NUMBER.fullmatch(text):
+        return Rejection(signal.reset_header, shown, f"not a number of {_unit(signal.reset)}")
+    number = float(text)
+    if signal.reset is ResetFormat.EPOCH_SECONDS:
+        if number > (at + MAX_RETRY_AFTER).timestamp():
+            return Rejection(signal.reset_header, shown, "absurdly far in the future")
+        moment = datetime.fromtimestamp(number, UTC)
+    else:
+        seconds = number / 1000 if signal.reset is ResetFormat.MILLISECONDS else number
+        if timedelta(seconds=seconds) > MAX_RETRY_AFTER:
+            return Rejection(signal.reset_header, shown, "absurdly far in the future")
+        moment = at + timedelta(seconds=seconds)
+    return max(moment, at)
+
+
+def _unit(reset: ResetFormat) -> str:
+    return {
+        ResetFormat.EPOCH_SECONDS: "epoch seconds",
+        ResetFormat.SECONDS: "seconds",
+        ResetFormat.MILLISECONDS: "milliseconds",
+    }[reset]

@@ -1,0 +1,89 @@
+"""A loopback HTTP server answering from a table of routes, recording every request: the fetch-result and
+submit tests use two of them to be two origins."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    drop: bool = False
+    """Close the connection without answering: the request was received, its outcome unknown to the client."""
+
+
+Route = Callable[[Seen], Answer]
+
+
+class Loopback:
+    def __init__(self, routes: Mapping[tuple[str, str], Route | Answer]) -> None:
+        self.routes = dict(routes)
+        self.seen: list[Seen] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                seen = Seen(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)
+                )
+                outer.seen.append(seen)
+                route = outer.routes.get((self.command, self.path), Answer(404, b'{"error":"not found"}'))
+                answer = route if isinstance(route, Answer) else route(seen)
+                if answer.drop:
+                    self.close_connection = True
+                    return
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            do_GET = do_POST = do_PUT = _answer
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet: pytest shows what a test asserts."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Loopback:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextmanager
+def serving(routes: Mapping[tuple[str, str], Route | Answer] | None = None) -> Iterator[Loopback]:
+    server = Loopback(routes or {}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
