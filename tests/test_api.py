@@ -91,3 +91,30 @@ def test_contracts_that_need_agent_approval_are_refused_in_process(sim: Simulato
     with pytest.raises(WatchError, match="job_id"):
         Watch(write_contract(tmp_path / "d.toml", sim.url), "", home=tmp_path / "home")
     assert sim.request_count("happy-1") == 0
+
+
+def test_a_shipped_contract_by_name_with_vars_and_a_status_url(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.loopback import provider
+
+    with provider() as gitlab:
+        gitlab.answer("/api/v4/projects/42/pipelines/7", (200, {"status": "success", "web_url": f"{gitlab.url}/p/7"}))
+        monkeypatch.setenv("GITLAB_TOKEN", "glpat-api-test")
+        outcome = watch_sync("gitlab-pipeline", "7", home=home, vars={"base_url": gitlab.url, "project": "42"})
+        with pytest.raises(WatchError, match="unknown var projct; this contract declares: base_url, project"):
+            Watch("gitlab-pipeline", "7", home=home, vars={"projct": "1"})
+        with pytest.raises(WatchError, match="status_url contract 'gitlab-pipeline' does not take a status URL"):
+            Watch("gitlab-pipeline", home=home, vars={"project": "4"}, status_url=f"{gitlab.url}/x")
+        with pytest.raises(WatchError, match=r"job_id has an empty, '\.' or '\.\.' path segment"):
+            contract = tmp_path / "g.toml"
+            contract.write_text(
+                f'name = "g"\nstatus_url = "{gitlab.url}/v1/{{job_id:path}}"\nstatus_url_handles = true\n'
+                '[states]\npending = ["r"]\nsuccess = ["success"]\nfailure = ["f"]\n[fields]\nstate = "status"\n',
+                encoding="utf-8",
+            )
+            Watch(contract, "a/../b", home=home)
+        with pytest.raises(WatchError, match="status_url is not on"):
+            Watch(contract, home=home, status_url="http://evil.example/v1/x")
+        assert [s.headers["private-token"] for s in gitlab.seen] == ["glpat-api-test"]  # refusals sent nothing
+    assert isinstance(outcome, Succeeded) and outcome.result == f"{gitlab.url}/p/7"

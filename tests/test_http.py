@@ -496,3 +496,21 @@ def test_an_answer_whose_length_is_ambiguous_is_not_read(
     server = serve(send(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body))
     failure = failure_of(poll(server)[0])
     assert failure.kind is FailureKind.PROTOCOL and words in failure.message
+
+
+def test_static_headers_go_to_the_contracts_origin_only() -> None:
+    from pollwarden.core.contract import parse_contract
+    from pollwarden.http import FakeTransport, Reply, StatusClient
+
+    contract = parse_contract(
+        'name = "h"\nstatus_url = "https://api.example/jobs/{job_id}"\n[headers]\nanthropic-version = "2023-06-01"\n'
+        '[states]\npending = ["r"]\nsuccess = ["s"]\nfailure = ["f"]\n[fields]\nstate = "state"\n'
+    )
+    transport = FakeTransport(lambda request: Reply(200, {}, b'{"state": "s"}'))
+    with StatusClient(contract, None, clock=lambda: datetime.now(UTC), transport=transport) as client:
+        client.fetch("1")
+        client.send("POST", "https://api.example/jobs/1/cancel")
+        client.send("GET", "https://files.example/out", credential=False)
+    sent = [dict(request.headers).get("anthropic-version") for request in transport.requests]
+    assert sent == ["2023-06-01", "2023-06-01", None]
+    assert [request.method for request in transport.requests] == ["GET", "POST", "GET"]

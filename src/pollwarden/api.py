@@ -22,13 +22,14 @@ them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from .catalogue import resolve_contract
 from .clock import utcnow
-from .core.admission import Limits, WatchRequest, job_id_problem, operation_id_problem
+from .core.admission import Limits, WatchRequest, check, operation_id_problem
 from .core.contract import Contract, ContractError, load_contract
 from .core.contract_result import JSONValue
 from .core.durations import DurationError, parse_duration
@@ -44,6 +45,10 @@ from .store.base import Store
 from .store.owner import process_owner
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
+
+
+_NAMES = {"status_location": "status_url"}
+"""Admission's field names as this API's parameters, where they differ."""
 
 
 class WatchError(PollwardenError, ValueError):
@@ -105,12 +110,21 @@ class Watch:
         max_requests: int | None = None,
         operation_id: str | None = None,
         on_progress: Callable[[StepResult], None] | None = None,
+        vars: Mapping[str, str] | None = None,
+        status_url: str | None = None,
     ) -> None:
+        """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
+        its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles)."""
         if isinstance(contract, Contract):
+            if vars:
+                raise WatchError("vars apply to a contract given by name or path; this Contract is already built")
             self.contract = contract
         else:
             try:
-                self.contract = load_contract(Path(contract).expanduser())
+                if isinstance(contract, Path):
+                    self.contract = load_contract(contract.expanduser(), vars)
+                else:
+                    self.contract = resolve_contract(contract, vars)
             except ContractError as exc:
                 raise WatchError(str(exc)) from None
         if self.contract.approval != "none":
@@ -124,14 +138,17 @@ class Watch:
                 f"contract {self.contract.name!r} declares safe_status = false: its status request is an action,"
                 " so pollwarden will not repeat it"
             )
-        if job_id is None and operation_id is None:
-            raise WatchError("give a job_id to start a watch, or the operation_id of one to resume")
-        if job_id is not None and (problem := job_id_problem(job_id)):
-            raise WatchError(f"job_id: {problem}")
+        if job_id is None and operation_id is None and status_url is None:
+            raise WatchError("give a job_id (or a status_url) to start a watch, or the operation_id of one to resume")
         if operation_id is not None and (problem := operation_id_problem(operation_id)):
             raise WatchError(f"operation_id {operation_id!r}: {problem}")
-        self.job_id = job_id
         self.limits = Limits(deadline=_duration(deadline, "deadline"), max_requests=max_requests)
+        self.status_url = status_url
+        # Admission's own checks, before anything is opened: the same words as every other interface.
+        probe = WatchRequest(self.contract, job_id, operation_id, self.limits, status_location=status_url)
+        if (refused := check(probe)) is not None:
+            raise WatchError(f"cannot watch: {refused.message_for(_NAMES)}")
+        self.job_id = probe.job_id
         self.operation_id = operation_id
         self._home = home
         self._store = store
@@ -154,7 +171,13 @@ class Watch:
         try:
             engine = Engine(store, owner=process_owner(), clock=utcnow)
             request = WatchRequest(
-                self.contract, self.job_id, self.operation_id, self.limits, by="python api", credential=secret
+                self.contract,
+                self.job_id,
+                self.operation_id,
+                self.limits,
+                by="python api",
+                credential=secret,
+                status_location=self.status_url,
             )
             try:
                 admitted = engine.admit(request)
@@ -186,6 +209,8 @@ def watch_sync(
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
     operation_id: str | None = None,
+    vars: Mapping[str, str] | None = None,
+    status_url: str | None = None,
 ) -> Outcome:
     """`Watch(...).run()` in one call."""
     return Watch(
@@ -196,6 +221,8 @@ def watch_sync(
         deadline=deadline,
         max_requests=max_requests,
         operation_id=operation_id,
+        vars=vars,
+        status_url=status_url,
     ).run()
 
 
@@ -208,6 +235,8 @@ async def watch(
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
     operation_id: str | None = None,
+    vars: Mapping[str, str] | None = None,
+    status_url: str | None = None,
 ) -> Outcome:
     """The same watch without blocking the event loop: it runs on a worker thread and is awaited here.
 
@@ -222,5 +251,7 @@ async def watch(
         deadline=deadline,
         max_requests=max_requests,
         operation_id=operation_id,
+        vars=vars,
+        status_url=status_url,
     )
     return await asyncio.to_thread(prepared.run)

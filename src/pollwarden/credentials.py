@@ -157,7 +157,9 @@ class Credential:
     @classmethod
     def static(cls, contract: Contract, value: str) -> Credential:
         """A header credential whose value the caller already holds (tests, and callers of the older API)."""
-        auth = contract.auth if contract.auth is not None else Auth(secret_env="GIVEN")
+        auth = contract.auth
+        if auth is None or auth.kind is not AuthKind.HEADER:
+            auth = Auth(secret_env="GIVEN")
         made = cls(contract.name, auth, {})
         made._static = value
         made._remember(value, auth.scheme or None)

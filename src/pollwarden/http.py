@@ -357,6 +357,8 @@ class StatusClient:
         self._contract = contract
         # A plain string is a header token the caller already read (the older API); either way one object holds it.
         self._credential = Credential.static(contract, secret) if isinstance(secret, str) else secret
+        # A contract without [auth] sends nothing, whatever it is handed; what it was handed is still scrubbed.
+        self._sends = contract.auth is not None
         self._clock = clock
         self._transport: Transport = SocketTransport() if transport is None else transport
         self._base_headers = {
@@ -382,8 +384,10 @@ class StatusClient:
     def _headers(
         self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
     ) -> dict[str, str]:
-        headers = {**self._base_headers, **extra}
-        if credential and self._credential is not None:
+        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere.
+        static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
+        headers = {**self._base_headers, **static, **extra}
+        if credential and self._sends and self._credential is not None:
             try:
                 self._credential.apply(method, url, headers, body, self._clock())
             except CredentialError as exc:
@@ -394,9 +398,15 @@ class StatusClient:
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:
-        """One status request; `location` is a status URL the provider returned (same origin only)."""
+        """One status request as the contract's [status] says; `location` is a status URL the provider returned
+        (same origin only)."""
         url = self._contract.status_url_for(job_id) if location is None else location
-        return self.send("GET", url, extra_headers=extra_headers)
+        status = self._contract.status
+        body = status.body_for(job_id)
+        headers = dict(extra_headers or {})
+        if body is not None:
+            headers["Content-Type"] = status.content_type
+        return self.send(status.method, url, body=body, extra_headers=headers)
 
     def send(
         self,

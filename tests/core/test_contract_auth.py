@@ -38,7 +38,7 @@ def test_kinds_and_their_accounts() -> None:
     assert basic.account == "basic:env:U,env:P via Authorization"
     sigv4 = parse_contract(
         _with(
-            'kind = "sigv4"\nservice = "textract"\nregion = "{region}"\naccess_key_env = "AWS_ACCESS_KEY_ID"\n'
+            'kind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\naccess_key_env = "AWS_ACCESS_KEY_ID"\n'
             'secret_key_env = "AWS_SECRET_ACCESS_KEY"\nsession_token_env = "AWS_SESSION_TOKEN"'
         ),
         source="t.toml",
@@ -49,7 +49,8 @@ def test_kinds_and_their_accounts() -> None:
         "AWS_SESSION_TOKEN",
     )
     assert (
-        sigv4.account == "sigv4:textract/{region} env:AWS_ACCESS_KEY_ID,env:AWS_SECRET_ACCESS_KEY,env:AWS_SESSION_TOKEN"
+        sigv4.account
+        == "sigv4:textract/us-east-1 env:AWS_ACCESS_KEY_ID,env:AWS_SECRET_ACCESS_KEY,env:AWS_SESSION_TOKEN"
     )
     assert len({c.fingerprint() for c in (command, token_file, basic, sigv4)}) == 4
 

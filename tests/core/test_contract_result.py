@@ -84,7 +84,7 @@ def test_a_full_table() -> None:
         ('url = "https://{result}.example/f"\ncredential = true', "{result} may not be part of the host"),
         ('url = "ftp://api.example/{result}"\ncredential = true', "must be an absolute http(s) URL"),
         ('url = "https://api.example/{result} x"\ncredential = true', "holds a space"),
-        ('url = "https://api.example/{Result}/{result}"\ncredential = true', "not a placeholder like {result}"),
+        ('url = "https://api.example/{Result}/{result}"\ncredential = true', "{Result} names no declared var"),
         ('type = "string"\ncredential = "yes"', "[result].credential: must be true or false, got str"),
         ('type = "object"\nnon_empty = 1', "[result].non_empty: must be true or false, got int"),
         ('type = "object"\nmax_bytes = 0', "[result].max_bytes: must be between 1 and"),
@@ -106,9 +106,10 @@ def test_result_table_needs_the_field() -> None:
         load("", base='result = "x"\n' + BASE)
 
 
-def test_a_var_in_the_template_is_left_for_the_vars_reader() -> None:
-    spec = load('\n[result]\nurl = "{base_url}/v1/files/{result}/content"\ncredential = true\n').result
-    assert spec.url == "{base_url}/v1/files/{result}/content"
+def test_a_var_in_the_template_is_expanded_and_result_is_kept_for_the_fetch() -> None:
+    text = '\n[vars]\nbase_url = "https://api.example"\n[result]\nurl = "{base_url}/v1/files/{result}/content"\n'
+    spec = load(text + "credential = true\n").result
+    assert spec.url == "https://api.example/v1/files/{result}/content"
 
 
 OBJECT = ResultSpec(type="object", declared=True)

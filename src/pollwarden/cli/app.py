@@ -20,7 +20,8 @@ from ..shown import shown
 from ..simulator import scenario_listing
 from .agents import add_agent_commands
 from .audit import cmd_audit_export, cmd_audit_repair, cmd_audit_verify
-from .common import EXIT_USAGE, _positive, port_number, real_number, resume_hint, whole_number
+from .catalogue import add_contracts_command
+from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, resume_hint, whole_number
 from .decide import cmd_cancel, cmd_decide, cmd_decisions, cmd_fetch_result, cmd_submit
 from .fleet import add_fleet_commands
 from .inspect import cmd_status, cmd_story, cmd_why
@@ -47,8 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
 
     w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
-    w.add_argument("--contract", help="provider contract (TOML); to resume, the operation's stored one is used")
-    w.add_argument("--job", help="the provider's job id (required for a new operation)")
+    w.add_argument(
+        "--contract",
+        help="a shipped contract's name (`pollwarden contracts`) or a contract file; to resume, the operation's"
+        " stored one is used",
+    )
+    w.add_argument("--job", help="the provider's job id (required for a new operation, unless --status-url)")
+    w.add_argument(
+        "--status-url",
+        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
+        " unless --job is given",
+    )
+    add_var_flag(w)
     w.add_argument("--operation", help="operation id: new to create, existing to resume")
     w.add_argument("--deadline", help="wall-clock deadline from the operation's start, e.g. 40m")
     w.add_argument("--max-requests", type=_positive, help="status request budget")
@@ -133,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     sb = sub.add_parser("submit", help="submit a job as the contract's [submit] table documents, then watch it")
     sb.add_argument("--contract", required=True)
     sb.add_argument("--body", required=True, help="JSON request body")
+    add_var_flag(sb)
     sb.add_argument("--operation")
     sb.add_argument("--deadline")
     sb.add_argument("--max-requests", type=_positive)
@@ -153,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     home(cn)
     cn.set_defaults(func=cmd_cancel)
 
+    add_contracts_command(sub)
     add_fleet_commands(sub, home)
     add_agent_commands(sub, home)
 

@@ -13,7 +13,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..core.contract import Contract, ContractError, load_contract
+from ..catalogue import resolve_contract
+from ..core.contract import Contract, ContractError
+from ..core.contract_vars import VAR_NAME
 from ..core.durations import DurationError, parse_duration
 from ..core.escalation import DecisionRequest
 from ..errors import PollwardenError
@@ -159,8 +161,40 @@ def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:
         raise UsageError(str(exc)) from None
 
 
-def _load_contract(path: str) -> Contract:
+def var_pair(text: str) -> tuple[str, str]:
+    """An argparse type for `--var NAME=VALUE`; the value's own rule is the contract's (contract_vars)."""
+    name, sep, value = text.partition("=")
+    if not sep or not VAR_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"write it as NAME=VALUE with a lowercase NAME, got {shown(text)!r}")
+    return name, value
+
+
+var_pair.__name__ = "NAME=VALUE"
+
+
+def add_var_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--var",
+        dest="vars",
+        action="append",
+        type=var_pair,
+        metavar="NAME=VALUE",
+        help="a value for one of the contract's [vars] (repeatable), e.g. --var base_url=http://127.0.0.1:8080",
+    )
+
+
+def vars_of(args: argparse.Namespace) -> dict[str, str]:
+    given: dict[str, str] = {}
+    for name, value in getattr(args, "vars", None) or []:
+        if name in given:
+            raise UsageError(f"--var {name} is given twice; give each var once")
+        given[name] = value
+    return given
+
+
+def _load_contract(argument: str, vars: dict[str, str] | None = None) -> Contract:
+    """`--contract`: a shipped name or a path (catalogue.resolve_contract), with the `--var` values."""
     try:
-        return load_contract(Path(path))
+        return resolve_contract(argument, vars)
     except ContractError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(shown(str(exc))) from None

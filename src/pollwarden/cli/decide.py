@@ -29,6 +29,7 @@ from .common import (
     resume_hint,
     shown_request,
     typed,
+    vars_of,
 )
 from .watch import cmd_watch
 
@@ -99,7 +100,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from .app import build_parser  # app imports this module: the parser exists once a command runs
 
-    contract = _load_contract(args.contract)
+    contract = _load_contract(args.contract, vars_of(args))
     try:
         body = Path(args.body).read_bytes()
     except OSError as exc:

@@ -11,7 +11,6 @@ from types import FrameType
 
 from ..audit import AuditError, load_or_create_keys
 from ..core.admission import Limits, WatchRequest, check
-from ..core.contract import ContractError, load_contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, Engine
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
@@ -22,7 +21,7 @@ from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
 from ..store.postgres import upgrade_database
 from ..worker import JsonLog, Metrics, Worker
-from .common import UsageError, _duration, _positive, port_number, whole_number
+from .common import UsageError, _duration, _load_contract, _positive, add_var_flag, port_number, vars_of, whole_number
 from .watch import FLAGS
 
 
@@ -94,10 +93,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
     """Create an operation for the fleet to watch: persisted before any poll, nothing sent from here."""
-    try:
-        contract = load_contract(Path(args.contract))
-    except ContractError as exc:
-        raise UsageError(str(exc)) from None
+    contract = _load_contract(args.contract, vars_of(args))
     if not contract.safe_status:
         raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
     deadline = _duration(args.deadline, "--deadline")
@@ -165,6 +161,7 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
     e.add_argument("--operation")
     e.add_argument("--deadline")
     e.add_argument("--max-requests", type=_positive)
+    add_var_flag(e)
     db(e)
     e.set_defaults(func=cmd_enqueue)
 

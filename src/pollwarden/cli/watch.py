@@ -31,6 +31,7 @@ from .common import (
     _load_contract,
     _open_store,
     shown_request,
+    vars_of,
 )
 
 
@@ -54,6 +55,7 @@ FLAGS = {
     "base_delay": "--base-delay",
     "max_delay": "--max-delay",
     "useful_for": "--useful-for",
+    "status_location": "--status-url",
 }
 """Admission's field names as this command's flags, so a refusal names what to change."""
 
@@ -68,7 +70,15 @@ def watch_request(args: argparse.Namespace, contract: Contract, credential: Cred
         max_delay=_duration(args.max_delay, "--max-delay"),
         useful_for=_duration(args.useful_for, "--useful-for"),
     )
-    return WatchRequest(contract, args.job, args.operation, limits, by="cli", credential=credential)
+    return WatchRequest(
+        contract,
+        args.job,
+        args.operation,
+        limits,
+        by="cli",
+        credential=credential,
+        status_location=getattr(args, "status_url", None),
+    )
 
 
 def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
@@ -80,7 +90,9 @@ def decide_hint(args: argparse.Namespace, decision_id: str) -> str:
 def _contract(args: argparse.Namespace, store: Store) -> Contract:
     """`--contract` when given; otherwise, to resume, the contract stored with `--operation` (item 18)."""
     if args.contract is not None:
-        return _load_contract(args.contract)
+        return _load_contract(args.contract, vars_of(args))
+    if args.vars:
+        raise UsageError("--var needs --contract: a resumed operation keeps the vars it was created with")
     if args.operation is None:
         raise UsageError("give --contract FILE and --job ID to start watching, or --operation ID to resume one")
     try:
@@ -184,7 +196,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if (
         args.contract is not None
     ):  # everything that needs no store is checked before one is opened (exit 2 creates nothing)
-        contract = _load_contract(args.contract)
+        contract = _load_contract(args.contract, vars_of(args))
         secret = _ready(contract)
         request = _checked(watch_request(args, contract, secret))
     elif args.operation is not None and (problem := operation_id_problem(args.operation)):

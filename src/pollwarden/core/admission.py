@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from .contract import Contract
+from .contract import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
 from .record import OPERATION_ID, OperationRecord, new_record
 from .scrub import Scrubber
@@ -89,6 +90,41 @@ class WatchRequest:
     credential: str | HeldSecret | None = field(default=None, repr=False)
     """The credential this watch will send, when the caller holds it: a job id that contains it is refused (it
     would be stored and sent in the status URL). Never stored, never shown."""
+
+    def __post_init__(self) -> None:
+        # A status URL the provider returned names the job by itself: it is the job id unless one is given.
+        if self.job_id is None and self.status_location is not None:
+            object.__setattr__(self, "job_id", self.status_location)
+
+
+def status_location_problem(contract: Contract, url: object) -> str | None:
+    """Why this status URL cannot be polled for `contract`, or None: the one place the origin rule lives, so a
+    URL handed in by a person, an API caller or an agent never takes the credential anywhere else."""
+    if not contract.status_url_handles:
+        return (
+            f"contract {contract.name!r} does not take a status URL (it does not declare status_url_handles = true);"
+            " give the job id instead"
+        )
+    if not isinstance(url, str) or not url:
+        return "must be the absolute status URL the provider returned"
+    if any(not "!" <= ch <= "~" for ch in url):
+        return "holds a space, a control or a non-ASCII character; give the URL as the provider returned it"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not a number in range
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return "must be an absolute http(s) URL"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "must not carry userinfo (user:password@)"
+    if parts.fragment or "#" in url:
+        return "must not carry a fragment"
+    if any(segment in {".", ".."} for segment in parts.path.split("/")):
+        return "holds a dot segment"
+    if f"{parts.scheme}://{parts.netloc}" != contract.origin:
+        return f"is not on {contract.origin}, the origin contract {contract.name!r} binds its credential to"
+    return None
 
 
 class Refusal(StrEnum):
@@ -309,8 +345,19 @@ def check(request: WatchRequest) -> Refuse | None:
     bad: list[Problem] = []
     if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
         bad.append(Problem("operation_id", f"{request.operation_id}: {problem}"))
+    if request.status_location is not None and (
+        problem := status_location_problem(request.contract, request.status_location)
+    ):
+        bad.append(Problem("status_location", problem))
     if request.job_id is not None and (problem := job_id_problem(request.job_id)):
         bad.append(Problem("job_id", problem))
+    elif (
+        request.job_id is not None
+        and request.status_location is None
+        and request.contract.job_is_path
+        and (problem := job_path_problem(request.job_id))
+    ):
+        bad.append(Problem("job_id", f"{problem} (contract {request.contract.name!r} places it in the path)"))
     elif request.job_id is not None and request.credential:
         scheme = request.contract.auth.scheme if request.contract.auth else None
         held = request.credential
@@ -407,5 +454,6 @@ __all__ = [
     "narrow",
     "new_operation_id",
     "operation_id_problem",
+    "status_location_problem",
     "widening",
 ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from . import expr
@@ -22,6 +24,16 @@ from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
 from .contract_result import ResultSpec, parse_result
 from .contract_signals import RateLimitSignal, parse_rate_limits
+from .contract_vars import (
+    declared_vars,
+    dump_toml,
+    expand,
+    merge_use,
+    resolve_vars,
+    shipped_text,
+    unwrap,
+    wrap,
+)
 from .durations import TIMESTAMP_FORMATS, DurationError
 from .reasons import Category, Jitter
 
@@ -140,7 +152,7 @@ class Endpoint:
     method: str = "POST"
 
     def url_for(self, job_id: str) -> str:
-        return self.url.replace("{job_id}", _quote_job(job_id))
+        return fill_job(self.url, job_id)
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,54 @@ def _quote_job(job_id: str) -> str:
     return quoted
 
 
+JOB_PATH = "{job_id:path}"
+
+
+def job_path_problem(job_id: str) -> str | None:
+    """Why this id cannot fill `{job_id:path}`, or None: its `/` are kept, so nothing else may steer the path."""
+    if job_id.startswith("/"):
+        return "starts with '/'; give the id relative to the contract's status URL"
+    if "?" in job_id or "#" in job_id:
+        return "holds '?' or '#'; a path job id may not add a query or a fragment"
+    for segment in job_id.split("/"):
+        if segment in {"", ".", ".."}:
+            return "has an empty, '.' or '..' path segment"
+    return None
+
+
+def _quote_job_path(job_id: str) -> str:
+    if (problem := job_path_problem(job_id)) is not None:
+        # Admission refuses such an id on every interface; this guard keeps a dot segment off the wire regardless.
+        raise ValueError(f"job id {problem}")
+    return "/".join(quote(segment, safe="") for segment in job_id.split("/"))
+
+
+def fill_job(template: str, job_id: str) -> str:
+    """`{job_id}` quoted completely, `{job_id:path}` with its slashes kept and its dot segments refused."""
+    if JOB_PATH in template:
+        return template.replace(JOB_PATH, _quote_job_path(job_id))
+    return template.replace("{job_id}", _quote_job(job_id))
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    """How the status is asked for: GET by default, or a POST with a JSON body template (AWS Textract)."""
+
+    method: str = "GET"
+    body: str | None = None
+    content_type: str = "application/json"
+
+    def body_for(self, job_id: str) -> bytes | None:
+        """`{job_id}` becomes a JSON string literal, so no id can change the body's structure."""
+        if self.body is None:
+            return None
+        return self.body.replace("{job_id}", json.dumps(job_id)).encode("utf-8")
+
+
+FORBIDDEN_HEADERS = frozenset({"authorization", "host", "content-length", "transfer-encoding", "connection"})
+"""Static headers may not set these: the credential travels only through [auth], framing only through the client."""
+
+
 @dataclass(frozen=True)
 class Contract:
     name: str
@@ -191,6 +251,15 @@ class Contract:
     agent: AgentLimits = field(default_factory=AgentLimits)
     rate_limits: tuple[RateLimitSignal, ...] = ()
     result: ResultSpec = field(default_factory=ResultSpec)
+    provider: str | None = None
+    docs: str | None = None
+    status: StatusRequest = field(default_factory=StatusRequest)
+    headers: tuple[tuple[str, str], ...] = ()
+    """Static headers sent on every request to the contract's origin ([headers])."""
+    status_url_handles: bool = False
+    """A status URL the provider returned may be given instead of a job id (`watch --status-url`)."""
+    vars: tuple[tuple[str, str], ...] = ()
+    """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
     source_text: str = field(default="", compare=False, repr=False)
 
     @property
@@ -202,12 +271,22 @@ class Contract:
         return self.agent.max_requests if self.agent.max_requests is not None else self.limits.max_requests
 
     def status_url_for(self, job_id: str) -> str:
-        """The job id is quoted completely, so it can never add a path segment, query or host."""
-        return self.status_url.replace("{job_id}", _quote_job(job_id))
+        """`{job_id}` is quoted completely, so it can never add a path segment, query or host; `{job_id:path}`
+        keeps the id's `/` and refuses (ValueError) an id that would make a dot or empty segment."""
+        return fill_job(self.status_url, job_id)
+
+    @property
+    def job_is_path(self) -> bool:
+        return JOB_PATH in self.status_url
 
     def console_url_for(self, job_id: str) -> str | None:
         url = self.escalation.console_url
-        return None if url is None else url.replace("{job_id}", _quote_job(job_id))
+        if url is None:
+            return None
+        try:
+            return fill_job(url, job_id)
+        except ValueError:
+            return None
 
     @property
     def origin(self) -> str:
@@ -229,6 +308,13 @@ class Contract:
             identity["rate_limit"] = [signal.to_json() for signal in self.rate_limits]
         if (result := self.result.identity()) is not None:  # only when declared: old fingerprints stay the same
             identity["result"] = result
+        # The part-8 keys join the identity only when used, so every older contract keeps its fingerprint.
+        if self.vars:
+            identity["vars"] = dict(self.vars)
+        if self.status != StatusRequest():
+            identity["status_request"] = self.status.__dict__
+        if self.headers:
+            identity["headers"] = dict(self.headers)
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
@@ -238,27 +324,52 @@ class Contract:
         return "anonymous" if self.auth is None else self.auth.account
 
 
-def load_contract(path: Path) -> Contract:
+def load_contract(path: Path, vars: Mapping[str, str] | None = None) -> Contract:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ContractError(f"contract file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ContractError(f"cannot read contract file {path}: {exc.__class__.__name__}") from None
-    return parse_contract(text, source=str(path))
+    return parse_contract(text, source=str(path), vars=vars)
 
 
-def parse_contract(text: str, *, source: str = "<contract>") -> Contract:
+def _toml(text: str, source: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ContractError(f"{source}: not valid TOML: {exc}") from None
-    reader = Reader(source, data, "")
+
+
+def parse_contract(text: str, *, source: str = "<contract>", vars: Mapping[str, str] | None = None) -> Contract:
+    """Plain TOML, a `use = "NAME"` file or a stored JSON envelope; `vars` are given values (`--var`)."""
+    given = dict(vars or {})
+    envelope = unwrap(text, source)
+    toml_text = text
+    if envelope is not None:
+        toml_text, stored = envelope
+        given = {**stored, **given}
+    data = _toml(toml_text, source)
+    used = "use" in data
+    if used:
+        if envelope is not None:
+            raise ContractError(f"{source}: a stored contract envelope holds the complete contract, never `use`")
+        name = data["use"]
+        if not isinstance(name, str) or not name:
+            raise ContractError(f'{source}: use: must name a shipped contract, e.g. use = "gitlab-pipeline"')
+        shipped_source = f"shipped contract {name}"
+        shipped = _toml(shipped_text(name, f"{source}: use"), shipped_source)
+        data, file_vars = merge_use(data, source, shipped)
+        given = {**file_vars, **given}
+        toml_text = dump_toml(data)
+    values = resolve_vars(declared_vars(data, source), given, source)
+    reader = Reader(source, expand(data, values, source), "")
     try:
         contract = _build(reader)
     except DurationError as exc:  # pragma: no cover - Reader wraps these; kept as a guard
         raise ContractError(f"{source}: {exc}") from None
-    return Contract(**{**contract.__dict__, "source_text": text})
+    stored_text = wrap(toml_text, values) if (values or used) else text
+    return replace(contract, vars=tuple(sorted(values.items())), source_text=stored_text)
 
 
 _TOP_KEYS = {
@@ -282,6 +393,12 @@ _TOP_KEYS = {
     "agent",
     "rate_limit",
     "result",
+    "provider",
+    "docs",
+    "vars",
+    "status",
+    "headers",
+    "status_url_handles",
 }
 
 
@@ -442,6 +559,12 @@ def _build(r: Reader) -> Contract:
             max_requests=max_requests,
             approval_timeout=ag.duration("approval_timeout", agent.approval_timeout, positive=True),
         )
+    safe_status = r.boolean("safe_status", True)
+    status = _status_request(r, safe_status)
+    provider = r.text("provider")
+    docs = r.text("docs")
+    if docs is not None:
+        check_url(r, "docs", docs)
     return Contract(
         name=name,
         status_url=status_url,
@@ -449,7 +572,7 @@ def _build(r: Reader) -> Contract:
         fields=fields,
         timestamps=timestamps,
         timeout=r.duration("timeout", timedelta(seconds=10), positive=True),
-        safe_status=r.boolean("safe_status", True),
+        safe_status=safe_status,
         auth=auth,
         schedule=schedule,
         limits=limits,
@@ -463,6 +586,11 @@ def _build(r: Reader) -> Contract:
         agent=agent,
         rate_limits=parse_rate_limits(r),
         result=parse_result(r, fields.result),
+        provider=provider,
+        docs=docs,
+        status=status,
+        headers=_headers(r, auth),
+        status_url_handles=r.boolean("status_url_handles", False),
     )
 
 
@@ -500,6 +628,56 @@ def _idempotency_field(r: Reader) -> str | None:
     return None if name is None else str(name)
 
 
+def _status_request(r: Reader, safe_status: bool) -> StatusRequest:
+    if "status" not in r.data:
+        return StatusRequest()
+    st = r.table("status")
+    st.only({"method", "body", "content_type"})
+    method = (st.text("method") or "GET").upper()
+    if method not in {"GET", "POST"}:
+        raise st.fail("method", f"must be GET or POST, got {method!r}")
+    if method == "POST" and not safe_status:
+        raise st.fail(
+            "method", "a POST status with safe_status = false cannot be polled; declare safe_status = true only if"
+            " the provider documents the POST as a read that may be repeated",
+        )  # fmt: skip
+    body = st.text("body")
+    if body is not None and method != "POST":
+        raise st.fail("body", 'a status body needs method = "POST"')
+    if body is not None:
+        try:
+            json.loads(body.replace("{job_id}", json.dumps("job-id")))
+        except ValueError as exc:
+            raise st.fail(
+                "body", f"is not a JSON template (with {{job_id}} as a JSON string it reads: {exc})"
+            ) from None
+    content_type = st.text("content_type") or "application/json"
+    if any(not " " <= ch <= "~" for ch in content_type):
+        raise st.fail("content_type", "must be printable ASCII")
+    return StatusRequest(method=method, body=body, content_type=content_type)
+
+
+def _headers(r: Reader, auth: Auth | None) -> tuple[tuple[str, str], ...]:
+    if "headers" not in r.data:
+        return ()
+    h = r.table("headers")
+    forbidden = set(FORBIDDEN_HEADERS)
+    if auth is not None:
+        forbidden.add(auth.header.lower())
+    out: list[tuple[str, str]] = []
+    for name in h.data:
+        value = h.text(name, allow_empty=True)
+        check_token(h, name, name)
+        if name.lower() in forbidden:
+            raise h.fail(
+                name, "may not be set here: the credential travels only through [auth], framing through the client"
+            )
+        if any(not " " <= ch <= "~" for ch in value) or value != value.strip():
+            raise h.fail(name, "the value must be printable ASCII with no space at either end")
+        out.append((name, value))
+    return tuple(out)
+
+
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
@@ -512,19 +690,27 @@ def _method(r: Reader) -> str:
     return method
 
 
+def _job_placeholders(url: str) -> int:
+    return url.count("{job_id}") + url.count(JOB_PATH)
+
+
 def _action_url(r: Reader, origin: str) -> str:
     url: str = r.text("url", required=True)
     check_url(r, "url", url)
-    if url.count("{job_id}") != 1:
-        raise r.fail("url", "must contain the placeholder {job_id} exactly once")
+    if _job_placeholders(url) != 1:
+        raise r.fail("url", "must contain the placeholder {job_id} (or {job_id:path}) exactly once")
     if _origin(url) != origin:
         raise r.fail("url", f"must be on {origin}, the origin the credential is bound to")
     return url
 
 
 def _check_status_url(r: Reader, url: str) -> None:
-    if "{job_id}" in url.partition("//")[2].partition("/")[0]:  # before _check_url, which would only say "host"
+    if "{job_id" in url.partition("//")[2].partition("/")[0]:  # before _check_url, which would only say "host"
         raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
     check_url(r, "status_url", url)
-    if url.count("{job_id}") != 1:
-        raise ContractError(f"{r.source}: status_url: must contain the placeholder {{job_id}} exactly once")
+    if _job_placeholders(url) != 1:
+        raise ContractError(
+            f"{r.source}: status_url: must contain the placeholder {{job_id}} or {{job_id:path}} exactly once"
+        )
+    if "?" in url.partition(JOB_PATH)[0] and JOB_PATH in url:
+        raise ContractError(f"{r.source}: status_url: {{job_id:path}} must be in the path, not the query")

@@ -1,4 +1,7 @@
-"""The contracts an MCP server serves: DIR/*.toml, named by their `name`, never by a path."""
+"""The contracts an MCP server serves: DIR/*.toml, named by their `name`, never by a path.
+
+A file may be a whole contract or `use = "NAME"` plus `[vars]`: a shipped contract with this server's values
+(the agent names the contract; the person who wrote the directory chose where it points)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ def load_contracts(directory: Path) -> tuple[dict[str, Contract], list[str]]:
     ambiguous: set[str] = set()
     for path in sorted(directory.glob("*.toml")):
         try:
-            contract = load_contract(path)
+            contract = load_contract(path)  # a `use` file resolves to the shipped contract with its [vars]
         except ContractError as exc:
             problems.append(str(exc))
             continue

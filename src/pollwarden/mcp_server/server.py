@@ -109,8 +109,10 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     )
     async def start_watch(
         contract: Annotated[str, Field(description="the contract's name, as list_operations shows")],
-        job_id: Annotated[str, Field(description="the provider's job id")],
         ctx: Context,
+        job_id: Annotated[
+            str | None, Field(description="the provider's job id (required unless status_url is given)")
+        ] = None,
         deadline: Annotated[
             str | float | None,
             Field(description="a duration like '10m' or '90s' (a number is seconds); default: the most allowed"),
@@ -118,9 +120,22 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         max_requests: Annotated[
             int | None, Field(description="status request budget; default: the most allowed")
         ] = None,
+        status_url: Annotated[
+            str | None,
+            Field(
+                description="the status URL the provider returned (Azure Operation-Location), for a contract"
+                " that accepts one; only on the contract's origin"
+            ),
+        ] = None,
     ) -> CallToolResult:
         return await run(
-            ctx, "start_watch", contract=contract, job_id=job_id, deadline=deadline, max_requests=max_requests
+            ctx,
+            "start_watch",
+            contract=contract,
+            job_id=job_id,
+            deadline=deadline,
+            max_requests=max_requests,
+            status_url=status_url,
         )
 
     @server.tool(

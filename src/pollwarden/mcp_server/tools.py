@@ -66,9 +66,10 @@ def tool_start_watch(
     broker: Broker,
     call: CallContext,
     contract: str,
-    job_id: str,
+    job_id: str | None = None,
     deadline: str | float | None = None,
     max_requests: int | None = None,
+    status_url: str | None = None,
 ) -> dict[str, Any]:
     """Admission through the engine, as for every interface: the agent's caps bound what it asks, and the same job
     asked again gets its existing operation back (with what is left of its budget), never a fresh one."""
@@ -77,6 +78,12 @@ def tool_start_watch(
     if isinstance(job_id, str) and broker.scrubber.found_in(job_id):
         # it would be stored and sent in the status URL: a credential is never a job id
         raise ToolFailure("invalid_argument", "job_id holds a credential this server keeps; give the provider's job id")
+    if isinstance(status_url, str) and broker.scrubber.found_in(status_url):
+        raise ToolFailure("invalid_argument", "status_url holds a credential this server keeps; nothing was created")
+    if status_url is not None and not isinstance(status_url, str):
+        raise ToolFailure("invalid_argument", "status_url must be a string URL")
+    if job_id is None and status_url is None:
+        raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
     if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
         raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
     request = WatchRequest(
@@ -85,6 +92,7 @@ def tool_start_watch(
         limits=Limits(deadline=_deadline(deadline), max_requests=max_requests),
         by=broker.requester,
         agent=True,
+        status_location=status_url,
     )
     with broker.store() as store:
         try:
@@ -94,7 +102,8 @@ def tool_start_watch(
             extra: dict[str, Any] = {}
             if capped:  # which cap, and how much the agent may ask for instead
                 extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
-            raise ToolFailure(REFUSALS[exc.kind], f"{exc}. Nothing was created", **extra) from None
+            words = exc.message_for({"status_location": "status_url"})
+            raise ToolFailure(REFUSALS[exc.kind], f"{words}. Nothing was created", **extra) from None
         record = admitted.record
         now = broker.clock()
         kind = ev.WatchStarted if admitted.created else ev.WatchRejoined
@@ -127,14 +136,15 @@ def tool_start_watch(
 
 
 def tool_start_own_watch(
-    broker: Broker, call: CallContext, contract: str, job_id: str, **limits: Any
+    broker: Broker, call: CallContext, contract: str, job_id: str | None = None, **limits: Any
 ) -> dict[str, Any]:
     """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
     which would otherwise rejoin (or narrow) that operation for the agent."""
     served = broker.contracts.get(contract) if isinstance(contract, str) else None
-    if served is not None and isinstance(job_id, str):
+    job = job_id if job_id is not None else limits.get("status_url")  # a status URL is the job id by default
+    if served is not None and isinstance(job, str):
         with broker.store() as store:
-            broker.refuse_a_persons_job(store, served, job_id)
+            broker.refuse_a_persons_job(store, served, job)
     return tool_start_watch(broker, call, contract, job_id, **limits)
 
 
