@@ -406,7 +406,9 @@ def _build(r: Reader) -> Contract:
     r.only(_TOP_KEYS)
     name = r.text("name", required=True)
     status_url = r.text("status_url", required=True)
-    _check_status_url(r, status_url)
+    status_table = r.data.get("status")
+    body = status_table.get("body") if isinstance(status_table, dict) else None
+    _check_status_url(r, status_url, job_in_body=isinstance(body, str) and "{job_id}" in body)
     auth = parse_auth(r)
     s = r.table("states", required=True)
     s.only({c.value for c in Category if c is not Category.UNKNOWN})
@@ -709,11 +711,12 @@ def _action_url(r: Reader, origin: str) -> str:
     return url
 
 
-def _check_status_url(r: Reader, url: str) -> None:
+def _check_status_url(r: Reader, url: str, *, job_in_body: bool = False) -> None:
     if "{job_id" in url.partition("//")[2].partition("/")[0]:  # before _check_url, which would only say "host"
         raise ContractError(f"{r.source}: status_url: {{job_id}} may not be part of the host")
     check_url(r, "status_url", url)
-    if _job_placeholders(url) != 1:
+    # A POST status whose JSON body carries the id (Textract's {"JobId": ...}) names it nowhere in the URL.
+    if _job_placeholders(url) not in ({0, 1} if job_in_body else {1}):
         raise ContractError(
             f"{r.source}: status_url: must contain the placeholder {{job_id}} or {{job_id:path}} exactly once"
         )

@@ -1,0 +1,126 @@
+"""azure-operation against an imitation of an Azure AI (Document Intelligence) operation monitor, real CLI.
+
+States and their case-insensitive reading: azure-core `sdk/core/azure-core/azure/core/polling/base_polling.py`
+(`_FINISHED`, `_FAILED`, `_SUCCEEDED`, compared with `str(status).lower()`; Retry-After honoured on every
+poll, 200 included). Bodies: the Document Intelligence REST type `AnalyzeResultOperationOutput`
+(learn.microsoft.com/javascript/api/@azure-rest/ai-document-intelligence/analyzeresultoperationoutput): status,
+createdDateTime, lastUpdatedDateTime, error, analyzeResult; the values are illustrative (no verbatim example
+was found, docs/plans/part8-providers.md section 6). The 401 body is the Cognitive Services key refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .imitation import Answer, Imitation, JSONValue, azure, ok
+from .support import assert_no_secret, tuned, watch
+
+KEY = "azure-imitation-key-5be0"
+ENV = {"AZURE_API_KEY": KEY}
+PATH = "/documentintelligence/documentModels/prebuilt-layout/analyzeResults/3b31320d-8bab-4f88-b19c-2322a7f11034"
+QUERY = "api-version=2024-11-30"
+
+RESULT: dict[str, JSONValue] = {
+    "apiVersion": "2024-11-30", "modelId": "prebuilt-layout", "content": "Contoso\nInvoice ...",
+    "pages": [{"pageNumber": 1, "width": 8.5, "height": 11, "unit": "inch"}],
+}  # fmt: skip
+ERROR: dict[str, JSONValue] = {
+    "code": "InvalidRequest", "message": "Invalid request.",
+    "innererror": {"code": "InvalidContent", "message": "The file is corrupted or format is unsupported."},
+}  # fmt: skip
+
+
+def status(value: str, **extra: JSONValue) -> dict[str, JSONValue]:
+    return {
+        "status": value,
+        "createdDateTime": "2024-03-27T17:09:11Z",
+        "lastUpdatedDateTime": "2024-03-27T17:09:12Z",
+        **extra,
+    }
+
+
+@pytest.fixture
+def provider() -> Any:
+    with Imitation(azure(KEY)) as imitation:
+        yield imitation
+
+
+def handle(provider: Imitation) -> str:
+    return f"{provider.url}{PATH}?{QUERY}"
+
+
+def test_the_operation_location_url_is_watched_as_given(provider: Imitation, home: Path) -> None:
+    """--status-url with the shipped name: the query string kept, the key only as Ocp-Apim-Subscription-Key."""
+    provider.script(
+        PATH, ok(status("notStarted")), ok(status("Running")), ok(status("succeeded", analyzeResult=RESULT))
+    )
+    watched = watch(
+        "azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider))
+    )
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["result"] == RESULT
+    for seen in provider.seen(PATH):
+        assert (seen.method, seen.path, seen.query) == ("GET", PATH, QUERY)
+        assert seen.headers["ocp-apim-subscription-key"] == KEY
+        assert "authorization" not in seen.headers
+    assert_no_secret(KEY, watched.ran.stdout, watched.ran.stderr)
+
+
+def test_retry_after_on_a_200_poll_is_honoured(provider: Imitation, tmp_path: Path, home: Path) -> None:
+    contract = tuned(tmp_path / "c", "azure-operation")
+    provider.script(
+        PATH, Answer(200, status("running"), {"Retry-After": "1"}), ok(status("succeeded", analyzeResult=RESULT))
+    )
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    first, second = provider.seen(PATH)
+    assert second.at - first.at >= 1.0, "the poll after a 200 with Retry-After: 1 came too early"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "reason"),
+    [
+        pytest.param(status("failed", error=ERROR), 3, "job_failed", id="failed"),
+        pytest.param(status("Canceled"), 3, "job_cancelled", id="canceled"),
+        pytest.param(status("cancelled"), 4, "unknown_state", id="two-Ls-is-not-theirs"),
+        pytest.param(status("skipped"), 4, "unknown_state", id="skipped"),
+        pytest.param(status(""), 4, "unknown_state", id="empty-status"),
+        pytest.param({"createdDateTime": "2024-03-27T17:09:11Z"}, 4, "invalid_response", id="no-status"),
+        pytest.param({"status": 5}, 4, "invalid_response", id="status-a-number"),
+    ],
+)
+def test_documented_endings(
+    provider: Imitation, tmp_path: Path, home: Path, body: dict[str, JSONValue], code: int, reason: str
+) -> None:
+    contract = tuned(tmp_path / "c", "azure-operation")
+    provider.script(PATH, ok(status("running")), ok(body))
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
+    assert watched.code == code, watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["reason"] == reason
+    if reason == "job_failed":
+        assert json.loads(watched.outcome["provider_error"]) == ERROR
+
+
+def test_a_status_url_on_another_origin_is_refused_before_any_request(provider: Imitation, home: Path) -> None:
+    with Imitation(azure(KEY)) as elsewhere:
+        watched = watch(
+            "azure-operation", base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(elsewhere))
+        )
+        assert watched.code == 2, watched.ran.stdout + watched.ran.stderr
+        assert elsewhere.seen() == [] and provider.seen() == []
+
+
+def test_wrong_key(provider: Imitation, home: Path) -> None:
+    provider.script(PATH, ok(status("running")))
+    watched = watch(
+        "azure-operation",
+        base_url=provider.url,
+        home=home,
+        env={"AZURE_API_KEY": "nope"},
+        flags=("--status-url", handle(provider)),
+    )
+    assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")

@@ -1,0 +1,152 @@
+"""github-actions-run against an imitation of the GitHub REST API's workflow runs, through the real CLI.
+
+Bodies: a real "Get a workflow run" body (docs.github.com/en/rest/actions/workflow-runs#get-a-workflow-run;
+this copy from the mock in github.com/benjaminParisel/dashboard-github-actions `mock/run.ts`, trimmed) with
+`status`/`conclusion` set to each documented value (the docs' enum lists: status queued, in_progress,
+completed, waiting, requested, pending; conclusion success, failure, neutral, cancelled, skipped, timed_out,
+action_required, stale, startup_failure). Rate limits: "Troubleshooting the REST API" and "Rate limits for
+the REST API" (docs.github.com/rest/overview/troubleshooting): 403/429 with x-ratelimit-remaining 0 waits
+until x-ratelimit-reset, in epoch seconds (docs/plans/part8-providers.md section 4).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .imitation import Answer, Imitation, JSONValue, delivery, github, github_error, github_rate_limited, ok
+from .support import assert_no_secret, fetch_result, tuned, watch
+
+TOKEN = "ghp_imitation0123456789"
+ENV = {"GITHUB_TOKEN": TOKEN}
+REPO = "benjaminParisel/jo-summer"
+RUN = "7655489328"
+
+
+def run(status: str, conclusion: str | None, *, html: str = f"https://github.com/{REPO}/actions/runs/{RUN}") -> Answer:
+    body: dict[str, JSONValue] = {
+        "id": int(RUN), "name": "pages build and deployment with artifacts-next",
+        "node_id": "WFR_kwLOK5vOUs8AAAAByE1_MA", "head_branch": "2020",
+        "head_sha": "7cca04ca1bc835062e3a6401e28b0fe6d1710f76", "path": "dynamic/pages/pages-build-deployment",
+        "display_title": "pages build and deployment with artifacts-next", "run_number": 3, "event": "dynamic",
+        "status": status, "conclusion": conclusion, "workflow_id": 83269576,
+        "url": f"https://api.github.com/repos/{REPO}/actions/runs/{RUN}", "html_url": html,
+        "jobs_url": f"https://api.github.com/repos/{REPO}/actions/runs/{RUN}/jobs",
+        "pull_requests": [], "created_at": "2024-01-25T13:51:40Z", "updated_at": "2024-01-25T13:52:31Z",
+        "run_attempt": 1, "run_started_at": "2024-01-25T13:51:40Z",
+    }  # fmt: skip
+    return ok(body)
+
+
+@pytest.fixture
+def provider() -> Any:
+    with Imitation(github(TOKEN, repo=REPO)) as imitation:
+        yield imitation
+
+
+@pytest.fixture
+def contract(tmp_path: Path) -> Path:
+    return tuned(tmp_path / "contracts", "github-actions-run")
+
+
+def gh_watch(contract: Path, provider: Imitation, home: Path, **kw: Any) -> Any:
+    return watch(
+        contract,
+        base_url=provider.url,
+        home=home,
+        env=kw.pop("env", ENV),
+        job=kw.pop("job", RUN),
+        vars={"repo": REPO},
+        **kw,
+    )
+
+
+def test_a_run_to_success_and_its_page_fetched_without_the_token(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    with Imitation(delivery()) as web:
+        page = f"{web.url}/{REPO}/actions/runs/{RUN}"
+        web.file(f"/{REPO}/actions/runs/{RUN}", b"<html>run</html>", content_type="text/html", credential=False)
+        provider.script(RUN, run("queued", None), run("in_progress", None), run("completed", "success", html=page))
+        watched = gh_watch(contract, provider, home, operation="g1")
+        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+        assert watched.outcome["result"] == page
+        for seen in provider.seen(RUN):
+            assert (seen.method, seen.path) == ("GET", f"/repos/{REPO}/actions/runs/{RUN}")
+            assert seen.headers["authorization"] == f"Bearer {TOKEN}"
+            assert seen.headers["x-github-api-version"] == "2022-11-28"
+            assert seen.headers["accept"] == "application/vnd.github+json"
+        out = tmp_path / "run.html"
+        fetched = fetch_result("g1", out, home=home, env=ENV)
+        assert fetched.code == 0, fetched.stderr
+        assert out.read_bytes() == b"<html>run</html>"
+        (download,) = web.downloads(f"/{REPO}/actions/runs/{RUN}")
+        assert "authorization" not in download.headers  # github.com is another origin: never the token
+    assert_no_secret(TOKEN, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+
+
+@pytest.mark.parametrize(
+    ("status", "conclusion", "code", "reason"),
+    [
+        ("completed", "neutral", 0, None),
+        ("completed", "failure", 3, "job_failed"),
+        ("completed", "timed_out", 3, "job_failed"),
+        ("completed", "startup_failure", 3, "job_failed"),
+        ("completed", "cancelled", 3, "job_cancelled"),
+        ("completed", "skipped", 3, "job_cancelled"),
+        ("completed", "stale", 3, "job_expired"),
+        ("completed", "action_required", 4, "job_needs_action"),
+        ("completed", None, 4, "unknown_state"),
+        ("completed", "surprise", 4, "unknown_state"),
+        ("paused", None, 4, "unknown_state"),
+    ],
+)
+def test_status_and_conclusion_together(
+    provider: Imitation, contract: Path, home: Path, status: str, conclusion: str | None, code: int, reason: str | None
+) -> None:
+    provider.script(RUN, run("waiting", None), run("requested", None), run("pending", None), run(status, conclusion))
+    watched = gh_watch(contract, provider, home)
+    assert watched.code == code, watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["reason"] == reason
+    assert watched.outcome["status_requests_used"] == provider.status_requests(RUN) == 4
+
+
+def test_primary_rate_limit_403_waits_until_the_reset(provider: Imitation, contract: Path, home: Path) -> None:
+    reset = int(time.time()) + 2
+    provider.script(RUN, github_rate_limited(reset, status=403), run("completed", "success"))
+    watched = gh_watch(contract, provider, home)
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr  # a rate limit, not a denial
+    first, second = provider.seen(RUN)
+    assert first.status == 403
+    assert second.at >= reset, "polled again before x-ratelimit-reset"
+
+
+def test_secondary_rate_limit_and_a_real_403(provider: Imitation, contract: Path, home: Path) -> None:
+    secondary = github_error(
+        403, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+    )
+    provider.script(RUN, Answer(403, secondary.body, {"retry-after": "1"}), run("completed", "success"))
+    watched = gh_watch(contract, provider, home)
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+
+    provider.script("1", github_error(403, "Resource not accessible by integration"))
+    denied = gh_watch(contract, provider, home, job="1", operation="op2")
+    assert (denied.code, denied.outcome["reason"]) == (4, "authorization_denied")
+
+
+def test_repo_var_is_required_and_checked(provider: Imitation, contract: Path, home: Path) -> None:
+    missing = watch(contract, base_url=provider.url, home=home, env=ENV, job=RUN)
+    assert missing.code == 2 and "repo" in missing.ran.stderr
+    for bad in ("../etc", "owner/..", "owner//name", "own?er/x"):
+        refused = watch(contract, base_url=provider.url, home=home, env=ENV, job=RUN, vars={"repo": bad})
+        assert refused.code == 2, bad
+    assert provider.seen() == []
+
+
+def test_bad_credentials(provider: Imitation, contract: Path, home: Path) -> None:
+    provider.script(RUN, run("completed", "success"))
+    watched = gh_watch(contract, provider, home, env={"GITHUB_TOKEN": "ghp_wrong"})
+    assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")
