@@ -272,7 +272,7 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
             " after a validated success (R6, R17)"
         )
     spec = contract.result
-    where, why = fetch_url(spec, record.result)
+    where, why = fetch_url(spec, record.result, record.job_id)
     if why is not None:
         raise ActionRefused(why)
     if where is None:  # the result is the output: written as the JSON it was received as

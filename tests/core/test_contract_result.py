@@ -79,9 +79,9 @@ def test_a_full_table() -> None:
         ('type = "string"', "[result].credential: required key is missing"),
         ('type = "any"\nurl = "https://api.example/f/{result}"', "[result].credential: required key is missing"),
         ('type = "object"\nurl = "https://api.example/f/{result}"\ncredential = false', "needs a string result"),
-        ('url = "https://api.example/f/"\ncredential = true', "must contain the placeholder {result} exactly once"),
-        ('url = "https://api.example/{result}/{result}"\ncredential = true', "exactly once"),
-        ('url = "https://{result}.example/f"\ncredential = true', "{result} may not be part of the host"),
+        ('url = "https://api.example/f/"\ncredential = true', "must contain the placeholder {result} or {job_id}"),
+        ('url = "https://api.example/{result}/{result}"\ncredential = true', "each at most once"),
+        ('url = "https://{result}.example/f"\ncredential = true', "a placeholder may not be part of the host"),
         ('url = "ftp://api.example/{result}"\ncredential = true', "must be an absolute http(s) URL"),
         ('url = "https://api.example/{result} x"\ncredential = true', "holds a space"),
         ('url = "https://api.example/{Result}/{result}"\ncredential = true', "{Result} names no declared var"),
@@ -194,6 +194,11 @@ def test_fetch_url_without_a_template() -> None:
     assert fetch_url(STRING, "https://files.example/a?sig=1") == ("https://files.example/a?sig=1", None)
     assert fetch_url(STRING, "/results/1") == ("/results/1", None)
     assert fetch_url(OBJECT, {"a": 1}) == (None, None)
+    by_job = ResultSpec(url="https://api.example/v1/batches/{job_id}/results", credential=True, declared=True)
+    assert fetch_url(by_job, "https://elsewhere.example/x", "msgbatch_01/..") == (
+        "https://api.example/v1/batches/msgbatch_01%2F../results",
+        None,
+    )
     url, why = fetch_url(STRING, "file-abc")
     assert url is None and why is not None and "[result].url" in why
     url, why = fetch_url(STRING, "//evil.example/x")

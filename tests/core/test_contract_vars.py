@@ -177,13 +177,24 @@ def test_a_use_file_is_the_shipped_contract_with_its_vars_and_tuning() -> None:
     [
         ('status_url = "http://evil.example/{job_id}"\n', "status_url: a file that says `use` may only set"),
         ('[states]\nsuccess = ["failed"]\n', "states: a file that says `use` may only set"),
-        ('[auth]\nsecret_env = "OTHER"\n', "auth: a file that says `use` may only set"),
+        ('[fields]\nstate = "other"\n', "fields: a file that says `use` may only set"),
     ],
 )
 def test_a_use_file_cannot_change_the_shipped_meaning(extra: str, words: str) -> None:
     with pytest.raises(ContractError, match=words):
         text = extra + USE if extra.startswith("status_url") else USE + extra  # a table goes after the others
         parse_contract(text, source="mine.toml")
+
+
+def test_a_use_file_may_take_its_credential_from_elsewhere_and_the_account_says_so() -> None:
+    # Google's gcloud token, Azure's AAD bearer: where the credential comes from is the user's to say.
+    text = USE + '[auth]\ntoken_command = ["gcloud", "auth", "print-access-token"]\ntoken_ttl = "50m"\n'
+    contract = parse_contract(text, source="mine.toml")
+    plain = parse_contract(USE, source="mine.toml")
+    assert contract.auth is not None and contract.auth.token_command == ("gcloud", "auth", "print-access-token")
+    assert contract.auth.header == "Authorization"  # replaced whole: nothing of the shipped PRIVATE-TOKEN stays
+    assert "gcloud" in contract.account and contract.fingerprint() != plain.fingerprint()
+    assert contract.status_url == plain.status_url and contract.states == plain.states
 
 
 def test_use_of_an_unknown_name_lists_the_shipped_ones() -> None:

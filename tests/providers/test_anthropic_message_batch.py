@@ -99,16 +99,18 @@ def test_lifecycle_to_success_then_fetch_the_results(
 def test_results_url_on_another_origin_never_gets_the_key(
     provider: Imitation, contract: Path, home: Path, tmp_path: Path
 ) -> None:
-    """Behind a gateway the batch still names api.anthropic.com: the key goes only to base_url's origin."""
+    """Behind a gateway the batch still names api.anthropic.com: the results are fetched from the documented
+    endpoint on base_url's origin, and the origin the batch names is never asked (nor given the key)."""
     with Imitation(anthropic(KEY)) as elsewhere:
         elsewhere.file(f"/v1/messages/batches/{ID}/results", RESULTS)
+        provider.file(f"/v1/messages/batches/{ID}/results", RESULTS, content_type="application/binary")
         provider.script(ID, batch("ended", origin=elsewhere.url, succeeded=1))
         watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a2")
         assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
         fetched = fetch_result("a2", tmp_path / "r.jsonl", home=home, env=ENV)
-        assert fetched.code != 0
+        assert fetched.code == 0, fetched.stderr
+        assert (tmp_path / "r.jsonl").read_bytes() == RESULTS
         assert elsewhere.seen() == []
-        assert not (tmp_path / "r.jsonl").exists()
         assert_no_secret(KEY, fetched.stdout, fetched.stderr)
 
 

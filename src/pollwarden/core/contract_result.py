@@ -109,19 +109,19 @@ def check_result(spec: ResultSpec, path: str, found: bool, value: object) -> tup
     return None, f"{where} is not a JSON value"  # pragma: no cover - json.loads makes nothing else
 
 
-def fetch_url(spec: ResultSpec, result: JSONValue) -> tuple[str | None, str | None]:
+def fetch_url(spec: ResultSpec, result: JSONValue, job_id: str = "") -> tuple[str | None, str | None]:
     """(the URL `fetch-result` downloads, None), or (None, why not); (None, None): the result is written as JSON.
 
     The template quotes the result as one segment, so an id can never add a path, query or host. Without a
     template only an absolute http(s) URL, or a path on the contract's own origin (`/results/1`), is fetched:
     a bare id resolved against the status URL was the 404 of issue 11."""
     if spec.url is not None:
+        url = spec.url.replace("{job_id}", _segment(job_id))
+        if "{result}" not in spec.url:
+            return url, None  # the job names its own results (Anthropic: /v1/messages/batches/{job_id}/results)
         if not isinstance(result, str):
             return None, f"the result is a JSON {json_type(result)}; [result].url needs a string to put in it"
-        segment = quote(result, safe="")
-        if segment in {".", ".."}:
-            segment = segment.replace(".", "%2E")
-        return spec.url.replace("{result}", segment), None
+        return url.replace("{result}", _segment(result)), None
     if not isinstance(result, str):
         return None, None
     try:
@@ -136,6 +136,12 @@ def fetch_url(spec: ResultSpec, result: JSONValue) -> tuple[str | None, str | No
         f"the result {result[:200]!r} is not a URL and the contract has no [result].url template saying where"
         " to fetch it; nothing was sent"
     )
+
+
+def _segment(value: str) -> str:
+    """One path segment, whatever the value holds: it can never add a path, a query or a host."""
+    segment = quote(value, safe="")
+    return segment.replace(".", "%2E") if segment in {".", ".."} else segment
 
 
 def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
@@ -173,13 +179,15 @@ def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
 
 
 def _check_template(t: Reader, url: str) -> None:
-    """`{result}` exactly once and not in the host; other `{name}`s are vars, expanded before this is read or
-    checked by the vars reader: a stand-in takes their place so the rest of the URL is still checked here."""
-    if url.count("{result}") != 1:
-        raise t.fail("url", "must contain the placeholder {result} exactly once")
-    if "{result}" in url.partition("//")[2].partition("/")[0]:
-        raise t.fail("url", "{result} may not be part of the host")
-    stand_in = url.replace("{result}", "result")
+    """`{result}` or `{job_id}` (or both), each at most once and not in the host; other `{name}`s are vars,
+    expanded before this is read: a stand-in takes their place so the rest of the URL is still checked here."""
+    counts = {name: url.count("{" + name + "}") for name in ("result", "job_id")}
+    if not any(counts.values()) or any(count > 1 for count in counts.values()):
+        raise t.fail("url", "must contain the placeholder {result} or {job_id} (or both), each at most once")
+    host = url.partition("//")[2].partition("/")[0]
+    if "{result}" in host or "{job_id}" in host:
+        raise t.fail("url", "a placeholder may not be part of the host")
+    stand_in = url.replace("{result}", "result").replace("{job_id}", "job")
 
     def var(match: re.Match[str]) -> str:
         return "https://var.invalid" if match.start() == 0 else "var"

@@ -251,12 +251,12 @@ def merge_use(
     data: Mapping[str, Any], source: str, shipped: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A `use` file's data over the shipped contract's: (merged data, the file's var values)."""
-    allowed = {"use", "name", "vars", *USE_TABLES}
+    allowed = {"use", "name", "vars", "auth", *USE_TABLES}
     for key in data:
         if key not in allowed:
             raise ContractError(
                 f"{source}: {key}: a file that says `use` may only set {', '.join(sorted(allowed))};"
-                " states, fields, URLs and auth are the shipped contract's meaning (copy it to change them)"
+                " states, fields and URLs are the shipped contract's meaning (copy it to change them)"
             )
     merged: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in shipped.items()}
     if "name" in data:
@@ -269,6 +269,13 @@ def merge_use(
             raise ContractError(f"{source}: {table}: must be a table like [{table}]")
         base = merged.get(table)
         merged[table] = {**(base if isinstance(base, dict) else {}), **tuned}
+    if "auth" in data:
+        # Where the credential comes from is the user's (a token command instead of a variable, an AAD bearer
+        # instead of a key): the whole table is replaced, never mixed with the shipped one's keys. It still
+        # goes only to the contract's origin, and the operation's account (and so its fingerprint) says which.
+        if not isinstance(data["auth"], dict):
+            raise ContractError(f"{source}: auth: must be a table like [auth]")
+        merged["auth"] = dict(data["auth"])
     given = data.get("vars", {})
     if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
         raise ContractError(f"{source}: [vars]: in a `use` file, each var's value is a string")
