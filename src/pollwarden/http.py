@@ -22,7 +22,7 @@ import socket
 import ssl
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO, Protocol
@@ -343,6 +343,24 @@ def _decoder(headers: Mapping[str, str]) -> _Decoder | None:
     return None  # identity; anything else is passed on still encoded, and the parser refuses it by its header
 
 
+def _pieces(
+    answer: Answer, decoder: _Decoder | None, deadline: float, room: Callable[[], int]
+) -> Iterator[tuple[bytes, int]]:
+    """The body as decoded pieces, each with the raw bytes read so far; `room` is how much more decoded output
+    the caller will take (a decompression bomb is cut there), and the whole read ends at `deadline`."""
+    raw_size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
+        raw = answer.read(READ_CHUNK)
+        if not raw:
+            if decoder is not None:
+                decoder.finish()
+            return
+        raw_size += len(raw)
+        yield (raw if decoder is None else decoder.feed(raw, room())), raw_size
+
+
 class StatusClient:
     """Holds the secret so callers never have to; it leaves this object only as a request header."""
 
@@ -501,7 +519,7 @@ class StatusClient:
         digest = hashlib.sha256()
         hold = max(self._scrubber.longest - 1, 0)
         pending = b""
-        size = raw_size = 0
+        size = 0
 
         def write(data: bytes) -> None:
             nonlocal size
@@ -509,16 +527,10 @@ class StatusClient:
             sink.write(data)
             size += len(data)
 
-        while True:
-            if time.monotonic() > deadline:
-                raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
-            raw = answer.read(READ_CHUNK)
-            if not raw:
-                if decoder is not None:
-                    decoder.finish()
-                break
-            raw_size += len(raw)
-            data = raw if decoder is None else decoder.feed(raw, cap + 1 - size - len(pending))
+        def room() -> int:  # read at each piece: what is written and held so far
+            return cap + 1 - size - len(pending)
+
+        for data, raw_size in _pieces(answer, decoder, deadline, room):
             # The tail that could be the start of a secret waits for the next piece before it is scrubbed.
             pending = self._scrubber.raw(pending + data) if self._scrubber else pending + data
             if len(pending) > hold:
@@ -541,18 +553,13 @@ class StatusClient:
         cap = self._contract.max_body_bytes
         decoder = _decoder(headers)
         chunks: list[bytes] = []
-        size = raw_size = 0
+        size = 0
         truncated = False
-        while True:
-            if time.monotonic() > deadline:
-                raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
-            raw = answer.read(READ_CHUNK)
-            if not raw:
-                if decoder is not None:
-                    decoder.finish()
-                break
-            raw_size += len(raw)
-            data = raw if decoder is None else decoder.feed(raw, cap + 1 - size)
+
+        def room() -> int:  # read at each piece: what is kept so far
+            return cap + 1 - size
+
+        for data, raw_size in _pieces(answer, decoder, deadline, room):
             chunks.append(data)
             size += len(data)
             # The raw count bounds a stream that decodes to nothing; the decoded count is the contract's cap.
