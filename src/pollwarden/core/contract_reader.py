@@ -17,6 +17,10 @@ class ContractError(PollwardenError, ValueError):
     """A contract that cannot be used; the message names the file and the key."""
 
 
+# Its public home: callers catch `pollwarden.core.contract.ContractError`, and the name in a traceback says so.
+ContractError.__module__ = "pollwarden.core.contract"
+
+
 _HOST_NAME = re.compile(r"[A-Za-z0-9.-]+")
 
 

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import PollwardenError
+
 if TYPE_CHECKING:
     import jmespath
 
@@ -40,8 +42,10 @@ def _options() -> jmespath.Options:
     return jmespath.Options(custom_functions=_Functions())
 
 
-class ExpressionError(ValueError):
-    """The text is not an expression this module will evaluate; the message says where it breaks."""
+class ExpressionError(PollwardenError, ValueError):
+    """The text is not an expression this module will evaluate; the message says where it breaks.
+
+    Raised while a contract loads, where it becomes a ContractError naming the key (exit 2)."""
 
 
 @dataclass(frozen=True)
