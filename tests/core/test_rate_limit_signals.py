@@ -149,6 +149,41 @@ def test_retry_after_on_a_pending_2xx_is_a_floor_only_when_the_contract_says_so(
     assert [r.source for r in bad.rejections] == ["Retry-After"]
 
 
+GOOGLE = """
+[[rate_limit]]
+status = [429]
+body = "error.status == 'RESOURCE_EXHAUSTED'"
+reset_body = "error.details[?\\"@type\\" == 'type.googleapis.com/google.rpc.RetryInfo'].retryDelay | [0]"
+reset = "duration"
+"""
+
+
+def _google(delay: object) -> bytes:
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo"}]
+    if delay is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})  # type: ignore[dict-item]
+    return json.dumps({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": details}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("delay", "wait", "why"),
+    [
+        ("30s", timedelta(seconds=30), None),
+        ("1.5s", timedelta(seconds=1.5), None),
+        (None, None, None),  # no RetryInfo: the ordinary 429 backoff
+        ("30", None, "not a duration in seconds like '30s'"),
+        ("-5s", None, "negative"),
+        (5, None, "not a duration in seconds like '30s'"),
+        ("99999999s", None, "absurdly far in the future"),
+    ],
+)
+def test_a_reset_read_from_the_body_google_retry_info(delay: object, wait: timedelta | None, why: str | None) -> None:
+    obs = observe(_contract(GOOGLE), response(_google(delay), status=429))
+    assert obs.kind is Kind.RATE_LIMITED
+    assert obs.retry_after == (None if wait is None else T0 + wait)
+    assert [r.why for r in obs.rejections] == ([] if why is None else [why])
+
+
 def test_old_contracts_keep_their_fingerprint_and_signals_change_it() -> None:
     plain = parse_contract(contract_text(), source="t.toml")
     assert plain.rate_limits == ()
@@ -164,8 +199,13 @@ BAD = [
     ("[[rate_limit]]\nstatus = [429]\nequals = '0'\n", "[rate_limit 1].equals", "needs header"),
     ("[[rate_limit]]\nstatus = [429]\nheader = 'x y'\n", "[rate_limit 1].header", "letters"),
     ("[[rate_limit]]\nstatus = [429]\nbody = 'a ==='\n", "[rate_limit 1].body", "JMESPath"),
-    ("[[rate_limit]]\nstatus = [429]\nreset_header = 'x-reset'\n", "[rate_limit 1].reset", "go together"),
-    ("[[rate_limit]]\nstatus = [429]\nreset = 'seconds'\n", "[rate_limit 1].reset_header", "go together"),
+    ("[[rate_limit]]\nstatus = [429]\nreset_header = 'x-reset'\n", "[rate_limit 1].reset", "give reset with"),
+    ("[[rate_limit]]\nstatus = [429]\nreset = 'seconds'\n", "[rate_limit 1].reset_header", "give reset with"),
+    (
+        "[[rate_limit]]\nstatus = [429]\nreset_body = 'a[='\nreset = 'duration'\n",
+        "[rate_limit 1].reset_body",
+        "JMESPath",
+    ),
     ("[[rate_limit]]\nstatus = [429]\nreset_header = 'r'\nreset = 'minutes'\n", "[rate_limit 1].reset", "epoch"),
     ("[[rate_limit]]\nstatus = [429]\nmeans = 'later'\n", "[rate_limit 1].means", "rate_limited"),
     (

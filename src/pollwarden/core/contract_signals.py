@@ -20,6 +20,8 @@ class ResetFormat(StrEnum):
     EPOCH_SECONDS = "epoch_seconds"
     SECONDS = "seconds"
     MILLISECONDS = "milliseconds"
+    DURATION = "duration"
+    """Seconds with an `s` (`"30s"`, `"1.5s"`): how a protobuf Duration is written in JSON (Google's RetryInfo)."""
 
 
 class Meaning(StrEnum):
@@ -37,6 +39,8 @@ class RateLimitSignal:
     body: str | None = None
     """A JMESPath predicate over the parsed JSON body; kept as text (the compiled form has no equality)."""
     reset_header: str | None = None
+    reset_body: str | None = None
+    """A JMESPath expression over the JSON body naming the reset (Google: `error.details[].retryDelay`)."""
     reset: ResetFormat | None = None
     means: Meaning = Meaning.RATE_LIMITED
 
@@ -48,12 +52,13 @@ class RateLimitSignal:
             "equals": self.equals,
             "body": self.body,
             "reset_header": self.reset_header,
+            **({"reset_body": self.reset_body} if self.reset_body is not None else {}),
             "reset": None if self.reset is None else self.reset.value,
             "means": self.means.value,
         }
 
 
-_KEYS = {"status", "header", "equals", "body", "reset_header", "reset", "means"}
+_KEYS = {"status", "header", "equals", "body", "reset_header", "reset_body", "reset", "means"}
 MAX_SIGNALS = 32
 
 
@@ -94,16 +99,26 @@ def _signal(s: Reader) -> RateLimitSignal:
     reset_header = s.text("reset_header")
     if reset_header is not None:
         check_token(s, "reset_header", reset_header)
+    reset_body = s.text("reset_body")
+    if reset_body is not None:
+        try:
+            expr.check(reset_body)
+        except expr.ExpressionError as exc:
+            raise s.fail("reset_body", f"{reset_body!r} {exc}") from None
     reset_text = s.text("reset")
     if reset_text is not None and reset_text not in {f.value for f in ResetFormat}:
-        raise s.fail("reset", f"must be 'epoch_seconds', 'seconds' or 'milliseconds', got {reset_text!r}")
-    if (reset_text is None) != (reset_header is None):
-        raise s.fail("reset" if reset_text is None else "reset_header", "reset_header and reset go together")
+        raise s.fail("reset", f"must be 'epoch_seconds', 'seconds', 'milliseconds' or 'duration', got {reset_text!r}")
+    named = reset_header is not None or reset_body is not None
+    if (reset_text is None) == named:
+        raise s.fail(
+            "reset" if reset_text is None else "reset_header",
+            "reset says the form of reset_header or reset_body: give reset with one of them",
+        )
     means_text = s.text("means") or Meaning.RATE_LIMITED.value
     if means_text not in {m.value for m in Meaning}:
         raise s.fail("means", f"must be 'rate_limited' or 'authorization_denied', got {means_text!r}")
     means = Meaning(means_text)
-    if means is Meaning.AUTHORIZATION_DENIED and reset_header is not None:
+    if means is Meaning.AUTHORIZATION_DENIED and named:
         raise s.fail("reset_header", "a signal that means authorization_denied stops; it has no reset time")
     return RateLimitSignal(
         status=tuple(status),
@@ -111,6 +126,7 @@ def _signal(s: Reader) -> RateLimitSignal:
         equals=equals,
         body=body,
         reset_header=None if reset_header is None else reset_header.lower(),
+        reset_body=reset_body,
         reset=None if reset_text is None else ResetFormat(reset_text),
         means=means,
     )

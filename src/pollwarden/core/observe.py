@@ -8,6 +8,7 @@ hands over bytes, headers and the times it measured.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import math
 import re
@@ -159,7 +160,8 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
             **extra,
         )
 
-    signal = matching(contract.rate_limits, status, response.headers, lambda: _document_or_none(response))
+    document = functools.cache(lambda: _document_or_none(response))  # parsed once, and only if a signal asks
+    signal = matching(contract.rate_limits, status, response.headers, document)
     success_retry = 200 <= status < 300 and contract.schedule.retry_after_on_success
     retry_after: datetime | None = None
     rejections: tuple[Rejection, ...] = ()
@@ -177,7 +179,7 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
                 f"HTTP {status} matches [[rate_limit]] {number}, which means authorization_denied:"
                 " a quota or billing limit a person must act on",
             )
-        reset = reset_at(matched, response.headers, at)
+        reset = reset_at(matched, response.headers, document, at)
         if isinstance(reset, Rejection):
             rejections += (reset,)
         elif reset is not None:

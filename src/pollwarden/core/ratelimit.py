@@ -8,6 +8,7 @@ that is not JSON and a JMESPath expression that raises on this body all mean "do
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -53,29 +54,50 @@ def _holds(expression: str, document: Any) -> bool:
     return not (value is None or value is False or (isinstance(value, str | list | dict) and not value))
 
 
-def reset_at(signal: RateLimitSignal, headers: Mapping[str, str], at: datetime) -> datetime | Rejection | None:
-    """The time the signal's reset header names, bounded like Retry-After: at most MAX_RETRY_AFTER ahead, a time
-    in the past meaning "now"; None when the signal names no reset header or the answer does not carry it."""
-    if signal.reset_header is None or signal.reset is None:
+def reset_at(
+    signal: RateLimitSignal, headers: Mapping[str, str], document: Callable[[], Any], at: datetime
+) -> datetime | Rejection | None:
+    """The time the signal's reset header (else its reset_body expression) names, bounded like Retry-After: at
+    most MAX_RETRY_AFTER ahead, a time in the past meaning "now"; None when the answer carries neither."""
+    if signal.reset is None:
         return None
-    raw = headers.get(signal.reset_header)
-    if raw is None:
-        return None
-    text = raw.strip()
-    shown = text if len(text) <= 80 else text[:77] + "..."
+    if signal.reset_header is not None and (raw := headers.get(signal.reset_header)) is not None:
+        return _moment(signal.reset, signal.reset_header, raw.strip(), at)
+    if signal.reset_body is not None and (body := document()) is not None:
+        found = expr.lookup(signal.reset_body, body)
+        value = found.value if found.problem is None else None
+        if isinstance(value, str):
+            return _moment(signal.reset, signal.reset_body, value.strip(), at)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return _moment(signal.reset, signal.reset_body, json.dumps(value), at)
+        if value is not None:
+            return Rejection(signal.reset_body, _shown(json.dumps(value)), f"not a number of {_unit(signal.reset)}")
+    return None
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _moment(reset: ResetFormat, source: str, text: str, at: datetime) -> datetime | Rejection:
+    shown = _shown(text)
     if text.startswith("-"):
-        return Rejection(signal.reset_header, shown, "negative")
-    if not _NUMBER.fullmatch(text):
-        return Rejection(signal.reset_header, shown, f"not a number of {_unit(signal.reset)}")
+        return Rejection(source, shown, "negative")
+    if reset is ResetFormat.DURATION:
+        if not text.endswith("s") or not _NUMBER.fullmatch(text[:-1]):
+            return Rejection(source, shown, "not a duration in seconds like '30s'")
+        text = text[:-1]
+    elif not _NUMBER.fullmatch(text):
+        return Rejection(source, shown, f"not a number of {_unit(reset)}")
     number = float(text)
-    if signal.reset is ResetFormat.EPOCH_SECONDS:
+    if reset is ResetFormat.EPOCH_SECONDS:
         if number > (at + MAX_RETRY_AFTER).timestamp():
-            return Rejection(signal.reset_header, shown, "absurdly far in the future")
+            return Rejection(source, shown, "absurdly far in the future")
         moment = datetime.fromtimestamp(number, UTC)
     else:
-        seconds = number / 1000 if signal.reset is ResetFormat.MILLISECONDS else number
+        seconds = number / 1000 if reset is ResetFormat.MILLISECONDS else number
         if timedelta(seconds=seconds) > MAX_RETRY_AFTER:
-            return Rejection(signal.reset_header, shown, "absurdly far in the future")
+            return Rejection(source, shown, "absurdly far in the future")
         moment = at + timedelta(seconds=seconds)
     return max(moment, at)
 
@@ -85,4 +107,5 @@ def _unit(reset: ResetFormat) -> str:
         ResetFormat.EPOCH_SECONDS: "epoch seconds",
         ResetFormat.SECONDS: "seconds",
         ResetFormat.MILLISECONDS: "milliseconds",
+        ResetFormat.DURATION: "seconds",
     }[reset]
