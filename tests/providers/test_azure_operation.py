@@ -81,6 +81,18 @@ def test_retry_after_on_a_200_poll_is_honoured(provider: Imitation, tmp_path: Pa
     assert second.at - first.at >= 1.0, "the poll after a 200 with Retry-After: 1 came too early"
 
 
+def test_a_429_waits_x_ms_retry_after_ms(provider: Imitation, tmp_path: Path, home: Path) -> None:
+    contract = tuned(tmp_path / "c", "azure-operation")
+    throttled = Answer(
+        429, {"error": {"code": "429", "message": "Rate limit is exceeded."}}, {"x-ms-retry-after-ms": "1200"}
+    )
+    provider.script(PATH, throttled, ok(status("succeeded", analyzeResult=RESULT)))
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle(provider)))
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    first, second = provider.seen(PATH)
+    assert second.at - first.at >= 1.2, "the poll after x-ms-retry-after-ms: 1200 came too early"
+
+
 @pytest.mark.parametrize(
     ("body", "code", "reason"),
     [
