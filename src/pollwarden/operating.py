@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .audit import AuditError, Checkpoint, VerifyReport, load_or_create_keys, load_public_key, verify
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .audit import (
+    AuditError,
+    Checkpoint,
+    VerifyReport,
+    key_id_of,
+    load_or_create_keys,
+    load_public_key,
+    refuse_private_key,
+    verify,
+)
 from .audit.export import read_checkpoint_file
 from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
@@ -241,8 +252,13 @@ class AuditCheck:
     """The checkpoint file the log was checked against (None: rollback could not be checked)."""
 
 
-def verify_home(home: Path, checkpoint: Path | None = None) -> AuditCheck:
-    """Verify the home's log; needs no decryption key (the chain is over ciphertext, checkpoints are signed)."""
+def verify_home(
+    home: Path, checkpoint: Path | None = None, pinned: tuple[Ed25519PublicKey, str] | None = None
+) -> AuditCheck:
+    """Verify the home's log; needs no decryption key (the chain is over ciphertext, checkpoints are signed).
+
+    `pinned` is (the only key to trust, where it came from): the home's own key is then just a claim.
+    """
     target = database_target(home)
     if isinstance(target, Path) and not target.exists():
         raise HomeError(f"no audit log in {home} (no {target.name}); pass --home, --db or --file EXPORT")
@@ -253,7 +269,16 @@ def verify_home(home: Path, checkpoint: Path | None = None) -> AuditCheck:
     store = open_store(home, keys="none")
     try:
         trusted, trusted_name = trusted_checkpoint(checkpoint or trusted_checkpoint_path(home))
-        report = verify(store.audit_records(), store.audit_checkpoints(), home_key, trusted_checkpoint=trusted)
+        checkpoints = store.audit_checkpoints()
+        pinned_key = None
+        if pinned is not None:
+            pinned_key, source = pinned
+            known = [cp.key_id for cp in checkpoints] + ([key_id_of(home_key)] if home_key is not None else [])
+            try:
+                refuse_private_key(pinned_key, source, known)
+            except AuditError as exc:
+                raise HomeError(str(exc)) from None
+        report = verify(store.audit_records(), checkpoints, home_key, trusted_checkpoint=trusted, pinned_key=pinned_key)
     finally:
         store.close()
     return AuditCheck(report, str(store.path), trusted_name)  # a URL's password is already left out

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pollwarden.simulator import Simulator
 from tests.conftest import run_cli, write_contract
@@ -232,3 +233,163 @@ def test_why_detects_a_decision_todays_core_would_not_make(audited_home: Path) -
     explanation = json.loads(ran.stdout)
     assert explanation["same_today"] is False
     assert any(d.startswith("delay_source") for d in explanation["differences"])
+
+
+# -- key pinning (--public-key) -------------------------------------------------------------------
+
+
+def _other_public_key(tmp_path: Path) -> Path:
+    from pollwarden.audit import public_key_text
+
+    path = tmp_path / "other.pub"
+    path.write_text(public_key_text(Ed25519PrivateKey.generate().public_key()) + "\n")
+    return path
+
+
+def _secrets_of(home: Path) -> list[str]:
+    keys = home / "keys"
+    return [(keys / name).read_text().strip() for name in ("signing.key", "audit.key")]
+
+
+def test_the_pinned_key_verifies_the_store_and_an_export(audited_home: Path, tmp_path: Path) -> None:
+    pub = audited_home / "keys" / "signing.pub"
+    code, report = _verify(audited_home, "--public-key", str(pub))
+    assert code == 0 and report["pinned_key"] == _key_id(pub)
+    out = tmp_path / "export.jsonl"
+    assert run_cli("audit", "export", "--out", str(out), home=audited_home).code == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    ran = run_cli("audit", "verify", "--file", str(out), "--public-key", str(pub), home=empty)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert f"pinned key {_key_id(pub)}" in ran.stdout
+
+
+def _key_id(pub: Path) -> str:
+    from pollwarden.audit import key_id_of, read_public_key_file
+
+    return key_id_of(read_public_key_file(pub))
+
+
+def test_a_store_signed_by_another_key_is_not_the_pinned_one(audited_home: Path, tmp_path: Path) -> None:
+    other = _other_public_key(tmp_path)
+    ran = run_cli("audit", "verify", "--public-key", str(other), home=audited_home)
+    assert ran.code == EXIT_TAMPERED, ran.stdout + ran.stderr
+    assert "not the pinned key" in ran.stdout
+    assert _key_id(audited_home / "keys" / "signing.pub") in ran.stdout and _key_id(other) in ran.stdout
+    for secret in _secrets_of(audited_home):
+        assert secret not in ran.stdout + ran.stderr
+
+
+def test_an_export_signed_by_another_key_is_not_the_pinned_one(audited_home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "export.jsonl"
+    assert run_cli("audit", "export", "--out", str(out), home=audited_home).code == 0
+    other = _other_public_key(tmp_path)
+    ran = run_cli("audit", "verify", "--json", "--file", str(out), "--public-key", str(other), home=tmp_path)
+    assert ran.code == EXIT_TAMPERED, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["pinned_key"] == _key_id(other)
+    assert any("not the pinned key" in p["what"] for p in report["problems"])
+    for secret in _secrets_of(audited_home):
+        assert secret not in ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [(None, "cannot read"), (b"hello\n", "not valid base64"), (b"AAAA\n", "decodes to 3 bytes")],
+)
+@pytest.mark.parametrize("with_file", [False, True])
+def test_a_bad_public_key_file_is_a_usage_error_naming_it(
+    audited_home: Path, tmp_path: Path, content: bytes | None, phrase: str, with_file: bool
+) -> None:
+    key = tmp_path / "pinned.pub"
+    if content is not None:
+        key.write_bytes(content)
+    extra: tuple[str, ...] = ()
+    if with_file:
+        out = tmp_path / "export.jsonl"
+        assert run_cli("audit", "export", "--out", str(out), home=audited_home).code == 0
+        extra = ("--file", str(out))
+    ran = run_cli("audit", "verify", *extra, "--public-key", str(key), home=audited_home)
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert str(key) in ran.stderr and phrase in ran.stderr and "signing.pub" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_the_private_signing_key_given_as_the_pinned_key_is_refused(audited_home: Path) -> None:
+    private = audited_home / "keys" / "signing.key"
+    ran = run_cli("audit", "verify", "--public-key", str(private), home=audited_home)
+    assert ran.code == 2 and "private signing key" in ran.stderr and "signing.pub" in ran.stderr
+    assert private.read_text().strip() not in ran.stdout + ran.stderr
+
+
+# -- exports carry each log's size and head ---------------------------------------------------------
+
+
+def _export(home: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    out = tmp_path / "export.jsonl"
+    ran = run_cli("audit", "export", "--out", str(out), home=home)
+    assert ran.code == 0, ran.stderr
+    return out, out.read_text().splitlines()
+
+
+def _verify_file(out: Path, home: Path) -> tuple[int, dict[str, object], str]:
+    ran = run_cli("audit", "verify", "--json", "--file", str(out), home=home)
+    assert ran.code in (0, EXIT_TAMPERED), ran.stderr
+    text = run_cli("audit", "verify", "--file", str(out), home=home).stdout
+    report: dict[str, object] = json.loads(ran.stdout)
+    return ran.code, report, text
+
+
+def _write(out: Path, lines: list[str]) -> None:
+    out.write_text("".join(line + "\n" for line in lines))
+
+
+def test_an_export_with_one_logs_lines_removed_is_caught(audited_home: Path, tmp_path: Path) -> None:
+    out, lines = _export(audited_home, tmp_path)
+    _write(out, lines[:1] + [line for line in lines[1:] if json.loads(line)["log_id"] != "op-b"])
+    (tmp_path / "export.jsonl.checkpoint").unlink()  # whoever holds the files removes that one too
+    code, report, text = _verify_file(out, audited_home)
+    assert code == EXIT_TAMPERED
+    problem = _first_problem(report)
+    assert problem["log_id"] == "op-b" and "holds none" in str(problem["what"])
+    assert "log op-b" in text
+
+
+def test_an_export_with_a_log_cut_short_is_caught(audited_home: Path, tmp_path: Path) -> None:
+    out, lines = _export(audited_home, tmp_path)
+    op_a = [i for i, line in enumerate(lines) if i and json.loads(line)["log_id"] == "op-a"]
+    records = [i for i in op_a if json.loads(lines[i])["type"] == "record"]
+    # The last two records and every checkpoint of op-a go: no checkpoint in the file shows the cut.
+    drop = set(records[-2:]) | {i for i in op_a if json.loads(lines[i])["type"] == "checkpoint"}
+    _write(out, [line for i, line in enumerate(lines) if i not in drop])
+    (tmp_path / "export.jsonl.checkpoint").unlink()  # and no checkpoint kept beside it either
+    code, report, _ = _verify_file(out, audited_home)
+    assert code == EXIT_TAMPERED
+    problem = _first_problem(report)
+    assert problem["log_id"] == "op-a" and "cut short" in str(problem["what"])
+
+
+def test_an_export_with_a_log_added_is_caught(audited_home: Path, tmp_path: Path) -> None:
+    # An intact, validly signed log from the same store in the body, that the header does not list.
+    out, lines = _export(audited_home, tmp_path)
+    header = json.loads(lines[0])
+    header["logs"] = [entry for entry in header["logs"] if entry["log_id"] != "op-b"]
+    _write(out, [json.dumps(header), *lines[1:]])
+    code, report, _ = _verify_file(out, audited_home)
+    assert code == EXIT_TAMPERED
+    problem = _first_problem(report)
+    assert problem["log_id"] == "op-b" and "not in the export header" in str(problem["what"])
+
+
+def test_an_export_written_today_without_sizes_verifies_as_before_and_says_so(
+    audited_home: Path, tmp_path: Path
+) -> None:
+    out, lines = _export(audited_home, tmp_path)
+    header = json.loads(lines[0])
+    header["version"] = 1
+    header["logs"] = [entry["log_id"] for entry in header["logs"]]
+    _write(out, [json.dumps(header, separators=(",", ":")), *lines[1:]])
+    code, report, text = _verify_file(out, audited_home)
+    assert code == 0 and report["ok"] is True
+    assert "the header carries no log sizes" in text
+    assert any("no log sizes" in note for note in report["notes"])  # type: ignore[attr-defined]

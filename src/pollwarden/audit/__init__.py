@@ -19,7 +19,9 @@ from pollwarden.audit.checkpoint import (
 )
 from pollwarden.audit.crypto import AuditCipher, AuditDecryptError, AuditError, AuditKeyError
 from pollwarden.audit.export import (
+    ExportContents,
     ExportFormatError,
+    load_export,
     read_checkpoint_file,
     read_export,
     write_checkpoint_file,
@@ -31,10 +33,13 @@ from pollwarden.audit.keys import (
     AuditKeys,
     load_or_create_keys,
     load_public_key,
+    read_public_key_file,
+    refuse_private_key,
 )
-from pollwarden.audit.verifier import Problem, VerifyReport, verify
+from pollwarden.audit.verifier import ALL_LOGS, LogHead, Problem, VerifyReport, verify
 
 __all__ = [
+    "ALL_LOGS",
     "AUDIT_KEY_ENV",
     "GENESIS_HASH",
     "SIGNING_KEY_ENV",
@@ -45,13 +50,16 @@ __all__ = [
     "AuditKeys",
     "AuditRecord",
     "Checkpoint",
+    "ExportContents",
     "ExportFormatError",
+    "LogHead",
     "Problem",
     "VerifyReport",
     "canonical_json",
     "chain_hash",
     "checkpoint_valid",
     "key_id_of",
+    "load_export",
     "load_or_create_keys",
     "load_public_key",
     "load_public_key_text",
@@ -59,7 +67,9 @@ __all__ = [
     "public_key_text",
     "read_checkpoint_file",
     "read_export",
+    "read_public_key_file",
     "record_aad",
+    "refuse_private_key",
     "seal_record",
     "sign_checkpoint",
     "verify",

@@ -163,9 +163,13 @@ def load_public_key_text(text: str, *, source: str = "public key") -> Ed25519Pub
         ) from None
     if len(raw) != 32:
         raise AuditKeyError(
-            f"{source} decodes to {len(raw)} bytes, expected a 32-byte raw Ed25519 public key (as in keys/signing.pub)"
+            f"{source} decodes to {len(raw)} bytes, expected a 32-byte raw Ed25519 public key, base64-encoded "
+            "(as in keys/signing.pub)"
         )
     try:
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError:
-        raise AuditKeyError(f"{source} is not a valid Ed25519 public key") from None
+        raise AuditKeyError(
+            f"{source} is not a valid Ed25519 public key: expected the 32-byte raw key, base64-encoded "
+            "(as in keys/signing.pub)"
+        ) from None

@@ -2,7 +2,8 @@
 
 JSON Lines, UTF-8, one object per line, every line ending in a newline::
 
-    {"format": "pollwarden-audit-export", "version": 1, "exported_at": ..., "public_key": ..., "logs": [...]}
+    {"format": "pollwarden-audit-export", "version": 2, "exported_at": ..., "public_key": ...,
+     "logs": [{"log_id": ..., "records": N, "head_hash": ...}, ...]}
     {"type": "record", "log_id": ..., "seq": ..., "at": ..., "kind": ..., "prev_hash": ...,
      "ciphertext": <base64>, "this_hash": ...}
     ...
@@ -12,6 +13,10 @@ JSON Lines, UTF-8, one object per line, every line ending in a newline::
 The file is written to a temp file, fsynced and renamed, so a crash leaves the old file or the new one.
 A file cut short some other way (a copy that stopped) has a last line without its newline: the reader says
 "torn tail" and names the line, instead of verifying a silently shorter log.
+
+Version 2 headers list each log's record count and last hash, so lines removed whole (a log, or a log's
+tail with its checkpoints) no longer leave a file that verifies. Version 1 headers list only the log ids;
+they are still read, and verified exactly as before.
 """
 
 from __future__ import annotations
@@ -23,19 +28,23 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from pollwarden.audit.chain import AuditRecord
+from pollwarden.audit.chain import GENESIS_HASH, AuditRecord, is_hash_text
 from pollwarden.audit.checkpoint import Checkpoint, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import AuditError, AuditKeyError
+from pollwarden.audit.verifier import LogHead, VerifyReport, verify
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "EXPORT_FORMAT",
+    "ExportContents",
     "ExportFormatError",
+    "load_export",
     "read_checkpoint_file",
     "read_export",
     "write_checkpoint_file",
@@ -44,7 +53,9 @@ __all__ = [
 
 EXPORT_FORMAT = "pollwarden-audit-export"
 CHECKPOINT_FORMAT = "pollwarden-audit-checkpoint"
-VERSION = 1
+EXPORT_VERSION = 2
+CHECKPOINT_VERSION = 1  # the checkpoint file keeps its format
+_EXPORT_VERSIONS = (1, 2)
 _RECORD_FIELDS = ("log_id", "seq", "at", "kind", "prev_hash", "ciphertext", "this_hash")
 
 
@@ -114,22 +125,25 @@ def write_export(
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    logs: dict[str, None] = {}
+    # Per log, in first-seen order: [records written, this_hash of the last one].
+    logs: dict[str, list[Any]] = {}
     count = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n", dir=directory) as spool:
         for record in records:
-            logs.setdefault(record.log_id, None)
+            head = logs.setdefault(record.log_id, [0, GENESIS_HASH])
+            head[0] += 1
+            head[1] = record.this_hash
             spool.write(_record_line(record))
             spool.write("\n")
             count += 1
         for cp in checkpoints:
-            logs.setdefault(cp.log_id, None)
+            logs.setdefault(cp.log_id, [0, GENESIS_HASH])
         header = {
             "format": EXPORT_FORMAT,
-            "version": VERSION,
+            "version": EXPORT_VERSION,
             "exported_at": exported_at,
             "public_key": public_key_text(public_key),
-            "logs": list(logs),
+            "logs": [{"log_id": log_id, "records": n, "head_hash": last} for log_id, (n, last) in logs.items()],
         }
 
         def write(handle: IO[str]) -> None:
@@ -225,39 +239,101 @@ def _checkpoint_from(obj: dict[str, Any], where: str) -> Checkpoint:
         raise ExportFormatError(f"{where}: {exc}") from None
 
 
-def _check_header(obj: Any, where: str, expected_format: str) -> dict[str, Any]:
+def _check_header(obj: Any, where: str, expected_format: str, versions: tuple[int, ...]) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         raise ExportFormatError(f'{where}: not a {expected_format} file (no "format": "{expected_format}")')
     version = obj.get("version")
-    if version != VERSION:
+    if type(version) is not int or version not in versions:  # not a bool, not 1.0
+        readable = " and ".join(str(v) for v in versions)
         raise ExportFormatError(
-            f"{where}: unsupported version {version!r} (this pollwarden reads version {VERSION}); "
+            f"{where}: unsupported version {version!r} (this pollwarden reads version {readable}); "
             "use the pollwarden version that wrote it"
         )
     return obj
 
 
+def _heads_from(header: dict[str, Any], where: str) -> dict[str, LogHead]:
+    """The version 2 "logs" field: one {"log_id", "records", "head_hash"} object per log, each log once."""
+    logs = header.get("logs")
+    if not isinstance(logs, list):
+        raise ExportFormatError(f"{where}: field 'logs' must be a list of the logs in the file")
+    heads: dict[str, LogHead] = {}
+    for index, entry in enumerate(logs):
+        at = f"{where}: field 'logs' entry {index + 1}"
+        if not isinstance(entry, dict):
+            raise ExportFormatError(f"{where}: field 'logs' must list objects (log_id, records, head_hash)")
+        for name in ("log_id", "records", "head_hash"):
+            if name not in entry:
+                raise ExportFormatError(f"{at} lacks '{name}'")
+        log_id, records, head_hash = entry["log_id"], entry["records"], entry["head_hash"]
+        if not isinstance(log_id, str) or not log_id:
+            raise ExportFormatError(f"{at}: 'log_id' must be a non-empty string")
+        if isinstance(records, bool) or not isinstance(records, int) or records < 0:
+            raise ExportFormatError(f"{at}: 'records' must be a non-negative integer")
+        if not is_hash_text(head_hash):
+            raise ExportFormatError(f"{at}: 'head_hash' must be 64 lowercase hex characters")
+        if log_id in heads:
+            raise ExportFormatError(f"{at}: log {log_id!r} is listed twice")
+        heads[log_id] = LogHead(records, head_hash)
+    return heads
+
+
+@dataclass(frozen=True)
+class ExportContents:
+    """A parsed export. `heads` is what a version 2 header lists per log; None for a version 1 export."""
+
+    records: list[AuditRecord]
+    checkpoints: list[Checkpoint]
+    public_key: Ed25519PublicKey
+    version: int
+    heads: dict[str, LogHead] | None
+
+    def verify(
+        self, *, pinned_key: Ed25519PublicKey | None = None, trusted_checkpoint: Checkpoint | None = None
+    ) -> VerifyReport:
+        """Verify the body, against the header's sizes and heads when it has them."""
+        return verify(
+            self.records,
+            self.checkpoints,
+            self.public_key,
+            trusted_checkpoint=trusted_checkpoint,
+            pinned_key=pinned_key,
+            expected_heads=self.heads,
+        )
+
+
 def read_export(path: Path) -> tuple[list[AuditRecord], list[Checkpoint], Ed25519PublicKey]:
+    """The records, checkpoints and header key of an export (`load_export` also gives the header's sizes)."""
+    contents = load_export(path)
+    return contents.records, contents.checkpoints, contents.public_key
+
+
+def load_export(path: Path) -> ExportContents:
     """Parse an export strictly; any malformed line raises ExportFormatError naming it.
 
-    Parsing is not verifying: pass the result to `verify`, ideally with a public key or checkpoint kept
+    Parsing is not verifying: call `.verify()`, ideally with a pinned public key or a checkpoint kept
     elsewhere, since a forger can replace the key in the header along with everything else.
     """
     path = Path(path)
     records: list[AuditRecord] = []
     checkpoints: list[Checkpoint] = []
     public_key: Ed25519PublicKey | None = None
+    version = EXPORT_VERSION
+    heads: dict[str, LogHead] | None = None
     for number, text, last in _lines(path):
         where = f"{path}: line {number}"
         obj = _parse(path, number, text, last)
         if number == 1:
-            header = _check_header(obj, where, EXPORT_FORMAT)
+            header = _check_header(obj, where, EXPORT_FORMAT, _EXPORT_VERSIONS)
             try:
                 public_key = load_public_key_text(
                     _str_field(header, "public_key", where), source=f"{where}: field 'public_key'"
                 )
             except AuditKeyError as exc:
                 raise ExportFormatError(str(exc)) from None
+            version = header["version"]
+            if version >= 2:
+                heads = _heads_from(header, where)
             continue
         if not isinstance(obj, dict):
             raise ExportFormatError(f"{where}: expected a JSON object")
@@ -269,12 +345,12 @@ def read_export(path: Path) -> tuple[list[AuditRecord], list[Checkpoint], Ed2551
         else:
             raise ExportFormatError(f"{where}: unknown line type {kind!r} (expected 'record' or 'checkpoint')")
     assert public_key is not None  # _lines raises on an empty file, so line 1 was parsed
-    return records, checkpoints, public_key
+    return ExportContents(records, checkpoints, public_key, version, heads)
 
 
 def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
     """Write the checkpoint that is kept apart from the log (atomically, one JSON object)."""
-    body = {"format": CHECKPOINT_FORMAT, "version": VERSION, **cp.to_json()}
+    body = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, **cp.to_json()}
 
     def write(handle: IO[str]) -> None:
         handle.write(json.dumps(body, ensure_ascii=False, indent=2) + "\n")
@@ -296,7 +372,7 @@ def read_checkpoint_file(path: Path) -> Checkpoint:
         raise ExportFormatError(
             f"checkpoint file {path}: invalid JSON at line {exc.lineno} ({exc.msg}); the file is damaged"
         ) from None
-    header = _check_header(obj, f"checkpoint file {path}", CHECKPOINT_FORMAT)
+    header = _check_header(obj, f"checkpoint file {path}", CHECKPOINT_FORMAT, (CHECKPOINT_VERSION,))
     try:
         return Checkpoint.from_json({k: v for k, v in header.items() if k not in ("format", "version")})
     except ValueError as exc:

@@ -11,13 +11,14 @@ import binascii
 import contextlib
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from pollwarden.audit.checkpoint import load_public_key_text, public_key_text
+from pollwarden.audit.checkpoint import key_id_of, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
 from pollwarden.home import PRIVATE_DIR, tighten
 
@@ -27,6 +28,8 @@ __all__ = [
     "AuditKeys",
     "load_or_create_keys",
     "load_public_key",
+    "read_public_key_file",
+    "refuse_private_key",
 ]
 
 AUDIT_KEY_ENV = "POLLWARDEN_AUDIT_KEY"
@@ -197,12 +200,45 @@ def _load_signing_key(directory: Path, create: bool) -> Ed25519PrivateKey | None
     return _signing_from_raw(_decode(_read_key_file(path), 32, source, "a raw Ed25519 private key"), source)
 
 
+# A public key file is one short line; anything much longer is not one, and is not read whole.
+_PUBLIC_FILE_LIMIT = 4096
+_PUBLIC_FILE_SHAPE = (
+    "a public key file holds one line, the 32-byte raw Ed25519 public key base64-encoded (as keys/signing.pub)"
+)
+
+
 def _read_public_file(path: Path) -> Ed25519PublicKey:
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        with open(path, "rb") as handle:
+            data = handle.read(_PUBLIC_FILE_LIMIT + 1)
     except OSError as exc:
-        raise AuditKeyError(f"cannot read public key file {path}: {exc.strerror}") from None
-    return load_public_key_text(text, source=f"public key file {path}")
+        raise AuditKeyError(f"cannot read public key file {path}: {exc.strerror}; {_PUBLIC_FILE_SHAPE}") from None
+    if len(data) > _PUBLIC_FILE_LIMIT:
+        raise AuditKeyError(f"public key file {path} is over {_PUBLIC_FILE_LIMIT} bytes; {_PUBLIC_FILE_SHAPE}")
+    return load_public_key_text(data.decode("ascii", errors="replace"), source=f"public key file {path}")
+
+
+def read_public_key_file(path: Path) -> Ed25519PublicKey:
+    """A public key given by hand (`audit verify --public-key`), in the format `signing.pub` is written.
+
+    Every error names the file and what a key file looks like; a public key is no secret, but the file
+    may be the wrong one, so its content is never echoed.
+    """
+    return _read_public_file(Path(path))
+
+
+def refuse_private_key(key: Ed25519PublicKey, source: str, known_key_ids: Iterable[str]) -> None:
+    """Refuse a "public" key whose 32 bytes are really the private key of a key seen here.
+
+    signing.key and signing.pub have the same shape, so a private key given for the public one parses as a
+    (wrong) public key; caught here, it is named as the mistake it is instead of reported as a foreign key.
+    """
+    raw = key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    if key_id_of(Ed25519PrivateKey.from_private_bytes(raw).public_key()) in set(known_key_ids):
+        raise AuditKeyError(
+            f"{source} holds the private signing key, not the public key: pass keys/signing.pub instead, "
+            "and keep the private key where only the writer can read it"
+        )
 
 
 def load_or_create_keys(home: Path, *, create: bool = True) -> AuditKeys:

@@ -14,7 +14,7 @@ Some failures are only classified by the next record of the same log (or the end
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pollwarden.audit.chain import GENESIS_HASH, MAX_SEQ, AuditRecord, hash_fields_unchecked, is_hash_text
 from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of
 
-__all__ = ["Problem", "VerifyReport", "verify"]
+__all__ = ["ALL_LOGS", "LogHead", "Problem", "VerifyReport", "verify"]
+
+# The log id of a problem about the whole store or export rather than one log (a key that is not the pinned
+# one); it can never be a real log's id, which the store makes from operation ids and names.
+ALL_LOGS = "*"
 
 # How far around a bad record the verifier looks for the seq (or log) whose hash the record matches, and
 # how many trial hashes one verification may spend on such explanations in total.
@@ -47,6 +51,14 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
+class LogHead:
+    """What an export's header says one log holds: how many records, and the hash of the last one."""
+
+    records: int
+    head_hash: str
+
+
+@dataclass(frozen=True, slots=True)
 class VerifyReport:
     """`records` counts every record read; `bytes_verified` only the ciphertext bytes actually hashed."""
 
@@ -66,6 +78,13 @@ class VerifyReport:
             "bytes_verified": self.bytes_verified,
             "problems": [problem.to_json() for problem in self.problems],
         }
+
+
+def _key_id_text(value: object) -> str:
+    """A key id read from a file is shown only when it has the shape of one (16 hex characters)."""
+    if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
+        return value
+    return f"{_short(value)!r} (malformed)"
 
 
 def _short(value: object) -> str:
@@ -131,6 +150,7 @@ class _Log:
     failed: bool = False
     pending: _Gap | _Mismatch | None = None
     max_seq: int = 0
+    tail: object = GENESIS_HASH  # the stored this_hash of the last record read, judged or not
     hashes: dict[int, str] = field(default_factory=lambda: {0: GENESIS_HASH})
 
 
@@ -158,10 +178,18 @@ class _Verifier:
         checkpoints: Sequence[Checkpoint],
         public_key: Ed25519PublicKey | None,
         trusted: Checkpoint | None,
+        pinned_key: Ed25519PublicKey | None = None,
+        expected_heads: Mapping[str, LogHead] | None = None,
     ) -> None:
         self.checkpoints = checkpoints
+        # A pinned key replaces the one the log names: every signature is checked against it alone.
+        self.claimed_key = public_key
+        self.pinned = pinned_key is not None
+        if pinned_key is not None:
+            public_key = pinned_key
         self.public_key = public_key
         self.trusted = trusted
+        self.expected_heads = expected_heads
         self.problems: list[Problem] = []
         self.logs: dict[str, _Log] = {}
         self.records = 0
@@ -193,6 +221,7 @@ class _Verifier:
             state = _Log(interest=self.interest.get(log_id, frozenset()))
             self.logs[log_id] = state
         state.records += 1
+        state.tail = record.this_hash
         if state.pending is None and not state.failed:
             # Fast path for the common case, an intact record; anything unusual takes the careful path,
             # which re-checks everything from the start.
@@ -359,9 +388,13 @@ class _Verifier:
         if self.public_key is None:
             self._no_public_key()
         else:
+            if self.pinned:
+                self._check_claimed_key(self.public_key)
             self._check_checkpoints(self.public_key)
             if self.trusted is not None:
                 self._check_trusted(self.trusted, self.public_key)
+        if self.expected_heads is not None:
+            self._check_heads(self.expected_heads)
         log_ids = set(self.logs) | {cp.log_id for cp in self.checkpoints}
         problems = sorted(self.problems, key=lambda p: (p.log_id, p.seq is None, p.seq if p.seq is not None else 0))
         return VerifyReport(
@@ -397,8 +430,67 @@ class _Verifier:
                 )
             )
 
+    def _check_claimed_key(self, pinned: Ed25519PublicKey) -> None:
+        claimed = self.claimed_key
+        if claimed is None or key_id_of(claimed) == key_id_of(pinned):
+            return
+        self.problems.append(
+            Problem(
+                ALL_LOGS,
+                None,
+                f"key {key_id_of(claimed)} is not the pinned key {key_id_of(pinned)}: the log names another "
+                "signing key (replaced, or the log comes from another installation); only the pinned key is trusted",
+            )
+        )
+
+    def _check_heads(self, heads: Mapping[str, LogHead]) -> None:
+        """The body against the sizes and heads the export header lists (a log with a problem already is left)."""
+        troubled = {p.log_id for p in self.problems}
+        for log_id, head in heads.items():
+            if log_id in troubled:
+                continue
+            state = self.logs.get(log_id)
+            held = state.records if state is not None else 0
+            tail = state.tail if state is not None else GENESIS_HASH
+            listed = f"the export header lists {head.records} record{'s' if head.records != 1 else ''}"
+            if held < head.records:
+                seq: int | None = held + 1
+                if held == 0:
+                    what = f"{listed} for this log but the file holds none of them: the log's lines were removed"
+                else:
+                    span = (
+                        f"record {head.records}" if held + 1 == head.records else f"records {held + 1}–{head.records}"
+                    )
+                    what = f"cut short: {listed} but the file holds {held} ({span} removed from the end)"
+            elif held > head.records:
+                seq = head.records + 1
+                what = f"{listed} but the file holds {held}: records were added after the export was written"
+            elif tail != head.head_hash:
+                seq = held or None
+                what = (
+                    f"the last record's hash ({_short(tail)}) is not the head the export header lists "
+                    f"({_short(head.head_hash)}): the log was rewritten after the export was written"
+                )
+            else:
+                continue
+            self.problems.append(Problem(log_id, seq, what))
+        present = set(self.logs) | {cp.log_id for cp in self.checkpoints}
+        for log_id in sorted(present - set(heads)):
+            self.problems.append(
+                Problem(
+                    log_id,
+                    None,
+                    f"this log is not in the export header (which lists {len(heads)} logs): it was added to the file",
+                )
+            )
+
     def _bad_signature(self, cp: Checkpoint, public_key: Ed25519PublicKey, label: str) -> str:
         expected = key_id_of(public_key)
+        if self.pinned and cp.key_id != expected:
+            return (
+                f"{label}: signed by key {_key_id_text(cp.key_id)}, which is not the pinned key {expected}: the log "
+                "was re-signed with another key, or comes from another installation"
+            )
         if cp.key_id != expected:
             return (
                 f"{label}: bad signature: signed by key {_short(cp.key_id)}, but the verifying public key is "
@@ -489,6 +581,8 @@ def verify(
     public_key: Ed25519PublicKey | None,
     *,
     trusted_checkpoint: Checkpoint | None = None,
+    pinned_key: Ed25519PublicKey | None = None,
+    expected_heads: Mapping[str, LogHead] | None = None,
 ) -> VerifyReport:
     """Check hash chains, checkpoint signatures, truncation and rollback, with no decryption key.
 
@@ -496,8 +590,11 @@ def verify(
     database, ORDER BY seq per log is right: a renumbered record then fails its own hash).
     `trusted_checkpoint` is a checkpoint kept outside the log (the file `audit export` writes beside it);
     it also pins the public key, since an attacker who rewrites an export can re-sign it with a new key.
+    `pinned_key` is the only key trusted when given: every signature is checked against it, and a
+    `public_key` (the key the store or export names) that differs is a problem of its own (log ``"*"``).
+    `expected_heads` is what a version 2 export's header lists per log; the records must match it.
     """
-    verifier = _Verifier(checkpoints, public_key, trusted_checkpoint)
+    verifier = _Verifier(checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads)
     for record in records:
         verifier.add(record)
     return verifier.finish()

@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     av = audit_sub.add_parser("verify", help="check the chain and signed checkpoints; needs no decryption key")
     av.add_argument("--file", help="an export written by `audit export` (default: the log in the home)")
     av.add_argument("--checkpoint", help="a checkpoint kept elsewhere (default: FILE.checkpoint or the home's)")
+    av.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="trust only this signing public key (a copy of keys/signing.pub kept elsewhere)",
+    )
     av.add_argument("--json", action="store_true")
     home(av)
     av.set_defaults(func=cmd_audit_verify)

@@ -6,12 +6,17 @@ import argparse
 import json
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from ..audit import (
+    ALL_LOGS,
     AuditError,
     Checkpoint,
     VerifyReport,
-    read_export,
-    verify,
+    key_id_of,
+    load_export,
+    read_public_key_file,
+    refuse_private_key,
     write_checkpoint_file,
     write_export,
 )
@@ -32,20 +37,49 @@ from .common import (
 EXIT_TAMPERED = 5
 
 
-def _print_report(report: VerifyReport, *, as_json: bool, source: str, trusted: str | None) -> int:
+NO_LOG_SIZES = (
+    "the header carries no log sizes (a version 1 export): a log whose lines were removed whole, or cut short "
+    "past its last checkpoint, is not detected; export again to get an export that lists them"
+)
+
+
+def _print_report(
+    report: VerifyReport,
+    *,
+    as_json: bool,
+    source: str,
+    trusted: str | None,
+    pinned: str | None = None,
+    notes: tuple[str, ...] = (),
+) -> int:
     if as_json:
-        print(json.dumps({**report.to_json(), "source": source, "trusted_checkpoint": trusted}, sort_keys=True))
+        extra = {"source": source, "trusted_checkpoint": trusted, "pinned_key": pinned, "notes": list(notes)}
+        print(json.dumps({**report.to_json(), **extra}, sort_keys=True))
     else:
         state = "intact" if report.ok else "TAMPERED"
         print(
             f"{source}: {state}: {report.records} records in {report.logs} logs, {report.checkpoints} checkpoints,"
             f" {report.bytes_verified} bytes verified"
             + (f", checked against {trusted}" if trusted else ", no checkpoint kept elsewhere to check rollback")
+            + (f", with the pinned key {pinned}" if pinned else "")
         )
+        for note in notes:
+            print(f"  note: {note}")
         for problem in report.problems:
-            where = f"log {problem.log_id}" + (f" record {problem.seq}" if problem.seq is not None else "")
+            where = "all logs" if problem.log_id == ALL_LOGS else f"log {problem.log_id}"
+            where += f" record {problem.seq}" if problem.seq is not None else ""
             print(f"  {where}: {problem.what}")
     return EXIT_OK if report.ok else EXIT_TAMPERED
+
+
+def _pinned(name: str | None) -> tuple[Ed25519PublicKey, str] | None:
+    """The key given with --public-key, the only one trusted; a file that is not a key is exit 2."""
+    if name is None:
+        return None
+    try:
+        return read_public_key_file(Path(name)), f"--public-key {name}"
+    except AuditError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _trusted(path: Path | None) -> tuple[Checkpoint | None, str | None]:
@@ -60,20 +94,30 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     explicit = Path(args.checkpoint) if args.checkpoint else None
     if explicit is not None and not explicit.exists():
         raise UsageError(f"--checkpoint {explicit} does not exist")
+    pinned = _pinned(args.public_key)
+    fingerprint = key_id_of(pinned[0]) if pinned is not None else None
     if args.file:
         path = Path(args.file)
         try:
-            records, checkpoints, public_key = read_export(path)
+            contents = load_export(path)
+            if pinned is not None:
+                known = [key_id_of(contents.public_key), *(cp.key_id for cp in contents.checkpoints)]
+                refuse_private_key(pinned[0], pinned[1], known)
         except AuditError as exc:
             raise UsageError(str(exc)) from None
         trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
-        report = verify(records, checkpoints, public_key, trusted_checkpoint=trusted)
-        return _print_report(report, as_json=args.json, source=str(path), trusted=trusted_name)
+        report = contents.verify(pinned_key=pinned[0] if pinned else None, trusted_checkpoint=trusted)
+        notes = (NO_LOG_SIZES,) if contents.heads is None else ()
+        return _print_report(
+            report, as_json=args.json, source=str(path), trusted=trusted_name, pinned=fingerprint, notes=notes
+        )
     try:
-        check = verify_home(resolve_home(args.home), explicit)
+        check = verify_home(resolve_home(args.home), explicit, pinned)
     except HomeError as exc:
         raise UsageError(str(exc)) from None
-    return _print_report(check.report, as_json=args.json, source=check.source, trusted=check.trusted)
+    return _print_report(
+        check.report, as_json=args.json, source=check.source, trusted=check.trusted, pinned=fingerprint
+    )
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
