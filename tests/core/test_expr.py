@@ -7,6 +7,7 @@ contracts are written in the test so that a change in a shipped contract cannot 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -240,3 +241,33 @@ def test_no_body_makes_a_field_expression_raise(document: dict[str, Any]) -> Non
         obs = seen(text, document)
         assert obs.kind in (Kind.JOB_STATE, Kind.INVALID_RESPONSE)
         assert "NoneType" not in obs.detail
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("(" * 5000 + "status" + ")" * 5000, "nested too deeply"),
+        ("nosuchfn(status)", "no function nosuchfn()"),
+        ("lowr(status) || status", "no function lowr()"),
+        ("lower(status, status)", "lower(), which takes 1 argument, given 2"),
+        ("items[?contains(name)]", "contains(), which takes 2 arguments, given 1"),
+        ("not_null()", "not_null(), which takes at least 1 argument, given 0"),
+    ],
+)
+def test_an_expression_that_can_never_evaluate_is_refused_at_load_not_blamed_on_the_answer(
+    text: str, complaint: str
+) -> None:
+    # A typo in a function name, a wrong argument count or a nesting the parser cannot follow is the
+    # contract's mistake, knowable before any request: exit 2 naming the key, not a traceback, and not an
+    # invalid_response that spends a request and blames the provider's body.
+    with pytest.raises(ExpressionError, match=re.escape(complaint)):
+        check(text)
+    contract = OPENAI.replace('result = "output_file_id"', f"result = {json.dumps(text)}")
+    with pytest.raises(ContractError) as info:
+        parse_contract(contract, source="c.toml")
+    assert "c.toml: [fields].result" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["lower(status)", "not_null(a, b, c)", "contains(['a'], status) && upper(x)"])
+def test_known_functions_with_their_arity_still_load(text: str) -> None:
+    check(text)

@@ -81,13 +81,43 @@ def _compile(text: str) -> _Compiled:
     path = _plain_path(text)
     try:
         parsed = jmespath.compile(text)
+    except RecursionError:
+        # jmespath's parser recurses once per nesting level: a contract cannot crash start-up with it.
+        raise ExpressionError("is nested too deeply to be parsed") from None
     except jmespath.exceptions.JMESPathError as exc:
         if path is None:
             raise ExpressionError(f"is not a JMESPath expression ({_where(exc)}); {_EXAMPLE}") from None
         # A dotted path of names JMESPath would need quoted (`poll-after`, `0`): contracts written before
         # fields were expressions kept working by quoting each segment, which is what they meant.
         parsed = jmespath.compile(".".join(json.dumps(part) for part in path))
+    _check_functions(parsed.parsed)
     return _Compiled(parsed, path)
+
+
+def _check_functions(tree: Any) -> None:
+    """jmespath resolves function names and argument counts only while evaluating, so a typo (`lowr(status)`)
+    would load and then stop the first answer as an invalid_response blaming the provider; check them now."""
+    table: dict[str, Any] = _options().custom_functions.FUNCTION_TABLE
+    pending = [tree]
+    while pending:  # iterative: the tree may be as deep as the parser allowed
+        node = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        children = node.get("children") or []
+        pending.extend(children)
+        if node.get("type") != "function_expression":
+            continue
+        name = node.get("value")
+        if name not in table:
+            raise ExpressionError(f"calls no function {name}(); {_EXAMPLE}")
+        signature = table[name]["signature"]
+        given = len(children)
+        variadic = bool(signature) and bool(signature[-1].get("variadic"))
+        if (given < len(signature)) if variadic else (given != len(signature)):
+            wanted = len(signature)
+            plural = "" if wanted == 1 else "s"
+            takes = f"at least {wanted} argument{plural}" if variadic else f"{wanted} argument{plural}"
+            raise ExpressionError(f"calls {name}(), which takes {takes}, given {given}")
 
 
 def _plain_path(text: str) -> tuple[str, ...] | None:
