@@ -97,7 +97,9 @@ def _compile(text: str) -> _Compiled:
 def _check_functions(tree: Any) -> None:
     """jmespath resolves function names and argument counts only while evaluating, so a typo (`lowr(status)`)
     would load and then stop the first answer as an invalid_response blaming the provider; check them now."""
-    table: dict[str, Any] = _options().custom_functions.FUNCTION_TABLE
+    functions = _options().custom_functions
+    assert functions is not None, "_options() always installs the functions"
+    table: dict[str, Any] = functions.FUNCTION_TABLE
     pending = [tree]
     while pending:  # iterative: the tree may be as deep as the parser allowed
         node = pending.pop()
