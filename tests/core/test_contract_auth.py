@@ -87,6 +87,13 @@ BAD = [
         "kind = 'header'",
     ),
     ('kind = "header"\nservice = "s3"', "[auth].service", "kind = 'sigv4'"),
+    # The credential in a framing header would be sent as the Host (routing it to whatever virtual host that
+    # names, and into every access log) or as a Transfer-Encoding / Content-Length (a smuggling-shaped request):
+    # the same headers [headers] refuses.
+    ('secret_env = "T"\nheader = "Host"\nscheme = ""', "[auth].header", "framing"),
+    ('secret_env = "T"\nheader = "transfer-encoding"', "[auth].header", "framing"),
+    ('token_file = "/t"\nheader = "Content-Length"', "[auth].header", "framing"),
+    ('secret_env = "T"\nheader = "Connection"', "[auth].header", "framing"),
 ]
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from . import expr
+from .contract_auth import FRAMING_HEADERS, parse_auth
 from .contract_auth import Auth as Auth
-from .contract_auth import parse_auth
 from .contract_reader import ContractError as ContractError
 from .contract_reader import Reader, check_token, check_url
 from .contract_result import ResultSpec, parse_result
@@ -225,7 +225,7 @@ class StatusRequest:
         return self.body.replace("{job_id}", json.dumps(job_id)).encode("utf-8")
 
 
-FORBIDDEN_HEADERS = frozenset({"authorization", "host", "content-length", "transfer-encoding", "connection"})
+FORBIDDEN_HEADERS = frozenset({"authorization", *FRAMING_HEADERS})
 """Static headers may not set these: the credential travels only through [auth], framing only through the client."""
 
 

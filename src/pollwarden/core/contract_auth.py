@@ -20,6 +20,9 @@ DEFAULT_TOKEN_TTL = timedelta(minutes=5)
 MAX_TOKEN_TTL = timedelta(hours=24)
 """A token reused longer than a day is a token nobody refreshes; refused rather than trusted for ever."""
 
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+"""Headers only the HTTP client writes: neither the credential nor a static [headers] value may take their place."""
+
 
 class AuthKind(StrEnum):
     HEADER = "header"
@@ -133,6 +136,8 @@ def _header(a: Reader) -> Auth:
         )
     header = a.text("header") or "Authorization"
     check_token(a, "header", header)
+    if header.lower() in FRAMING_HEADERS:
+        raise a.fail("header", f"{header!r} is HTTP framing the client writes; send the credential in another header")
     scheme = a.text("scheme", allow_empty=True)
     if scheme:
         check_token(a, "scheme", scheme)
