@@ -137,6 +137,22 @@ def test_secondary_rate_limit_and_a_real_403(provider: Imitation, contract: Path
     assert (denied.code, denied.outcome["reason"]) == (4, "authorization_denied")
 
 
+def test_a_403_with_retry_after_is_a_rate_limit_whatever_its_message(
+    provider: Imitation, contract: Path, home: Path
+) -> None:
+    # "If the retry-after response header is present, you should not retry your request until after that many
+    # seconds has elapsed" (Troubleshooting the REST API): GitHub's older secondary-limit message names an
+    # "abuse detection mechanism", not a "secondary rate limit", and is still a wait, not a denial.
+    abuse = github_error(
+        403, "You have triggered an abuse detection mechanism. Please wait a few minutes before you try again."
+    )
+    provider.script(RUN, Answer(403, abuse.body, {"retry-after": "1"}), run("completed", "success"))
+    watched = gh_watch(contract, provider, home)
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    first, second = provider.seen(RUN)
+    assert second.at - first.at >= 1, "polled again before Retry-After"
+
+
 def test_repo_var_is_required_and_checked(provider: Imitation, contract: Path, home: Path) -> None:
     missing = watch(contract, base_url=provider.url, home=home, env=ENV, job=RUN)
     assert missing.code == 2 and "repo" in missing.ran.stderr
