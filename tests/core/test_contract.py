@@ -238,6 +238,31 @@ def test_not_toml_is_refused_with_the_source() -> None:
         parse_contract("name = ", source="exports.toml")
 
 
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        (MINIMAL + "[limits]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid TOML"),
+        (MINIMAL + "[limits]\nx = " + "{a=" * 100_000 + "1" + "}" * 100_000 + "\n", "not valid TOML"),
+        ('{"pollwarden_contract": 1, "vars": {}, "text": ' + "[" * 100_000 + "]" * 100_000 + "}", "envelope"),
+        (
+            MINIMAL.replace('state = "state"', 'state = "state"\n')
+            + "[status]\nmethod = 'POST'\nbody = '"
+            + "[" * 100_000
+            + "]" * 100_000
+            + "'\n",
+            "[status].body",
+        ),
+    ],
+    ids=["toml-array", "toml-table", "envelope", "status-body"],
+)
+def test_nesting_deeper_than_the_parsers_recurse_is_refused_not_a_traceback(text: str, complaint: str) -> None:
+    # tomllib and json recurse once per level: a contract file (or an MCP contracts directory entry) nested
+    # 100,000 deep was a RecursionError traceback, exit 1, instead of a ContractError naming the file.
+    with pytest.raises(ContractError) as info:
+        parse_contract(text, source="deep.toml")
+    assert str(info.value).startswith("deep.toml") and complaint in str(info.value), str(info.value)
+
+
 def test_empty_auth_scheme_is_allowed_and_default_header_applies() -> None:
     c = parse_contract(MINIMAL + '[auth]\nscheme = ""\nsecret_env = "TOKEN"\n')
     assert c.auth is not None

@@ -339,6 +339,8 @@ def _toml(text: str, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ContractError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise ContractError(f"{source}: not valid TOML: it nests too deeply to be read") from None
 
 
 def parse_contract(text: str, *, source: str = "<contract>", vars: Mapping[str, str] | None = None) -> Contract:
@@ -658,6 +660,8 @@ def _status_request(r: Reader, safe_status: bool) -> StatusRequest:
             raise st.fail(
                 "body", f"is not a JSON template (with {{job_id}} as a JSON string it reads: {exc})"
             ) from None
+        except RecursionError:  # json recurses once per nesting level
+            raise st.fail("body", "is not a JSON template: it nests too deeply to be read") from None
     content_type = st.text("content_type") or "application/json"
     if any(not " " <= ch <= "~" for ch in content_type):
         raise st.fail("content_type", "must be printable ASCII")

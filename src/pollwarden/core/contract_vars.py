@@ -211,7 +211,7 @@ def unwrap(text: str, source: str) -> tuple[str, dict[str, str]] | None:
         return None
     try:
         envelope = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # json recurses once per nesting level
         raise ContractError(f"{source}: starts with '{{' but is not a JSON contract envelope") from None
     if not isinstance(envelope, dict) or set(envelope) != {"pollwarden_contract", "text", "vars"}:
         raise ContractError(f"{source}: a contract envelope holds exactly pollwarden_contract, text and vars")
