@@ -116,6 +116,8 @@ def test_a_lost_answer_is_resent_with_the_same_token_in_the_body(provider: Loopb
         ('encoding = "form"', b"[1]", "is a JSON array; the contract's [submit] needs an object"),
         ('idempotency_field = "key"', b'{"key": "mine"}', "already has 'key'"),
         ('idempotency_field = "key"', b'"text"', "is a JSON string"),
+        # json.loads recurses once per level: a RecursionError here was a traceback, not a refusal.
+        ('encoding = "form"', b"[" * 100_000 + b"]" * 100_000, "is not JSON"),
     ],
 )
 def test_bodies_the_contract_cannot_send_are_refused_before_anything(

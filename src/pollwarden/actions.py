@@ -222,7 +222,7 @@ def _wire_body(spec: Submit, body: bytes, token: str | None) -> bytes:
         return body
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # json recurses once per nesting level
         raise ActionRefused("the submission body is not JSON; nothing was sent") from None
     if not isinstance(document, dict):
         raise ActionRefused(

@@ -88,3 +88,19 @@ def test_audit_export_replaces_a_regular_file_and_verifies(sim: Simulator, tmp_p
     assert ran.code == 0, ran.stderr
     assert run_cli("audit", "verify", "--file", str(out), home=home).code == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_submit_body_nested_deeper_than_json_recurses_is_exit_2(tmp_path: Path, home: Path) -> None:
+    # json.loads recurses once per level: a body file 100,000 arrays deep was a RecursionError traceback.
+    contract = tmp_path / "c.toml"
+    contract.write_text(
+        'name = "jobs"\nstatus_url = "http://127.0.0.1:9/jobs/{job_id}"\n[states]\npending = ["running"]\n'
+        'success = ["done"]\nfailure = ["failed"]\n[fields]\nstate = "state"\n'
+        '[submit]\nurl = "http://127.0.0.1:9/jobs"\nencoding = "form"\n',
+        encoding="utf-8",
+    )
+    body = tmp_path / "b.json"
+    body.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    ran = run_cli("submit", "--contract", str(contract), "--body", str(body), home=home, timeout=30)
+    assert ran.code == 2 and "--body" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    assert not (home / "pollwarden.db").exists()  # nothing created

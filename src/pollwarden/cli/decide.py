@@ -107,7 +107,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise UsageError(f"--body {args.body}: {exc.strerror}") from None
     try:
         json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # json recurses once per nesting level
         sent = "a form of its fields" if contract.submit and contract.submit.encoding == "form" else "application/json"
         raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as {sent}") from None
     now = utcnow()
