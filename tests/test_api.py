@@ -104,6 +104,9 @@ def test_a_shipped_contract_by_name_with_vars_and_a_status_url(
         outcome = watch_sync("gitlab-pipeline", "7", home=home, vars={"base_url": gitlab.url, "project": "42"})
         with pytest.raises(WatchError, match="unknown var projct; this contract declares: base_url, project"):
             Watch("gitlab-pipeline", "7", home=home, vars={"projct": "1"})
+        for wrong in ("project=42", {"project": 42}, {None: "42"}):
+            with pytest.raises(WatchError, match="vars must be a mapping of names to strings"):
+                Watch("gitlab-pipeline", "7", home=home, vars=wrong)  # type: ignore[arg-type]
         with pytest.raises(WatchError, match="status_url contract 'gitlab-pipeline' does not take a status URL"):
             Watch("gitlab-pipeline", home=home, vars={"project": "4"}, status_url=f"{gitlab.url}/x")
         with pytest.raises(WatchError, match=r"job_id has an empty, '\.' or '\.\.' path segment"):

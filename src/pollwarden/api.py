@@ -115,6 +115,10 @@ class Watch:
     ) -> None:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
         its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles)."""
+        if vars is not None and (
+            not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
+        ):
+            raise WatchError('vars must be a mapping of names to strings, like vars={"repo": "acme/deploy"}')
         if isinstance(contract, Contract):
             if vars:
                 raise WatchError("vars apply to a contract given by name or path; this Contract is already built")

@@ -141,6 +141,13 @@ def test_throttling_is_a_rate_limit_not_a_failure(
     assert [s.status for s in provider.seen(JOB)] == [400, 400, 200]
 
 
+def test_a_namespaced_limit_exceeded_is_a_rate_limit(provider: Imitation, contract: Path, home: Path) -> None:
+    limited = aws_error(400, "com.amazonaws.textract#LimitExceededException", "Open jobs limit exceeded")
+    provider.script(JOB, limited, ok(SUCCEEDED))
+    watched = tx_watch(contract, provider, home)
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+
+
 def test_a_wrong_secret_fails_the_signature(provider: Imitation, contract: Path, home: Path) -> None:
     provider.script(JOB, ok(SUCCEEDED))
     watched = tx_watch(contract, provider, home, env={**ENV, "AWS_SECRET_ACCESS_KEY": "not-the-secret"})

@@ -256,7 +256,8 @@ def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
     out.write(f"{label}: {reason}: {shown(record.detail)}\n")
     out.write(
-        f"  last state {shown(record.last_state)}, last HTTP {record.last_http_status},"
+        f"  last state {shown(record.last_state) if record.last_state is not None else 'none seen'},"
+        f" last HTTP {record.last_http_status if record.last_http_status is not None else 'none'},"
         f" requests {record.status_requests_used} of {record.plan.max_status_requests},"
         f" transport failures {record.transport_failures_used} of {record.plan.max_transport_failures}\n"
     )
