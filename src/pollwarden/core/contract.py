@@ -436,12 +436,12 @@ def _build(r: Reader) -> Contract:
     f = r.table("fields", required=True)
     f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at"})
     fields = Fields(
-        state=_expression(f, "state", required=True) or "state",
-        result=_expression(f, "result"),
-        error=_expression(f, "error"),
-        expires_at=_expression(f, "expires_at"),
-        poll_after_seconds=_expression(f, "poll_after_seconds"),
-        next_check_at=_expression(f, "next_check_at"),
+        state=f.expression("state", required=True) or "state",
+        result=f.expression("result"),
+        error=f.expression("error"),
+        expires_at=f.expression("expires_at"),
+        poll_after_seconds=f.expression("poll_after_seconds"),
+        next_check_at=f.expression("next_check_at"),
     )
     timestamps = Timestamps()
     if "timestamps" in r.data:
@@ -603,24 +603,13 @@ def _build(r: Reader) -> Contract:
     )
 
 
-def _expression(r: Reader, key: str, required: bool = False) -> str | None:
-    """A JMESPath expression over the status body (a dotted path is one), compiled now so a typo stops start-up."""
-    text: str | None = r.text(key, required)
-    if text is not None:
-        try:
-            expr.check(text)
-        except expr.ExpressionError as exc:
-            raise r.fail(key, f"{text!r} {exc}") from None
-    return text
-
-
 def _submit_job_id(r: Reader) -> str:
     """A path into the answer's body, or `header:NAME` (the job id is the last segment of that header's URL)."""
     raw = r.text("job_id")
     if raw is not None and raw.startswith("header:"):
         check_token(r, "job_id", raw.partition(":")[2])
         return str(raw)
-    return _expression(r, "job_id") or "job_id"
+    return r.expression("job_id") or "job_id"
 
 
 def _encoding(r: Reader) -> str:

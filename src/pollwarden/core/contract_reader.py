@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import PollwardenError
+from . import expr
 from .durations import DurationError, parse_duration
 
 
@@ -109,6 +110,16 @@ class Reader:
         if not value and not allow_empty:
             raise self.fail(key, "must not be empty")
         return value
+
+    def expression(self, key: str, required: bool = False) -> str | None:
+        """A JMESPath expression over a JSON body (a dotted path is one), compiled now so a typo stops start-up."""
+        text: str | None = self.text(key, required)
+        if text is not None:
+            try:
+                expr.check(text)
+            except expr.ExpressionError as exc:
+                raise self.fail(key, f"{text[:200]!r} {exc}") from None
+        return text
 
     def strings(self, key: str, required: bool = False) -> tuple[str, ...]:
         value = self._get(key, required)

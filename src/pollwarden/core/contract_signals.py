@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from . import expr
 from .contract_reader import Reader, check_token
 
 
@@ -90,21 +89,11 @@ def _signal(s: Reader) -> RateLimitSignal:
     equals = s.text("equals", allow_empty=True)
     if equals is not None and header is None:
         raise s.fail("equals", "needs header = NAME: it compares that header's value")
-    body = s.text("body")
-    if body is not None:
-        try:
-            expr.check(body)
-        except expr.ExpressionError as exc:
-            raise s.fail("body", f"{body!r} {exc}") from None
+    body = s.expression("body")
     reset_header = s.text("reset_header")
     if reset_header is not None:
         check_token(s, "reset_header", reset_header)
-    reset_body = s.text("reset_body")
-    if reset_body is not None:
-        try:
-            expr.check(reset_body)
-        except expr.ExpressionError as exc:
-            raise s.fail("reset_body", f"{reset_body!r} {exc}") from None
+    reset_body = s.expression("reset_body")
     reset_text = s.text("reset")
     if reset_text is not None and reset_text not in {f.value for f in ResetFormat}:
         raise s.fail("reset", f"must be 'epoch_seconds', 'seconds', 'milliseconds' or 'duration', got {reset_text!r}")
