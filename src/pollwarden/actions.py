@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 from . import events as ev
 from .core.admission import job_id_problem
 from .core.contract import Contract, Submit
-from .core.contract_result import fetch_url, json_type
-from .core.expr import lookup
+from .core.contract_result import fetch_url
+from .core.expr import json_type, lookup
 from .core.observe import BodyError, Response, TransportFailure, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record

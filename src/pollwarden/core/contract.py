@@ -21,7 +21,7 @@ from . import expr
 from .contract_auth import FRAMING_HEADERS, parse_auth
 from .contract_auth import Auth as Auth
 from .contract_reader import ContractError as ContractError
-from .contract_reader import Reader, check_token, check_url
+from .contract_reader import Reader, check_token, check_url, quote_segment
 from .contract_result import ResultSpec, parse_result
 from .contract_signals import RateLimitSignal, parse_rate_limits
 from .contract_vars import (
@@ -174,13 +174,6 @@ class Submit:
         return self.job_id.partition(":")[2] if self.job_id.startswith("header:") else None
 
 
-def _quote_job(job_id: str) -> str:
-    quoted = quote(job_id, safe="")
-    if quoted in {".", ".."}:  # a dot segment survives quoting and would be resolved away by the client
-        quoted = quoted.replace(".", "%2E")
-    return quoted
-
-
 JOB_PATH = "{job_id:path}"
 
 
@@ -207,7 +200,7 @@ def fill_job(template: str, job_id: str) -> str:
     """`{job_id}` quoted completely, `{job_id:path}` with its slashes kept and its dot segments refused."""
     if JOB_PATH in template:
         return template.replace(JOB_PATH, _quote_job_path(job_id))
-    return template.replace("{job_id}", _quote_job(job_id))
+    return template.replace("{job_id}", quote_segment(job_id))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..errors import PollwardenError
 from . import expr
@@ -23,6 +23,13 @@ ContractError.__module__ = "pollwarden.core.contract"
 
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9.-]+")
+
+
+def quote_segment(value: str) -> str:
+    """One path segment whatever the value holds (a job id, a result id): it can never add a path, a query or a
+    host, and a lone `.` or `..` is escaped because a client would resolve that dot segment away."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
 
 
 def check_url(r: Reader, key: str, url: str) -> None:

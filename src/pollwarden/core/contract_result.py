@@ -13,9 +13,9 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-from .contract_reader import ContractError, Reader, check_url
+from .contract_reader import ContractError, Reader, check_url, quote_segment
 from .expr import json_type
 
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
@@ -116,12 +116,12 @@ def fetch_url(spec: ResultSpec, result: JSONValue, job_id: str = "") -> tuple[st
     template only an absolute http(s) URL, or a path on the contract's own origin (`/results/1`), is fetched:
     a bare id resolved against the status URL was the 404 of issue 11."""
     if spec.url is not None:
-        url = spec.url.replace("{job_id}", _segment(job_id))
+        url = spec.url.replace("{job_id}", quote_segment(job_id))
         if "{result}" not in spec.url:
             return url, None  # the job names its own results (Anthropic: /v1/messages/batches/{job_id}/results)
         if not isinstance(result, str):
             return None, f"the result is a JSON {json_type(result)}; [result].url needs a string to put in it"
-        return url.replace("{result}", _segment(result)), None
+        return url.replace("{result}", quote_segment(result)), None
     if not isinstance(result, str):
         return None, None
     try:
@@ -136,12 +136,6 @@ def fetch_url(spec: ResultSpec, result: JSONValue, job_id: str = "") -> tuple[st
         f"the result {result[:200]!r} is not a URL and the contract has no [result].url template saying where"
         " to fetch it; nothing was sent"
     )
-
-
-def _segment(value: str) -> str:
-    """One path segment, whatever the value holds: it can never add a path, a query or a host."""
-    segment = quote(value, safe="")
-    return segment.replace(".", "%2E") if segment in {".", ".."} else segment
 
 
 def parse_result(r: Reader, result_field: str | None) -> ResultSpec:

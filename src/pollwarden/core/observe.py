@@ -24,10 +24,10 @@ from .contract_result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
 from .contract_result import JSONValue, check_result
 from .contract_signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
-from .expr import absent_words, described, lookup
+from .expr import absent_words, described, json_type, lookup
 from .ratelimit import matching, reset_at
 from .reasons import Category
-from .schedule import Rejection, parse_retry_after
+from .schedule import Rejection, parse_retry_after, shorten
 
 
 @dataclass(frozen=True)
@@ -396,7 +396,7 @@ def parse_document(body: bytes) -> dict[str, Any]:
     except ValueError:
         raise BodyError("body is not JSON") from None
     if not isinstance(document, dict):
-        raise BodyError(f"body is a JSON {_json_type(document)}, not an object")
+        raise BodyError(f"body is a JSON {json_type(document)}, not an object")
     _check_tree(document)
     return document
 
@@ -446,14 +446,8 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _json_type(value: Any) -> str:
-    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return shorten(value if isinstance(value, str) else json.dumps(value, default=str))
 
 
 def _clean_header(value: str | None) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import expr
 from .contract_signals import RateLimitSignal, ResetFormat
-from .schedule import MAX_RETRY_AFTER, Rejection
+from .schedule import MAX_RETRY_AFTER, Rejection, shorten
 
 _NUMBER = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?")
 """ASCII digits only (str.isdigit alone accepts '²'), at most 15 before the point so float() stays exact enough."""
@@ -71,16 +71,12 @@ def reset_at(
         if isinstance(value, int | float) and not isinstance(value, bool):
             return _moment(signal.reset, signal.reset_body, json.dumps(value), at)
         if value is not None:
-            return Rejection(signal.reset_body, _shown(json.dumps(value)), f"not a number of {_unit(signal.reset)}")
+            return Rejection(signal.reset_body, shorten(json.dumps(value)), f"not a number of {_unit(signal.reset)}")
     return None
 
 
-def _shown(text: str) -> str:
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _moment(reset: ResetFormat, source: str, text: str, at: datetime) -> datetime | Rejection:
-    shown = _shown(text)
+    shown = shorten(text)
     if text.startswith("-"):
         return Rejection(source, shown, "negative")
     if reset is ResetFormat.DURATION:

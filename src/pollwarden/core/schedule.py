@@ -50,10 +50,15 @@ def jittered(schedule: Schedule, raw: timedelta, u: float) -> timedelta:
     return raw * (low + (1.0 - low) * u)
 
 
+def shorten(text: str) -> str:
+    """A provider's value as a rejection shows it: at most 80 characters, so a hostile header cannot flood the log."""
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def parse_retry_after(value: str, received_at: datetime) -> datetime | Rejection:
     """RFC 9110 §10.2.3: delay-seconds or an HTTP-date; either becomes an absolute earliest time."""
     text = value.strip()
-    shown = text if len(text) <= 80 else text[:77] + "..."
+    shown = shorten(text)
     # RFC 9110 delay-seconds is 1*DIGIT, ASCII only: str.isdigit() alone also accepts '²' (int() raises) and '１２'.
     if text.isascii() and text.isdigit():
         seconds = int(text) if len(text) <= 12 else None
