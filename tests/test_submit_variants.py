@@ -156,6 +156,27 @@ def test_hostile_answers_are_clear_errors(
 
 
 @pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("http://evil.example/ops/1", "is not on"),
+        ("{base}/ops/1#frag", "must not carry a fragment"),
+        ("http://user:pw@{host}/ops/1", "must not carry userinfo"),
+    ],
+)
+def test_a_status_location_off_the_origin_is_refused_by_admissions_one_rule(
+    provider: Loopback, store: SQLiteStore, location: str, message: str
+) -> None:
+    host = provider.url.partition("//")[2]
+    where = location.format(base=provider.url, host=host)
+    provider.routes[("POST", "/jobs")] = Answer(202, b'{"id": "j1"}', {"Operation-Location": where})
+    c = contract(provider.url, 'job_id = "id"\nstatus_location = "header:Operation-Location"')
+    with pytest.raises(ActionError) as caught:
+        send(c, store, b"{}")
+    assert "refusing to poll it" in str(caught.value) and message in str(caught.value), str(caught.value)
+    assert store.get("op") is None
+
+
+@pytest.mark.parametrize(
     ("keys", "message"),
     [
         ('encoding = "xml"', "[submit].encoding: must be 'json' or 'form', got 'xml'"),

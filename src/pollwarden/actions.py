@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import events as ev
-from .core.admission import job_id_problem
+from .core.admission import job_id_problem, status_url_problem
 from .core.contract import Contract, Submit
 from .core.contract_result import fetch_url
 from .core.expr import json_type, lookup
@@ -178,11 +178,8 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
         if not isinstance(raw, str) or not raw:
             raise ActionError(f"the provider's answer has no status location in {spec.status_location}")
         location = urljoin(spec.url, raw)
-        if origin_of(location) != contract.origin:
-            raise ActionError(
-                f"the status location {origin_of(location)} is not on {contract.origin}, where the credential is"
-                " bound; refusing to poll it"
-            )
+        if (problem := status_url_problem(contract, location)) is not None:
+            raise ActionError(f"the status location the provider returned {problem}; refusing to poll it")
     return job_id, location
 
 

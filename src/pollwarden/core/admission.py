@@ -105,6 +105,11 @@ def status_location_problem(contract: Contract, url: object) -> str | None:
             f"contract {contract.name!r} does not take a status URL (it does not declare status_url_handles = true);"
             " give the job id instead"
         )
+    return status_url_problem(contract, url)
+
+
+def status_url_problem(contract: Contract, url: object) -> str | None:
+    """The origin rule alone, for a status URL however it arrived (given, or named by a submission's answer)."""
     if not isinstance(url, str) or not url:
         return "must be the absolute status URL the provider returned"
     if any(not "!" <= ch <= "~" for ch in url):
@@ -455,5 +460,6 @@ __all__ = [
     "new_operation_id",
     "operation_id_problem",
     "status_location_problem",
+    "status_url_problem",
     "widening",
 ]
