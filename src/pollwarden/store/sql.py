@@ -24,6 +24,7 @@ from .common import (
     GRANT_COLUMNS,
     STORED_COLUMNS,
     SUBMISSION_COLUMNS,
+    Dialect,
     Tx,
     decision_from_row,
     decision_request_text,
@@ -40,6 +41,17 @@ from .common import (
 from .trail import AuditTrail
 
 _ALREADY = "operation {} already exists"
+
+
+def claim_due_query(dialect: Dialect) -> str:
+    """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
+    `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
+    sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
+    return (
+        f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+        f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
+    )
 
 
 class _Operations(AuditTrail):
@@ -123,12 +135,7 @@ class _Operations(AuditTrail):
             return []
         at = self.dialect.stamp(now)
         with self._tx() as tx:
-            rows = tx.execute(
-                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
-                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-                f" ORDER BY next_poll_at, operation_id LIMIT ?{self.dialect.lock_due}",
-                (at, at, limit),
-            ).fetchall()
+            rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
             due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
             leases = self._take_leases(tx, due, owner, now + ttl, now)
             return [(lease, stored.record) for lease, (_, stored) in zip(leases, due, strict=True)]

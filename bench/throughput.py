@@ -1,0 +1,363 @@
+"""Worker throughput against physical limits measured in the same run (used by `bench.fleet_bench`).
+
+A throughput figure alone says little on a shared 2-core machine: the same code runs at different speeds on
+different days. So each run also measures what the machine can do at best, right before the worker runs:
+
+- the raw commit rate of the database with the store's own settings (SQLite: WAL, synchronous=FULL, one row
+  per `BEGIN IMMEDIATE ... COMMIT`; PostgreSQL: one row per autocommit INSERT), which bounds any durable step;
+- the CPU the worker and the provider spend per poll (from /proc), which says where the rest of the time went.
+
+The provider is `bench.fast_provider` in a process of its own, so the worker is what is measured. A poll is the
+whole durable step: batch claim with a fenced lease, the reservation committed before the request is sent, the
+request, the fenced record with its sealed, chained audit events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+from pollwarden.audit import load_or_create_keys
+from pollwarden.core import new_record, parse_contract
+from pollwarden.store.base import Store
+from pollwarden.store.open import open_store
+from pollwarden.store.sqlite import SQLiteStore
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+TICK = os.sysconf("SC_CLK_TCK")
+
+CONTRACT = """
+name = "bench"
+status_url = "{url}/jobs/{{job_id}}"
+timeout = "5s"
+[states]
+pending = ["queued", "running"]
+success = ["succeeded"]
+failure = ["failed"]
+[fields]
+state = "state"
+result = "result_url"
+[schedule]
+base_delay = "{delay}"
+max_delay = "{delay}"
+[limits]
+deadline = "2h"
+max_requests = 100000
+max_transport_failures = 100
+"""
+
+
+@dataclass
+class Run:
+    """One measured worker run; rates are per second of the measurement window."""
+
+    backend: str
+    workers: int
+    operations: int
+    seconds: float
+    polls: int
+    raw_commits: float
+    worker_cpu_us: float
+    """CPU (user + system, all worker processes) per poll, in microseconds."""
+    provider_cpu_us: float
+    db_cpu_us: float
+    """PostgreSQL server CPU per poll (all backends), 0 for SQLite."""
+    duplicates: int
+    p50_ms: float
+    p99_ms: float
+    rss_mb: float
+    offered: float | None = None
+    """Polls per second the schedule asks for (a lateness run); None: the queue is always due."""
+
+    @property
+    def rate(self) -> float:
+        return self.polls / self.seconds
+
+    @property
+    def ratio(self) -> float:
+        return self.rate / self.raw_commits
+
+
+# -- the machine's limits -------------------------------------------------------------------------------------
+
+
+def raw_sqlite_commits(directory: Path, seconds: float = 2.0) -> float:
+    """Small durable commits per second on this disk, with the store's pragmas."""
+    path = directory / "raw-commits.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+        count, ended = 0, time.monotonic() + seconds
+        started = time.monotonic()
+        while time.monotonic() < ended:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (b"x" * 100,))
+            conn.execute("COMMIT")
+            count += 1
+        return count / (time.monotonic() - started)
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def raw_postgres_commits(url: str, seconds: float = 2.0) -> float:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE raw_commits (n bigserial PRIMARY KEY, v bytea NOT NULL)")
+        count, started = 0, time.monotonic()
+        ended = started + seconds
+        while time.monotonic() < ended:
+            conn.execute("INSERT INTO raw_commits (v) VALUES (%s)", (b"x" * 100,))
+            count += 1
+        rate = count / (time.monotonic() - started)
+        conn.execute("DROP TABLE raw_commits")
+    return rate
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def postgres_cpu() -> float:
+    """CPU of every PostgreSQL server process on this machine (backends, WAL writer, checkpointer)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in {"postgres", "postmaster"}:
+                    total += cpu_seconds(int(entry.name))
+            except OSError:
+                continue
+    return total
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+# -- the provider and the databases ---------------------------------------------------------------------------
+
+
+class Provider:
+    """`bench.fast_provider` in its own process."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.fast_provider"], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening "):
+            self.proc.kill()
+            raise RuntimeError(f"the fast provider did not start: {line!r}")
+        self.url = line.split(" ", 1)[1]
+
+    def stats(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url + "/_stats", timeout=10) as answer:
+            found: dict[str, float] = json.loads(answer.read())
+        return found
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextmanager
+def database(backend: str, home: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield str(home / "pollwarden.db")
+        return
+    import psycopg
+
+    from pollwarden.store.postgres import upgrade_database
+
+    name = f"pollwarden_bench_{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        upgrade_database(url)
+        yield url
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+def _seeding_store(target: str, home: Path) -> Store:
+    """The operations are created fast (no fsync): seeding is not what is measured."""
+    keys = load_or_create_keys(home)
+    if target.startswith("postgresql://"):
+        return open_store(target + "?options=-csynchronous_commit%3Doff", keys=keys)
+    return SQLiteStore(Path(target), keys=keys, synchronous="OFF")
+
+
+def seed(target: str, home: Path, url: str, operations: int, *, delay: str, spread: float) -> None:
+    """`operations` active operations; their first polls spread evenly over `spread` seconds from now."""
+    contract = parse_contract(CONTRACT.format(url=url, delay=delay))
+    store = _seeding_store(target, home)
+    try:
+        now = store.db_now()
+        for n in range(operations):
+            record = new_record(contract, operation_id=f"op{n:06d}", job_id=f"j{n}", now=now)
+            if spread:
+                record = replace(record, next_poll_at=now + timedelta(seconds=spread * n / operations))
+            store.create(record, contract.source_text, {"bench": True})
+    finally:
+        store.close()
+
+
+# -- one run --------------------------------------------------------------------------------------------------
+
+
+def measure(
+    backend: str,
+    *,
+    workers: int = 1,
+    operations: int = 10_000,
+    seconds: float = 15.0,
+    warmup: float = 3.0,
+    delay: str = "1s",
+    spread: float = 0.0,
+    offered: float | None = None,
+    worker_args: tuple[str, ...] = (),
+) -> Run:
+    """Seed, measure the raw commit rate, then run `workers` worker processes and count what the provider saw."""
+    with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
+        home = Path(tmp)
+        provider = Provider()
+        try:
+            with database(backend, home) as target:
+                raw = raw_sqlite_commits(home) if backend == "sqlite" else raw_postgres_commits(target)
+                seed(target, home, provider.url, operations, delay=delay, spread=warmup + spread)
+                return _run(backend, target, home, provider, workers, operations, seconds, warmup, raw, offered,
+                            worker_args)  # fmt: skip
+        finally:
+            provider.close()
+
+
+def _run(
+    backend: str,
+    target: str,
+    home: Path,
+    provider: Provider,
+    workers: int,
+    operations: int,
+    seconds: float,
+    warmup: float,
+    raw: float,
+    offered: float | None,
+    worker_args: tuple[str, ...],
+) -> Run:
+    logs = [home / f"w{i}.log" for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pollwarden", "worker", "--db", target, *worker_args],
+            env={**os.environ, "POLLWARDEN_HOME": str(home)},
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            stdin=subprocess.DEVNULL,
+        )
+        for log in logs
+    ]
+    try:
+        time.sleep(warmup)  # start-up (imports, the first claim) is not throughput
+        before = provider.stats()
+        cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+        db_before = postgres_cpu() if backend == "postgres" else 0.0
+        started = time.monotonic()
+        wall_start = time.time()
+        time.sleep(seconds)
+        after = provider.stats()
+        elapsed = time.monotonic() - started
+        wall_end = time.time()
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+        db_cpu = (postgres_cpu() - db_before) if backend == "postgres" else 0.0
+        rss = sum(_rss_mb(p.pid) for p in procs)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    polls = int(after["requests"] - before["requests"])
+    lateness = [
+        entry["lateness"]
+        for log in logs
+        for line in log.read_text().splitlines()
+        if '"event": "polled"' in line
+        for entry in [json.loads(line)]
+        if wall_start <= entry["ts"] <= wall_end
+    ]
+    quantiles = statistics.quantiles(lateness, n=100) if len(lateness) > 100 else [0.0] * 99
+    per_poll = 1e6 / max(polls, 1)
+    return Run(
+        backend=backend,
+        workers=workers,
+        operations=operations,
+        seconds=elapsed,
+        polls=polls,
+        raw_commits=raw,
+        worker_cpu_us=cpu * per_poll,
+        provider_cpu_us=(after["cpu_seconds"] - before["cpu_seconds"]) * per_poll,
+        db_cpu_us=db_cpu * per_poll,
+        duplicates=int(after["duplicates"]),
+        p50_ms=quantiles[49] * 1000,
+        p99_ms=quantiles[98] * 1000,
+        rss_mb=rss,
+        offered=offered,
+    )
+
+
+def lateness_run(backend: str, capacity: float, *, seconds: float = 15.0, worker_args: tuple[str, ...] = ()) -> Run:
+    """Half of `capacity`: base = max delay 2 s with bounded jitter is a mean interval of 1.5 s per operation."""
+    offered = capacity / 2
+    operations = max(1, round(offered * 1.5))
+    return measure(
+        backend,
+        operations=operations,
+        seconds=seconds,
+        warmup=4.0,
+        delay="2s",
+        spread=1.5,
+        offered=offered,
+        worker_args=worker_args,
+    )
+
+
+if __name__ == "__main__":  # a quick look: python -m bench.throughput [sqlite|postgres] [operations] [worker args...]
+    which = sys.argv[1] if len(sys.argv) > 1 else "sqlite"
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
+    print(measure(which, operations=count, seconds=10, worker_args=tuple(sys.argv[3:])))
