@@ -399,6 +399,8 @@ class SQLStore(_Operations):
         self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
     ) -> tuple[datetime, bool] | None:
         stamp = self.dialect.stamp
+        if interval is None and self._row("SELECT 1 FROM provider_pacing WHERE provider = ?", (provider,)) is None:
+            return None  # not paced by anyone: a read, not a write transaction on every poll
         with self._tx() as tx:
             if interval is not None:
                 tx.execute(
