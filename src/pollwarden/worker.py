@@ -28,7 +28,7 @@ from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult
 from .events import Paced
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Lease, Store
+from .store.base import Claimed, Lease, Store
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
@@ -36,6 +36,14 @@ PACING_HORIZON = timedelta(seconds=1)
 CLAIM_TTL = timedelta(seconds=30)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
 the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+
+
+def batch_clock(start: datetime) -> Callable[[], datetime]:
+    """The store's time read once per batch and carried forward by this machine's monotonic clock: on
+    PostgreSQL every reading of the database clock was a query (four per poll). A batch lasts about one
+    bounded request, far too short for the two clocks to drift apart by anything a lease would notice."""
+    origin = time.monotonic()
+    return lambda: start + timedelta(seconds=time.monotonic() - origin)
 
 
 class Metrics:
@@ -166,21 +174,20 @@ class Worker:
 
     def run_once(self, pool: ThreadPoolExecutor) -> int:
         """Claim up to `concurrency` due operations and poll each once; returns how many were claimed."""
-        now = self._claim_store.db_now()
-        claimed: list[tuple[Lease, OperationRecord]] = self._claim_store.claim_due(
-            self.owner, now, CLAIM_TTL, self.concurrency
-        )
+        clock = batch_clock(self._claim_store.db_now())
+        claimed = self._claim_store.claim_due(self.owner, clock(), CLAIM_TTL, self.concurrency)
         if not claimed:
             return 0
-        futures = [pool.submit(self._poll_one, lease, record) for lease, record in claimed]
+        futures = [pool.submit(self._poll_one, one, clock) for one in claimed]
         for future in futures:
             future.result()
         return len(claimed)
 
-    def _poll_one(self, lease: Lease, record: OperationRecord) -> None:
+    def _poll_one(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         """One claimed operation; whatever goes wrong here stays here, so one answer never stalls the fleet."""
+        lease, record = claimed.lease, claimed.record
         try:
-            self._poll_claimed(lease, record)
+            self._poll_claimed(claimed, clock)
         except Exception as exc:
             self.metrics.failures.inc()
             self.log("poll_failed", operation=record.operation_id, error=type(exc).__name__)
@@ -189,22 +196,19 @@ class Worker:
             except Exception as again:  # the store itself is failing; the lease expires on its own
                 self.log("release_failed", operation=record.operation_id, error=type(again).__name__)
 
-    def _poll_claimed(self, lease: Lease, record: OperationRecord) -> None:
+    def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         store = self._store()
+        lease, record = claimed.lease, claimed.record
         if self.stop.is_set():
             store.release(lease)
             return
-        stored = store.get(record.operation_id)
-        if stored is None:
-            store.release(lease)
-            return
-        found = self._contracts.client(stored.contract_text, self.log)
+        found = self._contracts.client(claimed.contract_text, self.log)
         if isinstance(found, str):
             store.release(lease)
             return
         contract, client = found
-        engine = Engine(store, owner=self.owner, clock=store.db_now)
-        now = store.db_now()
+        engine = Engine(store, owner=self.owner, clock=clock)
+        now = clock()
         if isinstance(next_step(record, now), Poll):
             paced = self._pace(store, lease, record, contract.name, now)
             if paced is None:

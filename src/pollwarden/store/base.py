@@ -40,6 +40,16 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """One operation of a fleet claim: its new lease, its record and its contract, from the one SELECT that
+    claimed it (the worker needs all three, and reading the row again would cost a query per poll)."""
+
+    lease: Lease
+    record: OperationRecord
+    contract_text: str
+
+
+@dataclass(frozen=True)
 class Stored:
     record: OperationRecord
     contract_text: str
@@ -244,7 +254,7 @@ class Store(Protocol):
 
     def release(self, lease: Lease) -> None: ...
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
         ...
 

@@ -18,7 +18,18 @@ from typing import Any
 
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import DecisionTaken, Grant, Lease, NewEvent, OperationExists, Stored, StoredDecision, StoreError, Submission
+from .base import (
+    Claimed,
+    DecisionTaken,
+    Grant,
+    Lease,
+    NewEvent,
+    OperationExists,
+    Stored,
+    StoredDecision,
+    StoreError,
+    Submission,
+)
 from .common import (
     DECISION_COLUMNS,
     GRANT_COLUMNS,
@@ -125,7 +136,7 @@ class _Operations(AuditTrail):
             (lease,) = self._take_leases(tx, [(operation_id, stored)], owner, now + ttl, now)
             return lease, stored.record
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
         due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
         rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
@@ -138,7 +149,10 @@ class _Operations(AuditTrail):
             rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
             due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
             leases = self._take_leases(tx, due, owner, now + ttl, now)
-            return [(lease, stored.record) for lease, (_, stored) in zip(leases, due, strict=True)]
+            return [
+                Claimed(lease, stored.record, stored.contract_text)
+                for lease, (_, stored) in zip(leases, due, strict=True)
+            ]
 
     def _take_leases(
         self, tx: Tx, rows: Sequence[tuple[str, Stored]], owner: str, expires: datetime, now: datetime
