@@ -71,6 +71,19 @@ NewEvent = tuple[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
+class FencedWrite:
+    """One fenced change of an operation: its record, its events and any decision request, applied only while
+    `lease` is still the operation's lease. `release` ends the lease with it; `hold_until` moves its expiry."""
+
+    lease: Lease
+    record: OperationRecord
+    events: Sequence[NewEvent]
+    release: bool
+    decision: DecisionRequest | None = None
+    hold_until: datetime | None = None
+
+
+@dataclass(frozen=True)
 class StoredDecision:
     request: DecisionRequest
     status: str  # open | decided | refused | expired
@@ -196,6 +209,11 @@ class Store(Protocol):
         `hold_until` moves the lease's expiry (a reservation extends it to cover the request about to be sent)."""
         ...
 
+    def write_many(self, writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        """Group commit: every write in one transaction, each fenced on its own (False: that lease was lost, and
+        that write changed nothing). `write` is this with one write."""
+        ...
+
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]: ...
 
     def get_decision(self, decision_id: str) -> StoredDecision | None: ...
@@ -256,6 +274,10 @@ class Store(Protocol):
 
     def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
+        ...
+
+    def paced_providers(self) -> set[str]:
+        """The providers some worker of the fleet paces (`pace` with an interval made them so)."""
         ...
 
     def pace(

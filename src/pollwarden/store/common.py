@@ -91,6 +91,9 @@ class Tx:
     dialect: Dialect
     locked: set[str] = field(default_factory=set)
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
+    log, and while the log is locked the head it wrote last is the head, so it is not read again."""
 
     def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
         return self.run(self.dialect.sql(query), params)

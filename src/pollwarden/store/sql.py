@@ -21,6 +21,7 @@ from ..core.record import OperationRecord
 from .base import (
     Claimed,
     DecisionTaken,
+    FencedWrite,
     Grant,
     Lease,
     NewEvent,
@@ -185,14 +186,31 @@ class _Operations(AuditTrail):
         decision: DecisionRequest | None = None,
         hold_until: datetime | None = None,
     ) -> bool:
+        (written,) = self.write_many([FencedWrite(lease, record, events, release, decision, hold_until)], now)
+        return written
+
+    def write_many(self, writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        """One transaction, so one commit (one fsync on SQLite) for a whole batch of polls. Rows are changed
+        in operation-id order and only then are the logs of the writes that passed their fence locked, in key
+        order: a claim also takes rows before logs, so no two transactions can wait on each other in a circle."""
+        order = sorted(range(len(writes)), key=lambda i: writes[i].lease.operation_id)
+        written = [False] * len(writes)
+        if not writes:
+            return written
         with self._tx() as tx:
-            if not self._update_fenced(tx, lease, record, now, release=release, hold_until=hold_until):
-                return False
-            for kind, data in events:
-                self._append(tx, lease.operation_id, kind, data, now)
-            if decision is not None:
-                self._insert_decision(tx, decision, now)
-            return True
+            for i in order:
+                w = writes[i]
+                written[i] = self._update_fenced(tx, w.lease, w.record, now, release=w.release, hold_until=w.hold_until)
+            self._lock_logs(tx, [writes[i].lease.operation_id for i in order if written[i]])
+            for i in order:
+                w = writes[i]
+                if not written[i]:
+                    continue
+                for kind, data in w.events:
+                    self._append(tx, w.lease.operation_id, kind, data, now)
+                if w.decision is not None:
+                    self._insert_decision(tx, w.decision, now)
+        return written
 
     def _update_fenced(
         self,
@@ -408,6 +426,9 @@ class SQLStore(_Operations):
             return True
 
     # -- pacing -------------------------------------------------------------------------------------------
+
+    def paced_providers(self) -> set[str]:
+        return {str(row[0]) for row in self._rows("SELECT provider FROM provider_pacing")}
 
     def pace(
         self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta

@@ -170,10 +170,15 @@ class AuditTrail(ABC):
         lock is held until commit, so the next writer reads this record as its head."""
         cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
-        head = tx.one("SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,))
+        head: Row | None = tx.heads.get(log_id)
+        if head is None:
+            head = tx.one(
+                "SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,)
+            )
         record, checkpoint = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
         insert = f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES ({marks(7)})"
         tx.execute(insert, audit_record_values(record))
+        tx.heads[log_id] = (record.seq, record.this_hash)
         if checkpoint:
             self._checkpoint(tx, log_id, record.seq, record.this_hash, record.at)
 
