@@ -346,10 +346,11 @@ class Worker:
 
     def _idle_for(self) -> float:
         store = self._store()
-        due = store.next_due()
+        now = store.db_now()
+        due = store.next_due(free_at=now)
         if due is None:
             return self.idle_sleep
-        wait = (due - store.db_now()).total_seconds()
+        wait = (due - now).total_seconds()
         return min(self.idle_sleep, max(0.0, wait))
 
     def close(self) -> None:

@@ -75,6 +75,9 @@ def test_next_due_is_the_earliest_active_poll_time(store: AnyStore) -> None:
     assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)
     assert store.claim_due("w1:1:a", T0 + timedelta(seconds=4), TTL, limit=1) != []
     assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)  # leased rows still count
+    # ... but not for a lane that found nothing to claim: the leased row is in flight elsewhere.
+    assert store.next_due(free_at=T0 + timedelta(seconds=4)) == T0 + timedelta(minutes=5)
+    assert store.next_due(free_at=T0 + timedelta(seconds=4) + TTL) == T0 + timedelta(seconds=3, microseconds=250)
 
 
 def test_the_limit_takes_the_most_overdue_first(store: AnyStore) -> None:

@@ -289,8 +289,9 @@ class Store(Protocol):
         provider's spacing for every worker sharing the store."""
         ...
 
-    def next_due(self) -> datetime | None:
-        """The earliest next_poll_at among active operations: how long a worker may sleep."""
+    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+        """The earliest next_poll_at among active operations: how long a worker may sleep. With `free_at`, only
+        among those a claim at that time could take (unleased, or the lease expired by then)."""
         ...
 
     def db_now(self) -> datetime:

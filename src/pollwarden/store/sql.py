@@ -114,9 +114,17 @@ class _Operations(AuditTrail):
         )
         return [stored_from_row(row, self.dialect.moment) for row in rows]
 
-    def next_due(self) -> datetime | None:
-        """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
-        row = self._row("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'")
+    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+        """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
+        then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
+        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
+        query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'"
+        if free_at is None:
+            row = self._row(query)
+        else:
+            at = self.dialect.stamp(free_at)
+            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            row = self._row(query + free, (at,))
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
 
     # -- leases --------------------------------------------------------------------------------------
