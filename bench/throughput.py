@@ -131,22 +131,25 @@ def postgres_commit_rate(url: str, seconds: float = 2.0) -> float:
     return rate
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU of a process; with `reaped`, also that of its children that have exited."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
+    own = int(fields[11]) + int(fields[12])
+    return (own + (int(fields[13]) + int(fields[14]) if reaped else 0)) / TICK
 
 
 def postgres_cpu() -> float:
-    """CPU of every PostgreSQL server process on this machine (backends, WAL writer, checkpointer)."""
+    """CPU of the PostgreSQL server on this machine: every live server process, and (through the postmaster's
+    reaped-children times) the backends that exited, so a connection closed during a run still counts."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() in {"postgres", "postmaster"}:
-                    total += cpu_seconds(int(entry.name))
+                    total += cpu_seconds(int(entry.name), reaped=True)
             except OSError:
                 continue
     return total

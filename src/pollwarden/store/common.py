@@ -55,6 +55,8 @@ class Dialect:
     """Appended to the fleet claim's SELECT: rows another claimer holds are skipped, not waited for."""
     lock_log: str | None = None
     """A statement that holds one audit log's head until commit."""
+    lock_logs: str | None = None
+    """The same for many logs in one statement: its one parameter is the list of lock keys, taken in list order."""
 
     def sql(self, query: str) -> str:
         return _placed(query, self.placeholder)

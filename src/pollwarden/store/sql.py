@@ -209,7 +209,9 @@ class _Operations(AuditTrail):
             for i in order:
                 w = writes[i]
                 written[i] = self._update_fenced(tx, w.lease, w.record, now, release=w.release, hold_until=w.hold_until)
-            self._lock_logs(tx, [writes[i].lease.operation_id for i in order if written[i]])
+            logs = [writes[i].lease.operation_id for i in order if written[i]]
+            self._lock_logs(tx, logs)
+            self._read_heads(tx, logs)
             for i in order:
                 w = writes[i]
                 if not written[i]:
