@@ -32,32 +32,13 @@ from pathlib import Path
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
+from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.store.sqlite import SQLiteStore
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TICK = os.sysconf("SC_CLK_TCK")
-
-CONTRACT = """
-name = "bench"
-status_url = "{url}/jobs/{{job_id}}"
-timeout = "5s"
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[schedule]
-base_delay = "{delay}"
-max_delay = "{delay}"
-[limits]
-deadline = "2h"
-max_requests = 100000
-max_transport_failures = 100
-"""
 
 
 @dataclass
@@ -227,7 +208,9 @@ def _seeding_store(target: str, home: Path) -> Store:
 
 def seed(target: str, home: Path, url: str, operations: int, *, delay: str, spread: float) -> None:
     """`operations` active operations; their first polls spread evenly over `spread` seconds from now."""
-    contract = parse_contract(CONTRACT.format(url=url, delay=delay))
+    text = contract_text(url, name="bench", timeout="5s", base_delay=delay, max_delay=delay, deadline="2h",
+                         max_requests=100_000, max_transport_failures=100)  # fmt: skip
+    contract = parse_contract(text)
     store = _seeding_store(target, home)
     try:
         now = store.db_now()

