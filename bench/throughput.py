@@ -55,7 +55,7 @@ class Run:
     """CPU (user + system, all worker processes) per poll, in microseconds."""
     provider_cpu_us: float
     db_cpu_us: float
-    """PostgreSQL server CPU per poll (all backends), 0 for SQLite."""
+    """PostgreSQL server CPU per poll (the run database's backends), 0 for SQLite."""
     duplicates: int
     p50_ms: float
     p99_ms: float
@@ -112,28 +112,28 @@ def postgres_commit_rate(url: str, seconds: float = 2.0) -> float:
     return rate
 
 
-def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
-    """User + system CPU of a process; with `reaped`, also that of its children that have exited."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
         return 0.0
-    own = int(fields[11]) + int(fields[12])
-    return (own + (int(fields[13]) + int(fields[14]) if reaped else 0)) / TICK
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def postgres_cpu() -> float:
-    """CPU of the PostgreSQL server on this machine: every live server process, and (through the postmaster's
-    reaped-children times) the backends that exited, so a connection closed during a run still counts."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() in {"postgres", "postmaster"}:
-                    total += cpu_seconds(int(entry.name), reaped=True)
-            except OSError:
-                continue
-    return total
+def postgres_backends(url: str) -> list[int]:
+    """The server processes serving this run's database: other sessions on the same server are not counted."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def postgres_cpu(pids: list[int]) -> float:
+    """CPU of these server backends (the worker's pooled connections live through the whole window)."""
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def _rss_mb(pid: int) -> float:
@@ -280,7 +280,8 @@ def _run(
         time.sleep(warmup)  # start-up (imports, the first claim) is not throughput
         before = provider.stats()
         cpu_before = sum(cpu_seconds(p.pid) for p in procs)
-        db_before = postgres_cpu() if backend == "postgres" else 0.0
+        backends = postgres_backends(target) if backend == "postgres" else []
+        db_before = postgres_cpu(backends)
         started = time.monotonic()
         wall_start = time.time()
         time.sleep(seconds)
@@ -288,7 +289,7 @@ def _run(
         elapsed = time.monotonic() - started
         wall_end = time.time()
         cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
-        db_cpu = (postgres_cpu() - db_before) if backend == "postgres" else 0.0
+        db_cpu = postgres_cpu(backends) - db_before
         rss = sum(_rss_mb(p.pid) for p in procs)
     finally:
         for p in procs:
@@ -365,7 +366,8 @@ def throughput_section(runs: list[Run], late: list[Run]) -> list[str]:
         " durable commits with the store's settings (SQLite: WAL, synchronous=FULL; PostgreSQL: autocommit"
         " INSERT), measured right before the run on the same machine; *ratio* is polls/s over it. CPU columns"
         " are per poll (user + system, from /proc): *worker* all worker processes, *provider* the loopback"
-        " provider, *server* every PostgreSQL process. The machine has 2 cores, shared by the workers, the"
+        " provider, *server* the PostgreSQL backends of the run's database (other sessions share the server;"
+        " its WAL writer and checkpointer are not counted). The machine has 2 cores, shared by the workers, the"
         " provider, PostgreSQL and whatever else runs. Lateness when saturated is the backlog, not a"
         " scheduling error (see the next table).",
         "",

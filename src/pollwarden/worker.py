@@ -165,10 +165,14 @@ class Worker:
         self._stores: list[Store] = []
         self._stores_lock = threading.Lock()
         self._claim_store = store_factory()
-        self._contracts = _ContractCache(clock=self._claim_store_now)
+        self._clock = batch_clock(self._claim_store.db_now())
+        self._contracts = _ContractCache(clock=self._now)
 
-    def _claim_store_now(self) -> datetime:
-        return self._store().db_now()
+    def _now(self) -> datetime:
+        """The status clients' clock (when a request was sent, when its answer came): the latest batch's clock,
+        which reads the store's once per batch. Asking the store each time was two queries per poll on
+        PostgreSQL, from every request thread."""
+        return self._clock()
 
     def _store(self) -> Store:
         """A store that pools its own connections (PostgreSQL) is shared; a SQLite connection is per thread."""
@@ -186,7 +190,7 @@ class Worker:
         """One batch: claim up to `batch` due operations and poll them together, with group commit; returns
         how many were claimed. A paced provider's operations go one by one on `pool`: each waits for its slot."""
         store = self._store()
-        clock = batch_clock(store.db_now())
+        clock = self._clock = batch_clock(store.db_now())
         now = clock()
         claimed = store.claim_due(self.owner, now, CLAIM_TTL, self.batch)
         if not claimed:
