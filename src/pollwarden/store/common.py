@@ -11,7 +11,7 @@ chain) and `sql.py` (everything else).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -58,8 +58,16 @@ class Dialect:
     lock_logs: str | None = None
     """The same for many logs in one statement: its one parameter is the list of lock keys, taken in list order."""
 
+    casts: Mapping[str, str] = field(default_factory=dict)
+    """How a parameter is given a type where the database cannot infer one (a VALUES list): kind -> SQL type."""
+
     def sql(self, query: str) -> str:
         return _placed(query, self.placeholder)
+
+    def typed(self, kind: str) -> str:
+        """A parameter of this kind ("text", "bigint", "time", "bool"), cast where the database needs it."""
+        cast = self.casts.get(kind)
+        return f"CAST(? AS {cast})" if cast else "?"
 
 
 @cache

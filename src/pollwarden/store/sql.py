@@ -55,6 +55,11 @@ from .trail import AuditTrail
 _ALREADY = "operation {} already exists"
 
 
+_FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bigint", "text", "time", "bool", "time")
+"""The columns of one fenced write's VALUES row: id, token, owner, the record's columns, updated_at, release,
+hold_until (as `Dialect.typed` names them)."""
+
+
 def claim_due_query(dialect: Dialect) -> str:
     """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
     `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
@@ -206,9 +211,9 @@ class _Operations(AuditTrail):
         if not writes:
             return written
         with self._tx() as tx:
+            changed = self._update_fenced_many(tx, writes, now)
             for i in order:
-                w = writes[i]
-                written[i] = self._update_fenced(tx, w.lease, w.record, now, release=w.release, hold_until=w.hold_until)
+                written[i] = writes[i].lease.operation_id in changed
             logs = [writes[i].lease.operation_id for i in order if written[i]]
             self._lock_logs(tx, logs)
             self._read_heads(tx, logs)
@@ -232,26 +237,45 @@ class _Operations(AuditTrail):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
+        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`."""
+        return bool(self._update_fenced_many(tx, [FencedWrite(lease, record, (), release, None, hold_until)], now))
+
+    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], now: datetime) -> set[str]:
+        """The fence: a row changes only while it still carries its writer's token and owner; returns the ids
+        of the rows that changed. One statement for a whole batch (`UPDATE ... FROM (VALUES ...)`), not one per
+        write. Where rows are locked one by one (PostgreSQL) they are locked first in id order, as every
+        batch does, so two batches never wait on each other in a circle."""
+        if not writes:
+            return set()
         stamp = self.dialect.stamp
-        cursor = tx.execute(
-            "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
-            " max_status_requests = ?, record = ?, updated_at = ?,"
-            " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
-            " lease_expires_at = CASE WHEN ? THEN NULL ELSE COALESCE(?, lease_expires_at) END"
-            " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
-            (
-                *record_values(record, stamp),
-                stamp(now),
-                release,
-                release,
-                None if hold_until is None else stamp(hold_until),
-                lease.operation_id,
-                lease.token,
-                lease.owner,
-            ),
-        )
-        return cursor.rowcount == 1
+        ids = sorted(w.lease.operation_id for w in writes)
+        if len(writes) > 1 and self.dialect.lock_row:
+            tx.execute(
+                f"SELECT 1 FROM operations WHERE operation_id IN ({marks(len(ids))})"
+                f" ORDER BY operation_id{self.dialect.lock_row}",
+                ids,
+            )
+        params: list[Any] = []
+        for w in writes:
+            hold = None if w.hold_until is None else stamp(w.hold_until)
+            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *record_values(w.record, stamp))
+            params += (stamp(now), w.release, hold)
+        # The first row carries the types (PostgreSQL would take untyped VALUES parameters as text).
+        typed = "(" + ",".join(self.dialect.typed(kind) for kind in _FENCED_TYPES) + ")"
+        values = ",".join([typed] + [f"({marks(len(_FENCED_TYPES))})"] * (len(writes) - 1))
+        rows = tx.execute(
+            "UPDATE operations SET phase = v.column4, next_poll_at = v.column5, deadline_at = v.column6,"
+            " status_requests_used = v.column7, max_status_requests = v.column8, record = v.column9,"
+            " updated_at = v.column10,"
+            " lease_owner = CASE WHEN v.column11 THEN NULL ELSE operations.lease_owner END,"
+            " lease_expires_at = CASE WHEN v.column11 THEN NULL"
+            " ELSE COALESCE(v.column12, operations.lease_expires_at) END"
+            f" FROM (VALUES {values}) AS v WHERE operations.operation_id = v.column1"
+            " AND operations.lease_token = v.column2 AND operations.lease_owner = v.column3"
+            " RETURNING operations.operation_id",
+            params,
+        ).fetchall()
+        return {str(row[0]) for row in rows}
 
     def release(self, lease: Lease) -> None:
         with self._tx() as tx:
