@@ -156,12 +156,14 @@ def compare_tips(
 
     `actual` is each verified log's last (seq, hash); `hashes_at` the hashes the verifier kept per seq.
     Yields (log_id, seq of the first record in question, what is wrong, in words to follow "the head ...").
+    The words start with what happened to the log (deleted, truncated, rewritten), so callers prefix only
+    the head they speak of.
     """
     for log_id in sorted(expected):
         seq, this_hash = expected[log_id]
         have_seq = actual.get(log_id, (0, GENESIS_HASH))[0]
         if have_seq == 0:
-            yield log_id, 1, f"covers {seq} record{'s' if seq != 1 else ''} of this log, but none is stored"
+            yield log_id, 1, f"covers {seq} record{'s' if seq != 1 else ''} of this log, but it holds none"
         elif have_seq < seq:
             span = f"record {seq}" if seq == have_seq + 1 else f"records {have_seq + 1}–{seq}"
             yield log_id, have_seq + 1, f"covers seq {seq}, but the log ends at seq {have_seq} ({span} missing)"

@@ -62,6 +62,13 @@ def _key_id_text(value: object) -> str:
     return f"{short(value)!r} (malformed)"
 
 
+def _verdict(what: str) -> str:
+    """The word that leads a finding from `compare_tips`: what happened to the log."""
+    if what.endswith("holds none"):
+        return "deleted"
+    return "rewritten" if "rewritten" in what else "truncated"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -177,7 +184,7 @@ class _Verifier:
         failed = {log_id for log_id, state in logs.items() if state.failed}
         for log_id, seq, what in compare_tips(journal.state, actual, hashes):
             if log_id not in failed:
-                self.problems.append(Problem(log_id, seq, f"{label} {what}"))
+                self.problems.append(Problem(log_id, seq, f"{_verdict(what)}: {label} {what}"))
         for log_id, state in sorted(logs.items()):
             if state.failed:
                 continue
