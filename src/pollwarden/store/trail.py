@@ -226,11 +226,11 @@ class AuditTrail(ABC):
         if prev is None and tx.one("SELECT 1 FROM audit_heads_pending") is not None:
             changes = [(str(log_id), int(seq), str(h)) for log_id, seq, h in self._tips(tx)]
             logs, records = len(changes), sum(seq for _, seq, _ in changes)
+            tx.execute("DELETE FROM audit_heads_pending")
         else:
             changes = [(log_id, seq, h) for log_id, (_, seq, h) in tx.appended.items()]
             logs = (int(prev[2]) if prev else 0) + sum(1 for before, _, _ in tx.appended.values() if before == 0)
             records = (int(prev[3]) if prev else 0) + sum(seq - before for before, seq, _ in tx.appended.values())
-        tx.execute("DELETE FROM audit_heads_pending")
         head = sign_head(
             signing_key,
             counter=int(prev[0]) + 1 if prev else 1,
