@@ -7,10 +7,9 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pollwarden.audit import (
     GENESIS_HASH,
@@ -105,9 +104,14 @@ def _commit_history(txs: list[dict[str, int]]) -> tuple[dict[str, list[AuditReco
                 prev = chain[-1].this_hash if chain else GENESIS_HASH
                 chain.append(
                     seal_record(
-                        CIPHER, log_id=log_id, seq=seq, at="2025-03-01T10:00:00Z", kind="decision",
-                        prev_hash=prev, payload={"seq": seq},
-                    )  # fmt: skip
+                        CIPHER,
+                        log_id=log_id,
+                        seq=seq,
+                        at="2025-03-01T10:00:00Z",
+                        kind="decision",
+                        prev_hash=prev,
+                        payload={"seq": seq},
+                    )
                 )
             changes.append((log_id, len(chain), chain[-1].this_hash))
         heads.append(

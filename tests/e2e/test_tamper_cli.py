@@ -46,8 +46,8 @@ class Place:
                 conn.execute(statement, params)
             conn.close()
         else:
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                pg.execute(statement.replace("?", "%s").encode(), params)
 
     def run(self, *args: str) -> tuple[int, str, str]:
         ran = run_cli(*args, *self.db_args, home=self.home)
@@ -250,6 +250,12 @@ def test_a_rollback_of_the_database_and_the_head_file_is_caught_by_a_witness(
     assert "rollback" in json.dumps(report["problems"]) and str(witness) in str(report["trusted_checkpoint"])
 
 
+def _pinned_sentence() -> str:
+    """The quoted sentence of the test below, as the docs must hold it."""
+    doc = test_a_rollback_of_the_database_and_the_head_file_without_a_witness_is_not_detected.__doc__ or ""
+    return next(part for part in doc.split("\n\n") if part.strip().startswith('"')).strip().strip('"')
+
+
 def test_a_rollback_of_the_database_and_the_head_file_without_a_witness_is_not_detected(
     fresh: Place, sim: Simulator, tmp_path: Path
 ) -> None:
@@ -260,6 +266,8 @@ def test_a_rollback_of_the_database_and_the_head_file_without_a_witness_is_not_d
 
     This test pins that statement; if verify ever catches it, the docs must say so instead.
     """
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "audit.md").read_text().split())
+    assert " ".join(str(_pinned_sentence()).split()) in docs
     _roll_back(fresh, sim, tmp_path)
     code, report = fresh.verify()
     assert code == 0 and report["ok"] is True

@@ -202,8 +202,8 @@ def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
 
 def _delete_heads(home: Path, db_args: tuple[str, ...]) -> None:
     if db_args:
-        with psycopg.connect(db_args[1], autocommit=True) as conn:
-            conn.execute("DELETE FROM audit_heads")
+        with psycopg.connect(db_args[1], autocommit=True) as pg:
+            pg.execute("DELETE FROM audit_heads")
         return
     with sqlite3.connect(home / "pollwarden.db", isolation_level=None) as conn:
         conn.execute("DELETE FROM audit_heads")
@@ -245,3 +245,55 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
     code, report = _verify(home, *db_args)
     assert code == EXIT_TAMPERED
     assert {"op-a", "op-b"} <= {p["log_id"] for p in _problems(report)}
+
+
+# -- the operations recipe in docs/audit.md, run as written ------------------------------------------
+
+CRON_PREFIX = "# */5 * * * * "
+
+
+def _recipe_blocks() -> tuple[list[str], str]:
+    """The recipe's commands (the set-up lines and the mount cron line's command) and the later verify line."""
+    text = (Path(__file__).parents[2] / "docs" / "audit.md").read_text()
+    after = text.split("<!-- recipe:", 1)[1]
+    blocks = after.split("```sh\n")[1:3]
+    setup, later = (block.split("```", 1)[0].splitlines() for block in blocks)
+    cron = [line.removeprefix(CRON_PREFIX) for line in setup if line.startswith(CRON_PREFIX)]
+    commands = [line for line in setup if line and not line.startswith("#")]
+    assert cron and commands and len(later) == 1
+    return [cron[0], *commands], later[0]
+
+
+def test_the_operations_recipe_works_as_written(home: Path, contract: Path, tmp_path: Path) -> None:
+    """A local directory stands in for the other machine's volume mounted at /mnt/witness."""
+    import os
+    import subprocess
+    import sys
+
+    commands, verify_line = _recipe_blocks()
+    other = tmp_path / "other-machine"
+    other.mkdir()
+    env = {
+        **os.environ,
+        "POLLWARDEN_HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+
+    def sh(line: str) -> subprocess.CompletedProcess[str]:
+        literal = line.replace("/mnt/witness", str(other))
+        return subprocess.run(["sh", "-c", literal], env=env, capture_output=True, text=True, timeout=60)
+
+    _watch(home, contract, "happy-1", "op-a")
+    for line in commands:
+        done = sh(line)
+        assert done.returncode == 0, (line, done.stderr)
+    assert json.loads((other / "head.json").read_text())["format"] == "pollwarden-audit-head"
+    assert (other / "signing.pub").exists() and not (other / "head.json.tmp").exists()
+    _watch(home, contract, "happy-2", "op-b")
+    done = sh(verify_line)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with sqlite3.connect(home / "pollwarden.db", isolation_level=None) as conn:
+        conn.execute("DELETE FROM audit_records WHERE log_id = 'op-a'")
+    conn.close()
+    done = sh(verify_line)
+    assert done.returncode == EXIT_TAMPERED and "log op-a" in done.stdout, done.stdout + done.stderr
