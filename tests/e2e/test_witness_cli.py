@@ -18,20 +18,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
 from pollwarden.simulator import Simulator
 from tests.conftest import run_cli, write_contract
+from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving
 from tests.store.conftest import create_database, drop_database
 
 pytestmark = pytest.mark.slow
-
-EXIT_TAMPERED = 5
-
-
-def _verify(home: Path, *extra: str) -> tuple[int, dict[str, object]]:
-    ran = run_cli("audit", "verify", "--json", *extra, home=home)
-    assert "Traceback" not in ran.stderr
-    assert ran.code in (0, EXIT_TAMPERED), ran.stderr
-    report: dict[str, object] = json.loads(ran.stdout)
-    return ran.code, report
 
 
 def _watch(home: Path, contract: Path, job: str, operation: str, *extra: str) -> None:
