@@ -106,6 +106,8 @@ class _Poster(threading.Thread):
         self._pending: Head | None = None
         self._sent = 0
         self._warned_at = 0.0
+        self._attempts = 0
+        self._failed_attempt = 0
 
     def offer(self, head: Head) -> None:
         with self._ready:
@@ -114,10 +116,15 @@ class _Poster(threading.Thread):
             self._ready.notify()
 
     def drain(self, timeout: float) -> None:
-        """Wait (bounded) until the newest offered head is sent: a closing store gives it a chance."""
+        """Wait (bounded) until the newest offered head is sent: a closing store gives it a chance.
+
+        One chance: an attempt begun after the drain that fails ends the wait, so a witness that is down
+        (connection refused) costs a closing command about a second, not the whole bound.
+        """
         deadline = time.monotonic() + timeout
         with self._ready:
-            while self._pending is not None and time.monotonic() < deadline:
+            begun = self._attempts
+            while self._pending is not None and self._failed_attempt <= begun and time.monotonic() < deadline:
                 self._ready.wait(0.05)
 
     def run(self) -> None:
@@ -128,6 +135,8 @@ class _Poster(threading.Thread):
                 while self._pending is None:
                     self._ready.wait()
                 head = self._pending
+                self._attempts += 1
+                attempt = self._attempts
             body = json.dumps({"format": "pollwarden-audit-head", "version": 1, "head": head.to_json()}).encode()
             request = urllib.request.Request(
                 self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
@@ -144,6 +153,8 @@ class _Poster(threading.Thread):
             with self._ready:
                 if sent and self._pending is head:
                     self._pending = None
+                if not sent:
+                    self._failed_attempt = attempt
                 self._ready.notify_all()
             if not sent:
                 time.sleep(_INTERVAL)
