@@ -119,7 +119,8 @@ def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_
             journal.snapshots[head.counter] = dict(journal.state)
         journal.newest = head
     if journal.newest is not None and public_key is not None and not head_valid(journal.newest, public_key):
-        journal.findings.append(Finding(None, None, bad_signature(journal.newest, public_key, "the newest head")))
+        label = f"the newest head (#{journal.newest.counter})"
+        journal.findings.append(Finding(None, None, bad_signature(journal.newest, public_key, label)))
     return journal
 
 
@@ -143,10 +144,10 @@ def bad_signature(head: Head, public_key: Ed25519PublicKey, label: str) -> str:
     expected = key_id_of(public_key)
     if head.key_id != expected:
         return (
-            f"{label} (#{head.counter}) is signed by key {_short(head.key_id)}, not by {expected}: the heads were "
+            f"{label} is signed by key {_short(head.key_id)}, not by {expected}: the heads were "
             "re-signed with another key, or the wrong public key was given"
         )
-    return f"{label} (#{head.counter}): bad signature with key {expected}: the head was altered or forged"
+    return f"{label}: bad signature with key {expected}: the head was altered or forged"
 
 
 def compare_tips(
