@@ -34,6 +34,7 @@ __all__ = [
     "Change",
     "Head",
     "changes_text",
+    "head_digest",
     "head_hash_of",
     "head_hash_ok",
     "head_valid",
@@ -151,6 +152,11 @@ def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, recor
     ``SHA-256( lp(b"pollwarden-head-v1") || counter (8-byte BE) || lp(bytes.fromhex(prev_hash))
     || lp(changes UTF-8) || logs (8-byte BE) || records (8-byte BE) || lp(at) )``
     """
+    return head_digest(counter, prev_hash, changes, logs, records, at)
+
+
+def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
+    """`head_hash_of` with positional arguments and no checks: the verifier computes it for every head."""
     prev_raw = bytes.fromhex(prev_hash)
     changes_raw = changes.encode("utf-8")
     at_raw = at.encode("utf-8")
@@ -217,14 +223,7 @@ def head_hash_ok(head: Head) -> bool:
     try:
         if not is_hash_text(head.prev_hash) or not is_hash_text(head.head_hash):
             return False
-        computed = head_hash_of(
-            counter=head.counter,
-            prev_hash=head.prev_hash,
-            changes=head.changes,
-            logs=head.logs,
-            records=head.records,
-            at=head.at,
-        )
+        computed = head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at)
     except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
         return False
     return computed == head.head_hash
