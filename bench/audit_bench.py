@@ -188,7 +188,24 @@ def measure_store(count: int, logs: int, repeat: int, keep: Path | None) -> Stor
         total = sum(len(ct) for ct in ciphertexts)
         if report.bytes_verified != total:
             raise SystemExit(f"verify hashed {report.bytes_verified} ciphertext bytes, the store holds {total}")
-        sha_per_record_s, sha_bulk_s = raw_sha256(ciphertexts, repeat)
+        blob = b"".join(ciphertexts)
+
+        def sha_per_record() -> None:
+            for ct in ciphertexts:
+                hashlib.sha256(ct).digest()
+
+        # Interleaved rounds, best of each kept: on a shared machine the load changes from second to second,
+        # and a ratio of figures taken minutes apart would measure the neighbours.
+        runs: dict[str, Callable[[], Any]] = {
+            "verify": lambda: verify_home(home),
+            "sha_per_record": sha_per_record,
+            "sha_bulk": lambda: hashlib.sha256(blob).digest(),
+            "read_rows": lambda: read_rows(home),
+        }
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(repeat):
+            for name, run in runs.items():
+                best[name] = min(best[name], best_of(1, run))
         return StoreResult(
             records=report.records,
             logs=report.logs,
@@ -196,10 +213,10 @@ def measure_store(count: int, logs: int, repeat: int, keep: Path | None) -> Stor
             ciphertext_bytes=total,
             database_bytes=database_path(home).stat().st_size,
             build_s=build_s,
-            read_rows_s=best_of(repeat, lambda: read_rows(home)),
-            verify_s=best_of(repeat, lambda: verify_home(home)),
-            sha_per_record_s=sha_per_record_s,
-            sha_bulk_s=sha_bulk_s,
+            read_rows_s=best["read_rows"],
+            verify_s=best["verify"],
+            sha_per_record_s=best["sha_per_record"],
+            sha_bulk_s=best["sha_bulk"],
         )
 
 
@@ -279,6 +296,20 @@ def store_table(result: StoreResult) -> list[tuple[str, str]]:
     ]
 
 
+def verdict(result: StoreResult) -> str:
+    """The target in words, from this run's figures: met or not, and what bounds it."""
+    ratio = result.sha_per_record_s / result.verify_s
+    floor = result.sha_per_record_s / result.read_rows_s
+    met = "meets" if ratio >= 0.5 else "does not meet"
+    return (
+        f"This run {met} the target (verify at >= 50% of raw per-record SHA-256: {ratio:.0%}). Bound: SQLite "
+        f"alone, handing over the rows as tuples with no work on them, runs at {floor:.0%} of that raw figure, "
+        "and a store written one record per transaction has one head row per record row besides; so on "
+        "this path the target is "
+        + ("within reach." if floor >= 1.0 else "out of reach whatever the verifier does in Python.")
+    )
+
+
 def table(result: Result) -> list[tuple[str, str]]:
     return [
         ("records", f"{result.records:,}"),
@@ -318,6 +349,8 @@ def render_markdown(store: StoreResult, memory: Result, command: str, repeat: in
         "every head, stream every record, check the newest head's signature and the kept head.",
         "",
         *markdown_table(store_table(store)),
+        "",
+        verdict(store),
         "",
         "## Verify in memory",
         "",
