@@ -188,19 +188,16 @@ def log_frame(log_id: str) -> bytes:
     return len(raw).to_bytes(8, "big") + raw
 
 
-def hash_fields_unchecked(prev_hash: str, log_id: str, seq: int, at: str, kind: str, ciphertext: bytes) -> str:
-    """`chain_hash` without argument checks, for the verifier's explanations of a bad record (and tests).
-
-    The whole message is built first and hashed in one call: per record, the calls cost more than the
-    bytes (a record is a few hundred bytes).
-    """
+def hash_message(prev_raw: bytes, frame: bytes, seq: int, at: str, kind: str, ciphertext: bytes) -> bytes:
+    """The exact bytes `chain_hash` hashes, with the previous hash raw and the log's frame (`log_frame`)
+    already built: the one place the encoding lives, built in one join so one SHA-256 call hashes it."""
     at_raw = at.encode("utf-8")
     kind_raw = kind.encode("utf-8")
-    message = b"".join(
+    return b"".join(
         (
             HASH_HEAD,
-            bytes.fromhex(prev_hash),
-            log_frame(log_id),
+            prev_raw,
+            frame,
             seq.to_bytes(8, "big"),
             len(at_raw).to_bytes(8, "big"),
             at_raw,
@@ -210,6 +207,11 @@ def hash_fields_unchecked(prev_hash: str, log_id: str, seq: int, at: str, kind: 
             ciphertext,
         )
     )
+
+
+def hash_fields_unchecked(prev_hash: str, log_id: str, seq: int, at: str, kind: str, ciphertext: bytes) -> str:
+    """`chain_hash` without argument checks, for the verifier's explanations of a bad record (and tests)."""
+    message = hash_message(bytes.fromhex(prev_hash), log_frame(log_id), seq, at, kind, ciphertext)
     return hashlib.sha256(message).hexdigest()
 
 

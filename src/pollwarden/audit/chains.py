@@ -21,11 +21,11 @@ from typing import Any
 
 from pollwarden.audit.chain import (
     GENESIS_HASH,
-    HASH_HEAD,
     MAX_SEQ,
     AuditRecord,
     RecordRow,
     hash_fields_unchecked,
+    hash_message,
     is_hash_text,
     log_frame,
 )
@@ -189,12 +189,11 @@ class ChainWalk:
         """Walk records given as rows (`RecordRow`: what a database cursor yields), in stored order.
 
         The fast path takes an intact record that follows its log's last one: one SHA-256 call over the
-        message built in one join, the log's frame built once per run of its records, the previous hash
-        kept as raw bytes. Anything unusual (a type, a gap, a mismatch, a log already failed or pending)
+        message `hash_message` builds in one join, the log's frame built once per run of its records, the
+        previous hash kept as raw bytes. Anything unusual (a type, a gap, a mismatch, a log already failed or pending)
         becomes an `AuditRecord` and takes the careful path, which re-checks everything from the start.
         """
         sha256 = hashlib.sha256
-        join = b"".join
         checkpointed = CHECKPOINTED_KINDS
         logs = self.logs
         current: object = None
@@ -230,24 +229,7 @@ class ChainWalk:
                     and kind
                     and type(ciphertext) is bytes
                 ):
-                    at_raw = at.encode()
-                    kind_raw = kind.encode()
-                    raw = sha256(
-                        join(
-                            (
-                                HASH_HEAD,
-                                prev_raw,
-                                frame,
-                                seq.to_bytes(8, "big"),
-                                len(at_raw).to_bytes(8, "big"),
-                                at_raw,
-                                len(kind_raw).to_bytes(8, "big"),
-                                kind_raw,
-                                len(ciphertext).to_bytes(8, "big"),
-                                ciphertext,
-                            )
-                        )
-                    ).digest()
+                    raw = sha256(hash_message(prev_raw, frame, seq, at, kind, ciphertext)).digest()
                     computed = raw.hex()
                     if computed == this_hash:
                         hashed += len(ciphertext)
