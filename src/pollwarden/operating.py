@@ -333,7 +333,7 @@ def verify_home(
                 except AuditError as exc:
                     raise HomeError(str(exc)) from None
             report = verify(
-                snapshot.records(),
+                snapshot.rows(),
                 checkpoints,
                 home_key,
                 trusted_checkpoint=kept if isinstance(kept, Checkpoint) else None,

@@ -9,6 +9,7 @@ from pollwarden.audit.chain import (
     record_aad,
     seal_record,
 )
+from pollwarden.audit.chains import StoredRows
 from pollwarden.audit.checkpoint import (
     CHECKPOINTED_KINDS,
     Checkpoint,
@@ -63,6 +64,7 @@ __all__ = [
     "HeadFile",
     "LogHead",
     "Problem",
+    "StoredRows",
     "VerifyReport",
     "canonical_json",
     "chain_hash",

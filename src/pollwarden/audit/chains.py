@@ -14,14 +14,24 @@ Some failures are only classified by the next record of the same log (or the end
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pollwarden.audit.chain import GENESIS_HASH, MAX_SEQ, AuditRecord, hash_fields_unchecked, is_hash_text
+from pollwarden.audit.chain import (
+    GENESIS_HASH,
+    MAX_SEQ,
+    AuditRecord,
+    RecordRow,
+    hash_fields_unchecked,
+    hash_message,
+    is_hash_text,
+    log_frame,
+)
 from pollwarden.audit.checkpoint import CHECKPOINTED_KINDS
 
-__all__ = ["ALL_LOGS", "ChainWalk", "LogState", "Problem", "short"]
+__all__ = ["ALL_LOGS", "ChainWalk", "LogState", "Problem", "StoredRows", "record_fields", "short"]
 
 # The log id of a problem about the whole store or export rather than one log (a key that is not the pinned
 # one, heads deleted); it can never be a real log's id, which the store makes from operation ids and names.
@@ -119,6 +129,26 @@ class LogState:
     hashes: dict[int, str] = field(default_factory=lambda: {0: GENESIS_HASH})
 
 
+@dataclass(frozen=True, slots=True)
+class StoredRows:
+    """Records as a database cursor yields them (`RecordRow`s, in stored order): `verify` walks them as
+    they are, building an `AuditRecord` only for a record that is not plainly intact."""
+
+    rows: Iterable[RecordRow]
+
+
+def record_fields(record: AuditRecord) -> RecordRow:
+    return (
+        record.log_id,
+        record.seq,
+        record.at,
+        record.kind,
+        record.prev_hash,
+        record.ciphertext,
+        record.this_hash,
+    )
+
+
 def _malformed(record: AuditRecord) -> str | None:
     if not isinstance(record.log_id, str) or not record.log_id:
         return "malformed log_id"
@@ -153,42 +183,70 @@ class ChainWalk:
         self.probe_budget = _PROBE_BUDGET
 
     def add(self, record: AuditRecord) -> None:
-        self.records += 1
-        log_id = record.log_id
-        state = self.logs.get(log_id)
-        if state is None:
-            state = LogState(interest=self.interest.get(log_id, frozenset()))
-            self.logs[log_id] = state
-        state.records += 1
-        state.tail = record.this_hash
-        if state.pending is None and not state.failed:
-            # Fast path for the common case, an intact record; anything unusual takes the careful path,
-            # which re-checks everything from the start.
-            seq = record.seq
-            at = record.at
-            kind = record.kind
-            ciphertext = record.ciphertext
-            if (
-                type(seq) is int
-                and seq == state.last_seq + 1
-                and record.prev_hash == state.last_hash
-                and type(at) is str
-                and at
-                and type(kind) is str
-                and kind
-                and type(ciphertext) is bytes
-            ):
-                computed = hash_fields_unchecked(state.last_hash, log_id, seq, at, kind, ciphertext)
-                if computed == record.this_hash:
-                    self.bytes_verified += len(ciphertext)
-                    if kind in CHECKPOINTED_KINDS:
-                        state.must_cover = seq
-                    state.last_seq = seq
-                    state.last_hash = computed
-                    if seq in state.interest:
-                        state.hashes[seq] = computed
-                    return
-        self._add_carefully(record, log_id, state)
+        self.add_rows((record_fields(record),))
+
+    def add_rows(self, rows: Iterable[RecordRow]) -> None:
+        """Walk records given as rows (`RecordRow`: what a database cursor yields), in stored order.
+
+        The fast path takes an intact record that follows its log's last one: one SHA-256 call over the
+        message `hash_message` builds in one join, the log's frame built once per run of its records, the
+        previous hash kept as raw bytes. Anything unusual (a type, a gap, a mismatch, a log already failed or pending)
+        becomes an `AuditRecord` and takes the careful path, which re-checks everything from the start.
+        """
+        sha256 = hashlib.sha256
+        checkpointed = CHECKPOINTED_KINDS
+        logs = self.logs
+        current: object = None
+        state: LogState | None = None
+        frame = b""
+        prev_raw = b""
+        records = 0
+        hashed = 0
+        try:
+            for row in rows:
+                log_id, seq, at, kind, prev_hash, ciphertext, this_hash = row
+                records += 1
+                if state is None or log_id != current:
+                    state = logs.get(log_id)
+                    if state is None:
+                        state = LogState(interest=self.interest.get(log_id, frozenset()))
+                        logs[log_id] = state
+                    current = log_id
+                    frame = log_frame(log_id) if type(log_id) is str and log_id else b""
+                    prev_raw = bytes.fromhex(state.last_hash)
+                state.records += 1
+                state.tail = this_hash
+                if (
+                    frame
+                    and state.pending is None
+                    and not state.failed
+                    and type(seq) is int
+                    and seq == state.last_seq + 1
+                    and prev_hash == state.last_hash
+                    and type(at) is str
+                    and at
+                    and type(kind) is str
+                    and kind
+                    and type(ciphertext) is bytes
+                ):
+                    raw = sha256(hash_message(prev_raw, frame, seq, at, kind, ciphertext)).digest()
+                    computed = raw.hex()
+                    if computed == this_hash:
+                        hashed += len(ciphertext)
+                        if kind in checkpointed:
+                            state.must_cover = seq
+                        state.last_seq = seq
+                        state.last_hash = computed
+                        prev_raw = raw
+                        if seq in state.interest:
+                            state.hashes[seq] = computed
+                        continue
+                record = AuditRecord(log_id, seq, at, kind, prev_hash, ciphertext, this_hash)
+                self._add_carefully(record, log_id, state)
+                prev_raw = bytes.fromhex(state.last_hash)
+        finally:
+            self.records += records
+            self.bytes_verified += hashed
 
     def _add_carefully(self, record: AuditRecord, log_id: str, state: LogState) -> None:
         if isinstance(record.seq, int) and record.seq > state.max_seq:

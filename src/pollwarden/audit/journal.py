@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH
 from pollwarden.audit.checkpoint import key_id_of
-from pollwarden.audit.heads import Head, head_hash_ok, head_valid, parse_changes
+from pollwarden.audit.heads import Head, head_digest, head_hash_ok, head_valid, parse_changes
 
 __all__ = ["HeadFile", "Journal", "LogTip", "replay"]
 
@@ -84,10 +84,19 @@ def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_
     journal = Journal()
     wanted = set(snapshot_at)
     expected_prev = GENESIS_HASH
+    # True while expected_prev is known to be 64 lowercase hex (GENESIS_HASH, or a head_hash that equalled
+    # the hash computed from its head): then a head that links to it and whose own hash is right passes
+    # every check of `_link_problem`, which only runs for the others.
+    prev_sound = True
     records = 0
+    state = journal.state
+    hashes = journal.hashes
     for head in heads:
         journal.count += 1
-        problem = _link_problem(head, journal.count, expected_prev)
+        problem: str | None = None
+        if not (prev_sound and head.counter == journal.count and head.prev_hash == expected_prev and _hash_right(head)):
+            problem = _link_problem(head, journal.count, expected_prev)
+        prev_sound = problem is None
         changes = None
         if problem is None:
             try:
@@ -96,15 +105,16 @@ def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_
                 problem = f"head #{head.counter} is malformed: {exc}"
         if changes is not None:
             for log_id, seq, this_hash in changes:
-                before = journal.state.get(log_id, (0, GENESIS_HASH))[0]
+                tip = state.get(log_id)
+                before = 0 if tip is None else tip[0]
                 if seq <= before and problem is None:
                     problem = (
                         f"head #{head.counter} moves log {log_id!r} back from seq {before} to {seq}: "
                         "the heads were rewritten"
                     )
                 records += seq - before
-                journal.state[log_id] = (seq, this_hash)
-            if problem is None and (head.logs, head.records) != (len(journal.state), records):
+                state[log_id] = (seq, this_hash)
+            if problem is None and (head.logs != len(state) or head.records != records):
                 problem = (
                     f"head #{head.counter} claims {head.logs} logs and {head.records} records, but the heads up to "
                     f"it replay to {len(journal.state)} logs and {records} records: the heads were rewritten"
@@ -114,14 +124,23 @@ def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_
             journal.findings.append(Finding(None, None, problem))
         if isinstance(head.head_hash, str):
             expected_prev = head.head_hash
-        journal.hashes[head.counter] = head.head_hash
+        hashes[head.counter] = head.head_hash
         if head.counter in wanted:
-            journal.snapshots[head.counter] = dict(journal.state)
+            journal.snapshots[head.counter] = dict(state)
         journal.newest = head
     if journal.newest is not None and public_key is not None and not head_valid(journal.newest, public_key):
         label = f"the newest head (#{journal.newest.counter})"
         journal.findings.append(Finding(None, None, bad_signature(journal.newest, public_key, label)))
     return journal
+
+
+def _hash_right(head: Head) -> bool:
+    try:
+        return (
+            head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at) == head.head_hash
+        )
+    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
+        return False
 
 
 def _link_problem(head: Head, position: int, expected_prev: str) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH, AuditRecord
-from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, short
+from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, StoredRows, record_fields, short
 from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of
 from pollwarden.audit.heads import Head, head_valid
 from pollwarden.audit.journal import HeadFile, Journal, bad_signature, compare_tips, replay, state_differences
@@ -458,7 +458,7 @@ class _Verifier:
 
 
 def verify(
-    records: Iterable[AuditRecord],
+    records: Iterable[AuditRecord] | StoredRows,
     checkpoints: Sequence[Checkpoint],
     public_key: Ed25519PublicKey | None,
     *,
@@ -470,7 +470,8 @@ def verify(
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
 
-    `records` may interleave logs, but each log's records must come in the order they are stored (for a
+    `records` are `AuditRecord`s or a store's rows (`StoredRows`, read without building records); they may
+    interleave logs, but each log's records must come in the order they are stored (for a
     database, ORDER BY seq per log is right: a renumbered record then fails its own hash).
     `heads` are the store's or export's signed heads in counter order; None for a source from before heads
     (then the per-log `checkpoints` are all there is, and a record of a kind that was always checkpointed
@@ -483,6 +484,5 @@ def verify(
     `expected_heads` is what an export's header lists per log; the records must match it.
     """
     verifier = _Verifier(checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, witness)
-    for record in records:
-        verifier.walk.add(record)
+    verifier.walk.add_rows(records.rows if isinstance(records, StoredRows) else map(record_fields, records))
     return verifier.finish()

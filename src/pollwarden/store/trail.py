@@ -34,6 +34,7 @@ from ..audit import (
     AuditRecord,
     Checkpoint,
     Head,
+    StoredRows,
     open_record,
     seal_record,
     sign_checkpoint,
@@ -93,9 +94,16 @@ class AuditSnapshot:
         self._dialect = dialect
 
     def records(self) -> Iterator[AuditRecord]:
-        query = f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records ORDER BY log_id, seq"
-        for row in self._read(self._dialect.sql(query), ()):
+        for row in self._record_rows():
             yield audit_record_from_row(row)
+
+    def rows(self) -> StoredRows:
+        """The records as the database hands them over, for `verify` to walk without building each one."""
+        return StoredRows(self._record_rows())
+
+    def _record_rows(self) -> Iterator[Row]:
+        query = f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records ORDER BY log_id, seq"
+        return self._read(self._dialect.sql(query), ())
 
     def heads(self) -> list[Head]:
         query = f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter"
