@@ -228,6 +228,10 @@ def _interrupted(args: argparse.Namespace, exc: Interrupted) -> str:
         with suppress(OSError, ValueError):
             sys.stdout.write("\r\033[K")  # the live countdown line, if one was being drawn
             sys.stdout.flush()
+    if args.command == "enqueue" and getattr(args, "jobs_file", None) is not None:
+        return (
+            f"pollwarden: interrupted by {exc}; the batches written are whole. Run the same command again to continue"
+        )
     if args.command not in ("watch", "submit"):
         return f"pollwarden: interrupted by {exc}"
     operation = Progress.watching or args.operation
