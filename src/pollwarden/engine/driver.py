@@ -1,7 +1,7 @@
 """The synchronous driver of the engine: admission and the step flow, executed against a store and a client.
 
 Every interface goes through `Engine`: `watch` and the Python API (`run`), the worker (`step_claimed` after
-its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`). What each interface adds is parsing
+its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`; `admit_many` for a jobs file). What each interface adds is parsing
 its own input and rendering its own output.
 """
 
