@@ -13,39 +13,23 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from pollwarden.audit import load_or_create_keys
 from pollwarden.cli.app import main
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract import load_contract
 from pollwarden.engine import BATCH, Engine
 from pollwarden.store.base import Store
-from pollwarden.store.open import open_store
 from tests.conftest import Ran, run_cli, write_contract
-from tests.store.conftest import create_database, drop_database
+from tests.e2e.conftest import store_of as _store
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(home / "pollwarden.db")
-        return
-    url = create_database(upgraded=True)
-    try:
-        yield url
-    finally:
-        drop_database(url)
-
-
-def _store(db: str, home: Path) -> Store:
-    return open_store(db, keys=load_or_create_keys(home), trusted_checkpoint_path=None)
+# `db` (tests/e2e/conftest.py): each test that takes it runs on SQLite and on PostgreSQL.
 
 
 def _enqueue(db: str, home: Path, *args: str, stdin: bytes | None = None) -> Ran:

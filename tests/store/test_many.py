@@ -4,7 +4,7 @@ IN list), so a chunk boundary cannot hide a lost or doubled row."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -14,18 +14,7 @@ from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import NewOperation, OperationExists
 
 from .conftest import AnyStore
-
-CONTRACT = """
-name = "exports"
-status_url = "http://127.0.0.1:9/jobs/{job_id}"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-"""
-T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
+from .test_store import CONTRACT, T0
 
 
 def _record(n: int, *, job: str | None = None, minutes: int = 0) -> OperationRecord:
