@@ -1,8 +1,8 @@
 """The synchronous driver of the engine: admission and the step flow, executed against a store and a client.
 
 Every interface goes through `Engine`: `watch` and the Python API (`run`), the worker (`step_claimed` after
-its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`; `admit_many` for a jobs file). What each interface adds is parsing
-its own input and rendering its own output.
+its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`; `admit_many` for a jobs file). What
+each interface adds is parsing its own input and rendering its own output.
 """
 
 from __future__ import annotations
@@ -144,8 +144,11 @@ class Engine:
         if refused:  # before any lookup: a malformed id never reaches the store
             raise BatchAdmissionError(refused)
         if len(requests) > batch:  # a single batch is validated by `_admit_batch` itself, before it writes
-            now = self.clock()
-            self._refuse_any(requests, self._answers(requests, now, set()), 0, now, batch)
+            now, refusals = self.clock(), []
+            for start in range(0, len(requests), batch):  # batch by batch: only the refusals are kept
+                answers = self._answers(requests[start : start + batch], now, set())
+                refusals += [(start + i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
+            self._refuse(requests, refusals, now, batch)
         admitted: list[Admitted] = []
         taken: set[str] = set()
         for start in range(0, len(requests), batch):
@@ -160,7 +163,8 @@ class Engine:
         for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
             now = self.clock()
             answers = self._answers(requests, now, taken)
-            self._refuse_any(requests, answers, offset, now, len(requests))
+            refusals = [(i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
+            self._refuse(requests, refusals, now, len(requests), offset)
             pairs = list(zip(requests, answers, strict=True))
             try:
                 self.store.create_many(
@@ -212,22 +216,27 @@ class Engine:
             answers.append(answer)
         return answers
 
-    def _refuse_any(
-        self, requests: Sequence[WatchRequest], answers: Sequence[Admission], offset: int, now: datetime, batch: int
+    def _refuse(
+        self,
+        requests: Sequence[WatchRequest],
+        refusals: Sequence[tuple[int, Refuse]],
+        now: datetime,
+        batch: int,
+        offset: int = 0,
     ) -> None:
-        """Raise for the refused answers, each refused resume audited on its operation first (`batch` per
-        transaction), as `resume_refused`: the same event one refused request leaves."""
-        refused = [(index, answer) for index, answer in enumerate(answers) if isinstance(answer, Refuse)]
-        if not refused:
+        """Raise for the refused requests (index into `requests`; `offset` places them in the caller's), each
+        refused resume audited on its operation first, `batch` per transaction, as `resume_refused`: the same
+        event one refused request leaves."""
+        if not refusals:
             return
         audited: list[LogEntry] = []
-        for index, answer in refused:
-            if answer.operation_id is not None:
-                event = ResumeRefused(why=answer.message, extra={"by": requests[index].by})
-                audited.append((answer.operation_id, event.KIND, event.to_json()))
+        for index, refusal in refusals:
+            if refusal.operation_id is not None:
+                event = ResumeRefused(why=refusal.message, extra={"by": requests[index].by})
+                audited.append((refusal.operation_id, event.KIND, event.to_json()))
         for start in range(0, len(audited), batch):
             self.store.append_many(audited[start : start + batch], now)
-        raise BatchAdmissionError([(offset + index, answer) for index, answer in refused])
+        raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
 
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
         now = self.clock()
