@@ -38,6 +38,11 @@ def trusted_checkpoint_path(home: Path) -> Path:
     return home / "audit-head.checkpoint"
 
 
+def witness_config_path(home: Path) -> Path:
+    """Where `pollwarden audit witness LOCATION` keeps the witness location (one line)."""
+    return home / "audit-witness"
+
+
 def ensure_home(home: Path, *, create: bool = True) -> None:
     """Create the home 0700 (missing parents too), or tighten an existing one to 0700."""
     if create and not home.exists():

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from .audit import (
     AuditError,
     Checkpoint,
+    Head,
+    HeadFile,
     VerifyReport,
     key_id_of,
     load_or_create_keys,
@@ -26,20 +28,21 @@ from .audit import (
     refuse_private_key,
     verify,
 )
-from .audit.export import read_checkpoint_file
+from .audit.export import read_kept_file
 from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
 from .core.escalation import OptionKind
 from .core.record import OperationRecord
 from .decisions import Outcome, apply_decision
 from .errors import PollwardenError
-from .home import database_path, ensure_home, trusted_checkpoint_path
+from .home import database_path, ensure_home, trusted_checkpoint_path, witness_config_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .shown import shown
 from .store.base import Grant, Store, StoreError, agent_log_id
 from .store.open import is_postgres_url
 from .store.open import open_store as open_target
 from .store.postgres import redact_url
+from .store.witness import WITNESS_ENV, Witness, witness_file_name
 
 
 class HomeError(PollwardenError):
@@ -61,10 +64,28 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
         if keys != "none":
             audit_keys = load_or_create_keys(home, create=keys == "write")
         return open_target(
-            database_target(home), keys=audit_keys, trusted_checkpoint_path=trusted_checkpoint_path(home)
+            database_target(home),
+            keys=audit_keys,
+            trusted_checkpoint_path=trusted_checkpoint_path(home),
+            witness=configured_witness(home),
         )
     except (StoreError, AuditError, OSError) as exc:
         raise HomeError(str(exc)) from None
+
+
+def configured_witness(home: Path) -> Witness | None:
+    """The witness location: $POLLWARDEN_AUDIT_WITNESS, else the one `audit witness` saved in the home."""
+    env = os.environ.get(WITNESS_ENV)
+    if env:
+        return Witness.parse(env, WITNESS_ENV)
+    path = witness_config_path(home)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"cannot read the witness setting {path}: {exc}") from None
+    return Witness.parse(text, str(path))
 
 
 def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
@@ -234,14 +255,34 @@ def answer_grant(
     return GrantAnswer(grant, status, f"{verb} {grant_id}: {describe_grant(grant)}")
 
 
-def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | None, str | None]:
-    """The checkpoint kept outside the database, if there is one: it turns a rollback into a finding."""
+def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
+    """The head (or older checkpoint) kept outside the database, if there is one: it turns a rollback
+    into a finding."""
     if path is None or not path.exists():
         return None, None
     try:
-        return read_checkpoint_file(path), str(path)
+        return read_kept_file(path), str(path)
     except AuditError as exc:
         raise HomeError(f"checkpoint kept elsewhere is unreadable: {exc}") from None
+
+
+def _newest_kept(home: Path, explicit: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
+    """The head to check a store against: the one given, else the newest of the home's and the witness's."""
+    if explicit is not None:
+        return trusted_checkpoint(explicit)
+    found = [trusted_checkpoint(trusted_checkpoint_path(home))]
+    try:
+        witness = configured_witness(home)
+    except StoreError as exc:
+        raise HomeError(str(exc)) from None
+    if witness is not None and not witness.is_url:
+        home_key = load_public_key(home)
+        if home_key is not None:
+            found.append(trusted_checkpoint(Path(witness.location) / witness_file_name(key_id_of(home_key))))
+    heads = [(kept, name) for kept, name in found if isinstance(kept, HeadFile)]
+    if heads:
+        return max(heads, key=lambda pair: pair[0].head.counter if isinstance(pair[0], HeadFile) else 0)
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -250,6 +291,13 @@ class AuditCheck:
     source: str
     trusted: str | None
     """The checkpoint file the log was checked against (None: rollback could not be checked)."""
+    notes: tuple[str, ...] = ()
+
+
+PENDING_NOTE = (
+    "this store was upgraded from schema 2 and not written since: no signed head covers it yet, so its logs are "
+    "checked by their per-log checkpoints only; any write, or `pollwarden audit checkpoint`, signs its first head"
+)
 
 
 def verify_home(
@@ -267,18 +315,32 @@ def verify_home(
     except AuditError as exc:
         raise HomeError(str(exc)) from None
     store = open_store(home, keys="none")
+    notes: tuple[str, ...] = ()
     try:
-        trusted, trusted_name = trusted_checkpoint(checkpoint or trusted_checkpoint_path(home))
-        checkpoints = store.audit_checkpoints()
-        pinned_key = None
-        if pinned is not None:
-            pinned_key, source = pinned
-            known = [cp.key_id for cp in checkpoints] + ([key_id_of(home_key)] if home_key is not None else [])
-            try:
-                refuse_private_key(pinned_key, source, known)
-            except AuditError as exc:
-                raise HomeError(str(exc)) from None
-        report = verify(store.audit_records(), checkpoints, home_key, trusted_checkpoint=trusted, pinned_key=pinned_key)
+        kept, trusted_name = _newest_kept(home, checkpoint)
+        with store.audit_snapshot() as snapshot:
+            checkpoints = snapshot.checkpoints()
+            heads: list[Head] | None = snapshot.heads()
+            if not heads and snapshot.pending():
+                heads, notes = None, (PENDING_NOTE,)
+            pinned_key = None
+            if pinned is not None:
+                pinned_key, source = pinned
+                known = [cp.key_id for cp in checkpoints] + ([key_id_of(home_key)] if home_key is not None else [])
+                known += [head.key_id for head in heads or []]
+                try:
+                    refuse_private_key(pinned_key, source, known)
+                except AuditError as exc:
+                    raise HomeError(str(exc)) from None
+            report = verify(
+                snapshot.rows(),
+                checkpoints,
+                home_key,
+                trusted_checkpoint=kept if isinstance(kept, Checkpoint) else None,
+                witness=kept if isinstance(kept, HeadFile) else None,
+                pinned_key=pinned_key,
+                heads=heads,
+            )
     finally:
         store.close()
-    return AuditCheck(report, str(store.path), trusted_name)  # a URL's password is already left out
+    return AuditCheck(report, str(store.path), trusted_name, notes)  # a URL's password is already left out

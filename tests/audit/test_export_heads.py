@@ -54,16 +54,17 @@ def test_the_header_lists_each_logs_size_and_head(exported: tuple[Path, list[Aud
     header = json.loads(lines_of(path)[0])
     assert header == {
         "format": "pollwarden-audit-export",
-        "version": 2,
+        "version": 3,
         "exported_at": EXPORTED_AT,
         "public_key": public_key_text(signer.public),
         "logs": [
             {"log_id": "op_a", "records": 5, "head_hash": records[4].this_hash},
             {"log_id": "op_b", "records": 3, "head_hash": records[7].this_hash},
         ],
+        "heads": 0,
     }
     contents = load_export(path)
-    assert contents.version == 2
+    assert contents.version == 3
     assert contents.heads == {"op_a": LogHead(5, records[4].this_hash), "op_b": LogHead(3, records[7].this_hash)}
     assert contents.verify().ok
 

@@ -398,6 +398,7 @@ def test_report_to_json(cipher: AuditCipher, signer: Signer) -> None:
     data = verify(log, [], signer.public).to_json()
     assert data == {
         "ok": False,
+        "heads": 0,
         "records": 2,
         "logs": 1,
         "checkpoints": 0,
@@ -456,7 +457,7 @@ def test_explanations_stop_at_the_probe_budget(
 ) -> None:
     # The search for where a bad record came from is shared across one verification, so a file full of
     # broken logs cannot make verify crawl; past the budget the message is simply less specific.
-    import pollwarden.audit.verifier as verifier_module
+    import pollwarden.audit.chains as verifier_module
 
     a, b = build_log(cipher, "op_a", 6), build_log(cipher, "op_b", 6)
     spliced = [*a[:3], replace(b[2], log_id="op_a", seq=4), *a[4:]]

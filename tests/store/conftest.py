@@ -31,7 +31,10 @@ AnyStore = Store
 ADMIN_URL = os.environ.get("POLLWARDEN_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", "postgres"]
 
-_TABLES = "operations, audit_records, decisions, submissions, grants, audit_checkpoints, provider_pacing"
+_TABLES = (
+    "operations, audit_records, decisions, submissions, grants, audit_checkpoints, audit_heads, audit_heads_pending,"
+    " provider_pacing"
+)
 
 
 def _admin() -> psycopg.Connection[tuple[object, ...]]:

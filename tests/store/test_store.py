@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pollwarden.audit import read_checkpoint_file, verify
+from pollwarden.audit import HeadFile, read_kept_file, verify
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.escalation import DecisionRequest, build_request
@@ -370,7 +370,7 @@ def test_concurrent_deciders_of_one_grant_have_one_winner(store: AnyStore, backe
 # -- the audit trail ---------------------------------------------------------------------------------------
 
 
-def test_checkpoints_cover_outcomes_and_every_32nd_record_and_go_to_the_trusted_file(
+def test_every_commit_signs_one_head_over_every_log_and_outcomes_go_to_the_trusted_file(
     store: AnyStore, backend: Backend, tmp_path: Path
 ) -> None:
     trusted = tmp_path / "trusted.json"
@@ -378,18 +378,23 @@ def test_checkpoints_cover_outcomes_and_every_32nd_record_and_go_to_the_trusted_
     writer.create(_record(), CONTRACT, {})
     for i in range(40):
         writer.append("op", "note", {"i": i}, T0)
-    cps = writer.audit_checkpoints("op")
-    assert [cp.seq for cp in cps] == [32]
-    assert read_checkpoint_file(trusted) == cps[-1]
+    writer.append("other", "succeeded", {}, T0)
+    heads = writer.audit_heads()
+    # One head per transaction (the create, 40 appends, the outcome), dense, each over every log.
+    assert [head.counter for head in heads] == list(range(1, 43))
+    assert (heads[-1].logs, heads[-1].records) == (2, 42)
+    assert writer.audit_checkpoints() == []  # per-log checkpoints are only made for one operation's export
+    kept = read_kept_file(trusted)
+    assert isinstance(kept, HeadFile) and kept.head == heads[-1]  # an outcome goes elsewhere at once
+    assert store.keys is not None
+    with store.audit_snapshot() as snapshot:
+        report = verify(
+            snapshot.records(), snapshot.checkpoints(), store.keys.public_key, heads=snapshot.heads(), witness=kept
+        )
+    assert report.ok, report.problems
+    assert report.records == 42 and report.heads == 42
     made = writer.checkpoint_heads(T0, log_ids=["op"])
     assert [(cp.log_id, cp.seq) for cp in made] == [("op", 41)]
-    assert read_checkpoint_file(trusted) == made[0]
-    assert store.keys is not None
-    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, trusted_checkpoint=made[0])
-    assert report.ok, report.problems
-    assert report.records == 41 and report.checkpoints == 2
-    counters = [cp.counter for cp in store.audit_checkpoints()]
-    assert counters == sorted(counters) and len(set(counters)) == len(counters)
 
 
 def test_audit_records_come_in_log_then_seq_order(store: AnyStore) -> None:
@@ -427,9 +432,10 @@ def test_concurrent_writers_never_fork_one_log(store: AnyStore, backend: Backend
     records = list(store.audit_records("shared"))
     assert [r.seq for r in records] == list(range(1, 201))
     assert store.keys is not None
-    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
+    report = verify(store.audit_records(), [], store.keys.public_key, heads=store.audit_heads())
     assert report.ok, report.problems
-    assert [cp.seq for cp in store.audit_checkpoints("shared")] == [32, 64, 96, 128, 160, 192]
+    heads = store.audit_heads()  # four writers on one log never fork the heads either
+    assert [head.counter for head in heads] == list(range(1, 201)) and heads[-1].records == 200
 
 
 # -- PostgreSQL only: the schema, the URL, the server --------------------------------------------------------

@@ -9,7 +9,9 @@ from pollwarden.audit.chain import (
     record_aad,
     seal_record,
 )
+from pollwarden.audit.chains import StoredRows
 from pollwarden.audit.checkpoint import (
+    CHECKPOINTED_KINDS,
     Checkpoint,
     checkpoint_valid,
     key_id_of,
@@ -24,9 +26,14 @@ from pollwarden.audit.export import (
     load_export,
     read_checkpoint_file,
     read_export,
+    read_head_file,
+    read_kept_file,
     write_checkpoint_file,
     write_export,
+    write_head_file,
 )
+from pollwarden.audit.heads import Head, head_valid, sign_head
+from pollwarden.audit.journal import HeadFile, replay
 from pollwarden.audit.keys import (
     AUDIT_KEY_ENV,
     SIGNING_KEY_ENV,
@@ -41,6 +48,7 @@ from pollwarden.audit.verifier import ALL_LOGS, LogHead, Problem, VerifyReport, 
 __all__ = [
     "ALL_LOGS",
     "AUDIT_KEY_ENV",
+    "CHECKPOINTED_KINDS",
     "GENESIS_HASH",
     "SIGNING_KEY_ENV",
     "AuditCipher",
@@ -52,12 +60,16 @@ __all__ = [
     "Checkpoint",
     "ExportContents",
     "ExportFormatError",
+    "Head",
+    "HeadFile",
     "LogHead",
     "Problem",
+    "StoredRows",
     "VerifyReport",
     "canonical_json",
     "chain_hash",
     "checkpoint_valid",
+    "head_valid",
     "key_id_of",
     "load_export",
     "load_or_create_keys",
@@ -67,12 +79,17 @@ __all__ = [
     "public_key_text",
     "read_checkpoint_file",
     "read_export",
+    "read_head_file",
+    "read_kept_file",
     "read_public_key_file",
     "record_aad",
     "refuse_private_key",
+    "replay",
     "seal_record",
     "sign_checkpoint",
+    "sign_head",
     "verify",
     "write_checkpoint_file",
     "write_export",
+    "write_head_file",
 ]

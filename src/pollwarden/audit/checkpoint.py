@@ -23,6 +23,7 @@ from pollwarden.audit.chain import MAX_SEQ, check_utc_time, is_hash_text
 from pollwarden.audit.crypto import AuditKeyError, length_prefixed
 
 __all__ = [
+    "CHECKPOINTED_KINDS",
     "CHECKPOINT_DOMAIN",
     "Checkpoint",
     "checkpoint_message",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 CHECKPOINT_DOMAIN = b"pollwarden-checkpoint-v1"
+
+CHECKPOINTED_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
+"""Record kinds a store before signed heads (schema 2) always checkpointed in the same transaction: such a
+record with no checkpoint at or after it means checkpoints were deleted."""
 _FIELDS = ("log_id", "seq", "head_hash", "counter", "at", "key_id", "signature")
 
 

@@ -27,7 +27,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -37,25 +37,33 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pollwarden.audit.chain import GENESIS_HASH, AuditRecord, is_hash_text
 from pollwarden.audit.checkpoint import Checkpoint, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import AuditError, AuditKeyError
+from pollwarden.audit.heads import Head
+from pollwarden.audit.journal import HeadFile, LogTip
 from pollwarden.audit.verifier import LogHead, VerifyReport, verify
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "EXPORT_FORMAT",
+    "HEAD_FORMAT",
     "ExportContents",
     "ExportFormatError",
     "load_export",
     "read_checkpoint_file",
     "read_export",
+    "read_head_file",
+    "read_kept_file",
     "write_checkpoint_file",
     "write_export",
+    "write_head_file",
 ]
 
 EXPORT_FORMAT = "pollwarden-audit-export"
 CHECKPOINT_FORMAT = "pollwarden-audit-checkpoint"
-EXPORT_VERSION = 2
+HEAD_FORMAT = "pollwarden-audit-head"
+EXPORT_VERSION = 3
 CHECKPOINT_VERSION = 1  # the checkpoint file keeps its format
-_EXPORT_VERSIONS = (1, 2)
+HEAD_VERSION = 1
+_EXPORT_VERSIONS = (1, 2, 3)
 _RECORD_FIELDS = ("log_id", "seq", "at", "kind", "prev_hash", "ciphertext", "this_hash")
 
 
@@ -117,6 +125,7 @@ def write_export(
     public_key: Ed25519PublicKey,
     *,
     exported_at: str,
+    heads: Sequence[Head] = (),
 ) -> int:
     """Write an export and return how many records it holds.
 
@@ -144,6 +153,7 @@ def write_export(
             "exported_at": exported_at,
             "public_key": public_key_text(public_key),
             "logs": [{"log_id": log_id, "records": n, "head_hash": last} for log_id, (n, last) in logs.items()],
+            "heads": len(heads),
         }
 
         def write(handle: IO[str]) -> None:
@@ -153,6 +163,8 @@ def write_export(
                 handle.write(chunk)
             for cp in checkpoints:
                 handle.write(_checkpoint_line(cp) + "\n")
+            for head in heads:
+                handle.write(_dumps({"type": "head", **head.to_json()}) + "\n")
 
         _atomic_write(path, write)
     return count
@@ -280,16 +292,25 @@ def _heads_from(header: dict[str, Any], where: str) -> dict[str, LogHead]:
 
 @dataclass(frozen=True)
 class ExportContents:
-    """A parsed export. `heads` is what a version 2 header lists per log; None for a version 1 export."""
+    """A parsed export. `heads` is what a version 2+ header lists per log; None for a version 1 export.
+
+    `signed_heads` are the store's signed heads a version 3 export of a whole store carries (None when its
+    header lists none: an export of one operation, or an older version, relies on per-log checkpoints).
+    """
 
     records: list[AuditRecord]
     checkpoints: list[Checkpoint]
     public_key: Ed25519PublicKey
     version: int
     heads: dict[str, LogHead] | None
+    signed_heads: list[Head] | None = None
 
     def verify(
-        self, *, pinned_key: Ed25519PublicKey | None = None, trusted_checkpoint: Checkpoint | None = None
+        self,
+        *,
+        pinned_key: Ed25519PublicKey | None = None,
+        trusted_checkpoint: Checkpoint | None = None,
+        witness: HeadFile | None = None,
     ) -> VerifyReport:
         """Verify the body, against the header's sizes and heads when it has them."""
         return verify(
@@ -299,6 +320,8 @@ class ExportContents:
             trusted_checkpoint=trusted_checkpoint,
             pinned_key=pinned_key,
             expected_heads=self.heads,
+            heads=self.signed_heads,
+            witness=witness,
         )
 
 
@@ -320,6 +343,7 @@ def load_export(path: Path) -> ExportContents:
     public_key: Ed25519PublicKey | None = None
     version = EXPORT_VERSION
     heads: dict[str, LogHead] | None = None
+    signed_heads: list[Head] | None = None
     for number, text, last in _lines(path):
         where = f"{path}: line {number}"
         obj = _parse(path, number, text, last)
@@ -334,6 +358,12 @@ def load_export(path: Path) -> ExportContents:
             version = header["version"]
             if version >= 2:
                 heads = _heads_from(header, where)
+            if version >= 3:
+                listed = header.get("heads")
+                if isinstance(listed, bool) or not isinstance(listed, int) or listed < 0:
+                    raise ExportFormatError(f"{where}: field 'heads' must be the number of signed heads in the file")
+                # A whole store's export: heads are expected even if its head lines were all removed.
+                signed_heads = [] if listed else None
             continue
         if not isinstance(obj, dict):
             raise ExportFormatError(f"{where}: expected a JSON object")
@@ -342,10 +372,19 @@ def load_export(path: Path) -> ExportContents:
             records.append(_record_from(obj, where))
         elif kind == "checkpoint":
             checkpoints.append(_checkpoint_from(obj, where))
+        elif kind == "head" and version >= 3:
+            try:
+                head = Head.from_json({k: v for k, v in obj.items() if k != "type"})
+            except ValueError as exc:
+                raise ExportFormatError(f"{where}: {exc}") from None
+            signed_heads = [] if signed_heads is None else signed_heads
+            signed_heads.append(head)
         else:
-            raise ExportFormatError(f"{where}: unknown line type {kind!r} (expected 'record' or 'checkpoint')")
+            raise ExportFormatError(
+                f"{where}: unknown line type {kind!r} (expected 'record', 'checkpoint' or, from version 3, 'head')"
+            )
     assert public_key is not None  # _lines raises on an empty file, so line 1 was parsed
-    return ExportContents(records, checkpoints, public_key, version, heads)
+    return ExportContents(records, checkpoints, public_key, version, heads, signed_heads)
 
 
 def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
@@ -358,22 +397,85 @@ def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
     _atomic_write(Path(path), write, 0o600)  # kept in the home, which is the owner's alone
 
 
-def read_checkpoint_file(path: Path) -> Checkpoint:
-    path = Path(path)
+def _read_json_file(path: Path, what: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ExportFormatError(f"cannot read checkpoint file {path}: {exc.strerror}") from None
+        raise ExportFormatError(f"cannot read {what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ExportFormatError(f"checkpoint file {path} is not valid UTF-8") from None
+        raise ExportFormatError(f"{what} {path} is not valid UTF-8") from None
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ExportFormatError(
-            f"checkpoint file {path}: invalid JSON at line {exc.lineno} ({exc.msg}); the file is damaged"
-        ) from None
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = f" at line {exc.lineno} ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ExportFormatError(f"{what} {path}: invalid JSON{where}; the file is damaged") from None
+
+
+def read_checkpoint_file(path: Path) -> Checkpoint:
+    path = Path(path)
+    obj = _read_json_file(path, "checkpoint file")
     header = _check_header(obj, f"checkpoint file {path}", CHECKPOINT_FORMAT, (CHECKPOINT_VERSION,))
     try:
         return Checkpoint.from_json({k: v for k, v in header.items() if k not in ("format", "version")})
     except ValueError as exc:
         raise ExportFormatError(f"checkpoint file {path}: {exc}") from None
+
+
+def write_head_file(path: Path, head: Head, logs: Mapping[str, LogTip] | None = None, mode: int = 0o600) -> None:
+    """Write a signed head kept elsewhere (a witness's copy), atomically; `logs` lists the state it fixes."""
+    body: dict[str, Any] = {"format": HEAD_FORMAT, "version": HEAD_VERSION, "head": head.to_json()}
+    if logs is not None:
+        body["logs"] = [[log_id, seq, this_hash] for log_id, (seq, this_hash) in sorted(logs.items())]
+
+    def write(handle: IO[str]) -> None:
+        handle.write(_dumps(body) + "\n")
+
+    _atomic_write(Path(path), write, mode)
+
+
+def _head_file_from(obj: dict[str, Any], where: str) -> HeadFile:
+    try:
+        head = Head.from_json(obj.get("head"))
+    except ValueError as exc:
+        raise ExportFormatError(f"{where}: {exc}") from None
+    listed = obj.get("logs")
+    if listed is None:
+        return HeadFile(head)
+    if not isinstance(listed, list):
+        raise ExportFormatError(f"{where}: field 'logs' must be a list of [log_id, seq, hash]")
+    logs: dict[str, LogTip] = {}
+    for index, entry in enumerate(listed):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and entry[0]
+            and type(entry[1]) is int
+            and entry[1] >= 1
+            and is_hash_text(entry[2])
+            and entry[0] not in logs
+        ):
+            raise ExportFormatError(
+                f"{where}: field 'logs' entry {index + 1} is not a [log_id, seq, hash] of a new log"
+            )
+        logs[entry[0]] = (entry[1], entry[2])
+    return HeadFile(head, logs)
+
+
+def read_head_file(path: Path) -> HeadFile:
+    """A head file as `write_head_file` wrote it; a malformed one raises ExportFormatError naming the field."""
+    path = Path(path)
+    where = f"head file {path}"
+    return _head_file_from(
+        _check_header(_read_json_file(path, "head file"), where, HEAD_FORMAT, (HEAD_VERSION,)), where
+    )
+
+
+def read_kept_file(path: Path) -> Checkpoint | HeadFile:
+    """What is kept elsewhere: a signed head (since schema 3) or an older per-log checkpoint file."""
+    path = Path(path)
+    obj = _read_json_file(path, "checkpoint file")
+    if isinstance(obj, dict) and obj.get("format") == HEAD_FORMAT:
+        where = f"head file {path}"
+        return _head_file_from(_check_header(obj, where, HEAD_FORMAT, (HEAD_VERSION,)), where)
+    return read_checkpoint_file(path)

@@ -19,7 +19,7 @@ from ..errors import PollwardenError
 from ..shown import shown
 from ..simulator import scenario_listing
 from .agents import add_agent_commands
-from .audit import cmd_audit_export, cmd_audit_repair, cmd_audit_verify
+from .audit import cmd_audit_checkpoint, cmd_audit_export, cmd_audit_repair, cmd_audit_verify, cmd_audit_witness
 from .catalogue import add_contracts_command
 from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, resume_hint, whole_number
 from .decide import cmd_cancel, cmd_decide, cmd_decisions, cmd_fetch_result, cmd_submit
@@ -100,9 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="verify, export or repair the encrypted, hash-chained audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True, parser_class=_Parser)
-    av = audit_sub.add_parser("verify", help="check the chain and signed checkpoints; needs no decryption key")
+    av = audit_sub.add_parser("verify", help="check the chains and signed heads; needs no decryption key")
     av.add_argument("--file", help="an export written by `audit export` (default: the log in the home)")
-    av.add_argument("--checkpoint", help="a checkpoint kept elsewhere (default: FILE.checkpoint or the home's)")
+    av.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a signed head kept elsewhere (`audit checkpoint --out`): the store must extend it"
+        " (default: FILE.checkpoint for an export; else the newest of the home's and the witness's)",
+    )
     av.add_argument(
         "--public-key",
         metavar="FILE",
@@ -116,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     ae.add_argument("--operation", help="only this operation's log")
     home(ae)
     ae.set_defaults(func=cmd_audit_export)
+    ac = audit_sub.add_parser("checkpoint", help="write the newest signed head, for a witness to keep elsewhere")
+    ac.add_argument("--out", help="the file to write (default or '-': standard output)")
+    home(ac)
+    ac.set_defaults(func=cmd_audit_checkpoint)
+    aw = audit_sub.add_parser("witness", help="show, set or clear where new signed heads are sent automatically")
+    aw.add_argument("location", nargs="?", help="a directory on another volume, or an https:// URL")
+    aw.add_argument("--clear", action="store_true", help="send heads nowhere but the home's audit-head.checkpoint")
+    home(aw)
+    aw.set_defaults(func=cmd_audit_witness)
     ar = audit_sub.add_parser("repair", help="cut a torn last line from an export (kept aside in FILE.torn)")
     ar.add_argument("--file", required=True)
     ar.set_defaults(func=cmd_audit_repair)

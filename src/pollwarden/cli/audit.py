@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -12,19 +13,25 @@ from ..audit import (
     ALL_LOGS,
     AuditError,
     Checkpoint,
+    HeadFile,
     VerifyReport,
     key_id_of,
     load_export,
     read_public_key_file,
     refuse_private_key,
+    replay,
     write_checkpoint_file,
     write_export,
+    write_head_file,
 )
+from ..audit.export import HEAD_FORMAT
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
-from ..home import resolve_home
-from ..operating import HomeError, trusted_checkpoint, verify_home
+from ..home import ensure_home, resolve_home, trusted_checkpoint_path, witness_config_path
+from ..operating import HomeError, configured_witness, trusted_checkpoint, verify_home
 from ..shown import shown
+from ..store.base import StoreError
+from ..store.witness import Witness
 from .common import (
     EXIT_OK,
     UsageError,
@@ -82,7 +89,7 @@ def _pinned(name: str | None) -> tuple[Ed25519PublicKey, str] | None:
         raise UsageError(str(exc)) from None
 
 
-def _trusted(path: Path | None) -> tuple[Checkpoint | None, str | None]:
+def _trusted(path: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
     try:
         return trusted_checkpoint(path)
     except HomeError as exc:
@@ -106,7 +113,11 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         except AuditError as exc:
             raise UsageError(str(exc)) from None
         trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
-        report = contents.verify(pinned_key=pinned[0] if pinned else None, trusted_checkpoint=trusted)
+        report = contents.verify(
+            pinned_key=pinned[0] if pinned else None,
+            trusted_checkpoint=trusted if isinstance(trusted, Checkpoint) else None,
+            witness=trusted if isinstance(trusted, HeadFile) else None,
+        )
         notes = (NO_LOG_SIZES,) if contents.heads is None else ()
         return _print_report(
             report, as_json=args.json, source=str(path), trusted=trusted_name, pinned=fingerprint, notes=notes
@@ -116,7 +127,12 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     except HomeError as exc:
         raise UsageError(str(exc)) from None
     return _print_report(
-        check.report, as_json=args.json, source=check.source, trusted=check.trusted, pinned=fingerprint
+        check.report,
+        as_json=args.json,
+        source=check.source,
+        trusted=check.trusted,
+        pinned=fingerprint,
+        notes=check.notes,
     )
 
 
@@ -130,23 +146,95 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
             if args.operation and store.get(args.operation) is None:
                 raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
             assert store.keys is not None
-            made = store.checkpoint_heads(utcnow(), [args.operation] if args.operation else None)
-            if not made:
-                raise UsageError("the audit log is empty: nothing to export")
-            checkpoints = store.audit_checkpoints(args.operation)
-            count = write_export(
-                temp,
-                store.audit_records(args.operation),
-                checkpoints,
-                store.keys.public_key,
-                exported_at=format_rfc3339(utcnow()),
-            )
-            newest = max(made, key=lambda cp: cp.counter)
-            write_checkpoint_file(temp_checkpoint, newest)
+            if args.operation:
+                # One operation's log: its own checkpoint, since the store's heads cover every other log too.
+                made = store.checkpoint_heads(utcnow(), [args.operation])
+                checkpoints = store.audit_checkpoints(args.operation)
+                count = write_export(
+                    temp,
+                    store.audit_records(args.operation),
+                    checkpoints,
+                    store.keys.public_key,
+                    exported_at=format_rfc3339(utcnow()),
+                )
+                write_checkpoint_file(temp_checkpoint, max(made, key=lambda cp: cp.counter))
+                logs = len(made)
+            else:
+                newest = store.newest_head()
+                if newest is None:
+                    raise UsageError("the audit log is empty: nothing to export")
+                with store.audit_snapshot() as snapshot:
+                    heads = snapshot.heads()
+                    count = write_export(
+                        temp,
+                        snapshot.records(),
+                        snapshot.checkpoints(),
+                        store.keys.public_key,
+                        exported_at=format_rfc3339(utcnow()),
+                        heads=heads,
+                    )
+                # The head file beside it lists every log the newest exported head fixes.
+                head, _ = newest
+                state = replay(heads, None).state
+                write_head_file(temp_checkpoint, heads[-1] if heads else head, state)
+                logs = len(state)
         finally:
             store.close()
     shown_out = shown(out)
-    print(f"exported {count} records in {len(made)} logs to {shown_out}; keep {shown_out}.checkpoint somewhere else")
+    print(f"exported {count} records in {logs} logs to {shown_out}; keep {shown_out}.checkpoint somewhere else")
+    return EXIT_OK
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
+    """The newest signed head, with the state it fixes: the file a witness keeps (`verify --checkpoint`)."""
+    to_stdout = args.out in (None, "-")
+    with contextlib.ExitStack() as stack:
+        temp = None if to_stdout else stack.enter_context(output_file(args.out, "--out"))
+        store = _open_store(args.home, keys="write")
+        try:
+            newest = store.newest_head()
+        finally:
+            store.close()
+        if newest is None:
+            raise UsageError("the audit log is empty: there is no signed head yet")
+        head, state = newest
+        if temp is None:
+            body = {"format": HEAD_FORMAT, "version": 1, "head": head.to_json()}
+            body["logs"] = [[log_id, seq, h] for log_id, (seq, h) in sorted(state.items())]
+            print(json.dumps(body, separators=(",", ":")))
+            return EXIT_OK
+        write_head_file(temp, head, state)
+    print(
+        f"wrote signed head #{head.counter} ({head.logs} logs, {head.records} records) to {shown(Path(args.out))};"
+        " keep it where this machine cannot write, and check the store against it with"
+        f" `pollwarden audit verify --checkpoint {shown(Path(args.out))}`"
+    )
+    return EXIT_OK
+
+
+def cmd_audit_witness(args: argparse.Namespace) -> int:
+    """Show, set or clear the witness location every store of this home sends its new heads to."""
+    home = resolve_home(args.home)
+    path = witness_config_path(home)
+    if args.clear:
+        path.unlink(missing_ok=True)
+        print(f"no witness: new heads are kept only in {shown(trusted_checkpoint_path(home))}")
+        return EXIT_OK
+    if args.location is None:
+        try:
+            witness = configured_witness(home)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+        print(witness.location if witness is not None else "no witness configured")
+        return EXIT_OK
+    try:
+        witness = Witness.parse(args.location, "the witness location")
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    ensure_home(home)
+    with output_file(str(path), "the witness setting") as temp:
+        Path(temp).write_text(witness.location + "\n", encoding="utf-8")
+    print(f"new signed heads of {shown(home)} go to {witness.location} (at each outcome, and at most a second apart)")
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
+from ..operating import configured_witness
 from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
@@ -43,8 +44,19 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
     except (AuditError, OSError) as exc:
         raise UsageError(str(exc)) from None
 
+    try:
+        witness = configured_witness(home)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
     def make() -> Store:
-        return open_store(target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path(home), pool_size=pool_size)
+        return open_store(
+            target,
+            keys=keys,
+            trusted_checkpoint_path=trusted_checkpoint_path(home),
+            pool_size=pool_size,
+            witness=witness,
+        )
 
     try:
         make().close()  # fail early, in words a person can act on

@@ -8,15 +8,19 @@ cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..audit import AuditKeys, AuditRecord, Checkpoint
+from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
+
+if TYPE_CHECKING:
+    from .trail import AuditSnapshot
 
 
 class StoreError(PollwardenError):
@@ -260,6 +264,18 @@ class Store(Protocol):
     def audit_records(self, log_id: str | None = None) -> Iterator[AuditRecord]: ...
 
     def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]: ...
+
+    def audit_heads(self) -> list[Head]: ...
+
+    def heads_pending(self) -> bool: ...
+
+    def newest_head(self) -> tuple[Head, dict[str, tuple[int, str]]] | None:
+        """The newest signed head and the state it fixes; an upgraded store gets its first head here."""
+        ...
+
+    def audit_snapshot(self) -> AbstractContextManager[AuditSnapshot]:
+        """Records, heads and checkpoints as one read transaction sees them."""
+        ...
 
     def release(self, lease: Lease) -> None: ...
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Protocol
 
-from ..audit import AuditRecord, Checkpoint
+from ..audit import AuditRecord, Checkpoint, Head
 from ..core.codec import record_from_json, record_to_json
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
@@ -91,6 +91,14 @@ class Tx:
     dialect: Dialect
     locked: set[str] = field(default_factory=set)
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    appended: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    """Per log this transaction appended to: (its seq before, its last seq now, that record's hash)."""
+    last_at: str = ""
+    """The `at` of the latest record appended (RFC 3339 text, which orders as time does)."""
+    outcome: bool = False
+    """A record of a kind that ends or turns a story (success, stop, decision): its head goes elsewhere now."""
+    head: Head | None = None
+    """The signed head written just before commit, over every log."""
 
     def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
         return self.run(self.dialect.sql(query), params)
@@ -107,6 +115,7 @@ GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, d
 SUBMISSION_COLUMNS = "operation_id, fingerprint, idempotency_token, body, state, job_id, status_location, created_at"
 AUDIT_RECORD_COLUMNS = "log_id, seq, at, kind, prev_hash, ciphertext, this_hash"
 CHECKPOINT_COLUMNS = "log_id, seq, head_hash, counter, at, key_id, signature"
+HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature"
 
 
 def _optional(moment: Moment, value: Any) -> datetime | None:

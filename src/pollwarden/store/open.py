@@ -8,6 +8,7 @@ from ..audit import AuditKeys
 from .base import Store, StoreError
 from .postgres import PostgresStore, is_postgres_url
 from .sqlite import SQLiteStore
+from .witness import Witness
 
 __all__ = ["is_postgres_url", "open_store"]
 
@@ -18,6 +19,7 @@ def open_store(
     keys: AuditKeys | None = None,
     trusted_checkpoint_path: Path | None = None,
     pool_size: int = 4,
+    witness: Witness | None = None,
 ) -> Store:
     """Either backend, behind the one protocol callers type against.
 
@@ -28,7 +30,9 @@ def open_store(
     """
     if is_postgres_url(target):
         assert isinstance(target, str)
-        return PostgresStore(target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, max_size=pool_size)
+        return PostgresStore(
+            target, keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, max_size=pool_size, witness=witness
+        )
     if "://" in str(target):
         # Not echoed: a mistyped URL may carry a password.
         scheme = str(target).partition("://")[0]
@@ -36,4 +40,4 @@ def open_store(
             f"the database {scheme}://… is a URL of an unknown kind: only postgresql:// and postgres:// URLs"
             " are databases; give one of those, or a path to a SQLite file"
         )
-    return SQLiteStore(Path(target), keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
+    return SQLiteStore(Path(target), keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, witness=witness)

@@ -20,7 +20,7 @@ the same method signatures and results (one store test suite runs against both).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
+from .witness import Witness
 
 __all__ = ["POSTGRES", "PostgresStore", "is_postgres_url", "redact_url", "upgrade_database"]
 
@@ -139,9 +140,10 @@ class PostgresStore(SQLStore):
         trusted_checkpoint_path: Path | None = None,
         min_size: int = 1,
         max_size: int = 4,
+        witness: Witness | None = None,
     ) -> None:
         self.path = redact_url(url)
-        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
+        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, witness=witness)
         kwargs = _connect_kwargs(url)
         try:
             with psycopg.connect(url, **kwargs) as conn:
@@ -159,6 +161,7 @@ class PostgresStore(SQLStore):
         )
 
     def close(self) -> None:
+        self.keeper.flush()
         self._pool.close()
 
     @contextmanager
@@ -183,12 +186,27 @@ class PostgresStore(SQLStore):
             yield from cursor
 
     @contextmanager
+    def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any]], Iterator[Row]]]:
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            names = iter(range(1 << 30))
+
+            def read(query: str, params: Sequence[Any]) -> Iterator[Row]:
+                with conn.cursor(name=f"pollwarden_snapshot_{next(names)}") as cursor:
+                    cursor.itersize = 2000
+                    cursor.execute(query, params)
+                    yield from cursor
+
+            yield read
+
+    @contextmanager
     def _tx(self) -> Iterator[Tx]:
         with self._connection() as conn:
             tx = Tx(conn.execute, POSTGRES)
             with conn.transaction():
                 yield tx
-        self._keep_checkpoints_elsewhere(tx.checkpoints)
+                self._seal_commit(tx)
+        self.keeper.offer(tx)
 
     def db_now(self) -> datetime:
         """The database clock: the one time every worker of a fleet agrees on, for leases and due times."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
+from .witness import Witness
 
 __all__ = ["SQLITE", "SQLiteStore"]
 
@@ -76,9 +77,10 @@ class SQLiteStore(SQLStore):
         keys: AuditKeys | None = None,
         trusted_checkpoint_path: Path | None = None,
         synchronous: str = "FULL",
+        witness: Witness | None = None,
     ) -> None:
         self.path = path
-        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path)
+        super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, witness=witness)
         try:
             if not path.parent.exists():
                 path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
@@ -137,12 +139,13 @@ class SQLiteStore(SQLStore):
         tx = Tx(self._conn.execute, SQLITE)
         try:
             yield tx
+            self._seal_commit(tx)
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
         else:
             self._conn.execute("COMMIT")
-            self._keep_checkpoints_elsewhere(tx.checkpoints)
+            self.keeper.offer(tx)
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
         rows: list[Row] = self._conn.execute(query, params).fetchall()
@@ -151,7 +154,17 @@ class SQLiteStore(SQLStore):
     def _stream(self, query: str, params: Sequence[Any]) -> Iterator[Row]:
         yield from self._conn.execute(query, params)
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any]], Iterator[Row]]]:
+        # A deferred transaction in WAL mode reads one snapshot from its first read to COMMIT.
+        self._conn.execute("BEGIN")
+        try:
+            yield lambda query, params: iter(self._conn.execute(query, params))
+        finally:
+            self._conn.execute("COMMIT")
+
     def close(self) -> None:
+        self.keeper.flush()
         self._conn.close()
 
     def db_now(self) -> datetime:

@@ -14,11 +14,10 @@ would look exactly like tampering to the verifier.
 from __future__ import annotations
 
 import hashlib
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..audit import (
     AUDIT_KEY_ENV,
+    CHECKPOINTED_KINDS,
     GENESIS_HASH,
     SIGNING_KEY_ENV,
     AuditCipher,
@@ -33,11 +33,12 @@ from ..audit import (
     AuditKeys,
     AuditRecord,
     Checkpoint,
+    Head,
+    StoredRows,
     open_record,
-    read_checkpoint_file,
     seal_record,
     sign_checkpoint,
-    write_checkpoint_file,
+    sign_head,
 )
 from ..core.durations import format_rfc3339, parse_rfc3339
 from ..home import PRIVATE_FILE, tighten
@@ -45,6 +46,7 @@ from .base import Event, LogEntry, StoreError
 from .common import (
     AUDIT_RECORD_COLUMNS,
     CHECKPOINT_COLUMNS,
+    HEAD_COLUMNS,
     Dialect,
     Row,
     Tx,
@@ -54,11 +56,7 @@ from .common import (
     checkpoint_values,
     marks,
 )
-
-CHECKPOINT_EVERY = 32
-"""A log gets a signed checkpoint at every outcome and at least every this many records."""
-
-CHECKPOINT_KINDS = frozenset({"succeeded", "job_ended", "escalated", "decided", "extended", "action"})
+from .witness import HeadKeeper, Witness
 
 
 def log_lock_key(log_id: str) -> int:
@@ -68,23 +66,55 @@ def log_lock_key(log_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+HEADS_LOCK_KEY = int.from_bytes(hashlib.sha256(b"pollwarden-audit-heads").digest()[:8], "big", signed=True)
+"""Held from reading the newest head to commit. Taken last, after every log lock, and held only while the
+transaction writes its head and commits, so it orders commits without ever waiting inside one."""
+
+
 def seal_next(
     cipher: AuditCipher, head: Row | None, *, log_id: str, kind: str, data: Mapping[str, Any], at: datetime
-) -> tuple[AuditRecord, bool]:
-    """Seal one event and chain it onto `head` (the log's last (seq, this_hash) row, None for an empty log).
-
-    Returns the record and whether the log gets a signed checkpoint at it.
-    """
+) -> AuditRecord:
+    """Seal one event and chain it onto `head` (the log's last (seq, this_hash) row, None for an empty log)."""
     seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
-    record = seal_record(
+    return seal_record(
         cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
     )
-    return record, kind in CHECKPOINT_KINDS or seq % CHECKPOINT_EVERY == 0
 
 
 def _of_log(select: str, log_id: str | None) -> tuple[str, tuple[str, ...]]:
     """`select` narrowed to one log, or left whole (None)."""
     return (select, ()) if log_id is None else (select + " WHERE log_id = ?", (log_id,))
+
+
+class AuditSnapshot:
+    """The trail as one read transaction sees it (`AuditTrail.audit_snapshot`)."""
+
+    def __init__(self, read: Callable[[str, Sequence[Any]], Iterator[Row]], dialect: Dialect) -> None:
+        self._read = read
+        self._dialect = dialect
+
+    def records(self) -> Iterator[AuditRecord]:
+        for row in self._record_rows():
+            yield audit_record_from_row(row)
+
+    def rows(self) -> StoredRows:
+        """The records as the database hands them over, for `verify` to walk without building each one."""
+        return StoredRows(self._record_rows())
+
+    def _record_rows(self) -> Iterator[Row]:
+        query = f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records ORDER BY log_id, seq"
+        return self._read(self._dialect.sql(query), ())
+
+    def heads(self) -> list[Head]:
+        query = f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter"
+        return [Head.from_row(tuple(row)) for row in self._read(query, ())]
+
+    def checkpoints(self) -> list[Checkpoint]:
+        query = f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY counter"
+        return [checkpoint_from_row(row) for row in self._read(query, ())]
+
+    def pending(self) -> bool:
+        return any(True for _ in self._read("SELECT 1 FROM audit_heads_pending", ()))
 
 
 class AuditTrail(ABC):
@@ -101,11 +131,13 @@ class AuditTrail(ABC):
 
     dialect: Dialect
 
-    def __init__(self, *, keys: AuditKeys | None, trusted_checkpoint_path: Path | None) -> None:
+    def __init__(
+        self, *, keys: AuditKeys | None, trusted_checkpoint_path: Path | None, witness: Witness | None = None
+    ) -> None:
         self.keys = keys
         self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
         self.trusted_checkpoint_path = trusted_checkpoint_path
-        self._checkpoint_file_lock = threading.Lock()
+        self.keeper = HeadKeeper(trusted_checkpoint_path, witness)
         if trusted_checkpoint_path is not None:
             try:
                 tighten(trusted_checkpoint_path, PRIVATE_FILE)  # written 0644 by an older pollwarden
@@ -116,7 +148,8 @@ class AuditTrail(ABC):
 
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Tx]:
-        """One write transaction; on commit the backend passes `tx.checkpoints` to `_keep_checkpoints_elsewhere`."""
+        """One write transaction. Just before COMMIT the backend calls `_seal_commit(tx)` (inside the
+        transaction), and after it `self.keeper.offer(tx)`."""
 
     @abstractmethod
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
@@ -125,6 +158,10 @@ class AuditTrail(ABC):
     @abstractmethod
     def _stream(self, query: str, params: Sequence[Any]) -> Iterator[Row]:
         """Like `_fetchall`, for reads that may not fit in memory (a whole fleet's trail)."""
+
+    @abstractmethod
+    def _snapshot(self) -> AbstractContextManager[Callable[[str, Sequence[Any]], Iterator[Row]]]:
+        """One read-only transaction that sees one committed state throughout (streaming reads within)."""
 
     def _rows(self, query: str, params: Sequence[Any] = ()) -> Sequence[Row]:
         return self._fetchall(self.dialect.sql(query), params)
@@ -178,11 +215,60 @@ class AuditTrail(ABC):
         cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
         head = tx.one("SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,))
-        record, checkpoint = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
+        record = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
         insert = f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES ({marks(7)})"
         tx.execute(insert, audit_record_values(record))
-        if checkpoint:
-            self._checkpoint(tx, log_id, record.seq, record.this_hash, record.at)
+        before = tx.appended[log_id][0] if log_id in tx.appended else record.seq - 1
+        tx.appended[log_id] = (before, record.seq, record.this_hash)
+        tx.last_at = max(tx.last_at, record.at)
+        tx.outcome = tx.outcome or kind in CHECKPOINTED_KINDS
+
+    def _seal_commit(self, tx: Tx) -> None:
+        """Sign one head over every log for this transaction, as its last statement before COMMIT.
+
+        The head lists the logs this transaction appended to and chains onto the newest head, read under
+        the heads lock (PostgreSQL) or the file's write lock (SQLite), so heads are dense and never fork.
+        A store upgraded from schema 2 holds a pending mark instead of a head: its first head covers every
+        log as it stands. Nothing else ever writes a head that covers records it did not append, so heads
+        deleted later are not quietly replaced by a new first head.
+        """
+        if not tx.appended or tx.head is not None:
+            return
+        signing_key = self._signing_key()
+        if self.dialect.lock_log is not None:
+            tx.execute(self.dialect.lock_log, (HEADS_LOCK_KEY,))
+        prev = tx.one("SELECT counter, head_hash, logs, records FROM audit_heads ORDER BY counter DESC LIMIT 1")
+        if prev is None and tx.one("SELECT 1 FROM audit_heads_pending") is not None:
+            changes = [(str(log_id), int(seq), str(h)) for log_id, seq, h in self._tips(tx)]
+            logs, records = len(changes), sum(seq for _, seq, _ in changes)
+            tx.execute("DELETE FROM audit_heads_pending")
+        else:
+            changes = [(log_id, seq, h) for log_id, (_, seq, h) in tx.appended.items()]
+            logs = (int(prev[2]) if prev else 0) + sum(1 for before, _, _ in tx.appended.values() if before == 0)
+            records = (int(prev[3]) if prev else 0) + sum(seq - before for before, seq, _ in tx.appended.values())
+        head = sign_head(
+            signing_key,
+            counter=int(prev[0]) + 1 if prev else 1,
+            prev_hash=str(prev[1]) if prev else GENESIS_HASH,
+            changes=changes,
+            logs=logs,
+            records=records,
+            at=tx.last_at,
+        )
+        tx.execute(f"INSERT INTO audit_heads ({HEAD_COLUMNS}) VALUES ({marks(9)})", head.values())
+        tx.head = head
+
+    def _tips(self, tx: Tx | None = None, log_ids: Sequence[str] | None = None) -> Sequence[Row]:
+        """(log_id, last seq, its this_hash) of every log, or of the named ones, in log id order."""
+        wanted = "" if log_ids is None else f" WHERE log_id IN ({marks(len(log_ids))})"
+        query = (
+            "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
+            f" JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records{wanted} GROUP BY log_id) h"
+            " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id"
+        )
+        if tx is None:
+            return self._rows(query, list(log_ids or ()))
+        return tx.execute(query, list(log_ids or ())).fetchall()
 
     def _checkpoint(self, tx: Tx, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
         signing_key = self._signing_key()
@@ -199,34 +285,13 @@ class AuditTrail(ABC):
         The heads are read without taking the logs' locks: a record appended meanwhile comes after a head
         that is still valid, and locking every log of a large fleet at once would exhaust the lock table.
         """
-        wanted = "" if log_ids is None else f" WHERE log_id IN ({marks(len(log_ids))})"
         if log_ids is not None and not log_ids:
             return []
         made: list[Checkpoint] = []
         with self._tx() as tx:
-            rows = tx.execute(
-                "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
-                f" JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records{wanted} GROUP BY log_id) h"
-                " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id",
-                list(log_ids or ()),
-            ).fetchall()
-            for log_id, seq, head_hash in rows:
+            for log_id, seq, head_hash in self._tips(tx, log_ids):
                 made.append(self._checkpoint(tx, log_id, int(seq), head_hash, format_rfc3339(at)))
         return made
-
-    def _keep_checkpoints_elsewhere(self, pending: Sequence[Checkpoint]) -> None:
-        """After commit, the newest checkpoint also goes to a file outside the database (rollback evidence)."""
-        if not pending or self.trusted_checkpoint_path is None:
-            return
-        newest = max(pending, key=lambda cp: cp.counter)
-        path = self.trusted_checkpoint_path
-        with self._checkpoint_file_lock:  # threads of this process; the file only ever moves forward
-            try:
-                if path.exists() and read_checkpoint_file(path).counter >= newest.counter:
-                    return
-            except AuditError:
-                pass  # a damaged file is replaced by a good one; verify reports what it read before
-            write_checkpoint_file(path, newest)
 
     # -- reading -----------------------------------------------------------------------------------------
 
@@ -234,6 +299,43 @@ class AuditTrail(ABC):
         query, params = _of_log(f"SELECT {AUDIT_RECORD_COLUMNS} FROM audit_records", log_id)
         for row in self._stream(self.dialect.sql(query + " ORDER BY log_id, seq"), params):
             yield audit_record_from_row(row)
+
+    @contextmanager
+    def audit_snapshot(self) -> Iterator[AuditSnapshot]:
+        """Records, heads and checkpoints as of one moment: a verifier reading them while a worker commits
+        would otherwise see heads newer than the records it read, or records newer than its heads."""
+        with self._snapshot() as read:
+            yield AuditSnapshot(read, self.dialect)
+
+    def audit_heads(self) -> list[Head]:
+        """Every signed head, oldest first (a verifier replays them all; only the newest is signature-checked)."""
+        return [
+            Head.from_row(tuple(row)) for row in self._rows(f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter")
+        ]
+
+    def heads_pending(self) -> bool:
+        """True for a store upgraded from schema 2 that has not been written since: no head covers it yet."""
+        return self._row("SELECT 1 FROM audit_heads_pending") is not None
+
+    def newest_head(self) -> tuple[Head, dict[str, tuple[int, str]]] | None:
+        """The newest head and the state it fixes (every log's last seq and hash), for a witness file.
+
+        Read in one transaction so the state is exactly the head's; a pending store gets its first head.
+        """
+        with self._tx() as tx:
+            if tx.one("SELECT 1 FROM audit_heads_pending") is not None and tx.one("SELECT 1 FROM audit_heads") is None:
+                tips = self._tips(tx)
+                if tips:
+                    # The first head of an upgraded store: appending nothing, it covers every log as it stands.
+                    log_id, seq, this_hash = tips[0]
+                    tx.appended[str(log_id)] = (int(seq), int(seq), str(this_hash))
+                    tx.last_at = format_rfc3339(datetime.now(UTC))
+                    self._seal_commit(tx)
+            row = tx.one(f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter DESC LIMIT 1")
+            if row is None:
+                return None
+            state = {str(log_id): (int(seq), str(h)) for log_id, seq, h in self._tips(tx)}
+            return Head.from_row(tuple(row)), state
 
     def audit_checkpoints(self, log_id: str | None = None) -> list[Checkpoint]:
         query, params = _of_log(f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints", log_id)

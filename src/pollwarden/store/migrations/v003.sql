@@ -4,8 +4,10 @@
 -- whole history, hence to the size and last hash of every log: a log deleted or cut short, or heads
 -- deleted, no longer verifies. Rows are written under one lock (PostgreSQL: an advisory lock taken just
 -- before commit; SQLite: the file's write lock), so counter is dense and MAX(counter) + 1 is the next one.
--- A store upgraded from schema 2 gets its first head from `pollwarden db upgrade` or the first write, which
--- covers every log as it stood (its changes list them all).
+-- A store upgraded from schema 2 with records in it gets a mark in audit_heads_pending instead: its first
+-- head (the first write, or `pollwarden audit checkpoint`) covers every log as it stands and removes the
+-- mark. Without the mark, records that no head covers are reported as tampering: heads deleted are never
+-- quietly replaced by a new first head.
 CREATE TABLE audit_heads (
     counter {int} PRIMARY KEY,
     prev_hash text NOT NULL,
@@ -17,3 +19,9 @@ CREATE TABLE audit_heads (
     key_id text NOT NULL,
     signature text NOT NULL
 ){strict};
+
+CREATE TABLE audit_heads_pending (
+    records {int} NOT NULL
+){strict};
+
+INSERT INTO audit_heads_pending (records) SELECT COUNT(*) FROM audit_records HAVING COUNT(*) > 0;

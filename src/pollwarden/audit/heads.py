@@ -1,0 +1,240 @@
+"""Signed heads: one per committed transaction, over every log at once.
+
+A per-log checkpoint shows a log was cut or rewritten only while that log's checkpoints survive, and says
+nothing about a log deleted whole. A head instead commits to the store: each head lists the logs its
+transaction appended to (`changes`: log id, new last seq, new last hash), chains onto the head before it
+(`prev_hash`), and is signed. The newest head therefore fixes the whole history of heads, hence the size and
+last hash of every log (the *state* they replay to): a log deleted or cut short, heads deleted, or records
+written without a head no longer verify. This is Certificate Transparency's shape (RFC 9162) with the
+commits as its leaves and a hash chain as its tree: consistency between two heads is the chain between
+them, and a witness that keeps a head elsewhere turns a rollback of everything into a finding.
+
+Pure functions and frozen values, no storage: the store writes heads (`store/trail.py`), the verifier
+replays them (`journal.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from pollwarden.audit.chain import GENESIS_HASH, MAX_SEQ, check_utc_time, is_hash_text
+from pollwarden.audit.checkpoint import key_id_of
+from pollwarden.audit.crypto import length_prefixed
+
+__all__ = [
+    "HEAD_DOMAIN",
+    "Change",
+    "Head",
+    "changes_text",
+    "head_digest",
+    "head_hash_of",
+    "head_hash_ok",
+    "head_valid",
+    "parse_changes",
+    "sign_head",
+]
+
+HEAD_DOMAIN = b"pollwarden-head-v1"
+SIGNATURE_DOMAIN = b"pollwarden-head-signature-v1"
+
+Change = tuple[str, int, str]
+"""(log_id, the log's last seq after the commit, that record's this_hash)."""
+
+HEAD_FIELDS = ("counter", "prev_hash", "changes", "logs", "records", "at", "head_hash", "key_id", "signature")
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """One signed head. `changes` is kept as the exact text the hash covers (canonical JSON)."""
+
+    counter: int
+    prev_hash: str
+    changes: str
+    logs: int
+    records: int
+    at: str
+    head_hash: str
+    key_id: str
+    signature: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in HEAD_FIELDS}
+
+    @classmethod
+    def from_json(cls, data: object) -> Head:
+        """Build from parsed JSON, checking types so a malformed file fails here with the field named."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a head must be a JSON object")
+        missing = [name for name in HEAD_FIELDS if name not in data]
+        if missing:
+            raise ValueError(f"head lacks field(s): {', '.join(missing)}")
+        for name in ("prev_hash", "changes", "at", "head_hash", "key_id", "signature"):
+            if not isinstance(data[name], str):
+                raise ValueError(f"head field {name!r} must be a string")
+        for name in ("counter", "logs", "records"):
+            value = data[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+                raise ValueError(f"head field {name!r} must be a non-negative integer")
+        return cls(**{name: data[name] for name in HEAD_FIELDS})
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...] | list[Any]) -> Head:
+        """From a database row in `HEAD_FIELDS` order."""
+        counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature = row
+        return cls(int(counter), prev_hash, changes, int(logs), int(records), at, head_hash, key_id, signature)
+
+    def values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in HEAD_FIELDS)
+
+
+def changes_text(changes: Iterable[Change]) -> str:
+    """The canonical text of a commit's changes: `[[log_id, seq, hash], ...]` sorted by log id, no spaces."""
+    ordered = sorted(changes)
+    seen: set[str] = set()
+    for log_id, seq, this_hash in ordered:
+        if not isinstance(log_id, str) or not log_id or log_id in seen:
+            raise ValueError(f"changes name log {log_id!r} twice or not as a non-empty string")
+        seen.add(log_id)
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
+            raise ValueError(f"change of log {log_id!r}: seq must be an integer from 1, got {seq!r}")
+        if not is_hash_text(this_hash):
+            raise ValueError(f"change of log {log_id!r}: hash must be 64 lowercase hex characters")
+    return json.dumps([list(change) for change in ordered], ensure_ascii=False, separators=(",", ":"))
+
+
+# The text of a head with one change, in the canonical form `changes_text` writes, with a log id that
+# needs no JSON escape: what a store writes for almost every commit. Matching it is exactly what json.loads
+# and the checks below would conclude (JSON strings refuse raw control characters; without a backslash the
+# string is its own content), at a third of the cost; anything else takes the general path.
+_ONE_CHANGE = re.compile(r'\[\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]\]')
+
+
+def parse_changes(text: str) -> list[Change]:
+    """The changes a head's text lists; ValueError names what is malformed (a verifier reports it)."""
+    match = _ONE_CHANGE.fullmatch(text) if isinstance(text, str) else None
+    if match is not None:
+        log_id, seq_text, this_hash = match.groups()
+        seq = int(seq_text)
+        if seq <= MAX_SEQ:
+            return [(log_id, seq, this_hash)]
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("its changes are not JSON") from None
+    if not isinstance(value, list):
+        raise ValueError("its changes are not a JSON list")
+    found: list[Change] = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise ValueError("a change is not a [log_id, seq, hash] triple")
+        log_id, seq, this_hash = item
+        if not isinstance(log_id, str) or not log_id:
+            raise ValueError("a change names no log")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
+            raise ValueError(f"the change of log {log_id!r} has a malformed seq")
+        if not is_hash_text(this_hash):
+            raise ValueError(f"the change of log {log_id!r} has a malformed hash")
+        found.append((log_id, seq, this_hash))
+    return found
+
+
+def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
+    """SHA-256 that chains a head onto the one before it, as 64 lowercase hex characters.
+
+    ``SHA-256( lp(b"pollwarden-head-v1") || counter (8-byte BE) || lp(bytes.fromhex(prev_hash))
+    || lp(changes UTF-8) || logs (8-byte BE) || records (8-byte BE) || lp(at) )``
+    """
+    return head_digest(counter, prev_hash, changes, logs, records, at)
+
+
+def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
+    """`head_hash_of` with positional arguments and no checks: the verifier computes it for every head."""
+    prev_raw = bytes.fromhex(prev_hash)
+    changes_raw = changes.encode("utf-8")
+    at_raw = at.encode("utf-8")
+    return hashlib.sha256(
+        b"".join(
+            (
+                _HEAD_DOMAIN_FRAME,
+                counter.to_bytes(8, "big"),
+                len(prev_raw).to_bytes(8, "big"),
+                prev_raw,
+                len(changes_raw).to_bytes(8, "big"),
+                changes_raw,
+                logs.to_bytes(8, "big"),
+                records.to_bytes(8, "big"),
+                len(at_raw).to_bytes(8, "big"),
+                at_raw,
+            )
+        )
+    ).hexdigest()
+
+
+# Built once: a verifier hashes every head (one per commit).
+_HEAD_DOMAIN_FRAME = length_prefixed(HEAD_DOMAIN)
+
+
+def _signed_message(head_hash: str, key_id: str) -> bytes:
+    return b"".join(
+        (
+            length_prefixed(SIGNATURE_DOMAIN),
+            length_prefixed(bytes.fromhex(head_hash)),
+            length_prefixed(key_id.encode("utf-8")),
+        )
+    )
+
+
+def sign_head(
+    key: Ed25519PrivateKey,
+    *,
+    counter: int,
+    prev_hash: str,
+    changes: Iterable[Change],
+    logs: int,
+    records: int,
+    at: str,
+) -> Head:
+    """Hash and sign one head; `prev_hash` is the previous head's `head_hash` (GENESIS_HASH for counter 1)."""
+    for name, value in (("counter", counter), ("logs", logs), ("records", records)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+            raise ValueError(f"{name} must be an integer from 0 to 2**63-1, got {value!r}")
+    if counter < 1:
+        raise ValueError("the first head has counter 1")
+    if not is_hash_text(prev_hash) or (counter == 1) != (prev_hash == GENESIS_HASH):
+        raise ValueError("prev_hash must be the previous head's hash, and GENESIS_HASH only for head 1")
+    check_utc_time(at)
+    text = changes_text(changes)
+    head_hash = head_hash_of(counter=counter, prev_hash=prev_hash, changes=text, logs=logs, records=records, at=at)
+    key_id = key_id_of(key.public_key())
+    signature = key.sign(_signed_message(head_hash, key_id)).hex()
+    return Head(counter, prev_hash, text, logs, records, at, head_hash, key_id, signature)
+
+
+def head_hash_ok(head: Head) -> bool:
+    """True when the stored `head_hash` is the hash of the head's fields; malformed fields are simply False."""
+    try:
+        if not is_hash_text(head.prev_hash) or not is_hash_text(head.head_hash):
+            return False
+        computed = head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at)
+    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
+        return False
+    return computed == head.head_hash
+
+
+def head_valid(head: Head, public_key: Ed25519PublicKey) -> bool:
+    """True only if the hash is right and `public_key` signed it; any malformed field is simply invalid."""
+    try:
+        if head.key_id != key_id_of(public_key) or not head_hash_ok(head):
+            return False
+        public_key.verify(bytes.fromhex(head.signature), _signed_message(head.head_hash, head.key_id))
+    except (InvalidSignature, ValueError, TypeError, AttributeError):
+        return False
+    return True

@@ -1,0 +1,203 @@
+"""Replaying signed heads into the state they commit to, and what a head kept elsewhere proves.
+
+The verifier (`verifier.py`) replays the heads before it reads a single record, so it knows which seq of
+each log it must remember (the last one every head fixes, and the ones a witness head fixes), and then
+compares that state with the logs it streamed. Only the newest head's signature is checked, and a witness
+head's: the chain from head 1 to the newest fixes every earlier head's content, so a signature per head
+would cost one Ed25519 verification per commit and prove nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from pollwarden.audit.chain import GENESIS_HASH
+from pollwarden.audit.checkpoint import key_id_of
+from pollwarden.audit.heads import Head, head_digest, head_hash_ok, head_valid, parse_changes
+
+__all__ = ["HeadFile", "Journal", "LogTip", "replay"]
+
+LogTip = tuple[int, str]
+"""A log's last seq and that record's this_hash."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadFile:
+    """A head kept elsewhere (a witness's copy), with the state it fixes when the file lists it.
+
+    `logs` is not covered by the signature: it lets a verifier name the logs a rolled-back store lacks, and
+    is itself checked against the store's heads whenever the store still holds that head.
+    """
+
+    head: Head
+    logs: Mapping[str, LogTip] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What replaying found: `log_id` None is about the heads as a whole."""
+
+    log_id: str | None
+    seq: int | None
+    what: str
+
+
+def _short(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text[:12] + "…" if len(text) > 12 else text
+
+
+@dataclass(slots=True)
+class Journal:
+    """The state the heads replay to, the newest head, and what was wrong with them."""
+
+    state: dict[str, LogTip] = field(default_factory=dict)
+    newest: Head | None = None
+    count: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    snapshots: dict[int, dict[str, LogTip]] = field(default_factory=dict)
+    """The state at each counter asked for (a witness head's), as the store's heads replay it."""
+    hashes: dict[int, str] = field(default_factory=dict)
+    """Each replayed head's hash by counter, for comparing with a head kept elsewhere."""
+    broken: bool = False
+
+    def interest(self) -> dict[str, set[int]]:
+        """The seqs of each log whose hash the verifier must keep: the final state and every snapshot."""
+        wanted: dict[str, set[int]] = {}
+        for tips in (self.state, *self.snapshots.values()):
+            for log_id, (seq, _) in tips.items():
+                wanted.setdefault(log_id, set()).add(seq)
+        return wanted
+
+
+def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_at: Iterable[int] = ()) -> Journal:
+    """Replay `heads` (in counter order, as stored) into the state of every log.
+
+    Every head must follow the one before it: counter + 1, prev_hash the previous head_hash, its own
+    head_hash right, its totals what its changes replay to, and no log moved backwards. The first break is
+    reported and the replay goes on with the later heads' changes, so a broken chain does not also make
+    every log look uncovered. The newest head's signature is checked with `public_key`.
+    """
+    journal = Journal()
+    wanted = set(snapshot_at)
+    expected_prev = GENESIS_HASH
+    # True while expected_prev is known to be 64 lowercase hex (GENESIS_HASH, or a head_hash that equalled
+    # the hash computed from its head): then a head that links to it and whose own hash is right passes
+    # every check of `_link_problem`, which only runs for the others.
+    prev_sound = True
+    records = 0
+    state = journal.state
+    hashes = journal.hashes
+    for head in heads:
+        journal.count += 1
+        problem: str | None = None
+        if not (prev_sound and head.counter == journal.count and head.prev_hash == expected_prev and _hash_right(head)):
+            problem = _link_problem(head, journal.count, expected_prev)
+        prev_sound = problem is None
+        changes = None
+        if problem is None:
+            try:
+                changes = parse_changes(head.changes)
+            except ValueError as exc:
+                problem = f"head #{head.counter} is malformed: {exc}"
+        if changes is not None:
+            for log_id, seq, this_hash in changes:
+                tip = state.get(log_id)
+                before = 0 if tip is None else tip[0]
+                if seq <= before and problem is None:
+                    problem = (
+                        f"head #{head.counter} moves log {log_id!r} back from seq {before} to {seq}: "
+                        "the heads were rewritten"
+                    )
+                records += seq - before
+                state[log_id] = (seq, this_hash)
+            if problem is None and (head.logs != len(state) or head.records != records):
+                problem = (
+                    f"head #{head.counter} claims {head.logs} logs and {head.records} records, but the heads up to "
+                    f"it replay to {len(journal.state)} logs and {records} records: the heads were rewritten"
+                )
+        if problem is not None and not journal.broken:
+            journal.broken = True
+            journal.findings.append(Finding(None, None, problem))
+        if isinstance(head.head_hash, str):
+            expected_prev = head.head_hash
+        hashes[head.counter] = head.head_hash
+        if head.counter in wanted:
+            journal.snapshots[head.counter] = dict(state)
+        journal.newest = head
+    if journal.newest is not None and public_key is not None and not head_valid(journal.newest, public_key):
+        label = f"the newest head (#{journal.newest.counter})"
+        journal.findings.append(Finding(None, None, bad_signature(journal.newest, public_key, label)))
+    return journal
+
+
+def _hash_right(head: Head) -> bool:
+    try:
+        return (
+            head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at) == head.head_hash
+        )
+    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
+        return False
+
+
+def _link_problem(head: Head, position: int, expected_prev: str) -> str | None:
+    if head.counter != position:
+        if head.counter > position:
+            span = f"head #{position}" if head.counter == position + 1 else f"heads #{position}–#{head.counter - 1}"
+            return f"{span} missing: the heads jump to #{head.counter} (heads were deleted)"
+        return f"head #{head.counter} is stored out of order (after head #{position - 1})"
+    if head.prev_hash != expected_prev:
+        return (
+            f"head #{head.counter} does not follow head #{head.counter - 1} (prev_hash {_short(head.prev_hash)}, "
+            f"expected {_short(expected_prev)}): heads were replaced or inserted"
+        )
+    if not head_hash_ok(head):
+        return f"head #{head.counter}: its hash does not match its fields: the head was modified"
+    return None
+
+
+def bad_signature(head: Head, public_key: Ed25519PublicKey, label: str) -> str:
+    expected = key_id_of(public_key)
+    if head.key_id != expected:
+        return (
+            f"{label} is signed by key {_short(head.key_id)}, not by {expected}: the heads were "
+            "re-signed with another key, or the wrong public key was given"
+        )
+    return f"{label}: bad signature with key {expected}: the head was altered or forged"
+
+
+def compare_tips(
+    expected: Mapping[str, LogTip], actual: Mapping[str, LogTip], hashes_at: Mapping[str, Mapping[int, str]]
+) -> Iterable[tuple[str, int, str]]:
+    """Each log `expected` names that `actual` lacks, holds fewer records of, or holds differently.
+
+    `actual` is each verified log's last (seq, hash); `hashes_at` the hashes the verifier kept per seq.
+    Yields (log_id, seq of the first record in question, what is wrong, in words to follow "the head ...").
+    The words start with what happened to the log (deleted, truncated, rewritten), so callers prefix only
+    the head they speak of.
+    """
+    for log_id in sorted(expected):
+        seq, this_hash = expected[log_id]
+        have_seq = actual.get(log_id, (0, GENESIS_HASH))[0]
+        if have_seq == 0:
+            yield log_id, 1, f"covers {seq} record{'s' if seq != 1 else ''} of this log, but it holds none"
+        elif have_seq < seq:
+            span = f"record {seq}" if seq == have_seq + 1 else f"records {have_seq + 1}–{seq}"
+            yield log_id, have_seq + 1, f"covers seq {seq}, but the log ends at seq {have_seq} ({span} missing)"
+        else:
+            found = hashes_at.get(log_id, {}).get(seq)
+            if found is not None and found != this_hash:
+                yield (
+                    log_id,
+                    seq,
+                    f"fixes record {seq} as {_short(this_hash)}, but the log holds {_short(found)} there "
+                    "(the log was rewritten)",
+                )
+
+
+def state_differences(listed: Mapping[str, LogTip], replayed: Mapping[str, LogTip]) -> Sequence[str]:
+    """The log ids where a witness file's own list differs from the state the store's heads replay to."""
+    return sorted(log_id for log_id in set(listed) | set(replayed) if listed.get(log_id) != replayed.get(log_id))

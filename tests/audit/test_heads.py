@@ -1,0 +1,206 @@
+"""Signed heads and their replay, driven directly: the encoding, the fast paths, every way a chain of heads breaks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pollwarden.audit import GENESIS_HASH, Head, head_valid, replay, sign_head
+from pollwarden.audit.chain import MAX_SEQ, is_hash_text
+from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes
+
+AT = "2025-03-01T12:00:00.000Z"
+H1, H2, H3 = "1" * 64, "2" * 64, "a" * 64
+
+
+def lp(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "big") + data
+
+
+def chain(key: Ed25519PrivateKey, commits: list[list[tuple[str, int, str]]]) -> list[Head]:
+    """Heads as the store signs them: one per commit, totals carried forward."""
+    heads: list[Head] = []
+    state: dict[str, int] = {}
+    for changes in commits:
+        for log_id, seq, _ in changes:
+            state[log_id] = seq
+        prev = heads[-1].head_hash if heads else GENESIS_HASH
+        heads.append(
+            sign_head(
+                key,
+                counter=len(heads) + 1,
+                prev_hash=prev,
+                changes=changes,
+                logs=len(state),
+                records=sum(state.values()),
+                at=AT,
+            )
+        )
+    return heads
+
+
+@pytest.fixture
+def key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def test_the_head_hash_is_the_documented_encoding(key: Ed25519PrivateKey) -> None:
+    (head,) = chain(key, [[("op_b", 2, H2), ("op_a", 1, H1)]])
+    assert head.changes == f'[["op_a",1,"{H1}"],["op_b",2,"{H2}"]]'  # sorted by log id, no spaces
+    expected = hashlib.sha256(
+        lp(b"pollwarden-head-v1")
+        + (1).to_bytes(8, "big")
+        + lp(bytes.fromhex(GENESIS_HASH))
+        + lp(head.changes.encode())
+        + (2).to_bytes(8, "big")
+        + (3).to_bytes(8, "big")
+        + lp(AT.encode())
+    ).hexdigest()
+    assert (
+        head.head_hash
+        == expected
+        == head_hash_of(counter=1, prev_hash=GENESIS_HASH, changes=head.changes, logs=2, records=3, at=AT)
+    )
+    assert head_valid(head, key.public_key())
+    assert not head_valid(head, Ed25519PrivateKey.generate().public_key())
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("changes", f'[["op_a",2,"{H1}"]]'), ("logs", 5), ("records", 9), ("at", "2025-03-01T12:00:01.000Z")],
+)
+def test_any_field_changed_breaks_the_hash_and_the_signature(key: Ed25519PrivateKey, field: str, value: object) -> None:
+    (head,) = chain(key, [[("op_a", 1, H1)]])
+    edited = replace(head, **{field: value})  # type: ignore[arg-type]
+    assert not head_hash_ok(edited) and not head_valid(edited, key.public_key())
+
+
+def test_sign_head_refuses_what_no_store_writes(key: Ed25519PrivateKey) -> None:
+    with pytest.raises(ValueError, match="counter 1"):
+        sign_head(key, counter=0, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0, at=AT)
+    with pytest.raises(ValueError, match="GENESIS_HASH only for head 1"):
+        sign_head(key, counter=2, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0, at=AT)
+    with pytest.raises(ValueError, match="twice"):
+        changes_text([("op_a", 1, H1), ("op_a", 2, H2)])
+    with pytest.raises(ValueError, match="UTC"):
+        sign_head(key, counter=1, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0, at="2025-03-01T12:00:00+01:00")
+
+
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("0" * 64, True),
+        ("0123456789abcdef" * 4, True),
+        ("A" * 64, False),
+        ("0" * 63, False),
+        ("0" * 65, False),
+        (" " + "0" * 63, False),
+        ("g" + "0" * 63, False),
+        ("0" * 63 + "\n", False),
+        (b"0" * 64, False),
+        (None, False),
+    ],
+)
+def test_is_hash_text_accepts_only_64_lowercase_hex(value: object, ok: bool) -> None:
+    assert is_hash_text(value) is ok
+
+
+_log_ids = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s or True)
+_hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(log_id=st.text(min_size=1, max_size=12), seq=st.integers(min_value=1, max_value=MAX_SEQ), this_hash=_hashes)
+def test_the_one_change_fast_path_reads_what_json_reads(log_id: str, seq: int, this_hash: str) -> None:
+    text = changes_text([(log_id, seq, this_hash)])
+    assert parse_changes(text) == [(log_id, seq, this_hash)]
+    assert parse_changes(text) == [tuple(item) for item in json.loads(text)]
+
+
+@pytest.mark.parametrize(
+    "text, phrase",
+    [
+        ("not json", "not JSON"),
+        ("{}", "not a JSON list"),
+        ('[["op_a",1]]', "triple"),
+        (f'[["",1,"{H1}"]]', "names no log"),
+        (f'[["op_a",0,"{H1}"]]', "malformed seq"),
+        (f'[["op_a",{MAX_SEQ + 1},"{H1}"]]', "malformed seq"),
+        (f'[["op_a",true,"{H1}"]]', "malformed seq"),
+        ('[["op_a",1,"ABC"]]', "malformed hash"),
+        ("[" * 100_000, "not JSON"),
+    ],
+)
+def test_malformed_changes_say_what_is_wrong(text: str, phrase: str) -> None:
+    with pytest.raises(ValueError, match=phrase):
+        parse_changes(text)
+
+
+def test_head_from_json_names_the_bad_field(key: Ed25519PrivateKey) -> None:
+    (head,) = chain(key, [[("op_a", 1, H1)]])
+    assert Head.from_json(head.to_json()) == head
+    with pytest.raises(ValueError, match=r"lacks field.*signature"):
+        Head.from_json({k: v for k, v in head.to_json().items() if k != "signature"})
+    with pytest.raises(ValueError, match="'counter' must be a non-negative integer"):
+        Head.from_json({**head.to_json(), "counter": True})
+    with pytest.raises(ValueError, match="'changes' must be a string"):
+        Head.from_json({**head.to_json(), "changes": []})
+
+
+# -- replay -------------------------------------------------------------------------------------------------
+
+
+def test_replay_gives_every_logs_last_seq_and_checks_only_the_newest_signature(key: Ed25519PrivateKey) -> None:
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 3, H3), ("op_b", 1, H2)], [("op_b", 2, H3)]])
+    journal = replay(heads, key.public_key(), snapshot_at=[2])
+    assert journal.findings == [] and journal.count == 3 and journal.newest == heads[-1]
+    assert journal.state == {"op_a": (3, H3), "op_b": (2, H3)}
+    assert journal.snapshots[2] == {"op_a": (3, H3), "op_b": (1, H2)}
+    # An earlier head's signature is not what proves it: the chain to the newest does.
+    heads[0] = replace(heads[0], signature="00" * 64)
+    assert replay(heads, key.public_key()).findings == []
+    heads[-1] = replace(heads[-1], signature="00" * 64)
+    (finding,) = replay(heads, key.public_key()).findings
+    assert "the newest head (#3): bad signature" in finding.what
+
+
+def _finding(heads: list[Head], key: Ed25519PrivateKey) -> str:
+    journal = replay(heads, key.public_key())
+    # The first break is named; a forged newest head also fails its signature, said separately.
+    assert journal.broken and journal.findings
+    return journal.findings[0].what
+
+
+def test_each_break_of_the_head_chain_is_named(key: Ed25519PrivateKey) -> None:
+    commits = [[("op_a", 1, H1)], [("op_a", 2, H2)], [("op_a", 3, H3)], [("op_b", 1, H1)]]
+    heads = chain(key, commits)
+    assert "heads #2–#3 missing" in _finding([heads[0], heads[3]], key)
+    assert "head #2 missing" in _finding([heads[0], heads[2], heads[3]], key)
+    assert "head #2 is stored out of order" in _finding([heads[0], heads[1], heads[1], heads[2], heads[3]], key)
+    other = chain(key, [[("op_z", 1, H1)], [("op_z", 2, H2)]])
+    assert "does not follow head #1" in _finding([heads[0], other[1], heads[2], heads[3]], key)
+    forged = replace(heads[1], head_hash="f" * 64)
+    assert "head #2: its hash does not match its fields" in _finding([heads[0], forged, heads[2], heads[3]], key)
+
+
+def test_heads_that_rewrite_history_are_caught_even_when_signed(key: Ed25519PrivateKey) -> None:
+    back = chain(key, [[("op_a", 3, H1)], [("op_a", 2, H2)]])
+    assert "moves log 'op_a' back from seq 3 to 2" in _finding(back, key)
+    wrong_total = [
+        sign_head(key, counter=1, prev_hash=GENESIS_HASH, changes=[("op_a", 2, H1)], logs=1, records=5, at=AT)
+    ]
+    assert "claims 1 logs and 5 records" in _finding(wrong_total, key)
+    garbled = [
+        replace(
+            wrong_total[0],
+            changes="[",
+            head_hash=head_hash_of(counter=1, prev_hash=GENESIS_HASH, changes="[", logs=1, records=5, at=AT),
+        )
+    ]
+    assert "malformed: its changes are not JSON" in _finding(garbled, key)

@@ -1,0 +1,290 @@
+"""Heads kept elsewhere, through the CLI: `audit checkpoint --out`, `verify --checkpoint`, an HTTP witness,
+and stores upgraded from schema 2 (before heads) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
+from pollwarden.simulator import Simulator
+from tests.conftest import run_cli, write_contract
+from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
+from tests.loopback import Answer, serving
+from tests.store.conftest import create_database, drop_database
+
+pytestmark = pytest.mark.slow
+
+
+def _watch(home: Path, contract: Path, job: str, operation: str, *extra: str) -> None:
+    ran = run_cli("watch", "--contract", str(contract), "--job", job, "--operation", operation, *extra, home=home)
+    assert ran.code == 0, ran.stderr
+
+
+def _problems(report: dict[str, object]) -> list[dict[str, object]]:
+    problems = report["problems"]
+    assert isinstance(problems, list)
+    return problems
+
+
+@pytest.fixture
+def contract(sim: Simulator, tmp_path: Path) -> Path:
+    return write_contract(tmp_path / "c.toml", sim.url)
+
+
+@pytest.fixture
+def worked(home: Path, contract: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """One watch, then its head taken off the machine with `audit checkpoint --out FILE`."""
+    _watch(home, contract, "happy-1", "op-a")
+    kept = tmp_path / "elsewhere" / "head.json"
+    kept.parent.mkdir()
+    ran = run_cli("audit", "checkpoint", "--out", str(kept), home=home)
+    assert ran.code == 0 and "signed head #" in ran.stdout, ran.stderr
+    return home, kept
+
+
+def test_a_store_that_grew_extends_the_head_kept_elsewhere(worked: tuple[Path, Path], contract: Path) -> None:
+    home, kept = worked
+    _watch(home, contract, "happy-2", "op-b")
+    code, report = _verify(home, "--checkpoint", str(kept))
+    assert code == 0, report
+    assert report["trusted_checkpoint"] == str(kept) and report["logs"] == 2
+
+
+def test_a_log_deleted_after_the_head_was_kept_is_named(worked: tuple[Path, Path], contract: Path) -> None:
+    home, kept = worked
+    _watch(home, contract, "happy-2", "op-b")
+    with sqlite3.connect(home / "pollwarden.db", isolation_level=None) as conn:
+        for table in ("audit_records", "audit_checkpoints"):
+            conn.execute(f"DELETE FROM {table} WHERE log_id = 'op-a'")
+    conn.close()
+    code, report = _verify(home, "--checkpoint", str(kept))
+    assert code == EXIT_TAMPERED
+    assert "op-a" in {p["log_id"] for p in _problems(report)}
+
+
+def test_a_rollback_to_before_the_kept_head_is_caught(home: Path, contract: Path, tmp_path: Path) -> None:
+    _watch(home, contract, "happy-1", "op-a")
+    older = tmp_path / "older"
+    older.mkdir()
+    with sqlite3.connect(home / "pollwarden.db") as src, sqlite3.connect(older / "pollwarden.db") as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    shutil.copy(home / "audit-head.checkpoint", older / "audit-head.checkpoint")
+    _watch(home, contract, "happy-2", "op-b")
+    kept = tmp_path / "head.json"
+    assert run_cli("audit", "checkpoint", "--out", str(kept), home=home).code == 0
+    for name in ("pollwarden.db-wal", "pollwarden.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    for name in ("pollwarden.db", "audit-head.checkpoint"):
+        shutil.copy(older / name, home / name)
+    assert _verify(home)[0] == 0, "the older pair alone is consistent"
+    code, report = _verify(home, "--checkpoint", str(kept))
+    assert code == EXIT_TAMPERED
+    assert any("rollback" in str(p["what"]) for p in _problems(report))
+
+
+def test_a_head_file_signed_by_another_key_fails_against_the_pinned_key(
+    worked: tuple[Path, Path], tmp_path: Path
+) -> None:
+    home, kept = worked
+    body = json.loads(kept.read_text())
+    forged_key = Ed25519PrivateKey.generate()
+    forged = sign_head(
+        forged_key, counter=1, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0, at=body["head"]["at"]
+    )
+    other = tmp_path / "forged.json"
+    write_head_file(other, forged)
+    pub = home / "keys" / "signing.pub"
+    code, report = _verify(home, "--checkpoint", str(other), "--public-key", str(pub))
+    assert code == EXIT_TAMPERED
+    problems = _problems(report)
+    assert problems[0]["log_id"] == "*"
+    assert f"signed by key {forged.key_id[:12]}" in str(problems[0]["what"])
+
+
+@pytest.mark.parametrize("field", ["counter", "head_hash", "signature"])
+def test_a_malformed_head_file_is_a_usage_error_naming_the_field(
+    worked: tuple[Path, Path], tmp_path: Path, field: str
+) -> None:
+    home, kept = worked
+    body = json.loads(kept.read_text())
+    del body["head"][field]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(body))
+    ran = run_cli("audit", "verify", "--checkpoint", str(broken), home=home)
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert field in ran.stderr and "Traceback" not in ran.stderr
+
+
+# -- an HTTPS-style witness (plain http is allowed to loopback only) --------------------------------
+
+
+def test_an_http_witness_receives_the_newest_head_when_the_watch_ends(home: Path, contract: Path) -> None:
+    with serving({("POST", "/heads"): Answer(204)}) as witness:
+        ran = run_cli("audit", "witness", f"{witness.url}/heads", home=home)
+        assert ran.code == 0, ran.stderr
+        _watch(home, contract, "happy-2", "op-a")
+        posted = [json.loads(seen.body) for seen in witness.seen if seen.path == "/heads"]
+    assert posted, "the witness received no head"
+    newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)
+    assert {(p["format"], p["version"]) for p in posted} == {("pollwarden-audit-head", 1)}
+    assert posted[-1]["head"] == newest["head"]
+
+
+def _refusing_port() -> int:
+    """A loopback port nothing listens on: connections are refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Path) -> None:
+    ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
+    assert ran.code == 0, ran.stderr
+    started = time.monotonic()
+    _watch(home, contract, "happy-1", "op-a")
+    # The drain on close is bounded at 10 s; a refused connection must not hold the command for all of it.
+    assert time.monotonic() - started < 10
+    assert _verify(home)[0] == 0
+
+
+# -- stores upgraded from schema 2 ---------------------------------------------------------------
+
+
+def _downgrade_sqlite(db: Path) -> None:
+    """A store as schema 2 left it: today's records and checkpoints, no heads tables, version 2."""
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TABLE audit_heads")
+        conn.execute("DROP TABLE audit_heads_pending")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.close()
+
+
+def _downgrade_postgres(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE audit_heads")
+        conn.execute("DROP TABLE audit_heads_pending")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 3")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
+    if request.param == "sqlite":
+        yield ()
+        return
+    url = create_database(upgraded=True)
+    try:
+        yield ("--db", url)
+    finally:
+        drop_database(url)
+
+
+def _delete_heads(home: Path, db_args: tuple[str, ...]) -> None:
+    if db_args:
+        with psycopg.connect(db_args[1], autocommit=True) as pg:
+            pg.execute("DELETE FROM audit_heads")
+        return
+    with sqlite3.connect(home / "pollwarden.db", isolation_level=None) as conn:
+        conn.execute("DELETE FROM audit_heads")
+    conn.close()
+
+
+def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
+    home: Path, contract: Path, db_args: tuple[str, ...]
+) -> None:
+    _watch(home, contract, "happy-1", "op-a", *db_args)
+    _watch(home, contract, "happy-2", "op-b", *db_args)
+    for operation in ("op-a", "op-b"):
+        # Schema 2 signed a per-log checkpoint at each outcome; an export of one operation still signs one.
+        out = home.parent / f"{operation}.jsonl"
+        assert run_cli("audit", "export", *db_args, "--operation", operation, "--out", str(out), home=home).code == 0
+    if db_args:
+        _downgrade_postgres(db_args[1])
+        refused = run_cli("audit", "checkpoint", *db_args, home=home)
+        assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
+        upgraded = run_cli("db", "upgrade", *db_args, home=home)
+        assert upgraded.code == 0 and "applied migrations [3]" in upgraded.stdout, upgraded.stdout
+    else:
+        _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
+    (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head
+    ran = run_cli("audit", "verify", *db_args, home=home)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert "upgraded from schema 2" in ran.stdout
+    code, report = _verify(home, *db_args)
+    assert code == 0 and report["heads"] == 0
+    signed = run_cli("audit", "checkpoint", *db_args, "--out", "-", home=home)
+    assert signed.code == 0, signed.stderr
+    head = json.loads(signed.stdout)
+    assert head["head"]["logs"] == 2 and {log[0] for log in head["logs"]} == {"op-a", "op-b"}
+    ran = run_cli("audit", "verify", *db_args, home=home)
+    assert ran.code == 0 and "upgraded from schema 2" not in ran.stdout, ran.stdout
+    assert _verify(home, *db_args)[1]["heads"] == 1
+    # The mark is gone with the first head: deleting the heads now is tampering, not a store to re-cover.
+    _delete_heads(home, db_args)
+    code, report = _verify(home, *db_args)
+    assert code == EXIT_TAMPERED
+    assert {"op-a", "op-b"} <= {p["log_id"] for p in _problems(report)}
+
+
+# -- the operations recipe in docs/audit.md, run as written ------------------------------------------
+
+CRON_PREFIX = "# */5 * * * * "
+
+
+def _recipe_blocks() -> tuple[list[str], str]:
+    """The recipe's commands (the set-up lines and the mount cron line's command) and the later verify line."""
+    text = (Path(__file__).parents[2] / "docs" / "audit.md").read_text()
+    after = text.split("<!-- recipe:", 1)[1]
+    blocks = after.split("```sh\n")[1:3]
+    setup, later = (block.split("```", 1)[0].splitlines() for block in blocks)
+    cron = [line.removeprefix(CRON_PREFIX) for line in setup if line.startswith(CRON_PREFIX)]
+    commands = [line for line in setup if line and not line.startswith("#")]
+    assert cron and commands and len(later) == 1
+    return [cron[0], *commands], later[0]
+
+
+def test_the_operations_recipe_works_as_written(home: Path, contract: Path, tmp_path: Path) -> None:
+    """A local directory stands in for the other machine's volume mounted at /mnt/witness."""
+    import os
+    import subprocess
+    import sys
+
+    commands, verify_line = _recipe_blocks()
+    other = tmp_path / "other-machine"
+    other.mkdir()
+    env = {
+        **os.environ,
+        "POLLWARDEN_HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+
+    def sh(line: str) -> subprocess.CompletedProcess[str]:
+        literal = line.replace("/mnt/witness", str(other))
+        return subprocess.run(["sh", "-c", literal], env=env, capture_output=True, text=True, timeout=60)
+
+    _watch(home, contract, "happy-1", "op-a")
+    for line in commands:
+        done = sh(line)
+        assert done.returncode == 0, (line, done.stderr)
+    assert json.loads((other / "head.json").read_text())["format"] == "pollwarden-audit-head"
+    assert (other / "signing.pub").exists() and not (other / "head.json.tmp").exists()
+    _watch(home, contract, "happy-2", "op-b")
+    done = sh(verify_line)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with sqlite3.connect(home / "pollwarden.db", isolation_level=None) as conn:
+        conn.execute("DELETE FROM audit_records WHERE log_id = 'op-a'")
+    conn.close()
+    done = sh(verify_line)
+    assert done.returncode == EXIT_TAMPERED and "log op-a" in done.stdout, done.stdout + done.stderr
