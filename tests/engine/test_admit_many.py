@@ -51,6 +51,7 @@ def test_every_request_is_created_with_its_own_record_and_created_event(store: S
     assert [a.record.operation_id for a in admitted] == [f"bulk-{n}" for n in range(1, 11)]
     assert all(a.created for a in admitted)
     assert _created_events(store) == {f"bulk-{n}": 1 for n in range(1, 11)}
+    assert len(store.audit_heads()) == 4  # one transaction per batch: 3 + 3 + 3 + 1, each with one signed head
     event = store.events("bulk-4")[0]
     assert event.data["created_by"] == "enqueue" and event.data["job"] == "j3"
     again = engine.admit_many(_asks([f"j{n}" for n in range(10)], "bulk"), batch=3)

@@ -33,15 +33,18 @@ def test_create_many_writes_every_record_and_its_created_event_or_nothing(store:
         store.create_many(_new(records))
     assert [s.record.operation_id for s in store.all()] == ["op-170"]
     assert {r.log_id for r in store.audit_records()} == {"op-170"}  # the rolled back batch left no audit record
+    heads = len(store.audit_heads())
     store.create_many(_new(records[:170] + records[171:]))
+    newest = store.audit_heads()[-1]  # one transaction, one signed head over its 249 new logs
+    assert len(store.audit_heads()) == heads + 1 and (newest.logs, newest.records) == (250, 250)
     stored = store.get_many([r.operation_id for r in records])
     assert {op: s.record for op, s in stored.items()} == {r.operation_id: r for r in records}
     assert [e.kind for e in store.events("op-3")] == ["created"]
     assert store.events("op-3")[0].data == {"operation": "op-3"}
     assert sum(1 for _ in store.audit_records()) == 250
-    keys = store.keys
-    assert keys is not None and keys.signing_key is not None
-    assert verify(list(store.audit_records()), store.audit_checkpoints(), keys.signing_key.public_key()).ok
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
+    assert report.ok, report.problems
     store.create_many([])  # nothing asked, nothing written, no transaction
 
 
