@@ -26,7 +26,6 @@ import platform
 import random
 import select
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -40,10 +39,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import audit_bench, fleet_bench
+from bench import audit_bench, fleet_bench, throughput
 from bench.peers import LIBRARY_PEERS, PEERS
 from bench.peers.common import PeerConfig, PeerResult
 from bench.peers.schedules import MODELS, Schedule
+from bench.throughput import postgres_commit_rate, sqlite_commit_rate
 from pollwarden.simulator import Simulator, Step, _Answer, _Handler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -737,39 +737,6 @@ class Overhead:
     note: str = ""
 
 
-def sqlite_commit_rate(path: Path, seconds: float) -> float:
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, at REAL, v TEXT)")
-        n, end = 0, time.perf_counter() + seconds
-        started = time.perf_counter()
-        while time.perf_counter() < end:
-            conn.execute("BEGIN")
-            conn.execute("INSERT INTO t (at, v) VALUES (?, ?)", (time.time(), "x" * 64))
-            conn.execute("COMMIT")
-            n += 1
-        return n / (time.perf_counter() - started)
-    finally:
-        conn.close()
-
-
-def postgres_commit_rate(url: str, seconds: float) -> float:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS raw_commit (id BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION, v TEXT)")
-        conn.commit()
-        n, end = 0, time.perf_counter() + seconds
-        started = time.perf_counter()
-        while time.perf_counter() < end:
-            conn.execute("INSERT INTO raw_commit (at, v) VALUES (%s, %s)", (time.time(), "x" * 64))
-            conn.commit()
-            n += 1
-        return n / (time.perf_counter() - started)
-
-
 def step_rate(target: str, home: Path, seconds: float) -> float:
     """Durable poll steps per second for one operation: claim, reserve (commit), GET, record + audit (commit)."""
     from pollwarden.audit import load_or_create_keys
@@ -840,18 +807,14 @@ def overhead(seconds: float, skip_postgres: bool, rounds: int = 3) -> tuple[list
     if skip_postgres or not _postgres_available():
         rows.append(Overhead("PostgreSQL", math.nan, None, "not measured: no server on 127.0.0.1:5432"))
         return rows, gets
-    url = fleet_bench._create_database()
-    try:
+    with tempfile.TemporaryDirectory(prefix="pw-overhead-") as tmp, throughput.database("postgres", Path(tmp)) as url:
         raw, steps = [], []
-        with tempfile.TemporaryDirectory(prefix="pw-overhead-") as tmp:
-            for _ in range(rounds):
-                raw.append(postgres_commit_rate(url, seconds / rounds))
-                steps.append(step_rate(url, Path(tmp), seconds / rounds))
+        for _ in range(rounds):
+            raw.append(postgres_commit_rate(url, seconds / rounds))
+            steps.append(step_rate(url, Path(tmp), seconds / rounds))
         rows.append(
             Overhead("PostgreSQL (local, synchronous_commit=on)", statistics.median(raw), statistics.median(steps))
         )
-    finally:
-        fleet_bench._drop_database(url)
     return rows, gets
 
 

@@ -2,156 +2,38 @@
 
 Not a test: it prints tables and writes docs/fleet-benchmark.md. Run from the repository root:
 
-    python -m bench.fleet_bench [--operations 10000] [--seconds 20] [--skip-postgres]
+    python -m bench.fleet_bench [--operations 10000] [--large 50000] [--seconds 15] [--skip-postgres]
 
-Throughput is measured on the real thing: worker processes (`pollwarden worker`), the real database, and a
-real provider on loopback (`Simulator`), with every operation's job answering `running`, so each poll is a
-full durable step (claim, reserve, request, record, audit). Pressure drives the pure core (`decide`) for
-50 agents against a scripted provider on a virtual clock, so an hour of waiting takes a second and every
-schedule (pollwarden's, a fixed 10 s interval, unjittered exponential) sees exactly the same jobs.
+Throughput is measured on the real thing (`bench.throughput`): `pollwarden worker` processes with their default
+settings, the real database, and `bench.fast_provider` on loopback, with every operation's job answering
+`running`, so each poll is a full durable step (claim, reserve, request, record, audit). Each row also gives the
+raw commit rate of the same database measured in the same run, and the CPU per poll of the worker, the provider
+and the database server. Pressure drives the pure core (`decide`) for 50 agents against a scripted provider on
+a virtual clock, so an hour of waiting takes a second and every schedule (pollwarden's, a fixed 10 s interval,
+unjittered exponential) sees exactly the same jobs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pollwarden.audit import load_or_create_keys
 from pollwarden.core import Response, decide, new_record, observe, parse_contract, reserve
 from pollwarden.core.decide import Poll, next_step
 from pollwarden.core.record import OperationRecord
-from pollwarden.simulator import Simulator, Step
-from pollwarden.store.open import open_store
+
+from .throughput import lateness_run, measure, throughput_section
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fleet-benchmark.md"
-CONTRACT = """
-name = "bench"
-status_url = "{url}/jobs/{{job_id}}"
-timeout = "5s"
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[schedule]
-base_delay = "1s"
-max_delay = "2s"
-[limits]
-deadline = "2h"
-max_requests = 100000
-max_transport_failures = 100
-"""
-
-
-# -- throughput -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Throughput:
-    backend: str
-    workers: int
-    operations: int
-    seconds: float
-    polls: int
-    p50_ms: float
-    p99_ms: float
-    rss_mb: float
-
-    @property
-    def rate(self) -> float:
-        return self.polls / self.seconds
-
-
-def _create_database() -> str:
-    import psycopg
-
-    name = f"pollwarden_bench_{os.getpid()}_{int(time.time())}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    from pollwarden.store.postgres import upgrade_database
-
-    upgrade_database(url)
-    return url
-
-
-def _drop_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
-
-
-def throughput(backend: str, workers: int, operations: int, seconds: float) -> Throughput:
-    with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp, Simulator() as sim:
-        home = Path(tmp)
-        target = str(home / "pollwarden.db") if backend == "sqlite" else _create_database()
-        try:
-            contract = parse_contract(CONTRACT.format(url=sim.url))
-            store = open_store(target, keys=load_or_create_keys(home))
-            now = store.db_now()
-            for n in range(operations):
-                sim.add_job(f"j{n}", [Step(body={"state": "running"})])
-                record = new_record(contract, operation_id=f"op{n}", job_id=f"j{n}", now=now)
-                store.create(record, contract.source_text, {"bench": True})
-            store.close()
-            logs = [home / f"w{i}.log" for i in range(workers)]
-            procs = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "pollwarden", "worker", "--db", target, "--concurrency", "16"],
-                    env={**os.environ, "POLLWARDEN_HOME": str(home)},
-                    stdout=subprocess.DEVNULL,
-                    stderr=log.open("w"),
-                )
-                for log in logs
-            ]
-            time.sleep(3)  # start-up is not throughput
-            start_count, started = len(sim.requests()), time.monotonic()
-            time.sleep(seconds)
-            polls, elapsed = len(sim.requests()) - start_count, time.monotonic() - started
-            rss = sum(_rss_mb(p.pid) for p in procs)
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                p.wait(timeout=60)
-            lateness = [
-                json.loads(line)["lateness"]
-                for log in logs
-                for line in log.read_text().splitlines()
-                if '"event": "polled"' in line
-            ]
-        finally:
-            if backend == "postgres":
-                _drop_database(target)
-    quantiles = statistics.quantiles(lateness, n=100) if len(lateness) > 100 else [0.0] * 99
-    return Throughput(backend, workers, operations, elapsed, polls, quantiles[49] * 1000, quantiles[98] * 1000, rss)
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 # -- pressure ---------------------------------------------------------------------------------------------
@@ -269,13 +151,18 @@ def pressure(name: str, make: Callable[[Agent], list[float]], population: list[A
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--operations", type=int, default=10_000)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--large", type=int, default=50_000, help="the second backlog, for rate against backlog")
+    parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--skip-postgres", action="store_true")
     args = parser.parse_args()
 
-    runs = [throughput("sqlite", 1, args.operations, args.seconds)]
+    runs = [measure("sqlite", operations=args.operations, seconds=args.seconds)]
+    runs.append(measure("sqlite", operations=args.large, seconds=args.seconds))
     if not args.skip_postgres:
-        runs += [throughput("postgres", n, args.operations, args.seconds) for n in (1, 2, 4)]
+        runs += [measure("postgres", workers=n, operations=args.operations, seconds=args.seconds) for n in (1, 2, 4)]
+    late = [lateness_run("sqlite", runs[0].rate, seconds=args.seconds)]
+    if not args.skip_postgres:
+        late.append(lateness_run("postgres", runs[2].rate, seconds=args.seconds))
     population = agents(seed=42)
     rng = random.Random(7)
     pressures = [
@@ -287,28 +174,11 @@ def main() -> int:
         "# Fleet benchmark",
         "",
         f"Written by `bench/fleet_bench.py` (a benchmark, not a test) on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
-        f"Command: `python -m bench.fleet_bench --operations {args.operations} --seconds {args.seconds:g}`",
+        f"Command: `python -m bench.fleet_bench --operations {args.operations} --large {args.large}"
+        f" --seconds {args.seconds:g}`",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.",
         "",
-        "## Worker throughput",
-        "",
-        f"{args.operations} live operations, every job `running`, base delay 1 s (so the queue is always due);"
-        " each worker process runs 16 threads. A poll is the whole durable step: batch claim with a fenced lease,"
-        " reservation committed before sending, the HTTP request to a loopback provider, the fenced record with"
-        " its sealed, chained audit events. Lateness is how long after `next_poll_at` a due operation was polled:"
-        " when the queue is saturated it is the backlog, not a scheduling error. On a 2-core machine the"
-        " workers, PostgreSQL and the provider simulator share two CPUs, so more worker processes add"
-        " contention rather than throughput: these rows are one machine's capacity, not fleet scaling.",
-        "",
-        "| backend | workers | polls/s | lateness p50 | lateness p99 | peak RSS (all workers) |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r.backend} | {r.workers} | {r.rate:.0f} | {r.p50_ms:.0f} ms | {r.p99_ms:.0f} ms | {r.rss_mb:.0f} MB |"
-        for r in runs
-    ]
-    lines += [
-        "",
+        *throughput_section(runs, late),
         "## Provider pressure: 50 agents submitting within one minute",
         "",
         "Each agent's job runs 5 to 15 minutes; the provider answers 503 to everyone from minute 10 to 11 (an"

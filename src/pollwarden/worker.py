@@ -1,9 +1,11 @@
 """The fleet worker: many operations, one poll each when due, through the same core and store as `watch`.
 
-A batch claim takes due operations with fenced leases; each is stepped by the engine exactly as `watch`
-steps one (`Engine.step_claimed`), which reserves (extending the lease to the contract's bound), sends,
-records, notifies and releases. Between batches the worker sleeps until the next
-due time with no lease held (R38). SIGTERM/SIGINT let in-flight requests finish and release the rest.
+Each lane (two per process) claims a batch of due operations with fenced leases and steps them together
+through the engine's one flow with group commit (`Engine.step_claimed_many`): the reservations in one
+transaction, the requests at once, the records in one transaction, so a batch of K polls costs two commits
+instead of 2K. Operations of a paced provider are stepped one by one (`Engine.step_claimed`) after their slot.
+Between batches a lane sleeps until the next due time with no lease held (R38). SIGTERM/SIGINT let in-flight
+requests finish and release the rest.
 """
 
 from __future__ import annotations
@@ -28,14 +30,28 @@ from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult
 from .events import Paced
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Lease, Store
+from .store.base import Claimed, Lease, Store
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
 
-CLAIM_TTL = timedelta(seconds=30)
+CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
 the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+
+
+def batch_clock(start: datetime) -> Callable[[], datetime]:
+    """The store's time read once per batch and carried forward by this machine's monotonic clock: on
+    PostgreSQL every reading of the database clock was a query (four per poll). A batch lasts about one
+    bounded request, far too short for the two clocks to drift apart by anything a lease would notice."""
+    origin = time.monotonic()
+    return lambda: start + timedelta(seconds=time.monotonic() - origin)
+
+
+LANES = 2
+"""Batches in progress at once per worker process; `concurrency` (requests in flight) is split between them."""
+
+DEFAULT_CONCURRENCY = 32
 
 
 class Metrics:
@@ -127,7 +143,7 @@ class Worker:
         store_factory: Callable[[], Store],
         *,
         owner: str,
-        concurrency: int = 8,
+        concurrency: int = DEFAULT_CONCURRENCY,
         metrics: Metrics | None = None,
         log: JsonLog | None = None,
         idle_sleep: float = 1.0,
@@ -136,6 +152,8 @@ class Worker:
         self.store_factory = store_factory
         self.owner = owner
         self.concurrency = max(1, concurrency)
+        self.lanes = min(LANES, self.concurrency)
+        self.batch = -(-self.concurrency // self.lanes)
         self.metrics = metrics or Metrics()
         self.log = log or JsonLog(worker=owner)
         self.idle_sleep = idle_sleep
@@ -147,10 +165,14 @@ class Worker:
         self._stores: list[Store] = []
         self._stores_lock = threading.Lock()
         self._claim_store = store_factory()
-        self._contracts = _ContractCache(clock=self._claim_store_now)
+        self._clock = batch_clock(self._claim_store.db_now())
+        self._contracts = _ContractCache(clock=self._now)
 
-    def _claim_store_now(self) -> datetime:
-        return self._store().db_now()
+    def _now(self) -> datetime:
+        """The status clients' clock (when a request was sent, when its answer came): the latest batch's clock,
+        which reads the store's once per batch. Asking the store each time was two queries per poll on
+        PostgreSQL, from every request thread."""
+        return self._clock()
 
     def _store(self) -> Store:
         """A store that pools its own connections (PostgreSQL) is shared; a SQLite connection is per thread."""
@@ -165,54 +187,82 @@ class Worker:
         return store
 
     def run_once(self, pool: ThreadPoolExecutor) -> int:
-        """Claim up to `concurrency` due operations and poll each once; returns how many were claimed."""
-        now = self._claim_store.db_now()
-        claimed: list[tuple[Lease, OperationRecord]] = self._claim_store.claim_due(
-            self.owner, now, CLAIM_TTL, self.concurrency
-        )
+        """One batch: claim up to `batch` due operations and poll them together, with group commit; returns
+        how many were claimed. A paced provider's operations go one by one on `pool`: each waits for its slot."""
+        store = self._store()
+        clock = self._clock = batch_clock(store.db_now())
+        now = clock()
+        claimed = store.claim_due(self.owner, now, CLAIM_TTL, self.batch)
         if not claimed:
             return 0
-        futures = [pool.submit(self._poll_one, lease, record) for lease, record in claimed]
+        if self.stop.is_set():
+            for one in claimed:
+                self._give_back(store, one)
+            return len(claimed)
+        paced = store.paced_providers() | set(self.provider_intervals)
+        together: list[tuple[Contract, StatusClient, Claimed]] = []
+        alone: list[Claimed] = []
+        for one in claimed:
+            found = self._contracts.client(one.contract_text, self.log)
+            if isinstance(found, str):
+                self._give_back(store, one)
+            elif found[0].name in paced and isinstance(next_step(one.record, now), Poll):
+                alone.append(one)
+            else:
+                together.append((*found, one))
+        futures = [pool.submit(self._poll_one, one, clock) for one in alone]
+        if together:
+            engine = Engine(store, owner=self.owner, clock=clock)
+            batch = [(contract, client, one.lease, one.record) for contract, client, one in together]
+            results = engine.step_claimed_many(batch, now, pool)
+            for (contract, _, one), result in zip(together, results, strict=True):
+                if isinstance(result, Exception):
+                    self._failed(store, one, result)
+                else:
+                    self._observe(result, one.record, _lateness(now, one.record), contract.name)
         for future in futures:
             future.result()
         return len(claimed)
 
-    def _poll_one(self, lease: Lease, record: OperationRecord) -> None:
-        """One claimed operation; whatever goes wrong here stays here, so one answer never stalls the fleet."""
+    def _give_back(self, store: Store, claimed: Claimed) -> None:
         try:
-            self._poll_claimed(lease, record)
-        except Exception as exc:
-            self.metrics.failures.inc()
-            self.log("poll_failed", operation=record.operation_id, error=type(exc).__name__)
-            try:
-                self._store().release(lease)
-            except Exception as again:  # the store itself is failing; the lease expires on its own
-                self.log("release_failed", operation=record.operation_id, error=type(again).__name__)
+            store.release(claimed.lease)
+        except Exception as exc:  # the store itself is failing; the lease expires on its own
+            self.log("release_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
 
-    def _poll_claimed(self, lease: Lease, record: OperationRecord) -> None:
+    def _failed(self, store: Store, claimed: Claimed, exc: Exception) -> None:
+        """One operation's poll raised instead of ending in a record; it stays here, never stalls the fleet."""
+        self.metrics.failures.inc()
+        self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
+        self._give_back(store, claimed)
+
+    def _poll_one(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
+        """One claimed operation of a paced provider, stepped on its own after its pacing slot."""
+        try:
+            self._poll_claimed(claimed, clock)
+        except Exception as exc:
+            self._failed(self._store(), claimed, exc)
+
+    def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         store = self._store()
+        lease, record = claimed.lease, claimed.record
         if self.stop.is_set():
             store.release(lease)
             return
-        stored = store.get(record.operation_id)
-        if stored is None:
-            store.release(lease)
-            return
-        found = self._contracts.client(stored.contract_text, self.log)
+        found = self._contracts.client(claimed.contract_text, self.log)
         if isinstance(found, str):
             store.release(lease)
             return
         contract, client = found
-        engine = Engine(store, owner=self.owner, clock=store.db_now)
-        now = store.db_now()
+        engine = Engine(store, owner=self.owner, clock=clock)
+        now = clock()
         if isinstance(next_step(record, now), Poll):
             paced = self._pace(store, lease, record, contract.name, now)
             if paced is None:
                 return
             now = paced
-        lateness = max(0.0, (now - record.next_poll_at).total_seconds())
         result = engine.step_claimed(contract, client, lease, record, now)
-        self._observe(result, record, lateness, contract.name)
+        self._observe(result, record, _lateness(now, record), contract.name)
 
     def _pace(
         self, store: Store, lease: Lease, record: OperationRecord, provider: str, now: datetime
@@ -268,21 +318,43 @@ class Worker:
         self.metrics.budget.observe(record.status_requests_used / max(1, record.plan.max_status_requests))
 
     def run(self) -> None:
-        """Until stopped: claim, poll, and sleep until the next due time (never holding a lease asleep)."""
-        self.log("worker_started", concurrency=self.concurrency)
+        """Until stopped: each lane claims a batch, polls it, and sleeps until the next due time when nothing is
+        due (never holding a lease asleep). A lane that fails stops the worker, as a lone loop would."""
+        self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
+        failures: list[BaseException] = []
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+            lanes = [
+                threading.Thread(target=self._lane, args=(pool, failures), name=f"pollwarden-lane-{n}")
+                for n in range(self.lanes)
+            ]
+            for lane in lanes:
+                lane.start()
+            for lane in lanes:
+                lane.join()
+        self.close()
+        if failures:
+            raise failures[0]
+        self.log("worker_stopped")
+
+    def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException]) -> None:
+        """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch
+        overlaps the work of the next instead of leaving the CPU idle."""
+        try:
             while not self.stop.is_set():
                 if self.run_once(pool):
                     continue
                 self.stop.wait(self._idle_for())
-        self.close()
-        self.log("worker_stopped")
+        except BaseException as exc:
+            failures.append(exc)
+            self.stop.set()
 
     def _idle_for(self) -> float:
-        due = self._claim_store.next_due()
+        store = self._store()
+        now = store.db_now()
+        due = store.next_due(free_at=now)
         if due is None:
             return self.idle_sleep
-        wait = (due - self._claim_store.db_now()).total_seconds()
+        wait = (due - now).total_seconds()
         return min(self.idle_sleep, max(0.0, wait))
 
     def close(self) -> None:
@@ -293,6 +365,11 @@ class Worker:
                     store.close()
             self._stores.clear()
         self._claim_store.close()
+
+
+def _lateness(now: datetime, record: OperationRecord) -> float:
+    """Seconds after its due time that an operation's poll started (the scheduling lateness metric)."""
+    return max(0.0, (now - record.next_poll_at).total_seconds())
 
 
 def _reason(record: OperationRecord) -> str | None:

@@ -1,5 +1,5 @@
 """The engine tests run on both backends with the store suite's fixtures."""
 
-from tests.store.conftest import pg_url, store
+from tests.store.conftest import backend, pg_url, store
 
-__all__ = ["pg_url", "store"]
+__all__ = ["backend", "pg_url", "store"]

@@ -66,7 +66,8 @@ def test_a_batch_claim_with_a_short_ttl_is_extended_to_cover_a_slow_contract(sto
     contract = _contract(timeout="60s")
     engine = Engine(store, owner="worker-1", clock=store.db_now)
     admitted = engine.admit(WatchRequest(contract, "never-1", by="enqueue"))
-    (lease, record), *_ = store.claim_due("worker-1", store.db_now(), CLAIM_TTL, 10)
+    claimed, *_ = store.claim_due("worker-1", store.db_now(), CLAIM_TTL, 10)
+    lease, record = claimed.lease, claimed.record
     assert lease_ttl(contract) > timedelta(seconds=36) > CLAIM_TTL - timedelta(seconds=30)
     provider = SlowProvider(store, rival_delay=timedelta(seconds=36))
     result = engine.step_claimed(contract, provider, lease, record, store.db_now())

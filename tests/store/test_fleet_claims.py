@@ -12,7 +12,7 @@ from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord, new_record
-from pollwarden.store.base import Lease
+from pollwarden.store.base import Claimed
 from pollwarden.store.postgres import PostgresStore
 
 from .conftest import AnyStore, Backend, run_threads
@@ -41,8 +41,8 @@ def _create(store: AnyStore, op: str, due: datetime, *, phase: Phase = Phase.ACT
     return record
 
 
-def _ids(claimed: list[tuple[Lease, OperationRecord]]) -> list[str]:
-    return [lease.operation_id for lease, _ in claimed]
+def _ids(claimed: list[Claimed]) -> list[str]:
+    return [c.lease.operation_id for c in claimed]
 
 
 def test_only_active_operations_that_are_due_are_claimed_earliest_first(store: AnyStore) -> None:
@@ -56,8 +56,8 @@ def test_only_active_operations_that_are_due_are_claimed_earliest_first(store: A
     _create(store, "ended", T0 - timedelta(hours=1), phase=Phase.STOPPED)
     claimed = store.claim_due("w1:1:a", T0, TTL, limit=10)
     assert _ids(claimed) == ["late", "a-tie", "b-tie", "now"]
-    for lease, record in claimed:
-        assert record == records[lease.operation_id]
+    for lease, record, text in ((c.lease, c.record, c.contract_text) for c in claimed):
+        assert record == records[lease.operation_id] and text == CONTRACT
         assert (lease.owner, lease.token, lease.expires_at) == ("w1:1:a", 1, T0 + TTL)
         stored = store.get(lease.operation_id)
         assert stored is not None
@@ -75,6 +75,9 @@ def test_next_due_is_the_earliest_active_poll_time(store: AnyStore) -> None:
     assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)
     assert store.claim_due("w1:1:a", T0 + timedelta(seconds=4), TTL, limit=1) != []
     assert store.next_due() == T0 + timedelta(seconds=3, microseconds=250)  # leased rows still count
+    # ... but not for a lane that found nothing to claim: the leased row is in flight elsewhere.
+    assert store.next_due(free_at=T0 + timedelta(seconds=4)) == T0 + timedelta(minutes=5)
+    assert store.next_due(free_at=T0 + timedelta(seconds=4) + TTL) == T0 + timedelta(seconds=3, microseconds=250)
 
 
 def test_the_limit_takes_the_most_overdue_first(store: AnyStore) -> None:
@@ -94,12 +97,12 @@ def test_a_leased_operation_is_skipped_until_its_lease_expires_then_taken_over(s
     assert _ids(store.claim_due("w2:2:b", T0, TTL, limit=10)) == ["free"]
     assert store.claim_due("w2:2:b", T0 - SECOND + TTL - timedelta(microseconds=1), TTL, limit=10) == []
     taken = store.claim_due("w3:3:c", T0 - SECOND + TTL, TTL, limit=10)
-    assert [(lease.operation_id, lease.token) for lease, _ in taken] == [("held", 2)]
+    assert [(c.lease.operation_id, c.lease.token) for c in taken] == [("held", 2)]
     assert store.events("held")[-1].kind == "lease_taken_over"
     assert store.events("held")[-1].data == {"previous_owner": "w1:1:a", "owner": "w3:3:c", "token": 2}
     # The first holder woke up late: its write is fenced off.
     assert not store.write(held[0], reserve(held[1], T0), [("reserved", {})], T0, release=True)
-    assert store.write(taken[0][0], reserve(taken[0][1], T0), [("reserved", {})], T0, release=True)
+    assert store.write(taken[0].lease, reserve(taken[0].record, T0), [("reserved", {})], T0, release=True)
     stored = store.get("held")
     assert stored is not None and stored.record.status_requests_used == 1 and stored.lease_owner is None
 
@@ -109,7 +112,8 @@ def test_tokens_grow_with_every_claim_and_a_released_row_is_claimed_without_a_ta
     tokens = []
     for round_ in range(3):
         now = T0 + round_ * SECOND
-        (lease, record), *rest = store.claim_due(f"w{round_}:1:a", now, TTL, limit=1)
+        (claimed, *rest) = store.claim_due(f"w{round_}:1:a", now, TTL, limit=1)
+        lease, record = claimed.lease, claimed.record
         assert rest == []
         tokens.append(lease.token)
         assert store.write(lease, record.deferred(now + SECOND), [("polled", {})], now, release=True)
@@ -130,14 +134,14 @@ def test_concurrent_claimers_never_share_an_operation_in_a_round(store: AnyStore
 
         def work(index: int, now: datetime = now, taken: list[list[str]] = taken, round_: int = round_) -> None:
             mine = stores[index]
-            claimed: list[tuple[Lease, OperationRecord]] = []
+            claimed: list[Claimed] = []
             while batch := mine.claim_due(f"worker-{index}:1:x", now, TTL, limit=3):
                 claimed.extend(batch)
             # Finish the round as a worker would: one fenced write per claim, lease released.
-            for lease, record in claimed:
-                polled = reserve(record, now).deferred(now + timedelta(minutes=1))
-                assert mine.write(lease, polled, [("polled", {"round": round_})], now, release=True)
-            taken[index] = [lease.operation_id for lease, _ in claimed]
+            for c in claimed:
+                polled = reserve(c.record, now).deferred(now + timedelta(minutes=1))
+                assert mine.write(c.lease, polled, [("polled", {"round": round_})], now, release=True)
+            taken[index] = _ids(claimed)
 
         run_threads(claimers, work)
         counts = Counter(op for ops in taken for op in ops)

@@ -480,7 +480,7 @@ def test_concurrent_upgrades_apply_each_migration_once(empty_pg_url: str) -> Non
 
 def test_the_schema_has_the_partial_due_index(pg_url: str) -> None:
     with psycopg.connect(pg_url) as conn:
-        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'operations_due'").fetchone()
+        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'operations_due_order'").fetchone()
     assert row is not None and "WHERE (phase = 'active'::text)" in row[0]
 
 

@@ -22,7 +22,7 @@ from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
 from ..store.postgres import upgrade_database
-from ..worker import JsonLog, Metrics, Worker
+from ..worker import DEFAULT_CONCURRENCY, LANES, JsonLog, Metrics, Worker
 from . import jobs_file
 from .common import UsageError, _duration, _load_contract, _positive, add_var_flag, port_number, vars_of, whole_number
 from .jobs_file import operation_ids, read_jobs_file
@@ -212,7 +212,13 @@ def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse
         home(p)  # which also adds --db
 
     w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
-    w.add_argument("--concurrency", type=whole_number(1, 256), default=8)
+    w.add_argument(
+        "--concurrency",
+        type=whole_number(1, 256),
+        default=DEFAULT_CONCURRENCY,
+        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
+        f" {DEFAULT_CONCURRENCY})",
+    )
     w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
     w.add_argument("--metrics-host", default="127.0.0.1")
     w.add_argument(

@@ -11,6 +11,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -37,7 +38,7 @@ from ..errors import PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused
 from ..notify import deliver
 from ..store.base import Lease, LogEntry, OperationExists, Store
-from . import flow
+from . import batch, flow
 from .flow import Done, NotYet, Polled, StepResult, lease_ttl
 
 T = TypeVar("T")
@@ -265,6 +266,23 @@ class Engine:
         self, contract: Contract, client: StatusSender, lease: Lease, record: OperationRecord, now: datetime
     ) -> StepResult:
         return self._drive(flow.step_claimed(contract, lease, record, now), contract, client)
+
+    def step_claimed_many(
+        self, claimed: Sequence[tuple[Contract, StatusSender, Lease, OperationRecord]], now: datetime, io: Executor
+    ) -> list[StepResult | Exception]:
+        """`step_claimed` for a whole batch with group commit (`engine.batch`): the reservations in one
+        transaction, the requests at once on `io`, the records in one transaction. Each result is that
+        operation's StepResult, or the exception its flow ended with (its lease already given back)."""
+        lanes = [
+            batch.Lane(flow.step_claimed(contract, lease, record, now), contract, client)
+            for contract, client, lease, record in claimed
+        ]
+        batch.run(lanes, self.store, self._perform, self.clock, io)
+        results: list[StepResult | Exception] = []
+        for lane in lanes:
+            assert lane.result is not None  # run() drives every lane to its end
+            results.append(lane.result)
+        return results
 
     def run(
         self,

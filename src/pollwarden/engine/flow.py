@@ -9,7 +9,7 @@ every driver is synchronous (`engine.driver.Engine`); an asynchronous driver exe
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
@@ -22,7 +22,7 @@ from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..events import DecisionEvent, LeaseLost, Reserved, outcome_events, poll_events
-from ..store.base import Lease, NewEvent
+from ..store.base import FencedWrite, Lease
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -50,15 +50,9 @@ class Claim(Effect["tuple[Lease, OperationRecord] | None"]):
 
 
 @dataclass(frozen=True)
-class Write(Effect[bool]):
-    """One fenced transaction: the record, its events and any decision request; False if the lease was lost."""
-
-    lease: Lease
-    record: OperationRecord
-    events: Sequence[NewEvent]
-    release: bool
-    decision: DecisionRequest | None = None
-    hold_until: datetime | None = None
+class Write(FencedWrite, Effect[bool]):
+    """One fenced write: the record, its events and any decision request, committed before the flow goes on;
+    False if the lease was lost. A batching driver commits the writes of many flows in one transaction."""
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,16 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """One operation of a fleet claim: its new lease, its record and its contract, from the one SELECT that
+    claimed it (the worker needs all three, and reading the row again would cost a query per poll)."""
+
+    lease: Lease
+    record: OperationRecord
+    contract_text: str
+
+
+@dataclass(frozen=True)
 class Stored:
     record: OperationRecord
     contract_text: str
@@ -68,6 +78,19 @@ NewOperation = tuple[OperationRecord, str, Mapping[str, Any]]
 
 LogEntry = tuple[str, str, Mapping[str, Any]]
 """An event that changes no record, for `append_many`: the log, the kind, the data."""
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    """One fenced change of an operation: its record, its events and any decision request, applied only while
+    `lease` is still the operation's lease. `release` ends the lease with it; `hold_until` moves its expiry."""
+
+    lease: Lease
+    record: OperationRecord
+    events: Sequence[NewEvent]
+    release: bool
+    decision: DecisionRequest | None = None
+    hold_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +232,11 @@ class Store(Protocol):
         `hold_until` moves the lease's expiry (a reservation extends it to cover the request about to be sent)."""
         ...
 
+    def write_many(self, writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        """Group commit: every write in one transaction, each fenced on its own (False: that lease was lost, and
+        that write changed nothing). `write` is this with one write."""
+        ...
+
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]: ...
 
     def get_decision(self, decision_id: str) -> StoredDecision | None: ...
@@ -279,8 +307,12 @@ class Store(Protocol):
 
     def release(self, lease: Lease) -> None: ...
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
+        ...
+
+    def paced_providers(self) -> set[str]:
+        """The providers some worker of the fleet paces (`pace` with an interval made them so)."""
         ...
 
     def pace(
@@ -292,8 +324,9 @@ class Store(Protocol):
         provider's spacing for every worker sharing the store."""
         ...
 
-    def next_due(self) -> datetime | None:
-        """The earliest next_poll_at among active operations: how long a worker may sleep."""
+    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+        """The earliest next_poll_at among active operations: how long a worker may sleep. With `free_at`, only
+        among those a claim at that time could take (unleased, or the lease expired by then)."""
         ...
 
     def db_now(self) -> datetime:

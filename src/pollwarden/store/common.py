@@ -11,7 +11,7 @@ chain) and `sql.py` (everything else).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -55,9 +55,19 @@ class Dialect:
     """Appended to the fleet claim's SELECT: rows another claimer holds are skipped, not waited for."""
     lock_log: str | None = None
     """A statement that holds one audit log's head until commit."""
+    lock_logs: str | None = None
+    """The same for many logs in one statement: its one parameter is the list of lock keys, taken in list order."""
+
+    casts: Mapping[str, str] = field(default_factory=dict)
+    """How a parameter is given a type where the database cannot infer one (a VALUES list): kind -> SQL type."""
 
     def sql(self, query: str) -> str:
         return _placed(query, self.placeholder)
+
+    def typed(self, kind: str) -> str:
+        """A parameter of this kind ("text", "bigint", "time", "bool"), cast where the database needs it."""
+        cast = self.casts.get(kind)
+        return f"CAST(? AS {cast})" if cast else "?"
 
 
 @cache
@@ -99,6 +109,9 @@ class Tx:
     """A record of a kind that ends or turns a story (success, stop, decision): its head goes elsewhere now."""
     head: Head | None = None
     """The signed head written just before commit, over every log."""
+    heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
+    log, and while the log is locked the head it wrote last is the head, so it is not read again."""
 
     def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
         return self.run(self.dialect.sql(query), params)

@@ -114,7 +114,10 @@ POSTGRES = Dialect(
     lock_row=" FOR UPDATE",
     lock_due=" FOR UPDATE SKIP LOCKED",
     lock_log="SELECT pg_advisory_xact_lock(?)",
+    # A volatile function in the output is evaluated after ORDER BY: the keys are locked in the order given.
+    lock_logs="SELECT pg_advisory_xact_lock(k) FROM unnest(?::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
     next_counter="SELECT nextval('audit_checkpoint_counter')",
+    casts={"text": "text", "bigint": "bigint", "time": "timestamptz", "bool": "boolean"},
 )
 
 

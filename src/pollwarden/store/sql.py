@@ -19,7 +19,9 @@ from typing import Any
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from .base import (
+    Claimed,
     DecisionTaken,
+    FencedWrite,
     Grant,
     Lease,
     NewEvent,
@@ -35,6 +37,7 @@ from .common import (
     GRANT_COLUMNS,
     STORED_COLUMNS,
     SUBMISSION_COLUMNS,
+    Dialect,
     Tx,
     decision_from_row,
     decision_request_text,
@@ -62,6 +65,22 @@ _ROWS = 100
 
 def _chunks(values: Sequence[str]) -> list[list[str]]:
     return [list(values[start : start + _IN_LIST]) for start in range(0, len(values), _IN_LIST)]
+
+
+_FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bigint", "text", "time", "bool", "time")
+"""The columns of one fenced write's VALUES row: id, token, owner, the record's columns, updated_at, release,
+hold_until (as `Dialect.typed` names them)."""
+
+
+def claim_due_query(dialect: Dialect) -> str:
+    """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
+    `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
+    sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
+    return (
+        f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+        f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
+    )
 
 
 class _Operations(AuditTrail):
@@ -142,9 +161,17 @@ class _Operations(AuditTrail):
                 found.setdefault(str(row[0]), []).append(stored_from_row(row[1:], self.dialect.moment))
         return found
 
-    def next_due(self) -> datetime | None:
-        """The earliest next_poll_at among active operations (leased or not): how long a worker may sleep."""
-        row = self._row("SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'")
+    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+        """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
+        then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
+        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
+        query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'"
+        if free_at is None:
+            row = self._row(query)
+        else:
+            at = self.dialect.stamp(free_at)
+            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            row = self._row(query + free, (at,))
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
 
     # -- leases --------------------------------------------------------------------------------------
@@ -165,7 +192,7 @@ class _Operations(AuditTrail):
             (lease,) = self._take_leases(tx, [(operation_id, stored)], owner, now + ttl, now)
             return lease, stored.record
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[tuple[Lease, OperationRecord]]:
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
         due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
         rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
@@ -175,15 +202,13 @@ class _Operations(AuditTrail):
             return []
         at = self.dialect.stamp(now)
         with self._tx() as tx:
-            rows = tx.execute(
-                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
-                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-                f" ORDER BY next_poll_at, operation_id LIMIT ?{self.dialect.lock_due}",
-                (at, at, limit),
-            ).fetchall()
+            rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
             due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
             leases = self._take_leases(tx, due, owner, now + ttl, now)
-            return [(lease, stored.record) for lease, (_, stored) in zip(leases, due, strict=True)]
+            return [
+                Claimed(lease, stored.record, stored.contract_text)
+                for lease, (_, stored) in zip(leases, due, strict=True)
+            ]
 
     def _take_leases(
         self, tx: Tx, rows: Sequence[tuple[str, Stored]], owner: str, expires: datetime, now: datetime
@@ -216,14 +241,33 @@ class _Operations(AuditTrail):
         decision: DecisionRequest | None = None,
         hold_until: datetime | None = None,
     ) -> bool:
+        (written,) = self.write_many([FencedWrite(lease, record, events, release, decision, hold_until)], now)
+        return written
+
+    def write_many(self, writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        """One transaction, so one commit (one fsync on SQLite) for a whole batch of polls. Rows are changed
+        in operation-id order and only then are the logs of the writes that passed their fence locked, in key
+        order: a claim also takes rows before logs, so no two transactions can wait on each other in a circle."""
+        order = sorted(range(len(writes)), key=lambda i: writes[i].lease.operation_id)
+        written = [False] * len(writes)
+        if not writes:
+            return written
         with self._tx() as tx:
-            if not self._update_fenced(tx, lease, record, now, release=release, hold_until=hold_until):
-                return False
-            for kind, data in events:
-                self._append(tx, lease.operation_id, kind, data, now)
-            if decision is not None:
-                self._insert_decision(tx, decision, now)
-            return True
+            changed = self._update_fenced_many(tx, writes, now)
+            for i in order:
+                written[i] = writes[i].lease.operation_id in changed
+            logs = [writes[i].lease.operation_id for i in order if written[i]]
+            self._lock_logs(tx, logs)
+            self._read_heads(tx, logs)
+            for i in order:
+                w = writes[i]
+                if not written[i]:
+                    continue
+                for kind, data in w.events:
+                    self._append(tx, w.lease.operation_id, kind, data, now)
+                if w.decision is not None:
+                    self._insert_decision(tx, w.decision, now)
+        return written
 
     def _update_fenced(
         self,
@@ -235,26 +279,45 @@ class _Operations(AuditTrail):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence: the row changes only while it still carries this writer's token (DESIGN.md step 4)."""
+        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`."""
+        return bool(self._update_fenced_many(tx, [FencedWrite(lease, record, (), release, None, hold_until)], now))
+
+    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], now: datetime) -> set[str]:
+        """The fence: a row changes only while it still carries its writer's token and owner; returns the ids
+        of the rows that changed. One statement for a whole batch (`UPDATE ... FROM (VALUES ...)`), not one per
+        write. Where rows are locked one by one (PostgreSQL) they are locked first in id order, as every
+        batch does, so two batches never wait on each other in a circle."""
+        if not writes:
+            return set()
         stamp = self.dialect.stamp
-        cursor = tx.execute(
-            "UPDATE operations SET phase = ?, next_poll_at = ?, deadline_at = ?, status_requests_used = ?,"
-            " max_status_requests = ?, record = ?, updated_at = ?,"
-            " lease_owner = CASE WHEN ? THEN NULL ELSE lease_owner END,"
-            " lease_expires_at = CASE WHEN ? THEN NULL ELSE COALESCE(?, lease_expires_at) END"
-            " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?",
-            (
-                *record_values(record, stamp),
-                stamp(now),
-                release,
-                release,
-                None if hold_until is None else stamp(hold_until),
-                lease.operation_id,
-                lease.token,
-                lease.owner,
-            ),
-        )
-        return cursor.rowcount == 1
+        ids = sorted(w.lease.operation_id for w in writes)
+        if len(writes) > 1 and self.dialect.lock_row:
+            tx.execute(
+                f"SELECT 1 FROM operations WHERE operation_id IN ({marks(len(ids))})"
+                f" ORDER BY operation_id{self.dialect.lock_row}",
+                ids,
+            )
+        params: list[Any] = []
+        for w in writes:
+            hold = None if w.hold_until is None else stamp(w.hold_until)
+            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *record_values(w.record, stamp))
+            params += (stamp(now), w.release, hold)
+        # The first row carries the types (PostgreSQL would take untyped VALUES parameters as text).
+        typed = "(" + ",".join(self.dialect.typed(kind) for kind in _FENCED_TYPES) + ")"
+        values = ",".join([typed] + [f"({marks(len(_FENCED_TYPES))})"] * (len(writes) - 1))
+        rows = tx.execute(
+            "UPDATE operations SET phase = v.column4, next_poll_at = v.column5, deadline_at = v.column6,"
+            " status_requests_used = v.column7, max_status_requests = v.column8, record = v.column9,"
+            " updated_at = v.column10,"
+            " lease_owner = CASE WHEN v.column11 THEN NULL ELSE operations.lease_owner END,"
+            " lease_expires_at = CASE WHEN v.column11 THEN NULL"
+            " ELSE COALESCE(v.column12, operations.lease_expires_at) END"
+            f" FROM (VALUES {values}) AS v WHERE operations.operation_id = v.column1"
+            " AND operations.lease_token = v.column2 AND operations.lease_owner = v.column3"
+            " RETURNING operations.operation_id",
+            params,
+        ).fetchall()
+        return {str(row[0]) for row in rows}
 
     def release(self, lease: Lease) -> None:
         with self._tx() as tx:
@@ -440,10 +503,15 @@ class SQLStore(_Operations):
 
     # -- pacing -------------------------------------------------------------------------------------------
 
+    def paced_providers(self) -> set[str]:
+        return {str(row[0]) for row in self._rows("SELECT provider FROM provider_pacing")}
+
     def pace(
         self, provider: str, now: datetime, *, interval: timedelta | None, horizon: timedelta
     ) -> tuple[datetime, bool] | None:
         stamp = self.dialect.stamp
+        if interval is None and self._row("SELECT 1 FROM provider_pacing WHERE provider = ?", (provider,)) is None:
+            return None  # not paced by anyone: a read, not a write transaction on every poll
         with self._tx() as tx:
             if interval is not None:
                 tx.execute(

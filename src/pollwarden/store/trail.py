@@ -205,19 +205,43 @@ class AuditTrail(ABC):
         """Hold these logs' heads until commit, in key order: the same order every transaction uses."""
         if self.dialect.lock_log is None:
             return
-        for log_id in sorted(set(log_ids) - tx.locked, key=log_lock_key):
+        wanted = sorted(set(log_ids) - tx.locked, key=log_lock_key)
+        if len(wanted) > 1 and self.dialect.lock_logs is not None:  # a batch: one statement, not one per log
+            tx.execute(self.dialect.lock_logs, ([log_lock_key(log_id) for log_id in wanted],))
+            tx.locked.update(wanted)
+            return
+        for log_id in wanted:
             tx.execute(self.dialect.lock_log, (log_lock_key(log_id),))
             tx.locked.add(log_id)
+
+    def _read_heads(self, tx: Tx, log_ids: Sequence[str]) -> None:
+        """Read the heads of these logs (already locked by `tx`) in one query, for `_append` to chain onto: a
+        batch would otherwise read them one statement per log. A log with no record yet is left out."""
+        missing = [log_id for log_id in dict.fromkeys(log_ids) if log_id not in tx.heads]
+        if not missing:
+            return
+        rows = tx.execute(
+            "SELECT log_id, seq, this_hash FROM audit_records WHERE (log_id, seq) IN"
+            f" (SELECT log_id, MAX(seq) FROM audit_records WHERE log_id IN ({marks(len(missing))}) GROUP BY log_id)",
+            missing,
+        ).fetchall()
+        for log_id, seq, head_hash in rows:
+            tx.heads[str(log_id)] = (int(seq), str(head_hash))
 
     def _append(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """Seal and chain one event onto its log. The head is read only once the log is locked, and the
         lock is held until commit, so the next writer reads this record as its head."""
         cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
-        head = tx.one("SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,))
+        head: Row | None = tx.heads.get(log_id)
+        if head is None:
+            head = tx.one(
+                "SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,)
+            )
         record = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
         insert = f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES ({marks(7)})"
         tx.execute(insert, audit_record_values(record))
+        tx.heads[log_id] = (record.seq, record.this_hash)
         before = tx.appended[log_id][0] if log_id in tx.appended else record.seq - 1
         tx.appended[log_id] = (before, record.seq, record.this_hash)
         tx.last_at = max(tx.last_at, record.at)

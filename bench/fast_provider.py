@@ -1,0 +1,116 @@
+"""A fast loopback provider for throughput benchmarks: every status request answers `{"state": "running"}`.
+
+The scripted `Simulator` is a thread per connection in the benchmark's own process and tops out far below what
+a worker can poll, so measuring a worker against it measures the simulator. This one is a single asyncio
+`Protocol` in a process of its own: it reads the request head, answers, and closes (pollwarden's status client
+sends `Connection: close`). It still checks what a provider can check: it counts requests, and it counts a
+(job, reservation number) pair seen twice, which would be a double poll. `GET /_stats` answers the counters
+and this process's CPU time, so the benchmark can say what the provider cost and what its ceiling is.
+
+    python -m bench.fast_provider [--port 0]     # prints "listening http://127.0.0.1:PORT", then serves
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+BODY = b'{"state": "running"}'
+ANSWER = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY
+)
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+RESERVATION = b"\r\nx-pollwarden-reservation:"
+
+
+@dataclass
+class Counters:
+    requests: int = 0
+    duplicates: int = 0
+    seen: set[tuple[bytes, bytes]] = field(default_factory=set)
+    started: float = field(default_factory=time.monotonic)
+
+    def stats(self) -> bytes:
+        cpu = os.times()
+        body = json.dumps(
+            {
+                "requests": self.requests,
+                "duplicates": self.duplicates,
+                "cpu_seconds": cpu.user + cpu.system,
+                "uptime": time.monotonic() - self.started,
+            }
+        ).encode()
+        return b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, counters: Counters) -> None:
+        self.counters = counters
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > 65536 and self.transport is not None:
+                self.transport.close()
+            return
+        assert self.transport is not None
+        self.transport.write(self._answer(self.buffer[: end + 2]))
+        self.transport.close()
+
+    def _answer(self, head: bytes) -> bytes:
+        line, _, _ = head.partition(b"\r\n")
+        parts = line.split(b" ")
+        path = parts[1] if len(parts) == 3 else b""
+        if path == b"/_stats":
+            return self.counters.stats()
+        if not path.startswith(b"/jobs/"):
+            return NOT_FOUND
+        counters = self.counters
+        counters.requests += 1
+        lowered = head.lower()
+        at = lowered.find(RESERVATION)
+        if at >= 0:
+            value = lowered[at + len(RESERVATION) : lowered.find(b"\r\n", at + 2)].strip()
+            key = (path, value)
+            if key in counters.seen:
+                counters.duplicates += 1
+            else:
+                counters.seen.add(key)
+        return ANSWER
+
+
+async def _serve(port: int) -> None:
+    counters = Counters()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Connection(counters), "127.0.0.1", port, backlog=4096)
+    sockname = server.sockets[0].getsockname()
+    print(f"listening http://127.0.0.1:{sockname[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

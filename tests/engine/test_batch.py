@@ -1,0 +1,146 @@
+"""Group commit through the one flow (`Engine.step_claimed_many`), on both backends.
+
+The promises of the single step hold for every operation of a batch: its reservation is committed before its
+request goes out, each write is fenced on its own, a failure belongs to the operation that caused it. And the
+point of the batch: K polls cost two store transactions, with the K requests in flight at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pollwarden.audit import verify
+from pollwarden.clock import utcnow
+from pollwarden.core.admission import WatchRequest
+from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.observe import Exchange, Response
+from pollwarden.engine import Busy, Engine, Polled
+from pollwarden.simulator import contract_text
+from pollwarden.store.base import Claimed, FencedWrite, Store, StoreError
+from pollwarden.worker import CLAIM_TTL
+from tests.store.conftest import Backend
+
+COUNT = 6
+
+
+class WatchingProvider:
+    """Answers `running`. At each request it reads the operation through a store of its own (what another
+    process would see: committed data only), and it holds every request until all COUNT are in flight."""
+
+    def __init__(self, reader: Store, count: int = COUNT) -> None:
+        self.reader = reader
+        self.lock = threading.Lock()
+        self.together = threading.Barrier(count, timeout=10)
+        self.committed_at_send: dict[str, int] = {}
+
+    def fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
+    ) -> Exchange:
+        with self.lock:
+            stored = self.reader.get(f"op-{job_id}")
+            assert stored is not None
+            self.committed_at_send[job_id] = stored.record.status_requests_used
+        self.together.wait()  # a BrokenBarrierError here: the requests were not sent at once
+        now = utcnow()
+        return Response(status=200, headers={}, body=b'{"state": "running"}', sent_at=now, received_at=now)
+
+
+def _contract() -> Contract:
+    return parse_contract(contract_text("http://127.0.0.1:9", max_requests=3), source="test.toml")
+
+
+def _claimed(store: Store) -> tuple[Contract, Engine, list[Claimed]]:
+    """COUNT operations admitted and claimed in one batch by `worker-1`."""
+    contract = _contract()
+    engine = Engine(store, owner="worker-1", clock=store.db_now)
+    return contract, engine, _claim(store, contract, engine)
+
+
+def _claim(store: Store, contract: Contract, engine: Engine, count: int = COUNT) -> list[Claimed]:
+    for n in range(count):
+        engine.admit(WatchRequest(contract, f"never-{n}", f"op-never-{n}", by="enqueue"))
+    claimed = store.claim_due("worker-1", store.db_now(), CLAIM_TTL, 10)
+    assert len(claimed) == count
+    return claimed
+
+
+def _count_transactions(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    sizes: list[int] = []
+    real = store.write_many
+
+    def counted(writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        sizes.append(len(writes))
+        return real(writes, now)
+
+    monkeypatch.setattr(store, "write_many", counted)
+    return sizes
+
+
+def test_a_batch_reserves_everything_before_any_request_then_records_in_one_transaction(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contract, engine, claimed = _claimed(store)
+    provider = WatchingProvider(backend.open())
+    sizes = _count_transactions(store, monkeypatch)
+    with ThreadPoolExecutor(COUNT) as io:
+        batch = [(contract, provider, c.lease, c.record) for c in claimed]
+        results = engine.step_claimed_many(batch, store.db_now(), io)
+    assert sizes == [COUNT, COUNT]  # the reservations together, the records together
+    assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}
+    assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+        assert [e.kind for e in store.events(f"op-never-{n}")] == ["created", "reserved", "observed", "decision"]
+    assert store.keys is not None
+    store.checkpoint_heads(store.db_now())
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
+    assert report.ok and report.logs == COUNT, report
+
+
+def test_a_lost_lease_in_a_batch_changes_only_that_operation(store: Store, backend: Backend) -> None:
+    contract, engine, claimed = _claimed(store)
+    later = store.db_now() + CLAIM_TTL + timedelta(seconds=1)
+    assert store.claim("op-never-0", "rival", later, CLAIM_TTL) is not None  # took over the expired claim
+    provider = WatchingProvider(backend.open(), count=COUNT - 1)
+    with ThreadPoolExecutor(COUNT) as io:
+        results = engine.step_claimed_many([(contract, provider, c.lease, c.record) for c in claimed], later, io)
+    by_op = {c.lease.operation_id: result for c, result in zip(claimed, results, strict=True)}
+    assert isinstance(by_op.pop("op-never-0"), Busy)
+    assert all(isinstance(r, Polled) for r in by_op.values())
+    assert "never-0" not in provider.committed_at_send  # fenced off before its request: nothing was sent
+    lost = store.get("op-never-0")
+    assert lost is not None and lost.record.status_requests_used == 0 and lost.lease_owner == "rival"
+    assert [e.kind for e in store.events("op-never-0")][-1] == "lease_lost"
+
+
+def test_a_write_the_store_refuses_fails_its_own_operation_and_the_rest_commit(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contract, engine, claimed = _claimed(store)
+    real = store.write_many
+
+    def refusing(writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
+        if any(w.lease.operation_id == "op-never-3" for w in writes):
+            raise StoreError("refused")
+        return real(writes, now)
+
+    monkeypatch.setattr(store, "write_many", refusing)
+    provider = WatchingProvider(backend.open(), count=COUNT - 1)
+    with ThreadPoolExecutor(COUNT) as io:
+        results: list[Any] = engine.step_claimed_many(
+            [(contract, provider, c.lease, c.record) for c in claimed], store.db_now(), io
+        )
+    by_op = {c.lease.operation_id: result for c, result in zip(claimed, results, strict=True)}
+    assert isinstance(by_op.pop("op-never-3"), StoreError)
+    assert all(isinstance(r, Polled) for r in by_op.values())
+    refused = store.get("op-never-3")
+    assert refused is not None and refused.record.status_requests_used == 0
+    assert refused.lease_owner is None  # the flow gave its lease back
+    assert "never-3" not in provider.committed_at_send
