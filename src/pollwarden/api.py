@@ -21,7 +21,6 @@ them.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -247,6 +246,8 @@ async def watch(
     Cancelling the awaiting task does not stop the thread mid-request; the operation stays durable and can be
     resumed with its operation_id (its deadline and budget are kept).
     """
+    import asyncio  # here, not at the top: its caller runs a loop, so it is loaded; `watch_sync`'s caller may not
+
     prepared = Watch(
         contract,
         job_id,

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-
 from .core.contract import Contract, ContractError, parse_contract
 from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
@@ -39,9 +37,14 @@ the operation's own contract bound (`engine.lease_ttl`), so a slow contract is n
 
 
 class Metrics:
-    """Prometheus metrics of one worker process; each instance has its own registry (tests run several)."""
+    """Prometheus metrics of one worker process; each instance has its own registry (tests run several).
+
+    prometheus_client is imported when a worker makes its metrics, not with this module: `enqueue` and
+    `db upgrade` share the fleet's command module, and only a running worker counts anything."""
 
     def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
         self.registry = CollectorRegistry()
         self.polls = Counter(
             "pollwarden_polls", "Status requests completed, by outcome", ["outcome"], registry=self.registry
@@ -70,6 +73,8 @@ class Metrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics; returns the port (useful with port 0)."""
+        from prometheus_client import start_http_server
+
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_port)
 
