@@ -22,6 +22,8 @@ import pytest
 import pollwarden
 from pollwarden.cli import main
 from pollwarden.cli.parser import Command, build_parser
+from pollwarden.simulator import Simulator
+from tests.conftest import write_contract
 
 CORE = Path(pollwarden.__file__).resolve().parent / "core"
 HEAVY = ("httpx", "cryptography", "psycopg", "psycopg_pool", "prometheus_client", "mcp", "anyio")
@@ -70,26 +72,38 @@ def test_import_pollwarden_loads_no_dependency_until_a_name_is_used() -> None:
     assert "pollwarden.api" in used
 
 
-def test_the_python_api_loads_no_heavy_dependency_until_a_watch_runs() -> None:
-    """The store (with the audit crypto) loads when a watch opens one, httpx only when a webhook is posted,
-    asyncio only in `await watch(...)`, whose caller has a loop already."""
+def test_the_python_api_loads_only_the_core_until_a_watch_runs() -> None:
+    """Its names, and a Watch built (which checks the contract and the limits), need the core alone."""
     loaded = _modules_after(
         "import pollwarden\n"
         "from pollwarden import Outcome, Stopped, Succeeded, Watch, WatchError, watch, watch_sync\n"
-        "from pollwarden.errors import PollwardenError"
+        "from pollwarden.errors import PollwardenError\n"
+        "Watch('openai-batch', 'batch_abc123', deadline='10m', max_requests=5)"
     )
-    assert "pollwarden.api" in loaded and "pollwarden.engine.driver" in loaded
-    assert _heavy(loaded, (*CONSOLE_AND_AGENTS, "asyncio", "pollwarden.store.sqlite", "pollwarden.audit.keys")) == []
+    ours = {m for m in loaded if m.startswith("pollwarden") and not m.startswith("pollwarden.core")}
+    assert ours == {
+        "pollwarden",
+        "pollwarden.lazy",
+        "pollwarden.api",
+        "pollwarden.catalogue",
+        "pollwarden.clock",
+        "pollwarden.errors",
+    }
+    assert _heavy(loaded, ("asyncio",)) == []
 
 
-def test_a_watch_loads_the_crypto_when_it_opens_its_store(tmp_path: Path) -> None:
+def test_a_watch_run_loads_the_store_and_its_crypto_and_no_other_heavy_dependency(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    """Status requests go over http.client (httpx only posts webhooks, and this contract names none)."""
+    contract = write_contract(tmp_path / "c.toml", sim.url)
     loaded = _modules_after(
-        "from pollwarden.home import resolve_home\n"
-        "from pollwarden.operating import open_store\n"
-        f"open_store(resolve_home({str(tmp_path)!r})).close()"
+        "import pollwarden\n"
+        f"outcome = pollwarden.watch_sync({str(contract)!r}, 'happy-7', home={str(home)!r})\n"
+        "assert isinstance(outcome, pollwarden.Succeeded), outcome"
     )
-    assert "cryptography" in loaded and "pollwarden.store.sqlite" in loaded
-    assert _heavy(loaded, CONSOLE_AND_AGENTS) == ["cryptography"] + [m for m in loaded if m.startswith("cryptography.")]
+    assert "pollwarden.engine.driver" in loaded and "pollwarden.store.sqlite" in loaded
+    assert {m.split(".")[0] for m in _heavy(loaded, (*CONSOLE_AND_AGENTS, "asyncio"))} == {"cryptography"}
 
 
 def _cli(*argv: str) -> str:
@@ -133,7 +147,7 @@ def _commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> d
 def test_every_command_names_a_function_that_exists_and_help_lists_it(capsys: pytest.CaptureFixture[str]) -> None:
     """A command's module is imported only when it runs, so a wrong name would surface only then: checked here."""
     commands = _commands(build_parser())
-    assert len(commands) == 25 and "audit verify" in commands and "db upgrade" in commands
+    assert {"watch", "audit verify", "contracts show", "db upgrade", "mcp", "console"} <= set(commands)
     for line, target in commands.items():
         func = getattr(importlib.import_module(f"pollwarden.cli.{target.module}"), target.name)
         assert callable(func) and func.__name__ == target.name, line

@@ -1,9 +1,9 @@
 """pollwarden: bounded, durable, auditable waiting on external jobs.
 
 The package face is lazy (`pollwarden.lazy`): `import pollwarden` (and so `import pollwarden.core`, which runs
-this file first) loads no dependency. The API loads on first use of one of its names, and it too loads no
-dependency until it runs: the store (and with it the audit crypto) when a watch opens one, httpx only if a
-webhook is posted.
+this file first) loads no dependency. The API loads on first use of one of its names, with the core; a watch's
+first run loads the engine, the status client and the store (and with it the audit crypto); httpx loads only if
+a webhook is posted.
 """
 
 from __future__ import annotations
