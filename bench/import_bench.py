@@ -24,12 +24,14 @@ written), and every case runs once, unmeasured, before the rounds.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import platform
 import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
@@ -37,7 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Import cost"
 
 TIME_TARGET_MS = 150.0
@@ -92,6 +95,22 @@ CASES = (
         "pollwarden.worker.Metrics()",
     ),
 )
+
+
+AGAINST = ("API", "watch ready", "--help", "status")
+"""The cases `--against REV` also runs on that commit's code, in the same rounds."""
+
+
+def cases_against(rev: str, scratch: Path) -> list[Case]:
+    """Each case of AGAINST, again, importing the `src` of commit `rev` (extracted under `scratch`) in a home of
+    its own: the before and after of a change, measured under the same load."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "src"], capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {rev}: {archive.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(scratch, filter="data")
+    prefix = f"import sys\nsys.path.insert(0, {str(scratch / 'src')!r})\nHOME_DIR = HOME_DIR + '-old'\n"
+    return [Case(f"{c.name} @ {rev}", c.what, prefix + c.code) for c in CASES if c.name in AGAINST]
 
 
 @dataclass(frozen=True)
@@ -241,32 +260,37 @@ COLUMNS = [
 ]
 
 
-def verdicts(results: Sequence[Result]) -> list[str]:
+def verdicts(results: Sequence[Result], runs: int, load: tuple[float, float]) -> list[str]:
+    """The targets, judged on CPU time: a start-up is one thread reading files the page cache holds, so its CPU
+    time is what its wall time is on an idle machine, and it moves far less than wall time when other work
+    shares the cores (this machine's 2 are shared by several sessions' test suites)."""
     api = next(r for r in results if r.case.name == "API")
     floor = next(r for r in results if r.case is FLOOR)
-    time_ok = "met" if api.wall_ms <= TIME_TARGET_MS else "NOT met"
+    time_ok = "met" if api.cpu_ms <= TIME_TARGET_MS else "NOT met"
     rss_ok = "met" if api.rss_mb <= RSS_TARGET_MB else "NOT met"
     return [
-        f"- Time: the API case takes {api.wall_ms:.1f} ms from spawn to exit, start-up included"
-        f" ({api.wall_ms / floor.wall_ms:.1f}x the bare interpreter's {floor.wall_ms:.1f} ms; the import itself,"
-        f" by `-X importtime`, {api.import_ms - floor.import_ms:.1f} ms beyond start-up's):"
-        f" target <= {TIME_TARGET_MS:.0f} ms {time_ok}.",
+        f"- Time: the API case takes {api.cpu_ms:.1f} ms of CPU from spawn to exit, start-up included"
+        f" ({api.cpu_ms / floor.cpu_ms:.1f}x the bare interpreter's {floor.cpu_ms:.1f} ms): target"
+        f" <= {TIME_TARGET_MS:.0f} ms {time_ok}. Its wall time: median {api.wall_ms:.1f} ms"
+        f" ({api.wall_ms / floor.wall_ms:.1f}x the floor's {floor.wall_ms:.1f} ms), best of {runs}"
+        f" {api.best_ms:.1f} ms, with a load average of {load[0]:.1f} at the start and {load[1]:.1f} at the end"
+        f" on {os.cpu_count()} cores; the import alone, by `-X importtime`, {api.import_ms - floor.import_ms:.1f} ms"
+        " beyond start-up's.",
         f"- Memory: {api.rss_mb:.1f} MB peak RSS ({api.rss_mb / floor.rss_mb:.1f}x the bare interpreter's"
         f" {floor.rss_mb:.1f} MB): target <= {RSS_TARGET_MB:.0f} MB {rss_ok}.",
     ]
 
 
 def machine() -> list[tuple[str, str]]:
-    load = os.getloadavg()
     return [
         ("platform", platform.platform()),
         ("cpu count", str(os.cpu_count())),
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
-        ("load average at the end (1, 5, 15 min)", ", ".join(f"{x:.2f}" for x in load)),
     ]
 
 
-def section(results: Sequence[Result], command: str, runs: int) -> str:
+def section(results: Sequence[Result], command: str, runs: int, load: tuple[float, float]) -> str:
+    rev = next((r.case.name.split(" @ ")[1] for r in results if " @ " in r.case.name), None)
     lines = [
         HEADING,
         "",
@@ -279,11 +303,18 @@ def section(results: Sequence[Result], command: str, runs: int) -> str:
         "| " + " | ".join("---" for _ in COLUMNS) + " |",
         *("| " + " | ".join(row) + " |" for row in rows(results)),
         "",
-        *(f"- **{r.case.name}**: {r.case.what}." for r in results),
+        *(f"- **{r.case.name}**: {r.case.what}." for r in results if " @ " not in r.case.name),
+        *(
+            [f"- **CASE @ {rev}**: the same case on commit {rev}'s code (`--against`), in the same rounds."]
+            if rev
+            else []
+        ),
         "",
-        "Against issue 13's targets for the core and the Python API (the API case):",
+        "Against issue 13's targets for the core and the Python API (the API case), time judged on CPU time (a"
+        " start-up is one thread reading cached files: on an idle machine its wall time is its CPU time, while other"
+        " sessions sharing the cores inflate the wall time of every case):",
         "",
-        *verdicts(results),
+        *verdicts(results, runs, load),
         "",
         "How it stays lean: package faces re-export lazily (`pollwarden.lazy`); the CLI's grammar"
         " (`cli/parser.py`) names each command's function and imports its module only when it runs; psycopg loads"
@@ -318,19 +349,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.import_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21, help="timed runs per case (default 21)")
     parser.add_argument("--out", type=Path, default=DOC, help=f"markdown file to write a section of (default {DOC})")
+    parser.add_argument(
+        "--against", metavar="REV", help=f"also run {', '.join(AGAINST)} on this commit's code, in the same rounds"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    results = measure(CASES, args.runs)
+    with tempfile.TemporaryDirectory(prefix="pollwarden-import-against-") as scratch:
+        cases = [*CASES, *(cases_against(args.against, Path(scratch)) if args.against else [])]
+        start_load = os.getloadavg()[0]
+        results = measure(cases, args.runs)
+        load = (start_load, os.getloadavg()[0])
     table = [COLUMNS, *rows(results)]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     print()
-    print("\n".join(verdicts(results)))
+    print("\n".join(verdicts(results, args.runs, load)))
     command = " ".join(["python -m bench.import_bench", *(argv if argv is not None else sys.argv[1:])]).strip()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_section(args.out, section(results, command, args.runs))
+    write_section(args.out, section(results, command, args.runs, load))
     print(f"\nwrote the {HEADING[3:]!r} section of {args.out}")
     return 0
 

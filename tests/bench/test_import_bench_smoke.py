@@ -18,7 +18,9 @@ def test_one_round_measures_each_case_against_the_floor_and_writes_only_its_sect
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n\n## Throughput\n\nanother helper's figures\n", encoding="utf-8")
     for _ in range(2):  # written twice: the second run replaces its own section, nothing else
-        import_bench.write_section(doc, import_bench.section([floor, measured], "python -m bench.import_bench", 1))
+        import_bench.write_section(
+            doc, import_bench.section([floor, measured], "python -m bench.import_bench", 1, (0.5, 0.5))
+        )
     text = doc.read_text(encoding="utf-8")
     assert text.count(import_bench.HEADING) == 1 and text.count("## Throughput\n\nanother helper's figures") == 1
     assert "| API |" in text and "target <= 150 ms" in text
