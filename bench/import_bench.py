@@ -89,7 +89,7 @@ CASES = (
     ),
     Case(
         "everything",
-        "every module a command can load (the worker, PostgreSQL, MCP, the console, webhooks): the old cost",
+        "every module any command can load (the worker, PostgreSQL, MCP, the console, webhooks), all in one process",
         "import pollwarden.api, pollwarden.cli.fleet, pollwarden.cli.agents, pollwarden.cli.serve\n"
         "import pollwarden.worker, pollwarden.store.postgres, pollwarden.mcp_server, pollwarden.console, httpx\n"
         "pollwarden.worker.Metrics()",
