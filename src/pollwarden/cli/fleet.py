@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ..audit import AuditError, load_or_create_keys
+from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
@@ -21,10 +21,9 @@ from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
-from ..store.postgres import upgrade_database
-from ..worker import DEFAULT_CONCURRENCY, LANES, JsonLog, Metrics, Worker
+from ..worker import JsonLog, Metrics, Worker
 from . import jobs_file
-from .common import UsageError, _duration, _load_contract, _positive, add_var_flag, port_number, vars_of, whole_number
+from .common import UsageError, _duration, _load_contract, vars_of
 from .jobs_file import operation_ids, read_jobs_file
 from .watch import FLAGS
 
@@ -36,6 +35,8 @@ def db_target(args: argparse.Namespace) -> str | Path:
 
 
 def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[], Store]:
+    from ..audit.keys import load_or_create_keys  # the keys (and cryptography) load with the store they open
+
     home = resolve_home(getattr(args, "home", None))
     target = db_target(args)
     try:
@@ -199,65 +200,11 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     if not is_postgres_url(target):
         print(f"{target}: SQLite files are upgraded in place when opened; nothing to do")
         return 0
+    from ..store.postgres import upgrade_database  # psycopg, only for a PostgreSQL target
+
     try:
         applied = upgrade_database(str(target))
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     print(f"applied migrations {applied}" if applied else "the database is up to date")
     return 0
-
-
-def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
-    def db(p: argparse.ArgumentParser) -> None:
-        home(p)  # which also adds --db
-
-    w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
-    w.add_argument(
-        "--concurrency",
-        type=whole_number(1, 256),
-        default=DEFAULT_CONCURRENCY,
-        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
-        f" {DEFAULT_CONCURRENCY})",
-    )
-    w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
-    w.add_argument("--metrics-host", default="127.0.0.1")
-    w.add_argument(
-        "--provider-rate",
-        action="append",
-        metavar="NAME=RPS",
-        help="fleet-wide cap of status requests per second for a contract, shared through the database",
-    )
-    db(w)
-    w.set_defaults(func=cmd_worker)
-
-    e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
-    e.add_argument("--contract", required=True)
-    e.add_argument("--job", help="the provider's job id (required unless --status-url)")
-    e.add_argument(
-        "--status-url",
-        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
-        " unless --job is given",
-    )
-    e.add_argument("--operation")
-    e.add_argument(
-        "--jobs-file",
-        metavar="FILE",
-        help="many jobs at once: one job id per line ('-' reads standard input; blank lines and # comments are"
-        " skipped); every line is checked before anything is enqueued",
-    )
-    e.add_argument(
-        "--operation-prefix",
-        metavar="P",
-        help="with --jobs-file: name the operations P-1, P-2, ... in the order of the file's job ids",
-    )
-    e.add_argument("--deadline")
-    e.add_argument("--max-requests", type=_positive)
-    add_var_flag(e)
-    db(e)
-    e.set_defaults(func=cmd_enqueue)
-
-    dbp = sub.add_parser("db", help="database administration")
-    dbs = dbp.add_subparsers(dest="db_command", required=True)
-    up = dbs.add_parser("upgrade", help="apply pending schema migrations to a PostgreSQL database")
-    db(up)
-    up.set_defaults(func=cmd_db_upgrade)

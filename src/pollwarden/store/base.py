@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
+    from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from .trail import AuditSnapshot
 
 
