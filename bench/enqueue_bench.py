@@ -316,9 +316,10 @@ def render(
             " advisory lock, the read of that log's head, the audit INSERT; operation rows go 100 to a statement),"
             " so the time is round trips to a server that shares the two cores with everything else:"
             f" {statistics.median(run.wall for run in pg.first):.1f} s for {pg.jobs}, against"
-            f" {statistics.median(run.wall for run in sqlite.first):.1f} s on SQLite. The next step is in the"
-            " audit trail: take a batch's log locks in one statement and read all their heads in one, which"
-            " belongs with the change to how heads are kept (one signed head per commit) rather than beside it.",
+            f" {statistics.median(run.wall for run in sqlite.first):.1f} s on SQLite (each batch also signs one"
+            " head, as every transaction does). The next step is in the audit trail's append, every writer's"
+            " path rather than enqueue's: take a transaction's log locks in one statement and read all their"
+            " heads in one, which would leave one statement per operation.",
         ]
     if sweeps:
         lines += [
@@ -329,7 +330,8 @@ def render(
             " of database pages (the record, the contract text, the sealed audit record, their index entries);"
             " SQLite's default page cache is 2 MiB, so a batch of more than about"
             f" {2 * 1024 * 1024 / per_op:.0f} operations no longer fits in it and spills to the WAL before it"
-            " commits.",
+            " commits. Read the CPU column first: it is what the batch size changes (or does not); the wall"
+            " column also carries whatever else the shared machine was doing during that round.",
             "",
             "| batch | wall | CPU | operations/s | longest batch transaction |",
             "|---|---|---|---|---|",
