@@ -164,10 +164,12 @@ def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Pa
 
 
 def _downgrade_sqlite(db: Path) -> None:
-    """A store as schema 2 left it: today's records and checkpoints, no heads tables, version 2."""
+    """A store as schema 2 left it: today's records and checkpoints, no heads tables (3) or claim index (4)."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
+        conn.execute("DROP INDEX operations_due_order")
+        conn.execute("CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -176,7 +178,9 @@ def _downgrade_postgres(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 3")
+        conn.execute("DROP INDEX operations_due_order")
+        conn.execute("CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'")
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 3")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -215,7 +219,7 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3]" in upgraded.stdout, upgraded.stdout
+        assert upgraded.code == 0 and "applied migrations [3, 4]" in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head
