@@ -208,14 +208,16 @@ def test_kill_9_in_the_middle_of_batches_loses_no_count_and_sends_nothing_uncoun
     used_before: dict[str, int] = {}
     for _ in range(5):
         worker = _spawn_worker(db, home)
-        seen = len(sim.requests())
-        deadline = time.monotonic() + 30
-        while len(sim.requests()) <= seen:  # a batch is on the wire
-            assert time.monotonic() < deadline and worker.poll() is None, _log_of(worker)[-2000:]
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.3))  # where in the batch the kill lands is the point, not a wait for it
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+        try:
+            seen = len(sim.requests())
+            deadline = time.monotonic() + 30
+            while len(sim.requests()) <= seen:  # a batch is on the wire
+                assert time.monotonic() < deadline and worker.poll() is None, _log_of(worker)[-2000:]
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 0.3))  # where in the batch the kill lands is the point, not a wait for it
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
         store = _store(db, home)
         try:
             for stored in store.all():

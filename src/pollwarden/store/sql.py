@@ -252,8 +252,9 @@ class _Operations(AuditTrail):
         written = [False] * len(writes)
         if not writes:
             return written
+        values = self._fenced_values(writes, now)
         with self._tx() as tx:
-            changed = self._update_fenced_many(tx, writes, now)
+            changed = self._update_fenced_many(tx, writes, values)
             for i in order:
                 written[i] = writes[i].lease.operation_id in changed
             logs = [writes[i].lease.operation_id for i in order if written[i]]
@@ -280,16 +281,27 @@ class _Operations(AuditTrail):
         hold_until: datetime | None = None,
     ) -> bool:
         """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`."""
-        return bool(self._update_fenced_many(tx, [FencedWrite(lease, record, (), release, None, hold_until)], now))
+        one = [FencedWrite(lease, record, (), release, None, hold_until)]
+        return bool(self._update_fenced_many(tx, one, self._fenced_values(one, now)))
 
-    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], now: datetime) -> set[str]:
+    def _fenced_values(self, writes: Sequence[FencedWrite], now: datetime) -> list[Any]:
+        """The parameters of `_update_fenced_many`, built before the transaction: encoding the records is the
+        costliest part of them, and nothing else may write while a SQLite write transaction is open."""
+        stamp = self.dialect.stamp
+        params: list[Any] = []
+        for w in writes:
+            hold = None if w.hold_until is None else stamp(w.hold_until)
+            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *record_values(w.record, stamp))
+            params += (stamp(now), w.release, hold)
+        return params
+
+    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], params: Sequence[Any]) -> set[str]:
         """The fence: a row changes only while it still carries its writer's token and owner; returns the ids
         of the rows that changed. One statement for a whole batch (`UPDATE ... FROM (VALUES ...)`), not one per
-        write. Where rows are locked one by one (PostgreSQL) they are locked first in id order, as every
-        batch does, so two batches never wait on each other in a circle."""
+        write; `params` are `_fenced_values(writes, now)`. Where rows are locked one by one (PostgreSQL) they
+        are locked first in id order, as every batch does, so two batches never wait on each other in a circle."""
         if not writes:
             return set()
-        stamp = self.dialect.stamp
         ids = sorted(w.lease.operation_id for w in writes)
         if len(writes) > 1 and self.dialect.lock_row:
             tx.execute(
@@ -297,11 +309,6 @@ class _Operations(AuditTrail):
                 f" ORDER BY operation_id{self.dialect.lock_row}",
                 ids,
             )
-        params: list[Any] = []
-        for w in writes:
-            hold = None if w.hold_until is None else stamp(w.hold_until)
-            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *record_values(w.record, stamp))
-            params += (stamp(now), w.release, hold)
         # The first row carries the types (PostgreSQL would take untyped VALUES parameters as text).
         typed = "(" + ",".join(self.dialect.typed(kind) for kind in _FENCED_TYPES) + ")"
         values = ",".join([typed] + [f"({marks(len(_FENCED_TYPES))})"] * (len(writes) - 1))

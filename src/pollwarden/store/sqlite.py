@@ -163,7 +163,7 @@ class SQLiteStore(SQLStore):
                 raise
             else:
                 self._conn.execute("COMMIT")
-        self.keeper.offer(tx)
+        self.keeper.offer(tx)  # after the lock: the keeper keeps only the newest head, whatever the order
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
         rows: list[Row] = self._conn.execute(query, params).fetchall()

@@ -218,15 +218,9 @@ class AuditTrail(ABC):
         """Read the heads of these logs (already locked by `tx`) in one query, for `_append` to chain onto: a
         batch would otherwise read them one statement per log. A log with no record yet is left out."""
         missing = [log_id for log_id in dict.fromkeys(log_ids) if log_id not in tx.heads]
-        if not missing:
-            return
-        rows = tx.execute(
-            "SELECT log_id, seq, this_hash FROM audit_records WHERE (log_id, seq) IN"
-            f" (SELECT log_id, MAX(seq) FROM audit_records WHERE log_id IN ({marks(len(missing))}) GROUP BY log_id)",
-            missing,
-        ).fetchall()
-        for log_id, seq, head_hash in rows:
-            tx.heads[str(log_id)] = (int(seq), str(head_hash))
+        if missing:
+            for log_id, seq, head_hash in self._tips(tx, missing):
+                tx.heads[str(log_id)] = (int(seq), str(head_hash))
 
     def _append(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """Seal and chain one event onto its log. The head is read only once the log is locked, and the
