@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from .decisions import Outcome
     from .store.witness import Witness
 
-# The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: the
-# Python API and every command import this module, and most never decide or verify, nor need keys (and with them
-# cryptography) before a store opens.
+# The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: most
+# commands, the console and a watch's first run import this module, and most of them never decide or verify, nor
+# need keys (and with them cryptography) before a store opens.
 
 
 class HomeError(PollwardenError):
