@@ -47,8 +47,6 @@ def batch_clock(start: datetime) -> Callable[[], datetime]:
     return lambda: start + timedelta(seconds=time.monotonic() - origin)
 
 
-
-
 class Metrics:
     """Prometheus metrics of one worker process; each instance has its own registry (tests run several).
 
