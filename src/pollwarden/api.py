@@ -21,11 +21,11 @@ them.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .catalogue import resolve_contract
 from .clock import utcnow
@@ -36,13 +36,11 @@ from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
-from .engine import AdmissionError, Engine, StepResult
 from .errors import PollwardenError
-from .home import resolve_home
-from .http import CredentialError, StatusClient, resolve_secret
-from .operating import HomeError, open_store
-from .store.base import Store
-from .store.owner import process_owner
+
+if TYPE_CHECKING:
+    from .engine import StepResult
+    from .store.base import Store
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
 
@@ -160,6 +158,15 @@ class Watch:
 
     def run(self) -> Outcome:
         """Watch until a validated result or a reasoned stop; blocks, sleeping between polls with no lease."""
+        # What only a running watch needs is imported here, on its first run: the engine and its events, the
+        # status client, the store (and with it the audit crypto). `import pollwarden` and building a Watch,
+        # which checks the contract and the limits with the core alone, load none of them.
+        from .engine import AdmissionError, Engine
+        from .home import resolve_home
+        from .http import CredentialError, StatusClient, resolve_secret
+        from .operating import HomeError, open_store
+        from .store.owner import process_owner
+
         try:
             secret = resolve_secret(self.contract)
         except CredentialError as exc:
@@ -247,6 +254,8 @@ async def watch(
     Cancelling the awaiting task does not stop the thread mid-request; the operation stays durable and can be
     resumed with its operation_id (its deadline and budget are kept).
     """
+    import asyncio  # here, not at the top: its caller runs a loop, so it is loaded; `watch_sync`'s caller may not
+
     prepared = Watch(
         contract,
         job_id,

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import httpx
-
 from . import __version__
 from . import events as ev
 from .core.contract import Contract
@@ -81,6 +79,10 @@ def deliver(
     secret = env.get(secret_env) if secret_env else None
     if secret_env and not secret:
         return Delivery(False, 0, None, f"webhook secret variable {secret_env} is not set; nothing was sent")
+    # httpx is imported only when a webhook is really posted: every driver imports this module, few contracts
+    # name a webhook, and httpx (with its dependencies) is most of what a lean `import pollwarden` leaves out.
+    import httpx
+
     body = webhook_payload(request)
     status: int | None = None
     error: str | None = None

@@ -13,36 +13,31 @@ import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from .audit import (
-    AuditError,
-    Checkpoint,
-    Head,
-    HeadFile,
-    VerifyReport,
-    key_id_of,
-    load_or_create_keys,
-    load_public_key,
-    refuse_private_key,
-    verify,
-)
-from .audit.export import read_kept_file
+from .audit.crypto import AuditError
 from .clock import utcnow
 from .core.contract import Contract, ContractError, parse_contract
 from .core.escalation import OptionKind
 from .core.record import OperationRecord
-from .decisions import Outcome, apply_decision
 from .errors import PollwardenError
 from .home import database_path, ensure_home, trusted_checkpoint_path, witness_config_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .shown import shown
 from .store.base import Grant, Store, StoreError, agent_log_id
-from .store.open import is_postgres_url
+from .store.open import is_postgres_url, redact_url
 from .store.open import open_store as open_target
-from .store.postgres import redact_url
-from .store.witness import WITNESS_ENV, Witness, witness_file_name
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from .audit import Checkpoint, Head, HeadFile, VerifyReport
+    from .decisions import Outcome
+    from .store.witness import Witness
+
+# The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: most
+# commands, the console and a watch's first run import this module, and most of them never decide or verify, nor
+# need keys (and with them cryptography) before a store opens.
 
 
 class HomeError(PollwardenError):
@@ -58,6 +53,8 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither.
 
     The keys stay in the home even when the records are in PostgreSQL: a fleet shares them by environment."""
+    from .audit.keys import load_or_create_keys
+
     try:
         audit_keys = None
         ensure_home(home, create=keys != "none")
@@ -75,6 +72,8 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
 
 def configured_witness(home: Path) -> Witness | None:
     """The witness location: $POLLWARDEN_AUDIT_WITNESS, else the one `audit witness` saved in the home."""
+    from .store.witness import WITNESS_ENV, Witness
+
     env = os.environ.get(WITNESS_ENV)
     if env:
         return Witness.parse(env, WITNESS_ENV)
@@ -121,6 +120,8 @@ def decide(
     Raises HomeError (no such decision, unreadable contract, the credential missing for an option that calls
     the provider: the message names its variable) or DecisionError (no such option, already decided, ...).
     """
+    from .decisions import apply_decision
+
     stored = store.get_decision(decision_id)
     if stored is None:
         raise HomeError(f"no decision {decision_id!r}; `pollwarden decisions` lists the open ones")
@@ -258,6 +259,8 @@ def answer_grant(
 def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
     """The head (or older checkpoint) kept outside the database, if there is one: it turns a rollback
     into a finding."""
+    from .audit.export import read_kept_file
+
     if path is None or not path.exists():
         return None, None
     try:
@@ -268,6 +271,9 @@ def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | HeadFile | None,
 
 def _newest_kept(home: Path, explicit: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
     """The head to check a store against: the one given, else the newest of the home's and the witness's."""
+    from .audit import HeadFile, key_id_of, load_public_key
+    from .store.witness import witness_file_name
+
     if explicit is not None:
         return trusted_checkpoint(explicit)
     found = [trusted_checkpoint(trusted_checkpoint_path(home))]
@@ -307,6 +313,8 @@ def verify_home(
 
     `pinned` is (the only key to trust, where it came from): the home's own key is then just a claim.
     """
+    from .audit import Checkpoint, HeadFile, key_id_of, load_public_key, refuse_private_key, verify
+
     target = database_target(home)
     if isinstance(target, Path) and not target.exists():
         raise HomeError(f"no audit log in {home} (no {target.name}); pass --home, --db or --file EXPORT")

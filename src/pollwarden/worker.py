@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-
 from .core.contract import Contract, ContractError, parse_contract
 from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult
 from .events import Paced
+from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Claimed, Lease, Store
 
@@ -48,16 +47,15 @@ def batch_clock(start: datetime) -> Callable[[], datetime]:
     return lambda: start + timedelta(seconds=time.monotonic() - origin)
 
 
-LANES = 2
-"""Batches in progress at once per worker process; `concurrency` (requests in flight) is split between them."""
-
-DEFAULT_CONCURRENCY = 32
-
-
 class Metrics:
-    """Prometheus metrics of one worker process; each instance has its own registry (tests run several)."""
+    """Prometheus metrics of one worker process; each instance has its own registry (tests run several).
+
+    prometheus_client is imported when a worker makes its metrics, not with this module: `enqueue` and
+    `db upgrade` share the fleet's command module, and only a running worker counts anything."""
 
     def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
         self.registry = CollectorRegistry()
         self.polls = Counter(
             "pollwarden_polls", "Status requests completed, by outcome", ["outcome"], registry=self.registry
@@ -86,6 +84,8 @@ class Metrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics; returns the port (useful with port 0)."""
+        from prometheus_client import start_http_server
+
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_port)
 

@@ -17,8 +17,10 @@ from pollwarden.core.admission import (
     Resume,
     WatchRequest,
     admit,
+    check_many,
     job_id_problem,
     new_operation_id,
+    repeated,
 )
 from pollwarden.core.contract import AgentLimits
 
@@ -124,3 +126,22 @@ def test_an_agent_is_bounded_by_its_caps_and_gets_them_as_defaults() -> None:
 def test_operation_ids_are_sanitised_from_the_contract_name() -> None:
     assert new_operation_id("my contract!", T0, "ab").startswith("my-contract-20250418-")
     assert new_operation_id("__", T0, "ab").startswith("op-")
+
+
+def test_check_many_names_each_refused_request_and_each_repeat_by_its_place() -> None:
+    requests = [ask("a", "op-1"), ask("b\x07"), ask("c"), ask("a"), ask("d", "op-1"), ask("e")]
+    refused = check_many(requests, lambda index: f"line {index + 10}")
+    assert [index for index, _ in refused] == [1, 3, 4]
+    words = {
+        index: refusal.message_for({"job_id": "job id", "operation_id": "operation id"}) for index, refusal in refused
+    }
+    assert "U+0007" in words[1]
+    assert words[3] == "job id is given twice (also at line 10); give each once"
+    assert words[4] == "operation id op-1 is given twice (also at line 10); give each once"
+    assert all(refusal.kind is Refusal.INVALID for _, refusal in refused)
+
+
+def test_the_same_job_under_another_contract_name_is_not_a_repeat() -> None:
+    other = replace(CONTRACT, name="imports")
+    assert repeated([ask("a"), WatchRequest(other, "a")]) == []
+    assert [(i, e) for i, e, _ in repeated([ask("a"), ask("b"), ask("a")])] == [(2, 0)]

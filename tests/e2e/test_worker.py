@@ -10,39 +10,22 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from pollwarden.audit import load_or_create_keys
 from pollwarden.core.contract import load_contract
 from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
 from pollwarden.simulator import Simulator, Step
-from pollwarden.store.base import Store
-from pollwarden.store.open import open_store
 from tests.conftest import run_cli, write_contract
-from tests.store.conftest import create_database, drop_database
+from tests.e2e.conftest import store_of as _store
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(home / "pollwarden.db")
-        return
-    url = create_database(upgraded=True)
-    try:
-        yield url
-    finally:
-        drop_database(url)
-
-
-def _store(db: str, home: Path) -> Store:
-    return open_store(db, keys=load_or_create_keys(home), trusted_checkpoint_path=home / "audit-head.checkpoint")
+# `db` (tests/e2e/conftest.py): each test that takes it runs on SQLite and on PostgreSQL.
 
 
 def _enqueue(db: str, home: Path, contract_path: Path, jobs: list[str]) -> None:

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from pollwarden.store.base import Stored
-from tests.e2e.test_worker import _enqueue, _store
+from tests.e2e.conftest import store_of as _store
+from tests.e2e.test_worker import _enqueue
 from tests.store.conftest import create_database, drop_database
 
 from .cases import CASES, MAIN_CASES, SECRETS, SMUGGLED_RESULT, Case, good_script, write_contract

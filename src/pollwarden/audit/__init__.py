@@ -1,49 +1,52 @@
-"""Encrypted, hash-chained, checkpointed audit log: pure functions, no storage."""
+"""Encrypted, hash-chained, checkpointed audit log: pure functions, no storage.
 
-from pollwarden.audit.chain import (
-    GENESIS_HASH,
-    AuditRecord,
-    canonical_json,
-    chain_hash,
-    open_record,
-    record_aad,
-    seal_record,
-)
-from pollwarden.audit.chains import StoredRows
-from pollwarden.audit.checkpoint import (
-    CHECKPOINTED_KINDS,
-    Checkpoint,
-    checkpoint_valid,
-    key_id_of,
-    load_public_key_text,
-    public_key_text,
-    sign_checkpoint,
-)
-from pollwarden.audit.crypto import AuditCipher, AuditDecryptError, AuditError, AuditKeyError
-from pollwarden.audit.export import (
-    ExportContents,
-    ExportFormatError,
-    load_export,
-    read_checkpoint_file,
-    read_export,
-    read_head_file,
-    read_kept_file,
-    write_checkpoint_file,
-    write_export,
-    write_head_file,
-)
-from pollwarden.audit.heads import Head, head_valid, sign_head
-from pollwarden.audit.journal import HeadFile, replay
-from pollwarden.audit.keys import (
-    AUDIT_KEY_ENV,
-    SIGNING_KEY_ENV,
-    AuditKeys,
-    load_or_create_keys,
-    load_public_key,
-    read_public_key_file,
-    refuse_private_key,
-)
-from pollwarden.audit.verifier import ALL_LOGS, LogHead, Problem, VerifyReport, verify
+The face is lazy (`pollwarden.lazy`): importing the package, or its error types in `crypto`, loads no
+cryptography; a name's module is imported when the name is first used (a store opening its keys, a verify).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_face
+
+if TYPE_CHECKING:
+    from .chain import GENESIS_HASH, AuditRecord, canonical_json, chain_hash, open_record, record_aad, seal_record
+    from .chains import StoredRows
+    from .checkpoint import (
+        CHECKPOINTED_KINDS,
+        Checkpoint,
+        checkpoint_valid,
+        key_id_of,
+        load_public_key_text,
+        public_key_text,
+        sign_checkpoint,
+    )
+    from .crypto import AuditCipher, AuditDecryptError, AuditError, AuditKeyError
+    from .export import (
+        ExportContents,
+        ExportFormatError,
+        load_export,
+        read_checkpoint_file,
+        read_export,
+        read_head_file,
+        read_kept_file,
+        write_checkpoint_file,
+        write_export,
+        write_head_file,
+    )
+    from .heads import Head, head_valid, sign_head
+    from .journal import HeadFile, replay
+    from .keys import (
+        AUDIT_KEY_ENV,
+        SIGNING_KEY_ENV,
+        AuditKeys,
+        load_or_create_keys,
+        load_public_key,
+        read_public_key_file,
+        refuse_private_key,
+    )
+    from .verifier import ALL_LOGS, LogHead, Problem, VerifyReport, verify
 
 __all__ = [
     "ALL_LOGS",
@@ -93,3 +96,21 @@ __all__ = [
     "write_export",
     "write_head_file",
 ]
+
+__getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        ".chain": "GENESIS_HASH AuditRecord canonical_json chain_hash open_record record_aad seal_record",
+        ".chains": "StoredRows",
+        ".checkpoint": "CHECKPOINTED_KINDS Checkpoint checkpoint_valid key_id_of load_public_key_text public_key_text"
+        " sign_checkpoint",
+        ".crypto": "AuditCipher AuditDecryptError AuditError AuditKeyError",
+        ".export": "ExportContents ExportFormatError load_export read_checkpoint_file read_export read_head_file"
+        " read_kept_file write_checkpoint_file write_export write_head_file",
+        ".heads": "Head head_valid sign_head",
+        ".journal": "HeadFile replay",
+        ".keys": "AUDIT_KEY_ENV SIGNING_KEY_ENV AuditKeys load_or_create_keys load_public_key"
+        " read_public_key_file refuse_private_key",
+        ".verifier": "ALL_LOGS LogHead Problem VerifyReport verify",
+    },
+)

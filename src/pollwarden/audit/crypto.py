@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ..errors import EXIT_TAMPERED, PollwardenError
 
 __all__ = [
@@ -67,6 +64,10 @@ class AuditCipher:
     __slots__ = ("_aead",)
 
     def __init__(self, key: bytes) -> None:
+        # Imported here, not with the module: the error types above are imported by every audit caller, while a
+        # cipher is made only when a store opens its keys; `import pollwarden` then loads no cryptography.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         if not isinstance(key, bytes | bytearray):
             raise ValueError(f"audit key must be bytes, got {type(key).__name__}")
         if len(key) != KEY_BYTES:
@@ -82,6 +83,8 @@ class AuditCipher:
         return nonce + self._aead.encrypt(nonce, plaintext, aad)
 
     def open(self, blob: bytes, aad: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag  # loaded already: __init__ imported cryptography
+
         if len(blob) < NONCE_BYTES + TAG_BYTES:
             raise AuditDecryptError(
                 f"ciphertext is too short ({len(blob)} bytes, at least {NONCE_BYTES + TAG_BYTES} expected): "

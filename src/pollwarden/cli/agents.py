@@ -1,7 +1,7 @@
 """The commands around agents: `mcp` serves them; `approvals`, `approve-session`, `revoke-session` and
 `approve-call` are how a person answers them (R41, R42, R48).
 
-The agent surface is one module; cli/app.py adds these with one call to `add_agent_commands`. Every answer
+The agent surface is one module (its flags are in cli/parser.py, with every command's). Every answer
 is a once-only state change of a grant, recorded in the agent session's audit chain with the name of the
 person who gave it.
 """
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..home import resolve_home
 from ..operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
@@ -104,34 +102,3 @@ def cmd_revoke_session(args: argparse.Namespace) -> int:
 
 def cmd_approve_call(args: argparse.Namespace) -> int:
     return _answer(args, kind="call", step=grant_step("refuse" if args.refuse else "approve", None))
-
-
-def add_agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Add `mcp`, `approvals`, `approve-session`, `revoke-session` and `approve-call` to the CLI's subparsers."""
-    m = sub.add_parser("mcp", help="serve agents over MCP (stdio): bounded waits, credentials kept here")
-    m.add_argument("--contracts", required=True, help="directory of contract files; agents name them by `name`")
-    home_arg_adder(m)
-    m.set_defaults(func=cmd_mcp)
-
-    ap = sub.add_parser("approvals", help="list agent approval requests waiting for a person")
-    ap.add_argument("--all", action="store_true", help="include answered, revoked and expired ones")
-    ap.add_argument("--json", action="store_true")
-    home_arg_adder(ap)
-    ap.set_defaults(func=cmd_approvals)
-
-    for name, func, help_text in (
-        ("approve-session", cmd_approve_session, "approve an agent session's use of one contract"),
-        ("revoke-session", cmd_revoke_session, "revoke a session approval: later calls need a new one"),
-        ("approve-call", cmd_approve_call, "approve (or --refuse) one provider call an agent is waiting on"),
-    ):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("grant", help="the approval request id (see `pollwarden approvals`)")
-        p.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
-        p.add_argument("--note")
-        if name != "revoke-session":
-            p.add_argument("--refuse", action="store_true", help="refuse instead of approving")
-        home_arg_adder(p)
-        p.set_defaults(func=func)
-
-
-__all__ = ["add_agent_commands"]

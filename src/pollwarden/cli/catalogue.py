@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from ..catalogue import Shipped, shipped, shipped_text
 from ..core.contract import ContractError
@@ -38,13 +37,3 @@ def cmd_contracts(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
     print("\nUse one with: pollwarden watch --contract NAME --job ID [--var NAME=VALUE ...]")
     return EXIT_OK
-
-
-def add_contracts_command(sub: Any) -> None:
-    c = sub.add_parser("contracts", help="list the shipped provider contracts (`contracts show NAME` prints one)")
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_contracts)
-    inner = c.add_subparsers(dest="contracts_command", required=False, parser_class=type(c))
-    show = inner.add_parser("show", help="print a shipped contract's TOML (copy it to write your own)")
-    show.add_argument("name")
-    show.set_defaults(func=cmd_contracts)

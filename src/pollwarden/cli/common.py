@@ -20,7 +20,6 @@ from ..core.durations import DurationError, parse_duration
 from ..core.escalation import DecisionRequest
 from ..errors import PollwardenError
 from ..home import resolve_home
-from ..operating import HomeError, open_store, watch_command
 from ..shown import has_control, shown
 from ..store.base import Store
 
@@ -115,6 +114,8 @@ def shown_request(request: DecisionRequest) -> DecisionRequest:
 
 def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
     """The resume command for this operation, with the --home/--db this command was given."""
+    from ..operating import watch_command  # `operating` (with http, ssl) is not the parser's: imported by use
+
     return watch_command(operation_id, home=getattr(args, "home", None), db=getattr(args, "db", None))
 
 
@@ -155,6 +156,8 @@ def output_file(path: str, flag: str) -> Iterator[Path]:
 
 def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
+    from ..operating import HomeError, open_store
+
     try:
         return open_store(resolve_home(home_arg), keys=keys)
     except HomeError as exc:

@@ -31,6 +31,7 @@ from .common import (
     typed,
     vars_of,
 )
+from .parser import build_parser
 from .watch import cmd_watch
 
 # -- decisions and actions ----------------------------------------------------------------------------
@@ -98,8 +99,6 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from .app import build_parser  # app imports this module: the parser exists once a command runs
-
     contract = _load_contract(args.contract, vars_of(args))
     try:
         body = Path(args.body).read_bytes()

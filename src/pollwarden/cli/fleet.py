@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ..audit import AuditError, load_or_create_keys
-from ..core.admission import Limits, WatchRequest, check
+from ..audit.crypto import AuditError
+from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
+from ..core.contract import Contract
 from ..core.durations import format_rfc3339
-from ..engine import AdmissionError, Engine
+from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
 from ..operating import configured_witness
@@ -20,9 +21,10 @@ from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
-from ..store.postgres import upgrade_database
-from ..worker import DEFAULT_CONCURRENCY, LANES, JsonLog, Metrics, Worker
-from .common import UsageError, _duration, _load_contract, _positive, add_var_flag, port_number, vars_of, whole_number
+from ..worker import JsonLog, Metrics, Worker
+from . import jobs_file
+from .common import UsageError, _duration, _load_contract, vars_of
+from .jobs_file import operation_ids, read_jobs_file
 from .watch import FLAGS
 
 
@@ -33,6 +35,8 @@ def db_target(args: argparse.Namespace) -> str | Path:
 
 
 def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[], Store]:
+    from ..audit.keys import load_or_create_keys  # the keys (and cryptography) load with the store they open
+
     home = resolve_home(getattr(args, "home", None))
     target = db_target(args)
     try:
@@ -105,15 +109,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
     """Create an operation for the fleet to watch: persisted before any poll, nothing sent from here."""
+    if args.jobs_file is not None:
+        together = [flag for flag, value in (("--job", args.job), ("--status-url", args.status_url),
+                                             ("--operation", args.operation)) if value is not None]  # fmt: skip
+        if together:
+            raise UsageError(f"--jobs-file gives the job ids; {' and '.join(together)} cannot be given with it")
+    elif args.operation_prefix is not None:
+        raise UsageError("--operation-prefix names the operations of a --jobs-file; for one job give --operation")
     contract = _load_contract(args.contract, vars_of(args))
     if not contract.safe_status:
         raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
     deadline = _duration(args.deadline, "--deadline")
     try:  # the worker holds the credential; when this shell has it too, a job id that contains it is refused
-        credential = resolve_secret(contract)
+        credential = held_secret(contract, resolve_secret(contract))
     except CredentialError:
         credential = None
     limits = Limits(deadline=deadline, max_requests=args.max_requests)
+    if args.jobs_file is not None:
+        return _enqueue_file(args, contract, limits, credential)
     if args.job is None and args.status_url is None:
         raise UsageError("enqueue needs --job JOB_ID, or --status-url URL for a contract with status_url_handles")
     request = WatchRequest(
@@ -147,59 +160,51 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _enqueue_file(args: argparse.Namespace, contract: Contract, limits: Limits, credential: HeldSecret | None) -> int:
+    """`--jobs-file`: every line parsed and checked before the store is opened, every job admitted against it
+    before the first batch is written (`Engine.admit_many`); a bad line is exit 2 with nothing enqueued."""
+    file = read_jobs_file(args.jobs_file)
+    ids = operation_ids(args.operation_prefix, len(file.jobs))
+    requests = [
+        WatchRequest(contract, job.job_id, operation_id, limits, by="enqueue", credential=credential)
+        for job, operation_id in zip(file.jobs, ids, strict=True)
+    ]
+
+    def where(index: int) -> str:
+        return f"line {file.jobs[index].number}"
+
+    problems = file.problems + jobs_file.line_problems(file, check_many(requests, where))
+    if problems:  # before the store is opened: a bad file creates nothing, not even a home
+        raise jobs_file.refused(file, problems)
+    if not requests:
+        raise UsageError(
+            f"--jobs-file {file.name} holds no job ids (blank lines and # comments are skipped); nothing to enqueue"
+        )
+    store = store_factory(args)()
+    try:
+        engine = Engine(store, owner=process_owner(), clock=store.db_now)
+        try:
+            admitted = engine.admit_many(requests, where=where)
+        except BatchAdmissionError as exc:
+            raise jobs_file.refused(
+                file, jobs_file.line_problems(file, exc.refusals), admitted=len(exc.admitted)
+            ) from None
+    finally:
+        store.close()
+    print(jobs_file.summary(file, admitted))
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     target = db_target(args)
     if not is_postgres_url(target):
         print(f"{target}: SQLite files are upgraded in place when opened; nothing to do")
         return 0
+    from ..store.postgres import upgrade_database  # psycopg, only for a PostgreSQL target
+
     try:
         applied = upgrade_database(str(target))
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     print(f"applied migrations {applied}" if applied else "the database is up to date")
     return 0
-
-
-def add_fleet_commands(sub: argparse._SubParsersAction, home: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
-    def db(p: argparse.ArgumentParser) -> None:
-        home(p)  # which also adds --db
-
-    w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
-    w.add_argument(
-        "--concurrency",
-        type=whole_number(1, 256),
-        default=DEFAULT_CONCURRENCY,
-        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
-        f" {DEFAULT_CONCURRENCY})",
-    )
-    w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
-    w.add_argument("--metrics-host", default="127.0.0.1")
-    w.add_argument(
-        "--provider-rate",
-        action="append",
-        metavar="NAME=RPS",
-        help="fleet-wide cap of status requests per second for a contract, shared through the database",
-    )
-    db(w)
-    w.set_defaults(func=cmd_worker)
-
-    e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
-    e.add_argument("--contract", required=True)
-    e.add_argument("--job", help="the provider's job id (required unless --status-url)")
-    e.add_argument(
-        "--status-url",
-        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
-        " unless --job is given",
-    )
-    e.add_argument("--operation")
-    e.add_argument("--deadline")
-    e.add_argument("--max-requests", type=_positive)
-    add_var_flag(e)
-    db(e)
-    e.set_defaults(func=cmd_enqueue)
-
-    dbp = sub.add_parser("db", help="database administration")
-    dbs = dbp.add_subparsers(dest="db_command", required=True)
-    up = dbs.add_parser("upgrade", help="apply pending schema migrations to a PostgreSQL database")
-    db(up)
-    up.set_defaults(func=cmd_db_upgrade)

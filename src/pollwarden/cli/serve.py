@@ -19,6 +19,7 @@ from .common import (
     _open_store,
 )
 from .inspect import cmd_story
+from .parser import build_parser
 from .watch import cmd_watch
 
 # -- console --------------------------------------------------------------------------------------
@@ -84,8 +85,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The newcomer's first command: a real provider on loopback, a real watch, the story it leaves."""
-    from .app import build_parser  # app imports this module: the parser exists once a command runs
-
     home = Path(tempfile.mkdtemp(prefix="pollwarden-demo-")) if args.home is None else Path(args.home)
     with Simulator() as sim:
         sim.add_job(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -344,6 +344,14 @@ def _resume(request: WatchRequest, existing: OperationRecord, *, reused_job: boo
     return Narrow(existing, narrowed, reused_job=reused_job)
 
 
+def held_secret(contract: Contract, credential: str | HeldSecret | None) -> HeldSecret | None:
+    """The credential as something that can say whether a text holds it, in every form it is sent in. A
+    caller admitting many requests builds it once and hands the same one to each."""
+    if isinstance(credential, str):
+        return Scrubber([credential], scheme=contract.auth.scheme if contract.auth else None)
+    return credential or None
+
+
 def check(request: WatchRequest) -> Refuse | None:
     """The part of admission that needs nothing stored: drivers call it before they open or query a store, so a
     malformed request creates nothing (not even a home) and never reaches a database as an unencodable string."""
@@ -363,13 +371,12 @@ def check(request: WatchRequest) -> Refuse | None:
         and (problem := job_path_problem(request.job_id))
     ):
         bad.append(Problem("job_id", f"{problem} (contract {request.contract.name!r} places it in the path)"))
-    elif request.job_id is not None and request.credential:
-        scheme = request.contract.auth.scheme if request.contract.auth else None
-        held = request.credential
-        if isinstance(held, str):
-            held = Scrubber([held], scheme=scheme)
-        if held.found_in(request.job_id):
-            bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
+    elif (
+        request.job_id is not None
+        and (held := held_secret(request.contract, request.credential))
+        and held.found_in(request.job_id)
+    ):
+        bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
     malformed, over = _limit_problems(request)
     bad.extend(malformed)
     if bad:
@@ -377,6 +384,38 @@ def check(request: WatchRequest) -> Refuse | None:
     if over:
         return Refuse(Refusal.LIMIT, (*over, Problem(None, "an agent may ask for less, never more")))
     return None
+
+
+def repeated(requests: Sequence[WatchRequest]) -> list[tuple[int, int, Problem]]:
+    """(index, earlier index, why) for every request that names the job (under the same contract name) or the
+    operation of an earlier one: one batch must not ask twice for one thing, since the second would be admitted
+    against what the first is about to create, and which of the two wins would be an accident of order."""
+    jobs: dict[tuple[str, str], int] = {}
+    operations: dict[str, int] = {}
+    found: list[tuple[int, int, Problem]] = []
+    for index, request in enumerate(requests):
+        operation, job = request.operation_id, request.job_id
+        if operation is not None and (earlier := operations.setdefault(operation, index)) != index:
+            found.append((index, earlier, Problem("operation_id", f"{operation} is given twice")))
+        elif job is not None and (earlier := jobs.setdefault((request.contract.name, job), index)) != index:
+            found.append((index, earlier, Problem("job_id", "is given twice")))
+    return found
+
+
+def check_many(requests: Sequence[WatchRequest], where: Callable[[int], str]) -> list[tuple[int, Refuse]]:
+    """`check` for each request of a batch, and `repeated`: (index, refusal) for each refused one, in order.
+
+    `where` names a request's place as the caller's interface does ("line 7"), for the refusal of a repeat."""
+    refused: dict[int, list[Problem]] = {}
+    kinds: dict[int, Refusal] = {}
+    for index, request in enumerate(requests):
+        if (refusal := check(request)) is not None:
+            refused[index], kinds[index] = list(refusal.problems), refusal.kind
+    for index, earlier, problem in repeated(requests):
+        text = f"{problem.text} (also at {where(earlier)}); give each once"
+        refused.setdefault(index, []).append(replace(problem, text=text))
+        kinds.setdefault(index, Refusal.INVALID)
+    return [(index, Refuse(kinds[index], tuple(refused[index]))) for index in sorted(refused)]
 
 
 def admit(
@@ -454,11 +493,14 @@ __all__ = [
     "WatchRequest",
     "admit",
     "check",
+    "check_many",
     "created_event",
+    "held_secret",
     "job_id_problem",
     "narrow",
     "new_operation_id",
     "operation_id_problem",
+    "repeated",
     "status_location_problem",
     "status_url_problem",
     "widening",

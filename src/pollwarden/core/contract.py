@@ -13,6 +13,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -288,6 +289,11 @@ class Contract:
 
     def fingerprint(self) -> str:
         """What fixes the meaning of a poll: a resumed operation must be read with the same table."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        # Once per contract: a bulk enqueue admits thousands of operations under one (the contract is frozen).
         identity: dict[str, object] = {
             "name": self.name,
             "status_url": self.status_url,

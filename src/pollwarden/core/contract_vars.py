@@ -17,11 +17,13 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .contract_reader import ContractError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 VAR_NAME = re.compile(r"[a-z][a-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z_]+)?)\}")
@@ -230,7 +232,7 @@ def unwrap(text: str, source: str) -> tuple[str, dict[str, str]] | None:
 
 def shipped_names() -> list[str]:
     """The contracts shipped as package data (src/pollwarden/contracts/NAME.toml), sorted."""
-    folder = resources.files("pollwarden") / "contracts"
+    folder = _shipped_folder()
     if not folder.is_dir():
         return []
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
@@ -244,7 +246,15 @@ def shipped_text(name: str, source: str = "--contract") -> str:
             f"{source}: no shipped contract is named {name!r}; shipped: {', '.join(known) or 'none'}"
             " (a path must contain '/' or end in .toml)"
         )
-    return (resources.files("pollwarden") / "contracts" / f"{name}.toml").read_text(encoding="utf-8")
+    return (_shipped_folder() / f"{name}.toml").read_text(encoding="utf-8")
+
+
+def _shipped_folder() -> Traversable:
+    # importlib.resources (with tempfile, shutil and the compressors) loads when a shipped contract is named, not
+    # with the core: a contract given as a file, and `import pollwarden`, never need it.
+    from importlib import resources
+
+    return resources.files("pollwarden") / "contracts"
 
 
 def merge_use(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from .contract import Schedule
@@ -67,6 +66,10 @@ def parse_retry_after(value: str, received_at: datetime) -> datetime | Rejection
         return received_at + timedelta(seconds=seconds)
     if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
         return Rejection("Retry-After", shown, "negative delay")
+    # The email package (with socket, calendar and locale) is loaded by the first HTTP-date, not by every import
+    # of the core: most Retry-After values are delay-seconds.
+    from email.utils import parsedate_to_datetime
+
     try:
         moment = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

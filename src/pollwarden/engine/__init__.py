@@ -1,11 +1,13 @@
 """One engine under every interface: admission and the poll step, written once (see `flow` and `driver`)."""
 
-from .driver import AdmissionError, Admitted, Engine, StatusSender, new_decision_id
+from .driver import BATCH, AdmissionError, Admitted, BatchAdmissionError, Engine, StatusSender, new_decision_id
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
 __all__ = [
+    "BATCH",
     "AdmissionError",
     "Admitted",
+    "BatchAdmissionError",
     "Busy",
     "Done",
     "Engine",

@@ -1,8 +1,8 @@
 """The synchronous driver of the engine: admission and the step flow, executed against a store and a client.
 
 Every interface goes through `Engine`: `watch` and the Python API (`run`), the worker (`step_claimed` after
-its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`). What each interface adds is parsing
-its own input and rendering its own output.
+its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`; `admit_many` for a jobs file). What
+each interface adds is parsing its own input and rendering its own output.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..clock import utcnow
 from ..core.admission import (
+    Admission,
     Create,
     Narrow,
     Problem,
@@ -26,7 +27,7 @@ from ..core.admission import (
     Resume,
     WatchRequest,
     admit,
-    check,
+    check_many,
     narrow,
 )
 from ..core.contract import Contract
@@ -36,7 +37,7 @@ from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused
 from ..notify import deliver
-from ..store.base import Lease, OperationExists, Store
+from ..store.base import Lease, LogEntry, OperationExists, Store
 from . import batch, flow
 from .flow import Done, NotYet, Polled, StepResult, lease_ttl
 
@@ -67,12 +68,28 @@ class AdmissionError(PollwardenError, ValueError):
         return self.refusal.kind
 
 
+BATCH = 500
+"""Requests per write transaction in `admit_many`; why 500 is in docs/performance.md ("Bulk enqueue")."""
+
+
 @dataclass(frozen=True)
 class Admitted:
     record: OperationRecord
     created: bool
     reused_job: bool = False
     """The caller named no operation and got the job's existing one back (never a fresh budget)."""
+
+
+class BatchAdmissionError(PollwardenError, ValueError):
+    """Requests of a batch that cannot be admitted as asked. `refusals` are (index, refusal) in request order;
+    `admitted` is what had been admitted already: empty unless another process created one of the same
+    operations or jobs while the batch was written (every request is admitted before the first write)."""
+
+    def __init__(self, refusals: Sequence[tuple[int, Refuse]], admitted: Sequence[Admitted] = ()) -> None:
+        first = refusals[0][1].message if refusals else "nothing"
+        super().__init__(f"{len(refusals)} request(s) cannot be admitted; the first: {first}")
+        self.refusals = tuple(refusals)
+        self.admitted = tuple(admitted)
 
 
 Notifier = Callable[[Contract, DecisionRequest], None]
@@ -102,37 +119,125 @@ class Engine:
 
     def admit(self, request: WatchRequest) -> Admitted:
         """Create, resume or narrow the operation the request names, or raise AdmissionError (audited on the
-        existing operation when it contradicts one)."""
-        refused = check(request)  # before any lookup: a malformed id never reaches the store
-        if refused is not None:
-            raise AdmissionError(refused)
+        existing operation when it contradicts one): `admit_many` with one request."""
+        try:
+            (admitted,) = self.admit_many([request])
+        except BatchAdmissionError as exc:
+            raise AdmissionError(exc.refusals[0][1]) from None
+        return admitted
+
+    def admit_many(
+        self,
+        requests: Sequence[WatchRequest],
+        *,
+        batch: int = BATCH,
+        where: Callable[[int], str] = lambda index: f"request {index + 1}",
+    ) -> list[Admitted]:
+        """Admit each request by the one rule (`core.admission.admit`), one write transaction per `batch` of
+        them; each created operation gets its own record and `created` event, as if admitted alone.
+
+        Nothing is created unless every request can be admitted: all are checked (repeats within the requests
+        included, each place named by `where`) and admitted against the store before the first batch is
+        written; a refused resume is audited on its operation, as for one request. A crash leaves whole
+        batches, and admitting the same requests again resumes what exists (same id, same job) and creates
+        the rest. Raises BatchAdmissionError naming every refused request."""
+        refused = check_many(requests, where)
+        if refused:  # before any lookup: a malformed id never reaches the store
+            raise BatchAdmissionError(refused)
+        if len(requests) > batch:  # a single batch is validated by `_admit_batch` itself, before it writes
+            now, refusals = self.clock(), []
+            for start in range(0, len(requests), batch):  # batch by batch: only the refusals are kept
+                answers = self._answers(requests[start : start + batch], now, set())
+                refusals += [(start + i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
+            self._refuse(requests, refusals, now, batch)
+        admitted: list[Admitted] = []
+        taken: set[str] = set()
+        for start in range(0, len(requests), batch):
+            try:
+                admitted.extend(self._admit_batch(requests[start : start + batch], start, taken))
+            except BatchAdmissionError as exc:  # another process got in between: what was written is said
+                raise BatchAdmissionError(exc.refusals, [*admitted, *exc.admitted]) from None
+        return admitted
+
+    def _admit_batch(self, requests: Sequence[WatchRequest], offset: int, taken: set[str]) -> list[Admitted]:
+        """One batch: looked up and admitted afresh (as one request is), then created in one transaction."""
         for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
             now = self.clock()
-            stored = self.store.get(request.operation_id) if request.operation_id is not None else None
-            existing = stored.record if stored is not None else None
-            same_job = self._same_job(request) if existing is None else []
-            answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
-            if isinstance(answer, Refuse):
-                if answer.operation_id is not None:
-                    audited = ResumeRefused(why=answer.message, extra={"by": request.by})
-                    self.store.append(answer.operation_id, audited.KIND, audited.to_json(), now)
-                raise AdmissionError(answer)
-            if isinstance(answer, Resume):
-                return Admitted(answer.record, created=False, reused_job=answer.reused_job)
-            if isinstance(answer, Narrow):
-                return Admitted(self._narrow(request, answer), created=False, reused_job=answer.reused_job)
-            assert isinstance(answer, Create)
+            answers = self._answers(requests, now, taken)
+            refusals = [(i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
+            self._refuse(requests, refusals, now, len(requests), offset)
+            pairs = list(zip(requests, answers, strict=True))
             try:
-                self.store.create(answer.record, request.contract.source_text, answer.event)
+                self.store.create_many(
+                    [(answer.record, request.contract.source_text, answer.event) for request, answer in pairs
+                     if isinstance(answer, Create)]
+                )  # fmt: skip
             except OperationExists:
                 continue
-            return Admitted(answer.record, created=True)
-        raise _conflict("the operation is being created by another process; try again in a moment")
+            admitted: list[Admitted] = []
+            for index, (request, answer) in enumerate(pairs):
+                if isinstance(answer, Create):
+                    admitted.append(Admitted(answer.record, created=True))
+                elif isinstance(answer, Resume):
+                    admitted.append(Admitted(answer.record, created=False, reused_job=answer.reused_job))
+                else:
+                    assert isinstance(answer, Narrow)
+                    try:
+                        narrowed = self._narrow(request, answer)
+                    except AdmissionError as exc:
+                        raise BatchAdmissionError([(offset + index, exc.refusal)], admitted) from None
+                    admitted.append(Admitted(narrowed, created=False, reused_job=answer.reused_job))
+            return admitted
+        busy = _conflict("the operation is being created by another process; try again in a moment").refusal
+        raise BatchAdmissionError([(offset + index, busy) for index in range(len(requests))])
 
-    def _same_job(self, request: WatchRequest) -> list[OperationRecord]:
-        if request.job_id is None:
-            return []
-        return [stored.record for stored in self.store.find_job(request.contract.name, request.job_id)]
+    def _answers(self, requests: Sequence[WatchRequest], now: datetime, taken: set[str]) -> list[Admission]:
+        """The admission of each request against what the store holds now; `taken` are operation ids already
+        given out by this call, which a generated id must avoid (its random part is short)."""
+        stored = self.store.get_many([r.operation_id for r in requests if r.operation_id is not None])
+        jobs: dict[str, list[str]] = {}
+        for request in requests:
+            if request.job_id is not None and (request.operation_id is None or request.operation_id not in stored):
+                jobs.setdefault(request.contract.name, []).append(request.job_id)
+        same = {name: self.store.find_jobs(name, job_ids) for name, job_ids in jobs.items()}
+        answers: list[Admission] = []
+        for request in requests:
+            found = stored.get(request.operation_id) if request.operation_id is not None else None
+            existing = found.record if found is not None else None
+            same_job = []
+            if existing is None and request.job_id is not None:
+                same_job = [s.record for s in same[request.contract.name].get(request.job_id, [])]
+            while True:
+                answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
+                if not isinstance(answer, Create) or answer.record.operation_id not in taken:
+                    break
+                assert request.operation_id is None  # a given id is taken only by a repeat, refused before
+            if isinstance(answer, Create):
+                taken.add(answer.record.operation_id)
+            answers.append(answer)
+        return answers
+
+    def _refuse(
+        self,
+        requests: Sequence[WatchRequest],
+        refusals: Sequence[tuple[int, Refuse]],
+        now: datetime,
+        batch: int,
+        offset: int = 0,
+    ) -> None:
+        """Raise for the refused requests (index into `requests`; `offset` places them in the caller's), each
+        refused resume audited on its operation first, `batch` per transaction, as `resume_refused`: the same
+        event one refused request leaves."""
+        if not refusals:
+            return
+        audited: list[LogEntry] = []
+        for index, refusal in refusals:
+            if refusal.operation_id is not None:
+                event = ResumeRefused(why=refusal.message, extra={"by": requests[index].by})
+                audited.append((refusal.operation_id, event.KIND, event.to_json()))
+        for start in range(0, len(audited), batch):
+            self.store.append_many(audited[start : start + batch], now)
+        raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
 
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
         now = self.clock()

@@ -14,13 +14,20 @@ The simulator never keeps an Authorization value or any header whose name sugges
 credential: recorded requests end up in test output and logs.
 """
 
-from .scenarios import SCENARIOS, contract_text, scenario_listing
-from .script import Step, substitute
-from .server import RecordedRequest, Simulator, serve
+from __future__ import annotations
 
-# The conformance benchmark records each answer by overriding the server's own recording.
-from .server import _Answer as _Answer
-from .server import _Handler as _Handler
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_face
+
+if TYPE_CHECKING:
+    from .scenarios import SCENARIOS, contract_text, scenario_listing
+    from .script import Step, substitute
+    from .server import RecordedRequest, Simulator, serve
+
+    # The conformance benchmark records each answer by overriding the server's own recording.
+    from .server import _Answer as _Answer
+    from .server import _Handler as _Handler
 
 __all__ = [
     "SCENARIOS",
@@ -32,3 +39,13 @@ __all__ = [
     "serve",
     "substitute",
 ]
+
+# Lazy (`pollwarden.lazy`): the CLI's parser lists the scenarios in `simulate --help` without loading the server.
+__getattr__, __dir__ = lazy_face(
+    __name__,
+    {
+        ".scenarios": "SCENARIOS contract_text scenario_listing",
+        ".script": "Step substitute",
+        ".server": "RecordedRequest Simulator serve _Answer _Handler",
+    },
+)

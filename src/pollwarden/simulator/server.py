@@ -334,8 +334,9 @@ class Simulator:
             return _Answer(None, delay=step.delay)
         now = time.time()
         headers: dict[str, str] = {}
-        if isinstance(step.body, bytes):
-            body = step.body
+        if isinstance(step.body, bytes) or callable(step.body):
+            # A callable is a builtin scenario's bytes, made when first served; a script's body is JSON or bytes.
+            body = step.body() if callable(step.body) else step.body
             headers["Content-Type"] = "application/octet-stream"
         elif step.body is None:
             body = b""

@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
+    from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from .trail import AuditSnapshot
 
 
@@ -72,6 +72,12 @@ class Event:
 
 
 NewEvent = tuple[str, Mapping[str, Any]]
+
+NewOperation = tuple[OperationRecord, str, Mapping[str, Any]]
+"""An operation to create: its record, the contract text it was admitted under, and its `created` event."""
+
+LogEntry = tuple[str, str, Mapping[str, Any]]
+"""An event that changes no record, for `append_many`: the log, the kind, the data."""
 
 
 @dataclass(frozen=True)
@@ -182,13 +188,26 @@ class Store(Protocol):
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
 
+    def create_many(self, operations: Sequence[NewOperation]) -> None:
+        """Every operation with its `created` event in one transaction, or none of them: OperationExists when
+        any id is taken (a bulk enqueue writes its file this way, one batch per call)."""
+        ...
+
     def get(self, operation_id: str) -> Stored | None: ...
+
+    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
+        """The stored operations among these ids, by id (a missing id is absent)."""
+        ...
 
     def all(self) -> list[Stored]: ...
 
     def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
         """Every operation of this job under this contract, newest first: admission asks before it creates one,
         so an existing operation of the job is resumed instead of getting a fresh budget."""
+        ...
+
+    def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
+        """`find_job` for many jobs of one contract at once, by job id (a job with no operation is absent)."""
         ...
 
     def claim(
@@ -317,6 +336,10 @@ class Store(Protocol):
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
         """An event that changes no record: a refused resume, a lost lease, or (with `agent_log_id`) an
         agent session's start, approval or call, each sealed and chained like an operation's events."""
+        ...
+
+    def append_many(self, entries: Sequence[LogEntry], at: datetime) -> None:
+        """`append` for many events in one transaction (a bulk enqueue's refused resumes)."""
         ...
 
     def events(self, operation_id: str) -> list[Event]: ...

@@ -101,9 +101,6 @@ class Tx:
     dialect: Dialect
     locked: set[str] = field(default_factory=set)
     checkpoints: list[Checkpoint] = field(default_factory=list)
-    heads: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
-    log, and while the log is locked the head it wrote last is the head, so it is not read again."""
     appended: dict[str, tuple[int, int, str]] = field(default_factory=dict)
     """Per log this transaction appended to: (its seq before, its last seq now, that record's hash)."""
     last_at: str = ""
@@ -112,6 +109,9 @@ class Tx:
     """A record of a kind that ends or turns a story (success, stop, decision): its head goes elsewhere now."""
     head: Head | None = None
     """The signed head written just before commit, over every log."""
+    heads: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
+    log, and while the log is locked the head it wrote last is the head, so it is not read again."""
 
     def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
         return self.run(self.dialect.sql(query), params)

@@ -25,10 +25,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
@@ -36,42 +35,16 @@ from ..audit import AuditKeys
 from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
+from .open import redact_url
 from .sql import SQLStore
 from .witness import Witness
 
-__all__ = ["POSTGRES", "PostgresStore", "is_postgres_url", "redact_url", "upgrade_database"]
+__all__ = ["POSTGRES", "PostgresStore", "redact_url", "upgrade_database"]
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when none is given in the URL: a worker should fail, not hang."""
 
-_SECRET_PARAMS = frozenset({"password", "sslpassword"})
-
 Conn = psycopg.Connection[TupleRow]
-
-
-def is_postgres_url(target: str | Path) -> bool:
-    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for messages and `status` output (passwords never reach a log)."""
-    if is_postgres_url(url):
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hosts = netloc.rpartition("@")
-            user = userinfo.partition(":")[0]
-            netloc = f"{user}@{hosts}" if user else hosts
-        query = parts.query
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(key.lower() in _SECRET_PARAMS for key, _ in pairs):
-            query = urlencode([(key, value) for key, value in pairs if key.lower() not in _SECRET_PARAMS])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.Error:
-        return "the PostgreSQL database (unparseable connection string)"
-    return make_conninfo("", **{key: value for key, value in params.items() if key not in _SECRET_PARAMS})
 
 
 def _connect_kwargs(url: str) -> dict[str, Any]:

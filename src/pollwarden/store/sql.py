@@ -25,6 +25,7 @@ from .base import (
     Grant,
     Lease,
     NewEvent,
+    NewOperation,
     OperationExists,
     Stored,
     StoredDecision,
@@ -54,6 +55,17 @@ from .trail import AuditTrail
 
 _ALREADY = "operation {} already exists"
 
+_IN_LIST = 500
+"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
+
+
+_ROWS = 100
+"""Operations per multi-row INSERT: 1,200 parameters, well within both databases' limits."""
+
+
+def _chunks(values: Sequence[str]) -> list[list[str]]:
+    return [list(values[start : start + _IN_LIST]) for start in range(0, len(values), _IN_LIST)]
+
 
 _FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bigint", "text", "time", "bool", "time")
 """The columns of one fenced write's VALUES row: id, token, owner, the record's columns, updated_at, release,
@@ -77,33 +89,56 @@ class _Operations(AuditTrail):
     # -- records -------------------------------------------------------------------------------------
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None:
-        with self._tx() as tx:
-            self._insert_operation(tx, record, contract_text)
-            self._append(tx, record.operation_id, "created", event, record.created_at)
+        self.create_many([(record, contract_text, event)])
 
-    def _insert_operation(self, tx: Tx, record: OperationRecord, contract_text: str) -> None:
-        # ON CONFLICT, not a prior SELECT: two machines creating one id at once must not both pass a check.
+    def create_many(self, operations: Sequence[NewOperation]) -> None:
+        if not operations:
+            return
+        with self._tx() as tx:
+            # Every new log locked up front in the one global order (PostgreSQL): a batch never deadlocks
+            # with another transaction that locks several logs.
+            self._lock_logs(tx, [record.operation_id for record, _, _ in operations])
+            self._insert_operations(tx, [(record, contract_text) for record, contract_text, _ in operations])
+            for record, _, event in operations:
+                self._append(tx, record.operation_id, "created", event, record.created_at)
+
+    def _insert_operations(self, tx: Tx, operations: Sequence[tuple[OperationRecord, str]]) -> None:
+        """OperationExists, with the whole transaction, when any id is taken. ON CONFLICT, not a prior SELECT:
+        two machines creating one id at once must not both pass a check. Up to _ROWS rows per statement: a
+        bulk enqueue on PostgreSQL pays one round trip per chunk, not per operation."""
         stamp = self.dialect.stamp
-        cursor = tx.execute(
-            "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
-            " status_requests_used, max_status_requests, record, contract, created_at, updated_at)"
-            f" VALUES ({marks(12)}) ON CONFLICT (operation_id) DO NOTHING",
-            (
-                record.operation_id,
-                record.job_id,
-                record.contract_name,
-                *record_values(record, stamp),
-                contract_text,
-                stamp(record.created_at),
-                stamp(record.created_at),
-            ),
-        )
-        if cursor.rowcount != 1:
-            raise OperationExists(_ALREADY.format(record.operation_id))
+        for start in range(0, len(operations), _ROWS):
+            chunk = operations[start : start + _ROWS]
+            values: list[Any] = []
+            for record, contract_text in chunk:
+                created = stamp(record.created_at)
+                values += (record.operation_id, record.job_id, record.contract_name, *record_values(record, stamp))
+                values += (contract_text, created, created)
+            inserted = tx.execute(
+                "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
+                " status_requests_used, max_status_requests, record, contract, created_at, updated_at) VALUES "
+                + ",".join([f"({marks(12)})"] * len(chunk))
+                + " ON CONFLICT (operation_id) DO NOTHING RETURNING operation_id",
+                values,
+            ).fetchall()
+            if len(inserted) != len(chunk):
+                new = {str(row[0]) for row in inserted}
+                taken = next(record.operation_id for record, _ in chunk if record.operation_id not in new)
+                raise OperationExists(_ALREADY.format(taken))
 
     def get(self, operation_id: str) -> Stored | None:
         row = self._row(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,))
         return None if row is None else stored_from_row(row, self.dialect.moment)
+
+    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
+        found: dict[str, Stored] = {}
+        for chunk in _chunks(sorted(set(operation_ids))):
+            rows = self._rows(
+                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(chunk))})",
+                chunk,
+            )
+            found.update((str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows)
+        return found
 
     def all(self) -> list[Stored]:
         # operation_id breaks ties of created_at: a listing should not shuffle.
@@ -111,13 +146,20 @@ class _Operations(AuditTrail):
         return [stored_from_row(row, self.dialect.moment) for row in rows]
 
     def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
-        """Every operation of one job under one contract, newest first (served by `operations_job`)."""
-        rows = self._rows(
-            f"SELECT {STORED_COLUMNS} FROM operations WHERE contract_name = ? AND job_id = ?"
-            " ORDER BY created_at DESC, operation_id DESC",
-            (contract_name, job_id),
-        )
-        return [stored_from_row(row, self.dialect.moment) for row in rows]
+        return self.find_jobs(contract_name, [job_id]).get(job_id, [])
+
+    def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
+        """Every operation of these jobs under one contract, newest first per job (served by `operations_job`)."""
+        found: dict[str, list[Stored]] = {}
+        for chunk in _chunks(sorted(set(job_ids))):
+            rows = self._rows(
+                f"SELECT job_id, {STORED_COLUMNS} FROM operations WHERE contract_name = ?"
+                f" AND job_id IN ({marks(len(chunk))}) ORDER BY created_at DESC, operation_id DESC",
+                (contract_name, *chunk),
+            )
+            for row in rows:
+                found.setdefault(str(row[0]), []).append(stored_from_row(row[1:], self.dialect.moment))
+        return found
 
     def next_due(self, free_at: datetime | None = None) -> datetime | None:
         """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
@@ -407,7 +449,7 @@ class SQLStore(_Operations):
                 " WHERE operation_id = ?",
                 (record.job_id, record.status_location, self.dialect.stamp(record.created_at), submission.operation_id),
             )
-            self._insert_operation(tx, record, contract_text)
+            self._insert_operations(tx, [(record, contract_text)])
             self._append(tx, record.operation_id, "submitted", event, record.created_at)
 
     def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None:

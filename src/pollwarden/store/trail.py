@@ -42,7 +42,7 @@ from ..audit import (
 )
 from ..core.durations import format_rfc3339, parse_rfc3339
 from ..home import PRIVATE_FILE, tighten
-from .base import Event, StoreError
+from .base import Event, LogEntry, StoreError
 from .common import (
     AUDIT_RECORD_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -191,8 +191,15 @@ class AuditTrail(ABC):
     # -- writing -----------------------------------------------------------------------------------------
 
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        self.append_many([(operation_id, kind, data)], at)
+
+    def append_many(self, entries: Sequence[LogEntry], at: datetime) -> None:
+        if not entries:
+            return
         with self._tx() as tx:
-            self._append(tx, operation_id, kind, data, at)
+            self._lock_logs(tx, [log_id for log_id, _, _ in entries])  # all at once, in the one global order
+            for log_id, kind, data in entries:
+                self._append(tx, log_id, kind, data, at)
 
     def _lock_logs(self, tx: Tx, log_ids: Iterable[str]) -> None:
         """Hold these logs' heads until commit, in key order: the same order every transaction uses."""

@@ -1,0 +1,298 @@
+"""The `pollwarden` command's grammar: every command, its flags and its help, with no command's code loaded.
+
+Each command names its function as a `Command` (module in `pollwarden.cli`, name), imported only when it runs:
+`pollwarden --help`, and every command, load only what they use (`mcp` the MCP SDK, `console` the console,
+`worker` prometheus_client, a `postgresql://` --db psycopg), while `--help` still lists every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from .. import __version__
+from ..fleet_defaults import DEFAULT_CONCURRENCY, LANES
+from ..simulator.scenarios import scenario_listing
+from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, whole_number
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command's function, named by its module in `pollwarden.cli` and its name, imported when it runs."""
+
+    module: str
+    name: str
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        func: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"{__package__}.{self.module}"), self.name
+        )
+        return func(args)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"pollwarden: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pollwarden", description="Bounded, durable, auditable waiting on external jobs.")
+    parser.add_argument("--version", action="version", version=f"pollwarden {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def home(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--home", help="state directory (default $POLLWARDEN_HOME or ~/.local/state/pollwarden)")
+        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
+
+    w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
+    w.add_argument(
+        "--contract",
+        help="a shipped contract's name (`pollwarden contracts`) or a contract file; to resume, the operation's"
+        " stored one is used",
+    )
+    w.add_argument("--job", help="the provider's job id (required for a new operation, unless --status-url)")
+    w.add_argument(
+        "--status-url",
+        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
+        " unless --job is given",
+    )
+    add_var_flag(w)
+    w.add_argument("--operation", help="operation id: new to create, existing to resume")
+    w.add_argument("--deadline", help="wall-clock deadline from the operation's start, e.g. 40m")
+    w.add_argument("--max-requests", type=_positive, help="status request budget")
+    w.add_argument("--max-transport-failures", type=_positive, help="transport-failure budget")
+    w.add_argument("--base-delay", help="backoff base delay, e.g. 5s")
+    w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
+    w.add_argument("--useful-for", help="business deadline: stop with usefulness_window_closed after this, e.g. 20m")
+    w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    home(w)
+    w.set_defaults(func=Command("watch", "cmd_watch"))
+
+    s = sub.add_parser("status", help="show one operation, or a table of all")
+    s.add_argument("operation", nargs="?")
+    s.add_argument("--json", action="store_true")
+    home(s)
+    s.set_defaults(func=Command("inspect", "cmd_status"))
+
+    st = sub.add_parser("story", help="an operation's decisions, told in order")
+    st.add_argument("operation")
+    st.add_argument("--json", action="store_true")
+    home(st)
+    st.set_defaults(func=Command("inspect", "cmd_story"))
+
+    sim = sub.add_parser(
+        "simulate",
+        help="run a scripted job provider on loopback",
+        epilog=scenario_listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=port_number, default=8080)
+    sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
+    sim.add_argument(
+        "--time-scale", type=real_number(0, 1000), default=1.0, help="scale scenario times (0.1 = ten times faster)"
+    )
+    sim.add_argument("--quiet", action="store_true", help="print only the listening line")
+    sim.set_defaults(func=Command("serve", "cmd_simulate"))
+
+    audit = sub.add_parser("audit", help="verify, export or repair the encrypted, hash-chained audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True, parser_class=_Parser)
+    av = audit_sub.add_parser("verify", help="check the chains and signed heads; needs no decryption key")
+    av.add_argument("--file", help="an export written by `audit export` (default: the log in the home)")
+    av.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a signed head kept elsewhere (`audit checkpoint --out`): the store must extend it"
+        " (default: FILE.checkpoint for an export; else the newest of the home's and the witness's)",
+    )
+    av.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="trust only this signing public key (a copy of keys/signing.pub kept elsewhere)",
+    )
+    av.add_argument("--json", action="store_true")
+    home(av)
+    av.set_defaults(func=Command("audit", "cmd_audit_verify"))
+    ae = audit_sub.add_parser("export", help="write a self-contained, verifiable export")
+    ae.add_argument("--out", required=True)
+    ae.add_argument("--operation", help="only this operation's log")
+    home(ae)
+    ae.set_defaults(func=Command("audit", "cmd_audit_export"))
+    ac = audit_sub.add_parser("checkpoint", help="write the newest signed head, for a witness to keep elsewhere")
+    ac.add_argument("--out", help="the file to write (default or '-': standard output)")
+    home(ac)
+    ac.set_defaults(func=Command("audit", "cmd_audit_checkpoint"))
+    aw = audit_sub.add_parser("witness", help="show, set or clear where new signed heads are sent automatically")
+    aw.add_argument("location", nargs="?", help="a directory on another volume, or an https:// URL")
+    aw.add_argument("--clear", action="store_true", help="send heads nowhere but the home's audit-head.checkpoint")
+    home(aw)
+    aw.set_defaults(func=Command("audit", "cmd_audit_witness"))
+    ar = audit_sub.add_parser("repair", help="cut a torn last line from an export (kept aside in FILE.torn)")
+    ar.add_argument("--file", required=True)
+    ar.set_defaults(func=Command("audit", "cmd_audit_repair"))
+
+    wy = sub.add_parser("why", help="explain one decision and replay it through today's core")
+    wy.add_argument("operation")
+    which = wy.add_mutually_exclusive_group()
+    which.add_argument("--seq", type=whole_number(0, 2**62), help="the decision's record number (see `story --json`)")
+    which.add_argument("--at", help="the last decision at or before this RFC 3339 time")
+    wy.add_argument("--json", action="store_true")
+    home(wy)
+    wy.set_defaults(func=Command("inspect", "cmd_why"))
+
+    ds = sub.add_parser("decisions", help="list decision requests waiting for a person")
+    ds.add_argument("operation", nargs="?")
+    ds.add_argument("--all", action="store_true", help="include decided, refused and expired ones")
+    ds.add_argument("--json", action="store_true")
+    home(ds)
+    ds.set_defaults(func=Command("decide", "cmd_decisions"))
+
+    dc = sub.add_parser("decide", help="apply one option of a decision request, or refuse it")
+    dc.add_argument("decision")
+    dc.add_argument("--option", type=whole_number(0, 9999))
+    dc.add_argument("--refuse", action="store_true")
+    dc.add_argument("--by", default=os.environ.get("USER", ""), help="who decides (recorded in the audit log)")
+    dc.add_argument("--note")
+    dc.add_argument("--json", action="store_true")
+    home(dc)
+    dc.set_defaults(func=Command("decide", "cmd_decide"))
+
+    sb = sub.add_parser("submit", help="submit a job as the contract's [submit] table documents, then watch it")
+    sb.add_argument("--contract", required=True)
+    sb.add_argument("--body", required=True, help="JSON request body")
+    add_var_flag(sb)
+    sb.add_argument("--operation")
+    sb.add_argument("--deadline")
+    sb.add_argument("--max-requests", type=_positive)
+    sb.add_argument("--useful-for", help="business deadline: the result stops being useful after this, e.g. 20m")
+    sb.add_argument("--watch", action="store_true", help="watch the job right away")
+    sb.add_argument("--json", action="store_true")
+    home(sb)
+    sb.set_defaults(func=Command("decide", "cmd_submit"))
+
+    fr = sub.add_parser("fetch-result", help="download the validated result (only after success)")
+    fr.add_argument("operation")
+    fr.add_argument("--out", required=True)
+    home(fr)
+    fr.set_defaults(func=Command("decide", "cmd_fetch_result"))
+
+    cn = sub.add_parser("cancel", help="send the documented cancel, only as a decided decision option")
+    cn.add_argument("operation")
+    home(cn)
+    cn.set_defaults(func=Command("decide", "cmd_cancel"))
+
+    _contracts_command(sub)
+    _fleet_commands(sub, home)
+    _agent_commands(sub, home)
+
+    co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
+    co.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    co.add_argument("--port", type=port_number, default=8765)
+    co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
+    home(co)
+    co.set_defaults(func=Command("serve", "cmd_console"))
+
+    d = sub.add_parser("demo", help="watch two jobs on a simulated provider and print their stories")
+    home(d)
+    d.set_defaults(func=Command("serve", "cmd_demo"))
+    return parser
+
+
+def _contracts_command(sub: Any) -> None:
+    c = sub.add_parser("contracts", help="list the shipped provider contracts (`contracts show NAME` prints one)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=Command("catalogue", "cmd_contracts"))
+    inner = c.add_subparsers(dest="contracts_command", required=False, parser_class=type(c))
+    show = inner.add_parser("show", help="print a shipped contract's TOML (copy it to write your own)")
+    show.add_argument("name")
+    show.set_defaults(func=Command("catalogue", "cmd_contracts"))
+
+
+def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -> None:
+    def db(p: argparse.ArgumentParser) -> None:
+        home(p)  # which also adds --db
+
+    w = sub.add_parser("worker", help="poll every due operation in the store, as one of a fleet")
+    w.add_argument(
+        "--concurrency",
+        type=whole_number(1, 256),
+        default=DEFAULT_CONCURRENCY,
+        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
+        f" {DEFAULT_CONCURRENCY})",
+    )
+    w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
+    w.add_argument("--metrics-host", default="127.0.0.1")
+    w.add_argument(
+        "--provider-rate",
+        action="append",
+        metavar="NAME=RPS",
+        help="fleet-wide cap of status requests per second for a contract, shared through the database",
+    )
+    db(w)
+    w.set_defaults(func=Command("fleet", "cmd_worker"))
+
+    e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
+    e.add_argument("--contract", required=True)
+    e.add_argument("--job", help="the provider's job id (required unless --status-url)")
+    e.add_argument(
+        "--status-url",
+        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
+        " unless --job is given",
+    )
+    e.add_argument("--operation")
+    e.add_argument(
+        "--jobs-file",
+        metavar="FILE",
+        help="many jobs at once: one job id per line ('-' reads standard input; blank lines and # comments are"
+        " skipped); every line is checked before anything is enqueued",
+    )
+    e.add_argument(
+        "--operation-prefix",
+        metavar="P",
+        help="with --jobs-file: name the operations P-1, P-2, ... in the order of the file's job ids",
+    )
+    e.add_argument("--deadline")
+    e.add_argument("--max-requests", type=_positive)
+    add_var_flag(e)
+    db(e)
+    e.set_defaults(func=Command("fleet", "cmd_enqueue"))
+
+    dbp = sub.add_parser("db", help="database administration")
+    dbs = dbp.add_subparsers(dest="db_command", required=True)
+    up = dbs.add_parser("upgrade", help="apply pending schema migrations to a PostgreSQL database")
+    db(up)
+    up.set_defaults(func=Command("fleet", "cmd_db_upgrade"))
+
+
+def _agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add `mcp`, `approvals`, `approve-session`, `revoke-session` and `approve-call` to the CLI's subparsers."""
+    m = sub.add_parser("mcp", help="serve agents over MCP (stdio): bounded waits, credentials kept here")
+    m.add_argument("--contracts", required=True, help="directory of contract files; agents name them by `name`")
+    home_arg_adder(m)
+    m.set_defaults(func=Command("agents", "cmd_mcp"))
+
+    ap = sub.add_parser("approvals", help="list agent approval requests waiting for a person")
+    ap.add_argument("--all", action="store_true", help="include answered, revoked and expired ones")
+    ap.add_argument("--json", action="store_true")
+    home_arg_adder(ap)
+    ap.set_defaults(func=Command("agents", "cmd_approvals"))
+
+    for name, func, help_text in (
+        ("approve-session", "cmd_approve_session", "approve an agent session's use of one contract"),
+        ("revoke-session", "cmd_revoke_session", "revoke a session approval: later calls need a new one"),
+        ("approve-call", "cmd_approve_call", "approve (or --refuse) one provider call an agent is waiting on"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("grant", help="the approval request id (see `pollwarden approvals`)")
+        p.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+        p.add_argument("--note")
+        if name != "revoke-session":
+            p.add_argument("--refuse", action="store_true", help="refuse instead of approving")
+        home_arg_adder(p)
+        p.set_defaults(func=Command("agents", func))

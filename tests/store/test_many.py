@@ -1,0 +1,73 @@
+"""The many forms a bulk enqueue uses: `create_many` (one transaction, all or nothing), `get_many`, `find_jobs`
+and `append_many`, on both backends. Sizes cross the store's statement chunks (100 rows per INSERT, 500 ids per
+IN list), so a chunk boundary cannot hide a lost or doubled row."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pollwarden.audit import verify
+from pollwarden.core.contract import parse_contract
+from pollwarden.core.record import OperationRecord, new_record
+from pollwarden.store.base import NewOperation, OperationExists
+
+from .conftest import AnyStore
+from .test_store import CONTRACT, T0
+
+
+def _record(n: int, *, job: str | None = None, minutes: int = 0) -> OperationRecord:
+    contract = parse_contract(CONTRACT)
+    return new_record(contract, operation_id=f"op-{n}", job_id=job or f"j{n}", now=T0 + timedelta(minutes=minutes))
+
+
+def _new(records: list[OperationRecord]) -> list[NewOperation]:
+    return [(record, CONTRACT, {"operation": record.operation_id}) for record in records]
+
+
+def test_create_many_writes_every_record_and_its_created_event_or_nothing(store: AnyStore) -> None:
+    records = [_record(n) for n in range(250)]  # three INSERT statements in one transaction
+    store.create(records[170], CONTRACT, {"first": True})
+    with pytest.raises(OperationExists, match="operation op-170 already exists"):
+        store.create_many(_new(records))
+    assert [s.record.operation_id for s in store.all()] == ["op-170"]
+    assert {r.log_id for r in store.audit_records()} == {"op-170"}  # the rolled back batch left no audit record
+    heads = len(store.audit_heads())
+    store.create_many(_new(records[:170] + records[171:]))
+    newest = store.audit_heads()[-1]  # one transaction, one signed head over its 249 new logs
+    assert len(store.audit_heads()) == heads + 1 and (newest.logs, newest.records) == (250, 250)
+    stored = store.get_many([r.operation_id for r in records])
+    assert {op: s.record for op, s in stored.items()} == {r.operation_id: r for r in records}
+    assert [e.kind for e in store.events("op-3")] == ["created"]
+    assert store.events("op-3")[0].data == {"operation": "op-3"}
+    assert sum(1 for _ in store.audit_records()) == 250
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
+    assert report.ok, report.problems
+    store.create_many([])  # nothing asked, nothing written, no transaction
+
+
+def test_get_many_and_find_jobs_answer_for_every_id_across_in_list_chunks(store: AnyStore) -> None:
+    records = [_record(n) for n in range(600)]
+    store.create_many(_new(records))
+    store.create_many(_new([_record(1000, job="j7", minutes=5), _record(1001, job="j7", minutes=2)]))
+    wanted = [f"op-{n}" for n in range(1, 1200, 2)]  # odd: op-1001 is one, op-1000 is not
+    assert sorted(store.get_many(wanted)) == sorted([*(f"op-{n}" for n in range(1, 600, 2)), "op-1001"])
+    jobs = store.find_jobs("exports", [f"j{n}" for n in range(599, -1, -1)] + ["j-none"])
+    assert len(jobs) == 600 and "j-none" not in jobs
+    assert [s.record.operation_id for s in jobs["j7"]] == ["op-1000", "op-1001", "op-7"]  # newest first
+    assert jobs["j7"] == store.find_job("exports", "j7")
+    assert store.find_jobs("imports", ["j7"]) == {} and store.get_many([]) == {}
+
+
+def test_append_many_chains_each_event_onto_its_own_log_in_one_transaction(store: AnyStore) -> None:
+    store.create_many(_new([_record(n) for n in range(3)]))
+    store.append_many([("op-0", "resume_refused", {"n": 1}), ("op-2", "resume_refused", {"n": 2}),
+                       ("op-0", "resume_refused", {"n": 3})], T0)  # fmt: skip
+    assert [(e.kind, dict(e.data)) for e in store.events("op-0")][1:] == [
+        ("resume_refused", {"n": 1}),
+        ("resume_refused", {"n": 3}),
+    ]
+    assert [e.seq for e in store.events("op-2")] == [1, 2]
+    assert [e.kind for e in store.events("op-1")] == ["created"]
