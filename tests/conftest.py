@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import locale
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pollwarden.simulator import Simulator, contract_text
+from tests.prefork import run_pollwarden, shutdown
 
 
 def write_contract(path: Path, base_url: str, **options: Any) -> Path:
@@ -29,8 +31,12 @@ class Ran:
 
 
 def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Ran:
-    """The real console entry point in a subprocess: what a person or an agent would run."""
+    """The real console entry point in a subprocess: what a person or an agent would run (forked from a
+    zygote that has done the import already, tests/prefork.py; a fresh interpreter when that cannot serve)."""
     full_env = {**os.environ, "POLLWARDEN_HOME": str(home), **(env or {})}
+    forked = run_pollwarden(list(args), full_env, timeout=timeout)
+    if forked is not None:
+        return Ran(forked.returncode, _text(forked.stdout), _text(forked.stderr))
     proc = subprocess.run(
         [sys.executable, "-m", "pollwarden", *args],
         capture_output=True,
@@ -40,6 +46,15 @@ def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: 
         stdin=subprocess.DEVNULL,
     )
     return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _text(data: bytes) -> str:
+    """Decoded as `subprocess.run(text=True)` decodes a captured stream: the locale's encoding, universal newlines."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shutdown()
 
 
 @pytest.fixture
