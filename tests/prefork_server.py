@@ -2,13 +2,17 @@
 child per request. Standard library only and one thread (a fork copies only the calling thread); no other
 state, so whatever a child sees beyond that import is what its request gave it.
 
-A request is one SOCK_SEQPACKET message (argv, env, cwd, umask) carrying three descriptors: the child's
-stdout, its stderr, and a reply pipe on which this process writes the child's pid, then its wait status.
-It is run with `-c` (tests/prefork.py says how), so that it runs in the interpreter's `__main__`.
+`python -c ... prefork_server.py CONTROL_FD ADDRESS [MODULE...]` (tests/prefork.py says how: `-c` runs it in the
+interpreter's `__main__`). It says `ready` on the control socket and exits when that socket closes (the test
+process is gone). A request is a connection to the abstract Unix address ADDRESS carrying one SOCK_SEQPACKET
+message (argv, env, cwd, umask) with the child's stdin, stdout and stderr; the answers on the connection are
+the child's pid, then its wait status and peak memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import selectors
@@ -16,48 +20,67 @@ import socket
 import sys
 import threading
 
+_Request = tuple[dict[str, object], list[int]]
 
-def _serve(control: socket.socket) -> tuple[dict[str, object], list[int]] | None:
+
+def _serve(control: socket.socket, listener: socket.socket) -> _Request | None:
     """Until the test process goes away; in a child, return its request and descriptors instead."""
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
-    replies: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, reply fd)
+    selector.register(listener, selectors.EVENT_READ)
+    asking: set[socket.socket] = set()  # connections whose request has not arrived yet
+    waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the connection to answer)
     while True:
         for key, _ in selector.select():
             if key.fileobj is control:
-                message, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
-                if not message:
+                if not control.recv(1):
                     return None
+            elif key.fileobj is listener:
+                conn, _ = listener.accept()
+                asking.add(conn)
+                selector.register(conn, selectors.EVENT_READ)
+            elif isinstance(key.fileobj, socket.socket):
+                conn = key.fileobj
+                selector.unregister(conn)
+                asking.discard(conn)
+                message, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+                if not message or len(fds) != 3:
+                    conn.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
-                    control.close()
-                    for pidfd, (_, reply) in replies.items():
+                    for other in (control, listener, conn, *asking, *(c for _, c in waiting.values())):
+                        other.close()
+                    for pidfd in waiting:
                         os.close(pidfd)
-                        os.close(reply)
                     return json.loads(message), fds
-                os.close(fds[0])
-                os.close(fds[1])
-                os.write(fds[2], json.dumps({"pid": pid}).encode() + b"\n")
+                for fd in fds:
+                    os.close(fd)
+                _answer(conn, {"pid": pid})
                 pidfd = os.pidfd_open(pid)
-                replies[pidfd] = (pid, fds[2])
+                waiting[pidfd] = (pid, conn)
                 selector.register(pidfd, selectors.EVENT_READ)
             else:
-                pid, reply = replies.pop(key.fd)
+                pid, conn = waiting.pop(key.fd)
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 _, status, usage = os.wait4(pid, 0)
-                os.write(reply, json.dumps({"status": status, "max_rss_kb": usage.ru_maxrss}).encode() + b"\n")
-                os.close(reply)
+                _answer(conn, {"status": status, "max_rss_kb": usage.ru_maxrss})
+                conn.close()
+
+
+def _answer(conn: socket.socket, message: dict[str, int]) -> None:
+    with contextlib.suppress(OSError):  # the asker went away (killed); the child is reaped all the same
+        conn.send(json.dumps(message).encode())
 
 
 def _become(request: dict[str, object], fds: list[int]) -> None:
     """Take the request's process state, as a fresh `python -m pollwarden` would have started with it."""
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(fds[0], 1)
-    os.dup2(fds[1], 2)
-    for fd in (devnull, *fds):
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
         os.close(fd)
     cwd, umask, env, argv = request["cwd"], request["umask"], request["env"], request["argv"]
     assert isinstance(cwd, str) and isinstance(umask, int) and isinstance(env, dict) and isinstance(argv, list)
@@ -84,15 +107,26 @@ def _run_as_main() -> None:
 
 if __name__ == "__main__":
     control = socket.socket(fileno=int(sys.argv[2]))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind("\0" + sys.argv[3])
+    listener.listen(64)
     del sys.path[0]  # `-c`'s '': a child puts its own working directory there
+    import importlib
+
     import pollwarden.cli  # noqa: F401  (the import `python -m pollwarden` does before main)
+
+    for module in sys.argv[4:]:  # what the one command this zygote serves imports first (`mcp`: its server)
+        importlib.import_module(module)
 
     if threading.active_count() != 1:  # a fork would copy a thread-holding process without its threads
         sys.exit(f"pollwarden.cli started threads on import: {threading.enumerate()}")
+    # What the import built is left out of every collection a child makes, its shutdown's included: a fresh
+    # `pollwarden mcp` spends ~0.5-1 s of its exit collecting it. Python runs no finalizer at exit it promised.
+    gc.freeze()
     control.send(b"ready")
-    served = _serve(control)
+    served = _serve(control, listener)
     if served is None:
         sys.exit(0)
     _become(*served)
-    del served, control
+    del served, control, listener
     _run_as_main()

@@ -58,7 +58,16 @@ def test_a_command_past_its_timeout_is_killed_and_reported_as_subprocess_run_rep
     assert isinstance(hung.value.stdout, bytes) and b"simulated provider listening" in hung.value.stdout
 
 
-def test_an_environment_that_changes_how_python_starts_runs_fresh() -> None:
-    for name, value in (("PYTHONIOENCODING", "latin-1"), ("LC_ALL", "C"), ("PYTHONUTF8", "0")):
-        assert run_pollwarden(["--version"], {**os.environ, name: value}) is None, name
-    assert run_pollwarden(["--version"], {**os.environ, "PW_ANYTHING": "x"}) is not None
+@pytest.mark.parametrize(
+    "startup", [{"PYTHONIOENCODING": "latin-1"}, {"LC_ALL": "C", "LANG": "C"}, {}], ids=["latin-1", "C", "same"]
+)
+def test_a_zygote_starts_as_a_fresh_interpreter_would_in_the_callers_environment(
+    startup: dict[str, str], tmp_path: Path
+) -> None:
+    """Stdio encodings are fixed at start-up: the same environment, the same bytes for a non-ASCII name."""
+    env = {**os.environ, "POLLWARDEN_HOME": str(tmp_path / "home"), **startup}
+    args = ["status", "op-été"]
+    forked = _forked(args, env, tmp_path)
+    assert forked == _fresh(args, env, tmp_path)
+    spelled = "\u00e9".encode(startup.get("PYTHONIOENCODING", "utf-8"))
+    assert forked[0] == 2 and spelled in forked[2], forked
