@@ -58,8 +58,9 @@ def run_bounded(*args: str, home: Path, env: dict[str, str], timeout: float = CO
 
 
 def _text(data: bytes) -> str:
-    """As `Path.read_text(encoding="utf-8", errors="replace")` reads the captured file: universal newlines."""
-    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    """Exactly what reached the stream: universal newlines (as `read_text` gave before) would turn the bare CR
+    that `Findings.terminal` looks for into a newline, and a forged line would pass unseen."""
+    return data.decode("utf-8", errors="replace")
 
 
 def _run_fresh(args: tuple[str, ...], label: str, env: dict[str, str], home: Path, timeout: float) -> Run:
