@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+POLL_INTERVAL = 0.02
+
 
 @dataclass(frozen=True)
 class Seen:
@@ -67,7 +69,9 @@ class Loopback:
                 """Quiet: pytest shows what a test asserts."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # serve_forever looks at shutdown() every poll_interval: its default 0.5 s was half a second of every
+        # test's teardown, doing nothing.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(POLL_INTERVAL,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -138,7 +142,7 @@ def provider() -> Iterator[Provider]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(POLL_INTERVAL,), daemon=True)
     thread.start()
     try:
         yield state

@@ -22,6 +22,7 @@ from pollwarden.core.record import new_record
 from pollwarden.home import database_path
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
+from tests.conftest import run_cli
 
 from .conftest import TOKEN, decision, stop_operation
 
@@ -338,15 +339,7 @@ def test_the_console_command_warns_off_loopback_and_stops_on_ctrl_c(home: Path) 
     ],
 )
 def test_the_console_command_refuses_bad_input(home: Path, args: list[str], message: str) -> None:
-    env = {**os.environ, "POLLWARDEN_HOME": str(home), "SHORT_TOKEN": "short"}
-    env.pop("NO_SUCH_VARIABLE_SET", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pollwarden", "console", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=30,
-    )
-    assert proc.returncode == 2
-    assert message in proc.stderr
+    assert "NO_SUCH_VARIABLE_SET" not in os.environ
+    ran = run_cli("console", *args, home=home, env={"SHORT_TOKEN": "short"}, timeout=30)
+    assert ran.code == 2
+    assert message in ran.stderr

@@ -183,7 +183,9 @@ def test_enqueue_a_status_url_and_the_worker_polls_exactly_it(home: Path, tmp_pa
     import time
 
     with provider() as ops:
-        contract = _custom(tmp_path, HANDLES.format(base=ops.url))
+        # The default schedule's 5 s base delay would be a 2.5-5 s wait for the second poll, which is all this
+        # test waits for.
+        contract = _custom(tmp_path, HANDLES.format(base=ops.url) + '[schedule]\nbase_delay = "100ms"\n')
         url = f"{ops.url}/op/xyz?api-version=2024-01-01"
         ops.answer("/op/xyz?api-version=2024-01-01", (200, {"status": "running"}), (200, {"status": "succeeded"}))
         assert run_cli("enqueue", "--contract", str(contract), home=home).code == 2  # neither --job nor --status-url

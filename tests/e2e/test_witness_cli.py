@@ -163,13 +163,17 @@ def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Pa
 # -- stores upgraded from schema 2 ---------------------------------------------------------------
 
 
+_SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'"
+
+
 def _downgrade_sqlite(db: Path) -> None:
-    """A store as schema 2 left it: today's records and checkpoints, no heads tables (3) or claim index (4)."""
+    """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
+    (schema 4 replaced it), version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
-        conn.execute("CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'")
+        conn.execute(_SCHEMA_2_DUE_INDEX)
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -179,8 +183,8 @@ def _downgrade_postgres(url: str) -> None:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
-        conn.execute("CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'")
-        conn.execute("DELETE FROM schema_migrations WHERE version >= 3")
+        conn.execute(_SCHEMA_2_DUE_INDEX)
+        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4)")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -1,9 +1,10 @@
-"""Every hostile answer through a real stdio MCP client, in one session: each hostile watch must end in a tool
-result, and the same session must then watch a well-behaved job to success.
+"""Every hostile answer through a real stdio MCP client: each hostile watch must end in a tool result, and the
+same session must then watch a well-behaved job to success.
 
-One session serves the whole table (a server per case would cost minutes). A case that breaks the session
-(the call hangs past its bound, or the server goes away) is charged with it and a new session takes the
-remaining cases, so one broken case does not fail the rest.
+Three sessions, side by side on one home, share the table (a server per case would cost minutes; one session
+for all of it spends ~17 s waiting on the slow cases' timeouts with a core idle). A case that breaks its
+session (the call hangs past its bound, or the server goes away) is charged with it and a new session takes
+the rest of that session's cases, so one broken case does not fail the others.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .server import HostileServer, Request
 
 pytestmark = pytest.mark.slow
 
+LANES = 3
 CASE_SECONDS = 45.0  # both watches of one case; each needs a few seconds, a hang fails instead of stalling
 
 
@@ -70,13 +72,12 @@ def _run_sessions(cases: tuple[Case, ...], root: Path) -> SessionRun:
             if case.secret:
                 write_contract(contracts, server.url, name=case.name, secret=case.secret)
 
-        async def body() -> None:
-            queue = list(cases)
+        async def lane(lane: int, queue: list[Case]) -> None:
             sessions = 0
             while queue:
                 sessions += 1
                 try:
-                    async with mcp_agent(contracts, home, logs / f"mcp-{sessions}.log", env=env) as agent:
+                    async with mcp_agent(contracts, home, logs / f"mcp-{lane}-{sessions}.log", env=env) as agent:
                         while queue:
                             case = queue[0]
                             into = results[case.name].replies
@@ -87,6 +88,11 @@ def _run_sessions(cases: tuple[Case, ...], root: Path) -> SessionRun:
                 except Exception as exc:  # whatever broke the session is this case's finding
                     results[queue[0].name].broke_session = f"{type(exc).__name__}: {exc}"[:300]
                     queue.pop(0)
+
+        async def body() -> None:
+            async with anyio.create_task_group() as lanes:
+                for n in range(LANES):
+                    lanes.start_soon(lane, n, list(cases[n::LANES]))
 
         run(body)
         server.wait_idle(timeout=5)

@@ -12,11 +12,13 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from mcp.client.stdio import get_default_environment
 from mcp.types import TextContent
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from pollwarden.operating import open_store
 from tests.conftest import Ran, run_cli, write_contract
+from tests.prefork import spawn_args
 
 SECRET_ENV = "PW_AGENT_TEST_TOKEN"
 TOOLS = {
@@ -89,11 +91,11 @@ async def mcp_agent(
     contracts: Path, home: Path, stderr: Path, *, env: dict[str, str] | None = None
 ) -> AsyncIterator[Agent]:
     """The server gets `env` (the secret); this test process never sets it in its own environment."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "pollwarden", "mcp", "--contracts", str(contracts), "--home", str(home)],
-        env=env or {},
-    )
+    args = ["mcp", "--contracts", str(contracts), "--home", str(home)]
+    # For a zygote that starts in the environment the SDK gives the server (its safe defaults under ours) and
+    # has imported what `pollwarden mcp` imports first.
+    spawn = spawn_args(args, get_default_environment() | (env or {}), preload=("pollwarden.mcp_server",))
+    params = StdioServerParameters(command=sys.executable, args=spawn, env=env or {})
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()

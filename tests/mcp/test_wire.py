@@ -15,6 +15,7 @@ from typing import IO, Any
 import pytest
 
 from pollwarden.simulator import Simulator
+from tests.prefork import spawn_args
 
 from .support import agent_contract
 
@@ -64,11 +65,14 @@ class RawClient:
 @pytest.fixture
 def raw(sim: Simulator, tmp_path: Path) -> Iterator[RawClient]:
     agent_contract(tmp_path / "contracts", sim.url)
-    command = [sys.executable, "-m", "pollwarden", "mcp", "--contracts", str(tmp_path / "contracts")]
+    args = ["mcp", "--contracts", str(tmp_path / "contracts"), "--home", str(tmp_path / "home")]
     env = {k: v for k, v in os.environ.items() if k != "POLLWARDEN_HOME"}
+    # Forked from a zygote that has imported the server (tests/prefork.py): the first answer's wait is then
+    # the server's, not a loaded machine's interpreter start-up.
+    command = [sys.executable, *spawn_args(args, env, preload=("pollwarden.mcp_server",))]
     with (tmp_path / "stderr.txt").open("wb") as errlog:
         process = subprocess.Popen(
-            [*command, "--home", str(tmp_path / "home")],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errlog,

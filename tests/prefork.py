@@ -1,0 +1,202 @@
+"""`python -m pollwarden ARGS` as a real process that skips the interpreter's start-up and the CLI's imports.
+
+A fresh `python -m pollwarden` spends most of its CPU importing (~0.4 s of the ~0.5 s a `status` costs on the
+2-core CI machine), and the suite runs over a thousand of them. A pytest process therefore keeps *zygotes*
+(tests/prefork_server.py): interpreters that have done exactly what `python -m pollwarden` does before
+`main()` runs, import `pollwarden.cli`, and nothing else. A command is a `fork()` of one that then takes the
+caller's argv, environment, working directory and umask, /dev/null for stdin and pipes for stdout and stderr
+(what `subprocess.run(capture_output=True, stdin=DEVNULL)` gives), and runs `pollwarden.__main__` as `-m`
+does: its own pid, exit code, signals, descriptors and memory, ended by the interpreter's own shutdown. What
+it does not repeat is the import, whose result would be the same.
+
+What an interpreter fixes at start-up (stdio encodings, the locale, sys.path) comes from the environment, so
+there is one zygote per start-up environment (PYTHON*, LC_*, LANG, LANGUAGE, HOME), started in it. A library
+that spawns the command itself (the MCP SDK's stdio client) runs `spawn_args(...)`: a small helper
+(tests/prefork_attach.py) that has the zygote fork the command onto the helper's own stdio; that zygote has
+also imported what the one command it serves imports first (`pollwarden.mcp_server`).
+
+Fresh interpreters stay where start-up is the point: the import tests, signals and TTYs, workers and servers
+(the tests that start those call `subprocess` themselves), and a command too large for one message.
+`POLLWARDEN_TEST_FRESH=1` runs every command fresh, to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_SERVER = Path(__file__).with_name("prefork_server.py")
+_ATTACH = Path(__file__).with_name("prefork_attach.py")
+_MAX_MESSAGE = 60_000  # one SOCK_SEQPACKET message, well inside the socket's buffer
+_STARTUP_VARIABLES = ("LANG", "LANGUAGE", "HOME")  # and every PYTHON* and LC_* variable (HOME: the user site)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `subprocess.run(capture_output=True)` gives, plus the peak memory `wait4` reports."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    max_rss_kb: int
+
+
+def _startup_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in _STARTUP_VARIABLES}
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for every thread meanwhile)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    raise RuntimeError("no Umask line in /proc/self/status")
+
+
+class Zygote:
+    """One per pytest process and startup environment, started on first use; any thread may run commands."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.env = env
+        self.address = f"pollwarden-prefork-{os.getpid()}-{secrets.token_hex(8)}"
+        # Its stdout is not a terminal, as a captured command's is not; `-c` runs it in the interpreter's own
+        # `__main__`, the module `-m` runs pollwarden in.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'))",
+             str(_SERVER), str(theirs.fileno()), self.address, *preload],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            env=env,
+        )  # fmt: skip
+        theirs.close()
+        ours.settimeout(60)
+        started = ours.recv(64)
+        ours.settimeout(None)
+        self._control = ours
+        self.ready = started == b"ready"
+        if not self.ready:  # a fresh interpreter serves instead; why is on stderr for whoever looks
+            self._proc.wait(timeout=30)
+            sys.stderr.write(f"prefork server unavailable: {self._proc.communicate()[1].decode()[-2000:]}\n")
+
+    def alive(self) -> bool:
+        return self.ready and self._proc.poll() is None
+
+    def run(self, message: bytes, timeout: float | None) -> Finished:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.connect("\0" + self.address)
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            socket.send_fds(conn, [message], [stdin, out_w, err_w])
+        finally:
+            for fd in (stdin, out_w, err_w):
+                os.close(fd)
+        with conn:
+            return _collect(out_r, err_r, conn, timeout)
+
+    def close(self) -> None:
+        self._control.close()  # the server reads end-of-file and exits
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stderr is not None:
+            self._proc.stderr.close()
+
+
+def _collect(out_r: int, err_r: int, conn: socket.socket, timeout: float | None) -> Finished:
+    """`communicate()` with subprocess.run's timeout: read both pipes and the server's answers (the child's pid,
+    then its wait status) to their ends; past `timeout` the child is killed, reaped, and TimeoutExpired raised."""
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    answers: list[dict[str, int]] = []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    killed = False
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        selector.register(conn, selectors.EVENT_READ)
+        try:
+            while selector.get_map():
+                left = None if deadline is None or killed else max(0.0, deadline - time.monotonic())
+                ready = selector.select(left)
+                if not ready and answers:  # the deadline passed
+                    os.kill(answers[0]["pid"], signal.SIGKILL)
+                    killed = True
+                for key, _ in ready:
+                    if key.fileobj is conn:
+                        answer = conn.recv(4096)
+                        if answer:
+                            answers.append(json.loads(answer))
+                        else:
+                            selector.unregister(conn)
+                        continue
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        selector.unregister(key.fd)
+        finally:
+            for fd in chunks:
+                os.close(fd)
+    stdout, stderr = b"".join(chunks[out_r]), b"".join(chunks[err_r])
+    if len(answers) != 2:
+        raise RuntimeError(f"the prefork server went away during a command: {answers!r}")
+    if killed:
+        raise subprocess.TimeoutExpired(["python", "-m", "pollwarden"], timeout or 0, stdout, stderr)
+    return Finished(os.waitstatus_to_exitcode(answers[1]["status"]), stdout, stderr, answers[1]["max_rss_kb"])
+
+
+_zygotes: dict[tuple[frozenset[tuple[str, str]], tuple[str, ...]], Zygote] = {}
+_zygotes_lock = threading.Lock()
+
+
+def zygote_for(env: dict[str, str], preload: tuple[str, ...] = ()) -> Zygote | None:
+    """The zygote that starts as a fresh interpreter would in `env`, or None if none can serve; `preload`
+    names what the one command it serves imports first, beyond `pollwarden.cli`."""
+    if os.environ.get("POLLWARDEN_TEST_FRESH") == "1" or not hasattr(os, "pidfd_open"):
+        return None
+    key = (frozenset(_startup_env(env).items()), preload)
+    with _zygotes_lock:
+        server = _zygotes.get(key)
+        if server is None:
+            server = _zygotes[key] = Zygote(env, preload)
+    return server if server.alive() else None
+
+
+def shutdown() -> None:
+    with _zygotes_lock:
+        for server in _zygotes.values():
+            server.close()
+        _zygotes.clear()
+
+
+def spawn_args(args: list[str], env: dict[str, str], preload: tuple[str, ...] = ()) -> list[str]:
+    """The arguments of `sys.executable` that run `pollwarden ARGS` in `env` for a library that spawns it: the
+    attach helper (tests/prefork_attach.py) on a zygote when one serves, else `-m pollwarden` itself."""
+    server = zygote_for(env, preload)
+    if server is None:
+        return ["-m", "pollwarden", *args]
+    return ["-S", "-P", str(_ATTACH), server.address, *args]
+
+
+def run_pollwarden(args: list[str], env: dict[str, str], *, timeout: float | None = None) -> Finished | None:
+    """The command forked from a zygote, or None when a fresh interpreter must run it instead."""
+    message = json.dumps({"argv": args, "env": env, "cwd": os.getcwd(), "umask": _umask()}).encode()
+    server = zygote_for(env) if len(message) < _MAX_MESSAGE else None
+    return None if server is None else server.run(message, timeout)

@@ -1,0 +1,73 @@
+"""The suite's forked commands (tests/prefork.py) answer as fresh `python -m pollwarden` processes do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.prefork import run_pollwarden
+
+
+def _fresh(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, bytes]:
+    ran = subprocess.run(
+        [sys.executable, "-m", "pollwarden", *args], capture_output=True, env=env, cwd=cwd, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return ran.returncode, ran.stdout, ran.stderr
+
+
+def _forked(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, bytes]:
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        forked = run_pollwarden(args, env, timeout=60)
+    finally:
+        os.chdir(before)
+    assert forked is not None, "the zygote refused a plain command"
+    return forked.returncode, forked.stdout, forked.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["status"], ["status", "nope"], ["frobnicate"], ["story", "op\udcff"], ["watch", "--json"]],
+    ids=["version", "status", "unknown-operation", "usage", "not-utf8", "watch-without-contract"],
+)
+def test_a_forked_command_answers_byte_for_byte_as_a_fresh_one(args: list[str], tmp_path: Path) -> None:
+    """Exit code, stdout and stderr; the home is relative, so the working directory and the environment
+    (POLLWARDEN_HOME) must both be the caller's."""
+    env = {**os.environ, "POLLWARDEN_HOME": "home"}
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "forked").mkdir()
+    fresh = _fresh(args, env, tmp_path / "fresh")
+    forked = _forked(args, env, tmp_path / "forked")
+    assert forked == fresh
+    assert forked[0] in (0, 2), forked
+    assert (tmp_path / "forked" / "home").exists() == (tmp_path / "fresh" / "home").exists()
+
+
+def test_a_command_past_its_timeout_is_killed_and_reported_as_subprocess_run_reports_it(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        run_pollwarden(["simulate", "--port", "0"], {**os.environ, "POLLWARDEN_HOME": str(tmp_path)}, timeout=1.5)
+    assert time.monotonic() - started < 10
+    assert isinstance(hung.value.stdout, bytes) and b"simulated provider listening" in hung.value.stdout
+
+
+@pytest.mark.parametrize(
+    "startup", [{"PYTHONIOENCODING": "latin-1"}, {"LC_ALL": "C", "LANG": "C"}], ids=["latin-1", "C"]
+)
+def test_a_zygote_starts_as_a_fresh_interpreter_would_in_the_callers_environment(
+    startup: dict[str, str], tmp_path: Path
+) -> None:
+    """Stdio encodings are fixed at start-up: the same environment, the same bytes for a non-ASCII name."""
+    env = {**os.environ, "POLLWARDEN_HOME": str(tmp_path / "home"), **startup}
+    args = ["status", "op-été"]
+    forked = _forked(args, env, tmp_path)
+    assert forked == _fresh(args, env, tmp_path)
+    spelled = "\u00e9".encode(startup.get("PYTHONIOENCODING", "utf-8"))
+    assert forked[0] == 2 and spelled in forked[2], forked
