@@ -1,19 +1,21 @@
-"""`python -m pollwarden ARGS` as a real process that skips the interpreter's start-up and the CLI's imports.
+"""`python -m pollwarden ARGS` as a real process that skips the interpreter's start-up and the imports.
 
 A fresh `python -m pollwarden` spends most of its CPU importing (~0.4 s of the ~0.5 s a `status` costs on the
 2-core CI machine), and the suite runs over a thousand of them. A pytest process therefore keeps *zygotes*
-(tests/prefork_server.py): interpreters that have done exactly what `python -m pollwarden` does before
-`main()` runs, import `pollwarden.cli`, and nothing else. A command is a `fork()` of one that then takes the
+(tests/prefork_server.py): interpreters that have imported `pollwarden.cli`, as `python -m pollwarden` does
+before `main()` runs, and then the modules a command imports when it needs them (the server packages only in
+the zygote that serves them), and done nothing else. A command is a `fork()` of one that then takes the
 caller's argv, environment, working directory and umask, /dev/null for stdin and pipes for stdout and stderr
 (what `subprocess.run(capture_output=True, stdin=DEVNULL)` gives), and runs `pollwarden.__main__` as `-m`
 does: its own pid, exit code, signals, descriptors and memory, ended by the interpreter's own shutdown. What
-it does not repeat is the import, whose result would be the same.
+it does not repeat is the imports, whose result would be the same: no pollwarden module reads the
+environment, the working directory or argv, or starts a thread, when it is imported (the zygote checks the
+threads). Which modules a command imports is tests/test_imports.py's to check, in fresh interpreters.
 
 What an interpreter fixes at start-up (stdio encodings, the locale, sys.path) comes from the environment, so
 there is one zygote per start-up environment (PYTHON*, LC_*, LANG, LANGUAGE, HOME), started in it. A library
 that spawns the command itself (the MCP SDK's stdio client) runs `spawn_args(...)`: a small helper
-(tests/prefork_attach.py) that has the zygote fork the command onto the helper's own stdio; that zygote has
-also imported what the one command it serves imports first (`pollwarden.mcp_server`).
+(tests/prefork_attach.py) that has a zygote fork the command onto the helper's own stdio.
 
 Fresh interpreters stay where start-up is the point: the import tests, signals and TTYs, workers and servers
 (the tests that start those call `subprocess` themselves), and a command too large for one message.
@@ -66,7 +68,7 @@ def _umask() -> int:
 class Zygote:
     """One per pytest process and startup environment, started on first use; any thread may run commands."""
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
+    def __init__(self, env: dict[str, str], servers: tuple[str, ...]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.env = env
         self.address = f"pollwarden-prefork-{os.getpid()}-{secrets.token_hex(8)}"
@@ -74,7 +76,7 @@ class Zygote:
         # `__main__`, the module `-m` runs pollwarden in.
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'))",
-             str(_SERVER), str(theirs.fileno()), self.address, *preload],
+             str(_SERVER), str(theirs.fileno()), self.address, *servers],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -166,16 +168,16 @@ _zygotes: dict[tuple[frozenset[tuple[str, str]], tuple[str, ...]], Zygote] = {}
 _zygotes_lock = threading.Lock()
 
 
-def zygote_for(env: dict[str, str], preload: tuple[str, ...] = ()) -> Zygote | None:
-    """The zygote that starts as a fresh interpreter would in `env`, or None if none can serve; `preload`
-    names what the one command it serves imports first, beyond `pollwarden.cli`."""
+def zygote_for(env: dict[str, str], servers: tuple[str, ...] = ()) -> Zygote | None:
+    """The zygote that starts as a fresh interpreter would in `env`, or None if none can serve; `servers`
+    names the server packages it imports too (`mcp_server` for `pollwarden mcp`)."""
     if os.environ.get("POLLWARDEN_TEST_FRESH") == "1" or not hasattr(os, "pidfd_open"):
         return None
-    key = (frozenset(_startup_env(env).items()), preload)
+    key = (frozenset(_startup_env(env).items()), servers)
     with _zygotes_lock:
         server = _zygotes.get(key)
         if server is None:
-            server = _zygotes[key] = Zygote(env, preload)
+            server = _zygotes[key] = Zygote(env, servers)
     return server if server.alive() else None
 
 
@@ -186,10 +188,10 @@ def shutdown() -> None:
         _zygotes.clear()
 
 
-def spawn_args(args: list[str], env: dict[str, str], preload: tuple[str, ...] = ()) -> list[str]:
+def spawn_args(args: list[str], env: dict[str, str], servers: tuple[str, ...] = ()) -> list[str]:
     """The arguments of `sys.executable` that run `pollwarden ARGS` in `env` for a library that spawns it: the
     attach helper (tests/prefork_attach.py) on a zygote when one serves, else `-m pollwarden` itself."""
-    server = zygote_for(env, preload)
+    server = zygote_for(env, servers)
     if server is None:
         return ["-m", "pollwarden", *args]
     return ["-S", "-P", str(_ATTACH), server.address, *args]

@@ -1,8 +1,9 @@
-"""The zygote of tests/prefork.py: import what `python -m pollwarden` imports before `main()`, then fork a
-child per request. Standard library only and one thread (a fork copies only the calling thread); no other
-state, so whatever a child sees beyond that import is what its request gave it.
+"""The zygote of tests/prefork.py: import what `python -m pollwarden` imports before `main()` and the modules
+a command imports when it needs them, then fork a child per request. Standard library only and one thread (a
+fork copies only the calling thread); no other state, so whatever a child sees beyond those imports is what
+its request gave it.
 
-`python -c ... prefork_server.py CONTROL_FD ADDRESS [MODULE...]` (tests/prefork.py says how: `-c` runs it in the
+`python -c ... prefork_server.py CONTROL_FD ADDRESS [SERVER...]` (tests/prefork.py says how: `-c` runs it in the
 interpreter's `__main__`). It says `ready` on the control socket and exits when that socket closes (the test
 process is gone). A request is a connection to the abstract Unix address ADDRESS carrying one SOCK_SEQPACKET
 message (argv, env, cwd, umask) with the child's stdin, stdout and stderr; the answers on the connection are
@@ -21,6 +22,32 @@ import sys
 import threading
 
 _Request = tuple[dict[str, object], list[int]]
+
+
+def _import_the_rest(servers: list[str]) -> None:
+    """Every other pollwarden module, which a command imports when it needs it: importing one sooner changes
+    nothing it does (no module reads the environment, the working directory or argv, or starts a thread, at
+    import), only who pays for it, and a command would pay it again in every process. The servers' packages
+    are left to the zygotes that serve them (`servers`): their frameworks would make every other fork heavier."""
+    import importlib
+    import pkgutil
+
+    def walk(package: str, path: list[str]) -> None:
+        for found in pkgutil.iter_modules(path, package + "."):
+            if found.name == "pollwarden.__main__" or found.name.removeprefix("pollwarden.") in _SERVERS:
+                continue
+            module = importlib.import_module(found.name)
+            if found.ispkg:
+                walk(found.name, list(module.__path__))
+
+    import pollwarden
+
+    walk("pollwarden", list(pollwarden.__path__))
+    for name in servers:
+        importlib.import_module(f"pollwarden.{name}")
+
+
+_SERVERS = ("mcp_server", "console")
 
 
 def _serve(control: socket.socket, listener: socket.socket) -> _Request | None:
@@ -111,12 +138,9 @@ if __name__ == "__main__":
     listener.bind("\0" + sys.argv[3])
     listener.listen(64)
     del sys.path[0]  # `-c`'s '': a child puts its own working directory there
-    import importlib
-
     import pollwarden.cli  # noqa: F401  (the import `python -m pollwarden` does before main)
 
-    for module in sys.argv[4:]:  # what the one command this zygote serves imports first (`mcp`: its server)
-        importlib.import_module(module)
+    _import_the_rest(sys.argv[4:])
 
     if threading.active_count() != 1:  # a fork would copy a thread-holding process without its threads
         sys.exit(f"pollwarden.cli started threads on import: {threading.enumerate()}")

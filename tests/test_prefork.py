@@ -71,3 +71,60 @@ def test_a_zygote_starts_as_a_fresh_interpreter_would_in_the_callers_environment
     assert forked == _fresh(args, env, tmp_path)
     spelled = "\u00e9".encode(startup.get("PYTHONIOENCODING", "utf-8"))
     assert forked[0] == 2 and spelled in forked[2], forked
+
+
+_READS_AT_IMPORT = """
+import os, sys, threading
+from collections.abc import MutableMapping
+
+
+class Recorder(MutableMapping):
+    def __init__(self, real):
+        self.real, self.reads = real, []
+
+    def _note(self, key):
+        caller = sys._getframe(2).f_code.co_filename
+        if "/pollwarden/" in caller:
+            self.reads.append((key, caller))
+
+    def __getitem__(self, key):
+        self._note(key)
+        return self.real[key]
+
+    def __setitem__(self, key, value):
+        self.real[key] = value
+
+    def __delitem__(self, key):
+        del self.real[key]
+
+    def __iter__(self):
+        return iter(self.real)
+
+    def __len__(self):
+        return len(self.real)
+
+    def get(self, key, default=None):
+        self._note(key)
+        return self.real.get(key, default)
+
+    def __contains__(self, key):
+        self._note(key)
+        return key in self.real
+
+
+recorder = os.environ = Recorder(os.environ)
+sys.argv = ["-c", "argv is not read at import"]
+import importlib, pkgutil
+import pollwarden, pollwarden.cli
+for found in pkgutil.walk_packages(pollwarden.__path__, "pollwarden."):
+    if found.name != "pollwarden.__main__":
+        importlib.import_module(found.name)
+assert threading.active_count() == 1, threading.enumerate()
+assert recorder.reads == [], recorder.reads
+"""
+
+
+def test_no_pollwarden_module_reads_the_environment_or_starts_a_thread_when_imported() -> None:
+    """What lets a zygote import them all before the command's environment is known (tests/prefork.py)."""
+    ran = subprocess.run([sys.executable, "-c", _READS_AT_IMPORT], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr

@@ -94,7 +94,7 @@ async def mcp_agent(
     args = ["mcp", "--contracts", str(contracts), "--home", str(home)]
     # For a zygote that starts in the environment the SDK gives the server (its safe defaults under ours) and
     # has imported what `pollwarden mcp` imports first.
-    spawn = spawn_args(args, get_default_environment() | (env or {}), preload=("pollwarden.mcp_server",))
+    spawn = spawn_args(args, get_default_environment() | (env or {}), servers=("mcp_server",))
     params = StdioServerParameters(command=sys.executable, args=spawn, env=env or {})
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:

@@ -69,7 +69,7 @@ def raw(sim: Simulator, tmp_path: Path) -> Iterator[RawClient]:
     env = {k: v for k, v in os.environ.items() if k != "POLLWARDEN_HOME"}
     # Forked from a zygote that has imported the server (tests/prefork.py): the first answer's wait is then
     # the server's, not a loaded machine's interpreter start-up.
-    command = [sys.executable, *spawn_args(args, env, preload=("pollwarden.mcp_server",))]
+    command = [sys.executable, *spawn_args(args, env, servers=("mcp_server",))]
     with (tmp_path / "stderr.txt").open("wb") as errlog:
         process = subprocess.Popen(
             command,
