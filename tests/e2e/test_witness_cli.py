@@ -296,3 +296,29 @@ def test_the_operations_recipe_works_as_written(home: Path, contract: Path, tmp_
     conn.close()
     done = sh(verify_line)
     assert done.returncode == EXIT_TAMPERED and "log op-a" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", [("audit", "checkpoint"), ("audit", "export", "--out", "{tmp}/export.jsonl")])
+def test_reading_the_log_of_a_home_that_has_none_creates_nothing(tmp_path: Path, command: tuple[str, ...]) -> None:
+    home = tmp_path / "nowhere"
+    ran = run_cli(*(word.format(tmp=tmp_path) for word in command), home=home)
+    assert ran.code == 2 and "no audit log in" in ran.stderr and "Traceback" not in ran.stderr
+    assert not home.exists() and not (tmp_path / "export.jsonl").exists()
+
+
+def test_witness_locations_that_cannot_work_are_refused_and_nothing_is_saved(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for location, phrase in (
+        ("relative/dir", "absolute path"),
+        (str(tmp_path / "missing"), "is not a directory"),
+        ("http://example.com/heads", "must be https://"),
+        ("https://user:pw@example.com/heads", "no user, password"),
+    ):
+        ran = run_cli("audit", "witness", location, home=home)
+        assert ran.code == 2 and phrase in ran.stderr, (location, ran.stderr)
+        assert "pw" not in ran.stderr.replace(phrase, "")
+    assert not (home / "audit-witness").exists()
+    assert run_cli("audit", "witness", str(tmp_path), home=home).code == 0
+    assert run_cli("audit", "witness", home=home).stdout.strip() == str(tmp_path)
+    assert run_cli("audit", "witness", "--clear", home=home).code == 0
+    assert run_cli("audit", "witness", home=home).stdout.strip() == "no witness configured"

@@ -28,7 +28,7 @@ from ..audit.export import HEAD_FORMAT
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..home import ensure_home, resolve_home, trusted_checkpoint_path, witness_config_path
-from ..operating import HomeError, configured_witness, trusted_checkpoint, verify_home
+from ..operating import HomeError, configured_witness, database_target, trusted_checkpoint, verify_home
 from ..shown import shown
 from ..store.base import StoreError
 from ..store.witness import Witness
@@ -138,6 +138,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    _require_log(args.home)
     # Both files are checked and their temporary twins made before the store is touched: a bad --out changes
     # nothing, and a failure half-way leaves neither a partial export nor a checkpoint without its export.
     with output_file(args.out, "--out") as temp, output_file(f"{args.out}.checkpoint", "--out") as temp_checkpoint:
@@ -185,9 +186,18 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _require_log(home_arg: str | None) -> None:
+    """A command that reads the log must not create a home, keys and an empty database where none was."""
+    home = resolve_home(home_arg)
+    target = database_target(home)
+    if isinstance(target, Path) and not target.exists():
+        raise UsageError(f"no audit log in {shown(home)} (no {target.name}); pass --home or --db")
+
+
 def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
     """The newest signed head, with the state it fixes: the file a witness keeps (`verify --checkpoint`)."""
     to_stdout = args.out in (None, "-")
+    _require_log(args.home)
     with contextlib.ExitStack() as stack:
         temp = None if to_stdout else stack.enter_context(output_file(args.out, "--out"))
         store = _open_store(args.home, keys="write")
