@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -77,7 +76,7 @@ def test_the_head_hash_is_the_documented_encoding(key: Ed25519PrivateKey) -> Non
 )
 def test_any_field_changed_breaks_the_hash_and_the_signature(key: Ed25519PrivateKey, field: str, value: object) -> None:
     (head,) = chain(key, [[("op_a", 1, H1)]])
-    edited = replace(head, **{field: value})  # type: ignore[arg-type]
+    edited = head._replace(**{field: value})  # type: ignore[arg-type]
     assert not head_hash_ok(edited) and not head_valid(edited, key.public_key())
 
 
@@ -163,9 +162,9 @@ def test_replay_gives_every_logs_last_seq_and_checks_only_the_newest_signature(k
     assert journal.state == {"op_a": (3, H3), "op_b": (2, H3)}
     assert journal.snapshots[2] == {"op_a": (3, H3), "op_b": (1, H2)}
     # An earlier head's signature is not what proves it: the chain to the newest does.
-    heads[0] = replace(heads[0], signature="00" * 64)
+    heads[0] = heads[0]._replace(signature="00" * 64)
     assert replay(heads, key.public_key()).findings == []
-    heads[-1] = replace(heads[-1], signature="00" * 64)
+    heads[-1] = heads[-1]._replace(signature="00" * 64)
     (finding,) = replay(heads, key.public_key()).findings
     assert "the newest head (#3): bad signature" in finding.what
 
@@ -185,7 +184,7 @@ def test_each_break_of_the_head_chain_is_named(key: Ed25519PrivateKey) -> None:
     assert "head #2 is stored out of order" in _finding([heads[0], heads[1], heads[1], heads[2], heads[3]], key)
     other = chain(key, [[("op_z", 1, H1)], [("op_z", 2, H2)]])
     assert "does not follow head #1" in _finding([heads[0], other[1], heads[2], heads[3]], key)
-    forged = replace(heads[1], head_hash="f" * 64)
+    forged = heads[1]._replace(head_hash="f" * 64)
     assert "head #2: its hash does not match its fields" in _finding([heads[0], forged, heads[2], heads[3]], key)
 
 
@@ -197,8 +196,7 @@ def test_heads_that_rewrite_history_are_caught_even_when_signed(key: Ed25519Priv
     ]
     assert "claims 1 logs and 5 records" in _finding(wrong_total, key)
     garbled = [
-        replace(
-            wrong_total[0],
+        wrong_total[0]._replace(
             changes="[",
             head_hash=head_hash_of(counter=1, prev_hash=GENESIS_HASH, changes="[", logs=1, records=5, at=AT),
         )

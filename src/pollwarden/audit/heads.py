@@ -19,8 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -51,9 +50,11 @@ Change = tuple[str, int, str]
 HEAD_FIELDS = ("counter", "prev_hash", "changes", "logs", "records", "at", "head_hash", "key_id", "signature")
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """One signed head. `changes` is kept as the exact text the hash covers (canonical JSON)."""
+class Head(NamedTuple):
+    """One signed head. `changes` is kept as the exact text the hash covers (canonical JSON).
+
+    A named tuple, not a dataclass: a verifier builds one per commit of the store's history, and a tuple is
+    built from a database row several times faster while staying immutable and typed."""
 
     counter: int
     prev_hash: str
@@ -66,7 +67,7 @@ class Head:
     signature: str
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in HEAD_FIELDS}
+        return self._asdict()
 
     @classmethod
     def from_json(cls, data: object) -> Head:
@@ -92,7 +93,7 @@ class Head:
         return cls(int(counter), prev_hash, changes, int(logs), int(records), at, head_hash, key_id, signature)
 
     def values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in HEAD_FIELDS)
+        return tuple(self)
 
 
 def changes_text(changes: Iterable[Change]) -> str:
