@@ -23,7 +23,7 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Two workers: the suite is mostly subprocesses and loopback servers waiting on each other, and one process
-# leaves a core idle (about 14 minutes serial on the 2-core CI machine, under 10 with -n 2).
+# leaves a core idle (about 4.5 minutes for all of `make test` with -n 2 on the 2-core CI machine).
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
 unit: $(BIN)/.installed
