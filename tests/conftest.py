@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import locale
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 
 from pollwarden.simulator import Simulator, contract_text
-from tests.prefork import run_pollwarden, shutdown
+from tests import prefork
 
 
 def write_contract(path: Path, base_url: str, **options: Any) -> Path:
@@ -34,16 +32,7 @@ def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: 
     """The real console entry point in a subprocess: what a person or an agent would run (forked from a
     zygote that has done the import already, tests/prefork.py; a fresh interpreter when that cannot serve)."""
     full_env = {**os.environ, "POLLWARDEN_HOME": str(home), **(env or {})}
-    ran = run_pollwarden(list(args), full_env, timeout=timeout)
-    if ran is None:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pollwarden", *args],
-            capture_output=True,
-            env=full_env,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        return Ran(proc.returncode, _text(proc.stdout), _text(proc.stderr))
+    ran = prefork.run(list(args), full_env, timeout=timeout)
     return Ran(ran.returncode, _text(ran.stdout), _text(ran.stderr))
 
 
@@ -54,7 +43,7 @@ def _text(data: bytes) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    shutdown()
+    prefork.shutdown()
 
 
 @pytest.fixture

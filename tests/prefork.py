@@ -51,6 +51,7 @@ class Finished:
     stdout: bytes
     stderr: bytes
     max_rss_kb: int
+    forked: bool  # False: a fresh interpreter ran it
 
 
 def _startup_env(env: dict[str, str]) -> dict[str, str]:
@@ -109,7 +110,13 @@ class Zygote:
             for fd in (stdin, out_w, err_w):
                 os.close(fd)
         with conn:
-            return _collect(out_r, err_r, conn, timeout)
+            pid = json.loads(conn.recv(4096))["pid"]
+            stdout, stderr = _read_to_the_end(out_r, err_r, pid, timeout)
+            ended = conn.recv(4096)  # the wait status, sent when the server reaped the child
+        if not ended:
+            raise RuntimeError("the prefork server went away during a command")
+        answer = json.loads(ended)
+        return Finished(os.waitstatus_to_exitcode(answer["status"]), stdout, stderr, answer["max_rss_kb"], True)
 
     def close(self) -> None:
         self._control.close()  # the server reads end-of-file and exits
@@ -122,32 +129,23 @@ class Zygote:
             self._proc.stderr.close()
 
 
-def _collect(out_r: int, err_r: int, conn: socket.socket, timeout: float | None) -> Finished:
-    """`communicate()` with subprocess.run's timeout: read both pipes and the server's answers (the child's pid,
-    then its wait status) to their ends; past `timeout` the child is killed, reaped, and TimeoutExpired raised."""
+def _read_to_the_end(out_r: int, err_r: int, pid: int, timeout: float | None) -> tuple[bytes, bytes]:
+    """`communicate()` with subprocess.run's timeout: both pipes read to their ends; past `timeout` the child is
+    killed, its pipes read to their ends still (it is reaped by whoever waits for it), and TimeoutExpired raised."""
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    answers: list[dict[str, int]] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     killed = False
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
             selector.register(fd, selectors.EVENT_READ)
-        selector.register(conn, selectors.EVENT_READ)
         try:
             while selector.get_map():
                 left = None if deadline is None or killed else max(0.0, deadline - time.monotonic())
                 ready = selector.select(left)
-                if not ready and answers:  # the deadline passed
-                    os.kill(answers[0]["pid"], signal.SIGKILL)
+                if not ready:  # the deadline passed
+                    os.kill(pid, signal.SIGKILL)
                     killed = True
                 for key, _ in ready:
-                    if key.fileobj is conn:
-                        answer = conn.recv(4096)
-                        if answer:
-                            answers.append(json.loads(answer))
-                        else:
-                            selector.unregister(conn)
-                        continue
                     data = os.read(key.fd, 65536)
                     if data:
                         chunks[key.fd].append(data)
@@ -157,11 +155,25 @@ def _collect(out_r: int, err_r: int, conn: socket.socket, timeout: float | None)
             for fd in chunks:
                 os.close(fd)
     stdout, stderr = b"".join(chunks[out_r]), b"".join(chunks[err_r])
-    if len(answers) != 2:
-        raise RuntimeError(f"the prefork server went away during a command: {answers!r}")
     if killed:
         raise subprocess.TimeoutExpired(["python", "-m", "pollwarden"], timeout or 0, stdout, stderr)
-    return Finished(os.waitstatus_to_exitcode(answers[1]["status"]), stdout, stderr, answers[1]["max_rss_kb"])
+    return stdout, stderr
+
+
+def _run_fresh(args: list[str], env: dict[str, str], timeout: float | None) -> Finished:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    with open(os.devnull, "rb") as stdin:
+        proc = subprocess.Popen([sys.executable, "-m", "pollwarden", *args], stdin=stdin, stdout=out_w, stderr=err_w,
+                                env=env)  # fmt: skip
+    os.close(out_w)
+    os.close(err_w)
+    try:
+        stdout, stderr = _read_to_the_end(out_r, err_r, proc.pid, timeout)
+    finally:
+        _, status, usage = os.wait4(proc.pid, 0)  # here, for its peak memory: Popen must not wait for it again
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return Finished(proc.returncode, stdout, stderr, usage.ru_maxrss, False)
 
 
 _zygotes: dict[tuple[frozenset[tuple[str, str]], tuple[str, ...]], Zygote] = {}
@@ -197,8 +209,9 @@ def spawn_args(args: list[str], env: dict[str, str], servers: tuple[str, ...] = 
     return ["-S", "-P", str(_ATTACH), server.address, *args]
 
 
-def run_pollwarden(args: list[str], env: dict[str, str], *, timeout: float | None = None) -> Finished | None:
-    """The command forked from a zygote, or None when a fresh interpreter must run it instead."""
+def run(args: list[str], env: dict[str, str], *, timeout: float | None = None) -> Finished:
+    """`python -m pollwarden ARGS` in `env` with stdin /dev/null and both outputs captured, forked from a zygote
+    when one serves, else in a fresh interpreter; TimeoutExpired (the child killed) past `timeout`."""
     message = json.dumps({"argv": args, "env": env, "cwd": os.getcwd(), "umask": _umask()}).encode()
     server = zygote_for(env) if len(message) < _MAX_MESSAGE else None
-    return None if server is None else server.run(message, timeout)
+    return _run_fresh(args, env, timeout) if server is None else server.run(message, timeout)

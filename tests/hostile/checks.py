@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tests.prefork import run_pollwarden
+from tests import prefork
 
 from .cases import MAX_RSS_MB, REQUEST_BOUND_SECONDS, Case, Secret
 from .server import Request
@@ -41,57 +38,22 @@ class Run:
 
 
 def run_bounded(*args: str, home: Path, env: dict[str, str], timeout: float = COMMAND_TIMEOUT) -> Run:
-    """`python -m pollwarden ARGS` with its own peak memory (wait4), killed if it outlives `timeout`; forked
-    from the suite's zygote when it can be (tests/prefork.py), else a fresh interpreter."""
+    """`python -m pollwarden ARGS` with its own peak memory (wait4), killed if it outlives `timeout`."""
     label = " ".join(args[:2]) if args and args[0] != "watch" else "watch"
-    full_env = {**os.environ, "POLLWARDEN_HOME": str(home), **env}
     started = time.monotonic()
     try:
-        forked = run_pollwarden(list(args), full_env, timeout=timeout)
+        ran = prefork.run(list(args), {**os.environ, "POLLWARDEN_HOME": str(home), **env}, timeout=timeout)
     except subprocess.TimeoutExpired as hung:
         out, err = (data if isinstance(data, bytes) else b"" for data in (hung.stdout, hung.stderr))
         return Run(label, None, _text(out), _text(err), time.monotonic() - started, 0.0)
-    if forked is not None:
-        return Run(label, forked.returncode, _text(forked.stdout), _text(forked.stderr), time.monotonic() - started,
-                   forked.max_rss_kb / 1024)  # fmt: skip
-    return _run_fresh(args, label, full_env, home, timeout)
+    seconds = time.monotonic() - started
+    return Run(label, ran.returncode, _text(ran.stdout), _text(ran.stderr), seconds, ran.max_rss_kb / 1024)
 
 
 def _text(data: bytes) -> str:
     """Exactly what reached the stream: universal newlines (as `read_text` gave before) would turn the bare CR
     that `Findings.terminal` looks for into a newline, and a forged line would pass unseen."""
     return data.decode("utf-8", errors="replace")
-
-
-def _run_fresh(args: tuple[str, ...], label: str, env: dict[str, str], home: Path, timeout: float) -> Run:
-    out, err = home.parent / f"out-{time.monotonic_ns()}", home.parent / f"err-{time.monotonic_ns()}"
-    started = time.monotonic()
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pollwarden", *args],
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-        )
-    reaped: list[tuple[int, int, Any]] = []
-    reaper = threading.Thread(target=lambda: reaped.append(os.wait4(proc.pid, 0)), daemon=True)
-    reaper.start()
-    reaper.join(timeout)
-    hung = reaper.is_alive()
-    if hung:
-        os.kill(proc.pid, signal.SIGKILL)
-        reaper.join()
-    _, status, usage = reaped[0]
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so Popen must not wait for it again
-    return Run(
-        label=label,
-        code=None if hung else proc.returncode,
-        stdout=_text(out.read_bytes()),
-        stderr=_text(err.read_bytes()),
-        seconds=time.monotonic() - started,
-        max_rss_mb=usage.ru_maxrss / 1024,
-    )
 
 
 def last_json(text: str) -> dict[str, Any] | None:
