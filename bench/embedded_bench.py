@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         for count in args.watches:
             p50, worst, total = measure(count, contract, home, f"n{count}")
             print(
-                f"{count} watches: first request p50 {p50:.0f} ms, max {worst:.0f} ms after the call; all ended in {total:.1f} s"
+                f"{count} watches: first request p50 {p50:.0f} ms, max {worst:.0f} ms after the call;"
+                f" all ended in {total:.1f} s"
             )
     server.shutdown()
     return 0
