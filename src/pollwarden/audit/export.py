@@ -47,6 +47,7 @@ __all__ = [
     "HEAD_FORMAT",
     "ExportContents",
     "ExportFormatError",
+    "head_file_text",
     "load_export",
     "read_checkpoint_file",
     "read_export",
@@ -421,14 +422,20 @@ def read_checkpoint_file(path: Path) -> Checkpoint:
         raise ExportFormatError(f"checkpoint file {path}: {exc}") from None
 
 
-def write_head_file(path: Path, head: Head, logs: Mapping[str, LogTip] | None = None, mode: int = 0o600) -> None:
-    """Write a signed head kept elsewhere (a witness's copy), atomically; `logs` lists the state it fixes."""
+def head_file_text(head: Head, logs: Mapping[str, LogTip] | None = None) -> str:
+    """One head file, as one line of JSON (what a witness keeps or receives); `logs` lists the state it fixes."""
     body: dict[str, Any] = {"format": HEAD_FORMAT, "version": HEAD_VERSION, "head": head.to_json()}
     if logs is not None:
         body["logs"] = [[log_id, seq, this_hash] for log_id, (seq, this_hash) in sorted(logs.items())]
+    return _dumps(body)
+
+
+def write_head_file(path: Path, head: Head, logs: Mapping[str, LogTip] | None = None, mode: int = 0o600) -> None:
+    """Write a signed head kept elsewhere (a witness's copy), atomically; `logs` lists the state it fixes."""
+    text = head_file_text(head, logs)
 
     def write(handle: IO[str]) -> None:
-        handle.write(_dumps(body) + "\n")
+        handle.write(text + "\n")
 
     _atomic_write(Path(path), write, mode)
 

@@ -24,7 +24,7 @@ from ..audit import (
     write_export,
     write_head_file,
 )
-from ..audit.export import HEAD_FORMAT
+from ..audit.export import head_file_text
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..home import ensure_home, resolve_home, trusted_checkpoint_path, witness_config_path
@@ -209,9 +209,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
             raise UsageError("the audit log is empty: there is no signed head yet")
         head, state = newest
         if temp is None:
-            body = {"format": HEAD_FORMAT, "version": 1, "head": head.to_json()}
-            body["logs"] = [[log_id, seq, h] for log_id, (seq, h) in sorted(state.items())]
-            print(json.dumps(body, separators=(",", ":")))
+            print(head_file_text(head, state))
             return EXIT_OK
         write_head_file(temp, head, state)
     print(

@@ -14,7 +14,6 @@ last second of routine polls (docs/audit.md says so).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..audit import AuditError, Head, HeadFile, read_kept_file, write_head_file
+from ..audit.export import head_file_text
 from .base import StoreError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class _Poster(threading.Thread):
                 head = self._pending
                 self._attempts += 1
                 attempt = self._attempts
-            body = json.dumps({"format": "pollwarden-audit-head", "version": 1, "head": head.to_json()}).encode()
+            body = head_file_text(head).encode("utf-8")
             request = urllib.request.Request(
                 self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
             )
