@@ -250,8 +250,11 @@ class AuditTrail(ABC):
         log as it stands. Nothing else ever writes a head that covers records it did not append, so heads
         deleted later are not quietly replaced by a new first head.
         """
-        if not tx.appended or tx.head is not None:
-            return
+        if tx.appended and tx.head is None:
+            self._sign_head(tx)
+
+    def _sign_head(self, tx: Tx) -> None:
+        """Sign and insert the next head: over `tx.appended`, or over every log for an upgraded store's first."""
         signing_key = self._signing_key()
         if self.dialect.lock_log is not None:
             tx.execute(self.dialect.lock_log, (HEADS_LOCK_KEY,))
@@ -341,14 +344,15 @@ class AuditTrail(ABC):
         Read in one transaction so the state is exactly the head's; a pending store gets its first head.
         """
         with self._tx() as tx:
-            if tx.one("SELECT 1 FROM audit_heads_pending") is not None and tx.one("SELECT 1 FROM audit_heads") is None:
-                tips = self._tips(tx)
-                if tips:
-                    # The first head of an upgraded store: appending nothing, it covers every log as it stands.
-                    log_id, seq, this_hash = tips[0]
-                    tx.appended[str(log_id)] = (int(seq), int(seq), str(this_hash))
-                    tx.last_at = format_rfc3339(datetime.now(UTC))
-                    self._seal_commit(tx)
+            uncovered = (
+                tx.one("SELECT 1 FROM audit_heads_pending") is not None
+                and tx.one("SELECT 1 FROM audit_heads") is None
+                and tx.one("SELECT 1 FROM audit_records LIMIT 1") is not None
+            )
+            if uncovered:
+                # The first head of an upgraded store: appending nothing, it covers every log as it stands.
+                tx.last_at = format_rfc3339(datetime.now(UTC))
+                self._sign_head(tx)
             row = tx.one(f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter DESC LIMIT 1")
             if row is None:
                 return None
