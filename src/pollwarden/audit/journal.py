@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH
+from pollwarden.audit.chains import LogState
 from pollwarden.audit.checkpoint import key_id_of
 from pollwarden.audit.heads import Head, head_digest, head_hash_ok, head_valid, parse_changes
 
@@ -169,26 +170,28 @@ def bad_signature(head: Head, public_key: Ed25519PublicKey, label: str) -> str:
     return f"{label}: bad signature with key {expected}: the head was altered or forged"
 
 
-def compare_tips(
-    expected: Mapping[str, LogTip], actual: Mapping[str, LogTip], hashes_at: Mapping[str, Mapping[int, str]]
-) -> Iterable[tuple[str, int, str]]:
-    """Each log `expected` names that `actual` lacks, holds fewer records of, or holds differently.
+def compare_tips(expected: Mapping[str, LogTip], logs: Mapping[str, LogState]) -> Iterable[tuple[str, int, str]]:
+    """Each log `expected` names that the walked `logs` lack, hold fewer records of, or hold differently.
 
-    `actual` is each verified log's last (seq, hash); `hashes_at` the hashes the verifier kept per seq.
-    Yields (log_id, seq of the first record in question, what is wrong, in words to follow "the head ...").
-    The words start with what happened to the log (deleted, truncated, rewritten), so callers prefix only
-    the head they speak of.
+    A log whose chain already failed is left out: after its first bad record it proves nothing, and the walk
+    has reported it. Yields (log_id, seq of the first record in question, what is wrong, in words to follow
+    "the head ..."). The words start with what happened to the log (deleted, truncated, rewritten), so callers
+    prefix only the head they speak of.
     """
     for log_id in sorted(expected):
         seq, this_hash = expected[log_id]
-        have_seq = actual.get(log_id, (0, GENESIS_HASH))[0]
+        state = logs.get(log_id)
+        if state is not None and state.failed:
+            continue
+        have_seq = state.last_seq if state is not None else 0
         if have_seq == 0:
             yield log_id, 1, f"covers {seq} record{'s' if seq != 1 else ''} of this log, but it holds none"
         elif have_seq < seq:
             span = f"record {seq}" if seq == have_seq + 1 else f"records {have_seq + 1}–{seq}"
             yield log_id, have_seq + 1, f"covers seq {seq}, but the log ends at seq {have_seq} ({span} missing)"
         else:
-            found = hashes_at.get(log_id, {}).get(seq)
+            assert state is not None  # have_seq > 0
+            found = state.hashes.get(seq)
             if found is not None and found != this_hash:
                 yield (
                     log_id,

@@ -179,12 +179,8 @@ class _Verifier:
         newest = journal.newest
         label = f"the newest signed head (#{newest.counter})" if newest is not None else ""
         logs = self.walk.logs
-        actual = {log_id: (state.last_seq, state.last_hash) for log_id, state in logs.items() if not state.failed}
-        hashes = {log_id: state.hashes for log_id, state in logs.items()}
-        failed = {log_id for log_id, state in logs.items() if state.failed}
-        for log_id, seq, what in compare_tips(journal.state, actual, hashes):
-            if log_id not in failed:
-                self.problems.append(Problem(log_id, seq, f"{_verdict(what)}: {label} {what}"))
+        for log_id, seq, what in compare_tips(journal.state, logs):
+            self.problems.append(Problem(log_id, seq, f"{_verdict(what)}: {label} {what}"))
         for log_id, state in sorted(logs.items()):
             if state.failed:
                 continue
@@ -235,9 +231,6 @@ class _Verifier:
             self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, self.public_key, kept)))
             return
         journal = self.journal
-        logs = self.walk.logs
-        actual = {log_id: (state.last_seq, state.last_hash) for log_id, state in logs.items() if not state.failed}
-        hashes = {log_id: state.hashes for log_id, state in logs.items()}
         newest = journal.newest if journal is not None else None
         stored = journal.hashes.get(head.counter) if journal is not None else None
         if stored is None:
@@ -283,7 +276,7 @@ class _Verifier:
         if expected is None:
             return
         troubled = {p.log_id for p in [*self.walk.problems, *self.problems]}
-        for log_id, seq, what in compare_tips(expected, actual, hashes):
+        for log_id, seq, what in compare_tips(expected, self.walk.logs):
             if log_id not in troubled:
                 self.problems.append(Problem(log_id, seq, f"rollback: {kept} {what}"))
 
