@@ -272,7 +272,6 @@ def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | HeadFile | None,
 def _newest_kept(home: Path, explicit: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
     """The head to check a store against: the one given, else the newest of the home's and the witness's."""
     from .audit import HeadFile, key_id_of, load_public_key
-    from .store.witness import witness_file_name
 
     if explicit is not None:
         return trusted_checkpoint(explicit)
@@ -281,10 +280,10 @@ def _newest_kept(home: Path, explicit: Path | None) -> tuple[Checkpoint | HeadFi
         witness = configured_witness(home)
     except StoreError as exc:
         raise HomeError(str(exc)) from None
-    if witness is not None and not witness.is_url:
-        home_key = load_public_key(home)
-        if home_key is not None:
-            found.append(trusted_checkpoint(Path(witness.location) / witness_file_name(key_id_of(home_key))))
+    home_key = load_public_key(home) if witness is not None else None
+    kept_there = witness.file_for(key_id_of(home_key)) if witness is not None and home_key is not None else None
+    if kept_there is not None:
+        found.append(trusted_checkpoint(kept_there))
     heads = [(kept, name) for kept, name in found if isinstance(kept, HeadFile)]
     if heads:
         return max(heads, key=lambda pair: pair[0].head.counter if isinstance(pair[0], HeadFile) else 0)

@@ -81,8 +81,9 @@ class Witness:
             raise StoreError(f"{source}: {path} is not writable by this user")
         return cls(str(path))
 
-    def file_for(self, head: Head) -> Path | None:
-        return None if self.is_url else Path(self.location) / witness_file_name(head.key_id)
+    def file_for(self, key_id: str) -> Path | None:
+        """The file a directory witness keeps the heads of this signing key in (None for a URL)."""
+        return None if self.is_url else Path(self.location) / witness_file_name(key_id)
 
 
 def _write_forward(path: Path, head: Head) -> None:
@@ -199,7 +200,7 @@ class HeadKeeper:
         try:
             if self.local is not None:
                 _write_forward(self.local, head)
-            target = self.witness.file_for(head) if self.witness is not None else None
+            target = self.witness.file_for(head.key_id) if self.witness is not None else None
             if target is not None:
                 _write_forward(target, head)
         except OSError as exc:
