@@ -1,6 +1,6 @@
 """The conformance benchmark's smoke version, so it cannot silently rot.
 
-It runs `bench.conformance`'s quick mode for real: two scenarios compressed 10x (503 with Retry-After, then an
+It runs `bench.conformance`'s quick mode for real: two scenarios compressed 5x (503 with Retry-After, then an
 unknown state), each peer in its own process against the loopback simulator. pollwarden and the hand-written
 fixed loop always run; the library peer (tenacity) only when the `bench` extra is installed.
 """

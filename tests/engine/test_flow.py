@@ -71,10 +71,13 @@ def record(**changes: Any) -> OperationRecord:
     return replace(make_record(CONTRACT), **changes)
 
 
+CONTRACT_RECORD = make_record(CONTRACT)
+
+
 def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_releases_once() -> None:
     script = Script()
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds() == ["Write", "Send", "Now", "Draw", "Write"]
+    assert script.kinds() == ["Write", "Now", "Send", "Now", "Draw", "Write"]
     reserve, final = script.asked[0], script.asked[-1]
     assert isinstance(reserve, flow.Write) and not reserve.release
     assert reserve.record.status_requests_used == 1 and reserve.events[0][0] == "reserved"
@@ -101,6 +104,26 @@ def test_a_refused_commit_announces_nothing_and_logs_the_lost_lease() -> None:
     assert script.kinds()[-1] == "Append" and isinstance(result, flow.Busy)
 
 
+def test_a_reservation_committed_after_the_deadline_sends_nothing() -> None:
+    """CI saw it: a commit that stalled for seconds let the request go out after the deadline. The reservation
+    stays counted; the clock is read again once it is durable, and nothing is sent past the deadline."""
+
+    class SlowCommit(Script):
+        def answer(self, effect: flow.Effect[Any]) -> Any:
+            if isinstance(effect, flow.Now):
+                self.asked.append(effect)
+                return CONTRACT_RECORD.deadline_at + timedelta(milliseconds=1)
+            return super().answer(effect)
+
+    script = SlowCommit()
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, CONTRACT_RECORD, T0))
+    assert "Send" not in script.kinds()
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.DEADLINE_EXCEEDED
+    assert result.record.status_requests_used == 1  # the reservation was durable: it is never given back
+    final = script.asked[-2]
+    assert isinstance(final, flow.Write) and final.release and final.decision is not None
+
+
 def test_a_halt_sends_nothing() -> None:
     script = Script()
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(status_requests_used=3), T0))
@@ -113,7 +136,7 @@ def test_an_interrupt_during_the_request_gives_the_lease_back_and_propagates() -
     script = Script(raise_on=flow.Send)
     with pytest.raises(KeyboardInterrupt):
         script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds() == ["Write", "Send", "Release"]
+    assert script.kinds() == ["Write", "Now", "Send", "Release"]
 
 
 def test_a_parser_defect_ends_in_a_recorded_stop_not_a_crash_loop(monkeypatch: pytest.MonkeyPatch) -> None:

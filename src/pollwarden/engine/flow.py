@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from ..core.contract import Contract
 from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
+from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
 from ..core.observe import Exchange, Observation, observe
 from ..core.reasons import Phase, StopReason
@@ -201,6 +202,14 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
         )
     ):
         return (yield from _lost(lease, record, now))
+    sending = yield from ask(Now())
+    if sending >= reserved.deadline_at:
+        # The deadline passed while the reservation was committed (a slow fsync, a descheduled process): the
+        # reservation stands as counted, and nothing is sent after the deadline, however late the commit was.
+        detail = f"deadline {format_rfc3339(reserved.deadline_at)} passed before the request could go out"
+        late = StopReason.DEADLINE_EXCEEDED
+        decision = halt(reserved, late, sending, detail, rule=late.value)
+        return (yield from _record(contract, lease, reserved, None, decision, sending, None))
     headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
     try:
         exchange: Exchange | None = yield from ask(Send(record.job_id, headers, record.status_location))
