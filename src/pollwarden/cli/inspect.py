@@ -7,6 +7,7 @@ import json
 
 from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
+from ..home import unknown_operation
 from ..shown import shown
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
@@ -26,7 +27,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.operation:
             stored = store.get(args.operation)
             if stored is None:
-                raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+                raise UsageError(unknown_operation(store.path, args.operation))
             summary = stored.record.summary()
             if args.json:
                 print(json.dumps(summary, sort_keys=True))
@@ -59,7 +60,7 @@ def cmd_story(args: argparse.Namespace) -> int:
     try:
         events = store.events(args.operation)  # a submission whose outcome is unknown has a log but no record
         if not events and store.get(args.operation) is None:
-            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            raise UsageError(unknown_operation(store.path, args.operation))
         if args.json:
             print(json.dumps(story_json(events), sort_keys=True))
         else:
@@ -80,7 +81,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="read")
     try:
         if store.get(args.operation) is None:
-            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            raise UsageError(unknown_operation(store.path, args.operation))
         events = store.events(args.operation)
     finally:
         store.close()
