@@ -180,7 +180,7 @@ class Watch:
             except HomeError as exc:
                 raise WatchError(str(exc)) from None
         try:
-            engine = Engine(store, owner=process_owner(), clock=utcnow)
+            engine = Engine(store, owner=process_owner("api"), clock=utcnow)
             request = WatchRequest(
                 self.contract,
                 self.job_id,

@@ -57,7 +57,7 @@ def apply_decision(
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)
-    claimed = store.claim(request.operation_id, process_owner(), now, lease_ttl(contract))
+    claimed = store.claim(request.operation_id, process_owner("decide"), now, lease_ttl(contract))
     if claimed is None:
         raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
     lease, record = claimed

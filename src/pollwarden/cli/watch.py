@@ -207,7 +207,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             contract = _contract(args, store)
             secret = _ready(contract)
             request = _checked(watch_request(args, contract, secret))
-        engine = Engine(store, owner=process_owner())
+        engine = Engine(store, owner=process_owner("watch"))
         try:
             admitted = engine.admit(request)
         except AdmissionError as exc:
