@@ -7,7 +7,6 @@ import asyncio
 import json
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -100,19 +99,6 @@ def test_watch_cancel_from_another_thread_stops_a_blocking_run(sim: Simulator, t
     assert isinstance(outcome, Succeeded) and sim.request_count("slow-2") == 2
 
 
-def test_on_progress_gets_one_polled_progress_per_request_in_order(sim: Simulator, tmp_path: Path, home: Path) -> None:
-    contract = write_contract(tmp_path / "c.toml", sim.url)
-    seen: list[Progress] = []
-    outcome = pollwarden.watch_sync(contract, "happy-5", home=home, on_progress=seen.append)
-    assert isinstance(outcome, Succeeded)
-    polled = [p for p in seen if p.polled]
-    assert [p.checks_used for p in polled] == [1, 2, 3, 4] == list(range(1, sim.request_count("happy-5") + 1))
-    assert [p.state for p in polled] == ["queued", "running", "running", "succeeded"]
-    assert all(isinstance(p, Progress) and p.operation_id == outcome.operation_id for p in seen)
-    assert [p.final for p in seen].count(True) == 1 and seen[-1].final  # the last one, and only it
-    assert all(p.next_check_at is not None for p in seen[:-1])
-
-
 def test_a_raising_on_progress_stops_the_watch_resumable_and_is_raised(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
@@ -141,44 +127,29 @@ def test_a_raising_on_progress_stops_the_watch_resumable_and_is_raised(
     assert isinstance(outcome, Succeeded) and sim.request_count("happy-6") == 4
 
 
-def test_useful_for_shorter_than_the_deadline_stops_at_the_usefulness_bound(
+def test_a_cancel_during_a_request_lets_it_finish_and_record_and_sends_no_other(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
-    sim.add_job("forever-1", [Step(body={"state": "running"})])
-    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="50ms", max_requests=200)
+    # The provider takes 1 s to answer; without the cancel the next poll would follow 50 ms later.
+    sim.add_job("inflight-1", [Step(body={"state": "running"}, delay=1.0)])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="50ms", timeout="10s")
+
+    async def main() -> None:
+        task = asyncio.create_task(watch(contract, "inflight-1", home=home, operation_id="op-inflight"))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # a second cancel while the request finishes is absorbed: the thread is still waited for
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
     started = time.monotonic()
-    outcome = pollwarden.watch_sync(contract, "forever-1", home=home, deadline="1m", useful_for="400ms")
-    assert time.monotonic() - started < 30
-    assert isinstance(outcome, pollwarden.Stopped)
-    assert outcome.reason.value == "usefulness_window_closed"
-    record = outcome.record
-    assert record is not None and record.plan.useful_until is not None
-    assert record.plan.useful_until < record.deadline_at
-    assert record.plan.useful_until - record.created_at == timedelta(milliseconds=400)
-
-
-@pytest.mark.parametrize(
-    ("useful_for", "words"),
-    [
-        ("soon", "useful_for: "),
-        ("0s", "useful_for must be longer than zero"),
-        (10, "useful_for must be a timedelta or a duration like '10m'"),
-    ],
-)
-def test_a_bad_useful_for_is_a_watch_error_naming_it(
-    useful_for: str, words: str, sim: Simulator, tmp_path: Path, home: Path
-) -> None:
-    contract = write_contract(tmp_path / "c.toml", sim.url)
-    with pytest.raises(pollwarden.WatchError, match=words):
-        Watch(contract, "happy-8", home=home, deadline="1m", useful_for=useful_for)
-    assert sim.request_count("happy-8") == 0
-
-
-def test_useful_for_goes_through_admission_and_is_never_widened_on_resume(
-    sim: Simulator, tmp_path: Path, home: Path
-) -> None:
-    contract = write_contract(tmp_path / "c.toml", sim.url)
-    first = pollwarden.watch_sync(contract, "happy-9", home=home, operation_id="op-useful", useful_for="10m")
-    assert isinstance(first, Succeeded) and first.record.plan.useful_until is not None
-    with pytest.raises(pollwarden.WatchError, match="cannot watch: useful_for 1h would move the usefulness window"):
-        pollwarden.watch_sync(contract, home=home, operation_id="op-useful", useful_for="1h")
+    asyncio.run(main())
+    assert 0.9 < time.monotonic() - started < 8  # the answer was waited for, and nothing after it
+    assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    time.sleep(0.3)
+    assert sim.request_count("inflight-1") == 1
+    status = json.loads(run_cli("status", "op-inflight", "--json", home=home).stdout)
+    assert (status["phase"], status["status_requests_used"], status["last_state"]) == ("active", 1, "running")
+    (event,) = _interrupted(home, "op-inflight")
+    assert event["status_requests_used"] == 1 and event["why"] == "cancelled"
