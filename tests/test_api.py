@@ -173,7 +173,7 @@ def test_useful_for_goes_through_admission_and_is_never_widened_on_resume(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
     contract = write_contract(tmp_path / "c.toml", sim.url)
-    first = pollwarden.watch_sync(contract, "happy-9", home=home, operation_id="op-useful", useful_for="10m")
+    first = pollwarden.watch_sync(contract, "happy-9", home=home, operation_id="op-useful", useful_for="30s")
     assert isinstance(first, Succeeded) and first.record.plan.useful_until is not None
-    with pytest.raises(pollwarden.WatchError, match="cannot watch: useful_for 1h would move the usefulness window"):
-        pollwarden.watch_sync(contract, home=home, operation_id="op-useful", useful_for="1h")
+    with pytest.raises(pollwarden.WatchError, match="cannot watch: useful_for 50s would move the usefulness window"):
+        pollwarden.watch_sync(contract, home=home, operation_id="op-useful", useful_for="50s")
