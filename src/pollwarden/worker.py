@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,7 +29,7 @@ from .engine import Done, Engine, NotYet, Polled, StepResult
 from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Claimed, Lease, Store
+from .store.base import Claimed, ContractCounts, Lease, Store
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
@@ -82,12 +82,65 @@ class Metrics:
             registry=self.registry,
         )
 
+    def count_fleet(self, store_factory: Callable[[], Store], *, fresh_for: float = 1.0) -> None:
+        """Gauges of the whole fleet, per contract, counted by the database when scraped (at most once per
+        `fresh_for` seconds, so many scrapers cost one query set): active, due, overdue, open decisions and
+        the oldest due operation's lag. Every worker reports the same numbers: aggregate them with max, not sum."""
+        self.registry.register(_FleetGauges(store_factory, fresh_for))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics; returns the port (useful with port 0)."""
         from prometheus_client import start_http_server
 
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_port)
+
+
+class _FleetGauges:
+    """A prometheus_client collector (duck-typed: `collect` yields metric families) over `Store.fleet_counts`."""
+
+    def __init__(self, store_factory: Callable[[], Store], fresh_for: float) -> None:
+        self._factory = store_factory
+        self._fresh_for = fresh_for
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._taken = (float("-inf"), datetime.now(UTC), list[ContractCounts]())
+
+    def _counts(self) -> tuple[datetime, list[ContractCounts]]:
+        from .ownership import lease_ttl_of
+
+        with self._lock:
+            taken, now, counts = self._taken
+            if time.monotonic() - taken >= self._fresh_for:
+                if self._store is None:
+                    self._store = self._factory()
+                now = self._store.db_now()
+                counts = self._store.fleet_counts(now, lease_ttl_of)
+                self._taken = (time.monotonic(), now, counts)
+            return now, counts
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            now, counts = self._counts()
+        except Exception:  # a scrape must answer while the database is away; the gauges are left out
+            return
+        gauges: dict[str, tuple[str, Callable[[ContractCounts], float]]] = {
+            "active": ("Active operations (waiting on their job)", lambda c: c.active),
+            "due": ("Active operations whose next check is due", lambda c: c.due),
+            "overdue": ("Due longer ago than the lease TTL with nobody polling", lambda c: c.overdue),
+            "open_decisions": ("Decision requests waiting for a person", lambda c: c.open_decisions),
+            "oldest_due_lag_seconds": (
+                "How long the earliest due operation has been waiting to be polled",
+                lambda c: 0.0 if c.oldest_due is None else max(0.0, (now - c.oldest_due).total_seconds()),
+            ),
+        }
+        for name, (text, value) in gauges.items():
+            family = GaugeMetricFamily(f"pollwarden_fleet_{name}", text, labels=["contract"])
+            for c in counts:
+                family.add_metric([c.contract], float(value(c)))
+            yield family
 
 
 class JsonLog:

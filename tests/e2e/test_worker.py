@@ -134,6 +134,10 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
     assert 'pollwarden_escalations_total{reason="unknown_state"} 6.0' in metrics
     assert 'pollwarden_provider_requests_total{provider="exports"}' in metrics
     assert "pollwarden_scheduling_lateness_seconds_bucket" in metrics
+    # Scraped once everything was final: nothing active or due, and the 18 stops wait for a person.
+    assert 'pollwarden_fleet_open_decisions{contract="exports"} 18.0' in metrics
+    assert 'pollwarden_fleet_active{contract="exports"} 0.0' in metrics
+    assert 'pollwarden_fleet_overdue{contract="exports"} 0.0' in metrics
     open_decisions = json.loads(run_cli("decisions", "--json", "--db", db, home=home).stdout)
     assert len(open_decisions) == 18  # failed, unknown_state and never: six each, one decision per stop
 

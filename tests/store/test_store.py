@@ -240,6 +240,32 @@ def _stop_with_decision(store: AnyStore, op: str, decision_id: str) -> DecisionR
     return request
 
 
+def test_fleet_counts_per_contract_active_due_overdue_open_decisions_and_the_oldest_due(store: AnyStore) -> None:
+    """The worker's gauges: counted by the database, so a scrape of a 50,000-operation fleet reads no records."""
+    ttl = timedelta(seconds=65)
+    for op, due_in in (("a", -120.0), ("b", -10.0), ("c", 300.0)):
+        store.create(replace(_record(op), next_poll_at=T0 + timedelta(seconds=due_in)), CONTRACT, {})
+    _stop_with_decision(store, "stopped", "d-9")
+    leased = store.claim("b", "worker/hostA:1:a", T0, TTL)
+    assert leased is not None  # polling now: due, but not overdue however late
+    asked: list[str] = []
+
+    def ttl_of(text: str) -> timedelta:
+        asked.append(text)
+        return ttl
+
+    (counts,) = store.fleet_counts(T0, ttl_of)
+    assert (counts.contract, counts.active, counts.due, counts.overdue, counts.open_decisions) == (
+        "exports",
+        3,
+        2,
+        1,
+        1,
+    )
+    assert counts.oldest_due == T0 - timedelta(seconds=120) and asked == [CONTRACT]
+    assert store.fleet_counts(T0 - timedelta(hours=1), ttl_of)[0].due == 0
+
+
 def test_a_decision_is_written_with_the_stop_and_decided_once(store: AnyStore) -> None:
     request = _stop_with_decision(store, "op", "d-1")
     assert [d.request for d in store.decisions()] == [request]

@@ -72,6 +72,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics = Metrics()
     log = JsonLog(worker=owner)
     if args.metrics_port is not None:
+        metrics.count_fleet(factory)
         try:
             port = metrics.serve(args.metrics_port, args.metrics_host)
             log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")

@@ -7,7 +7,7 @@ cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,6 +51,21 @@ class Claimed:
     lease: Lease
     record: OperationRecord
     contract_text: str
+
+
+@dataclass(frozen=True)
+class ContractCounts:
+    """One contract's operations as a fleet's gauges count them (`Store.fleet_counts`)."""
+
+    contract: str
+    active: int = 0
+    due: int = 0
+    """Active and due now (next_poll_at has passed), leased or not."""
+    overdue: int = 0
+    """Active, nobody polling, due longer ago than the lease TTL (ownership.py's rule, in SQL)."""
+    open_decisions: int = 0
+    oldest_due: datetime | None = None
+    """The earliest next_poll_at among the due ones: now minus this is how far behind the fleet is."""
 
 
 @dataclass(frozen=True)
@@ -326,6 +341,11 @@ class Store(Protocol):
         taken. A slot within `horizon` is taken (the caller waits for it, then sends); a later one is only
         reported (the caller defers the operation to it). None: this provider is not paced. `interval` sets the
         provider's spacing for every worker sharing the store."""
+        ...
+
+    def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
+        """Per contract name: active, due, overdue, open decisions and the oldest due time, counted by the
+        database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
         ...
 
     def next_due(self, free_at: datetime | None = None) -> datetime | None:

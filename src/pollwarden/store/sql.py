@@ -12,7 +12,8 @@ whose WHERE carries the token changes nothing when the token is stale (DESIGN.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from .base import (
     Claimed,
+    ContractCounts,
     DecisionTaken,
     FencedWrite,
     Grant,
@@ -173,6 +175,40 @@ class _Operations(AuditTrail):
             free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
             row = self._row(query + free, (at,))
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
+
+    def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
+        at = self.dialect.stamp(now)
+        counts: dict[str, ContractCounts] = {}
+        rows = self._rows(
+            "SELECT contract_name, COUNT(*), SUM(CASE WHEN next_poll_at <= ? THEN 1 ELSE 0 END),"
+            " MIN(CASE WHEN next_poll_at <= ? THEN next_poll_at END)"
+            " FROM operations WHERE phase = 'active' GROUP BY contract_name",
+            (at, at),
+        )
+        for name, active, due, oldest in rows:
+            oldest_due = None if oldest is None else self.dialect.moment(oldest)
+            counts[str(name)] = ContractCounts(str(name), int(active), int(due or 0), oldest_due=oldest_due)
+        for name in [n for n, c in counts.items() if c.due]:
+            # The TTL of the contract's newest active operation: a contract's versions rarely differ in timeout.
+            newest = self._row(
+                "SELECT contract FROM operations WHERE contract_name = ? AND phase = 'active'"
+                " ORDER BY created_at DESC LIMIT 1",
+                (name,),
+            )
+            assert newest is not None
+            row = self._row(
+                "SELECT COUNT(*) FROM operations WHERE phase = 'active' AND contract_name = ? AND next_poll_at <= ?"
+                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)",
+                (name, self.dialect.stamp(now - ttl_of(str(newest[0]))), at),
+            )
+            counts[name] = replace(counts[name], overdue=int(row[0]) if row is not None else 0)
+        for name, open_count in self._rows(
+            "SELECT o.contract_name, COUNT(*) FROM decisions d JOIN operations o ON o.operation_id = d.operation_id"
+            " WHERE d.status = 'open' GROUP BY o.contract_name"
+        ):
+            known = counts.get(str(name), ContractCounts(str(name)))
+            counts[str(name)] = replace(known, open_decisions=int(open_count))
+        return [counts[name] for name in sorted(counts)]
 
     # -- leases --------------------------------------------------------------------------------------
 
