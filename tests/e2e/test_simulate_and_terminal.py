@@ -67,8 +67,21 @@ def test_a_terminal_sees_the_countdown_and_a_pipe_does_not(sim: Simulator, home:
     env = {**os.environ, "POLLWARDEN_HOME": str(home)}
     code, screen = _run_on_pty(["watch", "--contract", str(contract), "--job", "t", "--operation", "tty"], env)
     assert code == 0, screen
-    assert "requests 1/12 · next poll in" in screen and "deadline in" in screen
+    # One line redrawn in place: each frame starts by going back to the line's start and erasing it.
+    frames = [frame for frame in screen.split("\r\x1b[K") if frame.startswith("t: ")]
+    assert frames, screen
+    first = frames[0]
+    assert first.startswith("t: running · checks 1/12 · next check in ") and "(local backoff)" in first, first
+    assert " · deadline in " in first and "\n" not in first
+    assert "succeeded: job t, result /r" in screen.split("\r\x1b[K")[-1]  # the outcome, on a cleared line
+    assert "state running · requests" not in screen  # no scrolling lines per decision on a terminal
+    sim.add_job("q", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
+    code, quiet = _run_on_pty(
+        ["watch", "--contract", str(contract), "--job", "q", "--operation", "quiet", "--quiet"], env
+    )
+    assert code == 0 and "\x1b[K" not in quiet and "state running · requests 1/12 · next poll" in quiet, quiet
     sim.add_job("p", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
     piped = run_cli("watch", "--contract", str(contract), "--job", "p", "--operation", "pipe", home=home)
     assert piped.code == 0
-    assert "next poll in" not in piped.stdout and "\r" not in piped.stdout
+    assert "next check in" not in piped.stdout and "\r" not in piped.stdout
+    assert "state running · requests 1/12 · next poll" in piped.stdout  # a plain line per decision

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
     w.add_argument("--useful-for", help="business deadline: stop with usefulness_window_closed after this, e.g. 20m")
     w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    w.add_argument(
+        "--quiet",
+        action="store_true",
+        help="on a terminal too, one plain line per decision instead of the line redrawn in place",
+    )
     home(w)
     w.set_defaults(func=Command("watch", "cmd_watch"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
@@ -13,12 +13,13 @@ from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract import Contract
 from ..core.contract_result import result_text
 from ..core.decide import Decision
-from ..core.durations import format_duration, format_rfc3339
+from ..core.durations import format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
-from ..engine import AdmissionError, Done, Engine, NotYet, Polled, StepResult
+from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
+from ..progress import progress_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.owner import process_owner
@@ -103,20 +104,24 @@ def _contract(args: argparse.Namespace, store: Store) -> Contract:
 
 
 class Progress:
-    """One line per decision; on a terminal also a live countdown that is overwritten in place."""
+    """What a person sees while `watch` waits. On a terminal: one line, redrawn in place every second and after
+    every step (the state, checks used of allowed, the next check and who chose its time, the deadline), so a
+    long wait never scrolls. Piped, or with `--quiet`: one plain line per decision, for logs. `--json`: none."""
 
     watching: ClassVar[str | None] = None
     """The operation the last step was about: an interrupted `watch` names it in its resume hint."""
 
     def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
         self.out = out
-        self.live = live
+        self.live = live and not quiet
         self.quiet = quiet
+        """No progress at all: `--json` prints one object at the end and nothing before it."""
         self._dirty = False
 
     def _clear(self) -> None:
         if self._dirty:
             self.out.write("\r\033[K")
+            self.out.flush()
             self._dirty = False
 
     def __call__(self, result: StepResult) -> None:
@@ -124,28 +129,18 @@ class Progress:
         if self.quiet:
             return
         now = utcnow()
-        if isinstance(result, Polled):
-            self._clear()
-            self.out.write(_decision_line(result.decision, now) + "\n")
-            self.out.flush()
+        if not self.live:
+            if isinstance(result, Polled):
+                self.out.write(_decision_line(result.decision, now) + "\n")
+                self.out.flush()
             return
-        if not self.live or isinstance(result, Done):
-            self._clear()
+        shown_now = progress_of(result)
+        if shown_now.final:
+            self._clear()  # the outcome is printed next, on a line of its own
             return
-        record = result.record
-        until = result.until if isinstance(result, NotYet) else result.retry_at
-        what = "next poll" if isinstance(result, NotYet) else "another owner is polling; retry"
-        self.out.write(
-            f"\r\033[K{shown(record.job_id)}: {shown(record.last_state or 'not yet seen')} · requests"
-            f" {record.status_requests_used}/{record.plan.max_status_requests} · {what} in"
-            f" {_left(until, now)} · deadline in {_left(record.deadline_at, now)}"
-        )
+        self.out.write(f"\r\033[K{shown(shown_now.job_id)}: {shown(shown_now.message(now))}")
         self.out.flush()
         self._dirty = True
-
-
-def _left(moment: datetime, now: datetime) -> str:
-    return format_duration(timedelta(seconds=max(0, round((moment - now).total_seconds()))))
 
 
 def _decision_line(decision: Decision, now: datetime) -> str:
@@ -226,7 +221,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 f" requests{how}\n"
             )
             out.flush()
-        progress = Progress(out, live=out.isatty(), quiet=args.json)
+        progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
         Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
         with StatusClient(contract, secret, clock=utcnow) as client:
             # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
