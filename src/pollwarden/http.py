@@ -14,6 +14,7 @@ tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
 import io
@@ -163,11 +164,16 @@ class _SocketAnswer:
         self._sock.close()
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """One verifying context per process, made on the first https request. Loading the system's CA store
+    costs ~20 ms of CPU: made per client, it was most of a watch's start, and 50 watches starting at once in
+    one process queued behind each other's copies. A context is safe to share between threads."""
+    return ssl.create_default_context()
+
+
 class SocketTransport:
     """HTTP/1.1 over one fresh connection per request (`Connection: close`): polls are seconds apart."""
-
-    def __init__(self) -> None:
-        self._tls = ssl.create_default_context()
 
     def close(self) -> None:
         """Nothing is pooled, so nothing is held between requests."""
@@ -216,7 +222,7 @@ class SocketTransport:
 
     def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
         """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
-        tls = self._tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
         tls.setblocking(False)
         try:
             while True:

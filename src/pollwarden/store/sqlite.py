@@ -12,12 +12,10 @@ file, its -wal and -shm are the owner's alone (see `home.py`).
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
+from .sqlite_writer import GroupWriter, group_writer, release_writer
 from .witness import Witness
 
 __all__ = ["SQLITE", "SQLiteStore"]
@@ -62,20 +61,6 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
-_WRITERS: dict[str, threading.Lock] = {}
-_WRITERS_LOCK = threading.Lock()
-
-
-def _writer_lock(path: Path) -> threading.Lock:
-    """One writer per database file per process. SQLite has one write lock per file; threads that all ask
-    for it at once sleep in its busy handler, which wakes them at fixed steps whether the lock is free or not
-    (16 worker threads spent most of their time there). A Python lock hands it over the moment it is free,
-    in arrival order; other processes still meet in the busy handler."""
-    key = os.path.realpath(path)
-    with _WRITERS_LOCK:
-        return _WRITERS.setdefault(key, threading.Lock())
-
-
 class SQLiteStore(SQLStore):
     """Records and their audit trail in one file; events are sealed and chained in the same transaction.
 
@@ -97,7 +82,7 @@ class SQLiteStore(SQLStore):
     ) -> None:
         self.path = path
         super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, witness=witness)
-        self._writer = _writer_lock(path)
+        self._writer: GroupWriter | None = None
         try:
             if not path.parent.exists():
                 path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
@@ -112,14 +97,24 @@ class SQLiteStore(SQLStore):
             self._tighten_files()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
+            # One writer per database file per process: SQLite has one write lock per file, and threads that
+            # all asked for it slept in its busy handler (16 worker threads spent most of their time there).
+            # The shared writer hands it over in arrival order and commits whoever is waiting together.
+            self._writer = group_writer(path, synchronous, SQLITE)
             self._upgrade()
             self._tighten_files()
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
+            self._close_connections()
             raise StoreError(f"{path} is not a usable pollwarden database: {exc}") from None
         except BaseException:
-            self._conn.close()
+            self._close_connections()
             raise
+
+    def _close_connections(self) -> None:
+        self._conn.close()
+        if self._writer is not None:
+            release_writer(self._writer)
+            self._writer = None
 
     def _tighten_files(self) -> None:
         """SQLite makes -wal and -shm itself (with the database's mode); an older file's may be looser."""
@@ -150,20 +145,10 @@ class SQLiteStore(SQLStore):
                     (str(migrations.LATEST),),
                 )
 
-    @contextmanager
-    def _tx(self) -> Iterator[Tx]:
-        with self._writer:  # threads of this process take turns here, not in SQLite's busy handler
-            self._conn.execute("BEGIN IMMEDIATE")
-            tx = Tx(self._conn.execute, SQLITE)
-            try:
-                yield tx
-                self._seal_commit(tx)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            else:
-                self._conn.execute("COMMIT")
-        self.keeper.offer(tx)  # after the lock: the keeper keeps only the newest head, whatever the order
+    def _tx(self) -> AbstractContextManager[Tx]:
+        if self._writer is None:
+            raise StoreError(f"the state database {self.path} is closed")
+        return self._writer.transaction(self)  # seals, commits, then offers the head to this store's keeper
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
         rows: list[Row] = self._conn.execute(query, params).fetchall()
@@ -183,7 +168,7 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self.keeper.flush()
-        self._conn.close()
+        self._close_connections()
 
     def db_now(self) -> datetime:
         """One machine, one clock: the fleet worker asks the store for time, and here that is this clock."""

@@ -1,0 +1,192 @@
+"""Group commit for SQLite: the write transactions of every store of one database file in one process, joined.
+
+A durable commit costs an fsync (3-4 ms on these disks) and SQLite has one write lock per file, so 50 watches
+starting at once in one process (`pollwarden.watch` from an agent's threads) each waited for the commits of
+all the others before their own: admission, claim and reservation are three commits each, 150 in a row, and
+the last first request went out 1.4 s after its call. Here every store of a file shares one writer
+connection, and a transaction that starts while another one's commit is under way joins the next batch: the
+bodies run one after another in one BEGIN IMMEDIATE ... COMMIT, each inside a SAVEPOINT of its own, and one
+fsync makes them all durable. So:
+
+- **isolation per body**: a body that raises is rolled back to its savepoint (its SQL and its changes to the
+  shared `Tx`) and raises to its own caller alone; the others commit;
+- **durability per caller**: `transaction()` returns only after the COMMIT that holds its body is on disk; if
+  that COMMIT fails, every body of the batch raises (nothing of it was written);
+- **one head per batch**: the audit head is signed once, just before the batch's COMMIT, over every log the
+  batch appended to, which is what part 9 made heads for (one signed head per committed transaction);
+- **bounded latency**: a batch commits as soon as no other transaction is waiting to join it, or at 256
+  bodies, or 20 ms after it began; a caller waiting for a commit that nobody is about to make makes it itself.
+
+With one transaction at a time nothing changes: BEGIN, the body, COMMIT, as before. Other processes still
+meet this one in SQLite's busy handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .base import StoreError
+from .common import Dialect, Tx
+
+if TYPE_CHECKING:
+    from .trail import AuditTrail
+
+__all__ = ["GroupWriter", "group_writer"]
+
+MAX_MEMBERS = 256
+MAX_AGE = 0.02
+_STALL_CHECK = 0.05
+
+
+@dataclass
+class _Batch:
+    tx: Tx
+    opened: float
+    stores: list[AuditTrail] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class GroupWriter:
+    """One writer connection of one database file, shared by every SQLiteStore of this process that opens it."""
+
+    def __init__(self, path: Path, synchronous: str, dialect: Dialect) -> None:
+        self.key = (os.path.realpath(path), synchronous)
+        self._dialect = dialect
+        try:
+            self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from None
+        self._mutex = threading.Lock()
+        """Whoever holds it may run SQL on the connection: one body, or one COMMIT, at a time."""
+        self._count = threading.Lock()
+        self._queued = 0
+        """Threads waiting for the mutex to run a body: while there are any, a batch waits for them."""
+        self._batch: _Batch | None = None
+        self.refs = 0
+
+    @contextmanager
+    def transaction(self, store: AuditTrail) -> Iterator[Tx]:
+        with self._count:
+            self._queued += 1
+        try:
+            self._mutex.acquire()
+        finally:
+            with self._count:
+                self._queued -= 1
+        try:
+            batch = self._open()
+            tx = batch.tx
+            saved = _save(tx)
+            self._conn.execute("SAVEPOINT member")
+            try:
+                yield tx
+                if tx.appended != saved["appended"]:
+                    store._signing_key()  # its head must be signable: refuse this body alone, as a lone commit would
+            except BaseException:
+                self._conn.execute("ROLLBACK TO member")
+                self._conn.execute("RELEASE member")
+                _restore(tx, saved)
+                self._settle(batch)
+                raise
+            self._conn.execute("RELEASE member")
+            batch.stores.append(store)
+            if tx.head is not None:
+                self._commit(batch)  # the body signed a head itself (an upgraded store's first): nothing may follow
+            else:
+                self._settle(batch)
+        finally:
+            self._mutex.release()
+        self._wait(batch)
+        if batch.error is not None:
+            raise StoreError(f"the state database could not commit: {batch.error}") from batch.error
+        store.keeper.offer(tx)
+
+    def _open(self) -> _Batch:
+        if self._batch is None:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._batch = _Batch(Tx(self._conn.execute, self._dialect), time.monotonic())
+        return self._batch
+
+    def _settle(self, batch: _Batch) -> None:
+        """Commit now unless another transaction is about to join (under the mutex; never raises)."""
+        with self._count:
+            joining = self._queued
+        if joining and len(batch.stores) < MAX_MEMBERS and time.monotonic() - batch.opened < MAX_AGE:
+            return
+        self._commit(batch)
+
+    def _commit(self, batch: _Batch) -> None:
+        try:
+            if batch.stores:
+                # Every member's keys sign the same home's heads; the last member signs this batch's.
+                batch.stores[-1]._seal_commit(batch.tx)
+            self._conn.execute("COMMIT")
+        except BaseException as exc:
+            batch.error = exc
+            with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
+                self._conn.execute("ROLLBACK")
+        finally:
+            self._batch = None
+            batch.done.set()
+
+    def _wait(self, batch: _Batch) -> None:
+        """Until the batch is committed; if the thread that was to join it never did, commit it here."""
+        while not batch.done.wait(_STALL_CHECK):
+            if self._mutex.acquire(blocking=False):
+                try:
+                    if self._batch is batch:
+                        self._commit(batch)
+                finally:
+                    self._mutex.release()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _save(tx: Tx) -> dict[str, Any]:
+    return {f.name: copy.copy(getattr(tx, f.name)) for f in dataclasses.fields(tx) if f.name not in ("run", "dialect")}
+
+
+def _restore(tx: Tx, saved: dict[str, Any]) -> None:
+    for name, value in saved.items():
+        setattr(tx, name, value)
+
+
+_GROUPS: dict[tuple[str, str], GroupWriter] = {}
+_GROUPS_LOCK = threading.Lock()
+
+
+def group_writer(path: Path, synchronous: str, dialect: Dialect) -> GroupWriter:
+    """The shared writer of this file (with this `synchronous`), opened by its first store."""
+    key = (os.path.realpath(path), synchronous)
+    with _GROUPS_LOCK:
+        writer = _GROUPS.get(key)
+        if writer is None:
+            writer = _GROUPS[key] = GroupWriter(path, synchronous, dialect)
+        writer.refs += 1
+        return writer
+
+
+def release_writer(writer: GroupWriter) -> None:
+    """A store closed; the last one closes the connection."""
+    with _GROUPS_LOCK:
+        writer.refs -= 1
+        if writer.refs > 0:
+            return
+        _GROUPS.pop(writer.key, None)
+    writer.close()
