@@ -35,7 +35,13 @@ def test_opening_waits_for_a_writer_instead_of_failing(tmp_path: Path) -> None:
     SQLiteStore(path).close()
     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     writer.execute("BEGIN IMMEDIATE")
-    threading.Timer(0.5, lambda: writer.execute("COMMIT")).start()
-    opened = SQLiteStore(path)  # another process is mid-write: wait for it, do not report a broken database
+    timer = threading.Timer(0.5, lambda: writer.execute("COMMIT"))
+    timer.start()
+    # Another process is mid-write: opening a current file only reads, so it neither waits nor fails, and
+    # writing through the new store waits for that writer instead of reporting a broken database.
+    opened = SQLiteStore(path)
+    with opened._tx() as tx:
+        tx.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
     opened.close()
+    timer.join()
     writer.close()

@@ -78,6 +78,9 @@ def _json_answer(status: int, value: Any, headers: Mapping[str, str] | None = No
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The default listen backlog of 5 drops SYNs when a fleet or 50 embedded watches connect at once, and a
+    # dropped SYN is retried only a second later: a simulator must not invent that lateness.
+    request_queue_size = 1024
     # Handler threads idle in keep-alive reads; stop() closes their sockets instead of joining them.
     block_on_close = False
 

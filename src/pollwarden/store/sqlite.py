@@ -125,7 +125,14 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"cannot make the state database {self.path} private: {exc}") from None
 
     def _upgrade(self) -> None:
-        """Apply what is pending, all in one write transaction: a crash leaves the old version whole."""
+        """Apply what is pending, all in one write transaction: a crash leaves the old version whole. A file
+        already at this version is only read: opening a store is then no write, and takes no turn at the writer."""
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:  # no meta table: a new file
+            row = None
+        if row is not None and int(row[0]) == migrations.LATEST:
+            return
         with self._tx() as tx:
             tx.execute(_META)
             row = tx.one("SELECT value FROM meta WHERE key = 'schema_version'")
