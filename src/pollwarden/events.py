@@ -346,7 +346,7 @@ class AnswerEvent(AuditEvent):
 
     @classmethod
     def of(cls, request: DecisionRequest, *, by: str, note: str | None) -> Self:
-        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.reason.value)
+        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.why)
 
 
 @event

@@ -27,6 +27,7 @@ TOOLS = {
     "wait_operation",
     "get_decision",
     "request_extension",
+    "request_cancel",
     "fetch_result",
     "list_operations",
 }

@@ -30,8 +30,9 @@ INSTRUCTIONS = """\
 pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
 then call wait_operation(operation_id, max_wait_seconds) to wait here (up to 300 s per call) instead of looping.
 check_operation never sends a request before the next check is due. When waiting stops, only a person can grant
-more: request_extension asks them, get_decision shows their answer. fetch_result works only after a validated
-success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
+more: request_extension asks them, get_decision shows their answer. To have a job cancelled, request_cancel asks
+a person (you never cancel yourself; the watch goes on until they decide). fetch_result works only after a
+validated success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
 """
 
 
@@ -184,6 +185,20 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         return await run(
             ctx, "request_extension", operation_id=operation_id, minutes=minutes, checks=checks, reason=reason
         )
+
+    @server.tool(
+        name="request_cancel",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+        description="Ask a person to cancel the job at the provider, with a reason. Creates (or returns the open)"
+        " decision request; nothing is cancelled until a person chooses to (pollwarden decide or the console), and"
+        " a running operation keeps polling within its limits until then.",
+    )
+    async def request_cancel(
+        operation_id: OperationId,
+        reason: Annotated[str, Field(description="why the job should be cancelled, for the person deciding")],
+        ctx: Context,
+    ) -> CallToolResult:
+        return await run(ctx, "request_cancel", operation_id=operation_id, reason=reason)
 
     @server.tool(
         name="fetch_result",

@@ -419,12 +419,15 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
     }
 
 
+from .cancel import tool_request_cancel  # noqa: E402  (its own module: it needs nothing of this one)
+
 TOOLS: dict[str, Tool] = {
     "start_watch": tool_start_own_watch,
     "check_operation": tool_check_operation,
     "wait_operation": tool_wait_operation,
     "get_decision": tool_get_decision,
     "request_extension": tool_request_extension,
+    "request_cancel": tool_request_cancel,
     "fetch_result": tool_fetch_result,
     "list_operations": tool_list_operations,
 }

@@ -337,6 +337,12 @@ class _Operations(AuditTrail):
     # -- decisions ----------------------------------------------------------------------------------------
 
     def _insert_decision(self, tx: Tx, request: DecisionRequest, now: datetime) -> None:
+        # One open question per operation: a new one is asked only about a state no open one describes (a new
+        # stop, or an agent's cancel request on a running job that has since stopped), so the old ones are void.
+        tx.execute(
+            "UPDATE decisions SET status = 'expired' WHERE operation_id = ? AND status = 'open'",
+            (request.operation_id,),
+        )
         tx.execute(
             f"INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES ({marks(5)})",
             (

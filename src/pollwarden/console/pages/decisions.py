@@ -94,7 +94,7 @@ def decision_history(decisions: Iterable[StoredDecision], *, with_operation: boo
             else f'<span class="mono">{esc(request.decision_id)}</span>'
         )
         rows.append(
-            f"<tr><td>{link}</td>{operation}<td>{esc(request.reason.value)}</td><td>{status_badge(d.status)}</td>"
+            f"<tr><td>{link}</td>{operation}<td>{esc(request.why)}</td><td>{status_badge(d.status)}</td>"
             f'<td>{dash(d.decided_by)}</td><td>{esc(chosen)}</td><td class="num">{esc(decided)}</td>'
             f"<td>{dash(d.note)}</td></tr>"
         )
