@@ -86,6 +86,11 @@ class Agent:
         self.replies.append((tool, arguments, reply))
         return reply
 
+    async def raw(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC request as written, its result as received: for what the SDK client has no helper for
+        (a task-augmented tools/call, whose CreateTaskResult its call_tool would refuse; tasks/*)."""
+        return await self.session._dispatcher.send_raw_request(method, params, {})
+
 
 @asynccontextmanager
 async def mcp_agent(

@@ -24,6 +24,7 @@ from .base import MAX_WAIT_SECONDS, CallContext, log
 from .broker import Broker
 from .contracts import load_contracts
 from .scrub import ScrubLogs
+from .tasks import Tasks, TasksExtension, task_middleware
 from .wire import run_stdio
 
 INSTRUCTIONS = """\
@@ -43,6 +44,7 @@ OperationId = Annotated[str, Field(description="an operation id returned by star
 def build_server(broker: Broker) -> MCPServer[Any]:
     """The SDK's high-level `MCPServer` with the seven tools; every reply is a scrubbed JSON object."""
     scrubber = broker.scrubber
+    tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
     async def scrub_everything(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """The protocol boundary: nothing leaves, reply or error, with a configured secret in it."""
@@ -65,7 +67,8 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        middleware=[scrub_everything],
+        middleware=[scrub_everything, task_middleware(tasks)],
+        extensions=[TasksExtension(tasks)],
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubLogs(scrubber))
