@@ -150,3 +150,25 @@ def test_tasks_cancel_asks_a_person_and_the_task_ends_cancelled(sim: Simulator, 
             assert result["structuredContent"]["operation"]["reason"] == "job_cancelled"
 
     run(body)
+
+
+def test_hostile_task_requests_are_clear_json_rpc_errors(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url)
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="slow-2")).data["operation_id"]
+            for method, params in (
+                ("tasks/get", {"taskId": 5}),
+                ("tasks/get", {}),
+                ("tasks/result", {"taskId": op}),  # an operation, but no task of this session
+                ("tasks/cancel", {"taskId": "../../etc"}),
+                ("tools/call", {"name": "wait_operation", "arguments": {"operation_id": op}, "task": "soon"}),
+            ):
+                with pytest.raises(MCPError) as refused:
+                    await agent.raw(method, params)
+                assert refused.value.error.code == -32602, (method, refused.value.error)
+            assert sim.request_count("slow-2") == 0  # none of it reached the provider
+
+    run(body)

@@ -164,6 +164,10 @@ class Tasks:
 
     # -- what a task says ------------------------------------------------------------------------
 
+    def ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._watches)
+
     def known(self, task_id: object) -> str:
         if not isinstance(task_id, str) or task_id not in self._watches:
             raise MCPError(
@@ -316,7 +320,7 @@ class TasksExtension(Extension):
         return await _off_loop(self.tasks.cancel, task_id)
 
     async def _list(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
-        ids = sorted(self.tasks._watches)
+        ids = self.tasks.ids()
         listed = [await _off_loop(self.tasks.get, task_id) for task_id in ids]
         return {"tasks": listed}
 
@@ -346,8 +350,8 @@ def task_middleware(tasks: Tasks) -> Any:
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
-        if ctx.method != "tools/call" or not isinstance(params, Mapping) or params.get("task") is None:
-            return await call_next(ctx)
+        if ctx.method != "tools/call" or not isinstance(params, Mapping) or not isinstance(params.get("task"), Mapping):
+            return await call_next(ctx)  # no task asked, or a malformed one: the SDK's validation answers it
         name, arguments = params.get("name"), params.get("arguments")
         if name not in TASK_TOOLS or not isinstance(arguments, Mapping):
             return await call_next(ctx)  # a tool without task support runs as a plain call (the spec allows it)
