@@ -83,7 +83,8 @@ def apply_decision(
         if chosen is None:
             refused = ev.Refused.of(request, by=by, note=note).new_event()
             _resolve(store, lease, decision_id, "refused", by, note, None, None, [refused], now)
-            return Outcome(f"refused decision {decision_id}; operation {request.operation_id} stays stopped", "refused")
+            stays = "stays stopped" if record.phase is Phase.STOPPED else "keeps watching within its limits"
+            return Outcome(f"refused decision {decision_id}; operation {request.operation_id} {stays}", "refused")
         event = ev.Decided.chose(request, chosen, by=by, note=note)
         if chosen.kind is OptionKind.INSPECT:
             store.release(lease)

@@ -611,3 +611,15 @@ class ExtensionRequested(AuditEvent):
     KIND = "extension_requested"
     operation: str | None = None
     reason: str | None = None
+
+
+@event
+class CancelRequested(AuditEvent):
+    """An agent asked a person to cancel the job (request_cancel, tasks/cancel); it cancels nothing itself."""
+
+    KIND = "cancel_requested"
+    operation: str | None = None
+    decision_id: str | None = None
+    reason: str | None = None
+    requested_by: str | None = None
+    added: bool | None = None

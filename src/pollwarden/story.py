@@ -259,6 +259,13 @@ def _extension(e: ev.ExtensionRequested, s: Scene) -> str:
     return f"{line}: {e.reason}" if e.reason else line
 
 
+@renders(ev.CancelRequested)
+def _cancel_requested(e: ev.CancelRequested, s: Scene) -> str:
+    operation = e.operation or s.operation or "an operation"
+    line = f"{s.at} the agent asked a person to cancel the job of {operation} (decision {_v(e.decision_id)})"
+    return f"{line}: {e.reason}" if e.reason else line
+
+
 @renders(ev.Paced)
 def _paced(e: ev.Paced, s: Scene) -> str:
     return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next poll not before {_clock_text(e.until)}"

@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import events as ev
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request, stop_marker
 from ..core.record import OperationRecord
 from ..engine import lease_ttl, new_decision_id
@@ -69,21 +70,22 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
                     )
                 except DecisionError as exc:
                     raise ToolFailure("not_cancellable", f"{exc}. Nothing was requested") from None
-            event = {
-                "operation": operation_id,
-                "decision_id": request.decision_id,
-                "reason": why,
-                "requested_by": broker.requester,
-                "added": new is None,
-            }
+            # The operation's id is in the event itself: the session's copy names the operation from it.
+            event = ev.CancelRequested(
+                operation=operation_id,
+                decision_id=request.decision_id,
+                reason=why,
+                requested_by=broker.requester,
+                added=new is None,
+            ).new_event()
             now = broker.clock()
-            if not store.write(lease, current, [("cancel_requested", event)], now, release=True, decision=new):
+            if not store.write(lease, current, [event], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
         except BaseException:
             store.release(lease)
             raise
         try:
-            store.append(broker.log_id, "cancel_requested", event, now)
+            store.append(broker.log_id, *event, now)
         except Exception:
             log.exception("the session record of cancel request %s could not be written", request.decision_id)
         return _answer(store, request, already=False)
