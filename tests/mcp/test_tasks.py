@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 
 from pollwarden.simulator import Simulator, Step
 
-from .support import Agent, agent_contract, cli, mcp_agent, run
+from .support import Agent, agent_contract, cli, mcp_agent, pending_grant, run
 
 CANCEL = """
 [cancel]
@@ -103,6 +103,18 @@ def test_a_task_augmented_start_watch_and_a_stop_that_needs_a_person(sim: Simula
             )
             assert sim.request_count("long-7") == 2  # the budget holds: the server's watch sends no more
 
+            # An extension makes the operation active again: the server's watch resumes and spends the new checks.
+            extend = next(o for o in decision["options"] if o["kind"] == "extend")
+            extended = await cli("decide", decision["decision_id"], "--option", str(extend["number"]), "--by", "alice",
+                                 home=home)  # fmt: skip
+            assert extended.code == 0, extended.stderr
+            with anyio.fail_after(30):
+                while sim.request_count("long-7") < 2 + extend["extra_checks"]:
+                    await anyio.sleep(0.05)
+            again = await _until(agent, op, {"input_required"}, seen)
+            decision = (await agent.call("get_decision", operation_id=op)).data["decision"]
+            assert decision["decision_id"] in again["statusMessage"]
+
             close = next(o["number"] for o in decision["options"] if o["kind"] == "close")
             decided = await cli("decide", decision["decision_id"], "--option", str(close), "--by", "alice", home=home)
             assert decided.code == 0, decided.stderr
@@ -170,5 +182,27 @@ def test_hostile_task_requests_are_clear_json_rpc_errors(sim: Simulator, tmp_pat
                     await agent.raw(method, params)
                 assert refused.value.error.code == -32602, (method, refused.value.error)
             assert sim.request_count("slow-2") == 0  # none of it reached the provider
+
+    run(body)
+
+
+def test_a_task_waits_for_a_person_to_approve_the_session(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, approval="session")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            created = await _task_call(agent, "start_watch", contract="exports", job_id="happy-9")
+            op = created["task"]["taskId"]
+            seen: list[dict[str, Any]] = []
+            asking = await _until(agent, op, {"input_required"}, seen)
+            assert "approve-session" in asking["statusMessage"]
+            assert sim.request_count("happy-9") == 0  # nothing is sent before a person approves
+            grant = await pending_grant(home, kind="session")
+            approved = await cli("approve-session", grant["grant_id"], "--by", "bob", home=home)
+            assert approved.code == 0, approved.stderr
+            done = await _until(agent, op, {"completed", "failed", "cancelled"}, seen)
+            assert done["status"] == "completed", done
+            assert sim.request_count("happy-9") == 4
 
     run(body)
