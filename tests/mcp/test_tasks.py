@@ -181,7 +181,14 @@ def test_hostile_task_requests_are_clear_json_rpc_errors(sim: Simulator, tmp_pat
                 with pytest.raises(MCPError) as refused:
                     await agent.raw(method, params)
                 assert refused.value.error.code == -32602, (method, refused.value.error)
+            odd = await _task_call(agent, "start_watch", contract="exports", job_id="slow-3", headers={"X": "1"})
+            assert odd["isError"] is True and odd["structuredContent"]["error"] == "invalid_argument"
+            assert "headers" in odd["structuredContent"]["message"]
+            for arguments in ({"operation_id": 7}, {"operation_id": ["x"]}, {}):
+                bad = await _task_call(agent, "wait_operation", **arguments)
+                assert bad["isError"] is True, bad
             assert sim.request_count("slow-2") == 0  # none of it reached the provider
+            assert (await agent.raw("tasks/list", {}))["tasks"] == []
 
     run(body)
 

@@ -60,8 +60,12 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 IDENTIFIER = "io.modelcontextprotocol/tasks"
-TASK_TOOLS = ("wait_operation", "start_watch")
-"""Tools a task may augment: both end in an operation the server can wait on."""
+TASK_TOOLS: dict[str, frozenset[str]] = {
+    "wait_operation": frozenset({"operation_id", "max_wait_seconds"}),
+    "start_watch": frozenset({"contract", "job_id", "deadline", "max_requests", "status_url"}),
+}
+"""Tools a task may augment (both end in an operation the server can wait on), with the arguments each takes;
+a task's wait has no max_wait_seconds: it lasts until the operation is over, within its own limits."""
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 PERSON_POLL_MS = 5000
 """The poll interval suggested while a person decides: their answer comes on human time, not the schedule's."""
@@ -92,17 +96,21 @@ class Tasks:
     def create(self, tool: str, arguments: Mapping[str, Any], client: Mapping[str, Any] | None) -> dict[str, Any]:
         """Run on a worker thread: (ok, payload) of the call; on success a `CreateTaskResult`."""
         broker = self.broker
+        unknown = sorted(str(k) for k in arguments if k not in TASK_TOOLS[tool])
+        if unknown:  # what the SDK's argument validation refuses on a plain call
+            return {"error": {"error": "invalid_argument", "message": f"{tool} takes no argument {unknown[0]!r}"}}
+        fresh = CallContext(cancelled=threading.Event())
         if tool == "start_watch":
-            ok, started = broker.dispatch(tool, CallContext(cancelled=threading.Event()), client, **dict(arguments))
+            ok, started = broker.dispatch(tool, fresh, client, **{str(k): v for k, v in arguments.items()})
             if not ok:
                 return {"error": started}
             operation_id = str(started["operation_id"])
         else:
-            operation_id = arguments.get("operation_id")  # type: ignore[assignment]
-            ok, known = broker.dispatch("get_decision", CallContext(cancelled=threading.Event()), client,
-                                        operation_id=operation_id)  # fmt: skip
-            if not ok:  # the same refusal a plain call gets, at once (unknown operation, bad argument)
+            # get_decision sends nothing: it checks the operation as any tool does, with the same refusal at once.
+            ok, known = broker.dispatch("get_decision", fresh, client, operation_id=arguments.get("operation_id"))
+            if not ok:
                 return {"error": known}
+            operation_id = str(known["operation_id"])
         with self._lock:
             watch = self._watches.get(operation_id)
             if watch is None or watch.thread is None or not watch.thread.is_alive():
@@ -291,7 +299,7 @@ class TasksExtension(Extension):
         self.tasks = tasks
 
     def settings(self) -> dict[str, Any]:
-        return {"requests": {"tools": {"call": {}}}, "cancel": {}, "list": {}, "tools": list(TASK_TOOLS)}
+        return {"requests": {"tools": {"call": {}}}, "cancel": {}, "list": {}, "tools": sorted(TASK_TOOLS)}
 
     def methods(self) -> Sequence[MethodBinding]:
         return (
