@@ -46,6 +46,10 @@ def test_a_task_augmented_wait_returns_at_once_and_completes(sim: Simulator, tmp
             offered = initialized.capabilities.tasks  # this wire's form of the tasks extension's offer
             assert offered is not None and offered.requests is not None and offered.requests.tools is not None
             assert offered.cancel is not None
+            listed = {tool.name: tool for tool in (await agent.session.list_tools()).tools}
+            support = {name: tool.execution.task_support if tool.execution else None for name, tool in listed.items()}
+            assert support.pop("wait_operation") == support.pop("start_watch") == "optional"
+            assert set(support.values()) == {None}  # the others answer only as plain calls
             op = (await agent.call("start_watch", contract="exports", job_id="slow-1")).data["operation_id"]
 
             created = await _task_call(agent, "wait_operation", operation_id=op, max_wait_seconds=300)

@@ -358,6 +358,8 @@ def task_middleware(tasks: Tasks) -> Any:
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
+        if ctx.method == "tools/list":
+            return _with_task_support(await call_next(ctx))
         if ctx.method != "tools/call" or not isinstance(params, Mapping) or not isinstance(params.get("task"), Mapping):
             return await call_next(ctx)  # no task asked, or a malformed one: the SDK's validation answers it
         name, arguments = params.get("name"), params.get("arguments")
@@ -371,6 +373,20 @@ def task_middleware(tasks: Tasks) -> Any:
         return answer
 
     return middleware
+
+
+def _with_task_support(listed: HandlerResult) -> HandlerResult:
+    """tools/list with `execution.taskSupport = "optional"` on the tools a task may augment (the SDK's
+    registration has no such field; the wire dict is ours to extend, as a middleware's result)."""
+    if not isinstance(listed, dict) or not isinstance(listed.get("tools"), list):
+        return listed
+    tools = [
+        {**tool, "execution": {"taskSupport": "optional"}}
+        if isinstance(tool, dict) and tool.get("name") in TASK_TOOLS
+        else tool
+        for tool in listed["tools"]
+    ]
+    return {**listed, "tools": tools}
 
 
 def _client_of(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
