@@ -73,8 +73,8 @@ def test_a_task_augmented_wait_returns_at_once_and_completes(sim: Simulator, tmp
             assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": op}
             assert sim.request_count("slow-1") == result["structuredContent"]["operation"]["status_requests_used"]
 
-            listed = await agent.raw("tasks/list", {})
-            assert [t["taskId"] for t in listed["tasks"]] == [op]
+            task_list = await agent.raw("tasks/list", {})
+            assert [t["taskId"] for t in task_list["tasks"]] == [op]
 
             with pytest.raises(MCPError) as unknown:
                 await agent.raw("tasks/get", {"taskId": "no-such-task"})
