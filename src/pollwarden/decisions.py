@@ -33,6 +33,14 @@ class Outcome:
     """The operation to watch next; each interface words its own hint (the CLI's carries its --home/--db)."""
 
 
+def open_decision(store: Store, record: OperationRecord) -> StoredDecision | None:
+    """The open decision about the operation as it is now (its stop, or its running state, by `stop_marker`):
+    an older open one describes a state that is gone, and its options would expire if chosen."""
+    marker = stop_marker(record)
+    current = [d for d in store.decisions(record.operation_id, open_only=True) if d.request.stop_marker == marker]
+    return current[-1] if current else None
+
+
 def _load(store: Store, decision_id: str) -> StoredDecision:
     stored = store.get_decision(decision_id)
     if stored is None:

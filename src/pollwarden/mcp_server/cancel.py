@@ -14,10 +14,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request, stop_marker
+from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
 from ..core.record import OperationRecord
+from ..decisions import open_decision
 from ..engine import lease_ttl, new_decision_id
-from ..store.base import Lease, Store, StoredDecision
+from ..store.base import Lease, Store
 from ..store.owner import process_owner
 from .base import MAX_REASON_CHARS, CallContext, ToolFailure, clean_text, log
 from .views import decision_view
@@ -45,7 +46,7 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
         _cancellable(broker, record, store)
         lease, current = _claim(store, operation_id, broker, lease_ttl(contract))
         try:
-            opened = _open_decision(store, current)
+            opened = open_decision(store, current)
             if opened is not None and _asked_by(store, opened.request, broker.requester):
                 store.release(lease)
                 return _answer(store, opened.request, already=True)
@@ -118,13 +119,6 @@ def _claim(store: Store, operation_id: str, broker: Broker, ttl: timedelta) -> t
         if time.monotonic() >= ends or broker.stopping.is_set():
             raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
         broker.stopping.wait(0.05)
-
-
-def _open_decision(store: Store, record: OperationRecord) -> StoredDecision | None:
-    """The open decision about the operation as it is now (its stop, or its running state)."""
-    marker = stop_marker(record)
-    current = [d for d in store.decisions(record.operation_id, open_only=True) if d.request.stop_marker == marker]
-    return current[-1] if current else None
 
 
 def _asked_by(store: Store, request: DecisionRequest, requester: str) -> bool:

@@ -20,7 +20,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
-from .base import MAX_WAIT_SECONDS, CallContext, log
+from .base import MAX_WAIT_SECONDS, CallContext, client_of, log
 from .broker import Broker
 from .contracts import load_contracts
 from .scrub import ScrubLogs
@@ -72,14 +72,6 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubLogs(scrubber))
-
-    def client_of(ctx: Context) -> dict[str, Any] | None:
-        try:
-            params = ctx.session.client_params
-            info = params.client_info.model_dump(mode="json", exclude_none=True) if params is not None else None
-            return {"info": info, "protocol_version": ctx.protocol_version}
-        except Exception:
-            return None
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()

@@ -49,11 +49,11 @@ from mcp_types import (
 )
 
 from ..core.durations import format_rfc3339
-from ..core.escalation import stop_marker
 from ..core.reasons import Phase, StopReason
+from ..decisions import open_decision
 from ..progress import progress_of_record
 from ..store.base import Store
-from .base import MAX_WAIT_SECONDS, CallContext, ToolFailure, log
+from .base import MAX_WAIT_SECONDS, CallContext, ToolFailure, client_of, log
 from .cancel import request_cancel
 
 if TYPE_CHECKING:
@@ -265,13 +265,10 @@ class Tasks:
 def _open_question(store: Store, operation_id: str) -> str | None:
     """The open decision about the operation as it is now, as its question and how a person answers."""
     stored = store.get(operation_id)
-    if stored is None:
+    opened = open_decision(store, stored.record) if stored is not None else None
+    if opened is None:
         return None
-    marker = stop_marker(stored.record)
-    opened = [d for d in store.decisions(operation_id, open_only=True) if d.request.stop_marker == marker]
-    if not opened:
-        return None
-    request = opened[-1].request
+    request = opened.request
     options = "; ".join(f"[{o.number}] {o.label}" for o in request.options)
     about = f"stopped: {request.reason.value}" if request.reason else "an agent asked to cancel the running job"
     return (
@@ -365,7 +362,7 @@ def task_middleware(tasks: Tasks) -> Any:
         name, arguments = params.get("name"), params.get("arguments")
         if name not in TASK_TOOLS or not isinstance(arguments, Mapping):
             return await call_next(ctx)  # a tool without task support runs as a plain call (the spec allows it)
-        client = _client_of(ctx)
+        client = client_of(ctx)
         created = await anyio.to_thread.run_sync(tasks.create, str(name), arguments, client)
         if "error" in created:
             return tool_result(False, created["error"])
@@ -387,12 +384,3 @@ def _with_task_support(listed: HandlerResult) -> HandlerResult:
         for tool in listed["tools"]
     ]
     return {**listed, "tools": tools}
-
-
-def _client_of(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
-    try:
-        params = ctx.session.client_params
-        info = params.client_info.model_dump(mode="json", exclude_none=True) if params is not None else None
-        return {"info": info, "protocol_version": ctx.protocol_version}
-    except Exception:
-        return None
