@@ -141,3 +141,33 @@ def test_a_cancel_request_after_a_stop_goes_to_the_stops_own_decision(sim: Simul
             assert _posts(sim, "long-3") == 1
 
     run(body)
+
+
+def test_a_new_cancel_request_is_announced_on_the_webhook_once(sim: Simulator, tmp_path: Path) -> None:
+    """In process, through the broker the tools run on: the person hears of the question as of a stop."""
+    import threading
+
+    from pollwarden.mcp_server import Broker, CallContext, load_contracts
+    from tests.loopback import Answer, serving
+
+    with serving({("POST", "/hook"): Answer(204)}) as hook:
+        extra = CANCEL.format(base=sim.url) + (
+            f'\n[escalation]\nwebhook_url = "{hook.url}/hook"\nwebhook_secret_env = "PW_HOOK_SECRET"\n'
+        )
+        agent_contract(tmp_path / "contracts", sim.url, agent=extra)
+        contracts, problems = load_contracts(tmp_path / "contracts")
+        assert problems == []
+        broker = Broker(contracts, tmp_path / "home", environ={"PW_HOOK_SECRET": "hook-secret-456"})
+        call = CallContext(cancelled=threading.Event())
+        ok, started = broker.dispatch("start_watch", call, None, contract="exports", job_id="long-4")
+        assert ok, started
+        for reason in ("first", "second"):
+            ok, asked = broker.dispatch(
+                "request_cancel", call, None, operation_id=started["operation_id"], reason=reason
+            )
+            assert ok, asked
+        assert len(hook.seen) == 1
+        payload = json.loads(hook.seen[0].body)
+        assert payload["decision"]["topic"] == "cancel_request"
+        assert payload["decision"]["decision_id"] == asked["decision"]["decision_id"]
+        assert "An agent asks to cancel" in payload["text"] and "hook-secret-456" not in hook.seen[0].body.decode()
