@@ -334,6 +334,8 @@ class DecisionRequested(AuditEvent):
     KIND = "decision_requested"
     decision_id: str | None = None
     reason: str | None = None
+    topic: str | None = None
+    """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
     options: tuple[Mapping[str, Any], ...] = ()
 
 

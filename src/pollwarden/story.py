@@ -145,7 +145,8 @@ def _resume_refused(e: ev.ResumeRefused, s: Scene) -> str:
 @renders(ev.DecisionRequested)
 def _requested(e: ev.DecisionRequested, s: Scene) -> str:
     labels = ", ".join(_v(o.get("label")) for o in e.options)
-    return f"{s.at} asked for a decision {_v(e.decision_id)} ({_v(e.reason)}): {labels}"
+    about = "an agent's cancel request" if e.topic == "cancel_request" else _v(e.reason)
+    return f"{s.at} asked for a decision {_v(e.decision_id)} ({about}): {labels}"
 
 
 @renders(ev.Decided)

@@ -82,6 +82,9 @@ def test_a_cancel_request_on_a_running_job_waits_for_a_person_who_cancels_once(s
         assert kinds.count("cancel_requested") == 1 and "decided" in kinds
         cancels = [e for e in story if e["kind"] == "action" and e["data"].get("action") == "cancel"]
         assert len(cancels) == 1 and cancels[0]["data"]["ok"] is True
+        told = (await cli("story", op, home=home)).stdout
+        assert "(an agent's cancel request): cancel at provider and stop watching, keep watching" in told
+        assert "the agent asked a person to cancel the job" in told and "alice chose [1]" in told
 
     run(body)
 
