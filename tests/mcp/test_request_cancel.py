@@ -174,3 +174,22 @@ def test_a_new_cancel_request_is_announced_on_the_webhook_once(sim: Simulator, t
         assert payload["decision"]["topic"] == "cancel_request"
         assert payload["decision"]["decision_id"] == asked["decision"]["decision_id"]
         assert "An agent asks to cancel" in payload["text"] and "hook-secret-456" not in hook.seen[0].body.decode()
+
+
+def test_an_open_cancel_request_expires_when_the_job_succeeds_first(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, agent=CANCEL.format(base=sim.url))
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="happy-5")).data["operation_id"]
+            asked = await agent.call("request_cancel", operation_id=op, reason="maybe not needed")
+            decision_id = asked.data["decision"]["decision_id"]
+            done = await agent.call("wait_operation", operation_id=op, max_wait_seconds=30)
+            assert done.data["status"] == "succeeded", done.text
+        assert "no open decisions" in (await cli("decisions", op, home=home)).stdout
+        late = await cli("decide", decision_id, "--option", "1", "--by", "alice", home=home)
+        assert late.code != 0 and "expired" in late.stderr
+        assert not [r for r in sim.requests("happy-5") if r.method == "POST"]
+
+    run(body)
