@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
+from pollwarden.core.durations import parse_rfc3339
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
@@ -306,7 +307,7 @@ def _run(
         for line in log.read_text().splitlines()
         if '"event": "polled"' in line
         for entry in [json.loads(line)]
-        if wall_start <= entry["ts"] <= wall_end
+        if wall_start <= parse_rfc3339(entry["ts"]).timestamp() <= wall_end
     ]
     quantiles = statistics.quantiles(lateness, n=100) if len(lateness) > 100 else [0.0] * 99
     per_poll = 1e6 / max(polls, 1)

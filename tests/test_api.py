@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import pollwarden
-from pollwarden import Stopped, Succeeded, Watch, WatchError, watch, watch_sync
+from pollwarden import Progress, Stopped, Succeeded, Watch, WatchError, watch, watch_sync
 from pollwarden.core.reasons import StopReason
 from pollwarden.operating import open_store
-from pollwarden.simulator import Simulator
+from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 
 
@@ -121,3 +122,58 @@ def test_a_shipped_contract_by_name_with_vars_and_a_status_url(
             Watch(contract, home=home, status_url="http://evil.example/v1/x")
         assert [s.headers["private-token"] for s in gitlab.seen] == ["glpat-api-test"]  # refusals sent nothing
     assert isinstance(outcome, Succeeded) and outcome.result == f"{gitlab.url}/p/7"
+
+
+def test_on_progress_gets_one_polled_progress_per_request_in_order(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    seen: list[Progress] = []
+    outcome = pollwarden.watch_sync(contract, "happy-5", home=home, on_progress=seen.append)
+    assert isinstance(outcome, Succeeded)
+    polled = [p for p in seen if p.polled]
+    assert [p.checks_used for p in polled] == [1, 2, 3, 4] == list(range(1, sim.request_count("happy-5") + 1))
+    assert [p.state for p in polled] == ["queued", "running", "running", "succeeded"]
+    assert all(isinstance(p, Progress) and p.operation_id == outcome.operation_id for p in seen)
+    assert [p.final for p in seen].count(True) == 1 and seen[-1].final  # the last one, and only it
+    assert all(p.next_check_at is not None for p in seen[:-1])
+
+
+def test_useful_for_shorter_than_the_deadline_stops_at_the_usefulness_bound(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    sim.add_job("forever-1", [Step(body={"state": "running"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="50ms", max_requests=200)
+    outcome = pollwarden.watch_sync(contract, "forever-1", home=home, deadline="1m", useful_for="400ms")
+    assert isinstance(outcome, pollwarden.Stopped)
+    assert outcome.reason.value == "usefulness_window_closed"
+    record = outcome.record
+    assert record is not None and record.plan.useful_until is not None
+    assert record.plan.useful_until < record.deadline_at
+    assert record.plan.useful_until - record.created_at == timedelta(milliseconds=400)
+    assert 1 <= record.status_requests_used == sim.request_count("forever-1") < 200  # stopped well short of it
+
+
+@pytest.mark.parametrize(
+    ("useful_for", "words"),
+    [
+        ("soon", "useful_for: "),
+        ("0s", "useful_for must be longer than zero"),
+        (10, "useful_for must be a timedelta or a duration like '10m'"),
+    ],
+)
+def test_a_bad_useful_for_is_a_watch_error_naming_it(
+    useful_for: str, words: str, sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    with pytest.raises(pollwarden.WatchError, match=words):
+        Watch(contract, "happy-8", home=home, deadline="1m", useful_for=useful_for)
+    assert sim.request_count("happy-8") == 0
+
+
+def test_useful_for_goes_through_admission_and_is_never_widened_on_resume(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    first = pollwarden.watch_sync(contract, "happy-9", home=home, operation_id="op-useful", useful_for="30s")
+    assert isinstance(first, Succeeded) and first.record.plan.useful_until is not None
+    with pytest.raises(pollwarden.WatchError, match="cannot watch: useful_for 50s would move the usefulness window"):
+        pollwarden.watch_sync(contract, home=home, operation_id="op-useful", useful_for="50s")

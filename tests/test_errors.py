@@ -70,7 +70,7 @@ def test_the_named_errors_keep_their_names_modules_and_old_bases() -> None:
 
 def _readme_exit_codes() -> set[int]:
     text = README.read_text(encoding="utf-8")
-    codes = {int(m.group(1)) for m in re.finditer(r"^\| (\d) \|", text, re.MULTILINE)}
+    codes = {int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", text, re.MULTILINE)}
     if "exit 0 intact, 5 tampered" in text:
         codes.add(5)
     return codes

@@ -207,14 +207,34 @@ def test_the_face_keeps_its_names() -> None:
     code = (
         "import pollwarden, json\n"
         "names = sorted(pollwarden.__all__)\n"
-        "from pollwarden import Succeeded, Stopped, Watch, WatchError, watch, watch_sync\n"
+        "from pollwarden import Progress, Succeeded, Stopped, Watch, WatchCancelled, WatchError, watch, watch_sync\n"
         "from pollwarden.api import Succeeded as S\n"
-        "assert Succeeded is S and pollwarden.Succeeded is S\n"
+        "from pollwarden.progress import Progress as P\n"
+        "assert Succeeded is S and pollwarden.Succeeded is S and Progress is P\n"
         "print(json.dumps(names))"
     )
     assert json.loads(_ran(code)) == sorted(
-        ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "__version__", "watch", "watch_sync"]
+        [
+            "Outcome",
+            "Progress",
+            "Stopped",
+            "Succeeded",
+            "Watch",
+            "WatchCancelled",
+            "WatchError",
+            "__version__",
+            "watch",
+            "watch_sync",
+        ]
     )
+
+
+def test_the_progress_type_loads_with_the_core_alone() -> None:
+    """An `on_progress` callback is typed with `pollwarden.Progress`: naming it loads no engine and no store."""
+    loaded = _modules_after("from pollwarden import Progress")
+    ours = {m for m in loaded if m.startswith("pollwarden") and not m.startswith("pollwarden.core")}
+    assert ours == {"pollwarden", "pollwarden.lazy", "pollwarden.errors", "pollwarden.progress"}
+    assert _heavy(loaded, ("asyncio",)) == []
 
 
 def test_the_api_function_watch_wins_over_the_submodule_of_the_same_name() -> None:

@@ -15,8 +15,23 @@ from .lazy import lazy_face
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import Outcome, Stopped, Succeeded, Watch, WatchError, watch, watch_sync
+    from .api import Outcome, Stopped, Succeeded, Watch, WatchCancelled, WatchError, watch, watch_sync
+    from .progress import Progress
 
-__all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "__version__", "watch", "watch_sync"]
+__all__ = [
+    "Outcome",
+    "Progress",
+    "Stopped",
+    "Succeeded",
+    "Watch",
+    "WatchCancelled",
+    "WatchError",
+    "__version__",
+    "watch",
+    "watch_sync",
+]
 
-__getattr__, __dir__ = lazy_face(__name__, {".api": "Outcome Stopped Succeeded Watch WatchError watch watch_sync"})
+__getattr__, __dir__ = lazy_face(
+    __name__,
+    {".api": "Outcome Stopped Succeeded Watch WatchCancelled WatchError watch watch_sync", ".progress": "Progress"},
+)

@@ -13,6 +13,17 @@ watcher sleeps between polls (with no lease held, R38); `pollwarden.watch_sync(.
 record, the audit trail and the decision request are exactly what `pollwarden watch` leaves: `status`, `story`,
 `decisions` and `decide` work on them as on any other operation.
 
+Cancelling the task that awaits `watch(...)` (`asyncio.wait_for`, `task.cancel()`) stops polling within one
+request: a request in flight is answered and recorded, no new one starts, an `interrupted` event is audited, the
+lease is given back, and the thread has ended when the CancelledError reaches the caller (so `asyncio.run`
+returns at once). `Watch.cancel()` does the same for a blocking `run()` from another thread (it raises
+`WatchCancelled`). Either way the operation stays active with its deadline and budget: watching the same
+`operation_id` again resumes it.
+
+`on_progress(Progress)` is called on the watch's thread after every step (`Progress.polled` marks the ones that
+sent a request). If it raises, the watch stops as a cancel does (an `interrupted` event, the lease given back,
+the operation resumable) and its exception reaches the caller of `run()` / `watch_sync()` / `await watch()`.
+
 The caller's process holds the credential here (it comes from the environment, as for `pollwarden watch`), so a
 contract that asks for agent approvals (`approval = "session"` or `"per_call"`) is refused: those gates protect a
 credential from an agent, and only `pollwarden mcp`, which keeps the credential away from the agent, can enforce
@@ -21,6 +32,8 @@ them.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,13 +49,14 @@ from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
-from .errors import PollwardenError
+from .errors import EXIT_INTERRUPTED, PollwardenError
 
 if TYPE_CHECKING:
     from .engine import StepResult
+    from .progress import Progress
     from .store.base import Store
 
-__all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchError", "watch", "watch_sync"]
+__all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchCancelled", "WatchError", "watch", "watch_sync"]
 
 
 _NAMES = {"status_location": "status_url"}
@@ -51,6 +65,20 @@ _NAMES = {"status_location": "status_url"}
 
 class WatchError(PollwardenError, ValueError):
     """A watch that cannot start or resume as asked; nothing was sent. The message says what to change."""
+
+
+class WatchCancelled(PollwardenError):
+    """`Watch.cancel()` stopped `run()` before the operation was final. It stays active, unleased, with its
+    deadline and budget, and its audit says so (`interrupted`); run a Watch of `operation_id` to resume it."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(
+            f"the watch of operation {operation_id} was cancelled; it stays active with its deadline and budget:"
+            f" resume it with operation_id={operation_id!r}"
+        )
+        self.operation_id = operation_id
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,8 @@ Outcome = Succeeded | Stopped
 def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         parsed = value
+    elif not isinstance(value, str):
+        raise WatchError(f"{what} must be a timedelta or a duration like '10m', not {type(value).__name__}")
     else:
         try:
             parsed = parse_duration(value)
@@ -95,7 +125,10 @@ def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
 
 
 class Watch:
-    """One operation: created on first `run()`, resumed on later ones (its deadline and budget are kept)."""
+    """One operation: created on first `run()`, resumed on later ones (its deadline and budget are kept).
+
+    `cancel()`, from any thread, stops the `run()` in progress (or, if none is, the next one) between
+    requests; that run raises WatchCancelled and the Watch can run again to resume."""
 
     def __init__(
         self,
@@ -106,13 +139,16 @@ class Watch:
         store: Store | None = None,
         deadline: timedelta | str | None = None,
         max_requests: int | None = None,
+        useful_for: timedelta | str | None = None,
         operation_id: str | None = None,
-        on_progress: Callable[[StepResult], None] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
         vars: Mapping[str, str] | None = None,
         status_url: str | None = None,
     ) -> None:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
-        its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles)."""
+        its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles).
+        `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
+        operation was created, the watch stops (`usefulness_window_closed`), even before the deadline."""
         if vars is not None and (
             not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
         ):
@@ -144,7 +180,11 @@ class Watch:
             raise WatchError("give a job_id (or a status_url) to start a watch, or the operation_id of one to resume")
         if operation_id is not None and (problem := operation_id_problem(operation_id)):
             raise WatchError(f"operation_id {operation_id!r}: {problem}")
-        self.limits = Limits(deadline=_duration(deadline, "deadline"), max_requests=max_requests)
+        self.limits = Limits(
+            deadline=_duration(deadline, "deadline"),
+            max_requests=max_requests,
+            useful_for=_duration(useful_for, "useful_for"),
+        )
         self.status_url = status_url
         # Admission's own checks, before anything is opened: the same words as every other interface.
         probe = WatchRequest(self.contract, job_id, operation_id, self.limits, status_location=status_url)
@@ -155,16 +195,31 @@ class Watch:
         self._home = home
         self._store = store
         self._on_progress = on_progress
+        self._stop = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the `run()` in progress (from any thread) within one request; it raises WatchCancelled."""
+        self._stop.set()
 
     def run(self) -> Outcome:
-        """Watch until a validated result or a reasoned stop; blocks, sleeping between polls with no lease."""
+        """Watch until a validated result or a reasoned stop; blocks, sleeping between polls with no lease.
+
+        Raises WatchCancelled after `cancel()`, and whatever `on_progress` raised, once the interruption is
+        recorded and the lease given back; the operation is resumable either way."""
+        try:
+            return self._run()
+        finally:
+            self._stop.clear()  # a cancel stops one run: the next run of this Watch resumes the operation
+
+    def _run(self) -> Outcome:
         # What only a running watch needs is imported here, on its first run: the engine and its events, the
         # status client, the store (and with it the audit crypto). `import pollwarden` and building a Watch,
         # which checks the contract and the limits with the core alone, load none of them.
-        from .engine import AdmissionError, Engine
+        from .engine import AdmissionError, Cancelled, Engine
         from .home import resolve_home
         from .http import CredentialError, StatusClient, resolve_secret
         from .operating import HomeError, open_store
+        from .progress import progress_of
         from .store.owner import process_owner
 
         try:
@@ -180,7 +235,7 @@ class Watch:
             except HomeError as exc:
                 raise WatchError(str(exc)) from None
         try:
-            engine = Engine(store, owner=process_owner(), clock=utcnow)
+            engine = Engine(store, owner=process_owner("api"), clock=utcnow)
             request = WatchRequest(
                 self.contract,
                 self.job_id,
@@ -195,8 +250,16 @@ class Watch:
             except AdmissionError as exc:
                 raise WatchError(f"cannot watch: {exc}") from None
             self.operation_id = admitted.record.operation_id  # a later run() resumes this operation
-            with StatusClient(self.contract, secret, clock=utcnow) as client:
-                final = engine.run(self.contract, client, admitted.record.operation_id, on_progress=self._on_progress)
+            told: Callable[[StepResult], None] | None = None
+            if (on_progress := self._on_progress) is not None:
+                told = lambda result: on_progress(progress_of(result))  # noqa: E731
+            try:
+                with StatusClient(self.contract, secret, clock=utcnow) as client:
+                    final = engine.run(
+                        self.contract, client, self.operation_id, on_progress=told, stop=self._stop, by="python api"
+                    )
+            except Cancelled:
+                raise WatchCancelled(self.operation_id) from None
             return outcome_of(store, final)
         finally:
             if own:
@@ -219,7 +282,9 @@ def watch_sync(
     store: Store | None = None,
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
+    useful_for: timedelta | str | None = None,
     operation_id: str | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
     vars: Mapping[str, str] | None = None,
     status_url: str | None = None,
 ) -> Outcome:
@@ -231,7 +296,9 @@ def watch_sync(
         store=store,
         deadline=deadline,
         max_requests=max_requests,
+        useful_for=useful_for,
         operation_id=operation_id,
+        on_progress=on_progress,
         vars=vars,
         status_url=status_url,
     ).run()
@@ -245,16 +312,21 @@ async def watch(
     store: Store | None = None,
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
+    useful_for: timedelta | str | None = None,
     operation_id: str | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
     vars: Mapping[str, str] | None = None,
     status_url: str | None = None,
 ) -> Outcome:
     """The same watch without blocking the event loop: it runs on a worker thread and is awaited here.
 
-    Cancelling the awaiting task does not stop the thread mid-request; the operation stays durable and can be
-    resumed with its operation_id (its deadline and budget are kept).
+    Cancelling the awaiting task cancels the watch (`Watch.cancel`): a request in flight is answered and
+    recorded, then the thread ends, and only then does the CancelledError go on (a second cancel while it
+    finishes is absorbed), so no thread outlives the cancel and `asyncio.run` returns at once. The operation
+    stays active with its deadline and budget: watch its operation_id again to resume it.
     """
     import asyncio  # here, not at the top: its caller runs a loop, so it is loaded; `watch_sync`'s caller may not
+    import contextvars
 
     prepared = Watch(
         contract,
@@ -263,8 +335,24 @@ async def watch(
         store=store,
         deadline=deadline,
         max_requests=max_requests,
+        useful_for=useful_for,
         operation_id=operation_id,
+        on_progress=on_progress,
         vars=vars,
         status_url=status_url,
     )
-    return await asyncio.to_thread(prepared.run)
+    # As `asyncio.to_thread`, with the context copied, but a future this coroutine can keep waiting for.
+    running = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, prepared.run)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        prepared.cancel()
+        # The thread is waiting between polls (it wakes at once) or in one request (bounded by the contract's
+        # timeout); it records the interruption and ends. Waiting for it here is what keeps a thread from
+        # polling on behind the cancel, and the default executor from holding `asyncio.run` at its shutdown.
+        while not running.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([running])
+        if not running.cancelled():
+            running.exception()  # WatchCancelled, as asked (or the outcome that raced the cancel): retrieved
+        raise

@@ -67,7 +67,7 @@ def apply_decision(
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)
-    claimed = store.claim(request.operation_id, process_owner(), now, lease_ttl(contract))
+    claimed = store.claim(request.operation_id, process_owner("decide"), now, lease_ttl(contract))
     if claimed is None:
         raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
     lease, record = claimed
@@ -176,7 +176,7 @@ def _rewrite(
     store: Store, contract: Contract, record: OperationRecord, events: list[tuple[str, dict[str, Any]]], now: datetime
 ) -> None:
     """Replace a stop just written with what is now known, under a new lease; the events go in either way."""
-    claimed = store.claim(record.operation_id, process_owner(), now, lease_ttl(contract))
+    claimed = store.claim(record.operation_id, process_owner("decide"), now, lease_ttl(contract))
     if claimed is None or not store.write(claimed[0], record, events, now, release=True):
         if claimed is not None:
             store.release(claimed[0])

@@ -28,6 +28,15 @@ class PollwardenError(Exception):
     exit_code: ClassVar[int] = EXIT_USAGE
 
 
+class Interruption(BaseException):
+    """Something outside the code asked a running watch to stop (a signal): a BaseException, so no `except
+    Exception` on the way swallows it. `why` names it in the `interrupted` event the engine records."""
+
+    @property
+    def why(self) -> str:
+        return str(self) or type(self).__name__
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The exit code of a command that ended with `exc`: the error's own row, else an interrupt, else a bug."""
     if isinstance(exc, PollwardenError):

@@ -318,6 +318,35 @@ class LimitsNarrowed(AuditEvent):
 
 
 @event
+class WatchInterrupted(AuditEvent):
+    """A watch stopped before its operation was final (a cancel, a signal, a progress callback that raised):
+    nothing is lost, the lease is given back, and the operation waits, active, with the deadline and budget it
+    had, for a later watch of the same operation id. `by` is the interface ("cli", "python api"), `why` what
+    stopped it ("cancelled", "SIGINT", "on_progress raised ValueError": never an exception's text)."""
+
+    KIND = "interrupted"
+    by: str | None = None
+    why: str | None = None
+    resumable: bool = False
+    operation: str | None = None
+    deadline_at: str | None = None
+    status_requests_used: int | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, *, by: str, why: str) -> WatchInterrupted:
+        return cls(
+            by=by,
+            why=why,
+            resumable=not record.is_final,
+            operation=record.operation_id,
+            deadline_at=format_rfc3339(record.deadline_at),
+            status_requests_used=record.status_requests_used,
+            max_status_requests=record.plan.max_status_requests,
+        )
+
+
+@event
 class Paced(AuditEvent):
     KIND = "paced"
     provider: str | None = None

@@ -43,6 +43,11 @@ def witness_config_path(home: Path) -> Path:
     return home / "audit-witness"
 
 
+def unknown_operation(where: object, operation_id: str) -> str:
+    """The one wording of a missing operation: where it was looked for (a store's path), and what lists them."""
+    return f"no operation {operation_id!r} in {where}; `pollwarden status` lists them"
+
+
 def ensure_home(home: Path, *, create: bool = True) -> None:
     """Create the home 0700 (missing parents too), or tighten an existing one to 0700."""
     if create and not home.exists():

@@ -21,7 +21,7 @@ from .core.contract import Contract, ContractError, parse_contract
 from .core.escalation import OptionKind
 from .core.record import OperationRecord
 from .errors import PollwardenError
-from .home import database_path, ensure_home, trusted_checkpoint_path, witness_config_path
+from .home import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .shown import shown
 from .store.base import Grant, Store, StoreError, agent_log_id
@@ -91,7 +91,7 @@ def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRec
     """The contract stored with an operation (not today's file) and its record."""
     stored = store.get(operation_id)
     if stored is None:
-        raise HomeError(f"no operation {operation_id!r} in {store.path}; `pollwarden status` lists them")
+        raise HomeError(unknown_operation(store.path, operation_id))
     try:
         return parse_contract(stored.contract_text, source=f"the contract stored with {operation_id}"), stored.record
     except ContractError as exc:

@@ -267,6 +267,17 @@ def _cancel_requested(e: ev.CancelRequested, s: Scene) -> str:
     return f"{line}: {e.reason}" if e.reason else line
 
 
+@renders(ev.WatchInterrupted)
+def _interrupted(e: ev.WatchInterrupted, s: Scene) -> str:
+    line = f"{s.at} watch interrupted by {_v(e.by)} ({_v(e.why)})"
+    if not e.resumable:
+        return line
+    return (
+        f"{line}; resume operation {_v(e.operation or s.operation)}: deadline {_clock_text(e.deadline_at)},"
+        f" {_v(e.status_requests_used)}/{_v(e.max_status_requests)} requests used, kept"
+    )
+
+
 @renders(ev.Paced)
 def _paced(e: ev.Paced, s: Scene) -> str:
     return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next poll not before {_clock_text(e.until)}"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from .core.contract import Contract, ContractError, parse_contract
@@ -99,7 +99,9 @@ class JsonLog:
         self._lock = threading.Lock()
 
     def __call__(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"ts": time.time(), "worker": self.worker, "event": event, **fields}, default=str)
+        # RFC 3339 like every other time pollwarden writes (status, audit, MCP), so a log joins with them.
+        entry = {"ts": format_rfc3339(datetime.now(UTC)), "worker": self.worker, "event": event, **fields}
+        line = json.dumps(entry, default=str)
         with self._lock:
             self.stream.write(line + "\n")
             self.stream.flush()

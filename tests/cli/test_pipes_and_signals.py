@@ -85,6 +85,15 @@ def test_a_signal_during_watch_keeps_the_record_and_a_resume_polls_at_once(
     assert f"interrupted; the record is kept. Resume with: pollwarden watch --operation op --home {home}" in stderr
     status = json.loads(run_cli("status", "op", "--json", home=home).stdout)
     assert status["status_requests_used"] >= 1 and status["phase"] == "active"
+    # The same `interrupted` event the Python API's cancel leaves, written by the engine for both.
+    trail = json.loads(run_cli("story", "op", "--json", home=home).stdout)
+    (interrupted,) = [e["data"] for e in trail if e["kind"] == "interrupted"]
+    assert interrupted["by"] == "cli" and interrupted["why"] == signal.Signals(signum).name
+    assert interrupted["resumable"] is True and interrupted["operation"] == "op"
+    assert interrupted["status_requests_used"] == status["status_requests_used"]
+    assert interrupted["deadline_at"] == status["deadline_at"]
+    story = run_cli("story", "op", home=home).stdout
+    assert f"watch interrupted by cli ({signal.Signals(signum).name}); resume operation op" in story
     sim.add_job("long-1", [Step(body={"state": "succeeded", "result_url": "https://files.example/r"})])
     resumed = run_cli("watch", "--contract", str(contract), "--operation", "op", "--json", home=home, timeout=20)
     assert resumed.code == 0, resumed.stderr

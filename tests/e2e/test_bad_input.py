@@ -55,6 +55,8 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
         (("--max-requests", "0"), "--max-requests: must be a whole number from 1"),
         (("--max-transport-failures", "0"), "--max-transport-failures: must be a whole number from 1"),
         (("--job", ""), "--job must be the provider's job id"),
+        (("--useful-for", "2h", "--deadline", "1h"), "--useful-for 2h is longer than the deadline 1h"),
+        (("--useful-for", "3h"), "--useful-for 3h is longer than the deadline 1m"),  # the contract's deadline
     ],
 )
 def test_bad_flags(flags: tuple[str, ...], phrase: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
@@ -160,3 +162,13 @@ def test_unknown_subcommand_and_missing_args(home: Path) -> None:
     _assert_usage(ran.code, ran.stderr, "invalid choice")
     ran = run_cli("watch", home=home)
     _assert_usage(ran.code, ran.stderr, "--contract")
+
+
+def test_decisions_of_an_unknown_operation_is_a_usage_error(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    """Every other command says "no operation" with exit 2; `decisions nope` used to print "no open decisions"."""
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    assert run_cli("watch", "--contract", str(contract), "--job", "happy-1", "--operation", "op-1", home=home).code == 0
+    ran = run_cli("decisions", "nope", home=home)
+    _assert_usage(ran.code, ran.stderr, "no operation 'nope'")
+    known = run_cli("decisions", "op-1", home=home)
+    assert (known.code, known.stdout.strip()) == (0, "no open decisions for operation 'op-1'")

@@ -168,12 +168,14 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
-    (schema 4 replaced it), version 2."""
+    (schema 4 replaced it), no watcher columns (schema 5), version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
+        for column in ("watcher", "watcher_since"):  # schema 5's
+            conn.execute(f"ALTER TABLE operations DROP COLUMN {column}")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -184,7 +186,8 @@ def _downgrade_postgres(url: str) -> None:
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
-        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4)")
+        conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
+        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5)")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -223,7 +226,7 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3, 4]" in upgraded.stdout, upgraded.stdout
+        assert upgraded.code == 0 and "applied migrations [3, 4, 5]" in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from pollwarden.core.contract import load_contract
+from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
 from pollwarden.simulator import Simulator, Step
@@ -123,6 +124,7 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert [line["event"] for line in lines[:2]] == ["metrics_serving", "worker_started"]
     assert lines[-1]["event"] == "worker_stopped"
+    assert all(parse_rfc3339(line["ts"]).tzinfo is not None for line in lines)  # like every other time written
     assert any(line["event"] == "polled" and line["operation"] == "op-happy-0" for line in lines)
     phases = Counter((r.job_id.split("-")[0], r.phase) for r in records)  # type: ignore[attr-defined]
     assert phases[("happy", Phase.SUCCEEDED)] == 6 and phases[("flaky", Phase.SUCCEEDED)] == 6

@@ -173,6 +173,30 @@ def test_a_live_holder_elsewhere_is_respected(store: AnyStore) -> None:
     assert store.claim("op", f"{this_host()}:1:y", T0 + timedelta(seconds=1), TTL) is None
 
 
+def test_a_claim_records_its_owner_as_the_watcher_which_outlives_the_release(store: AnyStore) -> None:
+    """Schema 5: between polls no lease is held, so the watcher and since when are what status shows."""
+    store.create(_record(), CONTRACT, {})
+    stored = store.get("op")
+    assert stored is not None and (stored.watcher, stored.watcher_since) == (None, None)
+    claimed = store.claim("op", "watch/hostA:1:a", T0, TTL)
+    assert claimed is not None
+    store.release(claimed[0])
+    again = store.claim("op", "watch/hostA:1:a", T0 + timedelta(seconds=30), TTL)
+    assert again is not None
+    store.release(again[0])
+    stored = store.get("op")
+    assert stored is not None and stored.lease_owner is None
+    assert (stored.watcher, stored.watcher_since) == ("watch/hostA:1:a", T0)  # the same owner keeps its clock
+    other = store.claim("op", "worker/hostB:2:b", T0 + timedelta(seconds=40), TTL)
+    assert other is not None
+    stored = store.get("op")
+    assert stored is not None
+    assert (stored.watcher, stored.watcher_since) == ("worker/hostB:2:b", T0 + timedelta(seconds=40))
+    (_due,) = store.claim_due("worker/hostC:3:c", T0 + timedelta(minutes=5), TTL, 10)
+    stored = store.get("op")
+    assert stored is not None and stored.watcher == "worker/hostC:3:c"
+
+
 def test_event_sequence_is_per_operation_and_gapless(store: AnyStore) -> None:
     store.create(_record("a"), CONTRACT, {})
     store.create(_record("b"), CONTRACT, {})

@@ -27,8 +27,14 @@ from ..audit import (
 from ..audit.export import head_file_text
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
-from ..home import ensure_home, resolve_home, trusted_checkpoint_path, witness_config_path
-from ..operating import HomeError, configured_witness, database_target, trusted_checkpoint, verify_home
+from ..home import ensure_home, resolve_home, trusted_checkpoint_path, unknown_operation, witness_config_path
+from ..operating import (
+    HomeError,
+    configured_witness,
+    database_target,
+    trusted_checkpoint,
+    verify_home,
+)
 from ..shown import shown
 from ..store.base import StoreError
 from ..store.witness import Witness
@@ -145,7 +151,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
         store = _open_store(args.home, keys="write")
         try:
             if args.operation and store.get(args.operation) is None:
-                raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+                raise UsageError(unknown_operation(store.path, args.operation))
             assert store.keys is not None
             if args.operation:
                 # One operation's log: its own checkpoint, since the store's heads cover every other log too.

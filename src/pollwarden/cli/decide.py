@@ -14,6 +14,7 @@ from ..core.admission import new_operation_id, operation_id_problem
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
+from ..home import unknown_operation
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
@@ -55,13 +56,16 @@ def cmd_decisions(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="none")
     try:
         rows = store.decisions(args.operation, open_only=not args.all)
+        if args.operation is not None and not rows and store.get(args.operation) is None:
+            raise UsageError(unknown_operation(store.path, args.operation))
     finally:
         store.close()
     if args.json:
         print(json.dumps([d.to_json() for d in rows], sort_keys=True))
         return EXIT_OK
     if not rows:
-        print("no open decisions" if not args.all else "no decisions")
+        which = f" for operation {args.operation!r}" if args.operation else ""
+        print(("no open decisions" if not args.all else "no decisions") + which)
         return EXIT_OK
     for stored in rows:
         if stored.status != "open":

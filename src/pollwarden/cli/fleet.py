@@ -68,7 +68,7 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
 
 def cmd_worker(args: argparse.Namespace) -> int:
     factory = store_factory(args, pool_size=args.concurrency + 2)
-    owner = process_owner()
+    owner = process_owner("worker")
     metrics = Metrics()
     log = JsonLog(worker=owner)
     if args.metrics_port is not None:
@@ -143,7 +143,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     store = store_factory(args)()
     try:
         try:
-            admitted = Engine(store, owner=process_owner(), clock=store.db_now).admit(request)
+            admitted = Engine(store, owner=process_owner("enqueue"), clock=store.db_now).admit(request)
         except AdmissionError as exc:
             raise UsageError(f"cannot enqueue: {exc.message_for(FLAGS)}") from None
     finally:
@@ -182,7 +182,7 @@ def _enqueue_file(args: argparse.Namespace, contract: Contract, limits: Limits, 
         )
     store = store_factory(args)()
     try:
-        engine = Engine(store, owner=process_owner(), clock=store.db_now)
+        engine = Engine(store, owner=process_owner("enqueue"), clock=store.db_now)
         try:
             admitted = engine.admit_many(requests, where=where)
         except BatchAdmissionError as exc:

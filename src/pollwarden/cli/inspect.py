@@ -7,6 +7,7 @@ import json
 
 from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
+from ..home import unknown_operation
 from ..shown import shown
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
@@ -21,37 +22,70 @@ from .common import (
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from ..ownership import ownership_of
+
     store = _open_store(args.home, keys="none")
     try:
+        now = store.db_now()
         if args.operation:
+            if args.overdue or args.orphaned:
+                raise UsageError("--overdue and --orphaned filter the table: give them without an operation id")
             stored = store.get(args.operation)
             if stored is None:
-                raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
-            summary = stored.record.summary()
+                raise UsageError(unknown_operation(store.path, args.operation))
+            summary = {**stored.record.summary(), **ownership_of(stored, now).to_json()}
             if args.json:
                 print(json.dumps(summary, sort_keys=True))
             else:
+                owned = ownership_of(stored, now)
+                summary["owner"] = owned.describe(now) if stored.record.phase.value == "active" else None
+                summary["flags"] = " ".join(owned.flags) or None
                 for key, value in summary.items():
+                    if key in {"owner_since", "polling_now", "overdue", "orphaned"}:
+                        continue  # said by `owner` and `flags` in words
                     # A result may be any JSON value: one line of compact JSON, never a Python repr.
                     print(f"{key:26} {shown(result_text(value) if key == 'result' else value)}")
             return EXIT_OK
-        rows = [s.record for s in store.all()]
+        rows = [(s, ownership_of(s, now)) for s in store.all()]
+        wanted = {flag for flag, on in (("overdue", args.overdue), ("orphaned", args.orphaned)) if on}
+        if wanted:
+            rows = [(s, o) for s, o in rows if wanted & set(o.flags)]
         if args.json:
-            print(json.dumps([r.summary() for r in rows], sort_keys=True))
+            print(json.dumps([{**s.record.summary(), **o.to_json()} for s, o in rows], sort_keys=True))
             return EXIT_OK
         if not rows:
-            print("no operations yet")
+            print(f"no {' or '.join(sorted(wanted))} operations" if wanted else "no operations yet")
             return EXIT_OK
-        print(f"{'OPERATION':40} {'JOB':20} {'PHASE':10} {'REASON':26} {'STATE':16} REQUESTS")
-        for r in rows:
-            print(
-                f"{shown(r.operation_id):40} {shown(r.job_id):20} {r.phase.value:10}"
-                f" {(r.reason.value if r.reason else '-'):26} {shown(r.last_state):16}"
-                f" {r.status_requests_used}/{r.plan.max_status_requests}"
+        table: list[tuple[str, ...]] = [("OPERATION", "JOB", "PHASE", "REASON", "STATE", "REQUESTS", "OWNER", "FLAGS")]
+        for stored, owned in rows:
+            r = stored.record
+            active = r.phase.value == "active"
+            table.append(
+                (
+                    shown(r.operation_id),
+                    shown(r.job_id),
+                    r.phase.value,
+                    r.reason.value if r.reason else "-",
+                    shown(r.last_state),
+                    f"{r.status_requests_used}/{r.plan.max_status_requests}",
+                    owned.describe(now) if active else "-",
+                    " ".join(owned.flags) or "-",
+                )
             )
+        for line in _columns(table):
+            print(line)
         return EXIT_OK
     finally:
         store.close()
+
+
+def _columns(table: list[tuple[str, ...]]) -> list[str]:
+    """Each column as wide as its widest cell (up to 40), so a short id does not push the table off a screen."""
+    widths = [min(40, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
+    return [
+        " ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)) + " " + row[-1]
+        for row in table
+    ]
 
 
 def cmd_story(args: argparse.Namespace) -> int:
@@ -59,7 +93,7 @@ def cmd_story(args: argparse.Namespace) -> int:
     try:
         events = store.events(args.operation)  # a submission whose outcome is unknown has a log but no record
         if not events and store.get(args.operation) is None:
-            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            raise UsageError(unknown_operation(store.path, args.operation))
         if args.json:
             print(json.dumps(story_json(events), sort_keys=True))
         else:
@@ -80,7 +114,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="read")
     try:
         if store.get(args.operation) is None:
-            raise UsageError(f"no operation {args.operation!r} in {store.path}; `pollwarden status` lists them")
+            raise UsageError(unknown_operation(store.path, args.operation))
         events = store.events(args.operation)
     finally:
         store.close()

@@ -3,7 +3,8 @@
 SIGINT, SIGTERM and SIGHUP become one exception, `Interrupted`, raised in the main thread wherever it is.
 It derives from BaseException so no `except Exception` on the way can swallow it, and every `finally` on the
 way runs: a step that holds a lease releases it there, so a resume starts at once instead of waiting out the
-lease. `main` turns it into one message and the shell's exit code for the signal (128 + number).
+lease, and `Engine.run` records the operation's `interrupted` event, as for a cancelled Python API watch.
+`main` turns it into one message and the shell's exit code for the signal (128 + number).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from ..errors import Interruption
+
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 """141, what a shell reports for a program killed by SIGPIPE: `set -o pipefail` sees the output was cut short."""
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Interrupted(BaseException):
-    """A signal asked this command to stop; `exit_code` is the shell's convention for it."""
+class Interrupted(Interruption):
+    """A signal asked this command to stop; `exit_code` is the shell's convention for it. Its `why` is the
+    signal's name ("SIGINT"), which the engine records in the operation's `interrupted` event."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -74,9 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     home(w)
     w.set_defaults(func=Command("watch", "cmd_watch"))
 
-    s = sub.add_parser("status", help="show one operation, or a table of all")
+    s = sub.add_parser(
+        "status",
+        help="show one operation, or a table of all, with who owns each and what is stuck",
+        description="Show one operation, or a table of all. OWNER is who is polling an active operation (or"
+        " last did): a watch process, the Python API, an MCP server or a worker, since when, and whether that"
+        " process is gone. FLAGS: overdue (due longer ago than the lease TTL and nobody polling it), orphaned"
+        " (its watching process is gone: resume it with `watch --operation ID`, or let a worker take it).",
+    )
     s.add_argument("operation", nargs="?")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--overdue", action="store_true", help="only operations that are overdue")
+    s.add_argument("--orphaned", action="store_true", help="only operations whose watching process is gone")
     home(s)
     s.set_defaults(func=Command("inspect", "cmd_status"))
 

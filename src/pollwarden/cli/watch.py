@@ -207,7 +207,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             contract = _contract(args, store)
             secret = _ready(contract)
             request = _checked(watch_request(args, contract, secret))
-        engine = Engine(store, owner=process_owner())
+        engine = Engine(store, owner=process_owner("watch"))
         try:
             admitted = engine.admit(request)
         except AdmissionError as exc:
@@ -229,8 +229,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         progress = Progress(out, live=out.isatty(), quiet=args.json)
         Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
         with StatusClient(contract, secret, clock=utcnow) as client:
+            # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
             final = engine.run(
-                contract, client, record.operation_id, on_progress=progress, tick=1.0 if progress.live else None
+                contract,
+                client,
+                record.operation_id,
+                on_progress=progress,
+                tick=1.0 if progress.live else None,
+                by="cli",
             )
         open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
         if args.json:

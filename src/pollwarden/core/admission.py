@@ -225,6 +225,17 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
     base = limits.base_delay or schedule.base_delay
     if (limits.base_delay or limits.max_delay) and (limits.max_delay or schedule.max_delay) < base:
         bad.append(Problem("max_delay", "must not be shorter than the base delay"))
+    deadline = limits.deadline or (
+        request.contract.agent_max_deadline if request.agent else request.contract.limits.deadline
+    )
+    if limits.useful_for is not None and timedelta(0) < deadline < limits.useful_for:
+        bad.append(
+            Problem(
+                "useful_for",
+                f"{format_duration(limits.useful_for)} is longer than the deadline {format_duration(deadline)},"
+                " which would end the watch first; ask for a shorter window or a longer deadline",
+            )
+        )
     over: list[Problem] = []
     if request.agent:
         contract = request.contract

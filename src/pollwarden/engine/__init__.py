@@ -1,6 +1,15 @@
 """One engine under every interface: admission and the poll step, written once (see `flow` and `driver`)."""
 
-from .driver import BATCH, AdmissionError, Admitted, BatchAdmissionError, Engine, StatusSender, new_decision_id
+from .driver import (
+    BATCH,
+    AdmissionError,
+    Admitted,
+    BatchAdmissionError,
+    Cancelled,
+    Engine,
+    StatusSender,
+    new_decision_id,
+)
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
 __all__ = [
@@ -9,6 +18,7 @@ __all__ = [
     "Admitted",
     "BatchAdmissionError",
     "Busy",
+    "Cancelled",
     "Done",
     "Engine",
     "NotYet",

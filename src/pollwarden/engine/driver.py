@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -34,8 +36,8 @@ from ..core.contract import Contract
 from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
-from ..errors import PollwardenError
-from ..events import LimitsNarrowed, ResumeRefused
+from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
+from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..notify import deliver
 from ..store.base import Lease, LogEntry, OperationExists, Store
 from . import batch, flow
@@ -294,23 +296,58 @@ class Engine:
         sleep: Callable[[float], None] = time.sleep,
         tick: float | None = None,
         until: Callable[[], bool] | None = None,
+        stop: threading.Event | None = None,
+        by: str = "cli",
     ) -> OperationRecord:
-        """Step until the operation is final (or `until()` says stop); sleep in between with no lease held."""
-        while True:
-            result = self.step(contract, client, operation_id)
-            if on_progress is not None:
-                on_progress(result)
-            if isinstance(result, Done):
-                return result.record
-            if isinstance(result, Polled):
-                if result.decision.record.is_final or (until is not None and until()):
-                    return result.decision.record
-                continue
-            if until is not None and until():
-                return result.record
-            wake = result.until if isinstance(result, NotYet) else result.retry_at
-            delay = max(0.0, (wake - self.clock()).total_seconds())
-            sleep(min(delay, tick) if tick else delay)
+        """Step until the operation is final (or `until()` says stop); sleep in between with no lease held.
+
+        `stop`, set from any thread, ends the run between requests: a request in flight is answered and
+        recorded, no new one starts, and `Cancelled` is raised. Whatever ends the run before the operation is
+        final (that stop, a signal, an `on_progress` that raises, a failing store) is re-raised after one
+        `interrupted` event, by `by`, is recorded: the flow has given the lease back, and the operation waits,
+        active, with its deadline and budget, for a later run. Every driver of a watch keeps this here."""
+        in_callback = False
+        try:
+            while True:
+                if stop is not None and stop.is_set():
+                    raise Cancelled(operation_id)
+                result = self.step(contract, client, operation_id)
+                if on_progress is not None:
+                    in_callback = True
+                    on_progress(result)
+                    in_callback = False
+                if isinstance(result, Done):
+                    return result.record
+                if isinstance(result, Polled):
+                    if result.decision.record.is_final or (until is not None and until()):
+                        return result.decision.record
+                    continue
+                if until is not None and until():
+                    return result.record
+                wake = result.until if isinstance(result, NotYet) else result.retry_at
+                delay = max(0.0, (wake - self.clock()).total_seconds())
+                delay = min(delay, tick) if tick else delay
+                if stop is not None:
+                    stop.wait(delay)  # wakes at once when set; the loop's head raises Cancelled
+                else:
+                    sleep(delay)
+        except BaseException as exc:
+            callback = in_callback and isinstance(exc, Exception)
+            self.interrupted(
+                operation_id, by=by, why=f"on_progress raised {type(exc).__name__}" if callback else _why(exc)
+            )
+            raise
+
+    def interrupted(self, operation_id: str, *, by: str, why: str) -> None:
+        """Record that a watch of the operation stopped before it was final (nothing when it is final, or gone).
+
+        Best effort: it runs while another exception is on its way out, and a store that cannot take the event
+        (the very failure that stopped the watch) must not replace that exception with its own."""
+        with suppress(Exception):
+            stored = self.store.get(operation_id)
+            if stored is not None and not stored.record.is_final:
+                event = WatchInterrupted.of(stored.record, by=by, why=why)
+                self.store.append(operation_id, event.KIND, event.to_json(), self.clock())
 
     # -- executing effects --------------------------------------------------------------------------------------
 
@@ -377,6 +414,26 @@ class Engine:
             kind = "notified" if delivery.ok else "notify_failed"
             data = {"decision_id": request.decision_id, **delivery.to_json()}
             self.store.append(request.operation_id, kind, data, self.clock())
+
+
+class Cancelled(PollwardenError):
+    """`Engine.run` was stopped (its `stop` was set) before the operation was final; it stays resumable."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(f"the watch of operation {operation_id} was cancelled; it stays active and resumable")
+        self.operation_id = operation_id
+
+
+def _why(exc: BaseException) -> str:
+    """What stopped a run, for the audit: a cancel, a signal's name, else the exception's type (its text is
+    nobody's promise not to hold a secret)."""
+    if isinstance(exc, Cancelled):
+        return "cancelled"
+    if isinstance(exc, Interruption):
+        return exc.why
+    return type(exc).__name__
 
 
 def _conflict(text: str) -> AdmissionError:

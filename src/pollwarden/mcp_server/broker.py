@@ -213,7 +213,7 @@ class Broker:
 
     def engine(self, store: Store) -> Engine:
         """The one engine every interface drives; the session's environment names the webhook's secret."""
-        return Engine(store, owner=process_owner(), clock=self.clock, environ=self._environ)
+        return Engine(store, owner=process_owner("mcp"), clock=self.clock, environ=self._environ)
 
     def next_call_number(self) -> int:
         """The session's provider calls are numbered, so each intent record pairs with its result."""

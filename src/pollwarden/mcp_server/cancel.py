@@ -115,7 +115,7 @@ def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
 def _claim(store: Store, operation_id: str, broker: Broker, ttl: timedelta) -> tuple[Lease, OperationRecord]:
     ends = time.monotonic() + CLAIM_PATIENCE_SECONDS
     while True:
-        claimed = store.claim(operation_id, process_owner(), broker.clock(), ttl)
+        claimed = store.claim(operation_id, process_owner("mcp"), broker.clock(), ttl)
         if claimed is not None:
             return claimed
         if time.monotonic() >= ends or broker.stopping.is_set():

@@ -240,7 +240,7 @@ def tool_request_extension(
         if already is not None:
             return already
         now = broker.clock()
-        claimed = store.claim(operation_id, process_owner(), now, lease_ttl(contract))
+        claimed = store.claim(operation_id, process_owner("mcp"), now, lease_ttl(contract))
         if claimed is None:
             raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
         lease, current = claimed

@@ -60,6 +60,10 @@ class Stored:
     lease_owner: str | None
     lease_token: int
     lease_expires_at: datetime | None
+    watcher: str | None = None
+    """The owner of the last claim (`kind/host:pid:nonce`): kept after the release, unlike `lease_owner`."""
+    watcher_since: datetime | None = None
+    """When that owner first claimed the operation: a watcher that changed starts its own clock."""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ class Tx:
 
 # -- rows ----------------------------------------------------------------------------------------------
 
-STORED_COLUMNS = "record, contract, lease_owner, lease_token, lease_expires_at"
+STORED_COLUMNS = "record, contract, lease_owner, lease_token, lease_expires_at, watcher, watcher_since"
 DECISION_COLUMNS = "request, status, decided_by, decided_at, option, note"
 GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, decided_by, decided_at"
 SUBMISSION_COLUMNS = "operation_id, fingerprint, idempotency_token, body, state, job_id, status_location, created_at"
@@ -158,13 +158,15 @@ def record_from_text(text: str) -> OperationRecord:
 
 
 def stored_from_row(row: Sequence[Any], moment: Moment) -> Stored:
-    record, contract_text, owner, token, expires = row
+    record, contract_text, owner, token, expires, watcher, watcher_since = row
     return Stored(
         record=record_from_text(record),
         contract_text=contract_text,
         lease_owner=owner,
         lease_token=int(token),
         lease_expires_at=_optional(moment, expires),
+        watcher=watcher,
+        watcher_since=_optional(moment, watcher_since),
     )
 
 

@@ -219,10 +219,12 @@ class _Operations(AuditTrail):
         if not rows:
             return []
         ids = [operation_id for operation_id, _ in rows]
+        at = self.dialect.stamp(now)
         tx.execute(
-            "UPDATE operations SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?"
+            "UPDATE operations SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?,"
+            " watcher_since = CASE WHEN watcher = ? THEN watcher_since ELSE ? END, watcher = ?"
             f" WHERE operation_id IN ({marks(len(ids))})",
-            (owner, self.dialect.stamp(expires), *ids),
+            (owner, self.dialect.stamp(expires), owner, at, owner, *ids),
         )
         takeovers = [(operation_id, stored) for operation_id, stored in rows if taken_over(stored.lease_owner, owner)]
         self._lock_logs(tx, [operation_id for operation_id, _ in takeovers])

@@ -1,0 +1,176 @@
+"""The async Python API: a cancelled `await pollwarden.watch(...)` stops polling within one request, records an
+`interrupted` event, gives the lease back and leaves no thread behind; a later watch resumes the operation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import pollwarden
+from pollwarden import Progress, Succeeded, Watch, WatchCancelled, watch
+from pollwarden.operating import open_store
+from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli, write_contract
+
+HINT = 3
+"""The provider's poll hint after the first answer: the next request is due this many seconds later."""
+
+
+def _slow_job(sim: Simulator, job_id: str) -> None:
+    sim.add_job(
+        job_id,
+        [
+            Step(body={"state": "running", "poll_after_seconds": HINT}),
+            Step(body={"state": "succeeded", "result_url": f"/results/{job_id}"}),
+        ],
+    )
+
+
+def _interrupted(home: Path, operation_id: str) -> list[dict[str, object]]:
+    story = json.loads(run_cli("story", operation_id, "--json", home=home).stdout)
+    return [e["data"] for e in story if e["kind"] == "interrupted"]
+
+
+def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    _slow_job(sim, "slow-1")
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s", max_requests=6)
+    seen: list[Progress] = []
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(
+                watch(contract, "slow-1", home=home, operation_id="op-cancel", on_progress=seen.append), 0.3
+            )
+
+    open_store(home).close()  # the home and its keys exist: the first poll goes out well within the 0.3 s
+    started = time.monotonic()
+    asyncio.run(main())
+    elapsed = time.monotonic() - started
+    assert elapsed < HINT - 1, elapsed  # returned at once, not at the next poll (nor the deadline)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    # One request (none, on a machine too loaded to send it in 0.3 s), each one recorded and told; never a second.
+    sent = sim.request_count("slow-1")
+    assert sent <= 1 and [p.checks_used for p in seen if p.polled] == list(range(1, sent + 1))
+
+    store = open_store(home)
+    try:
+        stored = store.get("op-cancel")
+        assert stored is not None
+        before = stored.record
+        assert before.phase.value == "active" and stored.lease_owner is None
+    finally:
+        store.close()
+    (event,) = _interrupted(home, "op-cancel")
+    assert event["by"] == "python api" and event["why"] == "cancelled" and event["resumable"] is True
+    assert event["status_requests_used"] == sent and event["max_status_requests"] == 6
+    story = run_cli("story", "op-cancel", home=home).stdout
+    assert "watch interrupted by python api (cancelled); resume operation op-cancel" in story
+
+    time.sleep(0.5)
+    assert sim.request_count("slow-1") == sent  # nothing kept polling behind the cancel
+
+    outcome = asyncio.run(watch(contract, home=home, operation_id="op-cancel"))
+    assert isinstance(outcome, Succeeded) and outcome.result == "/results/slow-1"
+    assert outcome.record.deadline_at == before.deadline_at
+    assert outcome.record.plan.max_status_requests == before.plan.max_status_requests == 6
+    assert sim.request_count("slow-1") == 2
+    assert len(_interrupted(home, "op-cancel")) == 1
+
+
+def test_watch_cancel_from_another_thread_stops_a_blocking_run(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    _slow_job(sim, "slow-2")
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s")
+    polled = threading.Event()
+
+    def told(progress: Progress) -> None:
+        if progress.polled:
+            polled.set()
+
+    watching = Watch(contract, "slow-2", home=home, operation_id="op-thread", on_progress=told)
+
+    def cancel_after_the_first_poll() -> None:
+        polled.wait(30)
+        time.sleep(0.1)  # the run is asleep until the next poll, HINT seconds away
+        cancelled_at.append(time.monotonic())
+        watching.cancel()
+
+    cancelled_at: list[float] = []
+    canceller = threading.Thread(target=cancel_after_the_first_poll)
+    canceller.start()
+    with pytest.raises(WatchCancelled) as cancelled:
+        watching.run()
+    assert time.monotonic() - cancelled_at[0] < HINT - 1  # woken by the cancel, not by the next poll
+    canceller.join()
+    assert cancelled.value.operation_id == "op-thread" and "op-thread" in str(cancelled.value)
+    assert sim.request_count("slow-2") == 1
+    (event,) = _interrupted(home, "op-thread")
+    assert event["by"] == "python api" and event["why"] == "cancelled"
+    # The same Watch runs again: the cancel was for that run, and this one resumes the operation.
+    outcome = watching.run()
+    assert isinstance(outcome, Succeeded) and sim.request_count("slow-2") == 2
+
+
+def test_a_raising_on_progress_stops_the_watch_resumable_and_is_raised(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+
+    def broken(progress: Progress) -> None:
+        if progress.polled:
+            raise ValueError("the caller's own bug, with text nobody vetted: sk-secret")
+
+    async def main() -> None:
+        await watch(contract, "happy-6", home=home, operation_id="op-raise", on_progress=broken)
+
+    with pytest.raises(ValueError, match="the caller's own bug"):
+        asyncio.run(main())
+    assert sim.request_count("happy-6") == 1
+    store = open_store(home)
+    try:
+        stored = store.get("op-raise")
+        assert stored is not None and stored.record.phase.value == "active" and stored.lease_owner is None
+    finally:
+        store.close()
+    (event,) = _interrupted(home, "op-raise")
+    assert event["why"] == "on_progress raised ValueError"  # its type only: the text is the caller's
+    assert "sk-secret" not in run_cli("story", "op-raise", "--json", home=home).stdout
+    outcome = pollwarden.watch_sync(contract, home=home, operation_id="op-raise")
+    assert isinstance(outcome, Succeeded) and sim.request_count("happy-6") == 4
+
+
+def test_a_cancel_during_a_request_lets_it_finish_and_record_and_sends_no_other(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    # The provider takes 1 s to answer; without the cancel the next poll would follow 50 ms later.
+    sim.add_job("inflight-1", [Step(body={"state": "running"}, delay=1.0)])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="50ms", timeout="10s")
+
+    async def main() -> None:
+        task = asyncio.create_task(watch(contract, "inflight-1", home=home, operation_id="op-inflight"))
+        for _ in range(1000):  # until the provider has the request (it records it before its 1 s delay)
+            if sim.request_count("inflight-1"):
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # a second cancel while the request finishes is absorbed: the thread is still waited for
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    started = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - started < 8  # the answer was waited for, and nothing after it
+    assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    time.sleep(0.3)
+    assert sim.request_count("inflight-1") == 1
+    status = json.loads(run_cli("status", "op-inflight", "--json", home=home).stdout)
+    assert (status["phase"], status["status_requests_used"], status["last_state"]) == ("active", 1, "running")
+    (event,) = _interrupted(home, "op-inflight")
+    assert event["status_requests_used"] == 1 and event["why"] == "cancelled"
