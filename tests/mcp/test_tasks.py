@@ -156,14 +156,23 @@ def test_tasks_cancel_asks_a_person_and_the_task_ends_cancelled(sim: Simulator, 
             still = await agent.raw("tasks/get", {"taskId": op})
             assert still["status"] == "input_required"
 
-            decided = await cli("decide", listed[0]["decision_id"], "--option", "1", "--by", "alice", home=home)
-            assert decided.code == 0, decided.stderr
+            # tasks/result blocks until the task is over; the session keeps answering meanwhile.
+            results: list[dict[str, Any]] = []
+
+            async def wait_for_result() -> None:
+                results.append(await agent.raw("tasks/result", {"taskId": op}))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait_for_result)
+                await agent.raw("tasks/get", {"taskId": op})
+                assert results == []
+                decided = await cli("decide", listed[0]["decision_id"], "--option", "1", "--by", "alice", home=home)
+                assert decided.code == 0, decided.stderr
             seen: list[dict[str, Any]] = []
             ended = await _until(agent, op, {"completed", "failed", "cancelled"}, seen)
             assert ended["status"] == "cancelled", ended
             assert len([r for r in sim.requests("long-8") if r.method == "POST"]) == 1
-            result = await agent.raw("tasks/result", {"taskId": op})
-            assert result["structuredContent"]["operation"]["reason"] == "job_cancelled"
+            assert results[0]["structuredContent"]["operation"]["reason"] == "job_cancelled"
 
     run(body)
 
