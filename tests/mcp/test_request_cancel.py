@@ -81,7 +81,7 @@ def test_a_cancel_request_on_a_running_job_waits_for_a_person_who_cancels_once(s
         kinds = [e["kind"] for e in story]
         assert kinds.count("cancel_requested") == 1 and "decided" in kinds
         cancels = [e for e in story if e["kind"] == "action" and e["data"].get("action") == "cancel"]
-        assert len(cancels) == 1 and cancels[0]["data"]["ok"] is True
+        assert len(cancels) == 1 and cancels[0]["data"]["ok"] is True and cancels[0]["data"]["http_status"] == 200
         told = (await cli("story", op, home=home)).stdout
         assert "(an agent's cancel request): cancel at provider and stop watching, keep watching" in told
         assert "the agent asked a person to cancel the job" in told and "alice chose [1]" in told
@@ -191,5 +191,31 @@ def test_an_open_cancel_request_expires_when_the_job_succeeds_first(sim: Simulat
         late = await cli("decide", decision_id, "--option", "1", "--by", "alice", home=home)
         assert late.code != 0 and "expired" in late.stderr
         assert not [r for r in sim.requests("happy-5") if r.method == "POST"]
+
+    run(body)
+
+
+def test_a_cancel_the_provider_refuses_ends_the_watch_without_claiming_a_cancelled_job(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    refusing = f'\n[cancel]\nurl = "{sim.url}/no-such-cancel/{{job_id}}"\n'
+    agent_contract(contracts, sim.url, agent=refusing)
+    sim.add_job("long-6", [Step(body={"state": "running"}, times=1000)])
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="long-6")).data["operation_id"]
+            asked = await agent.call("request_cancel", operation_id=op, reason="not needed")
+            decision_id = asked.data["decision"]["decision_id"]
+            decided = await cli("decide", decision_id, "--option", "1", "--by", "alice", home=home)
+            # exit 4 (escalated): a person looks again
+            assert decided.code == 4 and "FAILED" in decided.stdout, decided.stdout + decided.stderr
+            after = await agent.call("check_operation", operation_id=op)
+            assert after.data["operation"]["reason"] == "integration_failure", after.text
+            assert "may still run at the provider" in after.data["operation"]["detail"]
+        story = json.loads((await cli("story", op, "--json", home=home)).stdout)
+        cancels = [e for e in story if e["kind"] == "action" and e["data"].get("action") == "cancel"]
+        assert len(cancels) == 1 and cancels[0]["data"]["ok"] is False and cancels[0]["data"]["http_status"] == 404
 
     run(body)
