@@ -15,7 +15,9 @@ from . import events as ev
 from .actions import ActionError, cancel, submit
 from .core.contract import Contract
 from .core.durations import format_rfc3339
-from .core.escalation import DecisionError, OptionKind, apply_extension, stop_marker
+from .core.escalation import DecisionError, DecisionRequest, OptionKind, apply_extension, stop_marker
+from .core.reasons import Phase, StopReason
+from .core.record import OperationRecord
 from .engine.flow import lease_ttl
 from .http import StatusClient
 from .store.base import DecisionTaken, Store, StoredDecision
@@ -29,6 +31,14 @@ class Outcome:
     action: dict[str, Any] | None = None
     resume: str | None = None
     """The operation to watch next; each interface words its own hint (the CLI's carries its --home/--db)."""
+
+
+def open_decision(store: Store, record: OperationRecord) -> StoredDecision | None:
+    """The open decision about the operation as it is now (its stop, or its running state, by `stop_marker`):
+    an older open one describes a state that is gone, and its options would expire if chosen."""
+    marker = stop_marker(record)
+    current = [d for d in store.decisions(record.operation_id, open_only=True) if d.request.stop_marker == marker]
+    return current[-1] if current else None
 
 
 def _load(store: Store, decision_id: str) -> StoredDecision:
@@ -81,7 +91,8 @@ def apply_decision(
         if chosen is None:
             refused = ev.Refused.of(request, by=by, note=note).new_event()
             _resolve(store, lease, decision_id, "refused", by, note, None, None, [refused], now)
-            return Outcome(f"refused decision {decision_id}; operation {request.operation_id} stays stopped", "refused")
+            stays = "stays stopped" if record.phase is Phase.STOPPED else "keeps watching within its limits"
+            return Outcome(f"refused decision {decision_id}; operation {request.operation_id} {stays}", "refused")
         event = ev.Decided.chose(request, chosen, by=by, note=note)
         if chosen.kind is OptionKind.INSPECT:
             store.release(lease)
@@ -103,24 +114,74 @@ def apply_decision(
                 "decided",
                 resume=request.operation_id,
             )
-        if chosen.kind is OptionKind.CANCEL:
-            if contract.cancel is None or client is None:
-                raise DecisionError("the contract documents no cancel action; nothing was sent")
+        if chosen.kind is OptionKind.KEEP:
             _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
-            try:
-                result = cancel(contract, client, record)
-            except ActionError as exc:
-                result = {"action": "cancel", "ok": False, "detail": str(exc)}
-            done = ev.ActionEvent.from_json({**result, "decision_id": decision_id, "by": by})
-            store.append(request.operation_id, *done.new_event(), now)
-            state = "sent" if result.get("ok") else "FAILED (see `story`)"
-            return Outcome(f"cancel at provider {state} for job {request.job_id}", "decided", result)
+            return Outcome(f"kept: operation {request.operation_id} keeps watching within its limits", "decided")
+        if chosen.kind is OptionKind.CANCEL:
+            return _cancel(store, contract, client, lease, record, request, chosen.number, event, by, note, now)
         return _resubmit(
             store, contract, client, lease, request.operation_id, decision_id, chosen.number, event, by, note, now
         )
     except BaseException:
         store.release(lease)
         raise
+
+
+def _cancel(
+    store: Store,
+    contract: Contract,
+    client: StatusClient | None,
+    lease: Any,
+    record: OperationRecord,
+    request: DecisionRequest,
+    option: int,
+    event: ev.Decided,
+    by: str,
+    note: str | None,
+    now: datetime,
+) -> Outcome:
+    """The contract's documented cancel, sent once: the decision is closed first (a second answer is refused
+    before anything is sent). An active operation stops in the same write, so no poll follows the cancel; if the
+    provider refuses it, the stop says so instead of claiming a cancelled job."""
+    if contract.cancel is None or client is None:
+        raise DecisionError("the contract documents no cancel action; nothing was sent")
+    decision_id = request.decision_id
+    stopped: OperationRecord | None = None
+    if record.phase is Phase.ACTIVE:
+        stopped = record.stopped(
+            StopReason.JOB_CANCELLED, f"cancelled at the provider on decision {decision_id} by {by}", now
+        )
+    _resolve(store, lease, decision_id, "decided", by, note, option, stopped, [event.new_event()], now)
+    try:
+        result = cancel(contract, client, record)
+    except ActionError as exc:
+        result = {"action": "cancel", "ok": False, "detail": str(exc)}
+    done = ev.ActionEvent.from_json({**result, "decision_id": decision_id, "by": by})
+    if stopped is not None and not result.get("ok"):
+        failed = stopped.stopped(
+            StopReason.INTEGRATION_FAILURE,
+            f"the cancel chosen on decision {decision_id} by {by} failed ({result.get('detail') or 'see story'});"
+            " the job may still run at the provider, and it is no longer watched",
+            now,
+        )
+        _rewrite(store, contract, failed, [done.new_event()], now)
+    else:
+        store.append(request.operation_id, *done.new_event(), now)
+    state = "sent" if result.get("ok") else "FAILED (see `story`)"
+    watch = "; the watch stopped" if stopped is not None else ""
+    return Outcome(f"cancel at provider {state} for job {request.job_id}{watch}", "decided", result)
+
+
+def _rewrite(
+    store: Store, contract: Contract, record: OperationRecord, events: list[tuple[str, dict[str, Any]]], now: datetime
+) -> None:
+    """Replace a stop just written with what is now known, under a new lease; the events go in either way."""
+    claimed = store.claim(record.operation_id, process_owner("decide"), now, lease_ttl(contract))
+    if claimed is None or not store.write(claimed[0], record, events, now, release=True):
+        if claimed is not None:
+            store.release(claimed[0])
+        for kind, data in events:
+            store.append(record.operation_id, kind, data, now)
 
 
 def _resubmit(

@@ -363,6 +363,8 @@ class DecisionRequested(AuditEvent):
     KIND = "decision_requested"
     decision_id: str | None = None
     reason: str | None = None
+    topic: str | None = None
+    """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
     options: tuple[Mapping[str, Any], ...] = ()
 
 
@@ -375,7 +377,7 @@ class AnswerEvent(AuditEvent):
 
     @classmethod
     def of(cls, request: DecisionRequest, *, by: str, note: str | None) -> Self:
-        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.reason.value)
+        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.why)
 
 
 @event
@@ -640,3 +642,15 @@ class ExtensionRequested(AuditEvent):
     KIND = "extension_requested"
     operation: str | None = None
     reason: str | None = None
+
+
+@event
+class CancelRequested(AuditEvent):
+    """An agent asked a person to cancel the job (request_cancel, tasks/cancel); it cancels nothing itself."""
+
+    KIND = "cancel_requested"
+    operation: str | None = None
+    decision_id: str | None = None
+    reason: str | None = None
+    requested_by: str | None = None
+    added: bool | None = None

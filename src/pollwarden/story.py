@@ -145,7 +145,8 @@ def _resume_refused(e: ev.ResumeRefused, s: Scene) -> str:
 @renders(ev.DecisionRequested)
 def _requested(e: ev.DecisionRequested, s: Scene) -> str:
     labels = ", ".join(_v(o.get("label")) for o in e.options)
-    return f"{s.at} asked for a decision {_v(e.decision_id)} ({_v(e.reason)}): {labels}"
+    about = "an agent's cancel request" if e.topic == "cancel_request" else _v(e.reason)
+    return f"{s.at} asked for a decision {_v(e.decision_id)} ({about}): {labels}"
 
 
 @renders(ev.Decided)
@@ -256,6 +257,13 @@ def _extension(e: ev.ExtensionRequested, s: Scene) -> str:
     # In the operation's own log the payload names no operation: the log is the operation.
     operation = e.operation or s.operation or "an operation"
     line = f"{s.at} the agent asked for more time for {operation}"
+    return f"{line}: {e.reason}" if e.reason else line
+
+
+@renders(ev.CancelRequested)
+def _cancel_requested(e: ev.CancelRequested, s: Scene) -> str:
+    operation = e.operation or s.operation or "an operation"
+    line = f"{s.at} the agent asked a person to cancel the job of {operation} (decision {_v(e.decision_id)})"
     return f"{line}: {e.reason}" if e.reason else line
 
 

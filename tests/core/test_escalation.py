@@ -13,7 +13,9 @@ from pollwarden.core.escalation import (
     DecisionError,
     DecisionRequest,
     OptionKind,
+    Topic,
     apply_extension,
+    build_cancel_request,
     build_request,
     stop_marker,
 )
@@ -176,3 +178,35 @@ def test_usefulness_deadline_stops_polling_before_the_provider_deadline() -> Non
     step = next_step(waiting.record, T0 + 60 * S)
     assert isinstance(step, Halt) and step.reason is StopReason.USEFULNESS_WINDOW_CLOSED
     assert ALLOWED[StopReason.USEFULNESS_WINDOW_CLOSED] == (OptionKind.CANCEL, OptionKind.CLOSE)
+
+
+def test_a_cancel_request_on_a_running_job_offers_cancel_or_keep_watching() -> None:
+    contract = _contract()
+    record = poll(contract, make_record(contract), response(body("running"), at=T0)).record
+    assert record.phase is Phase.ACTIVE
+    request = build_cancel_request(
+        record, contract, T0 + 5 * S, decision_id="d9", reason="input changed", requested_by="agent session a1"
+    )
+    assert request.topic is Topic.CANCEL and request.reason is None
+    assert [o.kind for o in request.options] == [OptionKind.CANCEL, OptionKind.KEEP]
+    assert request.options[0].label == "cancel at provider and stop watching"
+    assert "POST https://provider.example/v1/jobs/exp_71c/cancel once" in request.options[0].effect
+    text = request.render()
+    assert "An agent asks to cancel" in text and "Still running" in text and "input changed" in text
+    assert DecisionRequest.from_json(request.to_json()) == request
+    assert request.why == "cancel_request"
+
+
+def test_a_cancel_request_follows_the_stop_table_and_the_contract() -> None:
+    contract, stopped = _exhausted()
+    request = build_cancel_request(stopped, contract, T0, decision_id="d10", reason="r", requested_by="a")
+    assert [o.kind for o in request.options] == [OptionKind.CANCEL, OptionKind.CLOSE]
+    assert request.why == "request_budget_exhausted"
+    with pytest.raises(DecisionError, match=r"\[cancel\]"):
+        build_cancel_request(stopped, make_contract(max_requests=2), T0, decision_id="d", reason="r", requested_by="a")
+    failed = stopped.stopped(StopReason.AUTHORIZATION_DENIED, "401", T0)
+    with pytest.raises(DecisionError, match="allows no cancel"):
+        build_cancel_request(failed, contract, T0, decision_id="d", reason="r", requested_by="a")
+    done = make_record(contract).succeeded("/results/exp_71c", "succeeded", T0)
+    with pytest.raises(DecisionError, match="nothing to cancel"):
+        build_cancel_request(done, contract, T0, decision_id="d", reason="r", requested_by="a")

@@ -27,6 +27,7 @@ TOOLS = {
     "wait_operation",
     "get_decision",
     "request_extension",
+    "request_cancel",
     "fetch_result",
     "list_operations",
 }
@@ -84,6 +85,11 @@ class Agent:
         reply = Reply(not result.is_error, data, text)
         self.replies.append((tool, arguments, reply))
         return reply
+
+    async def raw(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One JSON-RPC request as written, its result as received: for what the SDK client has no helper for
+        (a task-augmented tools/call, whose CreateTaskResult its call_tool would refuse; tasks/*)."""
+        return await self.session._dispatcher.send_raw_request(method, params, {})
 
 
 @asynccontextmanager

@@ -27,6 +27,15 @@ class OptionKind(StrEnum):
     INSPECT = "inspect"
     CLOSE = "close"
     RESUBMIT = "resubmit"
+    KEEP = "keep"
+    """Keep watching an active operation within its limits: the answer "no" to an agent's cancel request."""
+
+
+class Topic(StrEnum):
+    """What a decision request asks: what to do after a stop, or whether to cancel a job an agent wants cancelled."""
+
+    STOP = "stop"
+    CANCEL = "cancel_request"
 
 
 _RETRYABLE = (OptionKind.EXTEND, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE)
@@ -54,6 +63,15 @@ ALLOWED: dict[StopReason, tuple[OptionKind, ...]] = {
     StopReason.JOB_CANCELLED: (OptionKind.RESUBMIT, OptionKind.CLOSE),
     StopReason.JOB_EXPIRED: (OptionKind.RESUBMIT, OptionKind.CLOSE),
 }
+
+CANCEL_REQUEST: dict[Phase, tuple[OptionKind, ...]] = {
+    # The job still runs: a person cancels it (and the watch stops), or the watch goes on within its limits.
+    Phase.ACTIVE: (OptionKind.CANCEL, OptionKind.KEEP),
+    # Stopped: a person cancels the job at the provider, or leaves the stop as it is.
+    Phase.STOPPED: (OptionKind.CANCEL, OptionKind.CLOSE),
+}
+"""An agent's cancel request (R32): what a person may answer, by the operation's phase. A succeeded operation has
+nothing to cancel; a stopped one only where its stop's own options (`ALLOWED`) include a cancel."""
 
 _TRANSPORT_REASONS = frozenset({StopReason.PROVIDER_FAILURE, StopReason.AMBIGUOUS_DELIVERY})
 
@@ -106,7 +124,8 @@ class DecisionRequest:
     decision_id: str
     operation_id: str
     job_id: str
-    reason: StopReason
+    reason: StopReason | None
+    """Why the operation stopped; None for a question about an active operation (an agent's cancel request)."""
     detail: str
     last_state: str | None
     started_at: datetime
@@ -123,6 +142,7 @@ class DecisionRequest:
     options: tuple[Option, ...] = field(default=())
     requested_by: str | None = None
     request_reason: str | None = None
+    topic: Topic = Topic.STOP
 
     @property
     def elapsed(self) -> timedelta:
@@ -140,7 +160,8 @@ class DecisionRequest:
             "decision_id": self.decision_id,
             "operation": self.operation_id,
             "job": self.job_id,
-            "reason": self.reason.value,
+            "reason": self.reason.value if self.reason else None,
+            "topic": self.topic.value,
             "detail": self.detail,
             "last_state": self.last_state,
             "started_at": format_rfc3339(self.started_at),
@@ -175,7 +196,7 @@ class DecisionRequest:
             decision_id=data["decision_id"],
             operation_id=data["operation"],
             job_id=data["job"],
-            reason=StopReason(data["reason"]),
+            reason=StopReason(data["reason"]) if data.get("reason") else None,
             detail=data["detail"],
             last_state=data.get("last_state"),
             started_at=req("started_at"),
@@ -192,7 +213,13 @@ class DecisionRequest:
             options=tuple(Option.from_json(o) for o in data["options"]),
             requested_by=data.get("requested_by"),
             request_reason=data.get("request_reason"),
+            topic=Topic(data.get("topic") or Topic.STOP.value),
         )
+
+    @property
+    def why(self) -> str:
+        """The one-word cause a list shows: the stop reason, or what an active operation's question is about."""
+        return self.reason.value if self.reason else self.topic.value
 
     def render(self) -> str:
         """The message of R31: everything needed for a decision, no secret, in one look."""
@@ -202,8 +229,9 @@ class DecisionRequest:
         if self.last_observed_at is not None:
             status = self.last_http_status if self.last_http_status is not None else "no response"
             last_http = f"{status} at {self.last_observed_at.strftime('%H:%M')} UTC"
+        title = "An agent asks to cancel an external job" if self.topic is Topic.CANCEL else ""
         lines = [
-            "External job needs a decision",
+            title or "External job needs a decision",
             f"Decision: {self.decision_id}",
             f"Operation: {self.operation_id}",
             f"Provider job: {self.job_id}",
@@ -211,7 +239,7 @@ class DecisionRequest:
             f"Elapsed time: {elapsed}",
             f"Status requests: {self.requests_used} of {self.requests_max}",
             f"Last HTTP result: {last_http}",
-            f"Stopped because: {self.reason.value}",
+            f"Stopped because: {self.reason.value}" if self.reason else "Still running: it polls within its limits",
         ]
         if self.requested_by:
             lines.append(f"Requested by: {self.requested_by}: {self.request_reason or ''}".rstrip(": "))
@@ -249,6 +277,46 @@ def build_request(
         option = _option(kind, len(options) + 1, record, contract, now, extra_time, extra_checks, can_resubmit)
         if option is not None:
             options.append(option)
+    request = _request_about(record, now, decision_id, tuple(options))
+    return replace(request, requested_by=requested_by, request_reason=request_reason)
+
+
+def build_cancel_request(
+    record: OperationRecord,
+    contract: Contract,
+    now: datetime,
+    *,
+    decision_id: str,
+    reason: str,
+    requested_by: str,
+) -> DecisionRequest:
+    """An agent's cancel request as a question for a person, with the options of `CANCEL_REQUEST`; raises
+    DecisionError (saying why) where nothing can be cancelled."""
+    if contract.cancel is None:
+        raise DecisionError(
+            f"contract {contract.name!r} documents no cancel action ([cancel]): nothing can be cancelled there"
+        )
+    kinds = CANCEL_REQUEST.get(record.phase)
+    if kinds is None:
+        raise DecisionError(f"operation {record.operation_id} {record.phase.value}: there is nothing to cancel")
+    if record.reason is not None and OptionKind.CANCEL not in ALLOWED[record.reason]:
+        raise DecisionError(
+            f"operation {record.operation_id} stopped for {record.reason.value}, which allows no cancel (the"
+            " provider ended the job, or another request to it would not be sound)"
+        )
+    options: list[Option] = []
+    for kind in kinds:
+        option = _option(kind, len(options) + 1, record, contract, now, timedelta(0), 0, False)
+        if option is not None:
+            options.append(option)
+    request = _request_about(record, now, decision_id, tuple(options))
+    return replace(request, requested_by=requested_by, request_reason=reason, topic=Topic.CANCEL)
+
+
+def _request_about(
+    record: OperationRecord, now: datetime, decision_id: str, options: tuple[Option, ...]
+) -> DecisionRequest:
+    """The context of R31 for any decision about `record`, whatever its phase."""
     return DecisionRequest(
         decision_id=decision_id,
         operation_id=record.operation_id,
@@ -267,9 +335,7 @@ def build_request(
         deadline_at=record.deadline_at,
         useful_until=record.plan.useful_until,
         stop_marker=stop_marker(record),
-        options=tuple(options),
-        requested_by=requested_by,
-        request_reason=request_reason,
+        options=options,
     )
 
 
@@ -310,7 +376,16 @@ def _option(
             return None  # offered only when the contract documents a cancel action (R32)
         cancel_url = contract.cancel.url_for(record.job_id)
         effect = f"sends {contract.cancel.method} {cancel_url} once"
+        if record.phase is Phase.ACTIVE:
+            effect += "; the watch stops (no more status requests)"
+            return Option(number, kind, "cancel at provider and stop watching", effect, url=cancel_url)
         return Option(number, kind, "cancel at provider", effect, url=cancel_url)
+    if kind is OptionKind.KEEP:
+        effect = (
+            f"nothing is sent; the watch goes on until {format_rfc3339(record.deadline_at)} with at most"
+            f" {record.plan.max_status_requests} status requests in all"
+        )
+        return Option(number, kind, "keep watching", effect)
     if kind is OptionKind.INSPECT:
         console = contract.console_url_for(record.job_id)
         if console is None:

@@ -402,6 +402,11 @@ class Engine:
             return None
         raise TypeError(f"unknown effect {effect!r}")
 
+    def announce(self, contract: Contract, request: DecisionRequest) -> None:
+        """Tell someone of a decision request committed outside a step (an agent's cancel request), as a stop's
+        own request is told: the webhook, audited."""
+        self._notify(contract, request)
+
     def _webhook(self, contract: Contract, request: DecisionRequest) -> None:
         """After an escalation is committed, tell someone; the outcome of telling is audited too."""
         delivery = deliver(contract, request, environ=self._environ)

@@ -7,7 +7,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import PollwardenError
 
@@ -28,6 +28,26 @@ MAX_ARGUMENT_CHARS = 4096
 characters, a reason is kept to 500), and a huge one must never be walked, logged or audited."""
 
 T = TypeVar("T")
+
+
+class Peer(Protocol):
+    """What a request's context says about the client: the SDK's `Context` and `ServerRequestContext` both."""
+
+    @property
+    def session(self) -> Any: ...
+
+    @property
+    def protocol_version(self) -> str | None: ...
+
+
+def client_of(ctx: Peer) -> dict[str, Any] | None:
+    """The client's name and version and the protocol, for the session's first audit record; None if unknown."""
+    try:
+        params = ctx.session.client_params
+        info = params.client_info.model_dump(mode="json", exclude_none=True) if params is not None else None
+        return {"info": info, "protocol_version": ctx.protocol_version}
+    except Exception:
+        return None
 
 
 class ToolFailure(PollwardenError):

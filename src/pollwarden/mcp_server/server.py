@@ -20,18 +20,20 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
-from .base import MAX_WAIT_SECONDS, CallContext, log
+from .base import MAX_WAIT_SECONDS, CallContext, client_of, log
 from .broker import Broker
 from .contracts import load_contracts
 from .scrub import ScrubLogs
+from .tasks import Tasks, TasksExtension, task_middleware
 from .wire import run_stdio
 
 INSTRUCTIONS = """\
 pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
 then call wait_operation(operation_id, max_wait_seconds) to wait here (up to 300 s per call) instead of looping.
 check_operation never sends a request before the next check is due. When waiting stops, only a person can grant
-more: request_extension asks them, get_decision shows their answer. fetch_result works only after a validated
-success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
+more: request_extension asks them, get_decision shows their answer. To have a job cancelled, request_cancel asks
+a person (you never cancel yourself; the watch goes on until they decide). fetch_result works only after a
+validated success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
 """
 
 
@@ -42,6 +44,7 @@ OperationId = Annotated[str, Field(description="an operation id returned by star
 def build_server(broker: Broker) -> MCPServer[Any]:
     """The SDK's high-level `MCPServer` with the seven tools; every reply is a scrubbed JSON object."""
     scrubber = broker.scrubber
+    tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
     async def scrub_everything(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """The protocol boundary: nothing leaves, reply or error, with a configured secret in it."""
@@ -64,18 +67,11 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        middleware=[scrub_everything],
+        middleware=[scrub_everything, task_middleware(tasks)],
+        extensions=[TasksExtension(tasks)],
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubLogs(scrubber))
-
-    def client_of(ctx: Context) -> dict[str, Any] | None:
-        try:
-            params = ctx.session.client_params
-            info = params.client_info.model_dump(mode="json", exclude_none=True) if params is not None else None
-            return {"info": info, "protocol_version": ctx.protocol_version}
-        except Exception:
-            return None
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()
@@ -184,6 +180,20 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         return await run(
             ctx, "request_extension", operation_id=operation_id, minutes=minutes, checks=checks, reason=reason
         )
+
+    @server.tool(
+        name="request_cancel",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False),
+        description="Ask a person to cancel the job at the provider, with a reason. Creates (or returns the open)"
+        " decision request; nothing is cancelled until a person chooses to (pollwarden decide or the console), and"
+        " a running operation keeps polling within its limits until then.",
+    )
+    async def request_cancel(
+        operation_id: OperationId,
+        reason: Annotated[str, Field(description="why the job should be cancelled, for the person deciding")],
+        ctx: Context,
+    ) -> CallToolResult:
+        return await run(ctx, "request_cancel", operation_id=operation_id, reason=reason)
 
     @server.tool(
         name="fetch_result",

@@ -15,6 +15,7 @@ from ..core.admission import Limits, Refusal, WatchRequest
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
+from ..decisions import open_decision
 from ..engine import AdmissionError, lease_ttl, new_decision_id
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
@@ -299,8 +300,10 @@ def tool_request_extension(
 
 def _open_decision(store: Store, operation_id: str, marker: str) -> StoredDecision | None:
     """The open decision of this very stop, if there is one: an agent's request is added to it."""
-    current = [d for d in store.decisions(operation_id, open_only=True) if d.request.stop_marker == marker]
-    return current[-1] if current else None
+    stored = store.get(operation_id)
+    if stored is None or stop_marker(stored.record) != marker:
+        return None
+    return open_decision(store, stored.record)
 
 
 def _agent_requests(store: Store, request: DecisionRequest) -> list[dict[str, Any]]:
@@ -419,12 +422,15 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
     }
 
 
+from .cancel import tool_request_cancel  # noqa: E402  (its own module: it needs nothing of this one)
+
 TOOLS: dict[str, Tool] = {
     "start_watch": tool_start_own_watch,
     "check_operation": tool_check_operation,
     "wait_operation": tool_wait_operation,
     "get_decision": tool_get_decision,
     "request_extension": tool_request_extension,
+    "request_cancel": tool_request_cancel,
     "fetch_result": tool_fetch_result,
     "list_operations": tool_list_operations,
 }

@@ -43,7 +43,8 @@ def decision_view(request: DecisionRequest, status: str = "open") -> dict[str, A
     return {
         "decision_id": request.decision_id,
         "status": status,
-        "reason": request.reason.value,
+        "reason": request.reason.value if request.reason else None,
+        "topic": request.topic.value,
         "requested_by": request.requested_by,
         "request_reason": request.request_reason,
         "options": [o.to_json() for o in request.options],

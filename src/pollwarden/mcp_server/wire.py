@@ -26,6 +26,7 @@ from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, jso
 from pydantic import ValidationError
 
 from .base import log
+from .tasks import IDENTIFIER, legacy_tasks_capability
 
 Send = Callable[[SessionMessage], Coroutine[Any, Any, None]]
 
@@ -139,6 +140,9 @@ async def run_stdio(server: MCPServer[Any]) -> None:
             stdin.answer_with(write_stream.send)
             # The SDK's own stdio runner reads this attribute too; MCPServer has no public accessor for it.
             lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            options = lowlevel.create_initialization_options()
+            if IDENTIFIER in (options.capabilities.extensions or {}):  # tasks.py: what a 2025-11-25 wire keeps
+                options.capabilities.tasks = legacy_tasks_capability()
+            await lowlevel.run(read_stream, write_stream, options)
     finally:
         stdin.answer_with(None)

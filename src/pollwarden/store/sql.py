@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..core.escalation import DecisionRequest
+from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from .base import (
     Claimed,
@@ -306,6 +307,9 @@ class _Operations(AuditTrail):
                     self._append(tx, w.lease.operation_id, kind, data, now)
                 if w.decision is not None:
                     self._insert_decision(tx, w.decision, now)
+                elif w.record.phase is Phase.SUCCEEDED:
+                    # A question about the running job (an agent's cancel request) has no answer left to give.
+                    self._expire_open(tx, w.lease.operation_id)
         return written
 
     def _update_fenced(
@@ -374,7 +378,16 @@ class _Operations(AuditTrail):
 
     # -- decisions ----------------------------------------------------------------------------------------
 
+    def _expire_open(self, tx: Tx, operation_id: str) -> None:
+        """Every open question about the operation is void: it has moved on to a state none of them describes."""
+        tx.execute(
+            "UPDATE decisions SET status = 'expired' WHERE operation_id = ? AND status = 'open'", (operation_id,)
+        )
+
     def _insert_decision(self, tx: Tx, request: DecisionRequest, now: datetime) -> None:
+        # One open question per operation: a new one is asked only about a state no open one describes (a new
+        # stop, or an agent's cancel request on a running job that has since stopped), so the old ones are void.
+        self._expire_open(tx, request.operation_id)
         tx.execute(
             f"INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES ({marks(5)})",
             (
@@ -433,10 +446,7 @@ class _Operations(AuditTrail):
                 raise DecisionTaken(f"decision {decision_id} was decided by someone else a moment ago")
             if record is not None:
                 # The operation moved on: every other question about the old stop is void.
-                tx.execute(
-                    "UPDATE decisions SET status = 'expired' WHERE operation_id = ? AND status = 'open'",
-                    (lease.operation_id,),
-                )
+                self._expire_open(tx, lease.operation_id)
             for kind, data in events:
                 self._append(tx, lease.operation_id, kind, data, now)
             return True

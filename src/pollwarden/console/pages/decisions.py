@@ -53,13 +53,15 @@ def decision_card(stored: StoredDecision, *, csrf: str, by: str) -> str:
             )
             effect = option.effect
         items.append(f'<li>{control}<span class="effect">{esc(effect)}</span></li>')
+    stays = "the operation stays stopped" if request.reason else "the watch goes on within its limits"
     items.append(
         '<li><button class="option refuse" type="submit" name="option" value="refuse">refuse</button>'
-        '<span class="effect">refuses this request: the operation stays stopped and nothing is sent</span></li>'
+        f'<span class="effect">refuses this request: {stays} and nothing is sent</span></li>'
     )
+    title = request.render().splitlines()[0]  # what is asked: a stop's decision, or an agent's cancel request
     return (
         f'<section class="card decision" id="decision-{esc(request.decision_id)}">'
-        "<h2>External job needs a decision</h2>"
+        f"<h2>{esc(title)}</h2>"
         f'<ul class="r31">{context}</ul>'
         f'<p class="muted">Detail: {esc(request.detail)} · <a href="{esc(operation_href(request.operation_id))}">'
         "the operation's story</a></p>"
@@ -94,7 +96,7 @@ def decision_history(decisions: Iterable[StoredDecision], *, with_operation: boo
             else f'<span class="mono">{esc(request.decision_id)}</span>'
         )
         rows.append(
-            f"<tr><td>{link}</td>{operation}<td>{esc(request.reason.value)}</td><td>{status_badge(d.status)}</td>"
+            f"<tr><td>{link}</td>{operation}<td>{esc(request.why)}</td><td>{status_badge(d.status)}</td>"
             f'<td>{dash(d.decided_by)}</td><td>{esc(chosen)}</td><td class="num">{esc(decided)}</td>'
             f"<td>{dash(d.note)}</td></tr>"
         )
