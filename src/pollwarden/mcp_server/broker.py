@@ -23,13 +23,15 @@ from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
-from ..engine import Engine, Polled, StepResult
+from ..engine import Engine, NotYet, Polled, StepResult
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
+from ..progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import gated_call
+from .reporting import timing
 from .scrub import scrubber_for, wire_safe
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
@@ -60,6 +62,7 @@ class Broker:
         self.scrubber = scrubber_for(self.contracts.values(), env)
         self.problems = list(problems)
         self.stopping = threading.Event()
+        self.heartbeat_seconds, self.wait_without_progress = timing(env)
         self._secrets: dict[str, Credential | None] = {}
         self.not_ready: dict[str, str] = {}
         for name, contract in self.contracts.items():
@@ -224,19 +227,32 @@ class Broker:
     # -- one step of the controller ------------------------------------------------------------------
 
     def advance(self, store: Store, operation_id: str, call: CallContext) -> dict[str, Any]:
-        """At most one poll: "not yet" (no provider request) when nothing is due."""
+        """At most one poll: "not yet" (no provider request) when nothing is due. A caller that asked for
+        progress is told the step's `Progress` (the same one whatever the step was)."""
+        return self.step(store, operation_id, call)[0]
+
+    def step(self, store: Store, operation_id: str, call: CallContext) -> tuple[dict[str, Any], Progress]:
+        """`advance`, and the step's `Progress` for a waiter that reads it too."""
+        answer, progress = self._step(store, operation_id, call)
+        if call.progress is not None:
+            call.progress.step(progress)
+        return answer, progress
+
+    def _step(self, store: Store, operation_id: str, call: CallContext) -> tuple[dict[str, Any], Progress]:
         contract, record = self.operation(store, operation_id)
         now = self.clock()
         step = next_step(record, now)
         if isinstance(step, Finished):
-            return final(store, record, now)
+            return final(store, record, now), progress_of_record(record)
         if isinstance(step, Wait):
-            return not_yet(record, step.until, now)
+            return not_yet(record, step.until, now), progress_of(NotYet(record, step.until))
         if isinstance(step, Halt):  # a stop found before any request: recorded, nothing sent
             with self.client(contract) as client:
                 result = self.engine(store).step(contract, client, operation_id)
-            return reply(store, result, self.clock())
+            return reply(store, result, self.clock()), progress_of(result)
         assert isinstance(step, Poll)
+        if call.progress is not None:  # heartbeats have something to describe while a person approves the poll
+            call.progress.prime(progress_of_record(record))
 
         def send() -> tuple[StepResult, dict[str, Any]]:
             with self.client(contract) as client:
@@ -255,7 +271,8 @@ class Broker:
                 outcome = {"outcome": "not_sent", "step": type(result).__name__.lower()}
             return result, outcome
 
-        return reply(store, gated_call(self, store, contract, record, "status_request", call, send), self.clock())
+        result = gated_call(self, store, contract, record, "status_request", call, send)
+        return reply(store, result, self.clock()), progress_of(result)
 
     @property
     def requester(self) -> str:

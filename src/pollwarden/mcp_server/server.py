@@ -23,6 +23,7 @@ from .. import __version__
 from .base import MAX_WAIT_SECONDS, CallContext, log
 from .broker import Broker
 from .contracts import load_contracts
+from .reporting import Reporter
 from .scrub import ScrubLogs
 from .wire import run_stdio
 
@@ -83,12 +84,19 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         def notify(message: str) -> None:
             anyio.from_thread.run(ctx.info, scrubber.text(message))
 
-        call = CallContext(cancelled=cancelled, notify=notify)
+        reporter = _reporter(ctx, broker)
+        call = CallContext(cancelled=cancelled, notify=notify, progress=reporter)
         try:
-            ok, payload = await anyio.to_thread.run_sync(
-                functools.partial(broker.dispatch, tool, call, client_of(ctx), **arguments),
-                abandon_on_cancel=True,
-            )
+            async with anyio.create_task_group() as heartbeats:
+                if reporter is not None:
+                    heartbeats.start_soon(reporter.heartbeats)
+                try:
+                    ok, payload = await anyio.to_thread.run_sync(
+                        functools.partial(broker.dispatch, tool, call, client_of(ctx), **arguments),
+                        abandon_on_cancel=True,
+                    )
+                finally:
+                    heartbeats.cancel_scope.cancel()
         except BaseException:
             cancelled.set()  # the worker thread sees it and expires any pending approval
             raise
@@ -204,6 +212,23 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         return await run(ctx, "list_operations")
 
     return server
+
+
+def _progress_token(ctx: Context) -> str | int | None:
+    meta = ctx.request_context.meta
+    token = meta.get("progress_token") if meta else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def _reporter(ctx: Context, broker: Broker) -> Reporter | None:
+    """Progress for a call that sent a progress token (`_meta.progressToken`); None for one that did not."""
+    if _progress_token(ctx) is None:
+        return None
+
+    async def send(progress: float, total: float, message: str) -> None:
+        await ctx.report_progress(progress, total, broker.scrubber.text(message))
+
+    return Reporter(send, broker.clock, heartbeat_seconds=broker.heartbeat_seconds)
 
 
 def serve(contracts_dir: Path, home: Path) -> int:

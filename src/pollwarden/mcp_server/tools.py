@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from ..core.durations import DurationError, format_duration, format_rfc3339, par
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
 from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..progress import Progress
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
 from .base import (
@@ -153,38 +154,61 @@ def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -
         return broker.advance(store, operation_id, call)
 
 
+NO_PROGRESS_CAP = (
+    "this call carried no progress token (_meta.progressToken), and agent hosts cut off a tool call that reports"
+    " nothing after about 60 s"
+)
+
+
 def tool_wait_operation(
     broker: Broker, call: CallContext, operation_id: str, max_wait_seconds: float
 ) -> dict[str, Any]:
     if isinstance(max_wait_seconds, bool) or not isinstance(max_wait_seconds, int | float) or max_wait_seconds < 0:
         raise ToolFailure("invalid_argument", "max_wait_seconds must be a number of seconds, 0 or more")
-    capped = min(float(max_wait_seconds), float(MAX_WAIT_SECONDS))
+    # A caller that gets progress notifications may wait the full cap; a silent one answers before its host
+    # gives up on it, with when to call again.
+    top = float(MAX_WAIT_SECONDS) if call.progress is not None else broker.wait_without_progress
+    capped = min(float(max_wait_seconds), top)
     started = time.monotonic()
     ends = started + capped
     with broker.store() as store:
         while True:
-            reply = broker.advance(store, operation_id, call)
+            reply, progress = broker.step(store, operation_id, call)
             if reply["status"] in ("succeeded", "stopped"):
                 break
             remaining = ends - time.monotonic()
             if reply["status"] == "polled" and remaining > 0:
                 continue  # the next step will say how long until the next poll
             if remaining <= 0 or call.cancelled.is_set() or broker.stopping.is_set():
-                reply = {
-                    **reply,
-                    "status": "not_yet",
-                    "wait_ended": True,
-                    "message": f"still waiting after {capped:g} s; call wait_operation again (the operation"
-                    " keeps its deadline and budget)",
-                }
+                reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
             # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
             broker.stopping.wait(max(0.01, pause))
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
     if capped < max_wait_seconds:
-        reply["max_wait_seconds_capped_to"] = MAX_WAIT_SECONDS
+        reply["max_wait_seconds_capped_to"] = capped
+        reply["capped_because"] = (
+            f"at most {MAX_WAIT_SECONDS} s per call" if call.progress is not None else NO_PROGRESS_CAP
+        )
     return reply
+
+
+def _wait_ended(reply: dict[str, Any], progress: Progress, waited: float, now: datetime) -> dict[str, Any]:
+    """The answer of a wait that ran out of time: when the next check is due, and that asking sooner is free."""
+    due = progress.seconds_to_next_check(now)
+    when = "now" if not due else f"in {due:g} s"
+    return {
+        **reply,
+        "status": "not_yet",
+        "wait_ended": True,
+        "retry_after_seconds": due,
+        "next_check_at": None if progress.next_check_at is None else format_rfc3339(progress.next_check_at),
+        "progress": progress.to_json(now),
+        "message": f"still waiting after {waited:g} s ({progress.message(now)}). The next status check is due"
+        f" {when}; calling wait_operation again sends no provider request before then, so call it again now to"
+        " keep waiting (the operation keeps its deadline and budget)",
+    }
 
 
 def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
