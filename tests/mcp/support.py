@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from mcp.client.stdio import get_default_environment
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import TextContent
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -86,11 +87,11 @@ class Agent:
     async def call_reporting(self, tool: str, notes: list[Note] | None, **arguments: Any) -> Reply:
         """A call that sends a progress token when `notes` is a list: each notification is appended to it."""
 
-        async def progress(value: float, total: float | None, message: str | None) -> None:
+        async def keep(progress: float, total: float | None, message: str | None) -> None:
             assert notes is not None
-            notes.append(Note(time.monotonic(), value, total, message))
+            notes.append(Note(time.monotonic(), progress, total, message))
 
-        callback = progress if notes is not None else None
+        callback: ProgressFnT | None = keep if notes is not None else None
         result = await self.session.call_tool(tool, arguments, progress_callback=callback)
         text = "".join(block.text for block in result.content if isinstance(block, TextContent))
         data: dict[str, Any]
