@@ -25,6 +25,7 @@ from tests.prefork import spawn_args
 SECRET_ENV = "PW_AGENT_TEST_TOKEN"
 TOOLS = {
     "start_watch",
+    "submit_job",
     "check_operation",
     "wait_operation",
     "get_decision",

@@ -33,6 +33,7 @@ from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import gated_call
 from .reporting import timing
 from .scrub import scrubber_for, wire_safe
+from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
@@ -77,7 +78,7 @@ class Broker:
         self._started = False
         self._calls = 0
         self._environ = env
-        self.tools: dict[str, Tool] = dict(TOOLS)
+        self.tools: dict[str, Tool] = {**TOOLS, "submit_job": tool_submit_job}
         # Opening once creates the audit keys before any concurrent tool call could race to create them.
         self._connect().close()
 
@@ -180,10 +181,13 @@ class Broker:
     def agent_made(self, store: Store, operation_id: str) -> bool:
         """Agents act only on operations an agent session created: one a person started on a served contract
         (CLI, worker queue, Python API) is theirs, its budget and its result. Read from the `created` event, which
-        never changes, so it is read once per operation."""
+        never changes (or from the submission's intent, for an operation a submission made), so it is read once
+        per operation."""
         known = self._agent_made.get(operation_id)
         if known is None:
-            created = next((e for e in store.events(operation_id) if e.kind == "created"), None)
+            # A submitted operation's first event is its submission's intent, which names who submitted.
+            kinds = ("created", "submission_intent")
+            created = next((e for e in store.events(operation_id) if e.kind in kinds), None)
             by = created.data.get("created_by") if created is not None else None
             known = isinstance(by, str) and by.startswith(AGENT_REQUESTER)
             self._agent_made[operation_id] = known

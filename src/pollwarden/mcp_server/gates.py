@@ -13,6 +13,8 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
@@ -25,17 +27,44 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What a provider call is about, as the gates and their records name it: an operation, or a submission that
+    is to create one (its operation id is known before the job's, its budget before it is granted)."""
+
+    operation_id: str
+    job_id: str | None
+    status_requests_used: int
+    max_status_requests: int
+    deadline_at: datetime
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> Subject:
+        return cls(
+            record.operation_id,
+            record.job_id,
+            record.status_requests_used,
+            record.plan.max_status_requests,
+            record.deadline_at,
+        )
+
+
 def gated_call(
     broker: Broker,
     store: Store,
     contract: Contract,
-    record: OperationRecord,
+    about: OperationRecord | Subject,
     purpose: str,
     call: CallContext,
     send: Callable[[], tuple[T, dict[str, Any]]],
 ) -> T:
     """The fixed order for every provider call: ready, per-call gate, session gate, intent, call, result."""
-    broker.provider_ready(contract, record)
+    if isinstance(about, OperationRecord):
+        broker.provider_ready(contract, about)  # and made with this very contract
+        record = Subject.of(about)
+    else:
+        broker.ready(contract)
+        record = about
     grant_id: str | None = None
     if contract.approval == "per_call":
         grant_id = _per_call_gate(broker, store, contract, record, purpose, call)
@@ -51,7 +80,7 @@ def gated_call(
         "approval": contract.approval,
         "grant_id": grant_id,
         "status_requests_used": record.status_requests_used,
-        "max_status_requests": record.plan.max_status_requests,
+        "max_status_requests": record.max_status_requests,
     }
     broker.audit(store, "call_intent", intent)
     try:
@@ -77,13 +106,13 @@ def _result(broker: Broker, store: Store, data: Mapping[str, Any]) -> None:
         log.exception("the result record of call %s could not be written", data.get("call"))
 
 
-def _deny(broker: Broker, store: Store, record: OperationRecord, reason: str, grant_id: str | None) -> None:
+def _deny(broker: Broker, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
         broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
 
 
 def _per_call_gate(
-    broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
+    broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str, call: CallContext
 ) -> str:
     """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
     now = broker.clock()
@@ -101,7 +130,7 @@ def _per_call_gate(
             "job": record.job_id,
             "purpose": purpose,
             "status_request": record.status_requests_used + 1 if purpose == "status_request" else None,
-            "max_status_requests": record.plan.max_status_requests,
+            "max_status_requests": record.max_status_requests,
             "deadline_at": format_rfc3339(record.deadline_at),
             "expires_at": format_rfc3339(now + timeout),
         },
@@ -157,7 +186,7 @@ def _per_call_gate(
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
 
 
-def _session_gate(broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str) -> str:
+def _session_gate(broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str) -> str:
     """One approval per agent session and contract; revoked means ask again, refused means no for good."""
     mine = [g for g in store.grants(kind="session", subject=broker.session_id) if g.scope == contract.name]
     latest = mine[-1] if mine else None

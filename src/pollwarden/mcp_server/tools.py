@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..actions import ActionError, fetch_result
-from ..core.admission import Limits, Refusal, WatchRequest
+from ..core.admission import Limits, Refusal, Refuse, WatchRequest
+from ..core.contract import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
+from ..core.record import OperationRecord
 from ..engine import AdmissionError, lease_ttl, new_decision_id
 from ..progress import Progress
 from ..store.base import Store, StoredDecision
@@ -40,7 +42,7 @@ Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
 
 
-def _deadline(deadline: object) -> timedelta | None:
+def agent_deadline(deadline: object) -> timedelta | None:
     """An agent's deadline: a bare number is seconds, a string is a duration ("20m")."""
     if deadline is None:
         return None
@@ -90,7 +92,7 @@ def tool_start_watch(
     request = WatchRequest(
         served,
         job_id,
-        limits=Limits(deadline=_deadline(deadline), max_requests=max_requests),
+        limits=Limits(deadline=agent_deadline(deadline), max_requests=max_requests),
         by=broker.requester,
         agent=True,
         status_location=status_url,
@@ -99,27 +101,42 @@ def tool_start_watch(
         try:
             admitted = broker.engine(store).admit(request)
         except AdmissionError as exc:
-            capped = [p for p in exc.refusal.problems if p.allowed is not None]
-            extra: dict[str, Any] = {}
-            if capped:  # which cap, and how much the agent may ask for instead
-                extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
-            words = exc.message_for({"status_location": "status_url"})
-            raise ToolFailure(REFUSALS[exc.kind], f"{words}. Nothing was created", **extra) from None
+            raise refused(exc.refusal) from None
         record = admitted.record
         now = broker.clock()
-        kind = ev.WatchStarted if admitted.created else ev.WatchRejoined
-        started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
-        broker.audit(store, started.KIND, started.to_json())
+        announce(broker, store, served, record, created=admitted.created)
         if record.is_final:
             return {**final(store, record, now), "reused": True}
-    reused = "" if admitted.created else (
+    return watch_reply(served, record, now, created=admitted.created)
+
+
+def refused(refusal: Refuse) -> ToolFailure:
+    """An admission's refusal in an agent's words: which cap was hit, and how much it may ask for instead."""
+    capped = [p for p in refusal.problems if p.allowed is not None]
+    extra: dict[str, Any] = {}
+    if capped:
+        extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
+    words = refusal.message_for({"status_location": "status_url"})
+    return ToolFailure(REFUSALS[refusal.kind], f"{words}. Nothing was created", **extra)
+
+
+def announce(broker: Broker, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
+    """The session's record that it watches (or watches again) an operation."""
+    kind = ev.WatchStarted if created else ev.WatchRejoined
+    started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
+    broker.audit(store, started.KIND, started.to_json())
+
+
+def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, created: bool) -> dict[str, Any]:
+    """What start_watch (and submit_job, for the job it submitted) answers about an active operation."""
+    reused = "" if created else (
         f"job {record.job_id} was already watched by this operation: it keeps its budget"
         f" ({record.status_requests_used} of {record.plan.max_status_requests} status requests used). "
     )  # fmt: skip
     return {
         "status": "watching",
         "operation_id": record.operation_id,
-        "reused": not admitted.created,
+        "reused": not created,
         "contract": served.name,
         "job_id": record.job_id,
         "deadline_at": format_rfc3339(record.deadline_at),
