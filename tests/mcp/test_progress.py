@@ -7,10 +7,13 @@ POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS; docs/agents.md), so no test waits 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import anyio
 
 from pollwarden.core.reasons import Phase
 from pollwarden.mcp_server.base import (
@@ -23,7 +26,7 @@ from pollwarden.mcp_server.reporting import Reporter, timing
 from pollwarden.progress import Progress
 from pollwarden.simulator import Simulator
 
-from .support import Note, agent_contract, mcp_agent, run
+from .support import Note, Reply, agent_contract, cli, mcp_agent, run
 
 SHORT = {"POLLWARDEN_MCP_HEARTBEAT_SECONDS": "0.2", "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS": "1.5"}
 
@@ -142,3 +145,57 @@ def test_the_timings_may_only_be_shortened_and_notes_only_grow() -> None:
     clock[0] = created + timedelta(seconds=90)  # past the deadline: the total is never below the value
     past = reporter.note(None)
     assert past is not None and past.total == past.progress == 90.0
+
+
+def test_a_wait_without_progress_leaves_an_approval_open_for_the_next_call(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    table = '[agent]\napproval_timeout = "40s"\n'
+    agent_contract(contracts, sim.url, approval="per_call", agent=table, base_delay="50ms", max_delay="50ms")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p3")).data["operation_id"]
+            began = time.monotonic()
+            first = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+            # The answer comes by the cap and its margin (1.5 + 5 s here), not after the 40 s approval timeout.
+            assert time.monotonic() - began < 25
+            assert first.ok and first.data["status"] == "not_yet", first.text
+            assert first.data["waiting_for"] == "approval" and "stays open" in first.data["message"]
+            grant_id = first.data["grant_id"]
+            assert [g["grant_id"] for g in json.loads((await cli("approvals", "--json", home=home)).stdout)] == [
+                grant_id
+            ]
+            replies: dict[str, Reply] = {}
+
+            async def wait() -> None:
+                replies["second"] = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(0.5)  # the second call waits on the same grant: no new one is asked for
+                pending = json.loads((await cli("approvals", "--json", home=home)).stdout)
+                assert [g["grant_id"] for g in pending] == [grant_id]
+                assert (await cli("approve-call", grant_id, "--by", "bob", home=home)).code == 0
+            second = replies["second"]
+            assert second.ok and second.data["status"] == "not_yet", second.text
+            assert sim.request_count("never-p3") == 1  # the approved poll, and the next one waits for its own
+            assert second.data["grant_id"] != grant_id and second.data["waiting_for"] == "approval"
+
+    run(body)
+
+
+def test_a_wait_without_progress_starts_no_poll_that_could_outlast_its_answer(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    # A 10 s request timeout is longer than this server's bound (1.5 s cap + 5 s margin) allows after the first.
+    agent_contract(contracts, sim.url, timeout="10s", base_delay="50ms", max_delay="50ms")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p4")).data["operation_id"]
+            for expected in (1, 2):  # each call makes its first poll, and holds back the ones after it
+                waited = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+                assert waited.ok and waited.data["status"] == "not_yet" and waited.data["deferred"], waited.text
+                assert waited.data["retry_after_seconds"] == 0
+                assert sim.request_count("never-p4") == expected
+
+    run(body)

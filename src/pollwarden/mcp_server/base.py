@@ -27,6 +27,9 @@ HEARTBEAT_SECONDS = 10.0
 """The longest silence between two progress notifications of one call, kept below the 15 s hosts tolerate."""
 
 HEARTBEAT_ENV = "POLLWARDEN_MCP_HEARTBEAT_SECONDS"
+ANSWER_MARGIN_SECONDS = 5.0
+"""What a wait without progress may take beyond its cap to finish what it started: it answers within 50 s."""
+
 WAIT_WITHOUT_PROGRESS_ENV = "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS"
 """Overrides of the two constants above, read from the server's environment when it starts (tests shorten them;
 values above the constants are refused, so an override can only make the server answer sooner)."""
@@ -85,3 +88,8 @@ class CallContext:
     notify: Callable[[str], None] | None = None
     progress: Reporter | None = None
     """Set when the caller sent a progress token: every controller step is reported to it (`Broker.advance`)."""
+    answer_by: float | None = None
+    """A `time.monotonic()` the call must answer by (a wait without progress): no poll whose request could run
+    past it is started, and no approval is waited for past it (the grant stays open for the next call)."""
+    polls_started: int = 0
+    """Polls this call has begun (approved or not): only a later one is held back for `answer_by`."""

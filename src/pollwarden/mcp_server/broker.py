@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -255,6 +256,12 @@ class Broker:
                 result = self.engine(store).step(contract, client, operation_id)
             return reply(store, result, self.clock()), progress_of(result)
         assert isinstance(step, Poll)
+        late = call.answer_by is not None and time.monotonic() + contract.timeout.total_seconds() > call.answer_by
+        if late and call.polls_started:
+            # Its request could run past the moment this call must answer by: left for the next call (a call's
+            # first poll is always made, or a contract slower than the bound would never be polled by waits).
+            return {**not_yet(record, now, now), "deferred": True}, progress_of(NotYet(record, now))
+        call.polls_started += 1
         if call.progress is not None:  # heartbeats have something to describe while a person approves the poll
             call.progress.prime(progress_of_record(record))
 

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
@@ -114,38 +114,48 @@ def _deny(broker: Broker, store: Store, record: Subject, reason: str, grant_id: 
 def _per_call_gate(
     broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str, call: CallContext
 ) -> str:
-    """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
+    """One grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes.
+
+    A call that must answer first (`call.answer_by`: a wait without progress) leaves its grant pending and says
+    so; the next call for the same request waits on that grant (or uses it, once a person approved it) instead of
+    asking the person again."""
     now = broker.clock()
     timeout = contract.agent.approval_timeout
-    grant = Grant(
-        grant_id="c" + secrets.token_hex(5),
-        kind="call",
-        subject=broker.session_id,
-        scope=record.operation_id,
-        status="pending",
-        requested_at=now,
-        detail={
-            "contract": contract.name,
-            "operation": record.operation_id,
-            "job": record.job_id,
-            "purpose": purpose,
-            "status_request": record.status_requests_used + 1 if purpose == "status_request" else None,
-            "max_status_requests": record.max_status_requests,
-            "deadline_at": format_rfc3339(record.deadline_at),
-            "expires_at": format_rfc3339(now + timeout),
-        },
-    )
-    try:
-        store.request_grant(grant, broker.log_id)
-    except Exception as exc:
-        raise ToolFailure(
-            "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
-        ) from None
+    number = record.status_requests_used + 1 if purpose == "status_request" else None
+    grant = _open_grant(broker, store, record, purpose, number, timeout)
+    if grant is not None and grant.status == "approved":
+        return grant.grant_id
+    if grant is None:
+        grant = Grant(
+            grant_id="c" + secrets.token_hex(5),
+            kind="call",
+            subject=broker.session_id,
+            scope=record.operation_id,
+            status="pending",
+            requested_at=now,
+            detail={
+                "contract": contract.name,
+                "operation": record.operation_id,
+                "job": record.job_id,
+                "purpose": purpose,
+                "status_request": number,
+                "max_status_requests": record.max_status_requests,
+                "deadline_at": format_rfc3339(record.deadline_at),
+                "expires_at": format_rfc3339(now + timeout),
+            },
+        )
+        try:
+            store.request_grant(grant, broker.log_id)
+        except Exception as exc:
+            raise ToolFailure(
+                "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+            ) from None
     how = f"pollwarden approve-call {grant.grant_id} --by NAME (or --refuse)"
     if call.notify is not None:
         with contextlib.suppress(Exception):
             call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
-    ends = time.monotonic() + timeout.total_seconds()
+    # A grant asked for by an earlier call keeps the time it was given then.
+    ends = time.monotonic() + (grant.requested_at + timeout - now).total_seconds()
     while True:
         current = store.get_grant(grant.grant_id)
         status = current.status if current is not None else "missing"
@@ -162,6 +172,15 @@ def _per_call_gate(
                 operation_id=record.operation_id,
             )
         gone = call.cancelled.is_set() or broker.stopping.is_set()
+        if not gone and call.answer_by is not None and call.answer_by <= time.monotonic() < ends:
+            raise ToolFailure(
+                "approval_pending",
+                f"a person has not answered approval {grant.grant_id} for this {purpose.replace('_', ' ')}"
+                f" yet; it stays open until {format_rfc3339(grant.requested_at + timeout)} and nothing was"
+                f" sent. Calling again waits for that same approval: {how}",
+                grant_id=grant.grant_id,
+                operation_id=record.operation_id,
+            )
         if gone or time.monotonic() >= ends:
             expired = store.decide_grant(
                 grant.grant_id,
@@ -184,6 +203,37 @@ def _per_call_gate(
                 operation_id=record.operation_id,
             )
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
+
+
+def _open_grant(
+    broker: Broker, store: Store, record: Subject, purpose: str, number: int | None, timeout: timedelta
+) -> Grant | None:
+    """This session's grant for this very request that is still open: pending within its time, or approved within
+    it and unused (a status request's approval names the request's number, which the sent request uses up). A
+    pending one past its time is expired here, as the call that asked for it would have."""
+    now = broker.clock()
+    for grant in reversed(store.grants(kind="call", subject=broker.session_id)):
+        detail = grant.detail
+        if grant.scope != record.operation_id or detail.get("purpose") != purpose:
+            continue
+        if detail.get("status_request") != number:
+            continue
+        closes = grant.requested_at + timeout
+        if grant.status == "pending" and now < closes:
+            return grant
+        if grant.status == "pending":
+            store.decide_grant(
+                grant.grant_id,
+                expect="pending",
+                status="expired",
+                by="pollwarden",
+                at=now,
+                log_id=broker.log_id,
+                note=f"no answer within {format_duration(timeout)}",
+            )
+        elif grant.status == "approved" and number is not None and grant.decided_at and grant.decided_at <= closes:
+            return grant
+    return None
 
 
 def _session_gate(broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,11 @@ from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, lease_ttl, new_decision_id
-from ..progress import Progress
+from ..progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
 from .base import (
+    ANSWER_MARGIN_SECONDS,
     MAX_EXTENSION_CHECKS,
     MAX_EXTENSION_MINUTES,
     MAX_REASON_CHARS,
@@ -188,15 +190,28 @@ def tool_wait_operation(
     capped = min(float(max_wait_seconds), top)
     started = time.monotonic()
     ends = started + capped
+    if call.progress is None:
+        # What it starts (a poll, an approval) must end before the host gives up, however short the wait asked:
+        # the bound is the host's, so a short wait may still make its one poll.
+        call = replace(call, answer_by=started + broker.wait_without_progress + ANSWER_MARGIN_SECONDS)
     with broker.store() as store:
         while True:
-            reply, progress = broker.step(store, operation_id, call)
+            try:
+                reply, progress = broker.step(store, operation_id, call)
+            except ToolFailure as failure:
+                if failure.code != "approval_pending":
+                    raise
+                # The cap came first: the person's answer is still awaited, on the same grant next call.
+                _, record = broker.operation(store, operation_id)
+                reply, progress = {**failure.to_json(), "waiting_for": "approval"}, progress_of_record(record)
+                reply = _wait_ended(reply, progress, capped, broker.clock(), approval=failure.message)
+                break
             if reply["status"] in ("succeeded", "stopped"):
                 break
             remaining = ends - time.monotonic()
             if reply["status"] == "polled" and remaining > 0:
                 continue  # the next step will say how long until the next poll
-            if remaining <= 0 or call.cancelled.is_set() or broker.stopping.is_set():
+            if remaining <= 0 or reply.get("deferred") or call.cancelled.is_set() or broker.stopping.is_set():
                 reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
             # No lease is held here: the engine released it after its step (R38).
@@ -211,10 +226,20 @@ def tool_wait_operation(
     return reply
 
 
-def _wait_ended(reply: dict[str, Any], progress: Progress, waited: float, now: datetime) -> dict[str, Any]:
+def _wait_ended(
+    reply: dict[str, Any], progress: Progress, waited: float, now: datetime, *, approval: str | None = None
+) -> dict[str, Any]:
     """The answer of a wait that ran out of time: when the next check is due, and that asking sooner is free."""
     due = progress.seconds_to_next_check(now)
     when = "now" if not due else f"in {due:g} s"
+    if approval is not None:
+        message = f"still waiting after {waited:g} s: {approval}"
+    else:
+        message = (
+            f"still waiting after {waited:g} s ({progress.message(now)}). The next status check is due {when};"
+            " calling wait_operation again sends no provider request before then, so call it again now to keep"
+            " waiting (the operation keeps its deadline and budget)"
+        )
     return {
         **reply,
         "status": "not_yet",
@@ -222,9 +247,7 @@ def _wait_ended(reply: dict[str, Any], progress: Progress, waited: float, now: d
         "retry_after_seconds": due,
         "next_check_at": None if progress.next_check_at is None else format_rfc3339(progress.next_check_at),
         "progress": progress.to_json(now),
-        "message": f"still waiting after {waited:g} s ({progress.message(now)}). The next status check is due"
-        f" {when}; calling wait_operation again sends no provider request before then, so call it again now to"
-        " keep waiting (the operation keeps its deadline and budget)",
+        "message": message,
     }
 
 
