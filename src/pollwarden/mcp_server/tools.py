@@ -1,4 +1,4 @@
-"""The seven agent tools, as plain functions over the `Broker`: each validates its arguments, then acts."""
+"""The agent tools as plain functions over the `Broker` (submit_job in `submit`): each validates, then acts."""
 
 from __future__ import annotations
 
