@@ -9,6 +9,7 @@ from pathlib import Path
 from pollwarden.actions import fingerprint
 from pollwarden.core.admission import submission_operation_id
 from pollwarden.operating import open_store
+from pollwarden.simulator import Simulator
 from tests.loopback import Answer, Route, Seen, serving
 
 from .support import SECRET_ENV, agent_contract, cli, mcp_agent, run
@@ -160,3 +161,24 @@ def test_a_submission_waits_for_the_session_approval_like_any_provider_call(tmp_
 
         run(body)
         assert [s.method for s in provider.seen] == ["POST"] and len(rows) == 1
+
+
+def test_a_submitted_job_is_the_agents_to_wait_on_and_fetch(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, agent=SUBMIT.format(base=sim.url))
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            sent = await agent.call("submit_job", contract="exports", body={"scenario": "happy"})
+            assert sent.ok and sent.data["job_id"] == "happy-sub1", sent.text
+            op = sent.data["operation_id"]
+            done = await agent.call("wait_operation", operation_id=op, max_wait_seconds=30)
+            assert done.ok and done.data["status"] == "succeeded", done.text
+            fetched = await agent.call("fetch_result", operation_id=op)
+            assert fetched.ok and json.loads(fetched.data["text"])["job_id"] == "happy-sub1", fetched.text
+            again = await agent.call("submit_job", contract="exports", body={"scenario": "happy"})
+            assert again.ok and again.data["status"] == "succeeded" and again.data["operation_id"] == op
+            assert again.data["submission"]["already_submitted"] is True
+
+    run(body)
+    assert len([r for r in sim.requests() if r.method == "POST"]) == 1

@@ -114,6 +114,14 @@ def tool_submit_job(
                         by=broker.requester,
                     )
                 except ActionRefused as exc:
+                    if existing is None and store.get_submission(operation_id) is not None:
+                        # Another server process recorded this very request in the meantime.
+                        raise ToolFailure(
+                            "busy",
+                            "the same request was recorded by another call a moment ago; call submit_job again to"
+                            " get its operation. This call sent nothing",
+                            operation_id=operation_id,
+                        ) from None
                     raise ToolFailure("submit_refused", f"{exc}", operation_id=operation_id) from None
                 except ActionError as exc:
                     raise _failed(store, operation_id, exc) from None
@@ -203,7 +211,7 @@ def _reply(
         "recorded_at": format_rfc3339(submission.created_at),
     }
     if record.is_final:
-        return {**final(store, record, now), "reused": True, "submission": facts}
+        return {**final(store, record, now), "operation_id": record.operation_id, "reused": True, "submission": facts}
     answer = watch_reply(served, record, now, created=created)
     if not created:
         answer["message"] = (

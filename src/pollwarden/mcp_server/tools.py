@@ -108,7 +108,7 @@ def tool_start_watch(
         now = broker.clock()
         announce(broker, store, served, record, created=admitted.created)
         if record.is_final:
-            return {**final(store, record, now), "reused": True}
+            return {**final(store, record, now), "operation_id": record.operation_id, "reused": True}
     return watch_reply(served, record, now, created=admitted.created)
 
 
