@@ -61,12 +61,14 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
             seen = [_checks(n) for n in notes]
             assert seen == sorted(seen) and set(range(1, polls + 1)) <= set(seen), seen
             assert sum(1 for n in notes if "next check in" in (n.message or "")) >= polls
-            # And between polls the call was never quiet for long: heartbeats came in between.
+            # And between polls the call was never quiet for long: heartbeats came in between. Polls are 1-2 s
+            # apart (2 s with bounded jitter), the heartbeat 0.2 s: each poll's count is shown by its own note,
+            # the look that found nothing due, and at least one heartbeat before the next poll.
+            for count in range(1, polls):
+                assert seen.count(count) >= 3, (count, seen)
             times = [began, *(n.at for n in notes), ended]
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            assert max(gaps) < 1.5, gaps  # polls are 2 s apart; the heartbeat is 0.2 s
-            assert len(notes) > 2 * polls, (len(notes), polls)
-
+            assert max(gaps) < 5, gaps  # hosts tolerate 15 s; slack for a loaded machine
             once: list[Note] = []
             checked = await agent.call_reporting("check_operation", once, operation_id=op)
             assert checked.ok, checked.text
