@@ -235,9 +235,7 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
     base = limits.base_delay or schedule.base_delay
     if (limits.base_delay or limits.max_delay) and (limits.max_delay or schedule.max_delay) < base:
         bad.append(Problem("max_delay", "must not be shorter than the base delay"))
-    deadline = limits.deadline or (
-        request.contract.agent_max_deadline if request.agent else request.contract.limits.deadline
-    )
+    deadline = granted_limits(request)[0] or request.contract.limits.deadline
     if limits.useful_for is not None and timedelta(0) < deadline < limits.useful_for:
         bad.append(
             Problem(
