@@ -26,7 +26,7 @@ from pollwarden.mcp_server.reporting import Reporter, timing
 from pollwarden.progress import Progress
 from pollwarden.simulator import Simulator
 
-from .support import Note, Reply, agent_contract, cli, mcp_agent, run
+from .support import Note, Reply, agent_contract, cli, mcp_agent, pending_grant, run
 
 SHORT = {"POLLWARDEN_MCP_HEARTBEAT_SECONDS": "0.2", "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS": "1.5"}
 
@@ -199,5 +199,34 @@ def test_a_wait_without_progress_starts_no_poll_that_could_outlast_its_answer(si
                 assert waited.ok and waited.data["status"] == "not_yet" and waited.data["deferred"], waited.text
                 assert waited.data["retry_after_seconds"] == 0
                 assert sim.request_count("never-p4") == expected
+
+    run(body)
+
+
+def test_a_call_waiting_for_a_persons_approval_keeps_beating(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, approval="per_call", agent='[agent]\napproval_timeout = "20s"\n')
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p5")).data["operation_id"]
+            notes: list[Note] = []
+            replies: dict[str, Reply] = {}
+
+            async def check() -> None:
+                replies["check"] = await agent.call_reporting("check_operation", notes, operation_id=op)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(check)
+                grant = await pending_grant(home, kind="call", scope=op)
+                with anyio.fail_after(15):
+                    while len(notes) < 3:  # heartbeats while nobody has answered yet (0.2 s apart here)
+                        await anyio.sleep(0.05)
+                before = list(notes)
+                assert (await cli("approve-call", grant["grant_id"], "--by", "bob", home=home)).code == 0
+            assert replies["check"].ok and replies["check"].data["status"] == "polled", replies["check"].text
+            assert all("checks 0/12" in (n.message or "") for n in before), before
+            assert "checks 1/12" in (notes[-1].message or "")
+            assert sim.request_count("never-p5") == 1
 
     run(body)

@@ -262,8 +262,6 @@ class Broker:
             # first poll is always made, or a contract slower than the bound would never be polled by waits).
             return {**not_yet(record, now, now), "deferred": True}, progress_of(NotYet(record, now))
         call.polls_started += 1
-        if call.progress is not None:  # heartbeats have something to describe while a person approves the poll
-            call.progress.prime(progress_of_record(record))
 
         def send() -> tuple[StepResult, dict[str, Any]]:
             with self.client(contract) as client:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.record import OperationRecord
+from ..progress import progress_of_record
 from ..store.base import Grant, Store
 from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
@@ -62,6 +63,8 @@ def gated_call(
     if isinstance(about, OperationRecord):
         broker.provider_ready(contract, about)  # and made with this very contract
         record = Subject.of(about)
+        if call.progress is not None:  # heartbeats have something to describe while a person approves the call
+            call.progress.prime(progress_of_record(about))
     else:
         broker.ready(contract)
         record = about
