@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
+
 from pollwarden.actions import fingerprint
 from pollwarden.core.admission import submission_operation_id
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
 from tests.loopback import Answer, Route, Seen, serving
 
-from .support import SECRET_ENV, agent_contract, cli, mcp_agent, run
+from .support import SECRET_ENV, Note, Reply, agent_contract, cli, mcp_agent, pending_grant, run
 
 SUBMIT = """
 [submit]
@@ -182,3 +184,38 @@ def test_a_submitted_job_is_the_agents_to_wait_on_and_fetch(sim: Simulator, tmp_
 
     run(body)
     assert len([r for r in sim.requests() if r.method == "POST"]) == 1
+
+
+def test_a_submission_waiting_for_a_per_call_approval_beats_and_is_sent_once_approved(tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    with serving() as provider:
+        rows: list[tuple[str, str, str | None, str]] = []
+        table = '[agent]\napproval_timeout = "20s"\n' + SUBMIT.format(base=provider.url)
+        agent_contract(contracts, provider.url, approval="per_call", agent=table)
+        provider.routes[("POST", "/jobs")] = _route(home, f"{provider.url}/jobs", rows)
+
+        async def body() -> None:
+            env = {"POLLWARDEN_MCP_HEARTBEAT_SECONDS": "0.2"}
+            async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=env) as agent:
+                notes: list[Note] = []
+                replies: dict[str, Reply] = {}
+
+                async def submit() -> None:
+                    replies["submit"] = await agent.call_reporting(
+                        "submit_job", notes, contract="exports", body={"size": 3}
+                    )
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(submit)
+                    grant = await pending_grant(home, kind="call")
+                    assert grant["detail"]["purpose"] == "submit" and provider.seen == []
+                    with anyio.fail_after(15):
+                        while len(notes) < 2:
+                            await anyio.sleep(0.05)
+                    assert all("not yet seen · checks 0/12" in (n.message or "") for n in notes), notes
+                    assert (await cli("approve-call", grant["grant_id"], "--by", "bob", home=home)).code == 0
+                sent = replies["submit"]
+                assert sent.ok and sent.data["job_id"] == "sub-1", sent.text
+
+        run(body)
+        assert [s.method for s in provider.seen] == ["POST"] and len(rows) == 1

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
+from ..core.reasons import Phase
 from ..core.record import OperationRecord
-from ..progress import progress_of_record
+from ..progress import Progress, progress_of_record
 from ..store.base import Grant, Store
 from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
@@ -38,6 +39,23 @@ class Subject:
     status_requests_used: int
     max_status_requests: int
     deadline_at: datetime
+
+    def progress(self, now: datetime) -> Progress:
+        """What a waiter is shown before the operation exists: nothing seen, nothing used, its deadline."""
+        return Progress(
+            operation_id=self.operation_id,
+            job_id=self.job_id or "",
+            phase=Phase.ACTIVE,
+            state=None,
+            checks_used=self.status_requests_used,
+            checks_allowed=self.max_status_requests,
+            next_check_at=None,
+            delay_source=None,
+            deadline_at=self.deadline_at,
+            created_at=now,
+            reason=None,
+            polled=False,
+        )
 
     @classmethod
     def of(cls, record: OperationRecord) -> Subject:
@@ -68,6 +86,8 @@ def gated_call(
     else:
         broker.ready(contract)
         record = about
+        if call.progress is not None:
+            call.progress.prime(record.progress(broker.clock()))
     grant_id: str | None = None
     if contract.approval == "per_call":
         grant_id = _per_call_gate(broker, store, contract, record, purpose, call)
