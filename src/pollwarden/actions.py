@@ -71,6 +71,7 @@ def submit(
     deadline: timedelta | None = None,
     max_requests: int | None = None,
     useful_for: timedelta | None = None,
+    by: str = "cli",
 ) -> Submitted:
     """Record the submission, send it once (again only under idempotency), and create the operation."""
     spec = contract.submit
@@ -85,7 +86,11 @@ def submit(
         submission = Submission(operation_id, print_fp, token, body, "sending", None, None, now)
         try:
             intent = ev.SubmissionIntent(
-                fingerprint=print_fp, method=spec.method, url=_safe_url(spec.url), idempotent=bool(token)
+                fingerprint=print_fp,
+                method=spec.method,
+                url=_safe_url(spec.url),
+                idempotent=bool(token),
+                created_by=by,
             )
             store.record_submission(submission, intent.to_json())
         except OperationExists:

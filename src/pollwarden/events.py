@@ -482,6 +482,8 @@ class SubmissionIntent(AuditEvent):
     method: str | None = None
     url: str | None = None
     idempotent: bool = False
+    created_by: str | None = None
+    """Who submits, as a `created` event names its creator ("cli", "agent session ...")."""
 
 
 @event

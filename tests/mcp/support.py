@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from mcp.client.stdio import get_default_environment
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import TextContent
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -23,6 +25,7 @@ from tests.prefork import spawn_args
 SECRET_ENV = "PW_AGENT_TEST_TOKEN"
 TOOLS = {
     "start_watch",
+    "submit_job",
     "check_operation",
     "wait_operation",
     "get_decision",
@@ -52,6 +55,16 @@ def agent_contract(
 
 
 @dataclass(frozen=True)
+class Note:
+    """One `notifications/progress` as the client received it, with when (monotonic seconds)."""
+
+    at: float
+    progress: float
+    total: float | None
+    message: str | None
+
+
+@dataclass(frozen=True)
 class Reply:
     ok: bool
     data: dict[str, Any]
@@ -71,7 +84,17 @@ class Agent:
     replies: list[tuple[str, dict[str, Any], Reply]] = field(default_factory=list)
 
     async def call(self, tool: str, **arguments: Any) -> Reply:
-        result = await self.session.call_tool(tool, arguments)
+        return await self.call_reporting(tool, None, **arguments)
+
+    async def call_reporting(self, tool: str, notes: list[Note] | None, **arguments: Any) -> Reply:
+        """A call that sends a progress token when `notes` is a list: each notification is appended to it."""
+
+        async def keep(progress: float, total: float | None, message: str | None) -> None:
+            assert notes is not None
+            notes.append(Note(time.monotonic(), progress, total, message))
+
+        callback: ProgressFnT | None = keep if notes is not None else None
+        result = await self.session.call_tool(tool, arguments, progress_callback=callback)
         text = "".join(block.text for block in result.content if isinstance(block, TextContent))
         data: dict[str, Any]
         if isinstance(result.structured_content, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.loopback import provider
@@ -64,3 +65,49 @@ def test_a_use_file_is_served_and_status_urls_keep_to_the_origin(tmp_path: Path)
         run(body)
         assert [seen.headers["private-token"] for seen in gitlab.requests(path)] == [TOKEN, TOKEN]
         assert len(gitlab.requests("/op/1?api-version=2")) == 1 and len(gitlab.seen) == 3
+
+
+AZURE_KEY = "azure-mcp-test-key-789"
+
+
+def test_an_azure_operation_location_is_watched_by_its_status_url(tmp_path: Path) -> None:
+    """The shipped azure-operation contract: the agent hands over the Operation-Location a submit answered with;
+    the key goes in Ocp-Apim-Subscription-Key to that origin only, and never reaches the agent."""
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    contracts.mkdir()
+
+    with provider() as azure:
+        (contracts / "azure.toml").write_text(
+            f'use = "azure-operation"\nname = "layout"\n[vars]\nbase_url = "{azure.url}"\n'
+            '[schedule]\nfirst_check = "50ms"\nbase_delay = "50ms"\nmax_delay = "100ms"\n',
+            encoding="utf-8",
+        )
+        path = "/documentintelligence/documentModels/prebuilt-layout/analyzeResults/r-1?api-version=2024-11-30"
+        azure.answer(
+            path,
+            (200, {"status": "notStarted"}),
+            (200, {"status": "running"}),
+            (200, {"status": "succeeded", "analyzeResult": {"pages": 2, "content": "Invoice"}}),
+        )
+        url = azure.url + path
+
+        async def body() -> None:
+            async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env={"AZURE_API_KEY": AZURE_KEY}) as agent:
+                started = await agent.call("start_watch", contract="layout", status_url=url)
+                assert started.ok and started.data["job_id"] == url, started.text
+                elsewhere = await agent.call("start_watch", contract="layout", status_url="https://evil.example" + path)
+                assert elsewhere.error == "invalid_argument" and "is not on" in elsewhere.text, elsewhere.text
+                op = started.data["operation_id"]
+                done = await agent.call("wait_operation", operation_id=op, max_wait_seconds=30)
+                assert done.ok and done.data["status"] == "succeeded", done.text
+                assert done.data["result"] == {"pages": 2, "content": "Invoice"}
+                assert done.data["operation"]["status_requests_used"] == 3
+                fetched = await agent.call("fetch_result", operation_id=op)
+                assert fetched.ok and json.loads(fetched.data["text"]) == {"pages": 2, "content": "Invoice"}
+            for _, _, reply in agent.replies:
+                assert AZURE_KEY not in reply.text
+
+        run(body)
+        seen = azure.requests(path)
+        assert [s.headers["ocp-apim-subscription-key"] for s in seen] == [AZURE_KEY] * 3
+        assert len(azure.seen) == 3  # the result was the last answer's object: fetching it sent nothing

@@ -8,6 +8,7 @@ already has an operation gets that operation back, never a fresh budget (widenin
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -51,10 +52,19 @@ def operation_id_problem(operation_id: object) -> str | None:
 
 def new_operation_id(contract_name: str, now: datetime, token: str) -> str:
     """`<contract>-<UTC time>-<token>`: sortable, readable, and unique by the caller's random token."""
+    return f"{_id_prefix(contract_name)}-{now.strftime('%Y%m%d-%H%M%S')}-{token}"
+
+
+def submission_operation_id(contract_name: str, request_fingerprint: str) -> str:
+    """`<contract>-submit-<digest>`: the one operation a request (contract and fingerprint) may create, so the
+    same submission asked for again finds its operation instead of sending a second job."""
+    digest = hashlib.sha256(f"{contract_name}\n{request_fingerprint}".encode()).hexdigest()[:24]
+    return f"{_id_prefix(contract_name)}-submit-{digest}"
+
+
+def _id_prefix(contract_name: str) -> str:
     prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", contract_name)[:40].strip("-.:_")
-    if not prefix or not prefix[0].isalnum():
-        prefix = "op"
-    return f"{prefix}-{now.strftime('%Y%m%d-%H%M%S')}-{token}"
+    return prefix if prefix and prefix[0].isalnum() else "op"
 
 
 class HeldSecret(Protocol):
@@ -225,9 +235,7 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
     base = limits.base_delay or schedule.base_delay
     if (limits.base_delay or limits.max_delay) and (limits.max_delay or schedule.max_delay) < base:
         bad.append(Problem("max_delay", "must not be shorter than the base delay"))
-    deadline = limits.deadline or (
-        request.contract.agent_max_deadline if request.agent else request.contract.limits.deadline
-    )
+    deadline = granted_limits(request)[0] or request.contract.limits.deadline
     if limits.useful_for is not None and timedelta(0) < deadline < limits.useful_for:
         bad.append(
             Problem(
@@ -429,6 +437,16 @@ def check_many(requests: Sequence[WatchRequest], where: Callable[[int], str]) ->
     return [(index, Refuse(kinds[index], tuple(refused[index]))) for index in sorted(refused)]
 
 
+def granted_limits(request: WatchRequest) -> tuple[timedelta | None, int | None]:
+    """The deadline and status request budget a new operation gets: what was asked, else the contract's (None);
+    for an agent, its `[agent]` caps are the defaults. A submission's watch gets the same as a watch."""
+    deadline, max_requests = request.limits.deadline, request.limits.max_requests
+    if request.agent:
+        deadline = deadline or request.contract.agent_max_deadline
+        max_requests = max_requests or request.contract.agent_max_requests
+    return deadline, max_requests
+
+
 def admit(
     request: WatchRequest,
     existing: OperationRecord | None,
@@ -468,11 +486,7 @@ def admit(
         return _resume(request, earlier, reused_job=True)
     contract = request.contract
     limits = request.limits
-    deadline = limits.deadline
-    max_requests = limits.max_requests
-    if request.agent:
-        deadline = deadline or contract.agent_max_deadline
-        max_requests = max_requests or contract.agent_max_requests
+    deadline, max_requests = granted_limits(request)
     record = new_record(
         contract,
         operation_id=request.operation_id or new_operation_id(contract.name, now, token),
@@ -506,6 +520,7 @@ __all__ = [
     "check",
     "check_many",
     "created_event",
+    "granted_limits",
     "held_secret",
     "job_id_problem",
     "narrow",
@@ -514,5 +529,6 @@ __all__ = [
     "repeated",
     "status_location_problem",
     "status_url_problem",
+    "submission_operation_id",
     "widening",
 ]

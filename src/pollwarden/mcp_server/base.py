@@ -7,14 +7,32 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import PollwardenError
+
+if TYPE_CHECKING:
+    from .reporting import Reporter
 
 log = logging.getLogger("pollwarden.mcp")
 
 MAX_WAIT_SECONDS = 300
-"""The hard cap of one `wait_operation`: long enough to save an agent many turns, short enough for any client."""
+"""The hard cap of one `wait_operation` that reports progress: long enough to save an agent many turns."""
+
+MAX_WAIT_WITHOUT_PROGRESS = 45.0
+"""The cap of a `wait_operation` whose caller sent no progress token: agent hosts cut off a silent tool call at
+about 60 s (they reset that timer on `notifications/progress` only), so such a wait answers well before."""
+
+HEARTBEAT_SECONDS = 10.0
+"""The longest silence between two progress notifications of one call, kept below the 15 s hosts tolerate."""
+
+HEARTBEAT_ENV = "POLLWARDEN_MCP_HEARTBEAT_SECONDS"
+ANSWER_MARGIN_SECONDS = 5.0
+"""What a wait without progress may take beyond its cap to finish what it started: it answers within 50 s."""
+
+WAIT_WITHOUT_PROGRESS_ENV = "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS"
+"""Overrides of the two constants above, read from the server's environment when it starts (tests shorten them;
+values above the constants are refused, so an override can only make the server answer sooner)."""
 
 RESULT_TEXT_CAP = 64 * 1024
 """Characters of a fetched result returned to the agent; the sha256 and byte count cover the whole body."""
@@ -23,6 +41,8 @@ APPROVAL_POLL_SECONDS = 0.2
 MAX_EXTENSION_MINUTES = 24 * 60
 MAX_EXTENSION_CHECKS = 1000
 MAX_REASON_CHARS = 500
+MAX_BODY_CHARS = 64 * 1024
+"""The largest `submit_job` body, as compact JSON: a job's parameters, not its data."""
 MAX_ARGUMENT_CHARS = 4096
 """Any string argument longer than this is refused before a tool sees it: none needs more (a job id is at most 512
 characters, a reason is kept to 500), and a huge one must never be walked, logged or audited."""
@@ -82,7 +102,14 @@ def check_arguments(arguments: Mapping[str, object]) -> None:
 
 @dataclass
 class CallContext:
-    """Per tool call: who is calling (for the session log) and whether the caller went away."""
+    """Per tool call: who is calling (for the session log), whether the caller went away, and how to tell it."""
 
     cancelled: threading.Event
     notify: Callable[[str], None] | None = None
+    progress: Reporter | None = None
+    """Set when the caller sent a progress token: every controller step is reported to it (`Broker.advance`)."""
+    answer_by: float | None = None
+    """A `time.monotonic()` the call must answer by (a wait without progress): no poll whose request could run
+    past it is started, and no approval is waited for past it (the grant stays open for the next call)."""
+    polls_started: int = 0
+    """Polls this call has begun (approved or not): only a later one is held back for `answer_by`."""

@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -23,14 +24,17 @@ from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
-from ..engine import Engine, Polled, StepResult
+from ..engine import Engine, NotYet, Polled, StepResult
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
+from ..progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import gated_call
+from .reporting import timing
 from .scrub import scrubber_for, wire_safe
+from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
@@ -60,6 +64,7 @@ class Broker:
         self.scrubber = scrubber_for(self.contracts.values(), env)
         self.problems = list(problems)
         self.stopping = threading.Event()
+        self.heartbeat_seconds, self.wait_without_progress = timing(env)
         self._secrets: dict[str, Credential | None] = {}
         self.not_ready: dict[str, str] = {}
         for name, contract in self.contracts.items():
@@ -74,7 +79,7 @@ class Broker:
         self._started = False
         self._calls = 0
         self._environ = env
-        self.tools: dict[str, Tool] = dict(TOOLS)
+        self.tools: dict[str, Tool] = {**TOOLS, "submit_job": tool_submit_job}
         # Opening once creates the audit keys before any concurrent tool call could race to create them.
         self._connect().close()
 
@@ -177,10 +182,13 @@ class Broker:
     def agent_made(self, store: Store, operation_id: str) -> bool:
         """Agents act only on operations an agent session created: one a person started on a served contract
         (CLI, worker queue, Python API) is theirs, its budget and its result. Read from the `created` event, which
-        never changes, so it is read once per operation."""
+        never changes (or from the submission's intent, for an operation a submission made), so it is read once
+        per operation."""
         known = self._agent_made.get(operation_id)
         if known is None:
-            created = next((e for e in store.events(operation_id) if e.kind == "created"), None)
+            # A submitted operation's first event is its submission's intent, which names who submitted.
+            kinds = ("created", "submission_intent")
+            created = next((e for e in store.events(operation_id) if e.kind in kinds), None)
             by = created.data.get("created_by") if created is not None else None
             known = isinstance(by, str) and by.startswith(AGENT_REQUESTER)
             self._agent_made[operation_id] = known
@@ -224,19 +232,36 @@ class Broker:
     # -- one step of the controller ------------------------------------------------------------------
 
     def advance(self, store: Store, operation_id: str, call: CallContext) -> dict[str, Any]:
-        """At most one poll: "not yet" (no provider request) when nothing is due."""
+        """At most one poll: "not yet" (no provider request) when nothing is due. A caller that asked for
+        progress is told the step's `Progress` (the same one whatever the step was)."""
+        return self.step(store, operation_id, call)[0]
+
+    def step(self, store: Store, operation_id: str, call: CallContext) -> tuple[dict[str, Any], Progress]:
+        """`advance`, and the step's `Progress` for a waiter that reads it too."""
+        answer, progress = self._step(store, operation_id, call)
+        if call.progress is not None:
+            call.progress.step(progress)
+        return answer, progress
+
+    def _step(self, store: Store, operation_id: str, call: CallContext) -> tuple[dict[str, Any], Progress]:
         contract, record = self.operation(store, operation_id)
         now = self.clock()
         step = next_step(record, now)
         if isinstance(step, Finished):
-            return final(store, record, now)
+            return final(store, record, now), progress_of_record(record)
         if isinstance(step, Wait):
-            return not_yet(record, step.until, now)
+            return not_yet(record, step.until, now), progress_of(NotYet(record, step.until))
         if isinstance(step, Halt):  # a stop found before any request: recorded, nothing sent
             with self.client(contract) as client:
                 result = self.engine(store).step(contract, client, operation_id)
-            return reply(store, result, self.clock())
+            return reply(store, result, self.clock()), progress_of(result)
         assert isinstance(step, Poll)
+        late = call.answer_by is not None and time.monotonic() + contract.timeout.total_seconds() > call.answer_by
+        if late and call.polls_started:
+            # Its request could run past the moment this call must answer by: left for the next call (a call's
+            # first poll is always made, or a contract slower than the bound would never be polled by waits).
+            return {**not_yet(record, now, now), "deferred": True}, progress_of(NotYet(record, now))
+        call.polls_started += 1
 
         def send() -> tuple[StepResult, dict[str, Any]]:
             with self.client(contract) as client:
@@ -255,7 +280,8 @@ class Broker:
                 outcome = {"outcome": "not_sent", "step": type(result).__name__.lower()}
             return result, outcome
 
-        return reply(store, gated_call(self, store, contract, record, "status_request", call, send), self.clock())
+        result = gated_call(self, store, contract, record, "status_request", call, send)
+        return reply(store, result, self.clock()), progress_of(result)
 
     @property
     def requester(self) -> str:

@@ -13,11 +13,15 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
+from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..progress import Progress, progress_of_record
 from ..store.base import Grant, Store
 from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
@@ -25,17 +29,65 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What a provider call is about, as the gates and their records name it: an operation, or a submission that
+    is to create one (its operation id is known before the job's, its budget before it is granted)."""
+
+    operation_id: str
+    job_id: str | None
+    status_requests_used: int
+    max_status_requests: int
+    deadline_at: datetime
+
+    def progress(self, now: datetime) -> Progress:
+        """What a waiter is shown before the operation exists: nothing seen, nothing used, its deadline."""
+        return Progress(
+            operation_id=self.operation_id,
+            job_id=self.job_id or "",
+            phase=Phase.ACTIVE,
+            state=None,
+            checks_used=self.status_requests_used,
+            checks_allowed=self.max_status_requests,
+            next_check_at=None,
+            delay_source=None,
+            deadline_at=self.deadline_at,
+            created_at=now,
+            reason=None,
+            polled=False,
+        )
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> Subject:
+        return cls(
+            record.operation_id,
+            record.job_id,
+            record.status_requests_used,
+            record.plan.max_status_requests,
+            record.deadline_at,
+        )
+
+
 def gated_call(
     broker: Broker,
     store: Store,
     contract: Contract,
-    record: OperationRecord,
+    about: OperationRecord | Subject,
     purpose: str,
     call: CallContext,
     send: Callable[[], tuple[T, dict[str, Any]]],
 ) -> T:
     """The fixed order for every provider call: ready, per-call gate, session gate, intent, call, result."""
-    broker.provider_ready(contract, record)
+    if isinstance(about, OperationRecord):
+        broker.provider_ready(contract, about)  # and made with this very contract
+        record = Subject.of(about)
+        if call.progress is not None:  # heartbeats have something to describe while a person approves the call
+            call.progress.prime(progress_of_record(about))
+    else:
+        broker.ready(contract)
+        record = about
+        if call.progress is not None:
+            call.progress.prime(record.progress(broker.clock()))
     grant_id: str | None = None
     if contract.approval == "per_call":
         grant_id = _per_call_gate(broker, store, contract, record, purpose, call)
@@ -51,7 +103,7 @@ def gated_call(
         "approval": contract.approval,
         "grant_id": grant_id,
         "status_requests_used": record.status_requests_used,
-        "max_status_requests": record.plan.max_status_requests,
+        "max_status_requests": record.max_status_requests,
     }
     broker.audit(store, "call_intent", intent)
     try:
@@ -77,46 +129,56 @@ def _result(broker: Broker, store: Store, data: Mapping[str, Any]) -> None:
         log.exception("the result record of call %s could not be written", data.get("call"))
 
 
-def _deny(broker: Broker, store: Store, record: OperationRecord, reason: str, grant_id: str | None) -> None:
+def _deny(broker: Broker, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
         broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
 
 
 def _per_call_gate(
-    broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str, call: CallContext
+    broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str, call: CallContext
 ) -> str:
-    """One pending grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes."""
+    """One grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes.
+
+    A call that must answer first (`call.answer_by`: a wait without progress) leaves its grant pending and says
+    so; the next call for the same request waits on that grant (or uses it, once a person approved it) instead of
+    asking the person again."""
     now = broker.clock()
     timeout = contract.agent.approval_timeout
-    grant = Grant(
-        grant_id="c" + secrets.token_hex(5),
-        kind="call",
-        subject=broker.session_id,
-        scope=record.operation_id,
-        status="pending",
-        requested_at=now,
-        detail={
-            "contract": contract.name,
-            "operation": record.operation_id,
-            "job": record.job_id,
-            "purpose": purpose,
-            "status_request": record.status_requests_used + 1 if purpose == "status_request" else None,
-            "max_status_requests": record.plan.max_status_requests,
-            "deadline_at": format_rfc3339(record.deadline_at),
-            "expires_at": format_rfc3339(now + timeout),
-        },
-    )
-    try:
-        store.request_grant(grant, broker.log_id)
-    except Exception as exc:
-        raise ToolFailure(
-            "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
-        ) from None
+    number = record.status_requests_used + 1 if purpose == "status_request" else None
+    grant = _open_grant(broker, store, record, purpose, number, timeout)
+    if grant is not None and grant.status == "approved":
+        return grant.grant_id
+    if grant is None:
+        grant = Grant(
+            grant_id="c" + secrets.token_hex(5),
+            kind="call",
+            subject=broker.session_id,
+            scope=record.operation_id,
+            status="pending",
+            requested_at=now,
+            detail={
+                "contract": contract.name,
+                "operation": record.operation_id,
+                "job": record.job_id,
+                "purpose": purpose,
+                "status_request": number,
+                "max_status_requests": record.max_status_requests,
+                "deadline_at": format_rfc3339(record.deadline_at),
+                "expires_at": format_rfc3339(now + timeout),
+            },
+        )
+        try:
+            store.request_grant(grant, broker.log_id)
+        except Exception as exc:
+            raise ToolFailure(
+                "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+            ) from None
     how = f"pollwarden approve-call {grant.grant_id} --by NAME (or --refuse)"
     if call.notify is not None:
         with contextlib.suppress(Exception):
             call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
-    ends = time.monotonic() + timeout.total_seconds()
+    # A grant asked for by an earlier call keeps the time it was given then.
+    ends = time.monotonic() + (grant.requested_at + timeout - now).total_seconds()
     while True:
         current = store.get_grant(grant.grant_id)
         status = current.status if current is not None else "missing"
@@ -133,6 +195,15 @@ def _per_call_gate(
                 operation_id=record.operation_id,
             )
         gone = call.cancelled.is_set() or broker.stopping.is_set()
+        if not gone and call.answer_by is not None and call.answer_by <= time.monotonic() < ends:
+            raise ToolFailure(
+                "approval_pending",
+                f"a person has not answered approval {grant.grant_id} for this {purpose.replace('_', ' ')}"
+                f" yet; it stays open until {format_rfc3339(grant.requested_at + timeout)} and nothing was"
+                f" sent. Calling again waits for that same approval: {how}",
+                grant_id=grant.grant_id,
+                operation_id=record.operation_id,
+            )
         if gone or time.monotonic() >= ends:
             expired = store.decide_grant(
                 grant.grant_id,
@@ -157,7 +228,38 @@ def _per_call_gate(
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
 
 
-def _session_gate(broker: Broker, store: Store, contract: Contract, record: OperationRecord, purpose: str) -> str:
+def _open_grant(
+    broker: Broker, store: Store, record: Subject, purpose: str, number: int | None, timeout: timedelta
+) -> Grant | None:
+    """This session's grant for this very request that is still open: pending within its time, or approved within
+    it and unused (a status request's approval names the request's number, which the sent request uses up). A
+    pending one past its time is expired here, as the call that asked for it would have."""
+    now = broker.clock()
+    for grant in reversed(store.grants(kind="call", subject=broker.session_id)):
+        detail = grant.detail
+        if grant.scope != record.operation_id or detail.get("purpose") != purpose:
+            continue
+        if detail.get("status_request") != number:
+            continue
+        closes = grant.requested_at + timeout
+        if grant.status == "pending" and now < closes:
+            return grant
+        if grant.status == "pending":
+            store.decide_grant(
+                grant.grant_id,
+                expect="pending",
+                status="expired",
+                by="pollwarden",
+                at=now,
+                log_id=broker.log_id,
+                note=f"no answer within {format_duration(timeout)}",
+            )
+        elif grant.status == "approved" and number is not None and grant.decided_at and grant.decided_at <= closes:
+            return grant
+    return None
+
+
+def _session_gate(broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str) -> str:
     """One approval per agent session and contract; revoked means ask again, refused means no for good."""
     mine = [g for g in store.grants(kind="session", subject=broker.session_id) if g.scope == contract.name]
     latest = mine[-1] if mine else None

@@ -1,4 +1,4 @@
-"""The MCP layer: the SDK's `MCPServer` with the seven tools over one `Broker`, and `serve` on stdio."""
+"""The MCP layer: the SDK's `MCPServer` with the agent tools over one `Broker`, and `serve` on stdio."""
 
 from __future__ import annotations
 
@@ -20,20 +20,32 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
-from .base import MAX_WAIT_SECONDS, CallContext, client_of, log
+from .base import (
+    HEARTBEAT_SECONDS,
+    MAX_BODY_CHARS,
+    MAX_WAIT_SECONDS,
+    MAX_WAIT_WITHOUT_PROGRESS,
+    CallContext,
+    client_of,
+    log,
+)
 from .broker import Broker
 from .contracts import load_contracts
+from .reporting import Reporter
 from .scrub import ScrubLogs
 from .tasks import Tasks, TasksExtension, task_middleware
 from .wire import run_stdio
 
 INSTRUCTIONS = """\
 pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
-then call wait_operation(operation_id, max_wait_seconds) to wait here (up to 300 s per call) instead of looping.
-check_operation never sends a request before the next check is due. When waiting stops, only a person can grant
-more: request_extension asks them, get_decision shows their answer. To have a job cancelled, request_cancel asks
-a person (you never cancel yourself; the watch goes on until they decide). fetch_result works only after a
-validated success. You never handle credentials: contracts are named by `name` and the server makes every provider call.
+or submit_job(contract, body) to submit one as the contract documents and watch it (the same body twice is one
+job), then call wait_operation(operation_id, max_wait_seconds) to wait here instead of looping: up to 300 s per
+call when you send a progress token (the server reports progress at least every 10 s), else up to 45 s, after
+which calling again is free until the next check is due. check_operation never sends a request before then.
+When waiting stops, only a person can grant more: request_extension asks them, get_decision shows their answer.
+To have a job cancelled, request_cancel asks a person (you never cancel yourself; the watch goes on until they
+decide). fetch_result works only after a validated success. You never handle credentials: contracts are named
+by `name` and the server makes every provider call.
 """
 
 
@@ -42,7 +54,7 @@ OperationId = Annotated[str, Field(description="an operation id returned by star
 
 
 def build_server(broker: Broker) -> MCPServer[Any]:
-    """The SDK's high-level `MCPServer` with the seven tools; every reply is a scrubbed JSON object."""
+    """The SDK's high-level `MCPServer` with the agent tools; every reply is a scrubbed JSON object."""
     scrubber = broker.scrubber
     tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
@@ -79,12 +91,19 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         def notify(message: str) -> None:
             anyio.from_thread.run(ctx.info, scrubber.text(message))
 
-        call = CallContext(cancelled=cancelled, notify=notify)
+        reporter = _reporter(ctx, broker)
+        call = CallContext(cancelled=cancelled, notify=notify, progress=reporter)
         try:
-            ok, payload = await anyio.to_thread.run_sync(
-                functools.partial(broker.dispatch, tool, call, client_of(ctx), **arguments),
-                abandon_on_cancel=True,
-            )
+            async with anyio.create_task_group() as heartbeats:
+                if reporter is not None:
+                    heartbeats.start_soon(reporter.heartbeats)
+                try:
+                    ok, payload = await anyio.to_thread.run_sync(
+                        functools.partial(broker.dispatch, tool, call, client_of(ctx), **arguments),
+                        abandon_on_cancel=True,
+                    )
+                finally:
+                    heartbeats.cancel_scope.cancel()
         except BaseException:
             cancelled.set()  # the worker thread sees it and expires any pending approval
             raise
@@ -135,6 +154,34 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         )
 
     @server.tool(
+        name="submit_job",
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=True),
+        description="Submit a job as the contract's [submit] documents (one provider request, gated like any"
+        " other), then watch it: the reply is start_watch's, plus the submission's facts. The same body again"
+        " finds the same operation and sends nothing. body is a JSON object of the request's fields; the"
+        " credential is the server's, never yours.",
+    )
+    async def submit_job(
+        contract: Annotated[str, Field(description="the contract's name, as list_operations shows")],
+        body: Annotated[
+            object,
+            Field(
+                description=f"the request body: a JSON object, at most {MAX_BODY_CHARS} characters as JSON",
+                json_schema_extra={"type": "object"},
+            ),
+        ],
+        ctx: Context,
+        deadline: Annotated[
+            str | float | None,
+            Field(description="how long to watch the job, like '10m' (a number is seconds); default: the most allowed"),
+        ] = None,
+        max_requests: Annotated[
+            int | None, Field(description="status request budget; default: the most allowed")
+        ] = None,
+    ) -> CallToolResult:
+        return await run(ctx, "submit_job", contract=contract, body=body, deadline=deadline, max_requests=max_requests)
+
+    @server.tool(
         name="check_operation",
         annotations=polls,
         description="Look at an operation once. If the next check is not due, answers 'not_yet' with"
@@ -147,7 +194,9 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         name="wait_operation",
         annotations=polls,
         description="Wait here, server-side, until the operation succeeds, stops for a decision, or"
-        f" max_wait_seconds pass (at most {MAX_WAIT_SECONDS}). Polls only when due. Use this instead of a loop.",
+        f" max_wait_seconds pass: at most {MAX_WAIT_SECONDS} with a progress token (progress is reported at least"
+        f" every {HEARTBEAT_SECONDS:g} s), at most {MAX_WAIT_WITHOUT_PROGRESS:g} without one. Polls only when due."
+        " Use this instead of a loop.",
     )
     async def wait_operation(
         operation_id: OperationId,
@@ -214,6 +263,23 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         return await run(ctx, "list_operations")
 
     return server
+
+
+def _progress_token(ctx: Context) -> str | int | None:
+    meta = ctx.request_context.meta
+    token = meta.get("progress_token") if meta else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def _reporter(ctx: Context, broker: Broker) -> Reporter | None:
+    """Progress for a call that sent a progress token (`_meta.progressToken`); None for one that did not."""
+    if _progress_token(ctx) is None:
+        return None
+
+    async def send(progress: float, total: float, message: str) -> None:
+        await ctx.report_progress(progress, total, broker.scrubber.text(message))
+
+    return Reporter(send, broker.clock, heartbeat_seconds=broker.heartbeat_seconds)
 
 
 def serve(contracts_dir: Path, home: Path) -> int:

@@ -1,25 +1,30 @@
-"""The seven agent tools, as plain functions over the `Broker`: each validates its arguments, then acts."""
+"""The agent tools as plain functions over the `Broker` (submit_job in `submit`): each validates, then acts."""
 
 from __future__ import annotations
 
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..actions import ActionError, fetch_result
-from ..core.admission import Limits, Refusal, WatchRequest
+from ..core.admission import Limits, Refusal, Refuse, WatchRequest
+from ..core.contract import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.reasons import Phase
+from ..core.record import OperationRecord
 from ..decisions import open_decision
 from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
 from .base import (
+    ANSWER_MARGIN_SECONDS,
     MAX_EXTENSION_CHECKS,
     MAX_EXTENSION_MINUTES,
     MAX_REASON_CHARS,
@@ -40,7 +45,7 @@ Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
 
 
-def _deadline(deadline: object) -> timedelta | None:
+def agent_deadline(deadline: object) -> timedelta | None:
     """An agent's deadline: a bare number is seconds, a string is a duration ("20m")."""
     if deadline is None:
         return None
@@ -90,7 +95,7 @@ def tool_start_watch(
     request = WatchRequest(
         served,
         job_id,
-        limits=Limits(deadline=_deadline(deadline), max_requests=max_requests),
+        limits=Limits(deadline=agent_deadline(deadline), max_requests=max_requests),
         by=broker.requester,
         agent=True,
         status_location=status_url,
@@ -99,27 +104,42 @@ def tool_start_watch(
         try:
             admitted = broker.engine(store).admit(request)
         except AdmissionError as exc:
-            capped = [p for p in exc.refusal.problems if p.allowed is not None]
-            extra: dict[str, Any] = {}
-            if capped:  # which cap, and how much the agent may ask for instead
-                extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
-            words = exc.message_for({"status_location": "status_url"})
-            raise ToolFailure(REFUSALS[exc.kind], f"{words}. Nothing was created", **extra) from None
+            raise refused(exc.refusal) from None
         record = admitted.record
         now = broker.clock()
-        kind = ev.WatchStarted if admitted.created else ev.WatchRejoined
-        started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
-        broker.audit(store, started.KIND, started.to_json())
+        announce(broker, store, served, record, created=admitted.created)
         if record.is_final:
-            return {**final(store, record, now), "reused": True}
-    reused = "" if admitted.created else (
+            return {**final(store, record, now), "operation_id": record.operation_id, "reused": True}
+    return watch_reply(served, record, now, created=admitted.created)
+
+
+def refused(refusal: Refuse) -> ToolFailure:
+    """An admission's refusal in an agent's words: which cap was hit, and how much it may ask for instead."""
+    capped = [p for p in refusal.problems if p.allowed is not None]
+    extra: dict[str, Any] = {}
+    if capped:
+        extra = {"limit": AGENT_CAPS.get(capped[0].field or "", ""), "allowed": capped[0].allowed}
+    words = refusal.message_for({"status_location": "status_url"})
+    return ToolFailure(REFUSALS[refusal.kind], f"{words}. Nothing was created", **extra)
+
+
+def announce(broker: Broker, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
+    """The session's record that it watches (or watches again) an operation."""
+    kind = ev.WatchStarted if created else ev.WatchRejoined
+    started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
+    broker.audit(store, started.KIND, started.to_json())
+
+
+def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, created: bool) -> dict[str, Any]:
+    """What start_watch (and submit_job, for the job it submitted) answers about an active operation."""
+    reused = "" if created else (
         f"job {record.job_id} was already watched by this operation: it keeps its budget"
         f" ({record.status_requests_used} of {record.plan.max_status_requests} status requests used). "
     )  # fmt: skip
     return {
         "status": "watching",
         "operation_id": record.operation_id,
-        "reused": not admitted.created,
+        "reused": not created,
         "contract": served.name,
         "job_id": record.job_id,
         "deadline_at": format_rfc3339(record.deadline_at),
@@ -154,38 +174,82 @@ def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -
         return broker.advance(store, operation_id, call)
 
 
+NO_PROGRESS_CAP = (
+    "this call carried no progress token (_meta.progressToken), and agent hosts cut off a tool call that reports"
+    " nothing after about 60 s"
+)
+
+
 def tool_wait_operation(
     broker: Broker, call: CallContext, operation_id: str, max_wait_seconds: float
 ) -> dict[str, Any]:
     if isinstance(max_wait_seconds, bool) or not isinstance(max_wait_seconds, int | float) or max_wait_seconds < 0:
         raise ToolFailure("invalid_argument", "max_wait_seconds must be a number of seconds, 0 or more")
-    capped = min(float(max_wait_seconds), float(MAX_WAIT_SECONDS))
+    # A caller that gets progress notifications may wait the full cap; a silent one answers before its host
+    # gives up on it, with when to call again.
+    top = float(MAX_WAIT_SECONDS) if call.progress is not None else broker.wait_without_progress
+    capped = min(float(max_wait_seconds), top)
     started = time.monotonic()
     ends = started + capped
+    if call.progress is None:
+        # What it starts (a poll, an approval) must end before the host gives up, however short the wait asked:
+        # the bound is the host's, so a short wait may still make its one poll.
+        call = replace(call, answer_by=started + broker.wait_without_progress + ANSWER_MARGIN_SECONDS)
     with broker.store() as store:
         while True:
-            reply = broker.advance(store, operation_id, call)
+            try:
+                reply, progress = broker.step(store, operation_id, call)
+            except ToolFailure as failure:
+                if failure.code != "approval_pending":
+                    raise
+                # The cap came first: the person's answer is still awaited, on the same grant next call.
+                _, record = broker.operation(store, operation_id)
+                reply, progress = {**failure.to_json(), "waiting_for": "approval"}, progress_of_record(record)
+                reply = _wait_ended(reply, progress, capped, broker.clock(), approval=failure.message)
+                break
             if reply["status"] in ("succeeded", "stopped"):
                 break
             remaining = ends - time.monotonic()
             if reply["status"] == "polled" and remaining > 0:
                 continue  # the next step will say how long until the next poll
-            if remaining <= 0 or call.cancelled.is_set() or broker.stopping.is_set():
-                reply = {
-                    **reply,
-                    "status": "not_yet",
-                    "wait_ended": True,
-                    "message": f"still waiting after {capped:g} s; call wait_operation again (the operation"
-                    " keeps its deadline and budget)",
-                }
+            if remaining <= 0 or reply.get("deferred") or call.cancelled.is_set() or broker.stopping.is_set():
+                reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
             # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
             broker.stopping.wait(max(0.01, pause))
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
     if capped < max_wait_seconds:
-        reply["max_wait_seconds_capped_to"] = MAX_WAIT_SECONDS
+        reply["max_wait_seconds_capped_to"] = capped
+        reply["capped_because"] = (
+            f"at most {MAX_WAIT_SECONDS} s per call" if call.progress is not None else NO_PROGRESS_CAP
+        )
     return reply
+
+
+def _wait_ended(
+    reply: dict[str, Any], progress: Progress, waited: float, now: datetime, *, approval: str | None = None
+) -> dict[str, Any]:
+    """The answer of a wait that ran out of time: when the next check is due, and that asking sooner is free."""
+    due = progress.seconds_to_next_check(now)
+    when = "now" if not due else f"in {due:g} s"
+    if approval is not None:
+        message = f"still waiting after {waited:g} s: {approval}"
+    else:
+        message = (
+            f"still waiting after {waited:g} s ({progress.message(now)}). The next status check is due {when};"
+            " calling wait_operation again sends no provider request before then, so call it again now to keep"
+            " waiting (the operation keeps its deadline and budget)"
+        )
+    return {
+        **reply,
+        "status": "not_yet",
+        "wait_ended": True,
+        "retry_after_seconds": due,
+        "next_check_at": None if progress.next_check_at is None else format_rfc3339(progress.next_check_at),
+        "progress": progress.to_json(now),
+        "message": message,
+    }
 
 
 def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:

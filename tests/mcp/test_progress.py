@@ -1,0 +1,232 @@
+"""wait_operation over stdio keeps an agent host's timer alive: progress notifications when the caller sent a
+progress token, and an answer well within a host's ~60 s cut-off when it did not.
+
+The server's two timings are shortened for these tests through its environment (POLLWARDEN_MCP_HEARTBEAT_SECONDS,
+POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS; docs/agents.md), so no test waits the real 10 s or 45 s."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+
+from pollwarden.core.reasons import Phase
+from pollwarden.mcp_server.base import (
+    HEARTBEAT_ENV,
+    HEARTBEAT_SECONDS,
+    MAX_WAIT_WITHOUT_PROGRESS,
+    WAIT_WITHOUT_PROGRESS_ENV,
+)
+from pollwarden.mcp_server.reporting import Reporter, timing
+from pollwarden.progress import Progress
+from pollwarden.simulator import Simulator
+
+from .support import Note, Reply, agent_contract, cli, mcp_agent, pending_grant, run
+
+SHORT = {"POLLWARDEN_MCP_HEARTBEAT_SECONDS": "0.2", "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS": "1.5"}
+
+
+def _checks(note: Note) -> int:
+    found = re.search(r"checks (\d+)/", note.message or "")
+    assert found is not None, note
+    return int(found.group(1))
+
+
+def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    # Two seconds between polls: ten heartbeats' worth of silence if nothing beat between them.
+    agent_contract(contracts, sim.url, base_delay="2s", max_delay="2s")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p1")).data["operation_id"]
+            notes: list[Note] = []
+            began = time.monotonic()
+            waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=5)
+            ended = time.monotonic()
+            assert waited.ok and waited.data["status"] == "not_yet", waited.text
+            assert "max_wait_seconds_capped_to" not in waited.data  # a reporting call keeps the 300 s cap
+            polls = sim.request_count("never-p1")
+            assert polls >= 2, polls
+
+            values = [n.progress for n in notes]
+            assert all(a < b for a, b in itertools.pairwise(values)), values
+            assert {n.total for n in notes} == {60.0}  # seconds from creation to the 1m deadline
+            # Every poll was reported: the checks the messages count reach the requests the provider saw.
+            seen = [_checks(n) for n in notes]
+            assert seen == sorted(seen) and set(range(1, polls + 1)) <= set(seen), seen
+            assert sum(1 for n in notes if "next check in" in (n.message or "")) >= polls
+            # And between polls the call was never quiet for long: heartbeats came in between. Polls are 1-2 s
+            # apart (2 s with bounded jitter), the heartbeat 0.2 s: each poll's count is shown by its own note,
+            # the look that found nothing due, and at least one heartbeat before the next poll.
+            for count in range(1, polls):
+                assert seen.count(count) >= 3, (count, seen)
+            times = [began, *(n.at for n in notes), ended]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert max(gaps) < 5, gaps  # hosts tolerate 15 s; slack for a loaded machine
+            once: list[Note] = []
+            checked = await agent.call_reporting("check_operation", once, operation_id=op)
+            assert checked.ok, checked.text
+            assert len(once) == 1 and once[0].progress > values[-1] and "checks" in (once[0].message or "")
+
+    run(body)
+
+
+def test_a_wait_without_a_progress_token_answers_by_the_cap_and_asking_again_is_free(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, base_delay="30s", max_delay="30s")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p2")).data["operation_id"]
+            began = time.monotonic()
+            waited = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+            assert time.monotonic() - began < 20  # the cap is 1.5 s here; 300 s were asked for
+            assert waited.ok and waited.data["status"] == "not_yet", waited.text
+            assert waited.data["max_wait_seconds_capped_to"] == 1.5
+            assert "progress token" in waited.data["capped_because"]
+            assert 1.5 < waited.data["retry_after_seconds"] <= 30  # jittered backoff
+            assert waited.data["next_check_at"] == waited.data["progress"]["next_check_at"]
+            assert "sends no provider request before then" in waited.data["message"]
+            assert sim.request_count("never-p2") == 1
+
+            for _ in range(2):  # calling again at once, as the answer says, costs the provider nothing
+                again = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+                assert again.ok and again.data["status"] == "not_yet", again.text
+            assert sim.request_count("never-p2") == 1
+
+    run(body)
+
+
+def test_the_timings_may_only_be_shortened_and_notes_only_grow() -> None:
+    assert timing({}) == (HEARTBEAT_SECONDS, MAX_WAIT_WITHOUT_PROGRESS)
+    assert timing({HEARTBEAT_ENV: "0.5", WAIT_WITHOUT_PROGRESS_ENV: "2"}) == (0.5, 2.0)
+    for bad in ("60", "0", "-1", "nan", "soon", "inf"):  # longer than the constant, or not a time: ignored
+        assert timing({HEARTBEAT_ENV: bad, WAIT_WITHOUT_PROGRESS_ENV: bad}) == (
+            HEARTBEAT_SECONDS,
+            MAX_WAIT_WITHOUT_PROGRESS,
+        )
+
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = [created + timedelta(seconds=5)]
+
+    async def send(progress: float, total: float, message: str) -> None:
+        raise AssertionError("note() only computes")
+
+    reporter = Reporter(send, lambda: clock[0], heartbeat_seconds=1)
+    assert reporter.note(None) is None  # nothing to describe before the first step
+    progress = Progress(
+        operation_id="op",
+        job_id="j",
+        phase=Phase.ACTIVE,
+        state="running",
+        checks_used=1,
+        checks_allowed=5,
+        next_check_at=created + timedelta(seconds=9),
+        delay_source=None,
+        deadline_at=created + timedelta(seconds=60),
+        created_at=created,
+        reason=None,
+        polled=True,
+    )
+    first = reporter.note(progress)
+    same_moment = reporter.note(None)  # a heartbeat in the same millisecond still grows
+    clock[0] = created + timedelta(seconds=7)
+    later = reporter.note(None)
+    assert first is not None and same_moment is not None and later is not None
+    assert (first.progress, first.total) == (5.0, 60.0)
+    assert first.progress < same_moment.progress < later.progress == 7.0
+    assert "next check in 4s" in first.message and "next check in 2s" in later.message
+    clock[0] = created + timedelta(seconds=90)  # past the deadline: the total is never below the value
+    past = reporter.note(None)
+    assert past is not None and past.total == past.progress == 90.0
+
+
+def test_a_wait_without_progress_leaves_an_approval_open_for_the_next_call(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    table = '[agent]\napproval_timeout = "40s"\n'
+    agent_contract(contracts, sim.url, approval="per_call", agent=table, base_delay="50ms", max_delay="50ms")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p3")).data["operation_id"]
+            began = time.monotonic()
+            first = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+            # The answer comes by the cap and its margin (1.5 + 5 s here), not after the 40 s approval timeout.
+            assert time.monotonic() - began < 25
+            assert first.ok and first.data["status"] == "not_yet", first.text
+            assert first.data["waiting_for"] == "approval" and "stays open" in first.data["message"]
+            grant_id = first.data["grant_id"]
+            assert [g["grant_id"] for g in json.loads((await cli("approvals", "--json", home=home)).stdout)] == [
+                grant_id
+            ]
+            replies: dict[str, Reply] = {}
+
+            async def wait() -> None:
+                replies["second"] = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(0.5)  # the second call waits on the same grant: no new one is asked for
+                pending = json.loads((await cli("approvals", "--json", home=home)).stdout)
+                assert [g["grant_id"] for g in pending] == [grant_id]
+                assert (await cli("approve-call", grant_id, "--by", "bob", home=home)).code == 0
+            second = replies["second"]
+            assert second.ok and second.data["status"] == "not_yet", second.text
+            assert sim.request_count("never-p3") == 1  # the approved poll, and the next one waits for its own
+            assert second.data["grant_id"] != grant_id and second.data["waiting_for"] == "approval"
+
+    run(body)
+
+
+def test_a_wait_without_progress_starts_no_poll_that_could_outlast_its_answer(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    # A 10 s request timeout is longer than this server's bound (1.5 s cap + 5 s margin) allows after the first.
+    agent_contract(contracts, sim.url, timeout="10s", base_delay="50ms", max_delay="50ms")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p4")).data["operation_id"]
+            for expected in (1, 2):  # each call makes its first poll, and holds back the ones after it
+                waited = await agent.call("wait_operation", operation_id=op, max_wait_seconds=300)
+                assert waited.ok and waited.data["status"] == "not_yet" and waited.data["deferred"], waited.text
+                assert waited.data["retry_after_seconds"] == 0
+                assert sim.request_count("never-p4") == expected
+
+    run(body)
+
+
+def test_a_call_waiting_for_a_persons_approval_keeps_beating(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, approval="per_call", agent='[agent]\napproval_timeout = "20s"\n')
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="never-p5")).data["operation_id"]
+            notes: list[Note] = []
+            replies: dict[str, Reply] = {}
+
+            async def check() -> None:
+                replies["check"] = await agent.call_reporting("check_operation", notes, operation_id=op)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(check)
+                grant = await pending_grant(home, kind="call", scope=op)
+                with anyio.fail_after(15):
+                    while len(notes) < 3:  # heartbeats while nobody has answered yet (0.2 s apart here)
+                        await anyio.sleep(0.05)
+                before = list(notes)
+                assert (await cli("approve-call", grant["grant_id"], "--by", "bob", home=home)).code == 0
+            assert replies["check"].ok and replies["check"].data["status"] == "polled", replies["check"].text
+            assert all("checks 0/12" in (n.message or "") for n in before), before
+            assert "checks 1/12" in (notes[-1].message or "")
+            assert sim.request_count("never-p5") == 1
+
+    run(body)
