@@ -71,10 +71,15 @@ main { padding:1rem 1.25rem 3rem; max-width:1280px; min-width:0; }
 /* Nothing may be wider than the window (1,280 px is the target): long ids are cut with an ellipsis (the
    whole id in the title), long values wrap, and a table too wide anyway scrolls inside its own box. */
 td { overflow-wrap:anywhere; }
-.trunc { display:inline-block; max-width:16rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap;
+.trunc { display:inline-block; max-width:14rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap;
          vertical-align:bottom; }
 .wrap { overflow-wrap:anywhere; }
 td.owner { font-size:.85rem; max-width:14rem; }
+td.act { white-space:nowrap; }
+table.operations td .detail { overflow-wrap:normal; }
+.trunc.state { max-width:9rem; }
+td.when { font-variant-numeric:tabular-nums; min-width:6.5rem; }
+.reason { white-space:nowrap; }  /* one token to read and grep: never broken inside */
 .flag-overdue { color:var(--warn); } .flag-orphaned { color:var(--bad); }
 nav.filters { margin:.4rem 0 .8rem; }
 table.fleet { width:auto; min-width:30rem; margin-bottom:.6rem; }

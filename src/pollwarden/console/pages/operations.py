@@ -68,20 +68,20 @@ def _operation_row(row: Row, now: datetime) -> str:
     next_poll = moment_span(r.next_poll_at, now) if active else dash(None)
     owner = esc(row.ownership.describe(now)) if active else dash(None)
     decide = f'<a href="/decisions#decision-{esc(row.decision)}">decide</a>' if row.decision else ""
-    reason = f'<div class="detail">{esc(r.reason.value)}</div>' if r.reason else ""
+    reason = f'<div class="detail reason">{esc(r.reason.value)}</div>' if r.reason else ""
     href = esc(operation_href(r.operation_id))
     return (
         f'<tr data-operation="{esc(r.operation_id)}" data-flags="{esc(" ".join(row.ownership.flags))}">'
         f'<td><a class="mono trunc" href="{href}" title="{esc(r.operation_id)}">{esc(r.operation_id)}</a>'
         f'<div class="detail">{trunc(r.job_id)}</div></td>'
         f"<td>{phase_badge(r)} {flag_badges(row.ownership)}{reason}</td>"
-        f"<td>{trunc(r.last_state, cls='') if r.last_state else dash(None)}</td>"
+        f"<td>{trunc(r.last_state, cls='state') if r.last_state else dash(None)}</td>"
         f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}'
         f'<div class="detail muted">transport {r.transport_failures_used}/{r.plan.max_transport_failures}</div></td>'
-        f'<td class="num">{deadline}</td>'
-        f'<td class="num">{next_poll}</td>'
+        f'<td class="when">{deadline}</td>'
+        f'<td class="when">{next_poll}</td>'
         f'<td class="owner">{owner}</td>'
-        f"<td>{decide}</td>"
+        f'<td class="act">{decide}</td>'
         "</tr>"
     )
 

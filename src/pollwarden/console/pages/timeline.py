@@ -212,11 +212,13 @@ def timeline_svg(events: Sequence[Event], record: OperationRecord, now: datetime
         "</g>",
         f'<line x1="{LEFT}" y1="{AXIS_Y}" x2="{WIDTH - RIGHT}" y2="{AXIS_Y}" stroke="#aab4bf"/>',
     ]
+    fine = span < 10  # a short run: tenths of a second, or the three ticks could read the same
     for tick in (pic.start, pic.start + (end - pic.start) / 2, end):
         anchor = "start" if tick == pic.start else "end" if tick == end else "middle"
+        label = _clock(tick) + (f".{tick.microsecond // 100_000}" if fine else "")
         out.append(
             f'<text x="{x(tick)}" y="{AXIS_Y + 16}" font-size="12" text-anchor="{anchor}"'
-            f' fill="#5d6875">{esc(_clock(tick))}</text>'
+            f' fill="#5d6875">{esc(label)}</text>'
         )
     out.extend(_budget(pic, x, end))
     if deadline <= end:
@@ -241,22 +243,29 @@ def timeline_svg(events: Sequence[Event], record: OperationRecord, now: datetime
             f"<title>wait {i}: {esc(_clock(wait.start))} to {esc(_clock(wait.end))}, from {esc(what)}</title></rect>"
         )
     tones = {"ok": "#1f5fbf", "done": "#1d7a3a", "warn": "#a35b00", "bad": "#b3261e"}
-    room = inner / max(1, len(pic.requests))
+    labelled_at = -1000.0  # a label only where it cannot overlap the last one; every mark keeps its <title>
     for r in pic.requests:
         rx = x(r.at)
+        room = rx - labelled_at
         out.append(
             f'<g class="tl-request" id="tl-request-{r.number}" data-tone="{r.tone}">'
             f'<circle cx="{rx}" cy="{REQUESTS_Y}" r="6" fill="{tones[r.tone]}"/>'
             f"<title>request {r.number} at {esc(_clock(r.at))}: {esc(r.label)}</title>"
         )
-        if room >= 70:
+        if room >= 78:
+            labelled_at = rx
             out.append(
                 f'<text x="{rx}" y="{REQUESTS_Y - 11}" font-size="11" text-anchor="middle"'
-                f' fill="{tones[r.tone]}">{esc(r.label[:14])}</text>'
+                f' fill="{tones[r.tone]}">{esc(r.label[:12])}</text>'
             )
         out.append("</g>")
+    placed: list[float] = []
     for i, mark in enumerate(pic.marks, 1):
         mx = x(mark.at)
+        line_x = mx
+        while any(abs(mx - p) < 14 for p in placed):
+            mx += 16  # marks of the same moment side by side; each line stays at its true time
+        placed.append(mx)
         ident = "tl-stop" if mark is pic.stop else f"tl-mark-{i}"
         colour = "#b3261e" if mark.kind == "stop" and not mark.label.startswith("succeeded") else "#18202b"
         if mark.kind == "stop" and mark.label.startswith("succeeded"):
@@ -268,9 +277,17 @@ def timeline_svg(events: Sequence[Event], record: OperationRecord, now: datetime
         )
         out.append(
             f'<g class="tl-mark tl-{mark.kind}" id="{ident}" data-kind="{mark.kind}">'
-            f'<line x1="{mx}" y1="{MARKS_Y}" x2="{mx}" y2="{BUDGET_BOTTOM}" stroke="{colour}" stroke-opacity="0.35"/>'
-            f"{shape}<title>{esc(mark.label)} at {esc(_clock(mark.at))}</title></g>"
+            f'<line x1="{line_x}" y1="{MARKS_Y}" x2="{line_x}" y2="{BUDGET_BOTTOM}" stroke="{colour}"'
+            ' stroke-opacity="0.35"/>'
+            f"{shape}<title>{esc(mark.label)} at {esc(_clock(mark.at))}</title>"
         )
+        if mark is pic.stop:
+            anchor, dx = ("end", -10) if mx > WIDTH / 2 else ("start", 10)
+            out.append(
+                f'<text x="{mx + dx}" y="{MARKS_Y + 4}" font-size="12" text-anchor="{anchor}"'
+                f' fill="{colour}">{esc(mark.label[:60])}</text>'
+            )
+        out.append("</g>")
     out.append("</svg>")
     return "".join(out)
 
