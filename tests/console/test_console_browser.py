@@ -21,10 +21,12 @@ import pytest
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 
-from .conftest import TOKEN
+from .conftest import TOKEN, stop_operation
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
+
+    from pollwarden.console import ConsoleServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -125,7 +127,7 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
         page.fill("input[name=token]", TOKEN)
         page.click("button[type=submit]")
         assert page.url == console.url + "/"
-        table = page.inner_text("table")
+        table = page.inner_text("table.operations")
         assert "report-export-01" in table and "stopped" in table and "request_budget_exhausted" in table
 
         page.click("text=Decisions (1 open)")
@@ -156,7 +158,7 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
         flash = page.inner_text(".flash.ok")
         assert flash.startswith("extended operation report-export-01: deadline")
         assert "No open decisions" in page.inner_text("main")
-        assert "alice" in page.inner_text("table")
+        assert "alice" in page.inner_text("table")  # the recently decided
 
         sim.add_job(
             "exp_71c", [Step(body={"state": "succeeded", "result_url": "https://files.example/exports/exp_71c.csv"})]
@@ -183,3 +185,86 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
     verified = run_cli("audit", "verify", home=home)
     assert verified.code == 0, verified.stdout + verified.stderr
     assert "intact" in verified.stdout
+
+
+# -- part 12 at the size of a laptop screen: 1,280 x 800 ---------------------------------------------------
+
+LONG_OPERATION = "nightly-warehouse-export." + "0123456789abcdef" * 6 + ".attempt-3"
+LONG_JOB = "exp_" + "9f8e7d6c5b4a" * 8
+
+
+@pytest.fixture
+def laptop(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, java_script_enabled=True)
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def _scroll_width(page: Page) -> int:
+    # Script in the test's context only (evaluate); the console's own CSP still forbids scripts on its pages.
+    width: int = page.evaluate("document.documentElement.scrollWidth")
+    return width
+
+
+def _log_in(page: Page, url: str) -> None:
+    page.goto(f"{url}/login?token={TOKEN}")
+    assert page.url == url + "/"
+
+
+def test_every_page_fits_at_1280_and_the_timeline_matches_the_story(
+    laptop: Page, sim: Simulator, home: Path, contract_path: Path, console: ConsoleServer
+) -> None:
+    stop_operation(home, sim, contract_path, LONG_OPERATION, LONG_JOB, max_requests=3)
+    stop_operation(home, sim, contract_path, "report-export-02", "exp_72a", state="running-" + "x" * 80)
+    _log_in(laptop, console.url)
+    for path in ("/", "/?show=awaiting", "/decisions", "/approvals", "/audit", f"/operations/{LONG_OPERATION}"):
+        laptop.goto(console.url + path)
+        assert _scroll_width(laptop) <= 1280, path
+    laptop.goto(console.url + "/")
+    cut = laptop.locator(f'tr[data-operation="{LONG_OPERATION}"] a.trunc')
+    assert cut.get_attribute("title") == LONG_OPERATION  # the whole id on hover, the cell cut short
+    cut.click()
+    svg = laptop.locator("svg.timeline")
+    assert svg.count() == 1 and svg.get_attribute("role") == "img"
+    story = laptop.locator("ol.story li").all_inner_texts()
+    polled = [line for line in story if "polled, state" in line]
+    assert len(polled) == 3
+    assert svg.locator(".tl-request").count() == len(polled) == int(svg.get_attribute("data-requests") or "0")
+    assert svg.locator("#tl-stop").count() == 1
+    assert "request budget exhausted" in (svg.get_attribute("aria-label") or "")
+    box = svg.bounding_box()
+    assert box is not None and box["width"] <= 1280 and box["height"] > 100
+
+
+def test_a_cancel_clicked_is_followed_through_and_the_name_is_prefilled(
+    laptop: Page, sim: Simulator, home: Path, tmp_path: Path, console: ConsoleServer
+) -> None:
+    contract = write_contract(
+        tmp_path / "c.toml", sim.url, base_delay="50ms", extra=f'\n[cancel]\nurl = "{sim.url}/jobs/{{job_id}}/cancel"\n'
+    )
+    stop_operation(home, sim, contract, "op-cancel-1", "exp_c1")
+    stop_operation(home, sim, contract, "op-cancel-2", "exp_c2")
+    _log_in(laptop, console.url)
+    laptop.goto(console.url + "/decisions")
+    cards = laptop.locator("section.decision")
+    assert cards.count() == 2
+    first = cards.nth(0)
+    assert first.locator("input[name=by]").input_value() == ""
+    first.locator("input[name=by]").fill("alice")
+    first.get_by_role("button", name=re.compile(r"cancel", re.I)).first.click()
+    assert laptop.url == console.url + "/decisions"
+    assert "cancel at provider sent" in laptop.inner_text(".flash.ok")
+    remaining = laptop.locator("section.decision")
+    assert remaining.count() == 1
+    assert remaining.locator("input[name=by]").input_value() == "alice"  # remembered for the session
+    laptop.goto(console.url + "/")
+    cancelled = laptop.locator("tr[data-operation]").filter(has_text="stopped").filter(has_not_text="decide")
+    laptop.goto(console.url + "/operations/" + (cancelled.first.get_attribute("data-operation") or "?"))
+    follow = laptop.inner_text("ul.followups")
+    assert "cancel requested by alice" in follow and "provider answered 200 (accepted)" in follow
+    assert "operation stays stopped" in follow
+    assert laptop.locator("svg.timeline [data-kind=action]").count() == 1
+    assert _scroll_width(laptop) <= 1280

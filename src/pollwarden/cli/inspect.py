@@ -7,7 +7,7 @@ import json
 
 from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
-from ..home import unknown_operation
+from ..home import resolve_home, unknown_operation
 from ..shown import shown
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
@@ -22,6 +22,7 @@ from .common import (
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from ..followup import follow_up_lines
     from ..ownership import ownership_of
 
     store = _open_store(args.home, keys="none")
@@ -45,6 +46,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                         continue  # said by `owner` and `flags` in words
                     # A result may be any JSON value: one line of compact JSON, never a Python repr.
                     print(f"{key:26} {shown(result_text(value) if key == 'result' else value)}")
+                for line in follow_up_lines(store, stored, resolve_home(args.home)):
+                    print(f"{'follow-up':26} {shown(line)}")  # what became of each decision (followup.py)
             return EXIT_OK
         rows = [(s, ownership_of(s, now)) for s in store.all()]
         wanted = {flag for flag, on in (("overdue", args.overdue), ("orphaned", args.orphaned)) if on}

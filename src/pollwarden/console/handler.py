@@ -38,7 +38,7 @@ class ConsoleHandler(PageViews, FormActions):
         if session is None:
             return
         if path == "/":
-            self._operations(session)
+            self._operations(session, url.query)
         elif path.startswith("/operations/"):
             self._operation(session, unquote(path.removeprefix("/operations/")))
         elif path == "/decisions":

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 from ..audit import AuditError
 from ..clock import utcnow
+from ..core.record import OperationRecord
+from ..followup import follow_ups
 from ..operating import HomeError, open_store, verify_home
-from ..store.base import Store, StoreError
+from ..ownership import ownership_of
+from ..store.base import Event, Store, StoreError
 from ..story import story_lines
 from . import pages
 from .auth import AuthHandler
@@ -20,6 +25,11 @@ def _pending_approvals(store: Store) -> int:
     return len(store.grants(status="pending"))
 
 
+def _record_of(store: Store, operation_id: str) -> OperationRecord | None:
+    stored = store.get(operation_id)
+    return None if stored is None else stored.record
+
+
 class PageViews(AuthHandler):
     @staticmethod
     def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
@@ -30,26 +40,28 @@ class PageViews(AuthHandler):
     def _unreadable(self, session: Session, exc: Exception) -> None:
         self._problem(500, "Cannot read the state", str(exc), session)
 
-    def _operations(self, session: Session) -> None:
+    def _operations(self, session: Session, query: str = "") -> None:
+        wanted = (parse_qs(query).get("show") or ["all"])[0]
+        if wanted not in dict(pages.FILTERS):
+            wanted = "all"  # an unknown filter shows everything rather than an error page
+        now = utcnow()
         try:
             with self.console.store("none") as store:
-                records = [s.record for s in store.all()]
+                everything = store.all()
                 open_ones = store.decisions(open_only=True)
                 pending = _pending_approvals(store)
+                now = store.db_now()
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return
         by_operation = {d.request.operation_id: d.request.decision_id for d in open_ones}
-        body = pages.operations_page(
-            records,
-            by_operation,
-            utcnow(),
-            chrome=self._chrome(session, len(open_ones), pending),
-        )
+        rows = [pages.Row(s.record, ownership_of(s, now), by_operation.get(s.record.operation_id)) for s in everything]
+        body = pages.operations_page(rows, wanted, now, chrome=self._chrome(session, len(open_ones), pending))
         self._send(200, body)
 
     def _operation(self, session: Session, operation_id: str) -> None:
         story: list[str] | None = None
+        events: list[Event] | None = None
         problem: str | None = None
         try:
             try:
@@ -58,15 +70,23 @@ class PageViews(AuthHandler):
                 problem = str(exc)  # no key to read the story with; the record itself can still be shown
                 store = open_store(self.console.home, keys="none")
             try:
+                now = store.db_now()
                 stored = store.get(operation_id)
                 decisions = store.decisions(operation_id)
                 open_count = len(store.decisions(open_only=True))
                 pending = _pending_approvals(store)
                 if stored is not None and problem is None:
                     try:
-                        story = story_lines(store.events(operation_id))
+                        events = store.events(operation_id)
+                        story = story_lines(events)
                     except (StoreError, AuditError) as exc:
                         problem = str(exc)
+                        events = None
+                follow = (
+                    []
+                    if stored is None
+                    else follow_ups(stored.record, decisions, events, lambda op: _record_of(store, op))
+                )
             finally:
                 store.close()
         except (HomeError, StoreError) as exc:
@@ -77,10 +97,13 @@ class PageViews(AuthHandler):
             return
         body = pages.operation_page(
             stored.record,
+            ownership_of(stored, now),
+            events,
             story,
             problem,
             decisions,
-            utcnow(),
+            follow,
+            now,
             chrome=self._chrome(session, open_count, pending),
         )
         self._send(200, body)

@@ -8,11 +8,13 @@ from .approvals import approvals_page
 from .audit import audit_page
 from .decisions import decisions_page
 from .frame import Chrome, Flash, login_page, message_page
-from .operations import operation_page, operations_page
+from .operations import FILTERS, Row, operation_page, operations_page
 
 __all__ = [
+    "FILTERS",
     "Chrome",
     "Flash",
+    "Row",
     "approvals_page",
     "audit_page",
     "decisions_page",

@@ -58,15 +58,37 @@ STYLE = """
 * { box-sizing: border-box; }
 body { margin:0; font:15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif;
        color:var(--fg); background:var(--bg); }
-header { background:#18202b; color:#fff; padding:.6rem 1.25rem; display:flex; gap:1.5rem; align-items:center; }
+header { background:#18202b; color:#fff; padding:.6rem 1.25rem; display:flex; flex-wrap:wrap; gap:.5rem 1.5rem;
+         align-items:center; }
 header .brand { font-weight:700; letter-spacing:.02em; }
-header nav { display:flex; gap:1rem; flex:1; }
+header nav { display:flex; flex-wrap:wrap; gap:1rem; flex:1; }
 header a { color:#cfe0ff; text-decoration:none; }
 header a.here { color:#fff; border-bottom:2px solid #fff; }
 header form { margin:0; }
 header button { background:none; border:1px solid #6b7a8c; color:#cfe0ff; border-radius:4px; padding:.15rem .6rem;
                 cursor:pointer; font:inherit; font-size:.85rem; }
-main { padding:1rem 1.25rem 3rem; max-width:1280px; }
+main { padding:1rem 1.25rem 3rem; max-width:1280px; min-width:0; }
+/* Nothing may be wider than the window (1,280 px is the target): long ids are cut with an ellipsis (the
+   whole id in the title), long values wrap, and a table too wide anyway scrolls inside its own box. */
+td { overflow-wrap:anywhere; }
+.trunc { display:inline-block; max-width:14rem; overflow:hidden; text-overflow:ellipsis; white-space:nowrap;
+         vertical-align:bottom; }
+.wrap { overflow-wrap:anywhere; }
+td.owner { font-size:.85rem; max-width:14rem; }
+td.act { white-space:nowrap; }
+table.operations td .detail { overflow-wrap:normal; }
+.trunc.state { max-width:9rem; }
+td.when { font-variant-numeric:tabular-nums; min-width:6.5rem; }
+.reason { white-space:nowrap; }  /* one token to read and grep: never broken inside */
+.flag-overdue { color:var(--warn); } .flag-orphaned { color:var(--bad); }
+nav.filters { margin:.4rem 0 .8rem; }
+table.fleet { width:auto; min-width:30rem; margin-bottom:.6rem; }
+.card.tl { padding:.6rem .8rem; overflow:hidden; }
+svg.timeline { display:block; max-width:100%; height:auto; }
+p.legend { font-size:.8rem; margin:.4rem 0 0; }
+ul.followups { background:var(--card); border:1px solid var(--line); border-radius:6px; margin:0;
+               padding:.5rem 1rem .5rem 2rem; }
+ul.followups li { padding:.15rem 0; overflow-wrap:anywhere; }
 h1 { font-size:1.35rem; margin:.4rem 0 1rem; }
 h2 { font-size:1.1rem; margin:1.5rem 0 .6rem; }
 table { border-collapse:collapse; width:100%; background:var(--card); border:1px solid var(--line); }
@@ -94,7 +116,7 @@ progress { width:7rem; height:.8rem; vertical-align:middle; margin-right:.35rem;
 .card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1rem 1.2rem;
         margin:0 0 1.2rem; }
 .card h2 { margin-top:0; }
-ul.r31 { list-style:none; padding:0; margin:0 0 .8rem; columns:2 22rem; column-gap:2rem; }
+ul.r31 { list-style:none; padding:0; margin:0 0 .8rem; columns:2 22rem; column-gap:2rem; overflow-wrap:anywhere; }
 ul.r31 li { padding:.12rem 0; break-inside:avoid; }
 ul.r31 .k { color:var(--muted); display:inline-block; min-width:9.5rem; } ul.r31 .v { font-weight:500; }
 .fields { display:flex; flex-wrap:wrap; gap:.8rem 1.5rem; margin:.4rem 0 1rem; }
