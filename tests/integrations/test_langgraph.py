@@ -217,3 +217,50 @@ def test_long_or_odd_thread_ids_are_hashed_into_a_valid_operation_id() -> None:
     assert all(operation_id_problem(op) is None for op in [readable, *odd])
     assert len(set(odd)) == 3 and all(op.startswith("lg-") for op in odd)
     assert operation_id("t/1", "w", "c", "j") != operation_id("t 1", "w", "c", "j")
+
+
+def test_in_a_tool_node_the_model_gets_the_outcome_and_never_the_credential(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How a model's graph calls it: a ToolNode on an AIMessage's tool call. The provider echoes the credential
+    in its state; neither the interrupt nor the tool message carries it."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import MessagesState
+    from langgraph.prebuilt import ToolNode
+
+    token = "s3cret-token-for-the-tool-node"
+    monkeypatch.setenv("SIM_TOKEN", token)
+    with Simulator(token=token) as sim:
+        contract = write_contract(
+            tmp_path / "t.toml", sim.url, base_delay="20ms", max_delay="50ms", secret_env="SIM_TOKEN"
+        )
+        sim.add_job("job-8", [Step(body={"state": "running", "error": token}), Step(body={"state": f"odd {token}"})])
+        builder = StateGraph(MessagesState)
+        builder.add_node("tools", ToolNode([langgraph_tool(contract, home=home)]))
+        builder.add_edge(START, "tools")
+        builder.add_edge("tools", END)
+        app = builder.compile(checkpointer=InMemorySaver())
+        call = AIMessage(content="", tool_calls=[{"name": "wait_for_job", "args": {"job_id": "job-8"}, "id": "call-8"}])
+        asked = app.invoke({"messages": [call]}, thread("t-8"))["__interrupt__"][0].value
+        assert asked["reason"] == "unknown_state" and "Last state: odd [secret]" in asked["question"]
+        assert token not in repr(asked)
+        close = next(o["number"] for o in asked["options"] if o["kind"] == "close")
+        done = app.invoke(Command(resume=decision_answer(asked, option=close, by="alice")), thread("t-8"))
+        answer = done["messages"][-1]
+        assert isinstance(answer, ToolMessage) and answer.tool_call_id == "call-8"
+        assert '"status": "stopped"' in str(answer.content) and token not in str(answer.content)
+        assert sim.request_count("job-8") == 2
+
+
+def test_a_job_another_operation_watches_is_refused_with_that_operation(
+    sim: Simulator, contract: Path, home: Path
+) -> None:
+    from pollwarden import Watch
+
+    sim.add_job("job-9", [Step(body={"state": "running"})])
+    stopped = Watch(contract, "job-9", home=home, operation_id="by-hand", max_requests=1).run()
+    assert stopped.operation_id == "by-hand" and sim.request_count("job-9") == 1
+    app = graph(langgraph_tool(contract, home=home))
+    refused = app.invoke({"job": "job-9"}, thread("t-9"))["out"]
+    assert isinstance(refused, str) and "already watched by operation by-hand" in refused
+    assert sim.request_count("job-9") == 1  # one job, one budget: no second one from a thread
