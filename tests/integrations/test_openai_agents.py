@@ -201,3 +201,39 @@ def test_approve_refuses_without_a_name_or_once_the_decision_is_taken(
         assert [i.tool_name for i in still.interruptions] == ["wait_for_job"]
 
     asyncio.run(scenario())
+
+
+def test_a_second_stop_after_an_approval_is_asked_for_again_by_the_next_call(
+    sim: Simulator, contract: Path, home: Path
+) -> None:
+    sim.add_job(
+        "job-5", [Step(body={"state": "running"}, times=7), Step(body={"state": "succeeded", "result_url": "/r/5"})]
+    )
+    waiter = openai_agents_tool(contract, home=home, max_requests=2)
+    model = ScriptedModel(tool_call("job-5"), tool_call("job-5", "call-2"), message("ready"))
+    agent = agent_with(waiter, model)
+
+    async def scenario() -> list[str]:
+        approvers = []
+        result = await Runner.run(agent, "wait", run_config=NO_TRACES)
+        for name in ("alice", "bob"):
+            (item,) = result.interruptions
+            state = result.to_state()
+            waiter.approve(state, item, by=name)
+            approvers.append(name)
+            result = await Runner.run(agent, state, run_config=NO_TRACES)
+        assert result.final_output == "ready" and result.interruptions == []
+        return approvers
+
+    asyncio.run(scenario())
+    outputs = tool_outputs(model)
+    assert (
+        outputs["call-1"]["status"] == "stopped"
+        and "call this tool again" in outputs["call-1"]["decision"]["answer_with"]
+    )
+    assert outputs["call-2"]["status"] == "succeeded" and sim.request_count("job-5") == 8
+    store = open_store(home)
+    try:
+        assert [d.decided_by for d in store.decisions(outputs["call-2"]["operation_id"])] == ["alice", "bob"]
+    finally:
+        store.close()

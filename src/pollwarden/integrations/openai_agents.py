@@ -60,8 +60,9 @@ __all__ = ["AgentsJobTool", "openai_agents_tool"]
 
 PREFIX = "oa"
 ANSWER_WITH = (
-    "a person approves this tool call with AgentsJobTool.approve(state, item, by=NAME), which applies the"
-    " extend option, or decides with `pollwarden decide DECISION_ID --option N --by NAME`"
+    "call this tool again with the same job_id to ask a person: approving that call"
+    " (AgentsJobTool.approve(state, item, by=NAME)) applies the extend option; or a person decides with"
+    " `pollwarden decide DECISION_ID --option N --by NAME`"
 )
 
 
