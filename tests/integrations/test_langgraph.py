@@ -264,3 +264,23 @@ def test_a_job_another_operation_watches_is_refused_with_that_operation(
     refused = app.invoke({"job": "job-9"}, thread("t-9"))["out"]
     assert isinstance(refused, str) and "already watched by operation by-hand" in refused
     assert sim.request_count("job-9") == 1  # one job, one budget: no second one from a thread
+
+
+def test_inspect_is_not_applied_from_the_graph(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    """Opening a console decides nothing: the graph asks again, the decision stays open, no event is added."""
+    extra = '[escalation]\nconsole_url = "https://console.example/jobs/{job_id}"\n'
+    contract = write_contract(tmp_path / "i.toml", sim.url, base_delay="20ms", max_delay="50ms", extra=extra)
+    sim.add_job("job-10", [RUNNING])
+    app = graph(langgraph_tool(contract, home=home, max_requests=1))
+    asked = app.invoke({"job": "job-10"}, thread("t-10"))["__interrupt__"][0].value
+    inspect = next(o for o in asked["options"] if o["kind"] == "inspect")
+    assert "https://console.example/jobs/job-10" in inspect["effect"]
+    again = app.invoke(Command(resume=decision_answer(asked, option=inspect["number"], by="alice")), thread("t-10"))
+    value = again["__interrupt__"][0].value
+    assert value["decision_id"] == asked["decision_id"] and "inspect decides nothing" in value["problem"]
+    store = open_store(home)
+    try:
+        assert [d.status for d in store.decisions(asked["operation_id"])] == ["open"]
+        assert "inspected" not in [e.kind for e in store.events(asked["operation_id"])]
+    finally:
+        store.close()
