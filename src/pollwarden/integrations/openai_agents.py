@@ -6,10 +6,11 @@ that needs a person to the SDK's human-in-the-loop, a `needs_approval` interrupt
     waiter = openai_agents_tool("exports.toml", home="~/.local/state/pollwarden")
     agent = Agent(name="ops", tools=[waiter.tool])
     result = await Runner.run(agent, "export the report and wait for it")
-    for item in result.interruptions:
-        decision = waiter.decision(item)        # the open DecisionRequest: question, bounded options
+    while result.interruptions:
         state = result.to_state()
-        waiter.approve(state, item, by="alice")  # or waiter.reject(state, item)
+        for item in result.interruptions:
+            decision = waiter.decision(item)        # the open DecisionRequest: question, bounded options
+            waiter.approve(state, item, by="alice")  # or waiter.reject(state, item)
         result = await Runner.run(agent, state)
 
 Before the tool runs, its approval check watches the job (the same `Watch` as the Python API; the operation id
