@@ -249,3 +249,33 @@ def test_a_stop_no_yes_can_mean_is_answered_without_an_interruption(sim: Simulat
     assert answer["status"] == "stopped" and answer["reason"] == "authorization_denied"
     assert [o["kind"] for o in answer["decision"]["options"]] == ["close"]
     assert sim.request_count("forbidden-1") == 1
+
+
+def test_cancelling_the_run_cancels_the_watch_and_leaves_it_to_resume(
+    sim: Simulator, contract: Path, home: Path
+) -> None:
+    """The approval check's watch is the API's `watch`: a cancelled run stops it within one request, audited."""
+    waiter = openai_agents_tool(contract, home=home)
+    agent = agent_with(waiter, ScriptedModel(tool_call("never-1")))
+
+    async def scenario() -> None:
+        run = asyncio.create_task(Runner.run(agent, "wait", run_config=NO_TRACES))
+        for _ in range(3000):  # until the provider has seen the watch (30 s at most), then cancel the run
+            if sim.request_count("never-1") or run.done():
+                break
+            await asyncio.sleep(0.01)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(scenario())
+    operation = waiter.operation_id("never-1")
+    store = open_store(home)
+    try:
+        stored = store.get(operation)
+        assert stored is not None and stored.record.phase.value == "active"
+        assert "interrupted" in [e.kind for e in store.events(operation)]
+        sent = sim.request_count("never-1")
+        assert 1 <= sent == stored.record.status_requests_used  # nothing sent behind the record
+    finally:
+        store.close()

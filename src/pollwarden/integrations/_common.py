@@ -201,25 +201,41 @@ class JobTool:
         except HomeError as exc:
             raise WatchError(str(exc)) from None
 
+    def _limits(self, new: bool) -> tuple[timedelta | str | None, int | None]:
+        """The tool's limits for a new operation; none for a resume, so a person's extension is kept (the tool's
+        limits would narrow it back) and nothing is widened."""
+        return (self.deadline, self.max_requests) if new else (None, None)
+
     def watch(self, store: Store, operation_id: str, job_id: str) -> Outcome:
-        """Start the operation, or resume it: a resume asks for no limit, so a person's extension is kept (the
-        tool's limits would narrow it back) and nothing is widened."""
-        new = store.get(operation_id) is None
+        """Start the operation, or resume it, and watch it to its outcome (blocking)."""
+        deadline, max_requests = self._limits(store.get(operation_id) is None)
         return Watch(
-            self.contract,
-            job_id,
-            store=store,
-            operation_id=operation_id,
-            deadline=self.deadline if new else None,
-            max_requests=self.max_requests if new else None,
+            self.contract, job_id, store=store, operation_id=operation_id, deadline=deadline, max_requests=max_requests
         ).run()
 
-    def watch_once(self, operation_id: str, job_id: str) -> Outcome:
-        store = self.open_store()
-        try:
-            return self.watch(store, operation_id, job_id)
-        finally:
-            store.close()
+    async def watch_async(self, operation_id: str, job_id: str) -> Outcome:
+        """The same through the API's `watch`: cancelling the awaiting task cancels the watch within one request
+        (recorded as `interrupted`, the operation left to resume), and no thread polls on behind it."""
+        import asyncio
+
+        from ..api import watch
+
+        def is_new() -> bool:
+            store = self.open_store()
+            try:
+                return store.get(operation_id) is None
+            finally:
+                store.close()
+
+        deadline, max_requests = self._limits(await asyncio.to_thread(is_new))
+        return await watch(
+            self.contract,
+            job_id,
+            home=self.home,
+            operation_id=operation_id,
+            deadline=deadline,
+            max_requests=max_requests,
+        )
 
     def open_decision(self, store: Store, operation_id: str) -> DecisionRequest | None:
         found = store.decisions(operation_id, open_only=True)

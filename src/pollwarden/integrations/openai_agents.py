@@ -30,7 +30,6 @@ one, so it grants nothing: the tool reports the stop and the open decision.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from datetime import timedelta
@@ -80,7 +79,7 @@ class AgentsJobTool:
             if not isinstance(job_id, str):
                 return False  # the tool run itself reports the bad argument
             try:
-                outcome = await asyncio.to_thread(job.watch_once, self.operation_id(job_id), job_id)
+                outcome = await job.watch_async(self.operation_id(job_id), job_id)
             except PollwardenError:
                 return False  # likewise: the SDK would take an exception here for "ask a person"
             decision = stopped_for_decision(outcome)
@@ -89,7 +88,7 @@ class AgentsJobTool:
         async def wait_for_job(job_id: str) -> str:
             """Wait until the provider's job with this job_id finishes, within pollwarden's limits."""
             try:
-                outcome = await asyncio.to_thread(job.watch_once, self.operation_id(job_id), job_id)
+                outcome = await job.watch_async(self.operation_id(job_id), job_id)
             except WatchError as exc:
                 return json.dumps({"status": "refused", "message": str(exc)})
             return json.dumps(outcome_json(outcome, ANSWER_WITH))
