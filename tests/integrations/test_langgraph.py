@@ -203,6 +203,18 @@ def test_bad_input_is_a_clear_tool_error(sim: Simulator, contract: Path, home: P
     assert sim.requests() == []
     with pytest.raises(ValueError, match="vars must be a mapping"):
         langgraph_tool(contract, home=home, vars="x=1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="useful_for"):
+        langgraph_tool(contract, home=home, useful_for="soon")
+
+
+def test_the_tools_limits_are_what_a_new_operation_starts_with(sim: Simulator, contract: Path, home: Path) -> None:
+    """(A resumed one keeps its own: the extension tests above would stop at once if max_requests=2 narrowed it.)"""
+    sim.add_job("job-11", [Step(body={"state": "succeeded", "result_url": "/r/11"})])
+    app = graph(langgraph_tool(contract, home=home, deadline="40s", max_requests=3, useful_for="30s"))
+    out = app.invoke({"job": "job-11"}, thread("t-11"))["out"]
+    assert out["status"] == "succeeded"
+    operation = out["operation"]
+    assert operation["max_status_requests"] == 3 and operation["useful_until"] is not None
 
 
 def test_long_or_odd_thread_ids_are_hashed_into_a_valid_operation_id() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from ..api import Outcome, Stopped, Succeeded, Watch
 from ..core.admission import operation_id_problem
@@ -170,6 +170,14 @@ def parse_answer(value: object) -> Answer | str:
     return Answer(decision, option, by.strip(), note)
 
 
+class NewLimits(TypedDict, total=False):
+    """What a tool asks of a new operation, as `Watch` takes it (None: the contract's own)."""
+
+    deadline: timedelta | str | None
+    max_requests: int | None
+    useful_for: timedelta | str | None
+
+
 class JobTool:
     """One tool's settings, checked once when the tool is built: the contract (loaded and checked by `Watch`,
     the API's one place for it), the home, and the limits a new operation starts with."""
@@ -181,15 +189,13 @@ class JobTool:
         home: str | Path | None,
         deadline: timedelta | str | None,
         max_requests: int | None,
+        useful_for: timedelta | str | None,
         vars: Mapping[str, str] | None,
     ) -> None:
-        probe = Watch(
-            contract, home=home, operation_id=_PROBE_ID, deadline=deadline, max_requests=max_requests, vars=vars
-        )
+        self.limits = NewLimits(deadline=deadline, max_requests=max_requests, useful_for=useful_for)
+        probe = Watch(contract, home=home, operation_id=_PROBE_ID, vars=vars, **self.limits)
         self.contract = probe.contract
         self.home = home
-        self.deadline = deadline
-        self.max_requests = max_requests
 
     def open_store(self) -> Store:
         from ..api import WatchError
@@ -201,17 +207,15 @@ class JobTool:
         except HomeError as exc:
             raise WatchError(str(exc)) from None
 
-    def _limits(self, new: bool) -> tuple[timedelta | str | None, int | None]:
+    def _limits(self, new: bool) -> NewLimits:
         """The tool's limits for a new operation; none for a resume, so a person's extension is kept (the tool's
         limits would narrow it back) and nothing is widened."""
-        return (self.deadline, self.max_requests) if new else (None, None)
+        return self.limits if new else NewLimits()
 
     def watch(self, store: Store, operation_id: str, job_id: str) -> Outcome:
         """Start the operation, or resume it, and watch it to its outcome (blocking)."""
-        deadline, max_requests = self._limits(store.get(operation_id) is None)
-        return Watch(
-            self.contract, job_id, store=store, operation_id=operation_id, deadline=deadline, max_requests=max_requests
-        ).run()
+        limits = self._limits(store.get(operation_id) is None)
+        return Watch(self.contract, job_id, store=store, operation_id=operation_id, **limits).run()
 
     async def watch_async(self, operation_id: str, job_id: str) -> Outcome:
         """The same through the API's `watch`: cancelling the awaiting task cancels the watch within one request
@@ -227,15 +231,8 @@ class JobTool:
             finally:
                 store.close()
 
-        deadline, max_requests = self._limits(await asyncio.to_thread(is_new))
-        return await watch(
-            self.contract,
-            job_id,
-            home=self.home,
-            operation_id=operation_id,
-            deadline=deadline,
-            max_requests=max_requests,
-        )
+        limits = self._limits(await asyncio.to_thread(is_new))
+        return await watch(self.contract, job_id, home=self.home, operation_id=operation_id, **limits)
 
     def open_decision(self, store: Store, operation_id: str) -> DecisionRequest | None:
         found = store.decisions(operation_id, open_only=True)

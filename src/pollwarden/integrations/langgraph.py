@@ -101,17 +101,18 @@ def langgraph_tool(
     description: str | None = None,
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
+    useful_for: timedelta | str | None = None,
     vars: Mapping[str, str] | None = None,
 ) -> BaseTool:
     """A tool `(job_id) -> outcome` over `contract` (a Contract, a path or a shipped contract's name).
 
-    `deadline` and `max_requests` are the limits a new operation starts with (else the contract's); a resumed
-    operation keeps what it has. The answer is a dict: `status` "succeeded" with `result`, or "stopped" with
-    `reason`, `job_ended` and the decision (if one is left); `operation` is the record's summary. Bad input (a
-    job id the contract refuses, another operation holding the job) is a ToolException with the message, which
-    a ToolNode hands to the model.
+    `deadline`, `max_requests` and `useful_for` (as the Python API takes them) are what a new operation starts
+    with (else the contract's); a resumed operation keeps what it has. The answer is a dict: `status`
+    "succeeded" with `result`, or "stopped" with `reason`, `job_ended` and the decision (if one is left);
+    `operation` is the record's summary. Bad input (a job id the contract refuses, another operation holding the
+    job) is a ToolException with the message, which a ToolNode hands to the model.
     """
-    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, vars=vars)
+    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, useful_for=useful_for, vars=vars)
 
     def wait_for_job(job_id: str, config: RunnableConfig) -> dict[str, JSONValue]:
         thread = (config.get("configurable") or {}).get("thread_id")

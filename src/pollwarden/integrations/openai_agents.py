@@ -170,12 +170,13 @@ def openai_agents_tool(
     description: str | None = None,
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
+    useful_for: timedelta | str | None = None,
     vars: Mapping[str, str] | None = None,
 ) -> AgentsJobTool:
     """The tool over `contract` (a Contract, a path or a shipped contract's name); `.tool` goes to the Agent.
 
-    `deadline` and `max_requests` are the limits a new operation starts with (else the contract's); a resumed
-    operation keeps what it has.
+    `deadline`, `max_requests` and `useful_for` (as the Python API takes them) are what a new operation starts
+    with (else the contract's); a resumed operation keeps what it has.
     """
-    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, vars=vars)
+    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, useful_for=useful_for, vars=vars)
     return AgentsJobTool(job, name, description)
