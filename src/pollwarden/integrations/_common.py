@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 _PROBE_ID = "probe"
 """The operation id a tool's settings are checked with when it is built: nothing is opened or stored then."""
 
-MAX_NAME_CHARS = 200
-"""The longest approver name or note accepted from a framework's answer (the CLI's `--by` is a shell word)."""
+MAX_BY, MAX_NOTE = 100, 500
+"""The longest approver name and note a framework's answer may carry: the console's limits (console.actions)."""
 
 
 def missing_extra(what: str, extra: str) -> ImportError:
@@ -139,11 +139,11 @@ def person_problem(by: object, note: object = None) -> str | None:
     """Why `by` cannot name the person deciding (or `note` go with it), or None: the CLI's `--by` rules."""
     if not isinstance(by, str) or not by.strip():
         return '"by" must name the person deciding'
-    for what, text in (("by", by), ("note", note)):
+    for what, text, most in (("by", by, MAX_BY), ("note", note, MAX_NOTE)):
         if text is None:
             continue
-        if not isinstance(text, str) or len(text) > MAX_NAME_CHARS or has_control(text):
-            return f'"{what}" must be text of at most {MAX_NAME_CHARS} characters with no control characters'
+        if not isinstance(text, str) or len(text) > most or has_control(text):
+            return f'"{what}" must be text of at most {most} characters with no control characters'
     return None
 
 
