@@ -47,7 +47,8 @@ def _import_the_rest(servers: list[str]) -> None:
         importlib.import_module(f"pollwarden.{name}")
 
 
-_SERVERS = ("mcp_server", "console")
+_SERVERS = ("mcp_server", "console", "integrations")
+"""Left out of the shared zygote; `integrations` is no command's at all (its frameworks are agent code's)."""
 
 
 def _serve(control: socket.socket, listener: socket.socket) -> _Request | None:

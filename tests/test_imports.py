@@ -180,7 +180,9 @@ def test_a_postgres_target_is_named_and_redacted_without_psycopg() -> None:
     assert _heavy(loaded) == []
 
 
-@pytest.mark.parametrize("face", ["pollwarden", "pollwarden.audit", "pollwarden.store", "pollwarden.simulator"])
+@pytest.mark.parametrize(
+    "face", ["pollwarden", "pollwarden.audit", "pollwarden.store", "pollwarden.simulator", "pollwarden.integrations"]
+)
 def test_every_lazy_face_gives_each_name_from_its_module(face: str) -> None:
     """A face's `__all__`, its lazy table and its TYPE_CHECKING imports are three lists: each name must resolve,
     and to the very object its module defines (mypy checks the TYPE_CHECKING side)."""

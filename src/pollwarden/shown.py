@@ -10,6 +10,10 @@ the audit log keep the original.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core.escalation import DecisionRequest
 
 # C0 controls (TAB, LF, CR, ESC, BEL included), DEL, C1 controls; the bidi marks, embeddings, overrides and
 # isolates (Trojan Source); the Unicode line and paragraph separators, which break lines in browsers and some
@@ -32,3 +36,19 @@ def shown(value: object) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a code point `shown` would escape: input a person types is refused for it."""
     return _UNSAFE.search(text) is not None
+
+
+def shown_json(value: Any) -> Any:
+    """A JSON-shaped value with every string in it passed through `shown`, for text output built from it."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list):
+        return [shown_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: shown_json(v) for k, v in value.items()}
+    return value
+
+
+def shown_request(request: DecisionRequest) -> DecisionRequest:
+    """The request with every text field passed through `shown`, so its multi-line `render()` stays safe."""
+    return type(request).from_json(shown_json(request.to_json()))

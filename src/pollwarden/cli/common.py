@@ -11,16 +11,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from ..catalogue import resolve_contract
 from ..core.contract import Contract, ContractError
 from ..core.contract_vars import VAR_NAME
 from ..core.durations import DurationError, parse_duration
-from ..core.escalation import DecisionRequest
 from ..errors import PollwardenError
 from ..home import resolve_home
 from ..shown import has_control, shown
+from ..shown import shown_json as shown_json  # the commands' text output: in `shown`, which other interfaces share
+from ..shown import shown_request as shown_request
 from ..store.base import Store
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_JOB_ENDED, EXIT_ESCALATED = 0, 1, 2, 3, 4
@@ -94,22 +94,6 @@ def typed(value: str | None, flag: str) -> str | None:
             " allowed; type plain text"
         )
     return value
-
-
-def shown_json(value: Any) -> Any:
-    """A JSON-shaped value with every string in it passed through `shown`, for text output built from it."""
-    if isinstance(value, str):
-        return shown(value)
-    if isinstance(value, list):
-        return [shown_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: shown_json(v) for k, v in value.items()}
-    return value
-
-
-def shown_request(request: DecisionRequest) -> DecisionRequest:
-    """The request with every text field passed through `shown`, so its multi-line `render()` stays safe."""
-    return DecisionRequest.from_json(shown_json(request.to_json()))
 
 
 def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
