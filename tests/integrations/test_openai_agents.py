@@ -86,7 +86,8 @@ def test_a_stop_with_a_decision_is_an_approval_and_approving_applies_it(
         (item,) = first.interruptions
         assert item.tool_name == "wait_for_job" and len(model.calls) == 1
         decision = waiter.decision(item)
-        assert decision is not None and decision.reason.value == "request_budget_exhausted"
+        assert decision is not None and decision.reason is not None
+        assert decision.reason.value == "request_budget_exhausted"
         assert [(o.number, o.kind.value) for o in decision.options] == [(1, "extend"), (2, "close")]
         assert sim.request_count("job-1") == 2
         state = first.to_state()
