@@ -20,6 +20,7 @@ from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
 from .engine.flow import lease_ttl
 from .http import StatusClient
+from .shown import has_control
 from .store.base import DecisionTaken, Store, StoredDecision
 from .store.owner import process_owner
 
@@ -52,6 +53,24 @@ def _load(store: Store, decision_id: str) -> StoredDecision:
     return stored
 
 
+MAX_DECIDER = 100
+MAX_NOTE = 500
+
+
+def person_problem(by: object, note: object = None) -> tuple[str, str] | None:
+    """Why `by` cannot name the person deciding, or `note` go with it, as (which, what is wrong); None if both
+    may. The one rule for every way a person answers (`decide --by`, the console's form, a graph's resume
+    value), applied again by `apply_decision` whoever calls it: the audit log names a person, in plain text."""
+    if not isinstance(by, str) or not by.strip():
+        return "by", "must name the person deciding"
+    for which, text, most in (("by", by, MAX_DECIDER), ("note", note, MAX_NOTE)):
+        if text is None:
+            continue
+        if not isinstance(text, str) or len(text) > most or has_control(text):
+            return which, f"must be plain text of at most {most} characters (no control characters)"
+    return None
+
+
 def apply_decision(
     store: Store,
     contract: Contract,
@@ -64,6 +83,9 @@ def apply_decision(
     now: datetime,
     client: StatusClient | None = None,
 ) -> Outcome:
+    if (problem := person_problem(by, note)) is not None:
+        raise DecisionError(f"{problem[0]} {problem[1]}; nothing changed")
+    by = by.strip()
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)

@@ -154,7 +154,7 @@ def test_a_refusal_ends_the_tool_call_with_the_stop(sim: Simulator, contract: Pa
         ({"decision": "d", "option": 1, "by": "al\x1bice"}, "no control characters"),
         ({"decision": "d", "option": 9, "by": "alice"}, "has no option 9"),
         ({"decision": "d-other", "option": 1, "by": "alice"}, "names decision 'd-other'"),
-        ({"decision": "d", "option": 2, "by": "alice", "note": 7}, '"note" must be text'),
+        ({"decision": "d", "option": 2, "by": "alice", "note": 7}, '"note" must be plain text'),
     ],
 )
 def test_a_resume_value_that_is_no_persons_answer_changes_nothing(

@@ -303,3 +303,21 @@ def test_request_extension_asks_a_person_who_alone_can_grant_it(sim: Simulator, 
             }.items()
 
     run(body)
+
+
+def test_list_operations_names_the_contract_files_that_are_not_served(sim: Simulator, tmp_path: Path) -> None:
+    """A contract the server could not load used to show only on the server's stderr; the agent now sees why."""
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url)
+    (contracts / "broken.toml").write_text('name = "broken"\nstatus_url = 42\n', encoding="utf-8")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            listed = await agent.call("list_operations")
+            assert listed.ok, listed.text
+            assert list(listed.data["contracts"]) == ["exports"]
+            (problem,) = listed.data["contracts_not_served"]
+            assert "broken.toml" in problem["problem"] and "status_url" in problem["problem"]
+            assert "restart `pollwarden mcp`" in problem["fix"]
+
+    run(body)

@@ -14,6 +14,7 @@ from ..core.admission import new_operation_id, operation_id_problem
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
+from ..decisions import person_problem
 from ..home import unknown_operation
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
@@ -29,7 +30,6 @@ from .common import (
     output_file,
     resume_hint,
     shown_request,
-    typed,
     vars_of,
 )
 from .parser import build_parser
@@ -79,10 +79,9 @@ def cmd_decisions(args: argparse.Namespace) -> int:
 def cmd_decide(args: argparse.Namespace) -> int:
     if (args.option is None) is not args.refuse:
         raise UsageError("choose one: --option N (see `pollwarden decisions`) or --refuse")
-    if not args.by.strip():
-        raise UsageError("--by must name the person deciding")
-    typed(args.by, "--by")
-    typed(args.note, "--note")
+    if (problem := person_problem(args.by, args.note)) is not None:
+        which, wrong = problem
+        raise UsageError(f"--{which} {wrong}; nothing changed")
     store = _open_store(args.home, keys="write")
     try:
         outcome = decide(store, args.decision, option=args.option, refuse=args.refuse, by=args.by, note=args.note)

@@ -10,15 +10,13 @@ from collections.abc import Callable
 
 from ..audit import AuditError
 from ..core.escalation import DecisionError
+from ..decisions import MAX_DECIDER, MAX_NOTE, person_problem
 from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
-from ..shown import has_control, shown
+from ..shown import shown
 from ..store.base import StoreError
 from .auth import AuthHandler
 from .pages import Flash
 from .sessions import Session
-
-MAX_BY = 100
-MAX_NOTE = 500
 
 Back = Callable[[str, str], None]
 """Queue a flash (kind, text) and redirect to the form's page."""
@@ -36,18 +34,18 @@ class FormActions(AuthHandler):
         """The checked 'Decided by' name and note of a form; None after an error flash was queued."""
         by = form.get("by", "").strip()
         note = form.get("note", "").strip() or None
+        problem = person_problem(by, note)
+        if problem is None:
+            return by, note
         if not by:
             back(
                 "error", "Type your name in 'Decided by': every decision names the person who made it. Nothing changed."
             )
-            return None
-        if len(by) > MAX_BY or has_control(by):
-            back("error", f"'Decided by' must be at most {MAX_BY} characters of plain text. Nothing changed.")
-            return None
-        if note is not None and (len(note) > MAX_NOTE or has_control(note)):
+        elif problem[0] == "by":
+            back("error", f"'Decided by' must be at most {MAX_DECIDER} characters of plain text. Nothing changed.")
+        else:
             back("error", f"The note must be at most {MAX_NOTE} characters of plain text. Nothing changed.")
-            return None
-        return by, note
+        return None
 
     def _decide(self, session: Session, decision_id: str, form: dict[str, str]) -> None:
         back = self._back(session, "/decisions")

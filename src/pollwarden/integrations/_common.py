@@ -23,7 +23,8 @@ from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.contract_result import JSONValue
 from ..core.escalation import DecisionError, DecisionRequest, Option, OptionKind
-from ..shown import has_control, shown_request
+from ..decisions import person_problem as decisions_person_problem
+from ..shown import shown_request
 
 if TYPE_CHECKING:
     from ..decisions import Outcome as Decided
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 _PROBE_ID = "probe"
 """The operation id a tool's settings are checked with when it is built: nothing is opened or stored then."""
 
-MAX_BY, MAX_NOTE = 100, 500
 """The longest approver name and note a framework's answer may carry: the console's limits (console.actions)."""
 
 
@@ -137,15 +137,9 @@ ANSWER_FORM = '{"decision": DECISION_ID, "option": N, "by": "NAME"} (or "refuse"
 
 
 def person_problem(by: object, note: object = None) -> str | None:
-    """Why `by` cannot name the person deciding (or `note` go with it), or None: the CLI's `--by` rules."""
-    if not isinstance(by, str) or not by.strip():
-        return '"by" must name the person deciding'
-    for what, text, most in (("by", by, MAX_BY), ("note", note, MAX_NOTE)):
-        if text is None:
-            continue
-        if not isinstance(text, str) or len(text) > most or has_control(text):
-            return f'"{what}" must be text of at most {most} characters with no control characters'
-    return None
+    """Why `by` cannot name the person deciding (or `note` go with it), or None: `decisions.person_problem`."""
+    problem = decisions_person_problem(by, note)
+    return None if problem is None else f'"{problem[0]}" {problem[1]}'
 
 
 def parse_answer(value: object) -> Answer | str:

@@ -467,6 +467,12 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
             }
             for name, c in sorted(broker.contracts.items())
         },
+        # A file the server could not load is not served; saying so (and why) spares the agent a guess at a name
+        # that will never be served, and tells it what to pass on to the person who keeps the directory.
+        "contracts_not_served": [
+            {"problem": problem, "fix": "a person must correct the file and restart `pollwarden mcp`"}
+            for problem in broker.problems
+        ],
         "operations": [
             {
                 "operation_id": r.operation_id,
