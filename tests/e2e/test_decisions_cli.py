@@ -7,6 +7,8 @@ import hmac
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -313,3 +315,20 @@ def test_failed_job_can_be_resubmitted_as_a_new_operation(sim: Simulator, home: 
     assert status["job"] == "failed-sub2" and status["phase"] == "active"
     assert len([r for r in sim.requests() if r.method == "POST"]) == 2
     assert "action resubmit done by gina" in run_cli("story", "sub", home=home).stdout
+
+
+def test_submit_reads_its_body_from_standard_input(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    """`--body -`: what `submit --help` now says, beside `--body FILE`."""
+    contract = write_contract(tmp_path / "c.toml", sim.url, extra=SUBMIT.format(base=sim.url))
+    args = ["submit", "--contract", str(contract), "--body", "-", "--operation", "piped", "--json"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "pollwarden", *args],
+        input=json.dumps({"scenario": "happy"}).encode(),
+        capture_output=True,
+        env={**os.environ, "POLLWARDEN_HOME": str(home)},
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert [r.method for r in sim.requests()] == ["POST"]
+    helped = run_cli("submit", "--help", home=home).stdout
+    assert "a file holding the JSON request body (- reads standard input)" in " ".join(helped.split())

@@ -104,7 +104,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     contract = _load_contract(args.contract, vars_of(args))
     try:
-        body = Path(args.body).read_bytes()
+        body = sys.stdin.buffer.read() if args.body == "-" else Path(args.body).read_bytes()
     except OSError as exc:
         raise UsageError(f"--body {args.body}: {exc.strerror}") from None
     try:

@@ -179,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sb = sub.add_parser("submit", help="submit a job as the contract's [submit] table documents, then watch it")
     sb.add_argument("--contract", required=True)
-    sb.add_argument("--body", required=True, help="JSON request body")
+    sb.add_argument(
+        "--body",
+        required=True,
+        metavar="FILE",
+        help="a file holding the JSON request body (- reads standard input), sent as the contract's [submit] says",
+    )
     add_var_flag(sb)
     sb.add_argument("--operation")
     sb.add_argument("--deadline")
