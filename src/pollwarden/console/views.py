@@ -42,7 +42,7 @@ class PageViews(AuthHandler):
 
     def _operations(self, session: Session, query: str = "") -> None:
         wanted = (parse_qs(query).get("show") or ["all"])[0]
-        if wanted not in dict(pages.FILTERS):
+        if wanted not in pages.FILTERS:
             wanted = "all"  # an unknown filter shows everything rather than an error page
         now = utcnow()
         try:

@@ -17,12 +17,8 @@ from .decisions import decision_history
 from .frame import Chrome, budget, clock, dash, esc, layout, moment_span, operation_href, phase_badge, relative
 from .timeline import LEGEND, timeline_svg
 
-FILTERS = (
-    ("all", "all"),
-    ("overdue", "overdue"),
-    ("orphaned", "orphaned"),
-    ("awaiting", "awaiting a decision"),
-)
+FILTERS = {"all": "all", "overdue": "overdue", "orphaned": "orphaned", "awaiting": "awaiting a decision"}
+"""`/?show=KEY` and the link's words."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +110,7 @@ _FLEET_KEYS = ("active", "due", "overdue", "awaiting")
 
 def _filters(wanted: str, rows: Sequence[Row]) -> str:
     links = []
-    for key, label in FILTERS:
+    for key, label in FILTERS.items():
         n = sum(1 for row in rows if row.shown_by(key))
         text = f"{esc(label)} ({n})"
         if key == wanted:
@@ -137,7 +133,7 @@ def operations_page(rows: Sequence[Row], wanted: str, now: datetime, *, chrome: 
             "<th>Status requests</th><th>Deadline</th><th>Next poll</th><th>Owner</th><th></th>"
             f"</tr></thead><tbody>{lines}</tbody></table>"
             if shown_rows
-            else f'<p class="muted">No operation is {esc(dict(FILTERS)[wanted])} right now.</p>'
+            else f'<p class="muted">No operation is {esc(FILTERS[wanted])} right now.</p>'
         )
         body = (
             "<h1>Operations</h1>"
