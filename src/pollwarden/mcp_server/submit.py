@@ -19,13 +19,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..actions import ActionError, ActionRefused, Submitted, fingerprint, submit
-from ..core.admission import Limits, WatchRequest, check, granted_limits, submission_operation_id
+from ..core.admission import WatchRequest, check, granted_limits, submission_operation_id
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..store.base import Store, Submission
 from .base import MAX_BODY_CHARS, CallContext, ToolFailure
 from .gates import Subject, gated_call
-from .tools import agent_deadline, announce, refused, watch_reply
+from .tools import agent_limits, announce, refused, watch_reply
 from .views import final
 
 if TYPE_CHECKING:
@@ -60,13 +60,11 @@ def tool_submit_job(
         )
     broker.ready(served)
     data = _body(broker, body)
-    if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
-        raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
     # The watch the submission creates is bounded as start_watch's is: the agent's caps, and they are its defaults.
     request = WatchRequest(
         served,
         None,
-        limits=Limits(deadline=agent_deadline(deadline), max_requests=max_requests),
+        limits=agent_limits(deadline, max_requests),
         by=broker.requester,
         agent=True,
     )

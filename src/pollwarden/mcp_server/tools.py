@@ -45,6 +45,14 @@ Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
 
 
+def agent_limits(deadline: object, max_requests: object) -> Limits:
+    """What an agent asks of a new watch (start_watch, submit_job), checked as arguments; admission checks them
+    against the contract's [agent] caps."""
+    if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
+        raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
+    return Limits(deadline=agent_deadline(deadline), max_requests=max_requests)
+
+
 def agent_deadline(deadline: object) -> timedelta | None:
     """An agent's deadline: a bare number is seconds, a string is a duration ("20m")."""
     if deadline is None:
@@ -90,12 +98,10 @@ def tool_start_watch(
         raise ToolFailure("invalid_argument", "status_url must be a string URL")
     if job_id is None and status_url is None:
         raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
-    if max_requests is not None and (isinstance(max_requests, bool) or not isinstance(max_requests, int)):
-        raise ToolFailure("invalid_argument", "max_requests must be a whole number of at least 1")
     request = WatchRequest(
         served,
         job_id,
-        limits=Limits(deadline=agent_deadline(deadline), max_requests=max_requests),
+        limits=agent_limits(deadline, max_requests),
         by=broker.requester,
         agent=True,
         status_location=status_url,
