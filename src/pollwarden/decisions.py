@@ -7,8 +7,9 @@ contract documents one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import events as ev
@@ -21,7 +22,7 @@ from .core.record import OperationRecord
 from .engine.flow import lease_ttl
 from .http import StatusClient
 from .shown import has_control
-from .store.base import DecisionTaken, Store, StoredDecision
+from .store.base import DecisionTaken, Lease, Store, StoredDecision
 from .store.owner import process_owner
 
 
@@ -71,6 +72,20 @@ def person_problem(by: object, note: object = None) -> tuple[str, str] | None:
     return None
 
 
+def _claim(store: Store, operation_id: str, contract: Contract, now: datetime) -> tuple[Lease, OperationRecord] | None:
+    """The operation's lease for a person's answer. A watcher holds it only while one step runs (a request and
+    its record, bounded by the contract's timeout), so the answer waits for that step instead of failing on
+    it: an operation polled every few hundred milliseconds would otherwise refuse most answers."""
+    ttl = lease_ttl(contract)
+    started = time.monotonic()
+    while True:
+        waited = timedelta(seconds=time.monotonic() - started)
+        claimed = store.claim(operation_id, process_owner("decide"), now + waited, ttl)
+        if claimed is not None or waited >= ttl:
+            return claimed
+        time.sleep(0.05)
+
+
 def apply_decision(
     store: Store,
     contract: Contract,
@@ -89,7 +104,7 @@ def apply_decision(
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)
-    claimed = store.claim(request.operation_id, process_owner("decide"), now, lease_ttl(contract))
+    claimed = _claim(store, request.operation_id, contract, now)
     if claimed is None:
         raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
     lease, record = claimed

@@ -332,3 +332,27 @@ def test_submit_reads_its_body_from_standard_input(sim: Simulator, home: Path, t
     assert [r.method for r in sim.requests()] == ["POST"]
     helped = run_cli("submit", "--help", home=home).stdout
     assert "a file holding the JSON request body (- reads standard input)" in " ".join(helped.split())
+
+
+def test_an_answer_waits_for_a_step_in_flight_instead_of_failing(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    """A watcher holds the lease only while one step runs; `decide` used to fail with "busy" if it came then,
+    which on an operation polled every few hundred milliseconds was most of the time (a flaky MCP tasks test)."""
+    from datetime import UTC, datetime, timedelta
+
+    from pollwarden.store.sqlite import SQLiteStore
+
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    code, result = _watch_json(contract, home, "--job", "never-1", "--operation", "op", "--max-requests", "1")
+    assert code == 4
+    store = SQLiteStore(home / "pollwarden.db")
+    try:
+        # A step in flight on another host: a live holder this host cannot see, with a lease of 30 s.
+        claimed = store.claim("op", "watch/elsewhere:1:x", datetime.now(UTC), timedelta(seconds=30))
+        assert claimed is not None
+        step_ends = threading.Timer(0.5, store.release, args=(claimed[0],))
+        step_ends.start()
+        ran = run_cli("decide", result["decision"]["decision_id"], "--option", "2", "--by", "frank", home=home)
+        step_ends.join()
+    finally:
+        store.close()
+    assert ran.code == 0, ran.stderr
