@@ -2,7 +2,8 @@
 message in both directions recorded with its time, and the figures a transcript gives (silences, requests).
 
 The recorder sits between the SDK's stdio transport and its ClientSession (two pumps over in-memory streams), so
-what it records is exactly what went over the pipe, whichever helper (call_tool, a raw request) sent it.
+it records every message that crossed the pipe, as the transport parsed it, whichever helper (call_tool, a raw
+request) sent it.
 """
 
 from __future__ import annotations
