@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from bench import agents_figures as figures
 from bench import agents_measure as am
 from pollwarden.simulator import Simulator
 
-Measured = tuple[dict[str, am.HostResult], dict[str, am.AgentResult], Path]
+Measured = tuple[dict[str, figures.HostResult], dict[str, figures.AgentResult], Path]
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Measured:
     transcripts = tmp_path_factory.mktemp("transcripts")
-    hosts, agents, _ = am.run(am.QUICK, transcripts)
-    return {h.host: h for h in hosts}, {a.function: a for a in agents}, transcripts
+    run = am.run(figures.QUICK, transcripts)
+    assert run.failures == []
+    return {h.host: h for h in run.hosts}, {a.function: a for a in run.agents}, transcripts
 
 
 def test_no_host_and_no_agent_makes_a_provider_request_beyond_the_plan(measured: Measured) -> None:
@@ -47,7 +49,7 @@ def test_no_host_and_no_agent_makes_a_provider_request_beyond_the_plan(measured:
 def test_the_progress_host_gets_its_result_in_two_calls_and_is_never_quiet_for_long(measured: Measured) -> None:
     hosts, _, _ = measured
     progress = hosts["with progress"]
-    assert progress.tool_calls <= am.GOAL_CALLS  # start_watch and one wait_operation
+    assert progress.tool_calls <= figures.GOAL_CALLS  # start_watch and one wait_operation
     assert progress.notes >= 6  # one per poll at least, heartbeats between
     assert progress.silence < 5, progress  # heartbeat 0.2 s here; slack for a loaded machine
     silent = hosts["without progress"]
@@ -75,8 +77,8 @@ def test_the_transcripts_hold_what_each_host_saw(measured: Measured) -> None:
 def test_a_poller_that_ignores_the_schedule_is_counted_beyond_the_plan() -> None:
     """The measure's own check can fail: three requests in a row, with no wait, where the plan wants 0.4 s."""
     with Simulator() as sim:
-        gaps = am.plan(am.script(am.QUICK), am.QUICK.hint)
-        sim.add_job("naive", am.script(am.QUICK))
+        gaps = am.plan(am.script(figures.QUICK), figures.QUICK.hint)
+        sim.add_job("naive", am.script(figures.QUICK))
         for _ in range(3):  # the third is the 503 with Retry-After
             with contextlib.suppress(urllib.error.HTTPError), urllib.request.urlopen(f"{sim.url}/jobs/naive") as answer:
                 answer.read()
@@ -89,7 +91,20 @@ def test_the_section_replaces_only_its_own(tmp_path: Path) -> None:
     doc = tmp_path / "agents.md"
     doc.write_text("# Agents\n\n## Tools\n\nkept\n\n## Later\n\nkept too\n", encoding="utf-8")
     for figure in ("first", "second"):
-        am.write_section(doc, f"{am.HEADING}\n\n{figure}\n")
+        figures.write_section(doc, f"{figures.HEADING}\n\n{figure}\n")
     text = doc.read_text(encoding="utf-8")
-    assert text.count(am.HEADING) == 1 and "second" in text and "first" not in text
+    assert text.count(figures.HEADING) == 1 and "second" in text and "first" not in text
     assert "## Tools\n\nkept\n" in text and "## Later\n\nkept too\n" in text
+
+
+def test_the_section_says_which_goals_are_met(measured: Measured) -> None:
+    hosts, agents, _ = measured
+    text = figures.section(
+        list(hosts.values()), list(agents.values()), [], "shortened timings", 1.5, "cmd", (1.0, 1.0), "links"
+    )
+    verdict = text[text.index("Against issue 14's goals") :]
+    assert "whatever the agent does**: 0 (goal 0: met)" in verdict
+    assert "**with progress**: 2 tool calls for the result (goal <= 2: met)" in verdict
+    assert verdict.count("NOT met") == 1 and "The goal of 2 is not met here" in verdict  # the 1.5 s cap's extra calls
+    failed = figures.section([], [], ["host_with_tasks: OSError: gone"], "t", 1.5, "cmd", (1.0, 1.0), "links")
+    assert "**FAILED, no figures**: host_with_tasks: OSError: gone" in failed
