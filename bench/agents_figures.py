@@ -69,6 +69,8 @@ class HostResult:
     notes: int
     detail: str
     """What this host's calls looked like (each wait's length, the tasks/get that found nothing new)."""
+    stale_gets: int = 0
+    """tasks/get that came at the pollInterval given and found the due check not made yet."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,14 @@ def verdicts(
                 f" about 60 s never does), so a job that runs T s costs start_watch plus ceil(T / {cap:g})"
                 " waits. Each extra call is free for the provider (no request before the next check is due). A"
                 " host that sends a progress token, or uses tasks, gets the result in 2."
+            )
+        if h.stale_gets:
+            lines.append(
+                "  The pollInterval is the time to the next due check, as issue 14 asks, so a host that comes back"
+                " exactly then often finds that check not made yet (the server's own watch is making it at that"
+                f" moment) and is told to come back in 100 ms: {h.stale_gets} such tasks/get here. They cost no"
+                " provider request, only a round trip each; a pollInterval with a margin for the poll itself would"
+                " save most of them."
             )
     for failure in failures:
         lines.append(f"- **FAILED, no figures**: {failure}")

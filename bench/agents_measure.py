@@ -228,7 +228,7 @@ async def host_with_tasks(bench: Bench) -> HostResult:
         f"{gets} tasks/get at the pollInterval given; {stale} of them came when the check was due but not yet made"
         " (the task still showed the previous check) and were told to come back in 100 ms"
     )
-    return _host("tasks", reply, recorder, began, bench.sim, job, gaps, 0, 0, detail)
+    return replace(_host("tasks", reply, recorder, began, bench.sim, job, gaps, 0, 0, detail), stale_gets=stale)
 
 
 def _checks(message: object) -> str | None:
