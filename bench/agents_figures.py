@@ -101,7 +101,7 @@ def verdicts(
             f"- **{h.host}**: {h.tool_calls} tool calls for the result (goal <= {GOAL_CALLS}: {calls}); longest"
             f" silence {h.silence:.1f} s in `{h.silence_in}` (goal < {bound:g} s: {silence}); provider requests"
             f" beyond the plan: {h.provider.beyond}; finished: {'yes' if h.finished else 'NO (' + h.outcome + ')'}."
-            f" {h.detail[0].upper()}{h.detail[1:]}."
+            f" {h.detail[0].upper()}{h.detail[1:]}."  # the detail is a clause: it begins in lower case
         )
         if h.host == "without progress" and h.tool_calls > GOAL_CALLS:
             lines.append(
@@ -195,7 +195,8 @@ def section(
             "",
             f"Written by `{command}` (`bench/agents_measure.py`, a benchmark, not a test) at"
             f" {datetime.now(UTC).isoformat(timespec='seconds').replace('+00:00', 'Z')}, on {os.cpu_count()} cores"
-            f" shared with other work (load average {load[0]:.1f} at the start, {load[1]:.1f} at the end). Each host"
+            f" shared with other work ({_busy(load)}: load average {load[0]:.1f} at the start, {load[1]:.1f} at the"
+            " end). Each host"
             " and agent is its own `pollwarden mcp` process over stdio with its own home, driven by the SDK's"
             " ClientSession (raw JSON-RPC for tasks), all at once against one loopback simulator; with"
             f" {timing_words}.",
@@ -233,6 +234,11 @@ def section(
             "",
         ]
     )
+
+
+def _busy(load: tuple[float, float]) -> str:
+    cores = os.cpu_count() or 1
+    return "loaded" if max(load) >= cores else "lightly loaded" if max(load) >= cores / 4 else "idle"
 
 
 def write_section(path: Path, text: str) -> None:

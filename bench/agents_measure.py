@@ -182,7 +182,7 @@ async def host_with_progress(bench: Bench) -> HostResult:
             reply = data_of(await session.call_tool("wait_operation", arguments, progress_callback=keep))
             group.cancel_scope.cancel()
     bench.keep(name, recorder)
-    detail = f"one wait_operation of {reply.get('waited_seconds')} s, {len(notes)} progress notifications"
+    detail = f"its one wait_operation lasted {reply.get('waited_seconds')} s, with {len(notes)} progress notifications"
     return _host("with progress", reply, recorder, began, bench.sim, job, gaps, len(cut), len(notes), detail)
 
 
@@ -202,7 +202,7 @@ async def host_without_progress(bench: Bench) -> HostResult:
                 cut += 1
                 reply = {"status": "not_yet"}
     bench.keep(name, recorder)
-    detail = f"wait_operation calls of {', '.join(waits)}"
+    detail = f"its wait_operation calls lasted {', '.join(waits)}"
     return _host("without progress", reply, recorder, began, bench.sim, job, gaps, cut, 0, detail)
 
 
@@ -225,8 +225,8 @@ async def host_with_tasks(bench: Bench) -> HostResult:
         reply = result.get("structuredContent") or {"status": "no result"}
     bench.keep(name, recorder)
     detail = (
-        f"{gets} tasks/get at the pollInterval given; {stale} of them came when the check was due but not yet made"
-        " (the task still showed the previous check) and were told to come back in 100 ms"
+        f"it sent {gets} tasks/get, each at the pollInterval given; {stale} of them came when the check was due but"
+        " not yet made (the task still showed the previous check) and were told to come back in 100 ms"
     )
     return replace(_host("tasks", reply, recorder, began, bench.sim, job, gaps, 0, 0, detail), stale_gets=stale)
 
