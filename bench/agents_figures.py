@@ -113,11 +113,10 @@ def verdicts(
             )
         if h.stale_gets:
             lines.append(
-                "  The pollInterval is the time to the next due check, as issue 14 asks, so a host that comes back"
-                " exactly then often finds that check not made yet (the server's own watch is making it at that"
-                f" moment) and is told to come back in 100 ms: {h.stale_gets} such tasks/get here. They cost no"
-                " provider request, only a round trip each; a pollInterval with a margin for the poll itself would"
-                " save most of them."
+                "  The pollInterval is the time to the next due check plus 250 ms for the server's own watch to"
+                " make it; a host that still comes back before that check is recorded is told to come back in"
+                f" 100 ms: {h.stale_gets} such tasks/get here. They cost no provider request, only a round trip"
+                " each."
             )
     for failure in failures:
         lines.append(f"- **FAILED, no figures**: {failure}")

@@ -54,3 +54,9 @@ def test_elapsed_grows_toward_the_total_and_never_below_zero() -> None:
     assert shown.elapsed(T0 - timedelta(seconds=5)) == 0.0
     assert shown.elapsed(T0 + timedelta(seconds=30)) == 30.0
     assert shown.total() == (record.deadline_at - record.created_at).total_seconds()
+
+
+def test_a_sub_second_wait_reads_under_1s_not_0ms() -> None:
+    record = make_record(CONTRACT)
+    shown = progress_of(NotYet(record, T0 + timedelta(milliseconds=300)))
+    assert "next check in under 1s" in shown.message(T0)

@@ -139,4 +139,7 @@ def _seconds(delta: timedelta) -> float:
 
 
 def _left(moment: datetime, now: datetime) -> str:
-    return format_duration(timedelta(seconds=max(0, round((moment - now).total_seconds()))))
+    seconds = (moment - now).total_seconds()
+    if 0 < seconds < 1:  # whole seconds read "0ms" for a sub-second wait
+        return "under 1s"
+    return format_duration(timedelta(seconds=max(0, round(seconds))))
