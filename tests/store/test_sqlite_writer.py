@@ -3,6 +3,7 @@ commit together, each body isolated in a savepoint, each caller returning only o
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pollwarden.audit import load_or_create_keys, verify
+from pollwarden.audit import AuditKeys, key_id_of, load_or_create_keys, verify
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
 from pollwarden.store.sqlite_writer import GroupWriter
@@ -124,6 +125,10 @@ class _FailingCommit:
             raise OSError("disk full")
         return self._conn.execute(query, params)
 
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self._conn.in_transaction)
+
     def close(self) -> None:
         self._conn.close()
 
@@ -153,3 +158,200 @@ def test_the_last_store_to_close_closes_the_writer(tmp_path: Path) -> None:
     assert writer.refs == 0
     with pytest.raises(StoreError, match="closed"):
         b.append("late", "note", {}, T0)
+
+
+# -- review: defects found in the group writer, each driven to its interleaving ---------------------------
+
+
+def _limit_pages(store: SQLiteStore, extra: int) -> None:
+    """The file may grow by `extra` pages only: SQLite then fails a write with SQLITE_FULL, as a full disk does,
+    and rolls back the whole transaction (not just the statement), savepoints and all."""
+    conn = _writer(store)._conn
+    pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count={pages + extra}")
+
+
+def _unlimit_pages(store: SQLiteStore) -> None:
+    _writer(store)._conn.execute("PRAGMA max_page_count=1073741823")
+
+
+def _audit_ok(store: SQLiteStore) -> None:
+    assert store.keys is not None
+    report = verify(store.audit_records(), [], store.keys.public_key, heads=store.audit_heads())
+    assert report.ok, report.problems
+
+
+def test_a_full_disk_in_a_lone_body_leaves_no_half_open_batch(stores: list[SQLiteStore]) -> None:
+    first = stores[0]
+    _limit_pages(first, 2)
+    try:
+        with pytest.raises(StoreError, match="full"):
+            first.append("huge", "note", {"blob": "x" * 200_000}, T0)
+    finally:
+        _unlimit_pages(first)
+    first.append("after", "note", {}, T0)  # a new batch with its own BEGIN, not the one SQLite rolled back
+    assert [r.log_id for r in first.audit_records()] == ["after"]
+    assert [h.records for h in first.audit_heads()] == [1]
+    _audit_ok(first)
+
+
+def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_head(stores: list[SQLiteStore]) -> None:
+    first, second, *_ = stores
+    inside, go = threading.Event(), threading.Event()
+    errors: dict[str, BaseException] = {}
+
+    def holds_the_writer() -> None:
+        try:
+            with first._tx() as tx:
+                first._append(tx, "small", "note", {}, T0)
+                inside.set()
+                go.wait(10)
+        except BaseException as exc:
+            errors["small"] = exc
+
+    def too_big() -> None:
+        try:
+            second.append("huge", "note", {"blob": "x" * 200_000}, T0)
+        except BaseException as exc:
+            errors["huge"] = exc
+
+    _limit_pages(first, 10)
+    try:
+        threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=too_big)]
+        threads[0].start()
+        inside.wait(10)
+        threads[1].start()
+        _queued(_writer(first), 1)
+        go.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        _unlimit_pages(first)
+    # SQLite rolled back the whole batch: the first body is gone too, so its caller must not return as if durable
+    assert isinstance(errors.get("small"), StoreError) and isinstance(errors.get("huge"), StoreError), errors
+    assert list(first.audit_records()) == [] and first.audit_heads() == []
+    first.append("after", "note", {}, T0)
+    _audit_ok(first)
+
+
+def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQLiteStore]) -> None:
+    first, second, *_ = stores
+    first.append("committed", "note", {}, T0)
+    inside, go = threading.Event(), threading.Event()
+    got: list[Any] = []
+
+    def holds_the_writer() -> None:
+        with first._tx() as tx:
+            first._append(tx, "in-batch", "note", {}, T0)
+            inside.set()
+            go.wait(10)
+
+    threads = [
+        threading.Thread(target=holds_the_writer),
+        threading.Thread(target=lambda: got.append(second.newest_head())),
+    ]
+    threads[0].start()
+    inside.wait(10)
+    threads[1].start()
+    _queued(_writer(first), 1)
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    (newest,) = got
+    assert newest is not None
+    head, state = newest
+    # a witness file pairs them: the head must cover exactly these logs and records, not an earlier body's too
+    assert (head.logs, head.records) == (len(state), sum(seq for seq, _ in state.values())), (head, state)
+    assert head.counter == first.audit_heads()[-1].counter
+    _audit_ok(first)
+
+
+def _blocked(mine: GroupWriter, theirs: GroupWriter) -> bool:
+    """The other store's transaction waits: queued to join this batch, or (its own writer) inside BEGIN IMMEDIATE."""
+    return mine._queued > 0 or (theirs is not mine and theirs._mutex.locked())
+
+
+@pytest.mark.parametrize("other_signs", [True, False], ids=["another-signing-key", "no-signing-key"])
+def test_stores_with_other_signing_keys_on_one_file_never_share_a_head(tmp_path: Path, other_signs: bool) -> None:
+    mine = load_or_create_keys(tmp_path / "home-a")
+    theirs = load_or_create_keys(tmp_path / "home-b")
+    if not other_signs:
+        theirs = AuditKeys(cipher_key=theirs.cipher_key, signing_key=None, public_key=mine.public_key)
+    a, b = SQLiteStore(tmp_path / "s.db", keys=mine), SQLiteStore(tmp_path / "s.db", keys=theirs)
+    inside, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def holds_the_writer() -> None:
+        try:
+            with a._tx() as tx:
+                a._append(tx, "by-a", "note", {}, T0)
+                inside.set()
+                go.wait(10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def other() -> None:
+        try:
+            if other_signs:
+                b.append("by-b", "note", {}, T0)
+            else:
+                b.newest_head()  # a write transaction that appends nothing (a verifier's machine)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=other)]
+        threads[0].start()
+        inside.wait(10)
+        threads[1].start()
+        deadline = time.monotonic() + 10
+        while not _blocked(_writer(a), _writer(b)):
+            assert time.monotonic() < deadline, "the other store never waited"
+            time.sleep(0.001)
+        go.set()
+        for thread in threads:
+            thread.join(10)
+        assert errors == []
+        signer = {"by-a": key_id_of(mine.public_key), "by-b": key_id_of(theirs.public_key)}
+        for head in a.audit_heads():
+            logs = {log_id for log_id, _, _ in json.loads(head.changes)}
+            assert {signer[log_id] for log_id in logs} == {head.key_id}, head  # each head by its writer's key
+    finally:
+        a.close()
+        b.close()
+
+
+def test_closing_the_last_store_while_a_body_runs_lets_its_batch_commit(stores: list[SQLiteStore]) -> None:
+    first, *others = stores
+    writer = _writer(first)
+    inside, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def holds_the_writer() -> None:
+        try:
+            with first._tx() as tx:
+                first._append(tx, "in-flight", "note", {}, T0)
+                inside.set()
+                go.wait(10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    body = threading.Thread(target=holds_the_writer)
+    body.start()
+    inside.wait(10)
+    for store in others:
+        store.close()
+    closer = threading.Thread(target=first.close)
+    closer.start()
+    closer.join(0.5)  # the fixed writer waits for the open batch; a broken one has closed the connection by now
+    go.set()
+    body.join(10)
+    closer.join(10)
+    assert errors == [] and writer.refs == 0
+    reader = SQLiteStore(first.path, keys=first.keys)
+    try:
+        assert [r.log_id for r in reader.audit_records()] == ["in-flight"]
+        _audit_ok(reader)
+    finally:
+        reader.close()
+    stores[:] = []  # closed here already

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..audit import AuditKeys, key_id_of
 from .base import StoreError
 from .common import Dialect, Tx
 
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from .trail import AuditTrail
 
 __all__ = ["GroupWriter", "group_writer"]
+
+_Key = tuple[str, str, str | None]
+"""(the file's real path, `synchronous`, the signing key's id or None)."""
 
 MAX_MEMBERS = 256
 MAX_AGE = 0.02
@@ -61,8 +65,8 @@ class _Batch:
 class GroupWriter:
     """One writer connection of one database file, shared by every SQLiteStore of this process that opens it."""
 
-    def __init__(self, path: Path, synchronous: str, dialect: Dialect) -> None:
-        self.key = (os.path.realpath(path), synchronous)
+    def __init__(self, key: _Key, path: Path, synchronous: str, dialect: Dialect) -> None:
+        self.key = key
         self._dialect = dialect
         try:
             self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
@@ -77,6 +81,7 @@ class GroupWriter:
         self._queued = 0
         """Threads waiting for the mutex to run a body: while there are any, a batch waits for them."""
         self._batch: _Batch | None = None
+        self._closed = False
         self.refs = 0
 
     @contextmanager
@@ -89,6 +94,8 @@ class GroupWriter:
             with self._count:
                 self._queued -= 1
         try:
+            if self._closed:
+                raise StoreError(f"the state database {store.path} is closed")
             batch = self._open()
             tx = batch.tx
             saved = _save(tx)
@@ -97,11 +104,9 @@ class GroupWriter:
                 yield tx
                 if tx.appended != saved["appended"]:
                     store._signing_key()  # its head must be signable: refuse this body alone, as a lone commit would
-            except BaseException:
-                self._conn.execute("ROLLBACK TO member")
-                self._conn.execute("RELEASE member")
-                _restore(tx, saved)
-                self._settle(batch)
+            except BaseException as exc:
+                if not self._undo(batch, saved):
+                    raise StoreError(f"the state database could not write: {exc}") from exc
                 raise
             self._conn.execute("RELEASE member")
             batch.stores.append(store)
@@ -115,6 +120,22 @@ class GroupWriter:
         if batch.error is not None:
             raise StoreError(f"the state database could not commit: {batch.error}") from batch.error
         store.keeper.offer(tx)
+
+    def _undo(self, batch: _Batch, saved: dict[str, Any]) -> bool:
+        """Roll a failed body back to its savepoint; False when SQLite had already rolled back the whole
+        transaction (SQLITE_FULL, an I/O error): every body of the batch is lost, and its callers are told so."""
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK TO member")
+                self._conn.execute("RELEASE member")
+            except sqlite3.Error:
+                pass
+            else:
+                _restore(batch.tx, saved)
+                self._settle(batch)
+                return True
+        self._end(batch, StoreError("SQLite rolled back the whole transaction after an error in one of its bodies"))
+        return False
 
     def _open(self) -> _Batch:
         if self._batch is None:
@@ -132,17 +153,27 @@ class GroupWriter:
 
     def _commit(self, batch: _Batch) -> None:
         try:
+            if not self._conn.in_transaction:
+                # Never sign a head outside the batch's transaction: it would commit alone, over nothing.
+                raise StoreError("SQLite rolled the transaction back before its COMMIT")
             if batch.stores:
-                # Every member's keys sign the same home's heads; the last member signs this batch's.
+                # Every member signs with the same key (the writer is per signing key); the last one signs.
                 batch.stores[-1]._seal_commit(batch.tx)
             self._conn.execute("COMMIT")
         except BaseException as exc:
-            batch.error = exc
+            self._end(batch, exc)
+        else:
+            self._end(batch, None)
+
+    def _end(self, batch: _Batch, error: BaseException | None) -> None:
+        """The batch is over: committed (no error) or lost; its waiting callers wake."""
+        if error is not None:
+            batch.error = error
             with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
-                self._conn.execute("ROLLBACK")
-        finally:
-            self._batch = None
-            batch.done.set()
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        self._batch = None
+        batch.done.set()
 
     def _wait(self, batch: _Batch) -> None:
         """Until the batch is committed; if the thread that was to join it never did, commit it here."""
@@ -155,7 +186,12 @@ class GroupWriter:
                     self._mutex.release()
 
     def close(self) -> None:
-        self._conn.close()
+        """Under the mutex: a body still running on another thread finishes, and an open batch commits first."""
+        with self._mutex:
+            if self._batch is not None:
+                self._commit(self._batch)
+            self._closed = True
+            self._conn.close()
 
 
 def _save(tx: Tx) -> dict[str, Any]:
@@ -167,17 +203,22 @@ def _restore(tx: Tx, saved: dict[str, Any]) -> None:
         setattr(tx, name, value)
 
 
-_GROUPS: dict[tuple[str, str], GroupWriter] = {}
+_GROUPS: dict[_Key, GroupWriter] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
-def group_writer(path: Path, synchronous: str, dialect: Dialect) -> GroupWriter:
-    """The shared writer of this file (with this `synchronous`), opened by its first store."""
-    key = (os.path.realpath(path), synchronous)
+def group_writer(path: Path, synchronous: str, dialect: Dialect, keys: AuditKeys | None) -> GroupWriter:
+    """The shared writer of this file (with this `synchronous` and this signing key), opened by its first store.
+
+    Per signing key because one member signs the head of the whole batch: a store with another key (or none,
+    a verifier's) would sign, or fail to sign, the others' records. Such stores meet in SQLite's busy handler,
+    as other processes do."""
+    signer = None if keys is None or keys.signing_key is None else key_id_of(keys.signing_key.public_key())
+    key = (os.path.realpath(path), synchronous, signer)
     with _GROUPS_LOCK:
         writer = _GROUPS.get(key)
         if writer is None:
-            writer = _GROUPS[key] = GroupWriter(path, synchronous, dialect)
+            writer = _GROUPS[key] = GroupWriter(key, path, synchronous, dialect)
         writer.refs += 1
         return writer
 
