@@ -355,3 +355,58 @@ def test_closing_the_last_store_while_a_body_runs_lets_its_batch_commit(stores: 
     finally:
         reader.close()
     stores[:] = []  # closed here already
+
+
+class _InterruptAfterCommit(_FailingCommit):
+    """The writer's connection, except that Ctrl-C lands just as COMMIT returns: sqlite3 runs no Python while
+    it commits, so that is where a KeyboardInterrupt in the committing thread surfaces."""
+
+    def execute(self, query: str, params: Any = ()) -> Any:
+        result = self._conn.execute(query, params)
+        if query == "COMMIT":
+            raise KeyboardInterrupt
+        return result
+
+
+def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_failed(stores: list[SQLiteStore]) -> None:
+    first, second, *_ = stores
+    writer = _writer(first)
+    real = writer._conn
+    inside, go = threading.Event(), threading.Event()
+    outcome: dict[str, BaseException | None] = {}
+
+    def holds_the_writer() -> None:
+        try:
+            with first._tx() as tx:
+                first._append(tx, "first", "note", {}, T0)
+                inside.set()
+                go.wait(10)
+            outcome["first"] = None
+        except BaseException as exc:
+            outcome["first"] = exc
+
+    def commits_last() -> None:
+        try:
+            second.append("second", "note", {}, T0)
+            outcome["second"] = None
+        except BaseException as exc:
+            outcome["second"] = exc
+
+    writer._conn = _InterruptAfterCommit(real)  # type: ignore[assignment]
+    try:
+        threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=commits_last)]
+        threads[0].start()
+        inside.wait(10)
+        threads[1].start()
+        _queued(writer, 1)
+        go.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        writer._conn = real
+    # both bodies are on disk: the member that did not commit returns; the interrupted thread sees its interrupt
+    assert outcome["first"] is None and isinstance(outcome["second"], KeyboardInterrupt), outcome
+    assert sorted(r.log_id for r in first.audit_records()) == ["first", "second"]
+    _audit_ok(first)
+    first.append("after", "note", {}, T0)
+    _audit_ok(first)

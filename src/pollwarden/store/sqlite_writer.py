@@ -15,7 +15,14 @@ fsync makes them all durable. So:
 - **one head per batch**: the audit head is signed once, just before the batch's COMMIT, over every log the
   batch appended to, which is what part 9 made heads for (one signed head per committed transaction);
 - **bounded latency**: a batch commits as soon as no other transaction is waiting to join it, or at 256
-  bodies, or 20 ms after it began; a caller waiting for a commit that nobody is about to make makes it itself.
+  bodies, or 20 ms after it began; a caller waiting for a commit that nobody is about to make makes it itself;
+- **a lost batch is said so**: an error after which SQLite rolls back the whole transaction (SQLITE_FULL, an
+  I/O error) fails every body of the batch, and no head is ever signed outside a transaction;
+- **one signing key per writer**: the writer is per file and signing key, since one member signs the head of
+  all; stores with another key (or none) meet this one in SQLite's busy handler, as other processes do;
+- **interrupts**: Ctrl-C while queued leaves the queue; while waiting for the batch's COMMIT it leaves the
+  wait, and the body commits with its batch (as a lone COMMIT interrupted as it returns would have); in
+  the committing thread once COMMIT has returned, the other callers of the batch still return normally.
 
 With one transaction at a time nothing changes: BEGIN, the body, COMMIT, as before. Other processes still
 meet this one in SQLite's busy handler.
@@ -118,7 +125,8 @@ class GroupWriter:
             self._mutex.release()
         self._wait(batch)
         if batch.error is not None:
-            raise StoreError(f"the state database could not commit: {batch.error}") from batch.error
+            why = str(batch.error) or type(batch.error).__name__
+            raise StoreError(f"the state database could not commit: {why}") from batch.error
         store.keeper.offer(tx)
 
     def _undo(self, batch: _Batch, saved: dict[str, Any]) -> bool:
@@ -144,7 +152,7 @@ class GroupWriter:
         return self._batch
 
     def _settle(self, batch: _Batch) -> None:
-        """Commit now unless another transaction is about to join (under the mutex; never raises)."""
+        """Commit now unless another transaction is about to join (under the mutex; raises only an interrupt)."""
         with self._count:
             joining = self._queued
         if joining and len(batch.stores) < MAX_MEMBERS and time.monotonic() - batch.opened < MAX_AGE:
@@ -152,6 +160,8 @@ class GroupWriter:
         self._commit(batch)
 
     def _commit(self, batch: _Batch) -> None:
+        """Seal and commit the batch, then wake its callers. Raises only an interrupt (KeyboardInterrupt,
+        SystemExit) of this thread, after the batch has ended one way or the other."""
         try:
             if not self._conn.in_transaction:
                 # Never sign a head outside the batch's transaction: it would commit alone, over nothing.
@@ -159,9 +169,20 @@ class GroupWriter:
             if batch.stores:
                 # Every member signs with the same key (the writer is per signing key); the last one signs.
                 batch.stores[-1]._seal_commit(batch.tx)
-            self._conn.execute("COMMIT")
         except BaseException as exc:
             self._end(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except Exception as exc:
+            self._end(batch, exc)
+        except BaseException:
+            # sqlite3 runs no Python code while it commits: an interrupt surfaces only once COMMIT has returned,
+            # so the batch is durable. Its other callers are told so; this thread's caller gets the interrupt.
+            self._end(batch, None)
+            raise
         else:
             self._end(batch, None)
 
