@@ -410,3 +410,73 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
     _audit_ok(first)
     first.append("after", "note", {}, T0)
     _audit_ok(first)
+
+
+class _InterruptOnce:
+    """The writer's queue counter lock, except that a KeyboardInterrupt lands on its `at`-th use: the second
+    use in a transaction is the one just after the writer's mutex was taken, where Ctrl-C may surface too."""
+
+    def __init__(self, at: int) -> None:
+        self._lock = threading.Lock()
+        self._uses = 0
+        self._at = at
+
+    def __enter__(self) -> None:
+        self._uses += 1
+        if self._uses == self._at:
+            raise KeyboardInterrupt
+        self._lock.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self._lock.release()
+
+
+def test_an_interrupt_just_after_taking_the_writer_leaves_it_free_and_the_queue_right(
+    stores: list[SQLiteStore],
+) -> None:
+    first = stores[0]
+    writer = _writer(first)
+    real = writer._count
+    writer._count = _InterruptOnce(2)  # type: ignore[assignment]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            first.append("interrupted", "note", {}, T0)
+    finally:
+        writer._count = real
+    assert writer._queued == 0  # or every later batch would wait for a joiner that never comes
+    after = threading.Thread(target=first.append, args=("after", "note", {}, T0), daemon=True)
+    after.start()
+    after.join(10)
+    assert not after.is_alive(), "the writer's mutex was left held: every later write hangs"
+    assert [r.log_id for r in first.audit_records()] == ["after"]
+
+
+def test_a_batch_whose_awaited_joiner_never_comes_is_committed_by_its_waiting_member(
+    stores: list[SQLiteStore],
+) -> None:
+    first = stores[0]
+    writer = _writer(first)
+    inside, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def holds_the_writer() -> None:
+        try:
+            with first._tx() as tx:
+                first._append(tx, "waits", "note", {}, T0)
+                inside.set()
+                go.wait(10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    body = threading.Thread(target=holds_the_writer)
+    body.start()
+    inside.wait(10)
+    with writer._count:
+        writer._queued += 1  # a thread queued to join, then interrupted before it took the writer
+    go.set()
+    body.join(10)
+    with writer._count:
+        writer._queued -= 1
+    assert not body.is_alive() and errors == []
+    assert [r.log_id for r in first.audit_records()] == ["waits"]
+    _audit_ok(first)

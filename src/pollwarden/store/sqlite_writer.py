@@ -95,34 +95,40 @@ class GroupWriter:
     def transaction(self, store: AuditTrail) -> Iterator[Tx]:
         with self._count:
             self._queued += 1
+        queued = True
         try:
-            self._mutex.acquire()
+            # A `with` (not acquire() then try): an interrupt that surfaces just as the mutex is taken must
+            # still release it, or every later write of the process hangs (CPython runs `__exit__` once a
+            # C `__enter__` has returned). No interrupt check falls between the decrement and `queued = False`.
+            with self._mutex:
+                with self._count:
+                    self._queued -= 1
+                    queued = False
+                if self._closed:
+                    raise StoreError(f"the state database {store.path} is closed")
+                batch = self._open()
+                tx = batch.tx
+                saved = _save(tx)
+                self._conn.execute("SAVEPOINT member")
+                try:
+                    yield tx
+                    if tx.appended != saved["appended"]:
+                        # its head must be signable: refuse this body alone, as a lone commit would
+                        store._signing_key()
+                except BaseException as exc:
+                    if not self._undo(batch, saved):
+                        raise StoreError(f"the state database could not write: {exc}") from exc
+                    raise
+                self._conn.execute("RELEASE member")
+                batch.stores.append(store)
+                if tx.head is not None:
+                    self._commit(batch)  # the body signed a head itself (newest_head): nothing may follow
+                else:
+                    self._settle(batch)
         finally:
-            with self._count:
-                self._queued -= 1
-        try:
-            if self._closed:
-                raise StoreError(f"the state database {store.path} is closed")
-            batch = self._open()
-            tx = batch.tx
-            saved = _save(tx)
-            self._conn.execute("SAVEPOINT member")
-            try:
-                yield tx
-                if tx.appended != saved["appended"]:
-                    store._signing_key()  # its head must be signable: refuse this body alone, as a lone commit would
-            except BaseException as exc:
-                if not self._undo(batch, saved):
-                    raise StoreError(f"the state database could not write: {exc}") from exc
-                raise
-            self._conn.execute("RELEASE member")
-            batch.stores.append(store)
-            if tx.head is not None:
-                self._commit(batch)  # the body signed a head itself (an upgraded store's first): nothing may follow
-            else:
-                self._settle(batch)
-        finally:
-            self._mutex.release()
+            if queued:  # interrupted while waiting for the mutex (or just as it was taken): leave the queue
+                with self._count:
+                    self._queued -= 1
         self._wait(batch)
         if batch.error is not None:
             why = str(batch.error) or type(batch.error).__name__
