@@ -4,6 +4,7 @@ commit together, each body isolated in a savepoint, each caller returning only o
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -479,4 +480,42 @@ def test_a_batch_whose_awaited_joiner_never_comes_is_committed_by_its_waiting_me
         writer._queued -= 1
     assert not body.is_alive() and errors == []
     assert [r.log_id for r in first.audit_records()] == ["waits"]
+    _audit_ok(first)
+
+
+def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: list[SQLiteStore]) -> None:
+    first, second, *_ = stores
+    first.append_many([("old", "note", {"i": 1}), ("old", "note", {"i": 2})], T0)
+    with sqlite3.connect(first.path, isolation_level=None) as conn:  # as schema 2 left it: records, no heads
+        conn.execute("DELETE FROM audit_heads")
+        conn.execute("INSERT INTO audit_heads_pending (records) VALUES (2)")
+    conn.close()
+    assert first.heads_pending()
+    inside, go = threading.Event(), threading.Event()
+    got: list[Any] = []
+
+    def holds_the_writer() -> None:
+        with first._tx() as tx:
+            first._append(tx, "new", "note", {}, T0)
+            inside.set()
+            go.wait(10)
+
+    threads = [
+        threading.Thread(target=holds_the_writer),
+        threading.Thread(target=lambda: got.append(second.newest_head())),
+    ]
+    threads[0].start()
+    inside.wait(10)
+    threads[1].start()
+    _queued(_writer(first), 1)
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    (newest,) = got
+    assert newest is not None
+    head, state = newest
+    assert (head.counter, head.logs, head.records) == (1, 2, 3) and state == {
+        log_id: (seq, h) for log_id, seq, h in json.loads(head.changes)
+    }
+    assert not first.heads_pending() and len(first.audit_heads()) == 1
     _audit_ok(first)
