@@ -230,6 +230,7 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
         _unlimit_pages(first)
     # SQLite rolled back the whole batch: the first body is gone too, so its caller must not return as if durable
     assert isinstance(errors.get("small"), StoreError) and isinstance(errors.get("huge"), StoreError), errors
+    assert "full" in str(errors["small"]) and "full" in str(errors["huge"])  # each is told why
     assert list(first.audit_records()) == [] and first.audit_heads() == []
     first.append("after", "note", {}, T0)
     _audit_ok(first)

@@ -116,7 +116,7 @@ class GroupWriter:
                         # its head must be signable: refuse this body alone, as a lone commit would
                         store._signing_key()
                 except BaseException as exc:
-                    if not self._undo(batch, saved):
+                    if not self._undo(batch, saved, exc):
                         raise StoreError(f"the state database could not write: {exc}") from exc
                     raise
                 self._conn.execute("RELEASE member")
@@ -135,7 +135,7 @@ class GroupWriter:
             raise StoreError(f"the state database could not commit: {why}") from batch.error
         store.keeper.offer(tx)
 
-    def _undo(self, batch: _Batch, saved: dict[str, Any]) -> bool:
+    def _undo(self, batch: _Batch, saved: dict[str, Any], failure: BaseException) -> bool:
         """Roll a failed body back to its savepoint; False when SQLite had already rolled back the whole
         transaction (SQLITE_FULL, an I/O error): every body of the batch is lost, and its callers are told so."""
         if self._conn.in_transaction:
@@ -148,7 +148,9 @@ class GroupWriter:
                 _restore(batch.tx, saved)
                 self._settle(batch)
                 return True
-        self._end(batch, StoreError("SQLite rolled back the whole transaction after an error in one of its bodies"))
+        # SQLite's own message says why (a full disk); a body's other exceptions may carry its data, so not theirs.
+        why = f": {failure}" if isinstance(failure, sqlite3.Error) else ""
+        self._end(batch, StoreError(f"SQLite rolled back the whole transaction after an error in a body{why}"))
         return False
 
     def _open(self) -> _Batch:
