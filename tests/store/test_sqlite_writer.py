@@ -4,6 +4,8 @@ commit together, each body isolated in a savepoint, each caller returning only o
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -519,4 +521,39 @@ def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: 
         log_id: (seq, h) for log_id, seq, h in json.loads(head.changes)
     }
     assert not first.heads_pending() and len(first.audit_heads()) == 1
+    _audit_ok(first)
+
+
+def test_a_forked_child_opens_a_writer_of_its_own(stores: list[SQLiteStore]) -> None:
+    """multiprocessing forks on Linux: a store the child opens must not get the parent's writer from the registry
+    (a connection SQLite forbids across fork, and locks a parent's thread may hold), and a store the child
+    inherited is refused with a clear message. (A fork while the parent is inside a write transaction also
+    copies SQLite's own lock bookkeeping; SQLite forbids that, and it is no business of this module.)"""
+    first = stores[0]
+    first.append("parent", "note", {}, T0)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            child = SQLiteStore(first.path, keys=first.keys)
+            code = 2 if child._writer is _writer(first) else 0
+            child.append("child", "note", {}, T0)
+            child.close()
+            try:
+                first.append("inherited", "note", {}, T0)  # the parent's store: refused, not run on its writer
+                code = 3
+            except StoreError as exc:
+                code = code if "another process" in str(exc) else 4
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if waited[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
+    assert sorted(r.log_id for r in first.audit_records()) == ["child", "parent"]
+    first.append("parent-again", "note", {}, T0)  # the parent's writer is untouched by the child
     _audit_ok(first)

@@ -90,9 +90,16 @@ class GroupWriter:
         self._batch: _Batch | None = None
         self._closed = False
         self.refs = 0
+        self.pid = os.getpid()
+        """The process it belongs to: a child forked from it must not use the parent's connection or locks."""
 
     @contextmanager
     def transaction(self, store: AuditTrail) -> Iterator[Tx]:
+        if self.pid != os.getpid():  # before any lock: a parent's thread may hold them, for good, in this copy
+            raise StoreError(
+                f"this store of {store.path} was opened by another process (this one is a fork of it):"
+                " open a new store in this process"
+            )
         with self._count:
             self._queued += 1
         queued = True
@@ -253,10 +260,23 @@ def group_writer(path: Path, synchronous: str, dialect: Dialect, keys: AuditKeys
 
 
 def release_writer(writer: GroupWriter) -> None:
-    """A store closed; the last one closes the connection."""
+    """A store closed; the last one closes the connection. A writer inherited across fork is left alone: its
+    connection and mutex are the parent's (the mutex may even be held, for good, by a thread of the parent)."""
+    if writer.pid != os.getpid():
+        return
     with _GROUPS_LOCK:
         writer.refs -= 1
         if writer.refs > 0:
             return
         _GROUPS.pop(writer.key, None)
     writer.close()
+
+
+def _forget_writers() -> None:
+    """In a forked child: stores it opens get writers of their own (multiprocessing forks on Linux)."""
+    global _GROUPS_LOCK
+    _GROUPS.clear()
+    _GROUPS_LOCK = threading.Lock()  # a parent's thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_writers)
