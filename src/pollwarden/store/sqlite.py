@@ -100,7 +100,7 @@ class SQLiteStore(SQLStore):
             # One writer per database file per process: SQLite has one write lock per file, and threads that
             # all asked for it slept in its busy handler (16 worker threads spent most of their time there).
             # The shared writer hands it over in arrival order and commits whoever is waiting together.
-            self._writer = group_writer(path, synchronous, SQLITE)
+            self._writer = group_writer(path, synchronous, SQLITE, keys)
             self._upgrade()
             self._tighten_files()
         except sqlite3.DatabaseError as exc:

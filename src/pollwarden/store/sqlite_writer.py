@@ -15,7 +15,14 @@ fsync makes them all durable. So:
 - **one head per batch**: the audit head is signed once, just before the batch's COMMIT, over every log the
   batch appended to, which is what part 9 made heads for (one signed head per committed transaction);
 - **bounded latency**: a batch commits as soon as no other transaction is waiting to join it, or at 256
-  bodies, or 20 ms after it began; a caller waiting for a commit that nobody is about to make makes it itself.
+  bodies, or 20 ms after it began; a caller waiting for a commit that nobody is about to make makes it itself;
+- **a lost batch is said so**: an error after which SQLite rolls back the whole transaction (SQLITE_FULL, an
+  I/O error) fails every body of the batch, and no head is ever signed outside a transaction;
+- **one signing key per writer**: the writer is per file and signing key, since one member signs the head of
+  all; stores with another key (or none) meet this one in SQLite's busy handler, as other processes do;
+- **interrupts**: Ctrl-C while queued leaves the queue; while waiting for the batch's COMMIT it leaves the
+  wait, and the body commits with its batch (as a lone COMMIT interrupted as it returns would have); in
+  the committing thread once COMMIT has returned, the other callers of the batch still return normally.
 
 With one transaction at a time nothing changes: BEGIN, the body, COMMIT, as before. Other processes still
 meet this one in SQLite's busy handler.
@@ -36,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..audit import AuditKeys, key_id_of
 from .base import StoreError
 from .common import Dialect, Tx
 
@@ -43,6 +51,9 @@ if TYPE_CHECKING:
     from .trail import AuditTrail
 
 __all__ = ["GroupWriter", "group_writer"]
+
+_Key = tuple[str, str, str | None]
+"""(the file's real path, `synchronous`, the signing key's id or None)."""
 
 MAX_MEMBERS = 256
 MAX_AGE = 0.02
@@ -61,8 +72,8 @@ class _Batch:
 class GroupWriter:
     """One writer connection of one database file, shared by every SQLiteStore of this process that opens it."""
 
-    def __init__(self, path: Path, synchronous: str, dialect: Dialect) -> None:
-        self.key = (os.path.realpath(path), synchronous)
+    def __init__(self, key: _Key, path: Path, synchronous: str, dialect: Dialect) -> None:
+        self.key = key
         self._dialect = dialect
         try:
             self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
@@ -77,44 +88,77 @@ class GroupWriter:
         self._queued = 0
         """Threads waiting for the mutex to run a body: while there are any, a batch waits for them."""
         self._batch: _Batch | None = None
+        self._closed = False
         self.refs = 0
+        self.pid = os.getpid()
+        """The process it belongs to: a child forked from it must not use the parent's connection or locks."""
 
     @contextmanager
     def transaction(self, store: AuditTrail) -> Iterator[Tx]:
+        if self.pid != os.getpid():  # before any lock: a parent's thread may hold them, for good, in this copy
+            raise StoreError(
+                f"this store of {store.path} was opened by another process (this one is a fork of it):"
+                " open a new store in this process"
+            )
         with self._count:
             self._queued += 1
+        queued = True
         try:
-            self._mutex.acquire()
-        finally:
-            with self._count:
-                self._queued -= 1
-        try:
-            batch = self._open()
-            tx = batch.tx
-            saved = _save(tx)
-            self._conn.execute("SAVEPOINT member")
-            try:
-                yield tx
-                if tx.appended != saved["appended"]:
-                    store._signing_key()  # its head must be signable: refuse this body alone, as a lone commit would
-            except BaseException:
-                self._conn.execute("ROLLBACK TO member")
+            # A `with` (not acquire() then try): an interrupt that surfaces just as the mutex is taken must
+            # still release it, or every later write of the process hangs (CPython runs `__exit__` once a
+            # C `__enter__` has returned). No interrupt check falls between the decrement and `queued = False`.
+            with self._mutex:
+                with self._count:
+                    self._queued -= 1
+                    queued = False
+                if self._closed:
+                    raise StoreError(f"the state database {store.path} is closed")
+                batch = self._open()
+                tx = batch.tx
+                saved = _save(tx)
+                self._conn.execute("SAVEPOINT member")
+                try:
+                    yield tx
+                    if tx.appended != saved["appended"]:
+                        # its head must be signable: refuse this body alone, as a lone commit would
+                        store._signing_key()
+                except BaseException as exc:
+                    if not self._undo(batch, saved, exc):
+                        raise StoreError(f"the state database could not write: {exc}") from exc
+                    raise
                 self._conn.execute("RELEASE member")
-                _restore(tx, saved)
-                self._settle(batch)
-                raise
-            self._conn.execute("RELEASE member")
-            batch.stores.append(store)
-            if tx.head is not None:
-                self._commit(batch)  # the body signed a head itself (an upgraded store's first): nothing may follow
-            else:
-                self._settle(batch)
+                batch.stores.append(store)
+                if tx.head is not None:
+                    self._commit(batch)  # the body signed a head itself (newest_head): nothing may follow
+                else:
+                    self._settle(batch)
         finally:
-            self._mutex.release()
+            if queued:  # interrupted while waiting for the mutex (or just as it was taken): leave the queue
+                with self._count:
+                    self._queued -= 1
         self._wait(batch)
         if batch.error is not None:
-            raise StoreError(f"the state database could not commit: {batch.error}") from batch.error
+            why = str(batch.error) or type(batch.error).__name__
+            raise StoreError(f"the state database could not commit: {why}") from batch.error
         store.keeper.offer(tx)
+
+    def _undo(self, batch: _Batch, saved: dict[str, Any], failure: BaseException) -> bool:
+        """Roll a failed body back to its savepoint; False when SQLite had already rolled back the whole
+        transaction (SQLITE_FULL, an I/O error): every body of the batch is lost, and its callers are told so."""
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK TO member")
+                self._conn.execute("RELEASE member")
+            except sqlite3.Error:
+                pass
+            else:
+                _restore(batch.tx, saved)
+                self._settle(batch)
+                return True
+        # SQLite's own message says why (a full disk); a body's other exceptions may carry its data, so not theirs.
+        why = f": {failure}" if isinstance(failure, sqlite3.Error) else ""
+        self._end(batch, StoreError(f"SQLite rolled back the whole transaction after an error in a body{why}"))
+        return False
 
     def _open(self) -> _Batch:
         if self._batch is None:
@@ -123,7 +167,7 @@ class GroupWriter:
         return self._batch
 
     def _settle(self, batch: _Batch) -> None:
-        """Commit now unless another transaction is about to join (under the mutex; never raises)."""
+        """Commit now unless another transaction is about to join (under the mutex; raises only an interrupt)."""
         with self._count:
             joining = self._queued
         if joining and len(batch.stores) < MAX_MEMBERS and time.monotonic() - batch.opened < MAX_AGE:
@@ -131,18 +175,41 @@ class GroupWriter:
         self._commit(batch)
 
     def _commit(self, batch: _Batch) -> None:
+        """Seal and commit the batch, then wake its callers. Raises only an interrupt (KeyboardInterrupt,
+        SystemExit) of this thread, after the batch has ended one way or the other."""
         try:
+            if not self._conn.in_transaction:
+                # Never sign a head outside the batch's transaction: it would commit alone, over nothing.
+                raise StoreError("SQLite rolled the transaction back before its COMMIT")
             if batch.stores:
-                # Every member's keys sign the same home's heads; the last member signs this batch's.
+                # Every member signs with the same key (the writer is per signing key); the last one signs.
                 batch.stores[-1]._seal_commit(batch.tx)
-            self._conn.execute("COMMIT")
         except BaseException as exc:
-            batch.error = exc
+            self._end(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except Exception as exc:
+            self._end(batch, exc)
+        except BaseException:
+            # sqlite3 runs no Python code while it commits: an interrupt surfaces only once COMMIT has returned,
+            # so the batch is durable. Its other callers are told so; this thread's caller gets the interrupt.
+            self._end(batch, None)
+            raise
+        else:
+            self._end(batch, None)
+
+    def _end(self, batch: _Batch, error: BaseException | None) -> None:
+        """The batch is over: committed (no error) or lost; its waiting callers wake."""
+        if error is not None:
+            batch.error = error
             with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
-                self._conn.execute("ROLLBACK")
-        finally:
-            self._batch = None
-            batch.done.set()
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        self._batch = None
+        batch.done.set()
 
     def _wait(self, batch: _Batch) -> None:
         """Until the batch is committed; if the thread that was to join it never did, commit it here."""
@@ -155,7 +222,12 @@ class GroupWriter:
                     self._mutex.release()
 
     def close(self) -> None:
-        self._conn.close()
+        """Under the mutex: a body still running on another thread finishes, and an open batch commits first."""
+        with self._mutex:
+            if self._batch is not None:
+                self._commit(self._batch)
+            self._closed = True
+            self._conn.close()
 
 
 def _save(tx: Tx) -> dict[str, Any]:
@@ -167,26 +239,44 @@ def _restore(tx: Tx, saved: dict[str, Any]) -> None:
         setattr(tx, name, value)
 
 
-_GROUPS: dict[tuple[str, str], GroupWriter] = {}
+_GROUPS: dict[_Key, GroupWriter] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
-def group_writer(path: Path, synchronous: str, dialect: Dialect) -> GroupWriter:
-    """The shared writer of this file (with this `synchronous`), opened by its first store."""
-    key = (os.path.realpath(path), synchronous)
+def group_writer(path: Path, synchronous: str, dialect: Dialect, keys: AuditKeys | None) -> GroupWriter:
+    """The shared writer of this file (with this `synchronous` and this signing key), opened by its first store.
+
+    Per signing key because one member signs the head of the whole batch: a store with another key (or none,
+    a verifier's) would sign, or fail to sign, the others' records. Such stores meet in SQLite's busy handler,
+    as other processes do."""
+    signer = None if keys is None or keys.signing_key is None else key_id_of(keys.signing_key.public_key())
+    key = (os.path.realpath(path), synchronous, signer)
     with _GROUPS_LOCK:
         writer = _GROUPS.get(key)
         if writer is None:
-            writer = _GROUPS[key] = GroupWriter(path, synchronous, dialect)
+            writer = _GROUPS[key] = GroupWriter(key, path, synchronous, dialect)
         writer.refs += 1
         return writer
 
 
 def release_writer(writer: GroupWriter) -> None:
-    """A store closed; the last one closes the connection."""
+    """A store closed; the last one closes the connection. A writer inherited across fork is left alone: its
+    connection and mutex are the parent's (the mutex may even be held, for good, by a thread of the parent)."""
+    if writer.pid != os.getpid():
+        return
     with _GROUPS_LOCK:
         writer.refs -= 1
         if writer.refs > 0:
             return
         _GROUPS.pop(writer.key, None)
     writer.close()
+
+
+def _forget_writers() -> None:
+    """In a forked child: stores it opens get writers of their own (multiprocessing forks on Linux)."""
+    global _GROUPS_LOCK
+    _GROUPS.clear()
+    _GROUPS_LOCK = threading.Lock()  # a parent's thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_writers)

@@ -344,6 +344,9 @@ class AuditTrail(ABC):
         Read in one transaction so the state is exactly the head's; a pending store gets its first head.
         """
         with self._tx() as tx:
+            # On SQLite this body may follow others of its batch (group commit) whose records no head covers
+            # yet: their head is signed now, so the newest head fixes the state read below. Elsewhere a no-op.
+            self._seal_commit(tx)
             uncovered = (
                 tx.one("SELECT 1 FROM audit_heads_pending") is not None
                 and tx.one("SELECT 1 FROM audit_heads") is None
