@@ -18,9 +18,11 @@ import functools
 import hashlib
 import http.client
 import io
+import re
 import select
 import socket
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -47,6 +49,13 @@ ACCEPT_ENCODING = "gzip, deflate"
 """Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
 
 _MESSAGE_CAP = 300
+
+KEEPALIVE_IDLE = 1.0
+"""Seconds a pooled connection may sit idle and still be reused: well under the shortest keep-alive timeout
+common servers use (gunicorn 2 s; Apache, Node and uvicorn 5 s; nginx 75 s), so the server has rarely closed
+it first. When it has, the request fails as delivery-unknown and is never sent again (see `SocketTransport`)."""
+
+MAX_IDLE_PER_ORIGIN = 64
 
 
 class WireError(PollwardenError):
@@ -77,6 +86,10 @@ class Request:
     headers: tuple[tuple[str, str], ...]
     body: bytes | None
     deadline: float
+    reuse: bool = False
+    """May go over a kept-alive connection (status polls only: a read whose repetition costs one counted poll).
+    Anything else (a submission, a cancel, a download) always gets a fresh connection and `Connection: close`,
+    so a failure before its answer can be a clear "not sent" (connect) rather than a delivery-unknown one."""
 
 
 class Answer(Protocol):
@@ -116,13 +129,22 @@ class _DeadlineReader(io.RawIOBase):
         self._sock = sock
         self._deadline = deadline
         self.ended = False
+        self.probing = False
+        """Set once the answer is read: a read then never waits, and finding anything at all spoils the connection."""
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        self._sock.settimeout(_remaining(self._deadline, "read"))
-        count = self._sock.recv_into(buffer)
+    def readinto(self, buffer: memoryview) -> int | None:  # type: ignore[override]
+        if self.probing:
+            self._sock.setblocking(False)
+            try:
+                count = self._sock.recv_into(buffer)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return None  # nothing waiting: what a clean end of an answer looks like
+        else:
+            self._sock.settimeout(_remaining(self._deadline, "read"))
+            count = self._sock.recv_into(buffer)
         if count == 0:
             self.ended = True
         return count
@@ -134,16 +156,46 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp.close()
         self.reader = _DeadlineReader(sock, deadline)
         self.fp = io.BufferedReader(self.reader, READ_CHUNK)
+        self.spent: io.BufferedReader | None = None
+
+    def _close_conn(self) -> None:
+        """http.client calls this when the body has been read to its end. The buffer is kept, not closed: what
+        is still in it (bytes the server sent after its answer) decides whether the connection may be reused."""
+        if isinstance(self.fp, io.BufferedReader):
+            self.spent = self.fp
+        self.fp = None  # type: ignore[assignment]
+
+    def ended_cleanly(self) -> bool:
+        """The whole answer was read, the server keeps the connection open, and nothing follows the answer."""
+        if self.spent is None or self.will_close:
+            return False
+        self.reader.probing = True
+        try:
+            after = self.spent.peek(1)
+        except (OSError, ValueError):
+            return False
+        return not after and not self.reader.ended
 
 
 class _SocketAnswer:
-    def __init__(self, sock: socket.socket, response: _DeadlineResponse) -> None:
+    def __init__(
+        self, sock: socket.socket, response: _DeadlineResponse, keep: Callable[[socket.socket], None] | None = None
+    ) -> None:
         self._sock = sock
         self._response = response
+        self._keep = keep
+        self._broken = False
         self.status = response.status
         self.headers = tuple(response.msg.items())
 
     def read(self, size: int) -> bytes:
+        try:
+            return self._read(size)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def _read(self, size: int) -> bytes:
         try:
             data = self._response.read(size)
         except TimeoutError:
@@ -160,8 +212,13 @@ class _SocketAnswer:
         return data
 
     def close(self) -> None:
+        """Back to the pool only after an exchange that ended cleanly; otherwise closed."""
+        keep = self._keep is not None and not self._broken and self._response.ended_cleanly()
         self._response.close()
-        self._sock.close()
+        if keep and self._keep is not None:
+            self._keep(self._sock)
+        else:
+            self._sock.close()
 
 
 @functools.cache
@@ -172,16 +229,42 @@ def _default_tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+Origin = tuple[str, str, int]
+
+
 class SocketTransport:
-    """HTTP/1.1 over one fresh connection per request (`Connection: close`): polls are seconds apart."""
+    """HTTP/1.1 over sockets of its own. Status polls (`Request.reuse`) keep their connections alive, so a
+    worker polling one provider hundreds of times a second does not pay a connect and a close (on both sides) for
+    each poll; everything else gets one fresh connection per request and `Connection: close`.
+
+    The rule that keeps reuse honest: a request is sent at most once. A connection goes back to the pool only
+    after an exchange that ended cleanly; it is taken again only if it has been idle at most `max_idle` seconds
+    and nothing is readable on it (a server that closed it has sent its end of stream by then). A request on a
+    reused connection that still fails before the first answer byte (the server closed it at that moment, or
+    received the request and dropped it; the two look the same from here) is reported as `reset`, which the core
+    counts as a request the provider may have seen; it is never retried on a fresh connection, because the
+    provider may already have it. Safe to share between threads: each connection is used by one at a time."""
+
+    def __init__(self, *, max_idle: float = KEEPALIVE_IDLE) -> None:
+        self._max_idle = max_idle
+        self._idle: dict[Origin, list[tuple[socket.socket, float]]] = {}
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Nothing is pooled, so nothing is held between requests."""
+        """Closes the idle connections (one in use is closed by its answer)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for sock, _ in connections:
+                sock.close()
 
     def open(self, request: Request) -> Answer:
         parts = urlsplit(request.url)
         head = _request_head(request, parts)
-        sock = self._connect(parts, request.deadline)
+        origin = _origin(parts)
+        sock = self._take(origin) if request.reuse else None
+        if sock is None:
+            sock = self._connect(parts, request.deadline)
         try:
             try:
                 sock.settimeout(_remaining(request.deadline, "send"))
@@ -194,10 +277,37 @@ class SocketTransport:
                 ) from None
             response = _DeadlineResponse(sock, method=request.method, deadline=request.deadline)
             _begin(response)
-            return _SocketAnswer(sock, response)
+            keep = functools.partial(self._give, origin) if request.reuse else None
+            return _SocketAnswer(sock, response, keep)
         except BaseException:
             sock.close()
             raise
+
+    def _take(self, origin: Origin) -> socket.socket | None:
+        """The most recently used idle connection that is fresh enough and still quiet, or None."""
+        now = time.monotonic()
+        stale: list[socket.socket] = []
+        found: socket.socket | None = None
+        with self._lock:
+            idle = self._idle.get(origin, [])
+            while idle and found is None:
+                sock, since = idle.pop()
+                if now - since <= self._max_idle and _quiet(sock):
+                    found = sock
+                else:
+                    stale.append(sock)
+        for sock in stale:
+            sock.close()
+        return found
+
+    def _give(self, origin: Origin, sock: socket.socket) -> None:
+        now = time.monotonic()
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < MAX_IDLE_PER_ORIGIN:
+                idle.append((sock, now))
+                return
+        sock.close()
 
     def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
         host = parts.hostname or ""
@@ -239,6 +349,21 @@ class SocketTransport:
             raise WireError(FailureKind.CONNECT, "TLS handshake did not finish within the timeout") from None
         except (ssl.SSLError, OSError) as exc:
             raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
+
+
+def _origin(parts: SplitResult) -> Origin:
+    tls = parts.scheme == "https"
+    return (parts.scheme, parts.hostname or "", parts.port or (443 if tls else 80))
+
+
+def _quiet(sock: socket.socket) -> bool:
+    """Nothing to read on an idle connection: no end of stream, no stray bytes, no TLS record left unread."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    try:
+        return not select.select([sock], [], [], 0)[0]
+    except (OSError, ValueError):
+        return False
 
 
 def _begin(response: _DeadlineResponse) -> None:
@@ -286,8 +411,15 @@ def _request_head(request: Request, parts: SplitResult) -> bytes:
     lines += [f"{name}: {value}" for name, value in request.headers]
     if request.body is not None or request.method in {"POST", "PUT", "PATCH"}:
         lines.append(f"Content-Length: {len(request.body or b'')}")
-    lines.append("Connection: close")
+    if not request.reuse:
+        lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+# Regular expressions rather than a loop over characters: this runs twice per request, on every header.
+_URL_CHARS = re.compile("[!-~]*")
+_HEADER_NAME = re.compile("[A-Za-z0-9_-]+")
+_HEADER_VALUE = re.compile("[\t\x20-\x7e\xa0-\xff]*")
 
 
 def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
@@ -302,13 +434,13 @@ def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[s
         raise WireError(FailureKind.LOCAL, "the URL carries userinfo; credentials travel only in [auth]")
     if not method.isascii() or not method.isalpha():
         raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
-    if any(not "!" <= ch <= "~" for ch in url):
+    if not _URL_CHARS.fullmatch(url):
         raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
     for name, value in headers.items():
-        if not name or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in name):
+        if not _HEADER_NAME.fullmatch(name):
             raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
         # The value is never quoted back: it may be the credential.
-        if any(not ("\x20" <= ch <= "\x7e" or "\xa0" <= ch <= "\xff" or ch == "\t") for ch in value):
+        if not _HEADER_VALUE.fullmatch(value):
             raise WireError(FailureKind.LOCAL, f"header {name} holds a control or non-latin-1 character")
 
 
@@ -430,7 +562,7 @@ class StatusClient:
         headers = dict(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = status.content_type
-        return self.send(status.method, url, body=body, extra_headers=headers)
+        return self.send(status.method, url, body=body, extra_headers=headers, reuse=True)
 
     def send(
         self,
@@ -440,6 +572,7 @@ class StatusClient:
         body: bytes | None = None,
         extra_headers: Mapping[str, str] | None = None,
         credential: bool = True,
+        reuse: bool = False,
     ) -> Exchange:
         """One request under the same guards as a status poll: the credential only ever goes to the contract's
         origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
@@ -458,7 +591,7 @@ class StatusClient:
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_request(method, url, parts, headers)
-            request = Request(method, url, tuple(headers.items()), body, deadline)
+            request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse)
             try:
                 answer = self._transport.open(request)
             except TimeoutError:  # a transport's own deadline check
