@@ -7,6 +7,7 @@ answer byte is a delivery-unknown failure, never sent again."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -199,3 +200,18 @@ def test_other_requests_never_use_a_pooled_connection(serve: Callable[[Script], 
     assert isinstance(sent, Response)
     assert server.connections == 2
     assert b"connection: close" in server.requests[1].lower()
+
+
+def test_a_forked_child_never_uses_its_parents_connections(serve: Callable[[Script], KeepAliveServer]) -> None:
+    server = serve(always(OK))
+    transport = SocketTransport()
+    with StatusClient(contract_for(server.url), None, clock=clock, transport=transport) as client:
+        assert isinstance(client.fetch("job-1"), Response)
+        pid = os.fork()
+        if pid == 0:  # the child: a fetch of its own must open a connection of its own
+            ok = isinstance(client.fetch("job-2"), Response)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert isinstance(client.fetch("job-3"), Response)  # the parent's connection is still its own
+    assert (len(server.requests), server.connections) == (3, 2)

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import http.client
 import io
+import os
 import re
 import select
 import socket
@@ -249,6 +250,7 @@ class SocketTransport:
         self._max_idle = max_idle
         self._idle: dict[Origin, list[tuple[socket.socket, float]]] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def close(self) -> None:
         """Closes the idle connections (one in use is closed by its answer)."""
@@ -289,6 +291,12 @@ class SocketTransport:
         stale: list[socket.socket] = []
         found: socket.socket | None = None
         with self._lock:
+            if os.getpid() != self._pid:
+                # A forked child must never answer on its parent's connections: two readers of one socket
+                # would each take the other's answers. Its copies are closed; the parent's stay open.
+                self._pid = os.getpid()
+                stale += [sock for connections in self._idle.values() for sock, _ in connections]
+                self._idle = {}
             idle = self._idle.get(origin, [])
             while idle and found is None:
                 sock, since = idle.pop()
