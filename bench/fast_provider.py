@@ -2,10 +2,12 @@
 
 The scripted `Simulator` is a thread per connection in the benchmark's own process and tops out far below what
 a worker can poll, so measuring a worker against it measures the simulator. This one is a single asyncio
-`Protocol` in a process of its own: it reads the request head, answers, and closes (pollwarden's status client
-sends `Connection: close`). It still checks what a provider can check: it counts requests, and it counts a
-(job, reservation number) pair seen twice, which would be a double poll. `GET /_stats` answers the counters
-and this process's CPU time, so the benchmark can say what the provider cost and what its ceiling is.
+`Protocol` in a process of its own: it reads each request head and answers it at once, keeping the connection
+open for the next request unless the request asked for `Connection: close` (pollwarden's status polls keep
+their connections alive; its other requests ask for a close). It still checks what a provider can check: it
+counts requests, and it counts a (job, reservation number) pair seen twice, which would be a double poll.
+`GET /_stats` answers the counters and this process's CPU time, so the benchmark can say what the provider
+cost and what its ceiling is.
 
     python -m bench.fast_provider [--port 0]     # prints "listening http://127.0.0.1:PORT", then serves
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 BODY = b'{"state": "running"}'
 ANSWER = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
     b"Content-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY
 )
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -62,14 +64,19 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        end = self.buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self.buffer) > 65536 and self.transport is not None:
-                self.transport.close()
-            return
         assert self.transport is not None
-        self.transport.write(self._answer(self.buffer[: end + 2]))
-        self.transport.close()
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buffer) > 65536:
+                    self.transport.close()
+                return
+            head, self.buffer = self.buffer[: end + 2], self.buffer[end + 4 :]
+            answer = self._answer(head)
+            self.transport.write(answer)
+            if answer is not ANSWER or b"\r\nconnection: close\r\n" in head.lower():
+                self.transport.close()
+                return
 
     def _answer(self, head: bytes) -> bytes:
         line, _, _ = head.partition(b"\r\n")

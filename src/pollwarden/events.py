@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
@@ -43,16 +43,15 @@ class AuditEvent:
 
     def to_json(self) -> Payload:
         out: Payload = dict(self.extra)
-        for f in fields(self):
-            if f.name != "extra":
-                out[f.name] = _plain(getattr(self, f.name))
+        for name in _coercers(type(self)):
+            out[name] = _plain(getattr(self, name))
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        hints = _hints(cls)
-        values: dict[str, Any] = {name: _coerce(data.get(name), hint) for name, hint in hints.items()}
-        return cls(**values, extra={k: v for k, v in data.items() if k not in hints})
+        coercers = _coercers(cls)
+        values: dict[str, Any] = {name: coerce(data.get(name)) for name, coerce in coercers.items()}
+        return cls(**values, extra={k: v for k, v in data.items() if k not in coercers})
 
     def new_event(self) -> tuple[str, Payload]:
         """What the store's write/append takes (`NewEvent`)."""
@@ -67,37 +66,54 @@ def _plain(value: object) -> object:
     return value
 
 
-_HINTS: dict[type[AuditEvent], dict[str, object]] = {}
+Coerce = Callable[[object], object]
+_COERCERS: dict[type[AuditEvent], dict[str, Coerce]] = {}
 
 
-def _hints(cls: type[AuditEvent]) -> dict[str, object]:
-    """Field name -> resolved type hint; resolved once per class (the annotations are strings here)."""
-    if cls not in _HINTS:
+def _coercers(cls: type[AuditEvent]) -> dict[str, Coerce]:
+    """Field name -> its `_coerce`, in field order; the type hints are resolved and taken apart once per class
+    (the annotations are strings here), not on each of the several events every poll writes."""
+    found = _COERCERS.get(cls)
+    if found is None:
         resolved = typing.get_type_hints(cls)
-        _HINTS[cls] = {f.name: resolved[f.name] for f in fields(cls) if f.name != "extra"}
-    return _HINTS[cls]
+        found = {f.name: _coerce_to(resolved[f.name]) for f in fields(cls) if f.name != "extra"}
+        _COERCERS[cls] = found
+    return found
 
 
-def _coerce(value: object, hint: object) -> object:
-    """`value` if it has one of the hinted types, else None when the hint allows it, else the empty value."""
+def _coerce_to(hint: object) -> Coerce:
+    """For one hint: `value` if it has one of the hinted types, else None when the hint allows it, else the
+    empty value."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    for option in options:
-        origin = typing.get_origin(option) or option
-        if origin is tuple and isinstance(value, list | tuple):
-            return tuple(v for v in value if isinstance(v, Mapping))  # tuples here only hold JSON objects
-        if origin is Mapping and isinstance(value, Mapping):
-            return value
-        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if origin is int and isinstance(value, bool):
-            continue
-        if isinstance(origin, type) and origin not in (tuple, Mapping) and isinstance(value, origin):
-            return value
-    if types.NoneType in options:
-        return None
-    empty: dict[object, object] = {str: "", int: 0, float: 0.0, bool: False, tuple: (), Mapping: {}}
-    first = typing.get_origin(options[0]) or options[0]
-    return empty.get(first)
+    origins = tuple(typing.get_origin(option) or option for option in options)
+    nullable = types.NoneType in options
+    empty: dict[object, Callable[[], object]] = {
+        str: str,
+        int: int,
+        float: float,
+        bool: bool,
+        tuple: tuple,
+        Mapping: dict,
+    }
+    make_empty = empty.get(origins[0])
+
+    def coerce(value: object) -> object:
+        for origin in origins:
+            if origin is tuple and isinstance(value, list | tuple):
+                return tuple(v for v in value if isinstance(v, Mapping))  # tuples here only hold JSON objects
+            if origin is Mapping and isinstance(value, Mapping):
+                return value
+            if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+            if origin is int and isinstance(value, bool):
+                continue
+            if isinstance(origin, type) and origin not in (tuple, Mapping) and isinstance(value, origin):
+                return value
+        if nullable or make_empty is None:
+            return None
+        return make_empty()
+
+    return coerce
 
 
 EVENT_TYPES: dict[str, type[AuditEvent]] = {}

@@ -7,26 +7,22 @@ things whatever the peer sends: the whole exchange, connect to last byte, ends b
 provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
-The wire is `http.client` over a socket this module connects itself: httpx's timeouts are per read, and its
-per-request cost was four times that of the standard library on the poll path. `Transport` is the seam for
-tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
+The wire is `http.client` over sockets `pollwarden.wire` connects itself (and keeps alive for status polls):
+httpx's timeouts are per read, and its per-request cost was four times that of the standard library on the poll
+path. `Transport` is the seam for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.client
 import io
-import select
-import socket
-import ssl
+import re
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
 from . import __version__
@@ -36,31 +32,20 @@ from .core.scrub import Scrubber
 from .credentials import Credential as Credential
 from .credentials import CredentialError as CredentialError
 from .credentials import resolve_secret as resolve_secret
-from .errors import EXIT_ESCALATED, PollwardenError
+from .wire import KEEPALIVE_IDLE as KEEPALIVE_IDLE
+from .wire import MAX_HEADER_BYTES as MAX_HEADER_BYTES
+from .wire import MAX_HEADERS as MAX_HEADERS
+from .wire import READ_CHUNK as READ_CHUNK
+from .wire import Answer as Answer
+from .wire import Request as Request
+from .wire import SocketTransport as SocketTransport
+from .wire import Transport as Transport
+from .wire import WireError as WireError
 
-MAX_HEADERS = 100
-"""`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
-
-MAX_HEADER_BYTES = 64 * 1024
-READ_CHUNK = 64 * 1024
 ACCEPT_ENCODING = "gzip, deflate"
 """Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
 
 _MESSAGE_CAP = 300
-
-
-class WireError(PollwardenError):
-    """A failure already classified: `kind` says whether the request may have reached the provider.
-
-    Caught inside the client (it becomes a `TransportFailure`);
-    it is about the provider's answer, so its exit code is a stop's (4)."""
-
-    exit_code = EXIT_ESCALATED
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 def origin_of(url: str) -> str:
@@ -68,226 +53,10 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-@dataclass(frozen=True)
-class Request:
-    """What a transport is asked to send; `deadline` is the `time.monotonic()` by which the last byte is in."""
-
-    method: str
-    url: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes | None
-    deadline: float
-
-
-class Answer(Protocol):
-    """The head of an answer and its raw (still content-encoded) body; `read` returns b"" at the end."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> tuple[tuple[str, str], ...]: ...
-
-    def read(self, size: int) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class Transport(Protocol):
-    """Sends one request; raises `WireError` for anything that is not an answer."""
-
-    def open(self, request: Request) -> Answer: ...
-
-    def close(self) -> None: ...
-
-
-def _remaining(deadline: float, what: str) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError(what)
-    return left
-
-
-class _DeadlineReader(io.RawIOBase):
-    """Socket reads that never outlast the request's deadline, however slowly the peer drips bytes."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._deadline = deadline
-        self.ended = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        self._sock.settimeout(_remaining(self._deadline, "read"))
-        count = self._sock.recv_into(buffer)
-        if count == 0:
-            self.ended = True
-        return count
-
-
-class _DeadlineResponse(http.client.HTTPResponse):
-    def __init__(self, sock: socket.socket, *, method: str, deadline: float) -> None:
-        super().__init__(sock, method=method)
-        self.fp.close()
-        self.reader = _DeadlineReader(sock, deadline)
-        self.fp = io.BufferedReader(self.reader, READ_CHUNK)
-
-
-class _SocketAnswer:
-    def __init__(self, sock: socket.socket, response: _DeadlineResponse) -> None:
-        self._sock = sock
-        self._response = response
-        self.status = response.status
-        self.headers = tuple(response.msg.items())
-
-    def read(self, size: int) -> bytes:
-        try:
-            data = self._response.read(size)
-        except TimeoutError:
-            raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout") from None
-        except http.client.IncompleteRead:
-            raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body") from None
-        except (ValueError, http.client.HTTPException) as exc:
-            raise WireError(FailureKind.PROTOCOL, f"broken chunked body ({exc.__class__.__name__})") from None
-        except OSError as exc:
-            raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
-        short = self._response.length
-        if not data and short:
-            raise WireError(FailureKind.RESET, f"the body ended {short} bytes short of its Content-Length")
-        return data
-
-    def close(self) -> None:
-        self._response.close()
-        self._sock.close()
-
-
-@functools.cache
-def _default_tls() -> ssl.SSLContext:
-    """One verifying context per process, made on the first https request. Loading the system's CA store
-    costs ~20 ms of CPU: made per client, it was most of a watch's start, and 50 watches starting at once in
-    one process queued behind each other's copies. A context is safe to share between threads."""
-    return ssl.create_default_context()
-
-
-class SocketTransport:
-    """HTTP/1.1 over one fresh connection per request (`Connection: close`): polls are seconds apart."""
-
-    def close(self) -> None:
-        """Nothing is pooled, so nothing is held between requests."""
-
-    def open(self, request: Request) -> Answer:
-        parts = urlsplit(request.url)
-        head = _request_head(request, parts)
-        sock = self._connect(parts, request.deadline)
-        try:
-            try:
-                sock.settimeout(_remaining(request.deadline, "send"))
-                sock.sendall(head + (request.body or b""))
-            except TimeoutError:
-                raise WireError(FailureKind.TIMEOUT, "the request could not be sent within the timeout") from None
-            except OSError as exc:
-                raise WireError(
-                    FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}"
-                ) from None
-            response = _DeadlineResponse(sock, method=request.method, deadline=request.deadline)
-            _begin(response)
-            return _SocketAnswer(sock, response)
-        except BaseException:
-            sock.close()
-            raise
-
-    def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
-        host = parts.hostname or ""
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        try:
-            sock = socket.create_connection((host, port), timeout=_remaining(deadline, "connect"))
-        except TimeoutError:
-            raise WireError(FailureKind.CONNECT, "connect timed out") from None
-        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
-            raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded") from None
-        except OSError as exc:
-            raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not tls:
-            return sock
-        try:
-            return self._handshake(sock, host, deadline)
-        except BaseException:
-            sock.close()
-            raise
-
-    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
-        """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
-        tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
-        tls.setblocking(False)
-        try:
-            while True:
-                try:
-                    tls.do_handshake()
-                    return tls
-                except ssl.SSLWantReadError:
-                    ready = select.select([tls], [], [], _remaining(deadline, "handshake"))[0]
-                except ssl.SSLWantWriteError:
-                    ready = select.select([], [tls], [], _remaining(deadline, "handshake"))[1]
-                if not ready:
-                    raise TimeoutError("handshake")
-        except TimeoutError:
-            raise WireError(FailureKind.CONNECT, "TLS handshake did not finish within the timeout") from None
-        except (ssl.SSLError, OSError) as exc:
-            raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
-
-
-def _begin(response: _DeadlineResponse) -> None:
-    """Status line and headers, under the deadline and the caps."""
-    try:
-        response.begin()
-    except TimeoutError:
-        raise WireError(FailureKind.TIMEOUT, "no complete answer head within the timeout") from None
-    except http.client.RemoteDisconnected:
-        raise WireError(FailureKind.RESET, "the provider closed the connection without answering") from None
-    except http.client.LineTooLong:
-        raise WireError(FailureKind.PROTOCOL, "a status or header line is longer than 64 KiB") from None
-    except http.client.BadStatusLine:
-        raise WireError(FailureKind.PROTOCOL, "the answer does not start with an HTTP status line") from None
-    except http.client.HTTPException as exc:
-        raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
-    except OSError as exc:
-        raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
-    if response.reader.ended:
-        # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
-        raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
-    if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
-        raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    _check_framing(response.msg)
-
-
-def _check_framing(headers: http.client.HTTPMessage) -> None:
-    """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
-    another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
-    transfer coding other than chunked."""
-    lengths = {value.strip() for value in headers.get_all("Content-Length") or []}
-    codings = [c.strip().lower() for value in headers.get_all("Transfer-Encoding") or [] for c in value.split(",")]
-    if len(lengths) > 1:
-        raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
-    if codings and lengths:
-        raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
-    if codings and codings != ["chunked"]:
-        raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
-
-
-def _request_head(request: Request, parts: SplitResult) -> bytes:
-    """The request line and headers as bytes, refused here (nothing sent) when they cannot be sent as they are."""
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
-    lines += [f"{name}: {value}" for name, value in request.headers]
-    if request.body is not None or request.method in {"POST", "PUT", "PATCH"}:
-        lines.append(f"Content-Length: {len(request.body or b'')}")
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+# Regular expressions rather than a loop over characters: this runs twice per request, on every header.
+_URL_CHARS = re.compile("[!-~]*")
+_HEADER_NAME = re.compile("[A-Za-z0-9_-]+")
+_HEADER_VALUE = re.compile("[\t\x20-\x7e\xa0-\xff]*")
 
 
 def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
@@ -302,13 +71,13 @@ def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[s
         raise WireError(FailureKind.LOCAL, "the URL carries userinfo; credentials travel only in [auth]")
     if not method.isascii() or not method.isalpha():
         raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
-    if any(not "!" <= ch <= "~" for ch in url):
+    if not _URL_CHARS.fullmatch(url):
         raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
     for name, value in headers.items():
-        if not name or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in name):
+        if not _HEADER_NAME.fullmatch(name):
             raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
         # The value is never quoted back: it may be the credential.
-        if any(not ("\x20" <= ch <= "\x7e" or "\xa0" <= ch <= "\xff" or ch == "\t") for ch in value):
+        if not _HEADER_VALUE.fullmatch(value):
             raise WireError(FailureKind.LOCAL, f"header {name} holds a control or non-latin-1 character")
 
 
@@ -430,7 +199,7 @@ class StatusClient:
         headers = dict(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = status.content_type
-        return self.send(status.method, url, body=body, extra_headers=headers)
+        return self.send(status.method, url, body=body, extra_headers=headers, reuse=True)
 
     def send(
         self,
@@ -440,6 +209,7 @@ class StatusClient:
         body: bytes | None = None,
         extra_headers: Mapping[str, str] | None = None,
         credential: bool = True,
+        reuse: bool = False,
     ) -> Exchange:
         """One request under the same guards as a status poll: the credential only ever goes to the contract's
         origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
@@ -458,7 +228,7 @@ class StatusClient:
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_request(method, url, parts, headers)
-            request = Request(method, url, tuple(headers.items()), body, deadline)
+            request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse)
             try:
                 answer = self._transport.open(request)
             except TimeoutError:  # a transport's own deadline check

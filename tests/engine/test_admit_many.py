@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pollwarden.audit import AuditRecord
 from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.engine import BatchAdmissionError, Engine
@@ -82,22 +83,22 @@ def test_a_crash_inside_a_batch_leaves_whole_batches_and_a_rerun_creates_each_jo
     store: Store, monkeypatch: pytest.MonkeyPatch, prefix: str | None
 ) -> None:
     assert isinstance(store, SQLStore)
-    real = store._append
+    real = store._seal_onto  # each event is sealed here, then a batch's records are inserted together
     calls = iter(range(1_000))
 
-    def dies_in_the_second_batch(tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+    def dies_in_the_second_batch(tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> AuditRecord:
         if next(calls) == 5:  # the second event of the second batch of four
             raise RuntimeError("killed")
-        real(tx, log_id, kind, data, at)
+        return real(tx, log_id, kind, data, at)
 
-    monkeypatch.setattr(store, "_append", dies_in_the_second_batch)
+    monkeypatch.setattr(store, "_seal_onto", dies_in_the_second_batch)
     engine = Engine(store, owner="cli", clock=store.db_now)
     jobs = [f"j{n}" for n in range(10)]
     with pytest.raises(RuntimeError, match="killed"):
         engine.admit_many(_asks(jobs, prefix), batch=4)
     assert sorted(s.record.job_id for s in store.all()) == ["j0", "j1", "j2", "j3"]  # the first batch, whole
     assert len(_created_events(store)) == 4
-    monkeypatch.setattr(store, "_append", real)
+    monkeypatch.setattr(store, "_seal_onto", real)
     again = engine.admit_many(_asks(jobs, prefix), batch=4)
     assert [a.created for a in again] == [False] * 4 + [True] * 6
     assert sorted(s.record.job_id for s in store.all()) == sorted(jobs)

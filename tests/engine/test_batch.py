@@ -23,6 +23,7 @@ from pollwarden.core.observe import Exchange, Response
 from pollwarden.engine import Busy, Engine, Polled
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Claimed, FencedWrite, Store, StoreError
+from pollwarden.store.common import Tx
 from pollwarden.worker import CLAIM_TTL
 from tests.store.conftest import Backend
 
@@ -101,6 +102,28 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
     assert store.keys is not None
     store.checkpoint_heads(store.db_now())
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
+    assert report.ok and report.logs == COUNT, report
+
+
+def test_a_batch_inserts_its_audit_records_in_one_statement_per_transaction(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contract, engine, claimed = _claimed(store)
+    provider = WatchingProvider(backend.open())
+    inserts: list[int] = []
+    real = Tx.execute
+
+    def counted(tx: Tx, query: str, params: Sequence[Any] = ()) -> Any:
+        if query.startswith("INSERT INTO audit_records"):
+            inserts.append(len(params) // 7)
+        return real(tx, query, params)
+
+    monkeypatch.setattr(Tx, "execute", counted)
+    with ThreadPoolExecutor(COUNT) as io:
+        engine.step_claimed_many([(contract, provider, c.lease, c.record) for c in claimed], store.db_now(), io)
+    assert inserts == [COUNT, 2 * COUNT]  # the reservations' records, then each poll's observed and decision
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
     assert report.ok and report.logs == COUNT, report
 
 

@@ -4,7 +4,9 @@ IN list), so a chunk boundary cannot hide a lost or doubled row."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -71,3 +73,31 @@ def test_append_many_chains_each_event_onto_its_own_log_in_one_transaction(store
     ]
     assert [e.seq for e in store.events("op-2")] == [1, 2]
     assert [e.kind for e in store.events("op-1")] == ["created"]
+
+
+def test_append_many_across_insert_chunks_keeps_every_record_in_order(
+    store: AnyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pollwarden.store.common import Tx
+    from pollwarden.store.trail import INSERT_ROWS
+
+    store.create_many(_new([_record(n) for n in range(2)]))
+    inserts: list[int] = []
+    real = Tx.execute
+
+    def counted(tx: Tx, query: str, params: Sequence[Any] = ()) -> Any:
+        if query.startswith("INSERT INTO audit_records"):
+            inserts.append(len(params) // 7)
+        return real(tx, query, params)
+
+    monkeypatch.setattr(Tx, "execute", counted)
+    count = 2 * INSERT_ROWS + 3
+    store.append_many([(f"op-{n % 2}", "resume_refused", {"n": n}) for n in range(count)], T0)
+    assert inserts == [INSERT_ROWS, INSERT_ROWS, 3]
+    for log in (0, 1):
+        events = store.events(f"op-{log}")
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert [e.data["n"] for e in events[1:]] == list(range(log, count, 2))
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
+    assert report.ok, report.problems

@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..audit import AuditRecord
 from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
@@ -102,8 +103,7 @@ class _Operations(AuditTrail):
             # with another transaction that locks several logs.
             self._lock_logs(tx, [record.operation_id for record, _, _ in operations])
             self._insert_operations(tx, [(record, contract_text) for record, contract_text, _ in operations])
-            for record, _, event in operations:
-                self._append(tx, record.operation_id, "created", event, record.created_at)
+            self._append_many(tx, [(r.operation_id, "created", event, r.created_at) for r, _, event in operations])
 
     def _insert_operations(self, tx: Tx, operations: Sequence[tuple[OperationRecord, str]]) -> None:
         """OperationExists, with the whole transaction, when any id is taken. ON CONFLICT, not a prior SELECT:
@@ -299,17 +299,21 @@ class _Operations(AuditTrail):
             logs = [writes[i].lease.operation_id for i in order if written[i]]
             self._lock_logs(tx, logs)
             self._read_heads(tx, logs)
+            sealed: list[AuditRecord] = []  # inserted together, before any statement that could read them
             for i in order:
                 w = writes[i]
                 if not written[i]:
                     continue
-                for kind, data in w.events:
-                    self._append(tx, w.lease.operation_id, kind, data, now)
+                sealed += [self._seal_onto(tx, w.lease.operation_id, kind, data, now) for kind, data in w.events]
+                if w.decision is not None or w.record.phase is Phase.SUCCEEDED:
+                    self._insert_records(tx, sealed)
+                    sealed = []
                 if w.decision is not None:
                     self._insert_decision(tx, w.decision, now)
                 elif w.record.phase is Phase.SUCCEEDED:
                     # A question about the running job (an agent's cancel request) has no answer left to give.
                     self._expire_open(tx, w.lease.operation_id)
+            self._insert_records(tx, sealed)
         return written
 
     def _update_fenced(

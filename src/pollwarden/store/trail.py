@@ -66,6 +66,9 @@ def log_lock_key(log_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+INSERT_ROWS = 128
+"""Records per INSERT statement: 7 parameters each, under SQLite's oldest limit of 999 per statement."""
+
 HEADS_LOCK_KEY = int.from_bytes(hashlib.sha256(b"pollwarden-audit-heads").digest()[:8], "big", signed=True)
 """Held from reading the newest head to commit. Taken last, after every log lock, and held only while the
 transaction writes its head and commits, so it orders commits without ever waiting inside one."""
@@ -198,8 +201,7 @@ class AuditTrail(ABC):
             return
         with self._tx() as tx:
             self._lock_logs(tx, [log_id for log_id, _, _ in entries])  # all at once, in the one global order
-            for log_id, kind, data in entries:
-                self._append(tx, log_id, kind, data, at)
+            self._append_many(tx, [(log_id, kind, data, at) for log_id, kind, data in entries])
 
     def _lock_logs(self, tx: Tx, log_ids: Iterable[str]) -> None:
         """Hold these logs' heads until commit, in key order: the same order every transaction uses."""
@@ -223,8 +225,17 @@ class AuditTrail(ABC):
                 tx.heads[str(log_id)] = (int(seq), str(head_hash))
 
     def _append(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
-        """Seal and chain one event onto its log. The head is read only once the log is locked, and the
-        lock is held until commit, so the next writer reads this record as its head."""
+        """Seal and chain one event onto its log, and insert it."""
+        self._insert_records(tx, [self._seal_onto(tx, log_id, kind, data, at)])
+
+    def _append_many(self, tx: Tx, entries: Iterable[tuple[str, str, Mapping[str, Any], datetime]]) -> None:
+        """`_append` for many (log, kind, data, at) entries, in that order, inserted in few statements."""
+        self._insert_records(tx, [self._seal_onto(tx, log_id, kind, data, at) for log_id, kind, data, at in entries])
+
+    def _seal_onto(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> AuditRecord:
+        """Seal one event and chain it onto its log's head in `tx`; the caller inserts it (`_insert_records`)
+        in the same transaction before anything reads the log back. The head is read only once the log is
+        locked, and the lock is held until commit, so the next writer reads this record as its head."""
         cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
         head: Row | None = tx.heads.get(log_id)
@@ -233,13 +244,21 @@ class AuditTrail(ABC):
                 "SELECT seq, this_hash FROM audit_records WHERE log_id = ? ORDER BY seq DESC LIMIT 1", (log_id,)
             )
         record = seal_next(cipher, head, log_id=log_id, kind=kind, data=data, at=at)
-        insert = f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES ({marks(7)})"
-        tx.execute(insert, audit_record_values(record))
         tx.heads[log_id] = (record.seq, record.this_hash)
         before = tx.appended[log_id][0] if log_id in tx.appended else record.seq - 1
         tx.appended[log_id] = (before, record.seq, record.this_hash)
         tx.last_at = max(tx.last_at, record.at)
         tx.outcome = tx.outcome or kind in CHECKPOINTED_KINDS
+        return record
+
+    def _insert_records(self, tx: Tx, records: Sequence[AuditRecord]) -> None:
+        """Sealed records in multi-row INSERTs: a batch of polls writes about three records per poll, and one
+        statement per record was a round trip each on PostgreSQL."""
+        for start in range(0, len(records), INSERT_ROWS):
+            chunk = records[start : start + INSERT_ROWS]
+            rows = ",".join([f"({marks(7)})"] * len(chunk))
+            params = [value for record in chunk for value in audit_record_values(record)]
+            tx.execute(f"INSERT INTO audit_records ({AUDIT_RECORD_COLUMNS}) VALUES {rows}", params)
 
     def _seal_commit(self, tx: Tx) -> None:
         """Sign one head over every log for this transaction, as its last statement before COMMIT.

@@ -1,0 +1,398 @@
+"""The socket half of the status client: HTTP/1.1 over connections this module opens (and, for status polls,
+keeps), each exchange bounded by one deadline, the answer head read under the caps and its framing checked.
+
+`StatusClient` (`pollwarden.http`) builds the `Request` and reads the `Answer`; this module only moves bytes and
+classifies what went wrong as a `WireError` whose kind says whether the request may have reached the provider.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import io
+import os
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import SplitResult, urlsplit
+
+from .core.observe import FailureKind
+from .errors import EXIT_ESCALATED, PollwardenError
+
+MAX_HEADERS = 100
+"""`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
+
+MAX_HEADER_BYTES = 64 * 1024
+READ_CHUNK = 64 * 1024
+
+KEEPALIVE_IDLE = 1.0
+"""Seconds a pooled connection may sit idle and still be reused: well under the shortest keep-alive timeout
+common servers use (gunicorn 2 s; Apache, Node and uvicorn 5 s; nginx 75 s), so the server has rarely closed
+it first. When it has, the request fails as delivery-unknown and is never sent again (see `SocketTransport`)."""
+
+MAX_IDLE_PER_ORIGIN = 64
+
+
+class WireError(PollwardenError):
+    """A failure already classified: `kind` says whether the request may have reached the provider.
+
+    Caught inside the client (it becomes a `TransportFailure`);
+    it is about the provider's answer, so its exit code is a stop's (4)."""
+
+    exit_code = EXIT_ESCALATED
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a transport is asked to send; `deadline` is the `time.monotonic()` by which the last byte is in."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes | None
+    deadline: float
+    reuse: bool = False
+    """May go over a kept-alive connection (status polls only: a read whose repetition costs one counted poll).
+    Anything else (a submission, a cancel, a download) always gets a fresh connection and `Connection: close`,
+    so a failure before its answer can be a clear "not sent" (connect) rather than a delivery-unknown one."""
+
+
+class Answer(Protocol):
+    """The head of an answer and its raw (still content-encoded) body; `read` returns b"" at the end."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+
+    def read(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Sends one request; raises `WireError` for anything that is not an answer."""
+
+    def open(self, request: Request) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+def _remaining(deadline: float, what: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(what)
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that never outlast the request's deadline, however slowly the peer drips bytes."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+        self.ended = False
+        self.probing = False
+        """Set once the answer is read: a read then never waits, and finding anything at all spoils the connection."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int | None:  # type: ignore[override]
+        if self.probing:
+            self._sock.setblocking(False)
+            try:
+                count = self._sock.recv_into(buffer)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return None  # nothing waiting: what a clean end of an answer looks like
+        else:
+            self._sock.settimeout(_remaining(self._deadline, "read"))
+            count = self._sock.recv_into(buffer)
+        if count == 0:
+            self.ended = True
+        return count
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *, method: str, deadline: float) -> None:
+        super().__init__(sock, method=method)
+        self.fp.close()
+        self.reader = _DeadlineReader(sock, deadline)
+        self.fp = io.BufferedReader(self.reader, READ_CHUNK)
+        self.spent: io.BufferedReader | None = None
+
+    def _close_conn(self) -> None:
+        """http.client calls this when the body has been read to its end. The buffer is kept, not closed: what
+        is still in it (bytes the server sent after its answer) decides whether the connection may be reused."""
+        if isinstance(self.fp, io.BufferedReader):
+            self.spent = self.fp
+        self.fp = None  # type: ignore[assignment]
+
+    def ended_cleanly(self) -> bool:
+        """The whole answer was read, the server keeps the connection open, and nothing follows the answer."""
+        if self.spent is None or self.will_close:
+            return False
+        self.reader.probing = True
+        try:
+            after = self.spent.peek(1)
+        except (OSError, ValueError):
+            return False
+        return not after and not self.reader.ended
+
+
+class _SocketAnswer:
+    def __init__(
+        self, sock: socket.socket, response: _DeadlineResponse, keep: Callable[[socket.socket], None] | None = None
+    ) -> None:
+        self._sock = sock
+        self._response = response
+        self._keep = keep
+        self._broken = False
+        self.status = response.status
+        self.headers = tuple(response.msg.items())
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self._read(size)
+        except BaseException:
+            self._broken = True
+            raise
+
+    def _read(self, size: int) -> bytes:
+        try:
+            data = self._response.read(size)
+        except TimeoutError:
+            raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout") from None
+        except http.client.IncompleteRead:
+            raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body") from None
+        except (ValueError, http.client.HTTPException) as exc:
+            raise WireError(FailureKind.PROTOCOL, f"broken chunked body ({exc.__class__.__name__})") from None
+        except OSError as exc:
+            raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+        short = self._response.length
+        if not data and short:
+            raise WireError(FailureKind.RESET, f"the body ended {short} bytes short of its Content-Length")
+        return data
+
+    def close(self) -> None:
+        """Back to the pool only after an exchange that ended cleanly; otherwise closed."""
+        keep = self._keep is not None and not self._broken and self._response.ended_cleanly()
+        self._response.close()
+        if keep and self._keep is not None:
+            self._keep(self._sock)
+        else:
+            self._sock.close()
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """One verifying context per process, made on the first https request. Loading the system's CA store
+    costs ~20 ms of CPU: made per client, it was most of a watch's start, and 50 watches starting at once in
+    one process queued behind each other's copies. A context is safe to share between threads."""
+    return ssl.create_default_context()
+
+
+Origin = tuple[str, str, int]
+
+
+class SocketTransport:
+    """HTTP/1.1 over sockets of its own. Status polls (`Request.reuse`) keep their connections alive, so a
+    worker polling one provider hundreds of times a second does not pay a connect and a close (on both sides) for
+    each poll; everything else gets one fresh connection per request and `Connection: close`.
+
+    The rule that keeps reuse honest: a request is sent at most once. A connection goes back to the pool only
+    after an exchange that ended cleanly; it is taken again only if it has been idle at most `max_idle` seconds
+    and nothing is readable on it (a server that closed it has sent its end of stream by then). A request on a
+    reused connection that still fails before the first answer byte (the server closed it at that moment, or
+    received the request and dropped it; the two look the same from here) is reported as `reset`, which the core
+    counts as a request the provider may have seen; it is never retried on a fresh connection, because the
+    provider may already have it. Safe to share between threads: each connection is used by one at a time."""
+
+    def __init__(self, *, max_idle: float = KEEPALIVE_IDLE) -> None:
+        self._max_idle = max_idle
+        self._idle: dict[Origin, list[tuple[socket.socket, float]]] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Closes the idle connections (one in use is closed by its answer)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for sock, _ in connections:
+                sock.close()
+
+    def open(self, request: Request) -> Answer:
+        parts = urlsplit(request.url)
+        head = _request_head(request, parts)
+        origin = _origin(parts)
+        sock = self._take(origin) if request.reuse else None
+        if sock is None:
+            sock = self._connect(parts, request.deadline)
+        try:
+            try:
+                sock.settimeout(_remaining(request.deadline, "send"))
+                sock.sendall(head + (request.body or b""))
+            except TimeoutError:
+                raise WireError(FailureKind.TIMEOUT, "the request could not be sent within the timeout") from None
+            except OSError as exc:
+                raise WireError(
+                    FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}"
+                ) from None
+            response = _DeadlineResponse(sock, method=request.method, deadline=request.deadline)
+            _begin(response)
+            keep = functools.partial(self._give, origin) if request.reuse else None
+            return _SocketAnswer(sock, response, keep)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _take(self, origin: Origin) -> socket.socket | None:
+        """The most recently used idle connection that is fresh enough and still quiet, or None."""
+        now = time.monotonic()
+        stale: list[socket.socket] = []
+        found: socket.socket | None = None
+        with self._lock:
+            if os.getpid() != self._pid:
+                # A forked child must never answer on its parent's connections: two readers of one socket
+                # would each take the other's answers. Its copies are closed; the parent's stay open.
+                self._pid = os.getpid()
+                stale += [sock for connections in self._idle.values() for sock, _ in connections]
+                self._idle = {}
+            idle = self._idle.get(origin, [])
+            while idle and found is None:
+                sock, since = idle.pop()
+                if now - since <= self._max_idle and _quiet(sock):
+                    found = sock
+                else:
+                    stale.append(sock)
+        for sock in stale:
+            sock.close()
+        return found
+
+    def _give(self, origin: Origin, sock: socket.socket) -> None:
+        now = time.monotonic()
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < MAX_IDLE_PER_ORIGIN:
+                idle.append((sock, now))
+                return
+        sock.close()
+
+    def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
+        host = parts.hostname or ""
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        try:
+            sock = socket.create_connection((host, port), timeout=_remaining(deadline, "connect"))
+        except TimeoutError:
+            raise WireError(FailureKind.CONNECT, "connect timed out") from None
+        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
+            raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded") from None
+        except OSError as exc:
+            raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not tls:
+            return sock
+        try:
+            return self._handshake(sock, host, deadline)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
+        """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
+        tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        tls.setblocking(False)
+        try:
+            while True:
+                try:
+                    tls.do_handshake()
+                    return tls
+                except ssl.SSLWantReadError:
+                    ready = select.select([tls], [], [], _remaining(deadline, "handshake"))[0]
+                except ssl.SSLWantWriteError:
+                    ready = select.select([], [tls], [], _remaining(deadline, "handshake"))[1]
+                if not ready:
+                    raise TimeoutError("handshake")
+        except TimeoutError:
+            raise WireError(FailureKind.CONNECT, "TLS handshake did not finish within the timeout") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
+
+
+def _origin(parts: SplitResult) -> Origin:
+    tls = parts.scheme == "https"
+    return (parts.scheme, parts.hostname or "", parts.port or (443 if tls else 80))
+
+
+def _quiet(sock: socket.socket) -> bool:
+    """Nothing to read on an idle connection: no end of stream, no stray bytes, no TLS record left unread."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    try:
+        return not select.select([sock], [], [], 0)[0]
+    except (OSError, ValueError):
+        return False
+
+
+def _begin(response: _DeadlineResponse) -> None:
+    """Status line and headers, under the deadline and the caps."""
+    try:
+        response.begin()
+    except TimeoutError:
+        raise WireError(FailureKind.TIMEOUT, "no complete answer head within the timeout") from None
+    except http.client.RemoteDisconnected:
+        raise WireError(FailureKind.RESET, "the provider closed the connection without answering") from None
+    except http.client.LineTooLong:
+        raise WireError(FailureKind.PROTOCOL, "a status or header line is longer than 64 KiB") from None
+    except http.client.BadStatusLine:
+        raise WireError(FailureKind.PROTOCOL, "the answer does not start with an HTTP status line") from None
+    except http.client.HTTPException as exc:
+        raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
+    except OSError as exc:
+        raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+    if response.reader.ended:
+        # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
+        raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
+    if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
+        raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
+    _check_framing(response.msg)
+
+
+def _check_framing(headers: http.client.HTTPMessage) -> None:
+    """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
+    another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
+    transfer coding other than chunked."""
+    lengths = {value.strip() for value in headers.get_all("Content-Length") or []}
+    codings = [c.strip().lower() for value in headers.get_all("Transfer-Encoding") or [] for c in value.split(",")]
+    if len(lengths) > 1:
+        raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
+    if codings and lengths:
+        raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
+    if codings and codings != ["chunked"]:
+        raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
+
+
+def _request_head(request: Request, parts: SplitResult) -> bytes:
+    """The request line and headers as bytes, refused here (nothing sent) when they cannot be sent as they are."""
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    lines += [f"{name}: {value}" for name, value in request.headers]
+    if request.body is not None or request.method in {"POST", "PUT", "PATCH"}:
+        lines.append(f"Content-Length: {len(request.body or b'')}")
+    if not request.reuse:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
