@@ -14,6 +14,7 @@ from pollwarden.audit import verify
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import NewOperation, OperationExists
+from pollwarden.store.common import Tx
 
 from .conftest import AnyStore
 from .test_store import CONTRACT, T0
@@ -98,6 +99,29 @@ def test_append_many_across_insert_chunks_keeps_every_record_in_order(
         events = store.events(f"op-{log}")
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert [e.data["n"] for e in events[1:]] == list(range(log, count, 2))
+    assert store.keys is not None
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
+    assert report.ok, report.problems
+
+
+def test_create_many_reads_every_new_logs_head_in_one_statement(
+    store: AnyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bulk enqueue on PostgreSQL paid one round trip per operation to find that its new log was empty."""
+    store.append("op-7", "submission_intent", {"n": 1}, T0)  # a log that exists before its operation does
+    statements: list[str] = []
+    real = Tx.execute
+
+    def counted(tx: Tx, query: str, params: Sequence[Any] = ()) -> Any:
+        statements.append(query.split(" (")[0].split(" WHERE")[0])
+        return real(tx, query, params)
+
+    monkeypatch.setattr(Tx, "execute", counted)
+    store.create_many(_new([_record(n) for n in range(40)]))
+    monkeypatch.undo()
+    per_log_reads = [q for q in statements if q.startswith("SELECT seq, this_hash FROM audit_records")]
+    assert per_log_reads == [] and len(statements) < 15, statements
+    assert [e.kind for e in store.events("op-7")] == ["submission_intent", "created"]  # chained onto what was there
     assert store.keys is not None
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
     assert report.ok, report.problems

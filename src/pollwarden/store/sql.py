@@ -101,7 +101,9 @@ class _Operations(AuditTrail):
         with self._tx() as tx:
             # Every new log locked up front in the one global order (PostgreSQL): a batch never deadlocks
             # with another transaction that locks several logs.
-            self._lock_logs(tx, [record.operation_id for record, _, _ in operations])
+            logs = [record.operation_id for record, _, _ in operations]
+            self._lock_logs(tx, logs)
+            self._read_heads(tx, logs)  # a log may exist already: a submission's outcome was unknown
             self._insert_operations(tx, [(record, contract_text) for record, contract_text, _ in operations])
             self._append_many(tx, [(r.operation_id, "created", event, r.created_at) for r, _, event in operations])
 

@@ -218,9 +218,12 @@ class AuditTrail(ABC):
 
     def _read_heads(self, tx: Tx, log_ids: Sequence[str]) -> None:
         """Read the heads of these logs (already locked by `tx`) in one query, for `_append` to chain onto: a
-        batch would otherwise read them one statement per log. A log with no record yet is left out."""
+        batch would otherwise read them one statement per log. A log with no record yet gets the genesis head
+        (seq 0), which chains exactly as an empty log does, so it is not asked for again one statement each."""
         missing = [log_id for log_id in dict.fromkeys(log_ids) if log_id not in tx.heads]
         if missing:
+            for log_id in missing:
+                tx.heads[log_id] = (0, GENESIS_HASH)
             for log_id, seq, head_hash in self._tips(tx, missing):
                 tx.heads[str(log_id)] = (int(seq), str(head_hash))
 
