@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
@@ -16,18 +16,8 @@ from pollwarden.store.base import Claimed
 from pollwarden.store.postgres import PostgresStore
 
 from .conftest import AnyStore, Backend, run_threads
+from .test_store import CONTRACT, T0
 
-CONTRACT = """
-name = "exports"
-status_url = "http://127.0.0.1:9/jobs/{job_id}"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-"""
-T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
 TTL = timedelta(seconds=30)
 SECOND = timedelta(seconds=1)
 

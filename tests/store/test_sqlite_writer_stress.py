@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pollwarden.audit import load_or_create_keys, verify
@@ -14,17 +13,8 @@ from pollwarden.core.contract import parse_contract
 from pollwarden.core.record import new_record
 from pollwarden.store.sqlite import SQLiteStore
 
-T0 = datetime(2026, 4, 18, 10, 20, tzinfo=UTC)
-CONTRACT = """
-name = "exports"
-status_url = "http://127.0.0.1:9/jobs/{job_id}"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-"""
+from .test_store import CONTRACT, T0
+
 STORES, THREADS, ROUNDS, SHARED_LOGS = 6, 18, 24, 4
 
 
