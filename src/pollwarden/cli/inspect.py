@@ -34,11 +34,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             stored = store.get(args.operation)
             if stored is None:
                 raise UsageError(unknown_operation(store.path, args.operation))
-            summary = {**stored.record.summary(), **ownership_of(stored, now).to_json()}
+            owned = ownership_of(stored, now)
+            summary = {**stored.record.summary(), **owned.to_json()}
             if args.json:
                 print(json.dumps(summary, sort_keys=True))
             else:
-                owned = ownership_of(stored, now)
                 summary["owner"] = owned.describe(now) if stored.record.phase.value == "active" else None
                 summary["flags"] = " ".join(owned.flags) or None
                 for key, value in summary.items():
