@@ -557,3 +557,47 @@ def test_a_forked_child_opens_a_writer_of_its_own(stores: list[SQLiteStore]) -> 
     assert sorted(r.log_id for r in first.audit_records()) == ["child", "parent"]
     first.append("parent-again", "note", {}, T0)  # the parent's writer is untouched by the child
     _audit_ok(first)
+
+
+def test_a_lock_held_elsewhere_past_the_busy_timeout_is_a_store_error_and_leaves_the_writer_usable(
+    stores: list[SQLiteStore], tmp_path: Path
+) -> None:
+    store = stores[0]
+    _writer(store)._conn.execute("PRAGMA busy_timeout=50")  # 30 s in use: the wait itself is not the point here
+    other = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's long write (an enqueue of a big file, a backup)
+    try:
+        with pytest.raises(StoreError, match="locked by another") as raised:
+            store.append("log-0", "note", {"i": 0}, T0)
+        assert "nothing was written" in str(raised.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    store.append("log-0", "note", {"i": 1}, T0)
+    assert [e.data["i"] for e in store.events("log-0")] == [1]
+
+
+def test_a_file_that_refuses_writes_is_a_store_error_naming_it_and_nothing_is_written(
+    stores: list[SQLiteStore], tmp_path: Path
+) -> None:
+    store = stores[0]
+    writer = _writer(store)
+    writer._conn.execute("PRAGMA query_only=ON")  # what a read-only file or volume answers: SQLITE_READONLY
+    try:
+        with pytest.raises(StoreError, match=r"refused the write .*readonly") as raised:
+            store.append("log-0", "note", {"i": 0}, T0)
+        assert str(tmp_path / "state.db") in str(raised.value)
+    finally:
+        writer._conn.execute("PRAGMA query_only=OFF")
+    inside: list[str] = []
+    # the same refusal from a statement inside a body: rolled back to its savepoint
+    with pytest.raises(StoreError, match=r"refused the write .*readonly"), store._tx() as tx:
+        tx.execute("PRAGMA query_only=ON")
+        try:
+            store._append(tx, "log-1", "note", {"i": 1}, T0)
+        finally:
+            tx.execute("PRAGMA query_only=OFF")
+            inside.append("ran")
+    assert inside == ["ran"]
+    store.append("log-2", "note", {"i": 2}, T0)
+    assert [r.log_id for r in store.audit_records()] == ["log-2"]

@@ -26,7 +26,7 @@ from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
-from .sqlite_writer import GroupWriter, group_writer, release_writer
+from .sqlite_writer import BUSY_TIMEOUT_S, GroupWriter, group_writer, release_writer
 from .witness import Witness
 
 __all__ = ["SQLITE", "SQLiteStore"]
@@ -88,11 +88,11 @@ class SQLiteStore(SQLStore):
                 path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
                 tighten(path.parent, PRIVATE_DIR)
             create_private(path)
-            self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            self._conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         try:
-            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
             _use_wal(self._conn)
             self._tighten_files()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")

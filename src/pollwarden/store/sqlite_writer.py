@@ -55,6 +55,8 @@ __all__ = ["GroupWriter", "group_writer"]
 _Key = tuple[str, str, str | None]
 """(the file's real path, `synchronous`, the signing key's id or None)."""
 
+BUSY_TIMEOUT_S = 30.0
+"""How long a connection waits for another process's write lock (SQLite's busy handler) before giving up."""
 MAX_MEMBERS = 256
 MAX_AGE = 0.02
 _STALL_CHECK = 0.05
@@ -69,6 +71,25 @@ class _Batch:
     error: BaseException | None = None
 
 
+_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_ENVIRONMENT = _BUSY | {7, 8, 10, 13, 14}  # NOMEM, READONLY, IOERR, FULL, CANTOPEN: the machine, not the code
+
+
+def _primary(exc: sqlite3.Error) -> int:
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF  # extended codes carry the primary one in the low byte
+
+
+def _refusal(path: Path | str, exc: sqlite3.Error) -> StoreError:
+    """What a person reads when the file refuses a write: another process's lock, a read-only file or volume,
+    a full disk. Nothing was written; SQLite's message names the condition and holds no data."""
+    if _primary(exc) in _BUSY:
+        return StoreError(
+            f"the state database {path} is locked by another process ({exc}, after waiting"
+            f" {BUSY_TIMEOUT_S:.0f} s); nothing was written. Run the command again once that write ends"
+        )
+    return StoreError(f"the state database {path} refused the write ({exc}); nothing was written")
+
+
 class GroupWriter:
     """One writer connection of one database file, shared by every SQLiteStore of this process that opens it."""
 
@@ -76,8 +97,8 @@ class GroupWriter:
         self.key = key
         self._dialect = dialect
         try:
-            self._conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
@@ -113,7 +134,7 @@ class GroupWriter:
                     queued = False
                 if self._closed:
                     raise StoreError(f"the state database {store.path} is closed")
-                batch = self._open()
+                batch = self._open(store.path)
                 tx = batch.tx
                 saved = _save(tx)
                 self._conn.execute("SAVEPOINT member")
@@ -125,6 +146,8 @@ class GroupWriter:
                 except BaseException as exc:
                     if not self._undo(batch, saved, exc):
                         raise StoreError(f"the state database could not write: {exc}") from exc
+                    if isinstance(exc, sqlite3.OperationalError) and _primary(exc) in _ENVIRONMENT:
+                        raise _refusal(store.path, exc) from None
                     raise
                 self._conn.execute("RELEASE member")
                 batch.stores.append(store)
@@ -160,9 +183,12 @@ class GroupWriter:
         self._end(batch, StoreError(f"SQLite rolled back the whole transaction after an error in a body{why}"))
         return False
 
-    def _open(self) -> _Batch:
+    def _open(self, path: Path | str) -> _Batch:
         if self._batch is None:
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _refusal(path, exc) from None
             self._batch = _Batch(Tx(self._conn.execute, self._dialect), time.monotonic())
         return self._batch
 
