@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pollwarden.audit import GENESIS_HASH, Head, head_valid, replay, sign_head
+from pollwarden.audit import GENESIS_HASH, Head, StoredHeads, head_valid, replay, sign_head
 from pollwarden.audit.chain import MAX_SEQ, is_hash_text
 from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes
 
@@ -202,3 +202,42 @@ def test_heads_that_rewrite_history_are_caught_even_when_signed(key: Ed25519Priv
         )
     ]
     assert "malformed: its changes are not JSON" in _finding(garbled, key)
+
+
+# -- replay of a store's rows -------------------------------------------------------------------------------
+
+
+def test_stored_rows_replay_as_the_heads_they_are(key: Ed25519PrivateKey) -> None:
+    """A store hands over seven columns per head and the newest whole: the replay is the one of the heads."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 3, H3), ("op_b", 1, H2)], [("op_b", 2, H3)]])
+    stored = StoredHeads([tuple(head[:7]) for head in heads], heads[-1])
+    journal = replay(stored, key.public_key(), snapshot_at=[2])
+    assert journal == replay(heads, key.public_key(), snapshot_at=[2])
+    assert journal.findings == [] and journal.newest == heads[-1] and journal.count == 3
+
+
+def test_a_newest_head_that_is_not_the_last_row_replayed_is_a_finding(key: Ed25519PrivateKey) -> None:
+    """The signature checked must be the one over the chain replayed; one head read twice must agree."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
+    rows = [tuple(head[:7]) for head in heads]
+    for newest in (heads[0], None):
+        journal = replay(StoredHeads(rows, newest), key.public_key())
+        assert journal.newest is None
+        assert ["the newest head read whole is not the last head replayed" in f.what for f in journal.findings] == [
+            True
+        ]
+    journal = replay(StoredHeads([], heads[-1]), key.public_key())
+    assert journal.newest is None and "not the last head replayed" in journal.findings[0].what
+
+
+@pytest.mark.parametrize("position", [0, 3, 4])
+def test_a_stored_head_whose_numbers_are_not_integers_is_malformed(key: Ed25519PrivateKey, position: int) -> None:
+    """A database hands over what a column holds: text where a number belongs is a finding, not a traceback."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
+    rows = [tuple(head[:7]) for head in heads]
+    bad = list(rows[1])
+    bad[position] = str(bad[position])
+    rows[1] = tuple(bad)
+    journal = replay(StoredHeads(rows, Head._make([*bad, heads[1].key_id, heads[1].signature])), None)
+    assert journal.broken
+    assert "malformed: its counter, logs and records must be integers" in journal.findings[0].what

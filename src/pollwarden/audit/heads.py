@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ __all__ = [
     "head_digest",
     "head_hash_of",
     "head_hash_ok",
+    "head_message",
     "head_valid",
     "parse_changes",
     "sign_head",
@@ -157,30 +159,37 @@ def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, recor
 
 
 def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
-    """`head_hash_of` with positional arguments and no checks: the verifier computes it for every head."""
-    prev_raw = bytes.fromhex(prev_hash)
+    """`head_hash_of` with positional arguments and no checks (a malformed field raises one of `DIGEST_ERRORS`)."""
+    return hashlib.sha256(head_message(counter, bytes.fromhex(prev_hash), changes, logs, records, at)).hexdigest()
+
+
+def head_message(counter: int, prev_raw: bytes, changes: str, logs: int, records: int, at: str) -> bytes:
+    """The exact bytes a head's hash covers, with the previous head's hash raw: the one place the encoding
+    lives. A verifier replaying heads builds one per commit, chaining each head's raw digest into the next, so
+    it never turns a hash back from hex; three packs of 8-byte big-endian integers instead of six calls."""
     changes_raw = changes.encode("utf-8")
     at_raw = at.encode("utf-8")
-    return hashlib.sha256(
-        b"".join(
-            (
-                _HEAD_DOMAIN_FRAME,
-                counter.to_bytes(8, "big"),
-                len(prev_raw).to_bytes(8, "big"),
-                prev_raw,
-                len(changes_raw).to_bytes(8, "big"),
-                changes_raw,
-                logs.to_bytes(8, "big"),
-                records.to_bytes(8, "big"),
-                len(at_raw).to_bytes(8, "big"),
-                at_raw,
-            )
+    return b"".join(
+        (
+            _HEAD_DOMAIN_FRAME,
+            _PACK_2(counter, len(prev_raw)),
+            prev_raw,
+            _PACK_1(len(changes_raw)),
+            changes_raw,
+            _PACK_3(logs, records, len(at_raw)),
+            at_raw,
         )
-    ).hexdigest()
+    )
 
 
 # Built once: a verifier hashes every head (one per commit).
 _HEAD_DOMAIN_FRAME = length_prefixed(HEAD_DOMAIN)
+_PACK_1 = struct.Struct(">Q").pack
+_PACK_2 = struct.Struct(">QQ").pack
+_PACK_3 = struct.Struct(">QQQ").pack
+
+DIGEST_ERRORS = (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error)
+"""What `head_digest` and `head_message` raise for a malformed field (a stored head is hostile until checked)."""
 
 
 def _signed_message(head_hash: str, key_id: str) -> bytes:
@@ -225,7 +234,7 @@ def head_hash_ok(head: Head) -> bool:
         if not is_hash_text(head.prev_hash) or not is_hash_text(head.head_hash):
             return False
         computed = head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at)
-    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
+    except DIGEST_ERRORS:
         return False
     return computed == head.head_hash
 
