@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pollwarden.audit import GENESIS_HASH, Head, StoredHeads, head_valid, replay, sign_head
 from pollwarden.audit.chain import MAX_SEQ, is_hash_text
-from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes
+from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes, parse_changes_json
 
 AT = "2025-03-01T12:00:00.000Z"
 H1, H2, H3 = "1" * 64, "2" * 64, "a" * 64
@@ -114,12 +114,86 @@ _log_ids = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s or T
 _hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 
 
+_changes = st.lists(
+    st.tuples(st.text(min_size=1, max_size=12), st.integers(min_value=1, max_value=MAX_SEQ), _hashes),
+    min_size=1,
+    max_size=20,
+    unique_by=lambda change: change[0],
+)
+
+
 @settings(max_examples=200, deadline=None)
-@given(log_id=st.text(min_size=1, max_size=12), seq=st.integers(min_value=1, max_value=MAX_SEQ), this_hash=_hashes)
-def test_the_one_change_fast_path_reads_what_json_reads(log_id: str, seq: int, this_hash: str) -> None:
-    text = changes_text([(log_id, seq, this_hash)])
-    assert parse_changes(text) == [(log_id, seq, this_hash)]
+@given(changes=_changes)
+def test_the_canonical_fast_path_reads_what_json_reads(changes: list[tuple[str, int, str]]) -> None:
+    text = changes_text(changes)
+    assert parse_changes(text) == sorted(changes)
     assert parse_changes(text) == [tuple(item) for item in json.loads(text)]
+
+
+_near_canonical = st.lists(
+    st.tuples(
+        st.one_of(st.text(max_size=6), st.sampled_from(['a"b', "a\\b", "a\x00", "op_a"])),
+        st.one_of(st.integers(min_value=-2, max_value=MAX_SEQ + 2), st.sampled_from([MAX_SEQ, 10**19, 10**20])),
+        st.one_of(_hashes, st.sampled_from(["A" * 64, "0" * 63, H1])),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=_near_canonical, spaced=st.booleans())
+def test_the_fast_path_accepts_nothing_the_general_path_refuses(
+    changes: list[tuple[str, int, str]], spaced: bool
+) -> None:
+    """Texts close to the canonical form (escapes, quotes, control characters, out-of-range seqs, bad hashes,
+    spacing): the fast path either reads exactly what json.loads and the checks read, or both refuse."""
+    text = json.dumps(
+        [list(change) for change in changes], ensure_ascii=False, separators=None if spaced else (",", ":")
+    )
+    try:
+        expected: list[tuple[str, int, str]] | str = parse_changes_json(text)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: list[tuple[str, int, str]] | str = parse_changes(text)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
+
+
+_A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"[{_A},{_B}]",
+        f"[{_A}, {_B}]",
+        f"x[{_A},{_B}]",
+        f"[{_A},{_B}]x",
+        f"[{_A}{_B}]",
+        f"[{_A};{_B}]",
+        f"[{_A},,{_B}]",
+        f"[{_A}],[{_B}]",
+        f"[[{_A},{_B}]]",
+        f"[{_A},{_B},]",
+        f'[{_A},["op_c",{MAX_SEQ + 1},"{H3}"]]',
+        f'[{_A},["op_c",01,"{H3}"]]',
+        f'[{_A},["op_\\u0063",3,"{H3}"]]',
+    ],
+)
+def test_text_around_the_changes_is_read_as_json_reads_it(text: str) -> None:
+    """Splitting a group-commit head on its changes is right only when the text around them is exactly
+    "[", commas and "]": anything else is read (or refused) as the general path reads it."""
+    try:
+        expected: list[tuple[str, int, str]] | str = parse_changes_json(text)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: list[tuple[str, int, str]] | str = parse_changes(text)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
 
 
 @pytest.mark.parametrize(

@@ -113,11 +113,16 @@ def changes_text(changes: Iterable[Change]) -> str:
     return json.dumps([list(change) for change in ordered], ensure_ascii=False, separators=(",", ":"))
 
 
-# The text of a head with one change, in the canonical form `changes_text` writes, with a log id that
-# needs no JSON escape: what a store writes for almost every commit. Matching it is exactly what json.loads
-# and the checks below would conclude (JSON strings refuse raw control characters; without a backslash the
-# string is its own content), at a third of the cost; anything else takes the general path.
-_ONE_CHANGE = re.compile(r'\[\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]\]')
+# One change as `changes_text` writes it, with a log id that needs no JSON escape: what a store writes for
+# every change. Text made only of these (`[`, changes joined by `,`, `]`) reads exactly as json.loads and the
+# checks of `parse_changes_json` would read it (JSON strings refuse raw control characters; without a
+# backslash a string is its own content; a number without sign, fraction or leading zero is an integer), at
+# a fraction of the cost. A head of one change (a commit of one record) is matched whole; a group-commit
+# head, one change per log of its batch, is split on its changes in one pass. Anything else takes the
+# general path.
+_CHANGE = r'\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]'
+_ONE_CHANGE = re.compile(rf"\[{_CHANGE}\]")
+_CHANGES = re.compile(_CHANGE)
 
 
 def parse_changes(text: str) -> list[Change]:
@@ -128,6 +133,20 @@ def parse_changes(text: str) -> list[Change]:
         seq = int(seq_text)
         if seq <= MAX_SEQ:
             return [(log_id, seq, this_hash)]
+    elif isinstance(text, str):
+        # [before, log_id, seq, hash, between, ..., after]: canonical exactly when the text around the
+        # changes is "[", a comma between each two, and "]" (a change cannot contain another's start).
+        parts = _CHANGES.split(text)
+        count = len(parts) // 4
+        if count and parts[0] == "[" and parts[-1] == "]" and parts[4:-1:4].count(",") == count - 1:
+            seqs = [int(seq_text) for seq_text in parts[2::4]]
+            if max(seqs) <= MAX_SEQ:
+                return list(zip(parts[1::4], seqs, parts[3::4], strict=True))
+    return parse_changes_json(text)
+
+
+def parse_changes_json(text: str) -> list[Change]:
+    """`parse_changes` by the general path alone: json.loads, then every change checked."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):

@@ -64,7 +64,7 @@ class Journal:
     snapshots: dict[int, dict[str, LogTip]] = field(default_factory=dict)
     """The state at each counter asked for (a witness head's), as the store's heads replay it."""
     hashes: dict[int, str] = field(default_factory=dict)
-    """Each replayed head's hash by counter, for comparing with a head kept elsewhere."""
+    """The hash of each replayed head at a counter asked for, for comparing with a head kept elsewhere."""
     broken: bool = False
 
     def interest(self) -> dict[str, set[int]]:
@@ -169,8 +169,8 @@ def replay(
             journal.findings.append(Finding(None, None, problem))
         if isinstance(head_hash, str):
             expected_prev = head_hash
-        hashes[counter] = head_hash
         if counter in wanted:
+            hashes[counter] = head_hash
             journal.snapshots[counter] = dict(state)
     journal.count = count
     newest = stored.newest
