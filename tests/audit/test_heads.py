@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -130,6 +131,14 @@ def test_the_canonical_fast_path_reads_what_json_reads(changes: list[tuple[str, 
     assert parse_changes(text) == [tuple(item) for item in json.loads(text)]
 
 
+def _outcome(parse: Callable[[str], list[tuple[str, int, str]]], text: str) -> list[tuple[str, int, str]] | str:
+    """What a parser reads from `text`, or the words it refuses it with."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        return str(exc)
+
+
 _near_canonical = st.lists(
     st.tuples(
         st.one_of(st.text(max_size=6), st.sampled_from(['a"b', "a\\b", "a\x00", "op_a"])),
@@ -150,15 +159,7 @@ def test_the_fast_path_accepts_nothing_the_general_path_refuses(
     text = json.dumps(
         [list(change) for change in changes], ensure_ascii=False, separators=None if spaced else (",", ":")
     )
-    try:
-        expected: list[tuple[str, int, str]] | str = parse_changes_json(text)
-    except ValueError as exc:
-        expected = str(exc)
-    try:
-        got: list[tuple[str, int, str]] | str = parse_changes(text)
-    except ValueError as exc:
-        got = str(exc)
-    assert got == expected
+    assert _outcome(parse_changes, text) == _outcome(parse_changes_json, text)
 
 
 _A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
@@ -185,15 +186,7 @@ _A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
 def test_text_around_the_changes_is_read_as_json_reads_it(text: str) -> None:
     """Splitting a group-commit head on its changes is right only when the text around them is exactly
     "[", commas and "]": anything else is read (or refused) as the general path reads it."""
-    try:
-        expected: list[tuple[str, int, str]] | str = parse_changes_json(text)
-    except ValueError as exc:
-        expected = str(exc)
-    try:
-        got: list[tuple[str, int, str]] | str = parse_changes(text)
-    except ValueError as exc:
-        got = str(exc)
-    assert got == expected
+    assert _outcome(parse_changes, text) == _outcome(parse_changes_json, text)
 
 
 @pytest.mark.parametrize(
