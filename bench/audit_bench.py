@@ -446,9 +446,9 @@ def verdict(result: StoreResult) -> str:
     floor = result.sha_per_record_s / result.read_rows_s
     met = "meets" if ratio >= 0.5 else "does not meet"
     reach = "within reach" if floor >= 0.5 else "out of reach whatever the verifier does in Python"
-    heads = "one per record" if result.per_commit == 1 else f"one per {result.per_commit} records"
+    heads = "record" if result.per_commit == 1 else f"{result.per_commit} records"
     return (
-        f"With {heads} signed heads this run {met} the target (verify at >= 50% of raw per-record SHA-256: "
+        f"With one signed head per {heads} this run {met} the target (verify at >= 50% of raw per-record SHA-256: "
         f"{ratio:.0%}). SQLite alone, handing over the record rows and the head rows as tuples with no work on "
         f"them, runs at {floor:.0%} of that raw figure, so the target is {reach}; verify runs at "
         f"{result.read_rows_s / result.verify_s:.0%} of the rows arriving."
