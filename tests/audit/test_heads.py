@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from pollwarden.audit import GENESIS_HASH, Head, StoredHeads, head_valid, replay, sign_head
 from pollwarden.audit.chain import MAX_SEQ, is_hash_text
-from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes, parse_changes_json
+from pollwarden.audit.heads import (
+    changes_text,
+    changes_value,
+    checked_each,
+    head_hash_of,
+    head_hash_ok,
+    parse_changes,
+    parse_changes_json,
+)
 
 AT = "2025-03-01T12:00:00.000Z"
 H1, H2, H3 = "1" * 64, "2" * 64, "a" * 64
@@ -139,6 +147,17 @@ def _outcome(parse: Callable[[str], list[tuple[str, int, str]]], text: str) -> l
         return str(exc)
 
 
+def _as_documented(text: str) -> list[tuple[str, int, str]]:
+    """The rules of a head's changes, one change at a time: what every faster path must read (or refuse) alike."""
+    return checked_each(changes_value(text))
+
+
+def _reads_as_documented(text: str) -> None:
+    expected = _outcome(_as_documented, text)
+    assert _outcome(parse_changes, text) == expected
+    assert _outcome(parse_changes_json, text) == expected
+
+
 _near_canonical = st.lists(
     st.tuples(
         st.one_of(st.text(max_size=6), st.sampled_from(['a"b', "a\\b", "a\x00", "op_a"])),
@@ -159,7 +178,7 @@ def test_the_fast_path_accepts_nothing_the_general_path_refuses(
     text = json.dumps(
         [list(change) for change in changes], ensure_ascii=False, separators=None if spaced else (",", ":")
     )
-    assert _outcome(parse_changes, text) == _outcome(parse_changes_json, text)
+    _reads_as_documented(text)
 
 
 _A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
@@ -180,13 +199,29 @@ _A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
         f"[{_A},{_B},]",
         f'[{_A},["op_c",{MAX_SEQ + 1},"{H3}"]]',
         f'[{_A},["op_c",01,"{H3}"]]',
+        f'[{_A},["op_c",true,"{H3}"]]',
+        f'[{_A},["op_c",3.0,"{H3}"]]',
+        f'[{_A},["op_c",0,"{H3}"]]',
+        f'[{_A},["op_c",3,"{H3.upper()}"]]',
+        f'[{_A},["op_c",3,"{H3[:-2]} 0"]]',
+        f'[{_A},["op_c",3,"{H3[:-1]}\u0130"]]',
+        f'[{_A},["op_c",3,"{H3[:-1]}"]]',
+        f'[["op_a",1,"{H1[:-1]}"],["op_b",2,"{H2}0"]]',
+        f'[{_A},["",3,"{H3}"]]',
+        f'[{_A},[3,3,"{H3}"]]',
+        f'[{_A},["op_c",3,7]]',
+        f'[{_A},["op_c",3]]',
+        f'[{_A},"x"]',
+        f'[{_A},[["op_c",3,"{H3}"]]]',
+        f'[ {_A} , ["op_c", 3, "{H3}"] ]',
+        "[]",
         f'[{_A},["op_\\u0063",3,"{H3}"]]',
     ],
 )
 def test_text_around_the_changes_is_read_as_json_reads_it(text: str) -> None:
-    """Splitting a group-commit head on its changes is right only when the text around them is exactly
-    "[", commas and "]": anything else is read (or refused) as the general path reads it."""
-    assert _outcome(parse_changes, text) == _outcome(parse_changes_json, text)
+    """Near misses of the canonical form and of each rule, around and inside a batch of changes: every path
+    reads (or refuses, in the same words) what the rules one change at a time read."""
+    _reads_as_documented(text)
 
 
 @pytest.mark.parametrize(

@@ -113,16 +113,11 @@ def changes_text(changes: Iterable[Change]) -> str:
     return json.dumps([list(change) for change in ordered], ensure_ascii=False, separators=(",", ":"))
 
 
-# One change as `changes_text` writes it, with a log id that needs no JSON escape: what a store writes for
-# every change. Text made only of these (`[`, changes joined by `,`, `]`) reads exactly as json.loads and the
-# checks of `parse_changes_json` would read it (JSON strings refuse raw control characters; without a
-# backslash a string is its own content; a number without sign, fraction or leading zero is an integer), at
-# a fraction of the cost. A head of one change (a commit of one record) is matched whole; a group-commit
-# head, one change per log of its batch, is split on its changes in one pass. Anything else takes the
-# general path.
-_CHANGE = r'\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]'
-_ONE_CHANGE = re.compile(rf"\[{_CHANGE}\]")
-_CHANGES = re.compile(_CHANGE)
+# The text of a head with one change, in the canonical form `changes_text` writes, with a log id that
+# needs no JSON escape: what a store writes for a commit of one record. Matching it is exactly what
+# json.loads and the checks below would conclude (JSON strings refuse raw control characters; without a
+# backslash the string is its own content), at a third of the cost; anything else takes the general path.
+_ONE_CHANGE = re.compile(r'\[\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]\]')
 
 
 def parse_changes(text: str) -> list[Change]:
@@ -133,26 +128,29 @@ def parse_changes(text: str) -> list[Change]:
         seq = int(seq_text)
         if seq <= MAX_SEQ:
             return [(log_id, seq, this_hash)]
-    elif isinstance(text, str):
-        # [before, log_id, seq, hash, between, ..., after]: canonical exactly when the text around the
-        # changes is "[", a comma between each two, and "]" (a change cannot contain another's start).
-        parts = _CHANGES.split(text)
-        count = len(parts) // 4
-        if count and parts[0] == "[" and parts[-1] == "]" and parts[4:-1:4].count(",") == count - 1:
-            seqs = [int(seq_text) for seq_text in parts[2::4]]
-            if max(seqs) <= MAX_SEQ:
-                return list(zip(parts[1::4], seqs, parts[3::4], strict=True))
     return parse_changes_json(text)
 
 
 def parse_changes_json(text: str) -> list[Change]:
     """`parse_changes` by the general path alone: json.loads, then every change checked."""
+    value = changes_value(text)
+    found = _checked_at_once(value)
+    return found if found is not None else checked_each(value)
+
+
+def changes_value(text: str) -> list[Any]:
+    """A head's changes text as JSON, which must be a list."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
         raise ValueError("its changes are not JSON") from None
     if not isinstance(value, list):
         raise ValueError("its changes are not a JSON list")
+    return value
+
+
+def checked_each(value: list[Any]) -> list[Change]:
+    """The rules of a head's changes, one change at a time; ValueError names the first that breaks one."""
     found: list[Change] = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3):
@@ -166,6 +164,35 @@ def parse_changes_json(text: str) -> list[Change]:
             raise ValueError(f"the change of log {log_id!r} has a malformed hash")
         found.append((log_id, seq, this_hash))
     return found
+
+
+def _checked_at_once(value: list[Any]) -> list[Change] | None:
+    """The checks of `checked_each` over all changes at once, or None to let it say what is wrong.
+
+    A group-commit head lists one change per log of its batch, and these checks run in C. json gives exact
+    lists, strings and ints, so `type(...) is` concludes what the loop's isinstance does (a bool's type is
+    not int)."""
+    if not value or set(map(type, value)) != {list} or set(map(len, value)) != {3}:
+        return None
+    log_ids, seqs, hashes = zip(*value, strict=True)
+    if (
+        set(map(type, log_ids)) != {str}
+        or not all(log_ids)
+        or set(map(type, seqs)) != {int}
+        or not 1 <= min(seqs) <= max(seqs) <= MAX_SEQ
+        or set(map(type, hashes)) != {str}
+        or set(map(len, hashes)) != {64}
+    ):
+        return None
+    joined = "".join(hashes)
+    try:
+        # Lowercase, and hex digits only: fromhex refuses anything else but ASCII whitespace, which would
+        # leave fewer bytes than half the characters.
+        if joined != joined.lower() or len(bytes.fromhex(joined)) * 2 != len(joined):
+            return None
+    except ValueError:
+        return None
+    return list(zip(log_ids, seqs, hashes, strict=True))
 
 
 def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
