@@ -31,7 +31,7 @@ from .store.open import open_store as open_target
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from .audit import Checkpoint, Head, HeadFile, VerifyReport
+    from .audit import Checkpoint, HeadFile, StoredHeads, VerifyReport
     from .decisions import Outcome
     from .store.witness import Witness
 
@@ -327,14 +327,15 @@ def verify_home(
         kept, trusted_name = _newest_kept(home, checkpoint)
         with store.audit_snapshot() as snapshot:
             checkpoints = snapshot.checkpoints()
-            heads: list[Head] | None = snapshot.heads()
-            if not heads and snapshot.pending():
+            stored = snapshot.stored_heads()
+            heads: StoredHeads | None = stored
+            if stored.newest is None and snapshot.pending():
                 heads, notes = None, (PENDING_NOTE,)
             pinned_key = None
             if pinned is not None:
                 pinned_key, source = pinned
                 known = [cp.key_id for cp in checkpoints] + ([key_id_of(home_key)] if home_key is not None else [])
-                known += [head.key_id for head in heads or []]
+                known += snapshot.head_key_ids() if heads is not None else []
                 try:
                     refuse_private_key(pinned_key, source, known)
                 except AuditError as exc:

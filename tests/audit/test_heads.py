@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pollwarden.audit import GENESIS_HASH, Head, head_valid, replay, sign_head
+from pollwarden.audit import GENESIS_HASH, Head, StoredHeads, head_valid, replay, sign_head
 from pollwarden.audit.chain import MAX_SEQ, is_hash_text
-from pollwarden.audit.heads import changes_text, head_hash_of, head_hash_ok, parse_changes
+from pollwarden.audit.heads import (
+    changes_text,
+    changes_value,
+    checked_each,
+    head_hash_of,
+    head_hash_ok,
+    parse_changes,
+    parse_changes_json,
+)
 
 AT = "2025-03-01T12:00:00.000Z"
 H1, H2, H3 = "1" * 64, "2" * 64, "a" * 64
@@ -114,12 +123,105 @@ _log_ids = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s or T
 _hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 
 
+_changes = st.lists(
+    st.tuples(st.text(min_size=1, max_size=12), st.integers(min_value=1, max_value=MAX_SEQ), _hashes),
+    min_size=1,
+    max_size=20,
+    unique_by=lambda change: change[0],
+)
+
+
 @settings(max_examples=200, deadline=None)
-@given(log_id=st.text(min_size=1, max_size=12), seq=st.integers(min_value=1, max_value=MAX_SEQ), this_hash=_hashes)
-def test_the_one_change_fast_path_reads_what_json_reads(log_id: str, seq: int, this_hash: str) -> None:
-    text = changes_text([(log_id, seq, this_hash)])
-    assert parse_changes(text) == [(log_id, seq, this_hash)]
+@given(changes=_changes)
+def test_the_canonical_fast_path_reads_what_json_reads(changes: list[tuple[str, int, str]]) -> None:
+    text = changes_text(changes)
+    assert parse_changes(text) == sorted(changes)
     assert parse_changes(text) == [tuple(item) for item in json.loads(text)]
+
+
+def _outcome(parse: Callable[[str], list[tuple[str, int, str]]], text: str) -> list[tuple[str, int, str]] | str:
+    """What a parser reads from `text`, or the words it refuses it with."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _as_documented(text: str) -> list[tuple[str, int, str]]:
+    """The rules of a head's changes, one change at a time: what every faster path must read (or refuse) alike."""
+    return checked_each(changes_value(text))
+
+
+def _reads_as_documented(text: str) -> None:
+    expected = _outcome(_as_documented, text)
+    assert _outcome(parse_changes, text) == expected
+    assert _outcome(parse_changes_json, text) == expected
+
+
+_near_canonical = st.lists(
+    st.tuples(
+        st.one_of(st.text(max_size=6), st.sampled_from(['a"b', "a\\b", "a\x00", "op_a"])),
+        st.one_of(st.integers(min_value=-2, max_value=MAX_SEQ + 2), st.sampled_from([MAX_SEQ, 10**19, 10**20])),
+        st.one_of(_hashes, st.sampled_from(["A" * 64, "0" * 63, H1])),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=_near_canonical, spaced=st.booleans())
+def test_the_fast_path_accepts_nothing_the_general_path_refuses(
+    changes: list[tuple[str, int, str]], spaced: bool
+) -> None:
+    """Texts close to the canonical form (escapes, quotes, control characters, out-of-range seqs, bad hashes,
+    spacing): the fast path either reads exactly what json.loads and the checks read, or both refuse."""
+    text = json.dumps(
+        [list(change) for change in changes], ensure_ascii=False, separators=None if spaced else (",", ":")
+    )
+    _reads_as_documented(text)
+
+
+_A, _B = f'["op_a",1,"{H1}"]', f'["op_b",2,"{H2}"]'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"[{_A},{_B}]",
+        f"[{_A}, {_B}]",
+        f"x[{_A},{_B}]",
+        f"[{_A},{_B}]x",
+        f"[{_A}{_B}]",
+        f"[{_A};{_B}]",
+        f"[{_A},,{_B}]",
+        f"[{_A}],[{_B}]",
+        f"[[{_A},{_B}]]",
+        f"[{_A},{_B},]",
+        f'[{_A},["op_c",{MAX_SEQ + 1},"{H3}"]]',
+        f'[{_A},["op_c",01,"{H3}"]]',
+        f'[{_A},["op_c",true,"{H3}"]]',
+        f'[{_A},["op_c",3.0,"{H3}"]]',
+        f'[{_A},["op_c",0,"{H3}"]]',
+        f'[{_A},["op_c",3,"{H3.upper()}"]]',
+        f'[{_A},["op_c",3,"{H3[:-2]} 0"]]',
+        f'[{_A},["op_c",3,"{H3[:-1]}\u0130"]]',
+        f'[{_A},["op_c",3,"{H3[:-1]}"]]',
+        f'[["op_a",1,"{H1[:-1]}"],["op_b",2,"{H2}0"]]',
+        f'[{_A},["",3,"{H3}"]]',
+        f'[{_A},[3,3,"{H3}"]]',
+        f'[{_A},["op_c",3,7]]',
+        f'[{_A},["op_c",3]]',
+        f'[{_A},"x"]',
+        f'[{_A},[["op_c",3,"{H3}"]]]',
+        f'[ {_A} , ["op_c", 3, "{H3}"] ]',
+        "[]",
+        f'[{_A},["op_\\u0063",3,"{H3}"]]',
+    ],
+)
+def test_text_around_the_changes_is_read_as_json_reads_it(text: str) -> None:
+    """Near misses of the canonical form and of each rule, around and inside a batch of changes: every path
+    reads (or refuses, in the same words) what the rules one change at a time read."""
+    _reads_as_documented(text)
 
 
 @pytest.mark.parametrize(
@@ -202,3 +304,42 @@ def test_heads_that_rewrite_history_are_caught_even_when_signed(key: Ed25519Priv
         )
     ]
     assert "malformed: its changes are not JSON" in _finding(garbled, key)
+
+
+# -- replay of a store's rows -------------------------------------------------------------------------------
+
+
+def test_stored_rows_replay_as_the_heads_they_are(key: Ed25519PrivateKey) -> None:
+    """A store hands over seven columns per head and the newest whole: the replay is the one of the heads."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 3, H3), ("op_b", 1, H2)], [("op_b", 2, H3)]])
+    stored = StoredHeads([tuple(head[:7]) for head in heads], heads[-1])
+    journal = replay(stored, key.public_key(), snapshot_at=[2])
+    assert journal == replay(heads, key.public_key(), snapshot_at=[2])
+    assert journal.findings == [] and journal.newest == heads[-1] and journal.count == 3
+
+
+def test_a_newest_head_that_is_not_the_last_row_replayed_is_a_finding(key: Ed25519PrivateKey) -> None:
+    """The signature checked must be the one over the chain replayed; one head read twice must agree."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
+    rows = [tuple(head[:7]) for head in heads]
+    for newest in (heads[0], None):
+        journal = replay(StoredHeads(rows, newest), key.public_key())
+        assert journal.newest is None
+        assert ["the newest head read whole is not the last head replayed" in f.what for f in journal.findings] == [
+            True
+        ]
+    journal = replay(StoredHeads([], heads[-1]), key.public_key())
+    assert journal.newest is None and "not the last head replayed" in journal.findings[0].what
+
+
+@pytest.mark.parametrize("position", [0, 3, 4])
+def test_a_stored_head_whose_numbers_are_not_integers_is_malformed(key: Ed25519PrivateKey, position: int) -> None:
+    """A database hands over what a column holds: text where a number belongs is a finding, not a traceback."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
+    rows = [tuple(head[:7]) for head in heads]
+    bad = list(rows[1])
+    bad[position] = str(bad[position])
+    rows[1] = tuple(bad)
+    journal = replay(StoredHeads(rows, Head._make([*bad, heads[1].key_id, heads[1].signature])), None)
+    assert journal.broken
+    assert "malformed: its counter, logs and records must be integers" in journal.findings[0].what

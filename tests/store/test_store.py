@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pollwarden.audit import HeadFile, read_kept_file, verify
+from pollwarden.audit import HeadFile, StoredHeads, read_kept_file, verify
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.escalation import DecisionRequest, build_request
@@ -443,6 +443,17 @@ def test_every_commit_signs_one_head_over_every_log_and_outcomes_go_to_the_trust
         )
     assert report.ok, report.problems
     assert report.records == 42 and report.heads == 42
+    # What `audit verify` reads instead: the heads as the seven columns replay needs, the newest whole.
+    with store.audit_snapshot() as snapshot:
+        stored = snapshot.stored_heads()
+        assert stored.newest == heads[-1]
+        rows = list(stored.rows)
+        assert [tuple(row) for row in rows] == [head[:7] for head in heads]
+        assert snapshot.head_key_ids() == [heads[-1].key_id]
+        rows_report = verify(
+            snapshot.rows(), [], store.keys.public_key, heads=StoredHeads(rows, stored.newest), witness=kept
+        )
+    assert rows_report == report
     made = writer.checkpoint_heads(T0, log_ids=["op"])
     assert [(cp.log_id, cp.seq) for cp in made] == [("op", 41)]
 

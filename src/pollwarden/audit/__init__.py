@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         write_head_file,
     )
     from .heads import Head, head_valid, sign_head
-    from .journal import HeadFile, replay
+    from .journal import HeadFile, StoredHeads, replay
     from .keys import (
         AUDIT_KEY_ENV,
         SIGNING_KEY_ENV,
@@ -67,6 +67,7 @@ __all__ = [
     "HeadFile",
     "LogHead",
     "Problem",
+    "StoredHeads",
     "StoredRows",
     "VerifyReport",
     "canonical_json",
@@ -108,7 +109,7 @@ __getattr__, __dir__ = lazy_face(
         ".export": "ExportContents ExportFormatError load_export read_checkpoint_file read_export read_head_file"
         " read_kept_file write_checkpoint_file write_export write_head_file",
         ".heads": "Head head_valid sign_head",
-        ".journal": "HeadFile replay",
+        ".journal": "HeadFile StoredHeads replay",
         ".keys": "AUDIT_KEY_ENV SIGNING_KEY_ENV AuditKeys load_or_create_keys load_public_key"
         " read_public_key_file refuse_private_key",
         ".verifier": "ALL_LOGS LogHead Problem VerifyReport verify",

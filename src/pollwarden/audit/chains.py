@@ -192,61 +192,91 @@ class ChainWalk:
         message `hash_message` builds in one join, the log's frame built once per run of its records, the
         previous hash kept as raw bytes. Anything unusual (a type, a gap, a mismatch, a log already failed or pending)
         becomes an `AuditRecord` and takes the careful path, which re-checks everything from the start.
+
+        While a run of one log's records lasts, its state lives in local variables (attribute reads and
+        writes on every record were a tenth of the walk); it is written back to its `LogState` when the run
+        ends, before the careful path reads it, and when the rows end.
         """
         sha256 = hashlib.sha256
+        message = hash_message
         checkpointed = CHECKPOINTED_KINDS
         logs = self.logs
         current: object = None
         state: LogState | None = None
         frame = b""
         prev_raw = b""
-        records = 0
+        last_seq = 0
+        last_hash = GENESIS_HASH
+        must_cover = 0
+        interest: frozenset[int] = frozenset()
+        hashes: dict[int, str] = {}
+        sound = False  # the fast path is open for this log: it has a frame, nothing pending, nothing failed
+        run = 0  # this log's records read since its state was last written back
+        tail: object = None
         hashed = 0
         try:
             for row in rows:
                 log_id, seq, at, kind, prev_hash, ciphertext, this_hash = row
-                records += 1
                 if state is None or log_id != current:
+                    if state is not None:
+                        self._write_back(state, run, tail, last_seq, last_hash, must_cover)
+                        run = 0
                     state = logs.get(log_id)
                     if state is None:
                         state = LogState(interest=self.interest.get(log_id, frozenset()))
                         logs[log_id] = state
                     current = log_id
                     frame = log_frame(log_id) if type(log_id) is str and log_id else b""
-                    prev_raw = bytes.fromhex(state.last_hash)
-                state.records += 1
-                state.tail = this_hash
+                    last_seq, last_hash, must_cover = state.last_seq, state.last_hash, state.must_cover
+                    interest, hashes = state.interest, state.hashes
+                    sound = bool(frame) and state.pending is None and not state.failed
+                    prev_raw = bytes.fromhex(last_hash)
+                run += 1
+                tail = this_hash
                 if (
-                    frame
-                    and state.pending is None
-                    and not state.failed
+                    sound
                     and type(seq) is int
-                    and seq == state.last_seq + 1
-                    and prev_hash == state.last_hash
+                    and seq == last_seq + 1
+                    and prev_hash == last_hash
                     and type(at) is str
                     and at
                     and type(kind) is str
                     and kind
                     and type(ciphertext) is bytes
                 ):
-                    raw = sha256(hash_message(prev_raw, frame, seq, at, kind, ciphertext)).digest()
+                    raw = sha256(message(prev_raw, frame, seq, at, kind, ciphertext)).digest()
                     computed = raw.hex()
                     if computed == this_hash:
                         hashed += len(ciphertext)
                         if kind in checkpointed:
-                            state.must_cover = seq
-                        state.last_seq = seq
-                        state.last_hash = computed
+                            must_cover = seq
+                        last_seq = seq
+                        last_hash = computed
                         prev_raw = raw
-                        if seq in state.interest:
-                            state.hashes[seq] = computed
+                        if seq in interest:
+                            hashes[seq] = computed
                         continue
+                self._write_back(state, run, tail, last_seq, last_hash, must_cover)
+                run = 0
                 record = AuditRecord(log_id, seq, at, kind, prev_hash, ciphertext, this_hash)
                 self._add_carefully(record, log_id, state)
-                prev_raw = bytes.fromhex(state.last_hash)
+                last_seq, last_hash, must_cover = state.last_seq, state.last_hash, state.must_cover
+                sound = bool(frame) and state.pending is None and not state.failed
+                prev_raw = bytes.fromhex(last_hash)
         finally:
-            self.records += records
+            if state is not None:
+                self._write_back(state, run, tail, last_seq, last_hash, must_cover)
             self.bytes_verified += hashed
+
+    def _write_back(
+        self, state: LogState, run: int, tail: object, last_seq: int, last_hash: str, must_cover: int
+    ) -> None:
+        """What `add_rows` kept in local variables for a run of one log's records, into its state."""
+        if run:
+            state.records += run
+            self.records += run
+            state.tail = tail
+        state.last_seq, state.last_hash, state.must_cover = last_seq, last_hash, must_cover
 
     def _add_carefully(self, record: AuditRecord, log_id: str, state: LogState) -> None:
         if isinstance(record.seq, int) and record.seq > state.max_seq:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ __all__ = [
     "head_digest",
     "head_hash_of",
     "head_hash_ok",
+    "head_message",
     "head_valid",
     "parse_changes",
     "sign_head",
@@ -112,9 +114,9 @@ def changes_text(changes: Iterable[Change]) -> str:
 
 
 # The text of a head with one change, in the canonical form `changes_text` writes, with a log id that
-# needs no JSON escape: what a store writes for almost every commit. Matching it is exactly what json.loads
-# and the checks below would conclude (JSON strings refuse raw control characters; without a backslash the
-# string is its own content), at a third of the cost; anything else takes the general path.
+# needs no JSON escape: what a store writes for a commit of one record. Matching it is exactly what
+# json.loads and the checks below would conclude (JSON strings refuse raw control characters; without a
+# backslash the string is its own content), at a third of the cost; anything else takes the general path.
 _ONE_CHANGE = re.compile(r'\[\["([^"\\\x00-\x1f]+)",([1-9][0-9]{0,18}),"([0-9a-f]{64})"\]\]')
 
 
@@ -126,12 +128,29 @@ def parse_changes(text: str) -> list[Change]:
         seq = int(seq_text)
         if seq <= MAX_SEQ:
             return [(log_id, seq, this_hash)]
+    return parse_changes_json(text)
+
+
+def parse_changes_json(text: str) -> list[Change]:
+    """`parse_changes` by the general path alone: json.loads, then every change checked."""
+    value = changes_value(text)
+    found = _checked_at_once(value)
+    return found if found is not None else checked_each(value)
+
+
+def changes_value(text: str) -> list[Any]:
+    """A head's changes text as JSON, which must be a list."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
         raise ValueError("its changes are not JSON") from None
     if not isinstance(value, list):
         raise ValueError("its changes are not a JSON list")
+    return value
+
+
+def checked_each(value: list[Any]) -> list[Change]:
+    """The rules of a head's changes, one change at a time; ValueError names the first that breaks one."""
     found: list[Change] = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3):
@@ -147,6 +166,35 @@ def parse_changes(text: str) -> list[Change]:
     return found
 
 
+def _checked_at_once(value: list[Any]) -> list[Change] | None:
+    """The checks of `checked_each` over all changes at once, or None to let it say what is wrong.
+
+    A group-commit head lists one change per log of its batch, and these checks run in C. json gives exact
+    lists, strings and ints, so `type(...) is` concludes what the loop's isinstance does (a bool's type is
+    not int)."""
+    if not value or set(map(type, value)) != {list} or set(map(len, value)) != {3}:
+        return None
+    log_ids, seqs, hashes = zip(*value, strict=True)
+    if (
+        set(map(type, log_ids)) != {str}
+        or not all(log_ids)
+        or set(map(type, seqs)) != {int}
+        or not 1 <= min(seqs) <= max(seqs) <= MAX_SEQ
+        or set(map(type, hashes)) != {str}
+        or set(map(len, hashes)) != {64}
+    ):
+        return None
+    joined = "".join(hashes)
+    try:
+        # Lowercase, and hex digits only: fromhex refuses anything else but ASCII whitespace, which would
+        # leave fewer bytes than half the characters.
+        if joined != joined.lower() or len(bytes.fromhex(joined)) * 2 != len(joined):
+            return None
+    except ValueError:
+        return None
+    return list(zip(log_ids, seqs, hashes, strict=True))
+
+
 def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
     """SHA-256 that chains a head onto the one before it, as 64 lowercase hex characters.
 
@@ -157,30 +205,37 @@ def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, recor
 
 
 def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
-    """`head_hash_of` with positional arguments and no checks: the verifier computes it for every head."""
-    prev_raw = bytes.fromhex(prev_hash)
+    """`head_hash_of` with positional arguments and no checks (a malformed field raises one of `DIGEST_ERRORS`)."""
+    return hashlib.sha256(head_message(counter, bytes.fromhex(prev_hash), changes, logs, records, at)).hexdigest()
+
+
+def head_message(counter: int, prev_raw: bytes, changes: str, logs: int, records: int, at: str) -> bytes:
+    """The exact bytes a head's hash covers, with the previous head's hash raw: the one place the encoding
+    lives. A verifier replaying heads builds one per commit, chaining each head's raw digest into the next, so
+    it never turns a hash back from hex; three packs of 8-byte big-endian integers instead of six calls."""
     changes_raw = changes.encode("utf-8")
     at_raw = at.encode("utf-8")
-    return hashlib.sha256(
-        b"".join(
-            (
-                _HEAD_DOMAIN_FRAME,
-                counter.to_bytes(8, "big"),
-                len(prev_raw).to_bytes(8, "big"),
-                prev_raw,
-                len(changes_raw).to_bytes(8, "big"),
-                changes_raw,
-                logs.to_bytes(8, "big"),
-                records.to_bytes(8, "big"),
-                len(at_raw).to_bytes(8, "big"),
-                at_raw,
-            )
+    return b"".join(
+        (
+            _HEAD_DOMAIN_FRAME,
+            _PACK_2(counter, len(prev_raw)),
+            prev_raw,
+            _PACK_1(len(changes_raw)),
+            changes_raw,
+            _PACK_3(logs, records, len(at_raw)),
+            at_raw,
         )
-    ).hexdigest()
+    )
 
 
 # Built once: a verifier hashes every head (one per commit).
 _HEAD_DOMAIN_FRAME = length_prefixed(HEAD_DOMAIN)
+_PACK_1 = struct.Struct(">Q").pack
+_PACK_2 = struct.Struct(">QQ").pack
+_PACK_3 = struct.Struct(">QQQ").pack
+
+DIGEST_ERRORS = (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error)
+"""What `head_digest` and `head_message` raise for a malformed field (a stored head is hostile until checked)."""
 
 
 def _signed_message(head_hash: str, key_id: str) -> bytes:
@@ -225,7 +280,7 @@ def head_hash_ok(head: Head) -> bool:
         if not is_hash_text(head.prev_hash) or not is_hash_text(head.head_hash):
             return False
         computed = head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at)
-    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
+    except DIGEST_ERRORS:
         return False
     return computed == head.head_hash
 

@@ -9,17 +9,19 @@ would cost one Ed25519 verification per commit and prove nothing more.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH
 from pollwarden.audit.chains import LogState
 from pollwarden.audit.checkpoint import key_id_of
-from pollwarden.audit.heads import Head, head_digest, head_hash_ok, head_valid, parse_changes
+from pollwarden.audit.heads import DIGEST_ERRORS, Head, head_hash_ok, head_message, head_valid, parse_changes
 
-__all__ = ["HeadFile", "Journal", "LogTip", "replay"]
+__all__ = ["HeadFile", "HeadRow", "Journal", "LogTip", "StoredHeads", "replay"]
 
 LogTip = tuple[int, str]
 """A log's last seq and that record's this_hash."""
@@ -62,7 +64,7 @@ class Journal:
     snapshots: dict[int, dict[str, LogTip]] = field(default_factory=dict)
     """The state at each counter asked for (a witness head's), as the store's heads replay it."""
     hashes: dict[int, str] = field(default_factory=dict)
-    """Each replayed head's hash by counter, for comparing with a head kept elsewhere."""
+    """The hash of each replayed head at a counter asked for, for comparing with a head kept elsewhere."""
     broken: bool = False
 
     def interest(self) -> dict[str, set[int]]:
@@ -74,7 +76,34 @@ class Journal:
         return wanted
 
 
-def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_at: Iterable[int] = ()) -> Journal:
+HeadRow = Sequence[Any]
+"""A head as a database hands it over for replay: its first seven `HEAD_FIELDS` (counter, prev_hash, changes,
+logs, records, at, head_hash), every value unchecked. A `Head` slices to one (`head[:REPLAYED]`)."""
+
+REPLAYED = 7
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHeads:
+    """Heads to replay as rows (`HeadRow`s, in counter order), and the newest head whole.
+
+    Only the newest head's signature is checked, so only it is read with its key id and signature: a store
+    hands over the rest as the seven columns the chain needs, without building a `Head` per commit. `newest`
+    must be the last row's head, read in the same snapshot; `replay` checks that it is.
+    """
+
+    rows: Iterable[HeadRow]
+    newest: Head | None
+
+    @classmethod
+    def of(cls, heads: Sequence[Head]) -> StoredHeads:
+        """Heads already built (an export's), in counter order."""
+        return cls((head[:REPLAYED] for head in heads), heads[-1] if heads else None)
+
+
+def replay(
+    heads: Iterable[Head] | StoredHeads, public_key: Ed25519PublicKey | None, snapshot_at: Iterable[int] = ()
+) -> Journal:
     """Replay `heads` (in counter order, as stored) into the state of every log.
 
     Every head must follow the one before it: counter + 1, prev_hash the previous head_hash, its own
@@ -82,69 +111,93 @@ def replay(heads: Iterable[Head], public_key: Ed25519PublicKey | None, snapshot_
     reported and the replay goes on with the later heads' changes, so a broken chain does not also make
     every log look uncovered. The newest head's signature is checked with `public_key`.
     """
+    stored = heads if isinstance(heads, StoredHeads) else StoredHeads.of(list(heads))
     journal = Journal()
     wanted = set(snapshot_at)
     expected_prev = GENESIS_HASH
     # True while expected_prev is known to be 64 lowercase hex (GENESIS_HASH, or a head_hash that equalled
     # the hash computed from its head): then a head that links to it and whose own hash is right passes
-    # every check of `_link_problem`, which only runs for the others.
+    # every check of `_link_problem`, which only runs for the others. `prev_raw` is then its raw bytes.
     prev_sound = True
-    records = 0
+    prev_raw = bytes(32)
+    total = 0
+    count = 0
+    last: HeadRow | None = None
     state = journal.state
     hashes = journal.hashes
-    for head in heads:
-        journal.count += 1
+    sha256 = hashlib.sha256
+    for row in stored.rows:
+        counter, prev_hash, changes, logs, records, at, head_hash = row
+        count += 1
+        last = row
         problem: str | None = None
-        if not (prev_sound and head.counter == journal.count and head.prev_hash == expected_prev and _hash_right(head)):
-            problem = _link_problem(head, journal.count, expected_prev)
+        raw = b""
+        if prev_sound and counter == count and prev_hash == expected_prev:
+            try:
+                raw = sha256(head_message(counter, prev_raw, changes, logs, records, at)).digest()
+            except DIGEST_ERRORS:
+                raw = b""
+        if not raw or raw.hex() != head_hash:
+            problem = _link_problem(row, count, expected_prev)
+            raw = bytes.fromhex(head_hash) if problem is None else b""
         prev_sound = problem is None
-        changes = None
+        prev_raw = raw
+        parsed = None
         if problem is None:
             try:
-                changes = parse_changes(head.changes)
+                parsed = parse_changes(changes)
             except ValueError as exc:
-                problem = f"head #{head.counter} is malformed: {exc}"
-        if changes is not None:
-            for log_id, seq, this_hash in changes:
+                problem = f"head #{counter} is malformed: {exc}"
+        if parsed is not None:
+            for log_id, seq, this_hash in parsed:
                 tip = state.get(log_id)
                 before = 0 if tip is None else tip[0]
                 if seq <= before and problem is None:
                     problem = (
-                        f"head #{head.counter} moves log {log_id!r} back from seq {before} to {seq}: "
+                        f"head #{counter} moves log {log_id!r} back from seq {before} to {seq}: "
                         "the heads were rewritten"
                     )
-                records += seq - before
+                total += seq - before
                 state[log_id] = (seq, this_hash)
-            if problem is None and (head.logs != len(state) or head.records != records):
+            if problem is None and (logs != len(state) or records != total):
                 problem = (
-                    f"head #{head.counter} claims {head.logs} logs and {head.records} records, but the heads up to "
-                    f"it replay to {len(journal.state)} logs and {records} records: the heads were rewritten"
+                    f"head #{counter} claims {logs} logs and {records} records, but the heads up to "
+                    f"it replay to {len(state)} logs and {total} records: the heads were rewritten"
                 )
         if problem is not None and not journal.broken:
             journal.broken = True
             journal.findings.append(Finding(None, None, problem))
-        if isinstance(head.head_hash, str):
-            expected_prev = head.head_hash
-        hashes[head.counter] = head.head_hash
-        if head.counter in wanted:
-            journal.snapshots[head.counter] = dict(state)
-        journal.newest = head
-    if journal.newest is not None and public_key is not None and not head_valid(journal.newest, public_key):
-        label = f"the newest head (#{journal.newest.counter})"
-        journal.findings.append(Finding(None, None, bad_signature(journal.newest, public_key, label)))
+        if isinstance(head_hash, str):
+            expected_prev = head_hash
+        if counter in wanted:
+            hashes[counter] = head_hash
+            journal.snapshots[counter] = dict(state)
+    journal.count = count
+    newest = stored.newest
+    replayed = tuple(last) if last is not None else None
+    if replayed != (newest[:REPLAYED] if newest is not None else None):
+        # Both come from one snapshot, so this is a store handing over two different histories at once.
+        what = "the newest head read whole is not the last head replayed: the heads changed while they were read"
+        journal.findings.append(Finding(None, None, what))
+        newest = None
+    journal.newest = newest
+    if newest is not None and public_key is not None and not head_valid(newest, public_key):
+        label = f"the newest head (#{newest.counter})"
+        journal.findings.append(Finding(None, None, bad_signature(newest, public_key, label)))
     return journal
 
 
-def _hash_right(head: Head) -> bool:
-    try:
+def _link_problem(row: HeadRow, position: int, expected_prev: str) -> str | None:
+    """What is wrong with how this head follows the one before it, or None (the careful path of `replay`)."""
+    counter = row[0]
+    if type(counter) is not int or type(row[3]) is not int or type(row[4]) is not int:
+        # A database hands over what its columns hold; a head's numbers are integers or it is malformed.
         return (
-            head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at) == head.head_hash
+            f"head #{_short(counter)} (position {position}) is malformed: its counter, logs and records must be "
+            "integers"
         )
-    except (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError):
-        return False
-
-
-def _link_problem(head: Head, position: int, expected_prev: str) -> str | None:
+    counter, prev_hash, changes, logs, records, at, head_hash = row
+    head = Head(counter, prev_hash, changes, logs, records, at, head_hash, key_id="", signature="")
     if head.counter != position:
         if head.counter > position:
             span = f"head #{position}" if head.counter == position + 1 else f"heads #{position}–#{head.counter - 1}"

@@ -18,7 +18,15 @@ from pollwarden.audit.chain import GENESIS_HASH, AuditRecord
 from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, StoredRows, record_fields, short
 from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of
 from pollwarden.audit.heads import Head, head_valid
-from pollwarden.audit.journal import HeadFile, Journal, bad_signature, compare_tips, replay, state_differences
+from pollwarden.audit.journal import (
+    HeadFile,
+    Journal,
+    StoredHeads,
+    bad_signature,
+    compare_tips,
+    replay,
+    state_differences,
+)
 
 __all__ = ["ALL_LOGS", "LogHead", "Problem", "VerifyReport", "verify"]
 
@@ -81,7 +89,7 @@ class _Verifier:
         trusted: Checkpoint | None,
         pinned_key: Ed25519PublicKey | None,
         expected_heads: Mapping[str, LogHead] | None,
-        heads: Sequence[Head] | None,
+        heads: Sequence[Head] | StoredHeads | None,
         witness: HeadFile | None,
     ) -> None:
         self.checkpoints = checkpoints
@@ -458,7 +466,7 @@ def verify(
     trusted_checkpoint: Checkpoint | None = None,
     pinned_key: Ed25519PublicKey | None = None,
     expected_heads: Mapping[str, LogHead] | None = None,
-    heads: Sequence[Head] | None = None,
+    heads: Sequence[Head] | StoredHeads | None = None,
     witness: HeadFile | None = None,
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
@@ -466,7 +474,8 @@ def verify(
     `records` are `AuditRecord`s or a store's rows (`StoredRows`, read without building records); they may
     interleave logs, but each log's records must come in the order they are stored (for a
     database, ORDER BY seq per log is right: a renumbered record then fails its own hash).
-    `heads` are the store's or export's signed heads in counter order; None for a source from before heads
+    `heads` are the store's or export's signed heads in counter order (`StoredHeads`: a store's rows, read
+    without building a head per commit); None for a source from before heads
     (then the per-log `checkpoints` are all there is, and a record of a kind that was always checkpointed
     must have one). With heads, every record must be under the newest head and every log it fixes stored.
     `witness` is a head kept elsewhere: the records must extend it (rollback otherwise).

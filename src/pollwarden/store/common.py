@@ -129,6 +129,8 @@ SUBMISSION_COLUMNS = "operation_id, fingerprint, idempotency_token, body, state,
 AUDIT_RECORD_COLUMNS = "log_id, seq, at, kind, prev_hash, ciphertext, this_hash"
 CHECKPOINT_COLUMNS = "log_id, seq, head_hash, counter, at, key_id, signature"
 HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature"
+REPLAYED_HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash"
+"""`HEAD_COLUMNS` without the key id and signature: what a verifier replays every head by (`StoredHeads`)."""
 
 
 def _optional(moment: Moment, value: Any) -> datetime | None:
