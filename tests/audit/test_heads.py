@@ -343,3 +343,11 @@ def test_a_stored_head_whose_numbers_are_not_integers_is_malformed(key: Ed25519P
     journal = replay(StoredHeads(rows, Head._make([*bad, heads[1].key_id, heads[1].signature])), None)
     assert journal.broken
     assert "malformed: its counter, logs and records must be integers" in journal.findings[0].what
+
+
+def test_after_a_break_the_later_heads_changes_still_replay(key: Ed25519PrivateKey) -> None:
+    """One deleted head is one finding: the logs of the heads after it stay covered, not all reported again."""
+    heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)], [("op_b", 1, H1)], [("op_c", 1, H3)]])
+    journal = replay([heads[0], heads[2], heads[3]], key.public_key())
+    assert [f.what for f in journal.findings] == ["head #2 missing: the heads jump to #3 (heads were deleted)"]
+    assert journal.state == {"op_a": (1, H1), "op_b": (1, H1), "op_c": (1, H3)}

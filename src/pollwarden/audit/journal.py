@@ -143,10 +143,10 @@ def replay(
         prev_sound = problem is None
         prev_raw = raw
         parsed = None
-        if problem is None:
-            try:
-                parsed = parse_changes(changes)
-            except ValueError as exc:
+        try:  # after a break too: the later heads' logs stay covered, so one deleted head is one finding
+            parsed = parse_changes(changes)
+        except (ValueError, TypeError) as exc:
+            if problem is None:
                 problem = f"head #{counter} is malformed: {exc}"
         if parsed is not None:
             for log_id, seq, this_hash in parsed:
