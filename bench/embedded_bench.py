@@ -2,92 +2,183 @@
 
 Not a test: it prints one line per N. Run from the repository root:
 
-    python -m bench.embedded_bench [--watches 1 10 50]
+    python -m bench.embedded_bench [--watches 1 10 50] [--rounds 3] [--polling 50]
+    python -m bench.embedded_bench --ab base=/tmp/base/src head=src     # code trees in interleaved rounds
 
-A loopback provider in this process records when each job's first status request arrives; the figure is that
-time minus the moment its `watch_sync` was called (the target: every first request within 100 ms of its call).
-One watch runs first on the same home, so keys and the database exist and the figures are not the first
+The provider is `bench.fast_provider` in a process of its own, so what is measured is pollwarden's CPU under
+this process's GIL, not a provider's handler threads competing for it. It records when each job's first status
+request arrived (time.time(), the same clock this process reads at each call: one machine); the figure is
+that time minus the moment its `watch_sync` was called (the target: every first request within 100 ms of its
+call). One watch runs first on the same home, so keys and the database exist and the figures are not the first
 run's key generation and schema creation. Every job answers `running` and each watch has a budget of three
-checks 200 ms apart, so a watch ends on its budget.
+checks 200 ms apart, so a watch ends on its budget. CPU is this process's (user + system) per watch, over the
+whole watch (its three polls), and the median watch thread's CPU until its first step was recorded (the
+admission, the claim, the reservation, the request and its record: `on_progress` runs right after).
+
+`--polling N` also measures the steady state: N watches with base = max delay 1 ms poll for a few seconds and the
+provider counts their requests per second, to set beside a worker's polls/s (`python -m bench.throughput`).
+
+`--ab NAME=SRC ...` runs this benchmark once per variant per round with PYTHONPATH=SRC (the provider and this
+script are this checkout's), interleaving the variants so a shared machine's load hits them alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.request
 from pathlib import Path
-from typing import ClassVar
 
 import pollwarden
+from bench.throughput import Provider
 from pollwarden.simulator.scenarios import contract_text
 
-BODY = b'{"state": "running"}'
+
+def _firsts(provider: Provider) -> dict[str, float]:
+    with urllib.request.urlopen(provider.url + "/_first", timeout=10) as answer:
+        found: dict[str, float] = json.loads(answer.read())
+    return found
 
 
-class _Provider(BaseHTTPRequestHandler):
-    first: ClassVar[dict[str, float]] = {}
-    lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def do_GET(self) -> None:
-        job = self.path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
-        with self.lock:
-            self.first.setdefault(job, time.monotonic())
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(BODY)))
-        self.end_headers()
-        self.wfile.write(BODY)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-
-class _Listener(ThreadingHTTPServer):
-    # The default listen backlog of 5 drops the SYNs of 50 watches connecting at once; each dropped one is
-    # retried a second later, which measured the kernel's SYN retry instead of pollwarden.
-    request_queue_size = 1024
-
-
-def measure(count: int, contract: Path, home: Path, tag: str) -> tuple[float, float, float]:
-    """(p50, max) milliseconds from call to first request, and seconds until every watch ended."""
+def measure(count: int, contract: Path, home: Path, tag: str, provider: Provider) -> dict[str, float]:
+    """Milliseconds from call to first request (p50, max), seconds until every watch ended, CPU per watch."""
     called: dict[str, float] = {}
+    first_step_cpu: dict[str, float] = {}
 
     def one(job: str) -> None:
-        called[job] = time.monotonic()
-        pollwarden.watch_sync(str(contract), job, home=home)
+        start = time.thread_time()
+
+        def told(progress: object) -> None:
+            first_step_cpu.setdefault(job, time.thread_time() - start)
+
+        called[job] = time.time()
+        pollwarden.watch_sync(str(contract), job, home=home, on_progress=told)
 
     threads = [threading.Thread(target=one, args=(f"{tag}-{i}",)) for i in range(count)]
-    started = time.monotonic()
+    cpu, started = time.process_time(), time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    waits = sorted((_Provider.first[job] - at) * 1000 for job, at in called.items())
-    return waits[len(waits) // 2], waits[-1], time.monotonic() - started
+    ended, cpu = time.monotonic() - started, time.process_time() - cpu
+    firsts = _firsts(provider)
+    waits = sorted((firsts[job] - at) * 1000 for job, at in called.items())
+    return {
+        "p50": waits[len(waits) // 2],
+        "max": waits[-1],
+        "ended": ended,
+        "cpu_ms": cpu * 1000 / count,
+        "first_step_cpu_ms": statistics.median(first_step_cpu.values()) * 1000,
+    }
+
+
+def polling(count: int, home: Path, provider: Provider, seconds: float = 4.0) -> float:
+    """Requests per second the provider saw while `count` watches polled as fast as their contract allows."""
+    contract = home / "polling.toml"
+    contract.write_text(
+        contract_text(provider.url, base_delay="1ms", max_delay="1ms", max_requests=1_000_000, deadline="5m")
+    )
+    watches = [pollwarden.Watch(str(contract), f"poll-{i}", home=home) for i in range(count)]
+    threads = [threading.Thread(target=_quiet_run, args=(watch,)) for watch in watches]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # every watch admitted and polling
+    before, at = provider.stats()["requests"], time.monotonic()
+    time.sleep(seconds)
+    rate = (provider.stats()["requests"] - before) / (time.monotonic() - at)
+    for watch in watches:
+        watch.cancel()
+    for thread in threads:
+        thread.join()
+    return rate
+
+
+def _quiet_run(watch: pollwarden.Watch) -> None:
+    with contextlib.suppress(pollwarden.WatchCancelled):
+        watch.run()
+
+
+def run(watches: list[int], rounds: int, polling_count: int) -> list[dict[str, float]]:
+    provider = Provider()
+    figures: list[dict[str, float]] = []
+    try:
+        with tempfile.TemporaryDirectory() as temp:
+            home = Path(temp)
+            contract = home / "bench.toml"
+            text = contract_text(provider.url, base_delay="200ms", max_delay="200ms", max_requests=3, deadline="5m")
+            contract.write_text(text)
+            measure(1, contract, home, "warm", provider)
+            for round_no in range(rounds):
+                for count in watches:
+                    found = measure(count, contract, home, f"r{round_no}n{count}", provider)
+                    found["watches"] = count
+                    figures.append(found)
+            if polling_count:
+                figures.append({"polling": polling_count, "polls_per_s": polling(polling_count, home, provider)})
+    finally:
+        provider.close()
+    return figures
+
+
+def _line(found: dict[str, float]) -> str:
+    if "polling" in found:
+        return f"{found['polling']:.0f} watches polling: {found['polls_per_s']:.0f} polls/s"
+    return (
+        f"{found['watches']:.0f} watches: first request p50 {found['p50']:.0f} ms, max {found['max']:.0f} ms after"
+        f" the call; all ended in {found['ended']:.1f} s; CPU {found['cpu_ms']:.1f} ms per watch,"
+        f" {found['first_step_cpu_ms']:.1f} ms to its first step (median thread)"
+    )
+
+
+def ab(variants: list[str], watches: list[int], rounds: int, polling_count: int) -> int:
+    """Each variant NAME=SRC once per round, in a subprocess with PYTHONPATH=SRC; then the medians."""
+    results: dict[str, list[dict[str, float]]] = {}
+    for round_no in range(rounds):
+        for variant in variants:
+            name, _, src = variant.partition("=")
+            here = str(Path(__file__).resolve().parent.parent)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(src), here])}
+            argv = [sys.executable, "-m", "bench.embedded_bench", "--json", "--rounds", "1", "--polling"]
+            argv += [str(polling_count), "--watches", *map(str, watches)]
+            out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+            for found in json.loads(out):
+                results.setdefault(f"{name} {found.get('watches', found.get('polling'))}", []).append(found)
+                print(f"round {round_no} {name}: {_line(found)}; load {os.getloadavg()[0]:.1f}", flush=True)
+    for key, found in results.items():
+        figures = [f for f in found[0] if f not in ("watches", "polling")]
+        summary = ", ".join(
+            f"{f} {statistics.median(x[f] for x in found):.1f} ({min(x[f] for x in found):.1f}-"
+            f"{max(x[f] for x in found):.1f})"
+            for f in figures
+        )
+        print(f"{key}: {summary}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--watches", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--polling", type=int, default=0, metavar="N", help="also N watches polling: polls/s")
+    parser.add_argument("--ab", nargs="+", metavar="NAME=SRC", help="compare code trees in interleaved rounds")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    server = _Listener(("127.0.0.1", 0), _Provider)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    with tempfile.TemporaryDirectory() as temp:
-        home = Path(temp)
-        contract = home / "bench.toml"
-        url = f"http://127.0.0.1:{server.server_port}"
-        contract.write_text(contract_text(url, base_delay="200ms", max_delay="200ms", max_requests=3, deadline="5m"))
-        measure(1, contract, home, "warm")
-        for count in args.watches:
-            p50, worst, total = measure(count, contract, home, f"n{count}")
-            print(
-                f"{count} watches: first request p50 {p50:.0f} ms, max {worst:.0f} ms after the call;"
-                f" all ended in {total:.1f} s"
-            )
-    server.shutdown()
+    if args.ab:
+        return ab(args.ab, args.watches, args.rounds, args.polling)
+    figures = run(args.watches, args.rounds, args.polling)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for found in figures:
+            print(_line(found))
     return 0
 
 

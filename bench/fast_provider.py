@@ -7,7 +7,8 @@ open for the next request unless the request asked for `Connection: close` (poll
 their connections alive; its other requests ask for a close). It still checks what a provider can check: it
 counts requests, and it counts a (job, reservation number) pair seen twice, which would be a double poll.
 `GET /_stats` answers the counters and this process's CPU time, so the benchmark can say what the provider
-cost and what its ceiling is.
+cost and what its ceiling is. `GET /_first` answers when each job's first status request arrived
+(`{"job": time.time(), ...}`: the wall clock, which the benchmark reads in its own process on the same machine).
 
     python -m bench.fast_provider [--port 0]     # prints "listening http://127.0.0.1:PORT", then serves
 """
@@ -37,6 +38,8 @@ class Counters:
     requests: int = 0
     duplicates: int = 0
     seen: set[tuple[bytes, bytes]] = field(default_factory=set)
+    first: dict[bytes, float] = field(default_factory=dict)
+    """Each job's first status request, time.time() as it was read (the embedded benchmark's measure)."""
     started: float = field(default_factory=time.monotonic)
 
     def stats(self) -> bytes:
@@ -49,7 +52,14 @@ class Counters:
                 "uptime": time.monotonic() - self.started,
             }
         ).encode()
-        return b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        return _closing(body)
+
+    def firsts(self) -> bytes:
+        return _closing(json.dumps({job.decode(): at for job, at in self.first.items()}).encode())
+
+
+def _closing(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
 class _Connection(asyncio.Protocol):
@@ -84,10 +94,15 @@ class _Connection(asyncio.Protocol):
         path = parts[1] if len(parts) == 3 else b""
         if path == b"/_stats":
             return self.counters.stats()
+        if path == b"/_first":
+            return self.counters.firsts()
         if not path.startswith(b"/jobs/"):
             return NOT_FOUND
         counters = self.counters
         counters.requests += 1
+        job = path[6:].partition(b"?")[0].rstrip(b"/")
+        if job not in counters.first:
+            counters.first[job] = time.time()
         lowered = head.lower()
         at = lowered.find(RESERVATION)
         if at >= 0:
