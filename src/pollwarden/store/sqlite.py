@@ -13,6 +13,7 @@ file, its -wal and -shm are the owner's alone (see `home.py`).
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -61,6 +62,54 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class _Readers:
+    """The read connections of one store: each read (a query, a stream, a snapshot) takes one that no other
+    thread is using and gives it back, so one store serves many threads at once (the Python API's watches of one
+    home share a store) without two threads ever sharing a connection's transaction or its cursors. A read never
+    waits for another: with none idle it opens one more, and the store keeps as many as were ever in use at
+    once (closed with the store). Writes do not come here; they go through the file's `GroupWriter`."""
+
+    def __init__(self, path: Path, first: sqlite3.Connection) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._idle = [first]
+        self._closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the state database {self._path} is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            try:
+                conn = _connect(self._path)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the state database {self._path}: {exc}") from None
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                if self._closed:
+                    conn.close()  # the store closed while this read ran: it was left open for it until now
+                else:
+                    self._idle.append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
 class SQLiteStore(SQLStore):
     """Records and their audit trail in one file; events are sealed and chained in the same transaction.
 
@@ -88,15 +137,14 @@ class SQLiteStore(SQLStore):
                 path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
                 tighten(path.parent, PRIVATE_DIR)
             create_private(path)
-            self._conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            first = _connect(path)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
+        self._readers = _Readers(path, first)
         try:
-            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
-            _use_wal(self._conn)
+            _use_wal(first)
             self._tighten_files()
-            self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._conn.execute("PRAGMA foreign_keys=ON")
+            first.execute(f"PRAGMA synchronous={synchronous}")
             # One writer per database file per process: SQLite has one write lock per file, and threads that
             # all asked for it slept in its busy handler (16 worker threads spent most of their time there).
             # The shared writer hands it over in arrival order and commits whoever is waiting together.
@@ -111,7 +159,7 @@ class SQLiteStore(SQLStore):
             raise
 
     def _close_connections(self) -> None:
-        self._conn.close()
+        self._readers.close()
         if self._writer is not None:
             release_writer(self._writer)
             self._writer = None
@@ -128,10 +176,10 @@ class SQLiteStore(SQLStore):
         """Apply what is pending, all in one write transaction: a crash leaves the old version whole. A file
         already at this version is only read: opening a store is then no write, and takes no turn at the writer."""
         try:
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            found = self._fetchall("SELECT value FROM meta WHERE key = 'schema_version'", ())
         except sqlite3.OperationalError:  # no meta table: a new file
-            row = None
-        if row is not None and int(row[0]) == migrations.LATEST:
+            found = []
+        if found and int(found[0][0]) == migrations.LATEST:
             return
         with self._tx() as tx:
             tx.execute(_META)
@@ -158,20 +206,24 @@ class SQLiteStore(SQLStore):
         return self._writer.transaction(self)  # seals, commits, then offers the head to this store's keeper
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
-        rows: list[Row] = self._conn.execute(query, params).fetchall()
+        with self._readers.connection() as conn:
+            rows: list[Row] = conn.execute(query, params).fetchall()
         return rows
 
     def _stream(self, query: str, params: Sequence[Any]) -> Iterator[Row]:
-        yield from self._conn.execute(query, params)
+        with self._readers.connection() as conn:
+            yield from conn.execute(query, params)
 
     @contextmanager
     def _snapshot(self) -> Iterator[Callable[[str, Sequence[Any]], Iterator[Row]]]:
-        # A deferred transaction in WAL mode reads one snapshot from its first read to COMMIT.
-        self._conn.execute("BEGIN")
-        try:
-            yield lambda query, params: iter(self._conn.execute(query, params))
-        finally:
-            self._conn.execute("COMMIT")
+        # A deferred transaction in WAL mode reads one snapshot from its first read to COMMIT; the connection
+        # is this snapshot's alone until then, so another thread's reads never join or end it.
+        with self._readers.connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                yield lambda query, params: iter(conn.execute(query, params))
+            finally:
+                conn.execute("COMMIT")
 
     def close(self) -> None:
         self.keeper.flush()
