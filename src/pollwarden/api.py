@@ -217,8 +217,9 @@ class Watch:
         # which checks the contract and the limits with the core alone, load none of them.
         from .engine import AdmissionError, Cancelled, Engine
         from .home import resolve_home
+        from .home_store import home_store
         from .http import CredentialError, StatusClient, resolve_secret
-        from .operating import HomeError, open_store
+        from .operating import HomeError
         from .progress import progress_of
         from .store.owner import process_owner
 
@@ -226,15 +227,17 @@ class Watch:
             secret = resolve_secret(self.contract)
         except CredentialError as exc:
             raise WatchError(str(exc)) from None
-        own = self._store is None
-        if self._store is not None:
-            store = self._store
-        else:
-            try:
-                store = open_store(resolve_home(str(self._home) if self._home is not None else None))
-            except HomeError as exc:
-                raise WatchError(str(exc)) from None
-        try:
+        with contextlib.ExitStack() as opened:
+            if self._store is not None:
+                store = self._store
+            else:
+                # The store of this home that this process's watches share while any of them runs (one open,
+                # one set of keys, one head keeper for fifty watches started at once); the last one closes it.
+                home = resolve_home(str(self._home) if self._home is not None else None)
+                try:
+                    store = opened.enter_context(home_store(home))
+                except HomeError as exc:
+                    raise WatchError(str(exc)) from None
             engine = Engine(store, owner=process_owner("api"), clock=utcnow)
             request = WatchRequest(
                 self.contract,
@@ -261,9 +264,6 @@ class Watch:
             except Cancelled:
                 raise WatchCancelled(self.operation_id) from None
             return outcome_of(store, final)
-        finally:
-            if own:
-                store.close()
 
 
 def outcome_of(store: Store, record: OperationRecord) -> Outcome:

@@ -26,6 +26,7 @@ __all__ = [
     "AUDIT_KEY_ENV",
     "SIGNING_KEY_ENV",
     "AuditKeys",
+    "key_sources",
     "load_or_create_keys",
     "load_public_key",
     "read_public_key_file",
@@ -274,6 +275,22 @@ def load_or_create_keys(home: Path, *, create: bool = True) -> AuditKeys:
             "run a pollwarden command that writes to the log to create the keys, or set the variable"
         )
     return AuditKeys(cipher_key, None, public)
+
+
+def key_sources(home: Path) -> list[object]:
+    """What `load_or_create_keys(home)` would read, as values that change when the keys do: the two environment
+    variables and each key file's identity (inode, size, modification time; None while it is missing). One who
+    keeps keys loaded compares these before reusing them. Holds the variables' values: hash it, do not keep it."""
+    directory = _keys_dir(home)
+    found: list[object] = [os.environ.get(AUDIT_KEY_ENV), os.environ.get(SIGNING_KEY_ENV)]
+    for name in (_AUDIT_FILE, _SIGNING_FILE, _PUBLIC_FILE):
+        try:
+            st = os.stat(directory / name)
+        except OSError:
+            found.append(None)
+        else:
+            found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return found
 
 
 def load_public_key(home: Path) -> Ed25519PublicKey | None:
