@@ -359,3 +359,20 @@ def test_agent_keys_are_strict(prefix: str, suffix: str, message: str) -> None:
     with pytest.raises(ContractError) as err:
         parse_contract(text)
     assert message in str(err.value)
+
+
+def test_a_contract_file_is_parsed_once_per_text_and_a_changed_file_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(MINIMAL, encoding="utf-8")
+    first = load_contract(path)
+    assert load_contract(path) is first  # the same text: parsed once (watches started together share it)
+    path.write_text(MINIMAL.replace('name = "exports"', 'name = "imports"'), encoding="utf-8")
+    changed = load_contract(path)
+    assert changed.name == "imports" and first.name == "exports"
+    broken = tmp_path / "broken.toml"
+    broken.write_text(MINIMAL.replace('status_url = "https', 'status_url = "ftp'), encoding="utf-8")
+    for _ in range(2):  # a refusal is not remembered as a contract
+        with pytest.raises(ContractError, match="status_url"):
+            load_contract(broken)
+    broken.write_text(MINIMAL, encoding="utf-8")
+    assert load_contract(broken).name == "exports"

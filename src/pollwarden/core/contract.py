@@ -7,6 +7,7 @@ start-up, not a silent default at 3 a.m.
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from collections.abc import Mapping
@@ -75,8 +76,17 @@ def _toml(text: str, source: str) -> dict[str, Any]:
 
 
 def parse_contract(text: str, *, source: str = "<contract>", vars: Mapping[str, str] | None = None) -> Contract:
-    """Plain TOML, a `use = "NAME"` file or a stored JSON envelope; `vars` are given values (`--var`)."""
-    given = dict(vars or {})
+    """Plain TOML, a `use = "NAME"` file or a stored JSON envelope; `vars` are given values (`--var`).
+
+    Parsing is pure and a Contract is immutable, so one text with one source and vars is parsed once per process
+    (a bounded cache): fifty watches of one contract file started together parsed it fifty times under one GIL.
+    A changed file is a new text, parsed anew; a refused text raises every time (errors are not cached)."""
+    return _parse(text, source, tuple(sorted((vars or {}).items())))
+
+
+@functools.lru_cache(maxsize=128)
+def _parse(text: str, source: str, vars: tuple[tuple[str, str], ...]) -> Contract:
+    given = dict(vars)
     envelope = unwrap(text, source)
     toml_text = text
     if envelope is not None:
