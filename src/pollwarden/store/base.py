@@ -202,7 +202,8 @@ class Store(Protocol):
 
     @property
     def shared_across_threads(self) -> bool:
-        """Whether one instance may serve many threads at once."""
+        """Whether the worker shares one instance between its threads (both backends are safe on many threads:
+        the Python API's watches of one home share one store); see each backend for why it does or not."""
         ...
 
     def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...

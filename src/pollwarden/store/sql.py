@@ -462,7 +462,7 @@ class SQLStore(_Operations):
     """The whole store over a backend's transactions: `_Operations`, and submissions, grants and pacing."""
 
     shared_across_threads = False
-    """Whether one instance may serve many threads at once (the worker asks before it shares one)."""
+    """Whether the worker shares one instance between its threads (each backend says why it does or not)."""
 
     # -- submissions --------------------------------------------------------------------------------------
 
