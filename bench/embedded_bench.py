@@ -150,7 +150,8 @@ def ab(variants: list[str], watches: list[int], rounds: int, polling_count: int)
             argv += [str(polling_count), "--watches", *map(str, watches)]
             out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
             for found in json.loads(out):
-                results.setdefault(f"{name} {found.get('watches', found.get('polling'))}", []).append(found)
+                what = f"{found['watches']:.0f} watches" if "watches" in found else f"{found['polling']:.0f} polling"
+                results.setdefault(f"{name}, {what}", []).append(found)
                 print(f"round {round_no} {name}: {_line(found)}; load {os.getloadavg()[0]:.1f}", flush=True)
     for key, found in results.items():
         figures = [f for f in found[0] if f not in ("watches", "polling")]
