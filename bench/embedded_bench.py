@@ -80,8 +80,9 @@ def measure(count: int, contract: Path, home: Path, tag: str, provider: Provider
     }
 
 
-def polling(count: int, home: Path, provider: Provider, seconds: float = 4.0) -> float:
-    """Requests per second the provider saw while `count` watches polled as fast as their contract allows."""
+def polling(count: int, home: Path, provider: Provider, seconds: float = 4.0) -> tuple[float, float]:
+    """Requests per second the provider saw while `count` watches polled as fast as their contract allows, and
+    this process's CPU per request (microseconds; a worker's is `bench.throughput`'s worker_cpu_us)."""
     contract = home / "polling.toml"
     contract.write_text(
         contract_text(provider.url, base_delay="1ms", max_delay="1ms", max_requests=1_000_000, deadline="5m")
@@ -91,14 +92,15 @@ def polling(count: int, home: Path, provider: Provider, seconds: float = 4.0) ->
     for thread in threads:
         thread.start()
     time.sleep(1.0)  # every watch admitted and polling
-    before, at = provider.stats()["requests"], time.monotonic()
+    before, at, cpu = provider.stats()["requests"], time.monotonic(), time.process_time()
     time.sleep(seconds)
-    rate = (provider.stats()["requests"] - before) / (time.monotonic() - at)
+    polls, cpu = provider.stats()["requests"] - before, time.process_time() - cpu
+    rate = polls / (time.monotonic() - at)
     for watch in watches:
         watch.cancel()
     for thread in threads:
         thread.join()
-    return rate
+    return rate, cpu * 1e6 / max(polls, 1)
 
 
 def _quiet_run(watch: pollwarden.Watch) -> None:
@@ -122,7 +124,8 @@ def run(watches: list[int], rounds: int, polling_count: int) -> list[dict[str, f
                     found["watches"] = count
                     figures.append(found)
             if polling_count:
-                figures.append({"polling": polling_count, "polls_per_s": polling(polling_count, home, provider)})
+                rate, cpu_us = polling(polling_count, home, provider)
+                figures.append({"polling": polling_count, "polls_per_s": rate, "cpu_us_per_poll": cpu_us})
     finally:
         provider.close()
     return figures
@@ -130,7 +133,10 @@ def run(watches: list[int], rounds: int, polling_count: int) -> list[dict[str, f
 
 def _line(found: dict[str, float]) -> str:
     if "polling" in found:
-        return f"{found['polling']:.0f} watches polling: {found['polls_per_s']:.0f} polls/s"
+        return (
+            f"{found['polling']:.0f} watches polling: {found['polls_per_s']:.0f} polls/s,"
+            f" {found['cpu_us_per_poll']:.0f} us CPU per poll"
+        )
     return (
         f"{found['watches']:.0f} watches: first request p50 {found['p50']:.0f} ms, max {found['max']:.0f} ms after"
         f" the call; all ended in {found['ended']:.1f} s; CPU {found['cpu_ms']:.1f} ms per watch,"
