@@ -18,6 +18,8 @@ admission, the claim, the reservation, the request and its record: `on_progress`
 `--polling N` also measures the steady state: N watches with base = max delay 1 ms poll for a few seconds and the
 provider counts their requests per second, to set beside a worker's polls/s (`python -m bench.throughput`).
 
+With $POLLWARDEN_DB set (a PostgreSQL URL of an upgraded database) the watches use that database instead.
+
 `--ab NAME=SRC ...` runs this benchmark once per variant per round with PYTHONPATH=SRC (the provider and this
 script are this checkout's), interleaving the variants so a shared machine's load hits them alike.
 """
@@ -87,7 +89,7 @@ def polling(count: int, home: Path, provider: Provider, seconds: float = 4.0) ->
     contract.write_text(
         contract_text(provider.url, base_delay="1ms", max_delay="1ms", max_requests=1_000_000, deadline="5m")
     )
-    watches = [pollwarden.Watch(str(contract), f"poll-{i}", home=home) for i in range(count)]
+    watches = [pollwarden.Watch(str(contract), f"{os.getpid()}-poll-{i}", home=home) for i in range(count)]
     threads = [threading.Thread(target=_quiet_run, args=(watch,)) for watch in watches]
     for thread in threads:
         thread.start()
@@ -117,10 +119,11 @@ def run(watches: list[int], rounds: int, polling_count: int) -> list[dict[str, f
             contract = home / "bench.toml"
             text = contract_text(provider.url, base_delay="200ms", max_delay="200ms", max_requests=3, deadline="5m")
             contract.write_text(text)
-            measure(1, contract, home, "warm", provider)
+            run_id = f"{os.getpid()}-{time.time_ns()}"  # job ids of their own in a shared $POLLWARDEN_DB too
+            measure(1, contract, home, f"{run_id}-warm", provider)
             for round_no in range(rounds):
                 for count in watches:
-                    found = measure(count, contract, home, f"r{round_no}n{count}", provider)
+                    found = measure(count, contract, home, f"{run_id}-r{round_no}n{count}", provider)
                     found["watches"] = count
                     figures.append(found)
             if polling_count:
