@@ -153,3 +153,35 @@ def test_a_forked_child_opens_a_store_of_its_own(home: Path) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert parents.get("from-the-child") is not None
+
+
+EXIT_SCRIPT = """
+import sys, threading
+import pollwarden
+
+started = threading.Event()
+def watch():
+    pollwarden.watch_sync(sys.argv[1], "never-exit", home=sys.argv[2], on_progress=lambda p: started.set())
+threading.Thread(target=watch, daemon=True).start()
+started.wait(60)
+# The interpreter exits while the watch sleeps between polls, its store still open.
+"""
+
+
+def test_a_store_open_at_interpreter_exit_leaves_its_newest_head_in_the_home(sim: Simulator, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from pollwarden.audit import HeadFile, read_kept_file
+    from pollwarden.home import trusted_checkpoint_path
+
+    home = tmp_path / "home"
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="30s", max_delay="30s", deadline="10m")
+    ran = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(contract), str(home)], timeout=120, text=True,
+                         capture_output=True)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    kept = read_kept_file(trusted_checkpoint_path(home))
+    with home_store(home) as store:
+        newest = store.audit_heads()[-1]
+    # Its first commit wrote the file; the claim, reservation and record after it, within a second, did not yet.
+    assert isinstance(kept, HeadFile) and kept.head.counter == newest.counter
