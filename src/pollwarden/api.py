@@ -11,7 +11,8 @@
 `await pollwarden.watch(...)` runs the same watch on a worker thread, so the event loop keeps running while the
 watcher sleeps between polls (with no lease held, R38); `pollwarden.watch_sync(...)` is its blocking twin. The
 record, the audit trail and the decision request are exactly what `pollwarden watch` leaves: `status`, `story`,
-`decisions` and `decide` work on them as on any other operation.
+`decisions` and `decide` work on them as on any other operation. The watches of one home that run at the same
+time share one store (`home_store`): the first opens it, the last closes it.
 
 Cancelling the task that awaits `watch(...)` (`asyncio.wait_for`, `task.cancel()`) stops polling within one
 request: a request in flight is answered and recorded, no new one starts, an `interrupted` event is audited, the
