@@ -218,8 +218,11 @@ def test_a_failing_command_names_argv0_and_never_its_output(tmp_path: Path, scri
     assert "leaked-output-value" not in message and "two" not in message and "caf" not in message
 
 
-def test_a_command_that_does_not_exist_is_named() -> None:
-    credential = Credential("t", Auth(token_command=("/nonexistent/print-token", "--x")), {})
+@pytest.mark.parametrize("through", ["missing-dir", "a-file"])
+def test_a_command_that_does_not_exist_is_named(tmp_path: Path, through: str) -> None:
+    if through == "a-file":
+        (tmp_path / through).write_text("not a directory", encoding="utf-8")
+    credential = Credential("t", Auth(token_command=(str(tmp_path / through / "print-token"), "--x")), {})
     with pytest.raises(CredentialError, match="'print-token' was not found"):
         credential.prime()
 

@@ -80,7 +80,7 @@ def run_token_command(argv: tuple[str, ...], environ: Mapping[str, str], timeout
             timeout=timeout,
             check=False,
         )
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a path through a file is as missing as any
         raise CredentialError(f"[auth].token_command: {name!r} was not found; install it or fix the path") from None
     except PermissionError:
         raise CredentialError(f"[auth].token_command: {name!r} is not executable") from None
@@ -105,7 +105,7 @@ def read_token_file(path: str) -> str:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_TOKEN_BYTES + 1)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise CredentialError(f"[auth].token_file: {path} does not exist") from None
     except OSError as exc:
         raise CredentialError(f"[auth].token_file: cannot read {path} ({exc.__class__.__name__})") from None
