@@ -19,13 +19,13 @@ import io
 import re
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
-from . import __version__
+from . import __version__, wire_select
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
@@ -193,13 +193,24 @@ class StatusClient:
     ) -> Exchange:
         """One status request as the contract's [status] says; `location` is a status URL the provider returned
         (same origin only)."""
+        started = self._start_fetch(job_id, extra_headers, location)
+        return started if isinstance(started, TransportFailure) else self._send_started(started)
+
+    @property
+    def selects(self) -> bool:
+        """Its status polls go on `wire_select` (plain http over its own sockets): `fetch_all` sends them together."""
+        return isinstance(self._transport, SocketTransport) and self._contract.origin.startswith("http://")
+
+    def _start_fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None, location: str | None
+    ) -> _Started | TransportFailure:
         url = self._contract.status_url_for(job_id) if location is None else location
         status = self._contract.status
         body = status.body_for(job_id)
         headers = dict(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = status.content_type
-        return self.send(status.method, url, body=body, extra_headers=headers, reuse=True)
+        return self._start(status.method, url, body, headers, True, True)
 
     def send(
         self,
@@ -213,6 +224,39 @@ class StatusClient:
     ) -> Exchange:
         """One request under the same guards as a status poll: the credential only ever goes to the contract's
         origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
+        started = self._start(method, url, body, extra_headers, credential, reuse)
+        return started if isinstance(started, TransportFailure) else self._send_started(started)
+
+    def _send_started(self, started: _Started) -> Exchange:
+        if self._selectable(started.request):
+            return self._finish(started, wire_select.exchange([(self._socket, started.request)])[0])
+        try:
+            answer: Answer | WireError = self._transport.open(started.request)
+        except TimeoutError:  # a transport's own deadline check
+            answer = WireError(FailureKind.TIMEOUT, "no answer within the timeout")
+        except WireError as exc:
+            answer = exc
+        return self._finish(started, answer)
+
+    @property
+    def _socket(self) -> SocketTransport:
+        assert isinstance(self._transport, SocketTransport)
+        return self._transport
+
+    def _selectable(self, request: Request) -> bool:
+        return isinstance(self._transport, SocketTransport) and wire_select.selectable(request)
+
+    def _start(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        extra_headers: Mapping[str, str] | None,
+        credential: bool,
+        reuse: bool,
+    ) -> _Started | TransportFailure:
+        """Everything before the wire: the request checked and built, the credential applied. Raises
+        CredentialError for a credential bound elsewhere; nothing has been sent when this returns a failure."""
         if credential and origin_of(url) != self._contract.origin:
             raise CredentialError(
                 f"refusing to send the credential to {self._scrubber.text(origin_of(url))}: contract"
@@ -228,17 +272,23 @@ class StatusClient:
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_request(method, url, parts, headers)
-            request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse)
+        except WireError as exc:
+            return self._failure(exc.kind, exc.message, sent_at)
+        cap = self._contract.max_body_bytes
+        request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse, body_cap=cap)
+        return _Started(request, sent_at)
+
+    def _finish(self, started: _Started, answer: Answer | WireError) -> Exchange:
+        """The answer read under the caps, or what went wrong on the wire, as the core's Exchange."""
+        try:
+            if isinstance(answer, WireError):
+                raise answer
             try:
-                answer = self._transport.open(request)
-            except TimeoutError:  # a transport's own deadline check
-                raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
-            try:
-                return self._read(answer, sent_at, deadline)
+                return self._read(answer, started.sent_at, started.request.deadline)
             finally:
                 answer.close()
         except WireError as exc:
-            return self._failure(exc.kind, exc.message, sent_at)
+            return self._failure(exc.kind, exc.message, started.sent_at)
 
     def download(
         self,
@@ -359,6 +409,49 @@ class StatusClient:
     def _failure(self, kind: FailureKind, message: str, sent_at: datetime) -> TransportFailure:
         text = self._scrubber.text(message)[:_MESSAGE_CAP]
         return TransportFailure(kind=kind, message=text, sent_at=sent_at, failed_at=self._clock())
+
+
+@dataclass(frozen=True)
+class _Started:
+    request: Request
+    sent_at: datetime
+
+
+FetchCall = tuple[StatusClient, str, Mapping[str, str] | None, str | None]
+"""A status poll to make: the client, the job id, extra headers and a provider-given status URL (or None)."""
+
+
+def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
+    """`StatusClient.fetch` for many polls at once: the plain-http ones on one selector in this thread
+    (`wire_select`), any other in turn (a caller with https polls sends those on threads of its own:
+    `StatusClient.selects`). Each result is the poll's Exchange, or the exception its `fetch` would raise."""
+    started: list[_Started | Exchange | Exception] = []
+    for client, job_id, headers, location in calls:
+        try:
+            started.append(client._start_fetch(job_id, headers, location))
+        except Exception as exc:  # a CredentialError (a location bound elsewhere): that poll's own failure
+            started.append(exc)
+    together = [
+        (client, one)
+        for (client, *_), one in zip(calls, started, strict=True)
+        if isinstance(one, _Started) and client._selectable(one.request)
+    ]
+    answers = dict(
+        zip(
+            (id(one) for _, one in together),
+            wire_select.exchange([(client._socket, one.request) for client, one in together]),
+            strict=True,
+        )
+    )
+    results: list[Exchange | Exception] = []
+    for (client, *_), one in zip(calls, started, strict=True):
+        if not isinstance(one, _Started):
+            results.append(one)
+        elif id(one) in answers:
+            results.append(client._finish(one, answers[id(one)]))
+        else:
+            results.append(client._send_started(one))
+    return results
 
 
 @dataclass(frozen=True)
