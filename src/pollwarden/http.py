@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import re
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
@@ -283,8 +284,13 @@ class StatusClient:
         try:
             if isinstance(answer, WireError):
                 raise answer
+            deadline, received_at = started.request.deadline, None
+            if isinstance(answer, wire_select.HeldAnswer):
+                # Read whole within its deadline, perhaps while others of its batch were still coming in.
+                deadline = math.inf
+                received_at = self._clock() - timedelta(seconds=time.monotonic() - answer.arrived)
             try:
-                return self._read(answer, started.sent_at, started.request.deadline)
+                return self._read(answer, started.sent_at, deadline, received_at)
             finally:
                 answer.close()
         except WireError as exc:
@@ -368,7 +374,9 @@ class StatusClient:
         write(pending)
         return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=False)
 
-    def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
+    def _read(
+        self, answer: Answer, sent_at: datetime, deadline: float, received_at: datetime | None = None
+    ) -> Response:
         if answer.status == 401 and self._credential is not None:
             # The next request fetches the token again; the core decides whether there is a next request.
             self._credential.invalidate()
@@ -402,7 +410,7 @@ class StatusClient:
             headers={scrub(k): scrub(v) for k, v in headers.items()},
             body=self._scrubber.binary(b"".join(chunks)[:cap]),
             sent_at=sent_at,
-            received_at=self._clock(),
+            received_at=self._clock() if received_at is None else received_at,
             truncated=truncated,
         )
 

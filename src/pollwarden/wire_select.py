@@ -136,7 +136,7 @@ def _check_partial_head(buffer: bytearray) -> None:
         raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
 
 
-class _HeldAnswer:
+class HeldAnswer:
     """An answer read whole; a failure in its body is raised after the bytes that came before it."""
 
     def __init__(self, head: Head, body: bytes, failure: WireError | None) -> None:
@@ -145,6 +145,8 @@ class _HeldAnswer:
         self._body = body
         self._at = 0
         self._failure = failure
+        self.arrived = time.monotonic()
+        """When the exchange ended: a batch hands its answers back when the last one is in."""
 
     def read(self, size: int) -> bytes:
         if self._at < len(self._body):
@@ -388,14 +390,14 @@ class _Exchange:
             self.transport.give(self._origin, sock)
         else:
             sock.close()
-        self.result = _HeldAnswer(self._head, bytes(self._body), None)
+        self.result = HeldAnswer(self._head, bytes(self._body), None)
 
     def _end(self, failure: WireError) -> None:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
         if self._stage == _BODY and self._head is not None:
-            self.result = _HeldAnswer(self._head, bytes(self._body), failure)
+            self.result = HeldAnswer(self._head, bytes(self._body), failure)
         else:
             self.result = failure
 
