@@ -62,6 +62,11 @@ _HEADER_VALUE = re.compile("[\t\x20-\x7e\xa0-\xff]*")
 
 def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
     """Local integration errors: nothing has left the machine when these are raised."""
+    _check_target(method, url, parts)
+    _check_headers(headers)
+
+
+def _check_target(method: str, url: str, parts: SplitResult) -> None:
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise WireError(FailureKind.LOCAL, "the URL is not an absolute http(s) URL")
     try:
@@ -74,6 +79,9 @@ def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[s
         raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
     if not _URL_CHARS.fullmatch(url):
         raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
     for name, value in headers.items():
         if not _HEADER_NAME.fullmatch(name):
             raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
@@ -270,9 +278,10 @@ class StatusClient:
                 parts = urlsplit(url)
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            # The caller's headers before the credential is applied (it may fetch a token); then all of them.
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
-            _check_request(method, url, parts, headers)
+            _check_headers(headers)
         except WireError as exc:
             return self._failure(exc.kind, exc.message, sent_at)
         cap = self._contract.max_body_bytes

@@ -77,7 +77,7 @@ _TOO_LONG = "a status or header line is longer than 64 KiB"
 def parse_head(data: bytes) -> Head:
     """A complete answer head (status line, headers, the blank line) or a PROTOCOL `WireError`."""
     lines = data.decode("latin-1").split("\n")
-    if any(len(line) > MAX_LINE for line in lines):
+    if len(data) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
         raise _protocol(_TOO_LONG)
     parts = lines[0].split(None, 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/"):
@@ -104,7 +104,8 @@ def parse_head(data: bytes) -> Head:
         headers.append((name, value.strip(" \t")))
         if len(headers) > MAX_HEADERS:
             raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
-    if sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
+    # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
+    if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(headers)
     connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
@@ -191,7 +192,8 @@ class _Exchange:
         self._origin = origin_of_parts(parts)
         sock = self.transport.take(self._origin)
         if sock is not None:
-            sock.setblocking(False)
+            if sock.gettimeout() != 0.0:  # one the blocking path kept; the selector gives its own back non-blocking
+                sock.setblocking(False)
             self.sock, self._stage = sock, _SEND
             self._step(self._send)
             return
@@ -406,7 +408,9 @@ def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | 
     """Every request at once on one selector, in this thread; each answer (read whole) or its failure, in order.
     Returns when every request has its answer or its deadline has passed."""
     exchanges = [_Exchange(transport, request) for transport, request in items]
-    with selectors.DefaultSelector() as selector:
+    # poll(2), not epoll: a batch watches a handful of sockets for a few milliseconds, and epoll would cost a
+    # system call to create it and two per socket to add and remove; poll's registrations are this process's.
+    with selectors.PollSelector() as selector:
         registered: dict[_Exchange, tuple[socket.socket, int]] = {}
         for one in exchanges:
             one.start()
