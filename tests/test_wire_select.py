@@ -8,7 +8,9 @@ through the selector (a plain-http `fetch` is a batch of one); these are what on
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -314,3 +316,25 @@ def test_https_polls_take_the_blocking_path_beside_plain_http_on_the_selector(
     assert all(isinstance(r, Response) and r.body == json_body("running") for r in results), results
     assert selected == [1]  # only the plain-http poll went on the selector
     assert tls_server.requests == 2
+
+
+def test_a_socket_that_cannot_be_made_is_a_connect_failure_of_its_own_request(
+    serve: Callable[[RawScript], RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of file descriptors (EMFILE) while a batch connects: that request is not sent, the batch goes on."""
+    server = serve(send(answer(body=json_body())))
+    made = wire_select.new_socket
+    calls: list[int] = []
+
+    def scarce(*args: object) -> socket.socket:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return made(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wire_select, "new_socket", scarce)
+    with StatusClient(contract_for(server.url), None, clock=clock) as client:
+        first, second, third = fetch_all([(client, job, None, None) for job in "abc"])
+    assert isinstance(first, Response) and isinstance(third, Response)
+    assert isinstance(second, TransportFailure) and second.kind is FailureKind.CONNECT and not second.delivery_unknown
+    assert "Too many open files" in second.message and len(server.requests) == 2

@@ -53,6 +53,10 @@ _TRAILER = -1
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
 
+new_socket = socket.socket
+"""How a connection's socket is made (a test makes it fail as a process out of descriptors would)."""
+
+
 def selectable(request: Request) -> bool:
     """What goes on the selector: status polls over plain http."""
     return request.reuse and urlsplit(request.url).scheme == "http"
@@ -236,7 +240,11 @@ class _Exchange:
         """The next address of the host, as `socket.create_connection` tries them in turn."""
         while self._addresses:
             family, kind, proto, _, address = self._addresses.pop(0)
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = new_socket(family, kind, proto)  # out of file descriptors, say: as a failed connect
+            except OSError as exc:
+                last = exc
+                continue
             sock.setblocking(False)
             code = sock.connect_ex(address)
             if code in (0, errno.EINPROGRESS):
@@ -394,6 +402,12 @@ class _Exchange:
             sock.close()
         self.result = HeldAnswer(self._head, bytes(self._body), None)
 
+    def broke(self, exc: OSError) -> None:
+        if self._stage < _SEND:
+            self._end(WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}"))
+        else:
+            self._end(WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}"))
+
     def _end(self, failure: WireError) -> None:
         if self.sock is not None:
             self.sock.close()
@@ -413,7 +427,7 @@ def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | 
     with selectors.PollSelector() as selector:
         registered: dict[_Exchange, tuple[socket.socket, int]] = {}
         for one in exchanges:
-            one.start()
+            _guarded(one, one.start)
             _sync(selector, registered, one)
         while registered:
             now = time.monotonic()
@@ -425,13 +439,22 @@ def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | 
             wait = min(one.deadline for one in registered) - now
             for key, _ in selector.select(max(wait, 0.0)):
                 one = key.data
-                one.ready()
+                _guarded(one, one.ready)
                 _sync(selector, registered, one)
     results: list[Answer | WireError] = []
     for one in exchanges:
         assert one.result is not None
         results.append(one.result)
     return results
+
+
+def _guarded(one: _Exchange, step: Callable[[], None]) -> None:
+    """A socket call the steps do not expect to fail (a socket option, a lookup of the peer's state) ends its
+    own request as a transport failure, never the batch: before the request is sent, as a failed connect."""
+    try:
+        step()
+    except OSError as exc:
+        one.broke(exc)
 
 
 def _sync(
