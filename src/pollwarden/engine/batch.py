@@ -98,7 +98,11 @@ def _send_here(lanes: Sequence[Lane]) -> list[Outcome]:
     was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md)."""
     sends = [(lane.client, lane.effect) for lane in lanes]
     calls = [(client, s.job_id, s.headers, s.location) for client, s in sends if isinstance(s, flow.Send)]
-    return [(None, result) if isinstance(result, Exception) else (result, None) for result in fetch_all(calls)]
+    try:
+        results = fetch_all(calls)
+    except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the lane
+        return [(None, exc)] * len(lanes)
+    return [(None, result) if isinstance(result, Exception) else (result, None) for result in results]
 
 
 def _attempt(perform: Perform, effect: flow.Effect[Any], lane: Lane) -> Outcome:
