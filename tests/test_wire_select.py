@@ -14,7 +14,7 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,23 +29,11 @@ from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.http import StatusClient, fetch_all
 from pollwarden.wire import WireError
 from tests.test_http import RawServer, answer, clock, contract_for, failure_of, json_body, response_of, send
+from tests.test_http import serve as serve  # the fixture: a raw-socket server per script
 from tests.test_http_keepalive import OK, KeepAliveServer, always
 from tests.test_http_keepalive import contract_for as keepalive_contract
 
 RawScript = Callable[[socket.socket, bytes], None]
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[RawScript], RawServer]]:
-    servers: list[RawServer] = []
-
-    def start(script: RawScript) -> RawServer:
-        servers.append(RawServer(script))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def by_job(scripts: dict[str, RawScript]) -> RawScript:
@@ -254,38 +242,31 @@ def _certificate(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class TlsServer:
-    """One answer per connection over TLS."""
+class TlsServer(KeepAliveServer):
+    """The keep-alive server behind TLS, answering each request with `Connection: close`."""
 
     def __init__(self, cert: Path, key: Path) -> None:
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(cert, key)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.requests = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        closing = answer(headers=("Connection: close",), body=json_body("running"))
+
+        def once(conn: socket.socket, _: int) -> bool:
+            conn.sendall(closing)
+            return False  # the server closes, as its answer says
+
+        super().__init__(once)
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self._listener.getsockname()[1]}"
+        return super().url.replace("http://", "https://")
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                with self._context.wrap_socket(conn, server_side=True) as tls:
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        data += tls.recv(65536)
-                    self.requests += 1
-                    tls.sendall(answer(headers=("Connection: close",), body=json_body("running")))
-            except (OSError, ssl.SSLError):
-                pass
-
-    def close(self) -> None:
-        self._listener.close()
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            tls = self._context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        super()._one(tls)
 
 
 def test_https_polls_take_the_blocking_path_beside_plain_http_on_the_selector(
@@ -315,7 +296,7 @@ def test_https_polls_take_the_blocking_path_beside_plain_http_on_the_selector(
         tls_server.close()
     assert all(isinstance(r, Response) and r.body == json_body("running") for r in results), results
     assert selected == [1]  # only the plain-http poll went on the selector
-    assert tls_server.requests == 2
+    assert len(tls_server.requests) == 2
 
 
 def test_a_socket_that_cannot_be_made_is_a_connect_failure_of_its_own_request(

@@ -263,18 +263,11 @@ def seal_record(
         raise ValueError("prev_hash must be 64 lowercase hex characters")
     if seq == 1 and prev_hash != GENESIS_HASH:
         raise ValueError("the first record (seq 1) must chain onto GENESIS_HASH")
-    return seal_made(cipher, log_id=log_id, seq=seq, at=at, kind=kind, prev_hash=prev_hash, payload=payload)
+    return seal_made(cipher, log_id, seq, at, kind, prev_hash, payload)
 
 
 def seal_made(
-    cipher: AuditCipher,
-    *,
-    log_id: str,
-    seq: int,
-    at: str,
-    kind: str,
-    prev_hash: str,
-    payload: Mapping[str, Any],
+    cipher: AuditCipher, log_id: str, seq: int, at: str, kind: str, prev_hash: str, payload: Mapping[str, Any]
 ) -> AuditRecord:
     """`seal_record` for a caller that made the fields itself (the store: seq one past the head it read in the
     same transaction, the time it formatted, that head's hash, an event's kind), so they are not checked again:
