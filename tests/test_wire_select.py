@@ -177,6 +177,7 @@ def test_an_answer_without_framing_is_read_to_the_close(serve: Callable[[RawScri
         (b"HTTP/1.1 \xb2\xb2\xb2 OK\r\n\r\n", FailureKind.PROTOCOL, "status line"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n", FailureKind.PROTOCOL, "not a number"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", FailureKind.PROTOCOL, "not a number"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", FailureKind.PROTOCOL, "not a number"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n", FailureKind.PROTOCOL, "CRLF"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n", FailureKind.RESET, "chunked"),
         (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", FailureKind.PROTOCOL, "more than 100"),
@@ -190,6 +191,7 @@ def test_an_answer_without_framing_is_read_to_the_close(serve: Callable[[RawScri
         "unicode-digits",
         "length-not-digits",
         "negative-length",
+        "5000-digit-length",
         "no-crlf-after-chunk",
         "negative-chunk",
         "101-headers",
@@ -211,7 +213,7 @@ def test_a_folded_header_is_joined_with_a_space() -> None:
 
 def test_garbage_is_refused_before_the_deadline_without_waiting_for_a_line_end() -> None:
     with pytest.raises(WireError) as caught:
-        wire_select._check_partial_head(bytearray(b"SSH-2.0"))
+        wire_select._check_partial_head(bytearray(b"SSH-2.0"), -1, 0, 0)
     assert caught.value.kind is FailureKind.PROTOCOL
 
 

@@ -117,27 +117,26 @@ def parse_head(data: bytes) -> Head:
     return Head(int(code), tuple(headers), closes)
 
 
-def _head_end(buffer: bytearray) -> int:
-    """Where the blank line that ends the head ends, or -1 (lines may end in CRLF or, leniently, LF alone)."""
-    ends = [at + width for at, width in ((buffer.find(b"\n\r\n"), 3), (buffer.find(b"\n\n"), 2)) if at >= 0]
+def _head_end(buffer: bytearray, start: int) -> int:
+    """Where the blank line that ends the head ends, or -1 (lines may end in CRLF or, leniently, LF alone);
+    `start` is where the search may begin (bytes before it were searched already)."""
+    ends = [at + n for at, n in ((buffer.find(b"\n\r\n", start), 3), (buffer.find(b"\n\n", start), 2)) if at >= 0]
     return min(ends) if ends else -1
 
 
-def _check_partial_head(buffer: bytearray) -> None:
-    """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline."""
-    first = buffer.find(b"\n")
+def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
+    """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline: `first` is
+    where its first line ends (-1: not yet), `lines` how many line ends it holds, `line_start` where its last,
+    unfinished line starts. Counted as bytes arrive (`_Exchange._scan`), so a head dripped a byte at a time
+    costs time in proportion to its length, not to its square."""
     start = bytes(buffer[:5])
     if start != b"HTTP/"[: len(start)]:
         raise _protocol(_NOT_STATUS)
-    if first < 0:
-        if len(buffer) > MAX_LINE:
-            raise _protocol(_TOO_LONG)
-        return
-    if len(buffer) - buffer.rfind(b"\n") - 1 > MAX_LINE:
+    if len(buffer) - line_start > MAX_LINE:
         raise _protocol(_TOO_LONG)
-    if len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # raw lines; `parse_head` counts exactly
+    if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    if buffer.count(b"\n", first + 1) > MAX_HEADERS:
+    if lines - 1 > MAX_HEADERS:
         raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
 
 
@@ -187,6 +186,8 @@ class _Exchange:
         self._chunked = False
         self._chunk: int | None = None  # in a chunked body: bytes left of this chunk, 0 = its CRLF, None = a size
         self._trailer = 0
+        self._seen = 0  # bytes at the buffer's start already searched for the end of the head or line wanted
+        self._first, self._lines, self._line_start = -1, 0, 0  # the unfinished head's tally (`_scan`)
 
     # -- steps, each run when the selector says the socket is ready ----------------------------------------------
 
@@ -297,14 +298,27 @@ class _Exchange:
 
     # -- the answer -----------------------------------------------------------------------------------------------
 
+    def _scan(self) -> None:
+        """Count the line ends of the bytes not scanned yet (`_seen` onwards) into the unfinished head's tally."""
+        buffer, seen = self._buffer, self._seen
+        last = buffer.rfind(b"\n", seen)
+        if last >= 0:
+            if self._first < 0:
+                self._first = buffer.find(b"\n", seen)
+            self._lines += buffer.count(b"\n", seen)
+            self._line_start = last + 1
+        self._seen = len(buffer)
+
     def _read_head(self) -> None:
         while True:
-            end = _head_end(self._buffer)
+            end = _head_end(self._buffer, max(self._seen - 2, 0))
             if end < 0:
-                _check_partial_head(self._buffer)
+                self._scan()
+                _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
                 return
             head = parse_head(bytes(self._buffer[:end]))
             del self._buffer[:end]
+            self._seen, self._first, self._lines, self._line_start = 0, -1, 0, 0
             if head.status != 100:  # `100 Continue` is skipped, as http.client does; the deadline bounds a storm
                 break
         status, method = head.status, self.request.method
@@ -315,7 +329,8 @@ class _Exchange:
         elif chunked:
             self._chunked = True
         elif lengths:
-            if not (lengths[0].isascii() and lengths[0].isdigit()):
+            # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
+            if not (lengths[0].isascii() and lengths[0].isdigit() and len(lengths[0]) <= 19):
                 raise _protocol("the answer's Content-Length is not a number")
             self._left = int(lengths[0])
         self._head, self._stage = head, _BODY
@@ -342,13 +357,15 @@ class _Exchange:
         buffer = self._buffer
         while len(self._body) < self._cap:
             if self._chunk is None or self._chunk == _TRAILER:
-                end = buffer.find(b"\n")
+                end = buffer.find(b"\n", self._seen)
                 if end < 0:
                     if len(buffer) > MAX_LINE:
                         raise _protocol("broken chunked body (a line longer than 64 KiB)")
+                    self._seen = len(buffer)  # a line dripped a byte at a time is searched once, not each time
                     return
                 line = bytes(buffer[:end]).rstrip(b"\r")
                 del buffer[: end + 1]
+                self._seen = 0
                 if self._chunk == _TRAILER:
                     self._trailer += len(line) + 2
                     if self._trailer > MAX_HEADER_BYTES:
@@ -381,7 +398,8 @@ class _Exchange:
         if self._stage < _BODY:
             if not self._buffer:
                 raise WireError(FailureKind.RESET, "the provider closed the connection without answering")
-            _check_partial_head(self._buffer)
+            self._scan()
+            _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
             raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
         if self._chunked:
             if self._chunk == _TRAILER:  # a server that ends without the trailer's blank line: http.client takes it
