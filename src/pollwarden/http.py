@@ -7,9 +7,11 @@ things whatever the peer sends: the whole exchange, connect to last byte, ends b
 provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
-The wire is `http.client` over sockets `pollwarden.wire` connects itself (and keeps alive for status polls):
-httpx's timeouts are per read, and its per-request cost was four times that of the standard library on the poll
-path. `Transport` is the seam for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
+The wire is sockets `pollwarden.wire` connects itself (and keeps alive for status polls): status polls over plain
+http go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `fetch_all`, the head
+parsed by a strict parser of its own), everything else through `http.client`. httpx's timeouts are per read,
+and its per-request cost was four times that of the standard library on the poll path. `Transport` is the seam
+for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ keeps), each exchange bounded by one deadline, the answer head read under the ca
 
 `StatusClient` (`pollwarden.http`) builds the `Request` and reads the `Answer`; this module only moves bytes and
 classifies what went wrong as a `WireError` whose kind says whether the request may have reached the provider.
+This is the blocking path (https, and every request that is not a status poll); status polls over plain http
+take `pollwarden.wire_select`, over the same pool of kept-alive connections and under the same caps.
 """
 
 from __future__ import annotations
