@@ -7,25 +7,28 @@ things whatever the peer sends: the whole exchange, connect to last byte, ends b
 provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
-The wire is `http.client` over sockets `pollwarden.wire` connects itself (and keeps alive for status polls):
-httpx's timeouts are per read, and its per-request cost was four times that of the standard library on the poll
-path. `Transport` is the seam for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
+The wire is sockets `pollwarden.wire` connects itself (and keeps alive for status polls): status polls over plain
+http go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `fetch_all`, the head
+parsed by a strict parser of its own), everything else through `http.client`. httpx's timeouts are per read,
+and its per-request cost was four times that of the standard library on the poll path. `Transport` is the seam
+for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import re
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
-from . import __version__
+from . import __version__, wire_select
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
@@ -61,6 +64,11 @@ _HEADER_VALUE = re.compile("[\t\x20-\x7e\xa0-\xff]*")
 
 def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
     """Local integration errors: nothing has left the machine when these are raised."""
+    _check_target(method, url, parts)
+    _check_headers(headers)
+
+
+def _check_target(method: str, url: str, parts: SplitResult) -> None:
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise WireError(FailureKind.LOCAL, "the URL is not an absolute http(s) URL")
     try:
@@ -73,6 +81,9 @@ def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[s
         raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
     if not _URL_CHARS.fullmatch(url):
         raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
     for name, value in headers.items():
         if not _HEADER_NAME.fullmatch(name):
             raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
@@ -193,13 +204,24 @@ class StatusClient:
     ) -> Exchange:
         """One status request as the contract's [status] says; `location` is a status URL the provider returned
         (same origin only)."""
+        started = self._start_fetch(job_id, extra_headers, location)
+        return started if isinstance(started, TransportFailure) else self._send_started(started)
+
+    @property
+    def selects(self) -> bool:
+        """Its status polls go on `wire_select` (plain http over its own sockets): `fetch_all` sends them together."""
+        return isinstance(self._transport, SocketTransport) and self._contract.origin.startswith("http://")
+
+    def _start_fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None, location: str | None
+    ) -> _Started | TransportFailure:
         url = self._contract.status_url_for(job_id) if location is None else location
         status = self._contract.status
         body = status.body_for(job_id)
         headers = dict(extra_headers or {})
         if body is not None:
             headers["Content-Type"] = status.content_type
-        return self.send(status.method, url, body=body, extra_headers=headers, reuse=True)
+        return self._start(status.method, url, body, headers, True, True)
 
     def send(
         self,
@@ -213,6 +235,39 @@ class StatusClient:
     ) -> Exchange:
         """One request under the same guards as a status poll: the credential only ever goes to the contract's
         origin, redirects are not followed, the body read is capped and the whole exchange time-bounded."""
+        started = self._start(method, url, body, extra_headers, credential, reuse)
+        return started if isinstance(started, TransportFailure) else self._send_started(started)
+
+    def _send_started(self, started: _Started) -> Exchange:
+        if self._selectable(started.request):
+            return self._finish(started, wire_select.exchange([(self._socket, started.request)])[0])
+        try:
+            answer: Answer | WireError = self._transport.open(started.request)
+        except TimeoutError:  # a transport's own deadline check
+            answer = WireError(FailureKind.TIMEOUT, "no answer within the timeout")
+        except WireError as exc:
+            answer = exc
+        return self._finish(started, answer)
+
+    @property
+    def _socket(self) -> SocketTransport:
+        assert isinstance(self._transport, SocketTransport)
+        return self._transport
+
+    def _selectable(self, request: Request) -> bool:
+        return isinstance(self._transport, SocketTransport) and wire_select.selectable(request)
+
+    def _start(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        extra_headers: Mapping[str, str] | None,
+        credential: bool,
+        reuse: bool,
+    ) -> _Started | TransportFailure:
+        """Everything before the wire: the request checked and built, the credential applied. Raises
+        CredentialError for a credential bound elsewhere; nothing has been sent when this returns a failure."""
         if credential and origin_of(url) != self._contract.origin:
             raise CredentialError(
                 f"refusing to send the credential to {self._scrubber.text(origin_of(url))}: contract"
@@ -225,20 +280,32 @@ class StatusClient:
                 parts = urlsplit(url)
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
+            # The caller's headers before the credential is applied (it may fetch a token); then all of them.
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
-            _check_request(method, url, parts, headers)
-            request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse)
+            _check_headers(headers)
+        except WireError as exc:
+            return self._failure(exc.kind, exc.message, sent_at)
+        cap = self._contract.max_body_bytes
+        request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse, body_cap=cap)
+        return _Started(request, sent_at)
+
+    def _finish(self, started: _Started, answer: Answer | WireError) -> Exchange:
+        """The answer read under the caps, or what went wrong on the wire, as the core's Exchange."""
+        try:
+            if isinstance(answer, WireError):
+                raise answer
+            deadline, received_at = started.request.deadline, None
+            if isinstance(answer, wire_select.HeldAnswer):
+                # Read whole within its deadline, perhaps while others of its batch were still coming in.
+                deadline = math.inf
+                received_at = self._clock() - timedelta(seconds=time.monotonic() - answer.arrived)
             try:
-                answer = self._transport.open(request)
-            except TimeoutError:  # a transport's own deadline check
-                raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
-            try:
-                return self._read(answer, sent_at, deadline)
+                return self._read(answer, started.sent_at, deadline, received_at)
             finally:
                 answer.close()
         except WireError as exc:
-            return self._failure(exc.kind, exc.message, sent_at)
+            return self._failure(exc.kind, exc.message, started.sent_at)
 
     def download(
         self,
@@ -318,7 +385,9 @@ class StatusClient:
         write(pending)
         return Download(answer.status, shown_headers, size, digest.hexdigest(), over_cap=False)
 
-    def _read(self, answer: Answer, sent_at: datetime, deadline: float) -> Response:
+    def _read(
+        self, answer: Answer, sent_at: datetime, deadline: float, received_at: datetime | None = None
+    ) -> Response:
         if answer.status == 401 and self._credential is not None:
             # The next request fetches the token again; the core decides whether there is a next request.
             self._credential.invalidate()
@@ -352,13 +421,56 @@ class StatusClient:
             headers={scrub(k): scrub(v) for k, v in headers.items()},
             body=self._scrubber.binary(b"".join(chunks)[:cap]),
             sent_at=sent_at,
-            received_at=self._clock(),
+            received_at=self._clock() if received_at is None else received_at,
             truncated=truncated,
         )
 
     def _failure(self, kind: FailureKind, message: str, sent_at: datetime) -> TransportFailure:
         text = self._scrubber.text(message)[:_MESSAGE_CAP]
         return TransportFailure(kind=kind, message=text, sent_at=sent_at, failed_at=self._clock())
+
+
+@dataclass(frozen=True)
+class _Started:
+    request: Request
+    sent_at: datetime
+
+
+FetchCall = tuple[StatusClient, str, Mapping[str, str] | None, str | None]
+"""A status poll to make: the client, the job id, extra headers and a provider-given status URL (or None)."""
+
+
+def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
+    """`StatusClient.fetch` for many polls at once: the plain-http ones on one selector in this thread
+    (`wire_select`), any other in turn (a caller with https polls sends those on threads of its own:
+    `StatusClient.selects`). Each result is the poll's Exchange, or the exception its `fetch` would raise."""
+    started: list[_Started | Exchange | Exception] = []
+    for client, job_id, headers, location in calls:
+        try:
+            started.append(client._start_fetch(job_id, headers, location))
+        except Exception as exc:  # a CredentialError (a location bound elsewhere): that poll's own failure
+            started.append(exc)
+    together = [
+        (client, one)
+        for (client, *_), one in zip(calls, started, strict=True)
+        if isinstance(one, _Started) and client._selectable(one.request)
+    ]
+    answers = dict(
+        zip(
+            (id(one) for _, one in together),
+            wire_select.exchange([(client._socket, one.request) for client, one in together]),
+            strict=True,
+        )
+    )
+    results: list[Exchange | Exception] = []
+    for (client, *_), one in zip(calls, started, strict=True):
+        if not isinstance(one, _Started):
+            results.append(one)
+        elif id(one) in answers:
+            results.append(client._finish(one, answers[id(one)]))
+        else:
+            results.append(client._send_started(one))
+    return results
 
 
 @dataclass(frozen=True)

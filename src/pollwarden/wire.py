@@ -3,6 +3,8 @@ keeps), each exchange bounded by one deadline, the answer head read under the ca
 
 `StatusClient` (`pollwarden.http`) builds the `Request` and reads the `Answer`; this module only moves bytes and
 classifies what went wrong as a `WireError` whose kind says whether the request may have reached the provider.
+This is the blocking path (https, and every request that is not a status poll); status polls over plain http
+take `pollwarden.wire_select`, over the same pool of kept-alive connections and under the same caps.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import SplitResult, urlsplit
@@ -65,6 +67,9 @@ class Request:
     """May go over a kept-alive connection (status polls only: a read whose repetition costs one counted poll).
     Anything else (a submission, a cancel, a download) always gets a fresh connection and `Connection: close`,
     so a failure before its answer can be a clear "not sent" (connect) rather than a delivery-unknown one."""
+    body_cap: int | None = None
+    """The most body bytes the reader will keep: a transport that reads the whole answer before handing it back
+    (`wire_select`) stops one byte past it, which the reader takes for a body over its cap."""
 
 
 class Answer(Protocol):
@@ -236,9 +241,9 @@ class SocketTransport:
 
     def open(self, request: Request) -> Answer:
         parts = urlsplit(request.url)
-        head = _request_head(request, parts)
-        origin = _origin(parts)
-        sock = self._take(origin) if request.reuse else None
+        head = request_head(request, parts)
+        origin = origin_of_parts(parts)
+        sock = self.take(origin) if request.reuse else None
         if sock is None:
             sock = self._connect(parts, request.deadline)
         try:
@@ -253,13 +258,13 @@ class SocketTransport:
                 ) from None
             response = _DeadlineResponse(sock, method=request.method, deadline=request.deadline)
             _begin(response)
-            keep = functools.partial(self._give, origin) if request.reuse else None
+            keep = functools.partial(self.give, origin) if request.reuse else None
             return _SocketAnswer(sock, response, keep)
         except BaseException:
             sock.close()
             raise
 
-    def _take(self, origin: Origin) -> socket.socket | None:
+    def take(self, origin: Origin) -> socket.socket | None:
         """The most recently used idle connection that is fresh enough and still quiet, or None."""
         now = time.monotonic()
         stale: list[socket.socket] = []
@@ -282,7 +287,7 @@ class SocketTransport:
             sock.close()
         return found
 
-    def _give(self, origin: Origin, sock: socket.socket) -> None:
+    def give(self, origin: Origin, sock: socket.socket) -> None:
         now = time.monotonic()
         with self._lock:
             idle = self._idle.setdefault(origin, [])
@@ -333,7 +338,7 @@ class SocketTransport:
             raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
 
 
-def _origin(parts: SplitResult) -> Origin:
+def origin_of_parts(parts: SplitResult) -> Origin:
     tls = parts.scheme == "https"
     return (parts.scheme, parts.hostname or "", parts.port or (443 if tls else 80))
 
@@ -369,15 +374,17 @@ def _begin(response: _DeadlineResponse) -> None:
         raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
     if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
         raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    _check_framing(response.msg)
+    check_framing(response.msg.items())
 
 
-def _check_framing(headers: http.client.HTTPMessage) -> None:
+def check_framing(headers: Sequence[tuple[str, str]]) -> None:
     """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
     another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
     transfer coding other than chunked."""
-    lengths = {value.strip() for value in headers.get_all("Content-Length") or []}
-    codings = [c.strip().lower() for value in headers.get_all("Transfer-Encoding") or [] for c in value.split(",")]
+    lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
+    codings = [
+        c.strip().lower() for name, value in headers if name.lower() == "transfer-encoding" for c in value.split(",")
+    ]
     if len(lengths) > 1:
         raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
     if codings and lengths:
@@ -386,7 +393,7 @@ def _check_framing(headers: http.client.HTTPMessage) -> None:
         raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
 
 
-def _request_head(request: Request, parts: SplitResult) -> bytes:
+def request_head(request: Request, parts: SplitResult) -> bytes:
     """The request line and headers as bytes, refused here (nothing sent) when they cannot be sent as they are."""
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     lines = [f"{request.method} {target} HTTP/1.1", f"Host: {parts.netloc}"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .core.contract import Contract, ContractError, parse_contract
 from .core.decide import Poll, defer, next_step
@@ -30,6 +30,9 @@ from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Claimed, ContractCounts, Lease, Store
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
@@ -57,6 +60,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[Counter, str], Counter] = {}
         self.polls = Counter(
             "pollwarden_polls", "Status requests completed, by outcome", ["outcome"], registry=self.registry
         )
@@ -81,6 +85,14 @@ class Metrics:
             buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
             registry=self.registry,
         )
+
+    def count(self, family: Counter, label: str) -> None:
+        """One more in the family's child for this label value. The children are kept: `labels()` validates
+        its arguments and takes the family's lock, several times the cost of the increment, on every poll."""
+        child = self._children.get((family, label))
+        if child is None:  # two threads may both make it: `labels()` hands both the same child
+            child = self._children[(family, label)] = family.labels(label)
+        child.inc()
 
     def count_fleet(self, store_factory: Callable[[], Store], *, fresh_for: float = 1.0) -> None:
         """Gauges of the whole fleet, per contract, counted by the database when scraped (at most once per
@@ -143,6 +155,10 @@ class _FleetGauges:
             yield family
 
 
+_ENCODE = json.JSONEncoder(default=str).encode
+"""`json.dumps(entry, default=str)` without making an encoder for each line."""
+
+
 class JsonLog:
     """One JSON object per line on stderr, with the operation id, so a fleet's logs can be joined."""
 
@@ -154,7 +170,7 @@ class JsonLog:
     def __call__(self, event: str, **fields: Any) -> None:
         # RFC 3339 like every other time pollwarden writes (status, audit, MCP), so a log joins with them.
         entry = {"ts": format_rfc3339(datetime.now(UTC)), "worker": self.worker, "event": event, **fields}
-        line = json.dumps(entry, default=str)
+        line = _ENCODE(entry)
         with self._lock:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -342,9 +358,9 @@ class Worker:
     def _observe(self, result: StepResult, before: OperationRecord, lateness: float, provider: str) -> None:
         if isinstance(result, Polled):
             decision = result.decision
-            self.metrics.requests.labels(provider=provider).inc()
+            self.metrics.count(self.metrics.requests, provider)
             self.metrics.lateness.observe(lateness)
-            self.metrics.polls.labels(outcome=decision.action.value).inc()
+            self.metrics.count(self.metrics.polls, decision.action.value)
             record = decision.record
             self.log(
                 "polled",
@@ -369,7 +385,7 @@ class Worker:
         if not record.is_final:
             return
         if record.reason is not None:
-            self.metrics.escalations.labels(reason=record.reason.value).inc()
+            self.metrics.count(self.metrics.escalations, record.reason.value)
         self.metrics.budget.observe(record.status_requests_used / max(1, record.plan.max_status_requests))
 
     def run(self) -> None:

@@ -172,3 +172,12 @@ def test_every_transition_is_covered() -> None:
 
 def test_there_is_no_untyped_way_to_rebuild_a_record() -> None:
     assert not hasattr(OperationRecord, "evolve")
+
+
+def test_a_transition_can_only_change_fields_the_record_has() -> None:
+    """The transitions copy the record without `dataclasses.replace`; a misspelt field must still be refused."""
+    with pytest.raises(TypeError, match="status_request_used"):
+        ACTIVE._with(status_request_used=8)
+    changed, expected = ACTIVE._with(status_requests_used=8), replace(ACTIVE, status_requests_used=8)
+    assert changed == expected and hash(changed) == hash(expected)
+    assert ACTIVE.status_requests_used == 7

@@ -167,3 +167,40 @@ def test_a_write_the_store_refuses_fails_its_own_operation_and_the_rest_commit(
     assert refused is not None and refused.record.status_requests_used == 0
     assert refused.lease_owner is None  # the flow gave its lease back
     assert "never-3" not in provider.committed_at_send
+
+
+def test_a_batch_of_plain_http_polls_goes_out_at_once_from_one_thread_after_its_reservations(
+    store: Store, backend: Backend
+) -> None:
+    """Real status clients: the K requests go on one selector in the calling thread (`http.fetch_all`), not the
+    pool. The loopback provider answers none until all K are in (one request at a time would never get there),
+    and at each request it reads, through a store of its own, that the reservation is already committed."""
+    from pollwarden.http import StatusClient
+    from tests.test_http import RawServer
+
+    reader = backend.open()
+    together = threading.Barrier(COUNT, timeout=10)
+    committed: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(conn: Any, raw: bytes) -> None:
+        job = raw.split(b" ", 2)[1].decode().rsplit("/", 1)[1]
+        with lock:
+            stored = reader.get(f"op-{job}")
+            committed[job] = -1 if stored is None else stored.record.status_requests_used
+        together.wait()
+        body = b'{"state": "running"}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server = RawServer(answer)
+    try:
+        contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
+        engine = Engine(store, owner="worker-1", clock=store.db_now)
+        claimed = _claim(store, contract, engine)
+        with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
+            batch = [(contract, client, c.lease, c.record) for c in claimed]
+            results = engine.step_claimed_many(batch, store.db_now(), io)
+    finally:
+        server.close()
+    assert committed == {f"never-{n}": 1 for n in range(COUNT)}
+    assert all(isinstance(r, Polled) and r.decision.record.last_state == "running" for r in results), results

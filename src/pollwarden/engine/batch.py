@@ -7,8 +7,9 @@ it. What changes is how the effects are performed. The flows advance in lockstep
   together, later the K records together. A write is fenced on its own, so one lost lease changes nothing of
   the others. A flow still gets its answer only after the commit, so each reservation is durable before its
   request goes out, and an announcement follows the commit of its own stop;
-- then every pending `Send` (and `Announce`) runs at once on the I/O pool: K requests in flight, each under
-  its own contract's deadline;
+- then every pending `Send` (and `Announce`) runs at once: K requests in flight, each under its own contract's
+  deadline; the status polls over plain http on one selector in the batch's own thread (`http.fetch_all`),
+  the rest (https, announcements, a test's client) on the I/O pool;
 - everything else (`Now`, `Draw`, `Release`, a lost lease's `Append`, ...) is performed in place.
 
 If the batch transaction fails, each write is retried in a transaction of its own, so a write the store refuses
@@ -29,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.contract import Contract
+from ..http import StatusClient, fetch_all
 from ..store.base import Store
 from . import flow
 from .flow import StepResult
@@ -77,9 +79,30 @@ def run(lanes: Sequence[Lane], store: Store, perform: Perform, clock: Callable[[
         waiting = [lane for lane in lanes if isinstance(lane.effect, _IO)]
         if not waiting:
             return
-        futures = [io.submit(_attempt, perform, lane.effect, lane) for lane in waiting if lane.effect is not None]
-        for lane, future in zip(waiting, futures, strict=True):
-            lane.resume(*future.result())
+        here = [lane for lane in waiting if isinstance(lane.effect, flow.Send) and _selects(lane.client)]
+        there = [lane for lane in waiting if not (isinstance(lane.effect, flow.Send) and _selects(lane.client))]
+        futures = [io.submit(_attempt, perform, lane.effect, lane) for lane in there if lane.effect is not None]
+        outcomes = dict(zip(map(id, here), _send_here(here), strict=True))
+        for lane, future in zip(there, futures, strict=True):
+            outcomes[id(lane)] = future.result()
+        for lane in waiting:
+            lane.resume(*outcomes[id(lane)])
+
+
+def _selects(client: Any) -> bool:
+    return isinstance(client, StatusClient) and client.selects
+
+
+def _send_here(lanes: Sequence[Lane]) -> list[Outcome]:
+    """The status polls over plain http, all on one selector in this thread (`http.fetch_all`): on the pool each
+    was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md)."""
+    sends = [(lane.client, lane.effect) for lane in lanes]
+    calls = [(client, s.job_id, s.headers, s.location) for client, s in sends if isinstance(s, flow.Send)]
+    try:
+        results = fetch_all(calls)
+    except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the lane
+        return [(None, exc)] * len(lanes)
+    return [(None, result) if isinstance(result, Exception) else (result, None) for result in results]
 
 
 def _attempt(perform: Perform, effect: flow.Effect[Any], lane: Lane) -> Outcome:

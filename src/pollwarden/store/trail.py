@@ -37,10 +37,10 @@ from ..audit import (
     StoredHeads,
     StoredRows,
     open_record,
-    seal_record,
     sign_checkpoint,
     sign_head,
 )
+from ..audit.chain import seal_made
 from ..core.durations import format_rfc3339, parse_rfc3339
 from ..home import PRIVATE_FILE, tighten
 from .base import Event, LogEntry, StoreError
@@ -81,9 +81,7 @@ def seal_next(
 ) -> AuditRecord:
     """Seal one event and chain it onto `head` (the log's last (seq, this_hash) row, None for an empty log)."""
     seq, prev_hash = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS_HASH)
-    return seal_record(
-        cipher, log_id=log_id, seq=seq, at=format_rfc3339(at), kind=kind, prev_hash=prev_hash, payload=data
-    )
+    return seal_made(cipher, log_id, seq, format_rfc3339(at), kind, prev_hash, data)
 
 
 def _of_log(select: str, log_id: str | None) -> tuple[str, tuple[str, ...]]:

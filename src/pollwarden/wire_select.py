@@ -1,0 +1,496 @@
+"""Status polls over plain http on one selector: a batch's requests sent and read in the calling thread, over the
+keep-alive connections of `SocketTransport`, each under its own deadline, with the caps and failure kinds of the
+blocking path (`SocketTransport.open`), which https and every request that is not a status poll still take.
+
+Why: on the worker's I/O pool each request had a thread of its own, and handing the GIL between 18 threads
+cost more CPU than the requests themselves (docs/performance.md). Here nothing waits but the selector.
+
+An answer is read whole (its body up to one byte past `Request.body_cap`) before it is handed back, so its
+head is parsed here, by `parse_head`, without `http.client` and the email package. The parser is strict where
+the email package is lenient (a header line that is not `name: value` is refused), and keeps every cap of the
+blocking path: a 64 KiB status or header line, 100 headers, 64 KiB of headers, the framing rules of
+`check_framing`. A failure in the body is handed back after the bytes that came before it, as a blocking read
+would raise it after them: a body already over the cap is read as cut at the cap, whatever follows.
+
+The keep-alive rule is the one `SocketTransport` states: a connection goes back to the pool only after an
+exchange that ended cleanly (the whole answer read, nothing after it, the server not closing), and a request
+on a reused connection that fails before its answer is reported as `reset`, never sent again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import selectors
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .core.observe import FailureKind
+from .wire import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    READ_CHUNK,
+    Answer,
+    Request,
+    SocketTransport,
+    WireError,
+    check_framing,
+    origin_of_parts,
+    request_head,
+)
+
+MAX_LINE = 65536
+"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+_CONNECT, _SEND, _HEAD, _BODY = range(4)
+_TRAILER = -1
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+
+
+new_socket = socket.socket
+"""How a connection's socket is made (a test makes it fail as a process out of descriptors would)."""
+
+
+def selectable(request: Request) -> bool:
+    """What goes on the selector: status polls over plain http."""
+    return request.reuse and urlsplit(request.url).scheme == "http"
+
+
+@dataclass(frozen=True)
+class Head:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    closes: bool
+    """The server says it closes the connection after this answer (or is HTTP/1.0 without keep-alive)."""
+
+
+def _protocol(message: str) -> WireError:
+    return WireError(FailureKind.PROTOCOL, message)
+
+
+_NOT_STATUS = "the answer does not start with an HTTP status line"
+_TOO_LONG = "a status or header line is longer than 64 KiB"
+
+
+def parse_head(data: bytes) -> Head:
+    """A complete answer head (status line, headers, the blank line) or a PROTOCOL `WireError`."""
+    lines = data.decode("latin-1").split("\n")
+    if len(data) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
+        raise _protocol(_TOO_LONG)
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise _protocol(_NOT_STATUS)
+    version, code = parts[0], parts[1]
+    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
+        raise _protocol(_NOT_STATUS)
+    if version != "HTTP/1.0" and not version.startswith("HTTP/1."):
+        raise _protocol(f"broken answer head: unknown protocol {version[:20]!r}")
+    headers: list[tuple[str, str]] = []
+    for raw in lines[1:]:
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if not line:
+            break
+        if line[0] in " \t":  # obs-fold: RFC 9112 section 5.2 lets a recipient replace it with a space
+            if not headers:
+                raise _protocol("broken answer head: a continuation line before any header")
+            name, value = headers[-1]
+            headers[-1] = (name, value + " " + line.strip(" \t"))
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise _protocol("broken answer head: a header line is not a name, a colon and a value")
+        headers.append((name, value.strip(" \t")))
+        if len(headers) > MAX_HEADERS:
+            raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
+    # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
+    if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
+        raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
+    check_framing(headers)
+    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
+    closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+    return Head(int(code), tuple(headers), closes)
+
+
+def _head_end(buffer: bytearray, start: int) -> int:
+    """Where the blank line that ends the head ends, or -1 (lines may end in CRLF or, leniently, LF alone);
+    `start` is where the search may begin (bytes before it were searched already)."""
+    ends = [at + n for at, n in ((buffer.find(b"\n\r\n", start), 3), (buffer.find(b"\n\n", start), 2)) if at >= 0]
+    return min(ends) if ends else -1
+
+
+def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
+    """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline: `first` is
+    where its first line ends (-1: not yet), `lines` how many line ends it holds, `line_start` where its last,
+    unfinished line starts. Counted as bytes arrive (`_Exchange._scan`), so a head dripped a byte at a time
+    costs time in proportion to its length, not to its square."""
+    start = bytes(buffer[:5])
+    if start != b"HTTP/"[: len(start)]:
+        raise _protocol(_NOT_STATUS)
+    if len(buffer) - line_start > MAX_LINE:
+        raise _protocol(_TOO_LONG)
+    if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
+        raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
+    if lines - 1 > MAX_HEADERS:
+        raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
+
+
+class HeldAnswer:
+    """An answer read whole; a failure in its body is raised after the bytes that came before it."""
+
+    def __init__(self, head: Head, body: bytes, failure: WireError | None) -> None:
+        self.status = head.status
+        self.headers = head.headers
+        self._body = body
+        self._at = 0
+        self._failure = failure
+        self.arrived = time.monotonic()
+        """When the exchange ended: a batch hands its answers back when the last one is in."""
+
+    def read(self, size: int) -> bytes:
+        if self._at < len(self._body):
+            piece = self._body if self._at == 0 and size >= len(self._body) else self._body[self._at : self._at + size]
+            self._at += len(piece)
+            return piece
+        if self._failure is not None:
+            raise self._failure
+        return b""
+
+    def close(self) -> None:
+        """The connection was already given back or closed when the answer was read."""
+
+
+class _Exchange:
+    """One request's progress: connect (or a pooled connection), send, head, body; `result` when it ended."""
+
+    def __init__(self, transport: SocketTransport, request: Request) -> None:
+        self.transport = transport
+        self.request = request
+        self.deadline = request.deadline
+        self.sock: socket.socket | None = None
+        self.want = 0
+        self.result: Answer | WireError | None = None
+        self._stage = _CONNECT
+        self._out = memoryview(b"")
+        self._addresses: list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int]]] = []
+        self._buffer = bytearray()
+        self._head: Head | None = None
+        self._body = bytearray()
+        self._cap = (request.body_cap if request.body_cap is not None else 1 << 62) + 1
+        self._left: int | None = None  # Content-Length bytes still to come; None: until close, or chunked
+        self._chunked = False
+        self._chunk: int | None = None  # in a chunked body: bytes left of this chunk, 0 = its CRLF, None = a size
+        self._trailer = 0
+        self._seen = 0  # bytes at the buffer's start already searched for the end of the head or line wanted
+        self._first, self._lines, self._line_start = -1, 0, 0  # the unfinished head's tally (`_scan`)
+
+    # -- steps, each run when the selector says the socket is ready ----------------------------------------------
+
+    def start(self) -> None:
+        parts = urlsplit(self.request.url)
+        self._out = memoryview(request_head(self.request, parts) + (self.request.body or b""))
+        self._origin = origin_of_parts(parts)
+        sock = self.transport.take(self._origin)
+        if sock is not None:
+            if sock.gettimeout() != 0.0:  # one the blocking path kept; the selector gives its own back non-blocking
+                sock.setblocking(False)
+            self.sock, self._stage = sock, _SEND
+            self._step(self._send)
+            return
+        try:
+            self._addresses = socket.getaddrinfo(parts.hostname or "", self._origin[2], 0, socket.SOCK_STREAM)  # type: ignore[assignment]
+        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
+            self._end(WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded"))
+            return
+        except OSError as exc:
+            self._end(WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}"))
+            return
+        self._connect_next(OSError(errno.EADDRNOTAVAIL, "no address to connect to"))
+
+    def ready(self) -> None:
+        if self._stage == _CONNECT:
+            self._connected()
+        elif self._stage == _SEND:
+            self._step(self._send)
+        else:
+            self._step(self._receive)
+
+    def expire(self) -> None:
+        """The deadline passed at this stage."""
+        if self._stage == _CONNECT:
+            self._end(WireError(FailureKind.CONNECT, "connect timed out"))
+        elif self._stage == _SEND:
+            self._end(WireError(FailureKind.TIMEOUT, "the request could not be sent within the timeout"))
+        elif self._stage == _HEAD:
+            self._end(WireError(FailureKind.TIMEOUT, "no complete answer head within the timeout"))
+        else:
+            self._end(WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout"))
+
+    def _step(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except WireError as exc:
+            self._end(exc)
+
+    def _connect_next(self, last: OSError) -> None:
+        """The next address of the host, as `socket.create_connection` tries them in turn."""
+        while self._addresses:
+            family, kind, proto, _, address = self._addresses.pop(0)
+            try:
+                sock = new_socket(family, kind, proto)  # out of file descriptors, say: as a failed connect
+            except OSError as exc:
+                last = exc
+                continue
+            sock.setblocking(False)
+            code = sock.connect_ex(address)
+            if code in (0, errno.EINPROGRESS):
+                self.sock, self.want = sock, _WRITE
+                return
+            sock.close()
+            last = OSError(code, os.strerror(code))
+        self._end(WireError(FailureKind.CONNECT, f"connection failed: {last.__class__.__name__}: {last}"))
+
+    def _connected(self) -> None:
+        assert self.sock is not None
+        code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            self.sock.close()
+            self.sock = None
+            self._connect_next(OSError(code, os.strerror(code)))
+            return
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._stage = _SEND
+        self._step(self._send)
+
+    def _send(self) -> None:
+        assert self.sock is not None
+        try:
+            while self._out:
+                self._out = self._out[self.sock.send(self._out) :]
+        except BlockingIOError:
+            self.want = _WRITE
+            return
+        except OSError as exc:
+            raise WireError(FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}") from None
+        self._stage, self.want = _HEAD, _READ
+
+    def _receive(self) -> None:
+        assert self.sock is not None
+        try:
+            data = self.sock.recv(READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+        if not data:
+            self._closed()
+            return
+        self._buffer += data
+        if self._stage == _HEAD:
+            self._read_head()
+        if self._stage == _BODY:
+            self._read_body()
+
+    # -- the answer -----------------------------------------------------------------------------------------------
+
+    def _scan(self) -> None:
+        """Count the line ends of the bytes not scanned yet (`_seen` onwards) into the unfinished head's tally."""
+        buffer, seen = self._buffer, self._seen
+        last = buffer.rfind(b"\n", seen)
+        if last >= 0:
+            if self._first < 0:
+                self._first = buffer.find(b"\n", seen)
+            self._lines += buffer.count(b"\n", seen)
+            self._line_start = last + 1
+        self._seen = len(buffer)
+
+    def _read_head(self) -> None:
+        while True:
+            end = _head_end(self._buffer, max(self._seen - 2, 0))
+            if end < 0:
+                self._scan()
+                _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
+                return
+            head = parse_head(bytes(self._buffer[:end]))
+            del self._buffer[:end]
+            self._seen, self._first, self._lines, self._line_start = 0, -1, 0, 0
+            if head.status != 100:  # `100 Continue` is skipped, as http.client does; the deadline bounds a storm
+                break
+        status, method = head.status, self.request.method
+        chunked = any(k.lower() == "transfer-encoding" for k, _ in head.headers)  # `check_framing`: only chunked
+        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]  # all one value
+        if method == "HEAD" or status in (204, 304) or status < 200:
+            self._left = 0
+        elif chunked:
+            self._chunked = True
+        elif lengths:
+            # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
+            if not (lengths[0].isascii() and lengths[0].isdigit() and len(lengths[0]) <= 19):
+                raise _protocol("the answer's Content-Length is not a number")
+            self._left = int(lengths[0])
+        self._head, self._stage = head, _BODY
+
+    def _read_body(self) -> None:
+        if self._chunked:
+            self._dechunk()
+        elif self._left is None:
+            self._body += self._buffer
+            self._buffer.clear()
+        else:
+            take = min(self._left, len(self._buffer))
+            self._body += self._buffer[:take]
+            del self._buffer[:take]
+            self._left -= take
+            if not self._left:
+                self._answered(clean=not self._buffer)
+                return
+        # Over the reader's cap: the rest is never read, and the connection is not kept.
+        if self.result is None and len(self._body) >= self._cap:
+            self._answered(clean=False)
+
+    def _dechunk(self) -> None:
+        buffer = self._buffer
+        while len(self._body) < self._cap:
+            if self._chunk is None or self._chunk == _TRAILER:
+                end = buffer.find(b"\n", self._seen)
+                if end < 0:
+                    if len(buffer) > MAX_LINE:
+                        raise _protocol("broken chunked body (a line longer than 64 KiB)")
+                    self._seen = len(buffer)  # a line dripped a byte at a time is searched once, not each time
+                    return
+                line = bytes(buffer[:end]).rstrip(b"\r")
+                del buffer[: end + 1]
+                self._seen = 0
+                if self._chunk == _TRAILER:
+                    self._trailer += len(line) + 2
+                    if self._trailer > MAX_HEADER_BYTES:
+                        raise _protocol(f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
+                    if not line:
+                        self._answered(clean=not buffer)
+                        return
+                    continue
+                size = line.split(b";", 1)[0].strip(b" \t")
+                if not _HEX.fullmatch(size):  # what http.client reads as an incomplete body
+                    raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body")
+                self._chunk = int(size, 16) or _TRAILER
+            elif self._chunk == 0:
+                if len(buffer) < 2:
+                    return
+                if buffer[:2] != b"\r\n":
+                    raise _protocol("broken chunked body (no CRLF after a chunk)")
+                del buffer[:2]
+                self._chunk = None
+            else:
+                take = min(self._chunk, len(buffer))
+                if not take:
+                    return
+                self._body += buffer[:take]
+                del buffer[:take]
+                self._chunk -= take
+
+    def _closed(self) -> None:
+        """End of stream from the server."""
+        if self._stage < _BODY:
+            if not self._buffer:
+                raise WireError(FailureKind.RESET, "the provider closed the connection without answering")
+            self._scan()
+            _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
+            raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
+        if self._chunked:
+            if self._chunk == _TRAILER:  # a server that ends without the trailer's blank line: http.client takes it
+                self._answered(clean=False)
+                return
+            raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body")
+        if self._left:
+            raise WireError(FailureKind.RESET, f"the body ended {self._left} bytes short of its Content-Length")
+        self._answered(clean=False)
+
+    def _answered(self, *, clean: bool) -> None:
+        """The whole answer (or all of it the reader will take) is in."""
+        assert self._head is not None and self.sock is not None
+        sock, self.sock = self.sock, None
+        if clean and not self._head.closes:
+            self.transport.give(self._origin, sock)
+        else:
+            sock.close()
+        self.result = HeldAnswer(self._head, bytes(self._body), None)
+
+    def broke(self, exc: OSError) -> None:
+        if self._stage < _SEND:
+            self._end(WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}"))
+        else:
+            self._end(WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}"))
+
+    def _end(self, failure: WireError) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self._stage == _BODY and self._head is not None:
+            self.result = HeldAnswer(self._head, bytes(self._body), failure)
+        else:
+            self.result = failure
+
+
+def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | WireError]:
+    """Every request at once on one selector, in this thread; each answer (read whole) or its failure, in order.
+    Returns when every request has its answer or its deadline has passed."""
+    exchanges = [_Exchange(transport, request) for transport, request in items]
+    # poll(2), not epoll: a batch watches a handful of sockets for a few milliseconds, and epoll would cost a
+    # system call to create it and two per socket to add and remove; poll's registrations are this process's.
+    with selectors.PollSelector() as selector:
+        registered: dict[_Exchange, tuple[socket.socket, int]] = {}
+        for one in exchanges:
+            _guarded(one, one.start)
+            _sync(selector, registered, one)
+        while registered:
+            now = time.monotonic()
+            for one in [one for one in registered if one.deadline <= now]:
+                one.expire()
+                _sync(selector, registered, one)
+            if not registered:
+                break
+            wait = min(one.deadline for one in registered) - now
+            for key, _ in selector.select(max(wait, 0.0)):
+                one = key.data
+                _guarded(one, one.ready)
+                _sync(selector, registered, one)
+    results: list[Answer | WireError] = []
+    for one in exchanges:
+        assert one.result is not None
+        results.append(one.result)
+    return results
+
+
+def _guarded(one: _Exchange, step: Callable[[], None]) -> None:
+    """A socket call the steps do not expect to fail (a socket option, a lookup of the peer's state) ends its
+    own request as a transport failure, never the batch: before the request is sent, as a failed connect."""
+    try:
+        step()
+    except OSError as exc:
+        one.broke(exc)
+
+
+def _sync(
+    selector: selectors.BaseSelector, registered: dict[_Exchange, tuple[socket.socket, int]], one: _Exchange
+) -> None:
+    """The selector watches each live exchange's current socket for what it waits on."""
+    was = registered.get(one)
+    now = None if one.result is not None or one.sock is None else (one.sock, one.want)
+    if was == now:
+        return
+    if was is not None and (now is None or was[0] is not now[0]):
+        selector.unregister(was[0])
+        del registered[one]
+        was = None
+    if now is None:
+        return
+    if was is None:
+        selector.register(now[0], now[1], one)
+    else:
+        selector.modify(now[0], now[1], one)
+    registered[one] = now
