@@ -326,7 +326,7 @@ def test_serve_runs_until_sigterm() -> None:
         assert url.startswith("http://127.0.0.1:")
         assert httpx.get(f"{url}/jobs/happy").json()["state"] == "queued"
         proc.terminate()
-        assert proc.wait(timeout=5) == 0
+        assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -118,7 +118,7 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
         metrics_url = next(
             json.loads(line)["url"] for line in _log_of(worker).splitlines() if '"metrics_serving"' in line
         )
-        metrics = httpx.get(metrics_url, timeout=5).text
+        metrics = httpx.get(metrics_url, timeout=30).text
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
