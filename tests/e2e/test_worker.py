@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from pollwarden.core.contract import load_contract
@@ -86,6 +87,18 @@ def _wait_all_final(
             time.sleep(0.2)
     finally:
         store.close()
+
+
+def _until_it_holds_a_lease(db: str, worker: subprocess.Popen[str], within: float = 60) -> None:
+    """Wait for a fact: the worker holds the lease of an operation still active (its owner string carries its pid),
+    so a kill now leaves a lease a survivor must take over. One indexed query on one connection per look."""
+    deadline = time.monotonic() + within
+    with psycopg.connect(db, autocommit=True) as conn:
+        query = "SELECT count(*) FROM operations WHERE phase = 'active' AND lease_owner LIKE %s"
+        while not (row := conn.execute(query, (f"%:{worker.pid}:%",)).fetchone()) or not row[0]:
+            assert time.monotonic() < deadline, f"worker {worker.pid} never held a lease in {within}s"
+            assert worker.poll() is None, f"a worker exited early with {worker.returncode}"
+            time.sleep(0.005)
 
 
 def _check_invariants(sim: Simulator, db: str, home: Path) -> None:
@@ -179,12 +192,16 @@ def test_chaos_kill_9_workers_and_nothing_is_lost(db: str, sim: Simulator, home:
     workers = [_spawn_worker(db, home) for _ in range(4)]
     # Nine kills, 1-2.5 s apart (about 16 s), so they land while jobs are in flight: they run 6-13 s, and an
     # operation a dead worker held waits out its 9 s lease (2 x the 2 s timeout + 5 s) before a survivor takes it
-    # over. A count, not a 16 s window: a loaded machine stretches the window instead of skipping kills.
+    # over. A count, not a 16 s window: a loaded machine stretches the window instead of skipping kills. The first
+    # kill waits until its victim holds a lease, so at least one takeover is certain, not likely: on a loaded
+    # machine a victim may still be starting, or the jobs may be over, when a kill at a random moment lands.
     kills = 9
     try:
-        for _ in range(kills):
+        for kill in range(kills):
             time.sleep(rng.uniform(1, 2.5))
             victim = rng.randrange(len(workers))
+            if kill == 0:
+                _until_it_holds_a_lease(db, workers[victim])
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
             workers[victim] = _spawn_worker(db, home)
