@@ -221,8 +221,9 @@ def test_a_failing_command_names_argv0_and_never_its_output(tmp_path: Path, scri
     assert "leaked-output-value" not in message and "two" not in message and "caf" not in message
 
 
-def test_a_command_that_does_not_exist_is_named() -> None:
-    credential = Credential("t", Auth(token_command=("/nonexistent/print-token", "--x")), {})
+def test_a_command_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    # Under a fresh directory: on a shared machine "/nonexistent" was once a file (NotADirectoryError, not this).
+    credential = Credential("t", Auth(token_command=(str(tmp_path / "missing" / "print-token"), "--x")), {})
     with pytest.raises(CredentialError, match="'print-token' was not found"):
         credential.prime()
 
