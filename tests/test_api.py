@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,12 +45,11 @@ def test_watch_sync_stops_with_the_open_decision(sim: Simulator, tmp_path: Path,
 
 def test_async_watch_does_not_block_the_event_loop(sim: Simulator, tmp_path: Path, home: Path) -> None:
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="200ms", max_delay="400ms")
-    ticks = 0
+    ticks: list[float] = []
 
     async def ticker(stop: asyncio.Event) -> None:
-        nonlocal ticks
         while not stop.is_set():
-            ticks += 1
+            ticks.append(time.time())  # the simulator's clock for the requests it records
             await asyncio.sleep(0.02)
 
     async def main() -> tuple[pollwarden.Outcome, pollwarden.Outcome]:
@@ -65,7 +65,11 @@ def test_async_watch_does_not_block_the_event_loop(sim: Simulator, tmp_path: Pat
     succeeded, stopped = asyncio.run(main())
     assert isinstance(succeeded, Succeeded) and succeeded.result == "/results/happy-2"
     assert isinstance(stopped, Stopped) and stopped.reason is StopReason.JOB_FAILED and stopped.job_ended
-    assert ticks > 10  # the loop kept running while both watches slept between polls
+    # The loop kept running while the watches slept between polls: it ticked between happy-2's first and last
+    # request (four, three sleeps apart). A watch that blocked the loop would leave no tick while it ran; a slow
+    # machine only spaces the ticks out (a count of them was a timing).
+    first, *_, last = (r.at for r in sim.requests("happy-2"))
+    assert any(first < tick < last for tick in ticks), (first, last, ticks)
 
 
 def test_an_existing_store_is_shared_and_limits_are_never_widened(sim: Simulator, tmp_path: Path, home: Path) -> None:

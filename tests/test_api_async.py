@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 
-HINT = 3
-"""The provider's poll hint after the first answer: the next request is due this many seconds later."""
+HINT = 10
+"""The provider's poll hint after the first answer: the next request is due this many seconds later. A cancel must
+end the run before then (asserted against the stored due time, not as a duration), so the hint is long enough that
+no scheduler stall of a loaded machine reaches it; a resume waits it out once."""
 
 
 def _slow_job(sim: Simulator, job_id: str) -> None:
@@ -50,10 +53,8 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
             )
 
     open_store(home).close()  # the home and its keys exist: the first poll goes out well within the 0.3 s
-    started = time.monotonic()
     asyncio.run(main())
-    elapsed = time.monotonic() - started
-    assert elapsed < HINT - 1, elapsed  # returned at once, not at the next poll (nor the deadline)
+    returned_at = datetime.now(UTC)
     assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
     # One request (none, on a machine too loaded to send it in 0.3 s), each one recorded and told; never a second.
     sent = sim.request_count("slow-1")
@@ -67,6 +68,7 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
         assert before.phase.value == "active" and stored.lease_owner is None
     finally:
         store.close()
+    assert returned_at < before.next_poll_at  # returned at once, not at the next poll (nor the deadline)
     (event,) = _interrupted(home, "op-cancel")
     assert event["by"] == "python api" and event["why"] == "cancelled" and event["resumable"] is True
     assert event["status_requests_used"] == sent and event["max_status_requests"] == 6
@@ -98,16 +100,21 @@ def test_watch_cancel_from_another_thread_stops_a_blocking_run(sim: Simulator, t
     def cancel_after_the_first_poll() -> None:
         polled.wait(30)
         time.sleep(0.1)  # the run is asleep until the next poll, HINT seconds away
-        cancelled_at.append(time.monotonic())
         watching.cancel()
 
-    cancelled_at: list[float] = []
     canceller = threading.Thread(target=cancel_after_the_first_poll)
     canceller.start()
     with pytest.raises(WatchCancelled) as cancelled:
         watching.run()
-    assert time.monotonic() - cancelled_at[0] < HINT - 1  # woken by the cancel, not by the next poll
+    returned_at = datetime.now(UTC)
     canceller.join()
+    store = open_store(home)
+    try:
+        stored = store.get("op-thread")
+        assert stored is not None
+        assert returned_at < stored.record.next_poll_at  # woken by the cancel, not by the next poll
+    finally:
+        store.close()
     assert cancelled.value.operation_id == "op-thread" and "op-thread" in str(cancelled.value)
     assert sim.request_count("slow-2") == 1
     (event,) = _interrupted(home, "op-thread")
@@ -166,7 +173,8 @@ def test_a_cancel_during_a_request_lets_it_finish_and_record_and_sends_no_other(
 
     started = time.monotonic()
     asyncio.run(main())
-    assert time.monotonic() - started < 8  # the answer was waited for, and nothing after it
+    # A guard against a hang: the answer was waited for (1 s), and nothing after it (asserted below by count).
+    assert time.monotonic() - started < 60
     assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
     time.sleep(0.3)
     assert sim.request_count("inflight-1") == 1

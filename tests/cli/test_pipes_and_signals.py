@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pollwarden.simulator import Simulator, Step
+from pollwarden.store.sqlite import SQLiteStore
 from tests.conftest import run_cli, write_contract
 
 
@@ -65,7 +66,8 @@ def test_audit_verify_into_a_closed_pipe(sim: Simulator, tmp_path: Path, home: P
 def test_a_signal_during_watch_keeps_the_record_and_a_resume_polls_at_once(
     signum: int, code: int, ignored: bool, sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
-    # A long request timeout makes the lease TTL 65 s: a resume that had to wait it out would miss its 20 s bound.
+    # A long request timeout makes the lease TTL 65 s; the signal gives the lease back (asserted on the store),
+    # so a resume polls at once rather than waiting for a holder to be found dead or its lease to run out.
     sim.add_job("long-1", [Step(body={"state": "running"})])
     contract = write_contract(tmp_path / "c.toml", sim.url, timeout="30s", base_delay="1s", max_delay="1s")
     args = ["watch", "--contract", str(contract), "--job", "long-1", "--operation", "op", "--home", str(home)]
@@ -92,9 +94,15 @@ def test_a_signal_during_watch_keeps_the_record_and_a_resume_polls_at_once(
     assert interrupted["resumable"] is True and interrupted["operation"] == "op"
     assert interrupted["status_requests_used"] == status["status_requests_used"]
     assert interrupted["deadline_at"] == status["deadline_at"]
+    store = SQLiteStore(home / "pollwarden.db")  # the lease needs no audit key to read
+    try:
+        stored = store.get("op")
+        assert stored is not None and stored.lease_owner is None and stored.lease_expires_at is None
+    finally:
+        store.close()
     story = run_cli("story", "op", home=home).stdout
     assert f"watch interrupted by cli ({signal.Signals(signum).name}); resume operation op" in story
     sim.add_job("long-1", [Step(body={"state": "succeeded", "result_url": "https://files.example/r"})])
-    resumed = run_cli("watch", "--contract", str(contract), "--operation", "op", "--json", home=home, timeout=20)
+    resumed = run_cli("watch", "--contract", str(contract), "--operation", "op", "--json", home=home, timeout=60)
     assert resumed.code == 0, resumed.stderr
     assert json.loads(resumed.stdout.splitlines()[-1])["outcome"] == "succeeded"

@@ -92,7 +92,7 @@ class ConsoleProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            _, err = self.proc.communicate(timeout=10)
+            _, err = self.proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()

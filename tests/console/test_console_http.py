@@ -288,7 +288,7 @@ def test_the_console_command_serves_until_sigterm(home: Path) -> None:
             assert http.get("/login", params={"token": TOKEN}).status_code == 303
             assert http.get("/").status_code == 200
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -320,7 +320,7 @@ def test_the_console_command_warns_off_loopback_and_stops_on_ctrl_c(home: Path) 
             assert http.get("/login", params={"token": token}).status_code == 303
             assert http.get("/").status_code == 200
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

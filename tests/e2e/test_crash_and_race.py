@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden.core.durations import parse_rfc3339
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.sqlite import SQLiteStore
 from tests.conftest import run_cli, write_contract
@@ -90,17 +91,28 @@ def test_kill_9_never_resets_counts_nor_hides_requests(sim: Simulator, home: Pat
         assert used - seen <= kills, "more reservations were lost than there were crashes"
         last_used = used
     assert last_used > 0
-    # The job finishes; a resume right after the last crash takes over at once instead of waiting 25 s.
+    # The last kill landed while a request was in flight, under its reservation's 25 s lease.
+    store = SQLiteStore(home / "pollwarden.db")
+    try:
+        stored = store.get("op")
+        assert stored is not None and stored.lease_expires_at is not None
+        dead_lease_until = stored.lease_expires_at
+    finally:
+        store.close()
+    # The job finishes; a resume right after the last crash takes over at once instead of waiting the lease out:
+    # its takeover is dated before the dead process's lease would have expired (a stall only moves it later, and
+    # would need some 25 s to reach the expiry).
     sim.add_job("job", [Step(body={"state": "succeeded", "result_url": "/r"})])
-    started = time.monotonic()
     ran = run_cli("watch", "--contract", str(contract), "--operation", "op", "--json", home=home)
     assert ran.code == 0, ran.stderr
-    assert time.monotonic() - started < 10, "the resume sat out a dead process's lease"
     result = json.loads(ran.stdout.strip().splitlines()[-1])
     assert result["status_requests_used"] >= last_used + 1
     assert sim.request_count("job") <= result["status_requests_used"]
     story = run_cli("story", "op", home=home).stdout
     assert "took over the operation" in story
+    events = json.loads(run_cli("story", "op", "--json", home=home).stdout)
+    taken_at = max(parse_rfc3339(e["at"]) for e in events if e["kind"] == "lease_taken_over")
+    assert taken_at < dead_lease_until, "the resume sat out a dead process's lease"
     # Eight crashes in the middle of appends left a log that verifies: SQLite commits records atomically.
     verified = run_cli("audit", "verify", home=home)
     assert verified.code == 0, verified.stdout

@@ -141,7 +141,10 @@ def test_a_job_watched_by_another_operation_refuses_the_file_and_is_audited_on_t
 
 
 def test_a_kill_between_batches_leaves_whole_batches_and_the_same_command_continues(home: Path, tmp_path: Path) -> None:
-    count = BATCH * 6
+    # Twenty batches: the kill must land before the last one is written, and it follows the first commit by as
+    # long as this process is kept from running; with six (0.4 s of writing left) a loaded machine's stall of this
+    # test alone let the enqueue finish first. Now some 1.5 s of writing are left, and load slows those too.
+    count = BATCH * 20
     contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("".join(f"exp_{n}\n" for n in range(count)), encoding="utf-8")

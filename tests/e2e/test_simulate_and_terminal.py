@@ -32,7 +32,7 @@ def test_simulate_serves_a_watch_from_another_process(home: Path, tmp_path: Path
         assert ran.code == 0, ran.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=30) == 0
 
 
 def test_simulate_refuses_a_missing_token_variable(home: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import shutil
 import socket
 import sqlite3
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
 from pollwarden.simulator import Simulator
+from pollwarden.store.witness import _Poster
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving
@@ -153,11 +154,22 @@ def _refusing_port() -> int:
 def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Path) -> None:
     ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
     assert ran.code == 0, ran.stderr
-    started = time.monotonic()
-    _watch(home, contract, "happy-1", "op-a")
-    # The drain on close is bounded at 10 s; a refused connection must not hold the command for all of it.
-    assert time.monotonic() - started < 10
+    _watch(home, contract, "happy-1", "op-a")  # closing, it gives the witness one chance (the test below)
     assert _verify(home)[0] == 0
+
+
+def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound() -> None:
+    """A witness that is down costs a closing command one attempt: the drain's bound (10 s in a command) is
+    a backstop, here an hour, so the drain returning at all is the proof; no duration is measured."""
+    poster = _Poster(f"http://127.0.0.1:{_refusing_port()}/heads")
+    poster.start()
+    head = sign_head(Ed25519PrivateKey.generate(), counter=1, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0,
+                     at="2026-01-01T00:00:00Z")  # fmt: skip
+    poster.offer(head)
+    draining = threading.Thread(target=poster.drain, args=(3600.0,), daemon=True)
+    draining.start()
+    draining.join(60)  # a guard: the refused connection ends it at once
+    assert not draining.is_alive(), "the drain sat out its bound for a witness that refuses connections"
 
 
 # -- stores upgraded from schema 2 ---------------------------------------------------------------

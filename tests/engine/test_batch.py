@@ -37,7 +37,7 @@ class WatchingProvider:
     def __init__(self, reader: Store, count: int = COUNT) -> None:
         self.reader = reader
         self.lock = threading.Lock()
-        self.together = threading.Barrier(count, timeout=10)
+        self.together = threading.Barrier(count, timeout=60)  # a guard: all COUNT arrive at once unless broken
         self.committed_at_send: dict[str, int] = {}
 
     def fetch(

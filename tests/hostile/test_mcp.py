@@ -95,7 +95,7 @@ def _run_sessions(cases: tuple[Case, ...], root: Path) -> SessionRun:
                     lanes.start_soon(lane, n, list(cases[n::LANES]))
 
         run(body)
-        server.wait_idle(timeout=5)
+        server.wait_idle(timeout=30)
         requests = {case.job: server.requests(case.job) for case in cases}
     store = open_store(home, keys="none")
     try:

@@ -35,7 +35,7 @@ def test_watch(case: Case, tmp_path: Path) -> None:
         )  # fmt: skip
         findings.command(watch)
         findings.memory(watch)
-        server.wait_idle(timeout=5)
+        server.wait_idle(timeout=30)
         requests = server.requests(case.job)
 
     status = run_bounded("status", case.job, "--json", home=home, env=env)

@@ -118,7 +118,7 @@ def _run_fleet(cases: tuple[Case, ...], db: str, root: Path) -> FleetRun:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-        server.wait_idle(timeout=5)
+        server.wait_idle(timeout=30)
         run.requests = {case.job: server.requests(case.job) for case in cases}
     run.logs = {f"worker log {p.name}": p.read_bytes() for p in sorted(logs.iterdir())}
     run.stored = {f"home/{name}": data for name, data in all_bytes_under(home).items()}

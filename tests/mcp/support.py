@@ -136,7 +136,7 @@ async def cli(*args: str, home: Path) -> Ran:
     return await anyio.to_thread.run_sync(lambda: run_cli(*args, home=home))
 
 
-async def pending_grant(home: Path, *, kind: str, scope: str | None = None, timeout: float = 15.0) -> dict[str, Any]:
+async def pending_grant(home: Path, *, kind: str, scope: str | None = None, timeout: float = 60.0) -> dict[str, Any]:
     """Wait until the store holds the pending grant an agent's call is waiting on (read directly: fast)."""
     with anyio.fail_after(timeout):
         while True:

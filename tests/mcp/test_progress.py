@@ -47,7 +47,8 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
             op = (await agent.call("start_watch", contract="exports", job_id="never-p1")).data["operation_id"]
             notes: list[Note] = []
             began = time.monotonic()
-            waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=5)
+            # 8 s: two polls (1-2 s apart) come inside it even when a loaded machine stalls the server for seconds.
+            waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=8)
             ended = time.monotonic()
             assert waited.ok and waited.data["status"] == "not_yet", waited.text
             assert "max_wait_seconds_capped_to" not in waited.data  # a reporting call keeps the 300 s cap
@@ -68,7 +69,8 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
                 assert seen.count(count) >= 3, (count, seen)
             times = [began, *(n.at for n in notes), ended]
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            assert max(gaps) < 5, gaps  # hosts tolerate 15 s; slack for a loaded machine
+            # What hosts tolerate (15 s), as a guard: the heartbeat's own promise is the three notes per poll above.
+            assert max(gaps) < 15, gaps
             once: list[Note] = []
             checked = await agent.call_reporting("check_operation", once, operation_id=op)
             assert checked.ok, checked.text
@@ -219,7 +221,7 @@ def test_a_call_waiting_for_a_persons_approval_keeps_beating(sim: Simulator, tmp
             async with anyio.create_task_group() as tg:
                 tg.start_soon(check)
                 grant = await pending_grant(home, kind="call", scope=op)
-                with anyio.fail_after(15):
+                with anyio.fail_after(60):
                     while len(notes) < 3:  # heartbeats while nobody has answered yet (0.2 s apart here)
                         await anyio.sleep(0.05)
                 before = list(notes)

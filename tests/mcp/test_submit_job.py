@@ -209,7 +209,7 @@ def test_a_submission_waiting_for_a_per_call_approval_beats_and_is_sent_once_app
                     tg.start_soon(submit)
                     grant = await pending_grant(home, kind="call")
                     assert grant["detail"]["purpose"] == "submit" and provider.seen == []
-                    with anyio.fail_after(15):
+                    with anyio.fail_after(60):
                         while len(notes) < 2:
                             await anyio.sleep(0.05)
                     assert all("not yet seen · checks 0/12" in (n.message or "") for n in notes), notes

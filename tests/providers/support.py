@@ -131,7 +131,7 @@ def run_worker_until_final(home: Path, env: dict[str, str], operations: list[str
             time.sleep(0.1)
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=20)
+        worker.wait(timeout=60)
     return log_path.read_text()
 
 

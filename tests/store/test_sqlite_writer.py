@@ -22,6 +22,9 @@ from pollwarden.store.sqlite import SQLiteStore
 from pollwarden.store.sqlite_writer import GroupWriter
 
 T0 = datetime(2025, 4, 18, 10, 20, tzinfo=UTC)
+GUARD = 60.0
+"""Seconds a thread here waits for another to reach a point, or to finish: a guard against a hang, long enough that
+no loaded machine reaches it while the code is right (10 s was short of "tens of seconds")."""
 
 
 @pytest.fixture
@@ -40,7 +43,7 @@ def _writer(store: SQLiteStore) -> GroupWriter:
 
 
 def _queued(writer: GroupWriter, count: int) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + GUARD
     while writer._queued < count:  # the other threads are blocked on the writer, waiting to join the batch
         assert time.monotonic() < deadline, "the other writers never queued"
         time.sleep(0.001)
@@ -63,18 +66,18 @@ def test_transactions_that_wait_while_one_runs_commit_with_it_under_one_head(sto
         with first._tx() as tx:
             first._append(tx, "log-0", "note", {"i": 0}, T0)
             inside.set()
-            go.wait(10)
+            go.wait(GUARD)
 
     threads = [threading.Thread(target=holds_the_writer)]
     threads[0].start()
-    inside.wait(10)
+    inside.wait(GUARD)
     for n, store in enumerate(others, start=1):
         threads.append(threading.Thread(target=store.append, args=(f"log-{n}", "note", {"i": n}, T0)))
         threads[-1].start()
     _queued(_writer(first), len(others))
     go.set()
     for thread in threads:
-        thread.join(10)
+        thread.join(GUARD)
     (head,) = first.audit_heads()  # four transactions, one commit, one head over the four logs
     assert head.records == 4 and head.logs == 4
     assert first.keys is not None
@@ -90,7 +93,7 @@ def test_a_body_that_fails_in_a_batch_is_rolled_back_alone(stores: list[SQLiteSt
         with first._tx() as tx:
             first._append(tx, "kept-1", "note", {"i": 1}, T0)
             inside.set()
-            go.wait(10)
+            go.wait(GUARD)
 
     def fails() -> None:
         try:
@@ -102,14 +105,14 @@ def test_a_body_that_fails_in_a_batch_is_rolled_back_alone(stores: list[SQLiteSt
 
     threads = [threading.Thread(target=holds_the_writer)]
     threads[0].start()
-    inside.wait(10)
+    inside.wait(GUARD)
     threads += [threading.Thread(target=fails), threading.Thread(target=third.append, args=("kept-3", "n", {}, T0))]
     for thread in threads[1:]:
         thread.start()
     _queued(_writer(first), 2)
     go.set()
     for thread in threads:
-        thread.join(10)
+        thread.join(GUARD)
     assert len(failures) == 1
     assert sorted({r.log_id for r in first.audit_records()}) == ["kept-1", "kept-3"]
     assert first.keys is not None
@@ -208,7 +211,7 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
             with first._tx() as tx:
                 first._append(tx, "small", "note", {}, T0)
                 inside.set()
-                go.wait(10)
+                go.wait(GUARD)
         except BaseException as exc:
             errors["small"] = exc
 
@@ -222,12 +225,12 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
     try:
         threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=too_big)]
         threads[0].start()
-        inside.wait(10)
+        inside.wait(GUARD)
         threads[1].start()
         _queued(_writer(first), 1)
         go.set()
         for thread in threads:
-            thread.join(10)
+            thread.join(GUARD)
     finally:
         _unlimit_pages(first)
     # SQLite rolled back the whole batch: the first body is gone too, so its caller must not return as if durable
@@ -248,19 +251,19 @@ def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQ
         with first._tx() as tx:
             first._append(tx, "in-batch", "note", {}, T0)
             inside.set()
-            go.wait(10)
+            go.wait(GUARD)
 
     threads = [
         threading.Thread(target=holds_the_writer),
         threading.Thread(target=lambda: got.append(second.newest_head())),
     ]
     threads[0].start()
-    inside.wait(10)
+    inside.wait(GUARD)
     threads[1].start()
     _queued(_writer(first), 1)
     go.set()
     for thread in threads:
-        thread.join(10)
+        thread.join(GUARD)
     (newest,) = got
     assert newest is not None
     head, state = newest
@@ -290,7 +293,7 @@ def test_stores_with_other_signing_keys_on_one_file_never_share_a_head(tmp_path:
             with a._tx() as tx:
                 a._append(tx, "by-a", "note", {}, T0)
                 inside.set()
-                go.wait(10)
+                go.wait(GUARD)
         except BaseException as exc:
             errors.append(exc)
 
@@ -306,15 +309,15 @@ def test_stores_with_other_signing_keys_on_one_file_never_share_a_head(tmp_path:
     try:
         threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=other)]
         threads[0].start()
-        inside.wait(10)
+        inside.wait(GUARD)
         threads[1].start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + GUARD
         while not _blocked(_writer(a), _writer(b)):
             assert time.monotonic() < deadline, "the other store never waited"
             time.sleep(0.001)
         go.set()
         for thread in threads:
-            thread.join(10)
+            thread.join(GUARD)
         assert errors == []
         signer = {"by-a": key_id_of(mine.public_key), "by-b": key_id_of(theirs.public_key)}
         for head in a.audit_heads():
@@ -336,21 +339,21 @@ def test_closing_the_last_store_while_a_body_runs_lets_its_batch_commit(stores: 
             with first._tx() as tx:
                 first._append(tx, "in-flight", "note", {}, T0)
                 inside.set()
-                go.wait(10)
+                go.wait(GUARD)
         except BaseException as exc:
             errors.append(exc)
 
     body = threading.Thread(target=holds_the_writer)
     body.start()
-    inside.wait(10)
+    inside.wait(GUARD)
     for store in others:
         store.close()
     closer = threading.Thread(target=first.close)
     closer.start()
     closer.join(0.5)  # the fixed writer waits for the open batch; a broken one has closed the connection by now
     go.set()
-    body.join(10)
-    closer.join(10)
+    body.join(GUARD)
+    closer.join(GUARD)
     assert errors == [] and writer.refs == 0
     reader = SQLiteStore(first.path, keys=first.keys)
     try:
@@ -384,7 +387,7 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
             with first._tx() as tx:
                 first._append(tx, "first", "note", {}, T0)
                 inside.set()
-                go.wait(10)
+                go.wait(GUARD)
             outcome["first"] = None
         except BaseException as exc:
             outcome["first"] = exc
@@ -400,12 +403,12 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
     try:
         threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=commits_last)]
         threads[0].start()
-        inside.wait(10)
+        inside.wait(GUARD)
         threads[1].start()
         _queued(writer, 1)
         go.set()
         for thread in threads:
-            thread.join(10)
+            thread.join(GUARD)
     finally:
         writer._conn = real
     # both bodies are on disk: the member that did not commit returns; the interrupted thread sees its interrupt
@@ -450,7 +453,7 @@ def test_an_interrupt_just_after_taking_the_writer_leaves_it_free_and_the_queue_
     assert writer._queued == 0  # or every later batch would wait for a joiner that never comes
     after = threading.Thread(target=first.append, args=("after", "note", {}, T0), daemon=True)
     after.start()
-    after.join(10)
+    after.join(GUARD)
     assert not after.is_alive(), "the writer's mutex was left held: every later write hangs"
     assert [r.log_id for r in first.audit_records()] == ["after"]
 
@@ -468,17 +471,17 @@ def test_a_batch_whose_awaited_joiner_never_comes_is_committed_by_its_waiting_me
             with first._tx() as tx:
                 first._append(tx, "waits", "note", {}, T0)
                 inside.set()
-                go.wait(10)
+                go.wait(GUARD)
         except BaseException as exc:
             errors.append(exc)
 
     body = threading.Thread(target=holds_the_writer)
     body.start()
-    inside.wait(10)
+    inside.wait(GUARD)
     with writer._count:
         writer._queued += 1  # a thread queued to join, then interrupted before it took the writer
     go.set()
-    body.join(10)
+    body.join(GUARD)
     with writer._count:
         writer._queued -= 1
     assert not body.is_alive() and errors == []
@@ -501,19 +504,19 @@ def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: 
         with first._tx() as tx:
             first._append(tx, "new", "note", {}, T0)
             inside.set()
-            go.wait(10)
+            go.wait(GUARD)
 
     threads = [
         threading.Thread(target=holds_the_writer),
         threading.Thread(target=lambda: got.append(second.newest_head())),
     ]
     threads[0].start()
-    inside.wait(10)
+    inside.wait(GUARD)
     threads[1].start()
     _queued(_writer(first), 1)
     go.set()
     for thread in threads:
-        thread.join(10)
+        thread.join(GUARD)
     (newest,) = got
     assert newest is not None
     head, state = newest
@@ -546,7 +549,7 @@ def test_a_forked_child_opens_a_writer_of_its_own(stores: list[SQLiteStore]) -> 
                 code = code if "another process" in str(exc) else 4
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + GUARD
     while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     if waited[0] == 0:
