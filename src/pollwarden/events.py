@@ -307,6 +307,16 @@ class LeaseLost(AuditEvent):
 
 
 @event
+class RequestWithheld(AuditEvent):
+    """A reservation committed so late that the lease would lapse before the bounded request could end: the
+    request counted, nothing sent, the lease given back (another owner could otherwise take it mid-request)."""
+
+    KIND = "request_withheld"
+    request_no: int | None = None
+    why: str | None = None
+
+
+@event
 class LeaseTakenOver(AuditEvent):
     KIND = "lease_taken_over"
     previous_owner: str | None = None

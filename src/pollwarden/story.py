@@ -137,6 +137,11 @@ def _lost(e: ev.LeaseLost, s: Scene) -> str:
     return f"{s.at} lost the lease (token {_v(e.token)}); the response was discarded"
 
 
+@renders(ev.RequestWithheld)
+def _withheld(e: ev.RequestWithheld, s: Scene) -> str:
+    return f"{s.at} did not send request {_v(e.request_no)} (counted): {_v(e.why)}"
+
+
 @renders(ev.ResumeRefused)
 def _resume_refused(e: ev.ResumeRefused, s: Scene) -> str:
     return f"{s.at} refused a resume: {_v(e.why)}"

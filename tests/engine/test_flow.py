@@ -77,8 +77,8 @@ CONTRACT_RECORD = make_record(CONTRACT)
 def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_releases_once() -> None:
     script = Script()
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds() == ["Write", "Now", "Send", "Now", "Draw", "Write"]
-    reserve, final = script.asked[0], script.asked[-1]
+    assert script.kinds() == ["Now", "Write", "Now", "Send", "Now", "Draw", "Write"]
+    reserve, final = script.asked[1], script.asked[-1]
     assert isinstance(reserve, flow.Write) and not reserve.release
     assert reserve.record.status_requests_used == 1 and reserve.events[0][0] == "reserved"
     # Item 1: the lease covers the bounded request, whatever claimed it (the worker claims with a fixed TTL).
@@ -124,6 +124,46 @@ def test_a_reservation_committed_after_the_deadline_sends_nothing() -> None:
     assert isinstance(final, flow.Write) and final.release and final.decision is not None
 
 
+class Clocked(Script):
+    """Each Now answers the next reading of `readings` (then the last one again)."""
+
+    def __init__(self, *readings: datetime) -> None:
+        super().__init__()
+        self.readings = list(readings)
+
+    def answer(self, effect: flow.Effect[Any]) -> Any:
+        if isinstance(effect, flow.Now):
+            self.asked.append(effect)
+            return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+        return super().answer(effect)
+
+
+def test_the_reservation_extends_the_lease_from_when_it_is_written_not_from_the_claim() -> None:
+    """A worker's batch steps from its claim's time; one that waited 20 s would have extended the lease to a
+    moment already past, and another owner could take the operation while the request was on its way."""
+    waited = T0 + timedelta(seconds=20)
+    script = Clocked(waited)
+    script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    reserve = script.asked[1]
+    assert isinstance(reserve, flow.Write) and reserve.hold_until == waited + flow.lease_ttl(CONTRACT)
+    assert "Send" in script.kinds()
+
+
+def test_a_reservation_committed_too_late_for_its_lease_is_withheld_counted_and_the_lease_given_back() -> None:
+    hold_until = T0 + flow.lease_ttl(CONTRACT)
+    script = Clocked(T0, hold_until - CONTRACT.timeout + timedelta(milliseconds=1))
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert "Send" not in script.kinds()
+    final = script.asked[-1]
+    assert isinstance(final, flow.Write) and final.release and final.record.status_requests_used == 1
+    assert [kind for kind, _ in final.events] == ["request_withheld"]
+    assert isinstance(result, flow.Busy) and result.record.status_requests_used == 1
+    # one reading earlier, the request still fits in the lease and goes out
+    script = Clocked(T0, hold_until - CONTRACT.timeout)
+    script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    assert "Send" in script.kinds()
+
+
 def test_a_halt_sends_nothing() -> None:
     script = Script()
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(status_requests_used=3), T0))
@@ -136,7 +176,7 @@ def test_an_interrupt_during_the_request_gives_the_lease_back_and_propagates() -
     script = Script(raise_on=flow.Send)
     with pytest.raises(KeyboardInterrupt):
         script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds() == ["Write", "Now", "Send", "Release"]
+    assert script.kinds() == ["Now", "Write", "Now", "Send", "Release"]
 
 
 def test_a_parser_defect_ends_in_a_recorded_stop_not_a_crash_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ from ..core.observe import Exchange, Observation, observe
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
-from ..events import DecisionEvent, LeaseLost, Reserved, outcome_events, poll_events
+from ..events import DecisionEvent, LeaseLost, RequestWithheld, Reserved, outcome_events, poll_events
 from ..store.base import FencedWrite, Lease
 
 R = TypeVar("R")
@@ -189,7 +189,9 @@ def step_claimed(contract: Contract, lease: Lease, record: OperationRecord, now:
 def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
     reserved = reserve(record, now)
     # The reservation is committed before the request goes out (R16), and it moves the lease expiry to cover
-    # the bounded request, so no other owner can take the operation while the answer is on its way.
+    # the bounded request, so no other owner can take the operation while the answer is on its way. The cover is
+    # measured from now, not from the step's start: a worker's batch may have waited since its claim.
+    hold_until = (yield from ask(Now())) + lease_ttl(contract)
     if not (
         yield from ask(
             Write(
@@ -197,7 +199,7 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
                 reserved,
                 [Reserved.of(reserved, lease.token).new_event()],
                 release=False,
-                hold_until=now + lease_ttl(contract),
+                hold_until=hold_until,
             )
         )
     ):
@@ -210,6 +212,14 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
         late = StopReason.DEADLINE_EXCEEDED
         decision = halt(reserved, late, sending, detail, rule=late.value)
         return (yield from _record(contract, lease, reserved, None, decision, sending, None))
+    if sending + contract.timeout > hold_until:
+        # So late a commit that the lease could lapse before the bounded request ends, and another owner take the
+        # operation while this answer is on its way: one owner per operation wins over one request's cost.
+        why = f"the reservation took until {format_rfc3339(sending)}; the lease would not cover the request"
+        withheld = RequestWithheld(request_no=reserved.status_requests_used, why=why)
+        if not (yield from ask(Write(lease, reserved, [withheld.new_event()], release=True))):
+            return (yield from _lost(lease, record, sending))
+        return Busy(reserved, sending)
     headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
     try:
         exchange: Exchange | None = yield from ask(Send(record.job_id, headers, record.status_location))
