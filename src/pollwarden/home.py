@@ -10,8 +10,10 @@ to guard, and a reader of it must not fail for not being able to chmod it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 PRIVATE_DIR = 0o700
@@ -43,6 +45,10 @@ def witness_config_path(home: Path) -> Path:
     return home / "audit-witness"
 
 
+HOME_NAMES = ("keys", "pollwarden.db", "audit-head.checkpoint", "audit-witness")
+"""What pollwarden keeps in a home: a directory holding one of them is one (`tighten_own_dir`)."""
+
+
 def unknown_operation(where: object, operation_id: str) -> str:
     """The one wording of a missing operation: where it was looked for (a store's path), and what lists them."""
     return f"no operation {operation_id!r} in {where}; `pollwarden status` lists them"
@@ -53,20 +59,42 @@ def ensure_home(home: Path, *, create: bool = True) -> None:
     if create and not home.exists():
         # mkdir's mode passes through the umask: the chmod below makes it exact.
         home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-    tighten(home, PRIVATE_DIR)
+    tighten_own_dir(home, HOME_NAMES)
 
 
 def tighten(path: Path, mode: int) -> None:
     """Take every permission beyond `mode` away from `path`, if it exists and is the running user's.
 
-    A symlink is left alone (its target may be anything); a vanished file is nothing to tighten.
+    A symlink is left alone (its target may be anything), and so is anything but a regular file or a
+    directory: run as root, `--db /dev/null` made /dev/null private to root. A vanished file is nothing to
+    tighten.
     """
     with contextlib.suppress(FileNotFoundError):
         info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) or info.st_uid != os.geteuid():
             return
         if stat.S_IMODE(info.st_mode) & ~mode:
             os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
+
+
+def tighten_own_dir(directory: Path, own: Iterable[str]) -> None:
+    """`tighten` an existing directory to 0700 only when it is pollwarden's: empty, or holding one of the `own`
+    names. Anything else was handed over (`--home /proc`, `--home ~`): its mode is its owner's business, and
+    what pollwarden puts in it is private by itself (0600 files, a 0700 keys directory)."""
+    try:
+        with os.scandir(directory) as entries:
+            names = {entry.name for entry in entries}
+    except OSError:
+        return
+    if not names or names & set(own):
+        tighten(directory, PRIVATE_DIR)
+
+
+class NotARegularFile(OSError):
+    """A path pollwarden would keep a file at is a device, a pipe, a socket or a directory."""
+
+    def __str__(self) -> str:
+        return f"{self.filename} is not a regular file (a device, a pipe or a directory); give the path of a file"
 
 
 def create_private(path: Path) -> None:
@@ -75,6 +103,8 @@ def create_private(path: Path) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE)
     except FileExistsError:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from None
         tighten(path, PRIVATE_FILE)
         return
     try:

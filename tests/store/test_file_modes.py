@@ -101,3 +101,32 @@ def test_an_existing_loose_home_is_tightened_when_a_store_opens_it(sim: Simulato
     assert _mode(home / "audit-head.checkpoint") == 0o600
     _watch(sim, tmp_path, home, "op-2")  # a writer loads the keys: their directory is tightened too
     assert _loose(home) == {}
+
+
+def test_a_database_path_that_is_not_a_regular_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """Run as root, `--db /dev/null` once made /dev/null 0600 for everyone else on the machine. A FIFO stands in
+    for the device here: the same kind of file, harmless to test with."""
+    fifo = tmp_path / "not-a-db"
+    os.mkfifo(fifo, 0o644)
+    ran = _run("-m", "pollwarden", "status", "--db", str(fifo), home=tmp_path / "home", umask=0o022)
+    assert ran.code == 2, ran.stderr
+    assert f"{fifo} is not a regular file" in ran.stderr
+    assert _mode(fifo) == 0o644
+
+
+def test_an_existing_directory_that_is_not_a_pollwarden_home_keeps_its_mode(tmp_path: Path) -> None:
+    """`--home /proc` once made /proc 0500. A home that holds other things than pollwarden's is not ours to
+    chmod; what pollwarden puts in it is private all the same (0600 files, a 0700 keys directory)."""
+    home = tmp_path / "shared"
+    home.mkdir()
+    (home / "someone-elses.txt").write_text("x", encoding="utf-8")
+    os.chmod(home, 0o755)
+    ran = _run("-m", "pollwarden", "status", home=home, umask=0o022)
+    assert ran.code == 0, ran.stderr
+    assert _mode(home) == 0o755
+    assert _mode(home / "pollwarden.db") == 0o600
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    os.chmod(empty, 0o755)
+    assert _run("-m", "pollwarden", "status", home=empty, umask=0o022).code == 0
+    assert _mode(empty) == 0o700  # an empty directory given as a home is made the home

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from pollwarden.audit.checkpoint import key_id_of, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
-from pollwarden.home import PRIVATE_DIR, tighten
+from pollwarden.home import tighten_own_dir
 
 __all__ = [
     "AUDIT_KEY_ENV",
@@ -38,6 +38,7 @@ SIGNING_KEY_ENV = "POLLWARDEN_SIGNING_KEY"
 _AUDIT_FILE = "audit.key"
 _SIGNING_FILE = "signing.key"
 _PUBLIC_FILE = "signing.pub"
+KEY_FILES = (_AUDIT_FILE, _SIGNING_FILE, _PUBLIC_FILE)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def _ensure_dir(directory: Path) -> None:
             raise AuditKeyError(f"cannot create key directory {directory}: {exc.strerror}") from None
     elif not directory.is_dir():
         raise AuditKeyError(f"{directory} exists but is not a directory; move it away so keys can be stored")
-    tighten(directory, PRIVATE_DIR)  # created under any umask, or left open by an older pollwarden
+    tighten_own_dir(directory, KEY_FILES)  # created under any umask, or left open by an older pollwarden
 
 
 def _signing_from_raw(raw: bytes, source: str) -> Ed25519PrivateKey:
