@@ -27,7 +27,8 @@ from .core.observe import FailureKind
 from .errors import EXIT_ESCALATED, PollwardenError
 
 MAX_HEADERS = 100
-"""`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
+"""`http.client` refuses a 101st line after the status line with HTTPException, counting the blank line that
+ends the head: an answer may carry 99 headers. `wire_select` counts the same way."""
 
 MAX_HEADER_BYTES = 64 * 1024
 READ_CHUNK = 64 * 1024

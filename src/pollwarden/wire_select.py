@@ -106,7 +106,7 @@ def parse_head(data: bytes) -> Head:
         if not colon or not _TOKEN.fullmatch(name):
             raise _protocol("broken answer head: a header line is not a name, a colon and a value")
         headers.append((name, value.strip(" \t")))
-        if len(headers) > MAX_HEADERS:
+        if len(headers) >= MAX_HEADERS:  # with the blank line, a 101st line: what http.client refuses
             raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
     # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
     if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
@@ -136,7 +136,7 @@ def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: i
         raise _protocol(_TOO_LONG)
     if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    if lines - 1 > MAX_HEADERS:
+    if lines - 1 >= MAX_HEADERS:  # 100 header lines: the next line, even the blank one, is one too many
         raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
 
 

@@ -1,0 +1,101 @@
+"""The selector path (`wire_select`) and the blocking one (`wire.SocketTransport.open`, over http.client) given
+the same hostile answer by a real loopback server: each must come to the same outcome (the same failure kind,
+or the same answer and the same keep-alive decision), and neither may leak a descriptor.
+
+Where the two still differ on purpose, docs/performance.md says so (the selector's parser is the stricter)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from pollwarden.core import FailureKind, Response, TransportFailure
+from pollwarden.core.observe import Exchange
+from pollwarden.http import StatusClient
+from pollwarden.wire import Answer, Request, SocketTransport
+from tests.test_http_keepalive import OK, KeepAliveServer, clock, contract_for
+
+
+class Blocking:
+    """The blocking path for status polls: a transport that is not a `SocketTransport` never goes on the selector."""
+
+    def __init__(self) -> None:
+        self._sockets = SocketTransport()
+
+    def open(self, request: Request) -> Answer:
+        return self._sockets.open(request)
+
+    def close(self) -> None:
+        self._sockets.close()
+
+
+PATHS = {"selector": lambda: None, "blocking": Blocking}
+
+
+def client_sockets(port: int) -> int:
+    """This process's open descriptors for TCP connections to `port` (the server's own ends are not counted)."""
+    inodes = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, or a server thread's just closed
+            continue
+        count += link.startswith("socket:[") and link[8:-1] in inodes
+    return count
+
+
+def two_polls(first: bytes, path: str) -> tuple[Exchange, Exchange, int]:
+    """`first` answers the first poll, a plain 200 the second; also how many connections the server saw."""
+
+    def script(conn: socket.socket, index: int) -> bool:
+        conn.sendall(first if index == 0 else OK)
+        return True
+
+    server = KeepAliveServer(script)
+    port = int(server.url.rsplit(":", 1)[1])
+    try:
+        with StatusClient(contract_for(server.url), None, clock=clock, transport=PATHS[path]()) as client:
+            exchanges = client.fetch("a"), client.fetch("b")
+            assert client_sockets(port) <= 1  # the second poll's connection, pooled; a leak would show as more
+        assert client_sockets(port) == 0
+    finally:
+        server.close()
+    return exchanges[0], exchanges[1], server.connections
+
+
+def failure(exchange: Exchange) -> TransportFailure:
+    assert isinstance(exchange, TransportFailure), exchange
+    return exchange
+
+
+def head(*lines: bytes, status: bytes = b"HTTP/1.1 200 OK", body: bytes = b"{}") -> bytes:
+    return status + b"\r\n" + b"".join(line + b"\r\n" for line in lines) + b"\r\n" + body
+
+
+Case = tuple[bytes, FailureKind, str]
+REFUSED: dict[str, Case] = {
+    # http.client counts the blank line among its 100: a 100th header is already one too many.
+    "100-headers": (
+        head(b"Content-Length: 2", *[b"X-%d: v" % n for n in range(99)]),
+        FailureKind.PROTOCOL,
+        "more than 100 headers",
+    ),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", REFUSED)
+def test_both_paths_refuse_alike(case: str, path: str) -> None:
+    data, kind, words = REFUSED[case]
+    first, second, connections = two_polls(data, path)
+    assert failure(first).kind is kind and words in failure(first).message, first
+    assert isinstance(second, Response) and connections == 2  # a refused answer's connection is never kept
