@@ -89,6 +89,11 @@ REFUSED: dict[str, Case] = {
         FailureKind.PROTOCOL,
         "more than 100 headers",
     ),
+    # http.client reads "+2" as 2 and anything int() refuses as no length at all (read to the close).
+    "length-with-sign": (head(b"Content-Length: +2"), FailureKind.PROTOCOL, "Content-Length is not a number"),
+    "length-list": (head(b"Content-Length: 2, 2"), FailureKind.PROTOCOL, "Content-Length is not a number"),
+    "length-empty": (head(b"Content-Length: "), FailureKind.PROTOCOL, "Content-Length is not a number"),
+    "length-spaced": (head(b"Content-Length: 1 0"), FailureKind.PROTOCOL, "Content-Length is not a number"),
 }
 
 

@@ -380,14 +380,18 @@ def _begin(response: _DeadlineResponse) -> None:
 
 def check_framing(headers: Sequence[tuple[str, str]]) -> None:
     """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
-    another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
-    transfer coding other than chunked."""
+    another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
+    would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
+    beside Transfer-Encoding, or a transfer coding other than chunked."""
     lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
     codings = [
         c.strip().lower() for name, value in headers if name.lower() == "transfer-encoding" for c in value.split(",")
     ]
     if len(lengths) > 1:
         raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
+    # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
+    if any(not (length.isascii() and length.isdigit() and len(length) <= 19) for length in lengths):
+        raise WireError(FailureKind.PROTOCOL, "the answer's Content-Length is not a number")
     if codings and lengths:
         raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
     if codings and codings != ["chunked"]:

@@ -323,15 +323,13 @@ class _Exchange:
                 break
         status, method = head.status, self.request.method
         chunked = any(k.lower() == "transfer-encoding" for k, _ in head.headers)  # `check_framing`: only chunked
-        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]  # all one value
+        # `check_framing`: all one value, of at most 19 digits
+        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]
         if method == "HEAD" or status in (204, 304) or status < 200:
             self._left = 0
         elif chunked:
             self._chunked = True
         elif lengths:
-            # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
-            if not (lengths[0].isascii() and lengths[0].isdigit() and len(lengths[0]) <= 19):
-                raise _protocol("the answer's Content-Length is not a number")
             self._left = int(lengths[0])
         self._head, self._stage = head, _BODY
 
