@@ -94,6 +94,21 @@ REFUSED: dict[str, Case] = {
     "length-list": (head(b"Content-Length: 2, 2"), FailureKind.PROTOCOL, "Content-Length is not a number"),
     "length-empty": (head(b"Content-Length: "), FailureKind.PROTOCOL, "Content-Length is not a number"),
     "length-spaced": (head(b"Content-Length: 1 0"), FailureKind.PROTOCOL, "Content-Length is not a number"),
+    # A chunk size is 1*HEXDIG: http.client's int(line, 16) also takes "0x2", "+2" and "-2" (then fails on it).
+    **{
+        f"chunk-size-{size.decode()}": (
+            head(b"Transfer-Encoding: chunked", body=size + b"\r\n{}\r\n0\r\n\r\n"),
+            FailureKind.RESET,
+            "middle of a chunked body",
+        )
+        for size in (b"0x2", b"+2", b"-2", b"0_2")
+    },
+    # Trailers are capped as headers are, not only by the deadline.
+    "endless-trailers": (
+        head(b"Transfer-Encoding: chunked", body=b"2\r\n{}\r\n0\r\n" + b"X-T: y\r\n" * 20_000),
+        FailureKind.PROTOCOL,
+        "trailers over 65536 bytes",
+    ),
 }
 
 

@@ -13,6 +13,7 @@ import functools
 import http.client
 import io
 import os
+import re
 import select
 import socket
 import ssl
@@ -31,6 +32,8 @@ MAX_HEADERS = 100
 ends the head: an answer may carry 99 headers. `wire_select` counts the same way."""
 
 MAX_HEADER_BYTES = 64 * 1024
+MAX_LINE = 65536
+"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
 READ_CHUNK = 64 * 1024
 
 KEEPALIVE_IDLE = 1.0
@@ -139,6 +142,26 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(self.reader, READ_CHUNK)
         self.spent: io.BufferedReader | None = None
 
+    def _read_next_chunk_size(self) -> int:
+        """http.client's, with the size read by `chunk_size`, as the selector reads it."""
+        line = self.fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise http.client.LineTooLong("chunk size")
+        size = chunk_size(line)
+        if size is None:
+            raise ValueError("not a chunk size")  # http.client's caller raises IncompleteRead for it
+        return size
+
+    def _read_and_discard_trailer(self) -> None:
+        """http.client's, with the trailers capped by `Trailers` rather than only by the deadline."""
+        trailers = Trailers()
+        while True:
+            line = self.fp.readline(MAX_LINE + 1)
+            if len(line) > MAX_LINE:
+                raise http.client.LineTooLong("trailer line")
+            if not line or trailers.ended(line):  # a server that ends without the blank line: http.client's way
+                return
+
     def _close_conn(self) -> None:
         """http.client calls this when the body has been read to its end. The buffer is kept, not closed: what
         is still in it (bytes the server sent after its answer) decides whether the connection may be reused."""
@@ -156,6 +179,32 @@ class _DeadlineResponse(http.client.HTTPResponse):
         except (OSError, ValueError):
             return False
         return not after and not self.reader.ended
+
+
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+
+
+def chunk_size(line: bytes) -> int | None:
+    """A chunk-size line's size (its extensions and line end dropped), or None when it is not 1*HEXDIG: int(size,
+    16) alone also takes "0x2", "+2", "-2" and "0_2". Either path reads None as a body cut short (`reset`), as
+    http.client reads a size int() refuses."""
+    size = line.split(b";", 1)[0].strip(b" \t\r\n")
+    return int(size, 16) if _HEX.fullmatch(size) else None
+
+
+class Trailers:
+    """The trailer lines of a chunked body, counted as header lines are and refused past `MAX_HEADER_BYTES`."""
+
+    def __init__(self) -> None:
+        self._size = 0
+
+    def ended(self, line: bytes) -> bool:
+        """True at the blank line that ends them; `line` is one trailer line, its line end included or not."""
+        bare = line.rstrip(b"\r\n")
+        self._size += len(bare) + 2
+        if self._size > MAX_HEADER_BYTES:
+            raise WireError(FailureKind.PROTOCOL, f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
+        return not bare
 
 
 class _SocketAnswer:

@@ -33,21 +33,20 @@ from .core.observe import FailureKind
 from .wire import (
     MAX_HEADER_BYTES,
     MAX_HEADERS,
+    MAX_LINE,
     READ_CHUNK,
     Answer,
     Request,
     SocketTransport,
+    Trailers,
     WireError,
     check_framing,
+    chunk_size,
     origin_of_parts,
     request_head,
 )
 
-MAX_LINE = 65536
-"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
-
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_HEX = re.compile(rb"[0-9A-Fa-f]+")
 _CONNECT, _SEND, _HEAD, _BODY = range(4)
 _TRAILER = -1
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -185,7 +184,7 @@ class _Exchange:
         self._left: int | None = None  # Content-Length bytes still to come; None: until close, or chunked
         self._chunked = False
         self._chunk: int | None = None  # in a chunked body: bytes left of this chunk, 0 = its CRLF, None = a size
-        self._trailer = 0
+        self._trailers = Trailers()
         self._seen = 0  # bytes at the buffer's start already searched for the end of the head or line wanted
         self._first, self._lines, self._line_start = -1, 0, 0  # the unfinished head's tally (`_scan`)
 
@@ -365,17 +364,14 @@ class _Exchange:
                 del buffer[: end + 1]
                 self._seen = 0
                 if self._chunk == _TRAILER:
-                    self._trailer += len(line) + 2
-                    if self._trailer > MAX_HEADER_BYTES:
-                        raise _protocol(f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
-                    if not line:
+                    if self._trailers.ended(line):
                         self._answered(clean=not buffer)
                         return
                     continue
-                size = line.split(b";", 1)[0].strip(b" \t")
-                if not _HEX.fullmatch(size):  # what http.client reads as an incomplete body
+                size = chunk_size(line)
+                if size is None:  # what http.client reads as an incomplete body
                     raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body")
-                self._chunk = int(size, 16) or _TRAILER
+                self._chunk = size or _TRAILER
             elif self._chunk == 0:
                 if len(buffer) < 2:
                     return
