@@ -103,6 +103,19 @@ REFUSED: dict[str, Case] = {
         )
         for size in (b"0x2", b"+2", b"-2", b"0_2")
     },
+    # The email package ends the head at a line that is not a header (dropping the Content-Length after it), takes
+    # a name that is no token, and reads a lone CR as a line end; the selector's parser refuses all of them.
+    **{
+        f"header-{name}": (head(line, b"Content-Length: 2"), FailureKind.PROTOCOL, "not a name, a colon and a value")
+        for name, line in {
+            "space-before-colon": b"X-A : v",
+            "no-name": b": v",
+            "name-not-a-token": b"X(A): v",
+            "non-ascii-name": "X-\u00e9: v".encode(),
+            "cr-in-value": b"X-A: a\rb",
+            "cr-in-fold": b"X-A: a\r\n b\rc",
+        }.items()
+    },
     # Trailers are capped as headers are, not only by the deadline.
     "endless-trailers": (
         head(b"Transfer-Encoding: chunked", body=b"2\r\n{}\r\n0\r\n" + b"X-T: y\r\n" * 20_000),
@@ -110,6 +123,12 @@ REFUSED: dict[str, Case] = {
         "trailers over 65536 bytes",
     ),
 }
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_folded_header_reads_alike_on_both_paths(path: str) -> None:
+    first, _, connections = two_polls(head(b"X-A: one", b" \t two", b"Content-Length: 2"), path)
+    assert isinstance(first, Response) and first.headers["x-a"] == "one two" and connections == 1
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -182,6 +182,10 @@ class _DeadlineResponse(http.client.HTTPResponse):
 
 
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FOLD = re.compile(r"[ \t]*\r?\n[ \t]*")
+
+NOT_A_HEADER = "broken answer head: a header line is not a name, a colon and a value"
 
 
 def chunk_size(line: bytes) -> int | None:
@@ -216,7 +220,9 @@ class _SocketAnswer:
         self._keep = keep
         self._broken = False
         self.status = response.status
-        self.headers = tuple(response.msg.items())
+        # The email package keeps an obs-fold's line end in the value; the selector's parser, as RFC 9112 section
+        # 5.2 allows, puts one space for it: so does this.
+        self.headers = tuple((k, _FOLD.sub(" ", v) if "\n" in v else v) for k, v in response.msg.items())
 
     def read(self, size: int) -> bytes:
         try:
@@ -419,6 +425,10 @@ def _begin(response: _DeadlineResponse) -> None:
         raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
     except OSError as exc:
         raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+    if response.msg.defects:
+        # A line that is not a header (the email package ends the head there and drops what follows, a
+        # Content-Length say), a lone CR (a line end to it), a line without a name.
+        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
     if response.reader.ended:
         # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
         raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
@@ -428,10 +438,13 @@ def _begin(response: _DeadlineResponse) -> None:
 
 
 def check_framing(headers: Sequence[tuple[str, str]]) -> None:
-    """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
+    """What both paths check of a parsed head: every header name a token (the email package takes "X(A)"), and,
+    RFC 9112 section 6.3, the framing: an answer whose length is ambiguous is not read at all (one reader's body end is
     another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
     would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
     beside Transfer-Encoding, or a transfer coding other than chunked."""
+    if not all(_TOKEN.fullmatch(name) for name, _ in headers):
+        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
     lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
     codings = [
         c.strip().lower() for name, value in headers if name.lower() == "transfer-encoding" for c in value.split(",")
