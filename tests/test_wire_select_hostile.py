@@ -103,6 +103,20 @@ REFUSED: dict[str, Case] = {
         )
         for size in (b"0x2", b"+2", b"-2", b"0_2")
     },
+    # A status line is "HTTP/1.x", three ASCII digits and a reason. http.client splits it on any whitespace (so a
+    # leading space passed, where the selector took it whole but refused it arriving in pieces), reads the code
+    # with int() ("2_00" is 200) and takes HTTP/0.9 for 1.0.
+    **{
+        f"status-{name}": (head(b"Content-Length: 2", status=line), FailureKind.PROTOCOL, words)
+        for name, line, words in [
+            ("leading-space", b" HTTP/1.1 200 OK", "status line"),
+            ("underscore-code", b"HTTP/1.1 2_00 OK", "status line"),
+            ("http09", b"HTTP/0.9 200 OK", "unknown protocol"),
+            ("http2", b"HTTP/2.0 200 OK", "unknown protocol"),
+            ("lowercase", b"http/1.1 200 OK", "status line"),
+            ("99", b"HTTP/1.1 99 Nearly", "status line"),
+        ]
+    },
     # The email package ends the head at a line that is not a header (dropping the Content-Length after it), takes
     # a name that is no token, and reads a lone CR as a line end; the selector's parser refuses all of them.
     **{

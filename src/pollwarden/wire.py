@@ -142,6 +142,15 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(self.reader, READ_CHUNK)
         self.spent: io.BufferedReader | None = None
 
+    def _read_status(self) -> tuple[str, int, str]:
+        """http.client's, with the line read by `parse_status_line`, as the selector reads it."""
+        line = self.fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise http.client.LineTooLong("status line")
+        if not line:
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        return parse_status_line(line.decode("latin-1"))
+
     def _read_next_chunk_size(self) -> int:
         """http.client's, with the size read by `chunk_size`, as the selector reads it."""
         line = self.fp.readline(MAX_LINE + 1)
@@ -186,6 +195,22 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FOLD = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 NOT_A_HEADER = "broken answer head: a header line is not a name, a colon and a value"
+NOT_STATUS = "the answer does not start with an HTTP status line"
+
+
+def parse_status_line(line: str) -> tuple[str, int, str]:
+    """The version, code and reason of a status line as both paths read it (its line end dropped, or not), or a
+    PROTOCOL `WireError`: "HTTP/1.x" from its first byte, three ASCII digits not starting with 0, a reason that
+    may be empty. http.client alone would take a leading space, "2_00" (int() reads it as 200) and HTTP/0.9."""
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not line.startswith("HTTP/"):
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
+    version, code = parts[0], parts[1]
+    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
+    if not version.startswith("HTTP/1."):
+        raise WireError(FailureKind.PROTOCOL, f"broken answer head: unknown protocol {version[:20]!r}")
+    return version, int(code), parts[2].rstrip("\r\n") if len(parts) > 2 else ""
 
 
 def chunk_size(line: bytes) -> int | None:
@@ -420,7 +445,7 @@ def _begin(response: _DeadlineResponse) -> None:
     except http.client.LineTooLong:
         raise WireError(FailureKind.PROTOCOL, "a status or header line is longer than 64 KiB") from None
     except http.client.BadStatusLine:
-        raise WireError(FailureKind.PROTOCOL, "the answer does not start with an HTTP status line") from None
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS) from None
     except http.client.HTTPException as exc:
         raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
     except OSError as exc:

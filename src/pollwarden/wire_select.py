@@ -34,6 +34,7 @@ from .wire import (
     MAX_HEADERS,
     MAX_LINE,
     NOT_A_HEADER,
+    NOT_STATUS,
     READ_CHUNK,
     Answer,
     Request,
@@ -43,6 +44,7 @@ from .wire import (
     check_framing,
     chunk_size,
     origin_of_parts,
+    parse_status_line,
     request_head,
 )
 
@@ -72,7 +74,6 @@ def _protocol(message: str) -> WireError:
     return WireError(FailureKind.PROTOCOL, message)
 
 
-_NOT_STATUS = "the answer does not start with an HTTP status line"
 _TOO_LONG = "a status or header line is longer than 64 KiB"
 
 
@@ -81,14 +82,7 @@ def parse_head(data: bytes) -> Head:
     lines = data.decode("latin-1").split("\n")
     if len(data) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
         raise _protocol(_TOO_LONG)
-    parts = lines[0].split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise _protocol(_NOT_STATUS)
-    version, code = parts[0], parts[1]
-    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
-        raise _protocol(_NOT_STATUS)
-    if version != "HTTP/1.0" and not version.startswith("HTTP/1."):
-        raise _protocol(f"broken answer head: unknown protocol {version[:20]!r}")
+    version, code, _ = parse_status_line(lines[0])
     headers: list[tuple[str, str]] = []
     for raw in lines[1:]:
         line = raw[:-1] if raw.endswith("\r") else raw
@@ -114,7 +108,7 @@ def parse_head(data: bytes) -> Head:
     check_framing(headers)
     connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
     closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-    return Head(int(code), tuple(headers), closes)
+    return Head(code, tuple(headers), closes)
 
 
 def _head_end(buffer: bytearray, start: int) -> int:
@@ -131,7 +125,7 @@ def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: i
     costs time in proportion to its length, not to its square."""
     start = bytes(buffer[:5])
     if start != b"HTTP/"[: len(start)]:
-        raise _protocol(_NOT_STATUS)
+        raise _protocol(NOT_STATUS)
     if len(buffer) - line_start > MAX_LINE:
         raise _protocol(_TOO_LONG)
     if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
