@@ -131,6 +131,12 @@ REFUSED: dict[str, Case] = {
             "cr-in-fold": b"X-A: a\r\n b\rc",
         }.items()
     },
+    # http.client skipped the two bytes after a chunk's data unread, whatever they were.
+    "no-crlf-after-chunk": (
+        head(b"Transfer-Encoding: chunked", body=b"2\r\n{}XX0\r\n\r\n"),
+        FailureKind.PROTOCOL,
+        "no CRLF after a chunk",
+    ),
     # Trailers are capped as headers are, not only by the deadline.
     "endless-trailers": (
         head(b"Transfer-Encoding: chunked", body=b"2\r\n{}\r\n0\r\n" + b"X-T: y\r\n" * 20_000),
@@ -138,6 +144,30 @@ REFUSED: dict[str, Case] = {
         "trailers over 65536 bytes",
     ),
 }
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "lines",
+    [
+        (b"Connection: upgrade", b"Connection: close"),  # http.client looked at the first Connection header only
+        (b"Connection: keep-alive, close",),
+    ],
+    ids=["second-connection-header", "listed"],
+)
+def test_an_answer_that_says_close_never_leaves_its_connection_pooled(lines: tuple[bytes, ...], path: str) -> None:
+    first, second, connections = two_polls(head(*lines, b"Content-Length: 2"), path)
+    assert isinstance(first, Response) and isinstance(second, Response)
+    assert connections == 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("status", [b"HTTP/1.1 304 Not Modified", b"HTTP/1.1 204 No Content"])
+def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(status: bytes, path: str) -> None:
+    """RFC 9112 section 6.3: a 204 or 304 ends at its head; http.client still read a chunked body for it."""
+    first, second, connections = two_polls(head(b"Transfer-Encoding: chunked", status=status, body=b""), path)
+    assert isinstance(first, Response) and first.body == b"" and isinstance(second, Response)
+    assert connections == 1
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -142,6 +142,23 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(self.reader, READ_CHUNK)
         self.spent: io.BufferedReader | None = None
 
+    def begin(self) -> None:
+        super().begin()
+        if self.length == 0:  # a 1xx, 204 or 304 answer, or one to HEAD: http.client still read a chunked body
+            self.chunked = False
+
+    def _get_chunk_left(self) -> int | None:
+        """http.client's, with the CRLF after a chunk's data checked (it skipped two bytes unread)."""
+        if self.chunk_left == 0:
+            end = self.fp.read(2)
+            if len(end) < 2:
+                raise http.client.IncompleteRead(end)  # the body cut short, as the selector reads it too
+            if end != b"\r\n":
+                raise WireError(FailureKind.PROTOCOL, NO_CHUNK_CRLF)
+            self.chunk_left = None  # so http.client reads the next size without skipping two bytes more
+        left: int | None = super()._get_chunk_left()  # type: ignore[misc]
+        return left
+
     def _read_status(self) -> tuple[str, int, str]:
         """http.client's, with the line read by `parse_status_line`, as the selector reads it."""
         line = self.fp.readline(MAX_LINE + 1)
@@ -180,7 +197,7 @@ class _DeadlineResponse(http.client.HTTPResponse):
 
     def ended_cleanly(self) -> bool:
         """The whole answer was read, the server keeps the connection open, and nothing follows the answer."""
-        if self.spent is None or self.will_close:
+        if self.spent is None or self.will_close or server_closes(self.version == 10, self.msg.items()):
             return False
         self.reader.probing = True
         try:
@@ -196,6 +213,14 @@ _FOLD = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 NOT_A_HEADER = "broken answer head: a header line is not a name, a colon and a value"
 NOT_STATUS = "the answer does not start with an HTTP status line"
+NO_CHUNK_CRLF = "broken chunked body (no CRLF after a chunk)"
+
+
+def server_closes(http10: bool, headers: Sequence[tuple[str, str]]) -> bool:
+    """The server closes the connection after this answer: "close" in any Connection header (http.client reads the
+    first one only), or HTTP/1.0 without keep-alive."""
+    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
+    return "close" in connection or (http10 and "keep-alive" not in connection)
 
 
 def parse_status_line(line: str) -> tuple[str, int, str]:

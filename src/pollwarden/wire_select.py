@@ -33,6 +33,7 @@ from .wire import (
     MAX_HEADER_BYTES,
     MAX_HEADERS,
     MAX_LINE,
+    NO_CHUNK_CRLF,
     NOT_A_HEADER,
     NOT_STATUS,
     READ_CHUNK,
@@ -46,6 +47,7 @@ from .wire import (
     origin_of_parts,
     parse_status_line,
     request_head,
+    server_closes,
 )
 
 _CONNECT, _SEND, _HEAD, _BODY = range(4)
@@ -106,9 +108,7 @@ def parse_head(data: bytes) -> Head:
     if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(headers)
-    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
-    closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-    return Head(code, tuple(headers), closes)
+    return Head(code, tuple(headers), server_closes(version == "HTTP/1.0", headers))
 
 
 def _head_end(buffer: bytearray, start: int) -> int:
@@ -374,7 +374,7 @@ class _Exchange:
                 if len(buffer) < 2:
                     return
                 if buffer[:2] != b"\r\n":
-                    raise _protocol("broken chunked body (no CRLF after a chunk)")
+                    raise _protocol(NO_CHUNK_CRLF)
                 del buffer[:2]
                 self._chunk = None
             else:
