@@ -171,8 +171,11 @@ def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(stat
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_folded_header_reads_alike_on_both_paths(path: str) -> None:
-    first, _, connections = two_polls(head(b"X-A: one", b" \t two", b"Content-Length: 2"), path)
+@pytest.mark.parametrize(
+    "lines", [(b"X-A: one", b" \t two"), (b"X-A: one two \t",)], ids=["folded", "trailing-whitespace"]
+)
+def test_a_header_value_reads_alike_on_both_paths(lines: tuple[bytes, ...], path: str) -> None:
+    first, _, connections = two_polls(head(*lines, b"Content-Length: 2"), path)
     assert isinstance(first, Response) and first.headers["x-a"] == "one two" and connections == 1
 
 

@@ -270,9 +270,9 @@ class _SocketAnswer:
         self._keep = keep
         self._broken = False
         self.status = response.status
-        # The email package keeps an obs-fold's line end in the value; the selector's parser, as RFC 9112 section
-        # 5.2 allows, puts one space for it: so does this.
-        self.headers = tuple((k, _FOLD.sub(" ", v) if "\n" in v else v) for k, v in response.msg.items())
+        # The email package keeps an obs-fold's line end in a value, and the whitespace after it; the selector's
+        # parser puts one space for a fold (RFC 9112 section 5.2 allows it) and strips the ends: so does this.
+        self.headers = tuple((k, _FOLD.sub(" ", v).rstrip(" \t")) for k, v in response.msg.items())
 
     def read(self, size: int) -> bytes:
         try:
