@@ -272,7 +272,9 @@ class _SocketAnswer:
         self.status = response.status
         # The email package keeps an obs-fold's line end in a value, and the whitespace after it; the selector's
         # parser puts one space for a fold (RFC 9112 section 5.2 allows it) and strips the ends: so does this.
-        self.headers = tuple((k, _FOLD.sub(" ", v).rstrip(" \t")) for k, v in response.msg.items())
+        self.headers = tuple(
+            (k, (_FOLD.sub(" ", v) if "\n" in v else v).rstrip(" \t")) for k, v in response.msg.items()
+        )
 
     def read(self, size: int) -> bytes:
         try:
