@@ -54,12 +54,13 @@ def client_sockets(port: int) -> int:
     return count
 
 
-def two_polls(first: bytes, path: str) -> tuple[Exchange, Exchange, int]:
-    """`first` answers the first poll, a plain 200 the second; also how many connections the server saw."""
+def two_polls(first: bytes, path: str, *, close: bool = False) -> tuple[Exchange, Exchange, int]:
+    """`first` answers the first poll (and the server closes after it if `close`), a plain 200 the second; also
+    how many connections the server saw."""
 
     def script(conn: socket.socket, index: int) -> bool:
         conn.sendall(first if index == 0 else OK)
-        return True
+        return index > 0 or not close
 
     server = KeepAliveServer(script)
     port = int(server.url.rsplit(":", 1)[1])
@@ -177,6 +178,16 @@ def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(stat
 def test_a_header_value_reads_alike_on_both_paths(lines: tuple[bytes, ...], path: str) -> None:
     first, _, connections = two_polls(head(*lines, b"Content-Length: 2"), path)
     assert isinstance(first, Response) and first.headers["x-a"] == "one two" and connections == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "data", [b"HTTP/1.1 200 OK\r\nContent-Ty", b"HTTP/1.1 200 OK\r\nX-A: v\r\n", b"HTTP/1.1 200 OK"]
+)
+def test_a_head_cut_by_the_close_is_a_reset_wherever_it_is_cut(data: bytes, path: str) -> None:
+    first, second, connections = two_polls(data, path, close=True)
+    assert failure(first).kind is FailureKind.RESET and "middle of the answer head" in failure(first).message
+    assert isinstance(second, Response) and connections == 2
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -477,13 +477,14 @@ def _begin(response: _DeadlineResponse) -> None:
         raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
     except OSError as exc:
         raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
-    if response.msg.defects:
-        # A line that is not a header (the email package ends the head there and drops what follows, a
-        # Content-Length say), a lone CR (a line end to it), a line without a name.
-        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
     if response.reader.ended:
         # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
         raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
+    if response.msg.defects:
+        # A line that is not a header (the email package ends the head there and drops what follows, a
+        # Content-Length say), a lone CR (a line end to it), a line without a name. Checked after the cut head
+        # above: a head cut inside a name is a reset, as the selector has it.
+        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
     if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
         raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(response.msg.items())
