@@ -496,12 +496,16 @@ def check_framing(headers: Sequence[tuple[str, str]]) -> None:
     another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
     would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
     beside Transfer-Encoding, or a transfer coding other than chunked."""
-    if not all(_TOKEN.fullmatch(name) for name, _ in headers):
-        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
-    lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
-    codings = [
-        c.strip().lower() for name, value in headers if name.lower() == "transfer-encoding" for c in value.split(",")
-    ]
+    lengths: set[str] = set()
+    codings: list[str] = []
+    for name, value in headers:  # one pass: this runs on every answer
+        if not _TOKEN.fullmatch(name):
+            raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
+        key = name.lower()
+        if key == "content-length":
+            lengths.add(value.strip())
+        elif key == "transfer-encoding":
+            codings += [c.strip().lower() for c in value.split(",")]
     if len(lengths) > 1:
         raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
     # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
