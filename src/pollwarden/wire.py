@@ -13,6 +13,7 @@ import functools
 import http.client
 import io
 import os
+import re
 import select
 import socket
 import ssl
@@ -27,9 +28,12 @@ from .core.observe import FailureKind
 from .errors import EXIT_ESCALATED, PollwardenError
 
 MAX_HEADERS = 100
-"""`http.client` refuses a 101st header line with HTTPException; the same number is named here for tests."""
+"""`http.client` refuses a 101st line after the status line with HTTPException, counting the blank line that
+ends the head: an answer may carry 99 headers. `wire_select` counts the same way."""
 
 MAX_HEADER_BYTES = 64 * 1024
+MAX_LINE = 65536
+"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
 READ_CHUNK = 64 * 1024
 
 KEEPALIVE_IDLE = 1.0
@@ -138,6 +142,52 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(self.reader, READ_CHUNK)
         self.spent: io.BufferedReader | None = None
 
+    def begin(self) -> None:
+        super().begin()
+        if self.length == 0:  # a 1xx, 204 or 304 answer, or one to HEAD: http.client still read a chunked body
+            self.chunked = False
+
+    def _get_chunk_left(self) -> int | None:
+        """http.client's, with the CRLF after a chunk's data checked (it skipped two bytes unread)."""
+        if self.chunk_left == 0:
+            end = self.fp.read(2)
+            if len(end) < 2:
+                raise http.client.IncompleteRead(end)  # the body cut short, as the selector reads it too
+            if end != b"\r\n":
+                raise WireError(FailureKind.PROTOCOL, NO_CHUNK_CRLF)
+            self.chunk_left = None  # so http.client reads the next size without skipping two bytes more
+        left: int | None = super()._get_chunk_left()  # type: ignore[misc]
+        return left
+
+    def _read_status(self) -> tuple[str, int, str]:
+        """http.client's, with the line read by `parse_status_line`, as the selector reads it."""
+        line = self.fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise http.client.LineTooLong("status line")
+        if not line:
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        return parse_status_line(line.decode("latin-1"))
+
+    def _read_next_chunk_size(self) -> int:
+        """http.client's, with the size read by `chunk_size`, as the selector reads it."""
+        line = self.fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise http.client.LineTooLong("chunk size")
+        size = chunk_size(line)
+        if size is None:
+            raise ValueError("not a chunk size")  # http.client's caller raises IncompleteRead for it
+        return size
+
+    def _read_and_discard_trailer(self) -> None:
+        """http.client's, with the trailers capped by `Trailers` rather than only by the deadline."""
+        trailers = Trailers()
+        while True:
+            line = self.fp.readline(MAX_LINE + 1)
+            if len(line) > MAX_LINE:
+                raise http.client.LineTooLong("trailer line")
+            if not line or trailers.ended(line):  # a server that ends without the blank line: http.client's way
+                return
+
     def _close_conn(self) -> None:
         """http.client calls this when the body has been read to its end. The buffer is kept, not closed: what
         is still in it (bytes the server sent after its answer) decides whether the connection may be reused."""
@@ -147,7 +197,7 @@ class _DeadlineResponse(http.client.HTTPResponse):
 
     def ended_cleanly(self) -> bool:
         """The whole answer was read, the server keeps the connection open, and nothing follows the answer."""
-        if self.spent is None or self.will_close:
+        if self.spent is None or self.will_close or server_closes(self.version == 10, self.msg.items()):
             return False
         self.reader.probing = True
         try:
@@ -155,6 +205,60 @@ class _DeadlineResponse(http.client.HTTPResponse):
         except (OSError, ValueError):
             return False
         return not after and not self.reader.ended
+
+
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FOLD = re.compile(r"[ \t]*\r?\n[ \t]*")
+
+NOT_A_HEADER = "broken answer head: a header line is not a name, a colon and a value"
+NOT_STATUS = "the answer does not start with an HTTP status line"
+NO_CHUNK_CRLF = "broken chunked body (no CRLF after a chunk)"
+
+
+def server_closes(http10: bool, headers: Sequence[tuple[str, str]]) -> bool:
+    """The server closes the connection after this answer: "close" in any Connection header (http.client reads the
+    first one only), or HTTP/1.0 without keep-alive."""
+    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
+    return "close" in connection or (http10 and "keep-alive" not in connection)
+
+
+def parse_status_line(line: str) -> tuple[str, int, str]:
+    """The version, code and reason of a status line as both paths read it (its line end dropped, or not), or a
+    PROTOCOL `WireError`: "HTTP/1.x" from its first byte, three ASCII digits not starting with 0, a reason that
+    may be empty. http.client alone would take a leading space, "2_00" (int() reads it as 200) and HTTP/0.9."""
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not line.startswith("HTTP/"):
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
+    version, code = parts[0], parts[1]
+    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
+    if not version.startswith("HTTP/1."):
+        raise WireError(FailureKind.PROTOCOL, f"broken answer head: unknown protocol {version[:20]!r}")
+    return version, int(code), parts[2].rstrip("\r\n") if len(parts) > 2 else ""
+
+
+def chunk_size(line: bytes) -> int | None:
+    """A chunk-size line's size (its extensions and line end dropped), or None when it is not 1*HEXDIG: int(size,
+    16) alone also takes "0x2", "+2", "-2" and "0_2". Either path reads None as a body cut short (`reset`), as
+    http.client reads a size int() refuses."""
+    size = line.split(b";", 1)[0].strip(b" \t\r\n")
+    return int(size, 16) if _HEX.fullmatch(size) else None
+
+
+class Trailers:
+    """The trailer lines of a chunked body, counted as header lines are and refused past `MAX_HEADER_BYTES`."""
+
+    def __init__(self) -> None:
+        self._size = 0
+
+    def ended(self, line: bytes) -> bool:
+        """True at the blank line that ends them; `line` is one trailer line, its line end included or not."""
+        bare = line.rstrip(b"\r\n")
+        self._size += len(bare) + 2
+        if self._size > MAX_HEADER_BYTES:
+            raise WireError(FailureKind.PROTOCOL, f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
+        return not bare
 
 
 class _SocketAnswer:
@@ -166,7 +270,11 @@ class _SocketAnswer:
         self._keep = keep
         self._broken = False
         self.status = response.status
-        self.headers = tuple(response.msg.items())
+        # The email package keeps an obs-fold's line end in a value, and the whitespace after it; the selector's
+        # parser puts one space for a fold (RFC 9112 section 5.2 allows it) and strips the ends: so does this.
+        self.headers = tuple(
+            (k, (_FOLD.sub(" ", v) if "\n" in v else v).rstrip(" \t")) for k, v in response.msg.items()
+        )
 
     def read(self, size: int) -> bytes:
         try:
@@ -364,7 +472,7 @@ def _begin(response: _DeadlineResponse) -> None:
     except http.client.LineTooLong:
         raise WireError(FailureKind.PROTOCOL, "a status or header line is longer than 64 KiB") from None
     except http.client.BadStatusLine:
-        raise WireError(FailureKind.PROTOCOL, "the answer does not start with an HTTP status line") from None
+        raise WireError(FailureKind.PROTOCOL, NOT_STATUS) from None
     except http.client.HTTPException as exc:
         raise WireError(FailureKind.PROTOCOL, f"broken answer head: {exc}") from None
     except OSError as exc:
@@ -372,21 +480,37 @@ def _begin(response: _DeadlineResponse) -> None:
     if response.reader.ended:
         # http.client takes end-of-stream for the blank line that ends the headers; a cut head is not an answer.
         raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
+    if response.msg.defects:
+        # A line that is not a header (the email package ends the head there and drops what follows, a
+        # Content-Length say), a lone CR (a line end to it), a line without a name. Checked after the cut head
+        # above: a head cut inside a name is a reset, as the selector has it.
+        raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
     if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
         raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(response.msg.items())
 
 
 def check_framing(headers: Sequence[tuple[str, str]]) -> None:
-    """RFC 9112 section 6.3: an answer whose length is ambiguous is not read at all (one reader's body end is
-    another's next answer): Content-Length given twice with different values, or beside Transfer-Encoding, or a
-    transfer coding other than chunked."""
-    lengths = {value.strip() for name, value in headers if name.lower() == "content-length"}
-    codings = [
-        c.strip().lower() for name, value in headers if name.lower() == "transfer-encoding" for c in value.split(",")
-    ]
+    """What both paths check of a parsed head: every header name a token (the email package takes "X(A)"), and,
+    RFC 9112 section 6.3, the framing: an answer whose length is ambiguous is not read at all (one reader's body end is
+    another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
+    would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
+    beside Transfer-Encoding, or a transfer coding other than chunked."""
+    lengths: set[str] = set()
+    codings: list[str] = []
+    for name, value in headers:  # one pass: this runs on every answer
+        if not _TOKEN.fullmatch(name):
+            raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
+        key = name.lower()
+        if key == "content-length":
+            lengths.add(value.strip())
+        elif key == "transfer-encoding":
+            codings += [c.strip().lower() for c in value.split(",")]
     if len(lengths) > 1:
         raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
+    # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
+    if any(not (length.isascii() and length.isdigit() and len(length) <= 19) for length in lengths):
+        raise WireError(FailureKind.PROTOCOL, "the answer's Content-Length is not a number")
     if codings and lengths:
         raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
     if codings and codings != ["chunked"]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import selectors
 import socket
 import time
@@ -33,21 +32,24 @@ from .core.observe import FailureKind
 from .wire import (
     MAX_HEADER_BYTES,
     MAX_HEADERS,
+    MAX_LINE,
+    NO_CHUNK_CRLF,
+    NOT_A_HEADER,
+    NOT_STATUS,
     READ_CHUNK,
     Answer,
     Request,
     SocketTransport,
+    Trailers,
     WireError,
     check_framing,
+    chunk_size,
     origin_of_parts,
+    parse_status_line,
     request_head,
+    server_closes,
 )
 
-MAX_LINE = 65536
-"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_HEX = re.compile(rb"[0-9A-Fa-f]+")
 _CONNECT, _SEND, _HEAD, _BODY = range(4)
 _TRAILER = -1
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -74,7 +76,6 @@ def _protocol(message: str) -> WireError:
     return WireError(FailureKind.PROTOCOL, message)
 
 
-_NOT_STATUS = "the answer does not start with an HTTP status line"
 _TOO_LONG = "a status or header line is longer than 64 KiB"
 
 
@@ -83,19 +84,14 @@ def parse_head(data: bytes) -> Head:
     lines = data.decode("latin-1").split("\n")
     if len(data) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
         raise _protocol(_TOO_LONG)
-    parts = lines[0].split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise _protocol(_NOT_STATUS)
-    version, code = parts[0], parts[1]
-    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
-        raise _protocol(_NOT_STATUS)
-    if version != "HTTP/1.0" and not version.startswith("HTTP/1."):
-        raise _protocol(f"broken answer head: unknown protocol {version[:20]!r}")
+    version, code, _ = parse_status_line(lines[0])
     headers: list[tuple[str, str]] = []
     for raw in lines[1:]:
         line = raw[:-1] if raw.endswith("\r") else raw
         if not line:
             break
+        if "\r" in line:  # a lone CR ends a line for the email package (the blocking path), which refuses it
+            raise _protocol(NOT_A_HEADER)
         if line[0] in " \t":  # obs-fold: RFC 9112 section 5.2 lets a recipient replace it with a space
             if not headers:
                 raise _protocol("broken answer head: a continuation line before any header")
@@ -103,25 +99,26 @@ def parse_head(data: bytes) -> Head:
             headers[-1] = (name, value + " " + line.strip(" \t"))
             continue
         name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name):
-            raise _protocol("broken answer head: a header line is not a name, a colon and a value")
+        if not colon:
+            raise _protocol(NOT_A_HEADER)  # and a name that is not a token, by `check_framing`
         headers.append((name, value.strip(" \t")))
-        if len(headers) > MAX_HEADERS:
+        if len(headers) >= MAX_HEADERS:  # with the blank line, a 101st line: what http.client refuses
             raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
     # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
     if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(headers)
-    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
-    closes = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-    return Head(int(code), tuple(headers), closes)
+    return Head(code, tuple(headers), server_closes(version == "HTTP/1.0", headers))
 
 
 def _head_end(buffer: bytearray, start: int) -> int:
     """Where the blank line that ends the head ends, or -1 (lines may end in CRLF or, leniently, LF alone);
     `start` is where the search may begin (bytes before it were searched already)."""
-    ends = [at + n for at, n in ((buffer.find(b"\n\r\n", start), 3), (buffer.find(b"\n\n", start), 2)) if at >= 0]
-    return min(ends) if ends else -1
+    crlf = buffer.find(b"\n\r\n", start)
+    # A bare-LF end comes first only if it starts at or before the CRLF one: searching past that would read the
+    # whole rest of the buffer for each head of a 1xx flood (quadratic in a read's 2,600 heads).
+    lf = buffer.find(b"\n\n", start, len(buffer) if crlf < 0 else crlf + 2)
+    return lf + 2 if lf >= 0 else crlf + 3 if crlf >= 0 else -1
 
 
 def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
@@ -131,12 +128,12 @@ def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: i
     costs time in proportion to its length, not to its square."""
     start = bytes(buffer[:5])
     if start != b"HTTP/"[: len(start)]:
-        raise _protocol(_NOT_STATUS)
+        raise _protocol(NOT_STATUS)
     if len(buffer) - line_start > MAX_LINE:
         raise _protocol(_TOO_LONG)
     if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    if lines - 1 > MAX_HEADERS:
+    if lines - 1 >= MAX_HEADERS:  # 100 header lines: the next line, even the blank one, is one too many
         raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
 
 
@@ -185,7 +182,7 @@ class _Exchange:
         self._left: int | None = None  # Content-Length bytes still to come; None: until close, or chunked
         self._chunked = False
         self._chunk: int | None = None  # in a chunked body: bytes left of this chunk, 0 = its CRLF, None = a size
-        self._trailer = 0
+        self._trailers = Trailers()
         self._seen = 0  # bytes at the buffer's start already searched for the end of the head or line wanted
         self._first, self._lines, self._line_start = -1, 0, 0  # the unfinished head's tally (`_scan`)
 
@@ -323,15 +320,13 @@ class _Exchange:
                 break
         status, method = head.status, self.request.method
         chunked = any(k.lower() == "transfer-encoding" for k, _ in head.headers)  # `check_framing`: only chunked
-        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]  # all one value
+        # `check_framing`: all one value, of at most 19 digits
+        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]
         if method == "HEAD" or status in (204, 304) or status < 200:
             self._left = 0
         elif chunked:
             self._chunked = True
         elif lengths:
-            # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
-            if not (lengths[0].isascii() and lengths[0].isdigit() and len(lengths[0]) <= 19):
-                raise _protocol("the answer's Content-Length is not a number")
             self._left = int(lengths[0])
         self._head, self._stage = head, _BODY
 
@@ -367,22 +362,19 @@ class _Exchange:
                 del buffer[: end + 1]
                 self._seen = 0
                 if self._chunk == _TRAILER:
-                    self._trailer += len(line) + 2
-                    if self._trailer > MAX_HEADER_BYTES:
-                        raise _protocol(f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
-                    if not line:
+                    if self._trailers.ended(line):
                         self._answered(clean=not buffer)
                         return
                     continue
-                size = line.split(b";", 1)[0].strip(b" \t")
-                if not _HEX.fullmatch(size):  # what http.client reads as an incomplete body
+                size = chunk_size(line)
+                if size is None:  # what http.client reads as an incomplete body
                     raise WireError(FailureKind.RESET, "the connection closed in the middle of a chunked body")
-                self._chunk = int(size, 16) or _TRAILER
+                self._chunk = size or _TRAILER
             elif self._chunk == 0:
                 if len(buffer) < 2:
                     return
                 if buffer[:2] != b"\r\n":
-                    raise _protocol("broken chunked body (no CRLF after a chunk)")
+                    raise _protocol(NO_CHUNK_CRLF)
                 del buffer[:2]
                 self._chunk = None
             else:

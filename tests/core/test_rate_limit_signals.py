@@ -125,6 +125,18 @@ def test_a_reset_in_the_past_means_now_and_seconds_and_milliseconds_are_relative
         assert obs.retry_after == T0 + timedelta(seconds=seconds)
 
 
+@pytest.mark.parametrize(
+    ("unit", "value"),
+    [("seconds", "9" * 15), ("seconds", "999999999999999.5"), ("duration", "9" * 15 + "s"), ("milliseconds", "9" * 15)],
+)
+def test_a_reset_past_what_a_timedelta_holds_is_rejected_not_raised(unit: str, value: str) -> None:
+    """15 digits of seconds is past timedelta's 999,999,999 days: it raised OverflowError out of `observe`."""
+    contract = _contract(f'[[rate_limit]]\nstatus = [503]\nreset_header = "x-reset"\nreset = "{unit}"\n')
+    obs = observe(contract, response(status=503, headers={"x-reset": value}))
+    assert obs.kind is Kind.RATE_LIMITED and obs.retry_after is None
+    assert [r.why for r in obs.rejections] == ["absurdly far in the future"]
+
+
 @given(st.text(max_size=40))
 def test_any_reset_header_text_is_a_time_or_a_rejection(value: str) -> None:
     headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": value}

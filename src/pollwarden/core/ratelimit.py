@@ -92,7 +92,8 @@ def _moment(reset: ResetFormat, source: str, text: str, at: datetime) -> datetim
         moment = datetime.fromtimestamp(number, UTC)
     else:
         seconds = number / 1000 if reset is ResetFormat.MILLISECONDS else number
-        if timedelta(seconds=seconds) > MAX_RETRY_AFTER:
+        # Compared as a number: 15 digits of seconds is past what a timedelta holds (OverflowError).
+        if seconds > MAX_RETRY_AFTER.total_seconds():
             return Rejection(source, shown, "absurdly far in the future")
         moment = at + timedelta(seconds=seconds)
     return max(moment, at)
