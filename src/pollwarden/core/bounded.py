@@ -1,0 +1,30 @@
+"""Reading a file a person named (a flag, a setting) without trusting its size.
+
+`path.read_bytes()` of `/dev/zero`, of a FIFO whose writer never stops or of a runaway file reads until memory
+runs out; a file named from outside is read up to a limit, and one past it is refused, never read whole.
+The one read the core does (`load_contract`) uses it, so it lives here, where every interface can import it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["TooLarge", "read_bounded"]
+
+
+class TooLarge(ValueError):
+    """The file holds more than the limit; `limit` says how much was allowed."""
+
+    def __init__(self, path: Path | str, limit: int) -> None:
+        super().__init__(f"{path} is larger than {limit} bytes")
+        self.limit = limit
+
+
+def read_bounded(path: Path | str, limit: int) -> bytes:
+    """The whole file, if it holds at most `limit` bytes; else TooLarge (after reading `limit` + 1 bytes).
+    OSError as opening or reading raises it (a missing file, a directory, an I/O error)."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(path, limit)
+    return data
