@@ -120,3 +120,18 @@ def test_a_submit_body_that_never_ends_is_exit_2_after_a_bounded_read(tmp_path: 
     assert ran.code == 2 and f"larger than {MAX_BODY_BYTES} bytes" in ran.stderr, ran.stderr
     assert not wrote_all.is_set()
     assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "verify", "--checkpoint", "x" * 5000),
+        ("mcp", "--contracts", "x" * 5000),
+        ("status", "--home", "x" * 5000),
+    ],
+)
+def test_a_path_too_long_for_the_file_system_is_exit_2_not_a_traceback(args: tuple[str, ...], home: Path) -> None:
+    # `Path.exists()` and `is_dir()` raise ENAMETOOLONG (only a missing file is False): that was exit 1.
+    ran = run_cli(*args, home=home)
+    assert ran.code == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert "too long" in ran.stderr, ran.stderr
