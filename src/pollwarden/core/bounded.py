@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import PollwardenError
+
 __all__ = ["TooLarge", "read_bounded"]
 
 
-class TooLarge(ValueError):
-    """The file holds more than the limit; `limit` says how much was allowed."""
+class TooLarge(PollwardenError):
+    """The file holds more than the limit; `limit` says how much was allowed. Bad input (exit 2), though every
+    reader turns it into its own error naming the flag or the file's role."""
 
     def __init__(self, path: Path | str, limit: int) -> None:
         super().__init__(f"{path} is larger than {limit} bytes")
