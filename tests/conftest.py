@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import locale
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,27 @@ class Ran:
     code: int
     stdout: str
     stderr: str
+
+
+@contextlib.contextmanager
+def endless_file(path: Path, limit: int) -> Iterator[threading.Event]:
+    """A FIFO at `path` that stands in for `/dev/zero` or a runaway pipe: its writer stops after 4 times `limit`
+    bytes (setting the event it yields: the reader read everything) or once the reader has closed its end."""
+    os.mkfifo(path)
+    wrote_all = threading.Event()
+
+    def endless() -> None:
+        chunk = b"#" * 65536  # one endless line, as /dev/zero has
+        with contextlib.suppress(BrokenPipeError), open(path, "wb") as out:
+            for _ in range(4 * limit // len(chunk) + 1):
+                out.write(chunk)
+            wrote_all.set()
+
+    writer = threading.Thread(target=endless, daemon=True)
+    writer.start()
+    yield wrote_all
+    writer.join(60)
+    assert not writer.is_alive(), "nothing opened the FIFO, or the reader neither read on nor closed it"
 
 
 def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Ran:

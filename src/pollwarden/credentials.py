@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
+from .core.bounded import TooLarge, read_bounded
 from .core.contract import Contract
 from .core.contract_auth import Auth, AuthKind
 from .core.scrub import Scrubber
@@ -103,14 +104,13 @@ def run_token_command(argv: tuple[str, ...], environ: Mapping[str, str], timeout
 
 def read_token_file(path: str) -> str:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_TOKEN_BYTES + 1)
+        data = read_bounded(path, MAX_TOKEN_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         raise CredentialError(f"[auth].token_file: {path} does not exist") from None
     except OSError as exc:
         raise CredentialError(f"[auth].token_file: cannot read {path} ({exc.__class__.__name__})") from None
-    if len(data) > MAX_TOKEN_BYTES:
-        raise CredentialError(f"[auth].token_file: {path} is longer than {MAX_TOKEN_BYTES} bytes")
+    except TooLarge:
+        raise CredentialError(f"[auth].token_file: {path} is longer than {MAX_TOKEN_BYTES} bytes") from None
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError:

@@ -16,6 +16,7 @@ from pollwarden.audit import (
     AuditCipher,
     AuditRecord,
     ExportFormatError,
+    export,
     public_key_text,
     read_checkpoint_file,
     read_export,
@@ -24,6 +25,7 @@ from pollwarden.audit import (
     write_checkpoint_file,
     write_export,
 )
+from tests.conftest import endless_file
 
 from .conftest import Signer, at_for, build_log
 
@@ -294,3 +296,25 @@ def test_export_under_another_key_fails_against_a_pinned_checkpoint(
     report = verify(*read_export(path), trusted_checkpoint=trusted)
     assert not report.ok
     assert "the log's key was replaced" in report.problems[0].what
+
+
+def test_an_export_or_a_kept_file_that_never_ends_is_refused_after_a_bounded_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `audit verify --file /dev/zero` (or `--checkpoint /dev/zero`) read one endless line until memory ran out.
+    monkeypatch.setattr(export, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(export, "MAX_KEPT_FILE_BYTES", 1 << 20)
+    endless = endless_file(tmp_path / "export.jsonl", 1 << 20)
+    with endless as wrote_all, pytest.raises(ExportFormatError, match="line 1: longer than 1048576 bytes"):
+        read_export(tmp_path / "export.jsonl")
+    assert not wrote_all.is_set()
+    endless = endless_file(tmp_path / "head.json", 1 << 20)
+    with endless as wrote_all, pytest.raises(ExportFormatError, match=r"checkpoint file .* is larger than 1048576"):
+        read_checkpoint_file(tmp_path / "head.json")
+    assert not wrote_all.is_set()
+
+
+def test_an_export_that_fails_to_read_midway_is_a_format_error_naming_it() -> None:
+    # Reading /proc/self/mem from its start fails with EIO once open: that was a traceback.
+    with pytest.raises(ExportFormatError, match="cannot read /proc/self/mem"):
+        read_export(Path("/proc/self/mem"))

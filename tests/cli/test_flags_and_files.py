@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden.cli.decide import MAX_BODY_BYTES
 from pollwarden.simulator import Simulator, Step
-from tests.conftest import run_cli, write_contract
+from tests.conftest import endless_file, run_cli, write_contract
 
 HUGE = "99999999999999999999"
 
@@ -104,3 +105,33 @@ def test_a_submit_body_nested_deeper_than_json_recurses_is_exit_2(tmp_path: Path
     ran = run_cli("submit", "--contract", str(contract), "--body", str(body), home=home, timeout=30)
     assert ran.code == 2 and "--body" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
     assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+def test_a_submit_body_that_never_ends_is_exit_2_after_a_bounded_read(tmp_path: Path, home: Path) -> None:
+    # `--body /dev/zero` read until memory ran out.
+    contract = tmp_path / "c.toml"
+    contract.write_text(
+        'name = "jobs"\nstatus_url = "http://127.0.0.1:9/jobs/{job_id}"\n[states]\npending = ["running"]\n'
+        'success = ["done"]\nfailure = ["failed"]\n[fields]\nstate = "state"\n[submit]\nurl = "http://127.0.0.1:9/jobs"\n',
+        encoding="utf-8",
+    )
+    with endless_file(tmp_path / "body.json", MAX_BODY_BYTES) as wrote_all:
+        ran = run_cli("submit", "--contract", str(contract), "--body", str(tmp_path / "body.json"), home=home)
+    assert ran.code == 2 and f"larger than {MAX_BODY_BYTES} bytes" in ran.stderr, ran.stderr
+    assert not wrote_all.is_set()
+    assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "verify", "--checkpoint", "x" * 5000),
+        ("mcp", "--contracts", "x" * 5000),
+        ("status", "--home", "x" * 5000),
+    ],
+)
+def test_a_path_too_long_for_the_file_system_is_exit_2_not_a_traceback(args: tuple[str, ...], home: Path) -> None:
+    # `Path.exists()` and `is_dir()` raise ENAMETOOLONG (only a missing file is False): that was exit 1.
+    ran = run_cli(*args, home=home)
+    assert ran.code == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert "too long" in ran.stderr, ran.stderr

@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from pollwarden.core import Category, ContractError, Jitter, load_contract, parse_contract
+from pollwarden.core.contract import MAX_CONTRACT_BYTES
+from tests.conftest import endless_file
 
 from .support import EXAMPLE_CONTRACT, contract_text, make_contract
 
@@ -376,3 +378,11 @@ def test_a_contract_file_is_parsed_once_per_text_and_a_changed_file_is_read_agai
             load_contract(broken)
     broken.write_text(MINIMAL, encoding="utf-8")
     assert load_contract(broken).name == "exports"
+
+
+def test_a_contract_file_that_never_ends_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
+    # `--contract /dev/zero` read until memory ran out (22 GB in 8 s, then the kernel killed it).
+    endless = endless_file(tmp_path / "endless.toml", MAX_CONTRACT_BYTES)
+    with endless as wrote_all, pytest.raises(ContractError, match=f"larger than {MAX_CONTRACT_BYTES} bytes"):
+        load_contract(tmp_path / "endless.toml")
+    assert not wrote_all.is_set()

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 
@@ -23,11 +23,11 @@ from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
-from pollwarden.engine import AdmissionError, Engine, Polled
+from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
 from pollwarden.http import FakeTransport, Reply, StatusClient
 from pollwarden.simulator import Simulator, contract_text
-from pollwarden.store.base import Store
+from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.worker import CLAIM_TTL, Worker
 
@@ -194,3 +194,34 @@ def test_the_real_status_client_through_the_engine_on_a_scripted_transport(store
     assert [dict(r.headers).get("Authorization") for r in transport.requests] == ["Bearer tok-ENGINE-123"] * 2
     trail = json.dumps([dict(e.data) for e in store.events(op)])
     assert "tok-ENGINE-123" not in trail and "[secret]" in trail
+
+
+class _RivalBetweenReadAndWrite:
+    """The store as one creator sees it when another creator of the same job commits between this one's look-up
+    and its write (two watches, or a watch and an enqueue, started together): `rival` runs once, after the first
+    `find_jobs` has answered."""
+
+    def __init__(self, store: Store, rival: Callable[[], object]) -> None:
+        self.store = store
+        self.rival: Callable[[], object] | None = rival
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
+        found = self.store.find_jobs(contract_name, job_ids)
+        if self.rival is not None:
+            rival, self.rival = self.rival, None
+            rival()
+        return found
+
+
+def test_two_creators_of_one_job_at_once_get_one_operation_and_one_budget(store: Store) -> None:
+    contract = _contract(max_requests=3)
+    rival = Engine(store, owner="rival", clock=store.db_now)
+    created: list[Admitted] = []
+    racing = _RivalBetweenReadAndWrite(store, lambda: created.append(rival.admit(WatchRequest(contract, "never-1"))))
+    late = Engine(cast(Store, racing), owner="late", clock=store.db_now).admit(WatchRequest(contract, "never-1"))
+    assert created[0].created and not late.created and late.reused_job
+    assert late.record.operation_id == created[0].record.operation_id
+    assert [s.record.operation_id for s in store.all()] == [created[0].record.operation_id]

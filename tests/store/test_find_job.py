@@ -15,7 +15,7 @@ import pytest
 
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.record import new_record
-from pollwarden.store.base import StoreError
+from pollwarden.store.base import OperationExists, StoreError
 from pollwarden.store.migrations import migrations
 from pollwarden.store.postgres import PostgresStore
 from pollwarden.store.sqlite import SQLiteStore
@@ -40,10 +40,18 @@ def _create(store: AnyStore, contract: str, op: str, job: str, minutes: int) -> 
     store.create(record, text, {"job": job})
 
 
+def _create_unchecked(store: AnyStore, contract: str, op: str, job: str, minutes: int) -> None:
+    """A row as a database written before a job's second operation was refused may hold one."""
+    text = _contract(contract)
+    record = new_record(parse_contract(text), operation_id=op, job_id=job, now=T0 + timedelta(minutes=minutes))
+    with store._tx() as tx:  # type: ignore[attr-defined]
+        store._insert_operations(tx, [(record, text)])  # type: ignore[attr-defined]
+
+
 def test_the_operations_of_a_job_come_newest_first_and_nothing_else(store: AnyStore) -> None:
-    _create(store, "exports", "op-old", "exp_71c", 0)
     _create(store, "exports", "op-new", "exp_71c", 5)
-    _create(store, "exports", "op-mid", "exp_71c", 2)
+    _create_unchecked(store, "exports", "op-old", "exp_71c", 0)
+    _create_unchecked(store, "exports", "op-mid", "exp_71c", 2)
     _create(store, "exports", "op-other-job", "exp_72d", 1)
     _create(store, "imports", "op-other-contract", "exp_71c", 3)
     found = store.find_job("exports", "exp_71c")
@@ -51,6 +59,23 @@ def test_the_operations_of_a_job_come_newest_first_and_nothing_else(store: AnySt
     assert all(s.record.contract_name == "exports" and s.record.job_id == "exp_71c" for s in found)
     assert store.find_job("exports", "exp_99z") == []
     assert store.find_job("Exports", "exp_71c") == []  # names are exact, not folded
+
+
+def test_a_second_operation_of_one_job_is_refused_by_the_transaction_that_writes_it(store: AnyStore) -> None:
+    # The look-up before a create is a read: two creators may both find nothing. The write decides.
+    _create(store, "exports", "op-first", "exp_71c", 0)
+    with pytest.raises(OperationExists, match="job exp_71c of exports already has operation op-first"):
+        _create(store, "exports", "op-second", "exp_71c", 1)
+    text = _contract("exports")
+    twice = [
+        (new_record(parse_contract(text), operation_id=op, job_id="exp_72d", now=T0), text, {"job": "exp_72d"})
+        for op in ("op-a", "op-b")
+    ]
+    with pytest.raises(OperationExists, match="job exp_72d of exports is given twice"):
+        store.create_many(twice)
+    _create(store, "imports", "op-other-contract", "exp_71c", 2)  # the same job id under another contract
+    assert sorted(s.record.operation_id for s in store.all()) == ["op-first", "op-other-contract"]
+    assert {r.log_id for r in store.audit_records()} == {"op-first", "op-other-contract"}
 
 
 def test_sqlite_answers_from_the_job_index(tmp_path: Path) -> None:

@@ -120,6 +120,46 @@ def test_a_body_that_fails_in_a_batch_is_rolled_back_alone(stores: list[SQLiteSt
     assert report.ok, report.problems  # the failed body's records and its changes to the shared Tx are gone
 
 
+def test_a_body_that_fails_in_a_batch_is_answered_once_what_it_failed_on_is_committed(
+    stores: list[SQLiteStore],
+) -> None:
+    # A body may fail on what an earlier member of its batch wrote (the operation id or the job another watch
+    # just created); its caller then looks again, with a read outside the batch, and must find that.
+    first, failing, *_ = stores
+    writer = _writer(first)
+    inside, go = threading.Event(), threading.Event()
+    seen: list[list[str]] = []
+
+    def holds_the_writer() -> None:
+        with first._tx() as tx:
+            first._append(tx, "kept", "note", {}, T0)
+            inside.set()
+            go.wait(10)
+
+    def fails() -> None:
+        try:
+            with failing._tx() as tx:
+                failing._append(tx, "lost", "note", {}, T0)
+                raise ValueError("conflicts with what the batch holds")
+        except ValueError:
+            seen.append(sorted({r.log_id for r in failing.audit_records()}))
+
+    threads = [threading.Thread(target=holds_the_writer), threading.Thread(target=fails)]
+    threads[0].start()
+    inside.wait(10)
+    with writer._count:
+        writer._queued += 1  # another joiner on its way: the batch stays open after the failing body
+    threads[1].start()
+    _queued(writer, 2)
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    with writer._count:
+        writer._queued -= 1
+    assert seen == [["kept"]]
+    _audit_ok(first)
+
+
 class _FailingCommit:
     """The writer's connection, except that COMMIT fails as a full disk would make it."""
 

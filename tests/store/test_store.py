@@ -46,7 +46,8 @@ TTL = timedelta(seconds=10)
 
 
 def _record(op: str = "op", *, now: datetime = T0) -> OperationRecord:
-    return new_record(parse_contract(CONTRACT), operation_id=op, job_id="exp_71c", now=now)
+    """A new operation of a job of its own (a job has one operation: a second is refused)."""
+    return new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"exp-{op}", now=now)
 
 
 def _stopped(record: OperationRecord) -> OperationRecord:
@@ -343,7 +344,7 @@ def test_a_submission_survives_and_becomes_an_operation_once_accepted(store: Any
     assert store.get_submission("ghost") is None
     with pytest.raises(OperationExists):
         store.record_submission(submission, {})
-    record = replace(_record("sub"), status_location="http://127.0.0.1:9/jobs/j-1")
+    record = replace(_record("sub"), job_id="exp_71c", status_location="http://127.0.0.1:9/jobs/j-1")
     store.accept_submission(submission, record, CONTRACT, {"job": "exp_71c"})
     accepted = store.get_submission("sub")
     assert accepted is not None

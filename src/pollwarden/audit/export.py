@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -40,6 +40,7 @@ from pollwarden.audit.crypto import AuditError, AuditKeyError
 from pollwarden.audit.heads import Head
 from pollwarden.audit.journal import HeadFile, LogTip
 from pollwarden.audit.verifier import LogHead, VerifyReport, verify
+from pollwarden.core.bounded import TooLarge, read_bounded
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -171,6 +172,13 @@ def write_export(
     return count
 
 
+MAX_LINE_BYTES = 512 * 1024 * 1024
+"""Longer than any record line (a sealed provider answer is capped far below); an endless line (`/dev/zero`) is
+refused after this much, never read whole."""
+MAX_KEPT_FILE_BYTES = 512 * 1024 * 1024
+"""The same for a checkpoint or head file (a head file lists every log's tip: large for a big fleet, not this)."""
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """Yield (line number, text, is_last) so the parser can tell a torn tail from a bad middle line."""
     try:
@@ -180,7 +188,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     with handle:
         number = 0
         previous: bytes | None = None
-        for raw in handle:
+        while raw := _read_line(path, handle, number + 1):
             if previous is not None:
                 yield from _decode_line(path, number, previous, False)
             number += 1
@@ -188,6 +196,16 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
         if previous is None:
             raise ExportFormatError(f"{path}: line 1: the file is empty, expected the export header")
         yield from _decode_line(path, number, previous, True)
+
+
+def _read_line(path: Path, handle: BinaryIO, number: int) -> bytes:
+    try:
+        raw = handle.readline(MAX_LINE_BYTES + 1)
+    except OSError as exc:  # a device or a failing disk: the file cannot be read, which is not a traceback
+        raise ExportFormatError(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_LINE_BYTES:
+        raise ExportFormatError(f"{path}: line {number}: longer than {MAX_LINE_BYTES} bytes; not an export")
+    return raw
 
 
 def _decode_line(path: Path, number: int, raw: bytes, last: bool) -> Iterator[tuple[int, str, bool]]:
@@ -400,9 +418,11 @@ def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
 
 def _read_json_file(path: Path, what: str) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_KEPT_FILE_BYTES).decode("utf-8")
     except OSError as exc:
         raise ExportFormatError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except TooLarge:
+        raise ExportFormatError(f"{what} {path} is larger than {MAX_KEPT_FILE_BYTES} bytes; not one") from None
     except UnicodeDecodeError:
         raise ExportFormatError(f"{what} {path} is not valid UTF-8") from None
     try:

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from pollwarden.audit.checkpoint import key_id_of, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
+from pollwarden.core.bounded import TooLarge, read_bounded
 from pollwarden.home import tighten_own_dir
 
 __all__ = [
@@ -211,12 +212,12 @@ _PUBLIC_FILE_SHAPE = (
 
 def _read_public_file(path: Path) -> Ed25519PublicKey:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(_PUBLIC_FILE_LIMIT + 1)
+        data = read_bounded(path, _PUBLIC_FILE_LIMIT)
     except OSError as exc:
         raise AuditKeyError(f"cannot read public key file {path}: {exc.strerror}; {_PUBLIC_FILE_SHAPE}") from None
-    if len(data) > _PUBLIC_FILE_LIMIT:
-        raise AuditKeyError(f"public key file {path} is over {_PUBLIC_FILE_LIMIT} bytes; {_PUBLIC_FILE_SHAPE}")
+    except TooLarge:
+        over = f"public key file {path} is over {_PUBLIC_FILE_LIMIT} bytes"
+        raise AuditKeyError(f"{over}; {_PUBLIC_FILE_SHAPE}") from None
     return load_public_key_text(data.decode("ascii", errors="replace"), source=f"public key file {path}")
 
 

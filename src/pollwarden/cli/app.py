@@ -8,6 +8,7 @@ provider without success, 4 stopped and escalated for a decision, 5 the audit lo
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # after BrokenPipeError, which is one
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        # Only a person's words make a path too long (a flag, --home, a witness directory); `Path.exists()` and
+        # `is_dir()` raise this rather than answer False, wherever a command first looks at one.
+        named = shown(str(exc.filename))
+        _say(
+            f"pollwarden: error: a path is too long for the file system: {named[:80]}{'...' if len(named) > 80 else ''}"
+        )
+        return EXIT_USAGE
 
 
 def _say(line: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
 from ..core.admission import new_operation_id, operation_id_problem
+from ..core.bounded import TooLarge, read_bounded
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
@@ -101,12 +102,24 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return EXIT_OK if not outcome.action or outcome.action.get("ok") else EXIT_ESCALATED
 
 
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Far more than a job submission's JSON takes; a larger file (a device, a pipe that never ends) is refused
+after reading this much, never read whole."""
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     contract = _load_contract(args.contract, vars_of(args))
     try:
-        body = sys.stdin.buffer.read() if args.body == "-" else Path(args.body).read_bytes()
+        if args.body == "-":
+            body = sys.stdin.buffer.read(MAX_BODY_BYTES + 1)
+            if len(body) > MAX_BODY_BYTES:
+                raise TooLarge("standard input", MAX_BODY_BYTES)
+        else:
+            body = read_bounded(args.body, MAX_BODY_BYTES)
     except OSError as exc:
         raise UsageError(f"--body {args.body}: {exc.strerror}") from None
+    except TooLarge:
+        raise UsageError(f"--body {args.body}: larger than {MAX_BODY_BYTES} bytes") from None
     try:
         json.loads(body)
     except (ValueError, RecursionError):  # json recurses once per nesting level

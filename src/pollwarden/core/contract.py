@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import expr
+from .bounded import TooLarge, read_bounded
 from .contract_auth import Auth as Auth
 from .contract_auth import parse_auth
 from .contract_model import (
@@ -55,12 +56,18 @@ from .contract_vars import (
 from .durations import TIMESTAMP_FORMATS, DurationError
 from .reasons import Category, Jitter
 
+MAX_CONTRACT_BYTES = 1024 * 1024
+"""Far more than any contract takes (the shipped ones are under 4 KiB); a larger file, a device or a pipe that
+never ends is refused after reading this much, never read whole."""
+
 
 def load_contract(path: Path, vars: Mapping[str, str] | None = None) -> Contract:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_CONTRACT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ContractError(f"contract file {path} does not exist") from None
+    except TooLarge:
+        raise ContractError(f"contract file {path} is larger than {MAX_CONTRACT_BYTES} bytes") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ContractError(f"cannot read contract file {path}: {exc.__class__.__name__}") from None
     return parse_contract(text, source=str(path), vars=vars)

@@ -55,7 +55,7 @@ from .common import (
     taken_over,
     takeover_event,
 )
-from .trail import AuditTrail
+from .trail import AuditTrail, job_lock_key
 
 _ALREADY = "operation {} already exists"
 
@@ -102,10 +102,36 @@ class _Operations(AuditTrail):
             # Every new log locked up front in the one global order (PostgreSQL): a batch never deadlocks
             # with another transaction that locks several logs.
             logs = [record.operation_id for record, _, _ in operations]
+            self._refuse_second_operations(tx, [record for record, _, _ in operations])
             self._lock_logs(tx, logs)
             self._read_heads(tx, logs)  # a log may exist already: a submission's outcome was unknown
             self._insert_operations(tx, [(record, contract_text) for record, contract_text, _ in operations])
             self._append_many(tx, [(r.operation_id, "created", event, r.created_at) for r, _, event in operations])
+
+    def _refuse_second_operations(self, tx: Tx, records: Sequence[OperationRecord]) -> None:
+        """OperationExists, with the whole transaction, when a job already has an operation under the same
+        contract name or is given twice: admission looked first, but that look is a read, and two creators of one
+        job started together (two watches, a watch and an enqueue) both find nothing and would each get a fresh
+        budget. Decided in the write: SQLite's one writer orders the creators, PostgreSQL an advisory lock per job
+        held to commit (taken before any log's, sorted, as every creating transaction takes them)."""
+        jobs: dict[str, set[str]] = {}
+        for record in records:
+            same = jobs.setdefault(record.contract_name, set())
+            if record.job_id in same:
+                raise OperationExists(f"job {record.job_id} of {record.contract_name} is given twice")
+            same.add(record.job_id)
+        if self.dialect.lock_logs is not None:  # the statement takes the keys in list order
+            keys = sorted(job_lock_key(name, job) for name, same in jobs.items() for job in same)
+            tx.execute(self.dialect.lock_logs, (keys,))
+        for name, same in jobs.items():
+            for chunk in _chunks(sorted(same)):
+                found = tx.execute(
+                    f"SELECT job_id, operation_id FROM operations WHERE contract_name = ? AND job_id IN"
+                    f" ({marks(len(chunk))}) ORDER BY job_id, operation_id LIMIT 1",
+                    (name, *chunk),
+                ).fetchall()
+                if found:
+                    raise OperationExists(f"job {found[0][0]} of {name} already has operation {found[0][1]}")
 
     def _insert_operations(self, tx: Tx, operations: Sequence[tuple[OperationRecord, str]]) -> None:
         """OperationExists, with the whole transaction, when any id is taken. ON CONFLICT, not a prior SELECT:

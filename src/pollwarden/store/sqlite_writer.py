@@ -124,6 +124,7 @@ class GroupWriter:
         with self._count:
             self._queued += 1
         queued = True
+        failed: Exception | None = None
         try:
             # A `with` (not acquire() then try): an interrupt that surfaces just as the mutex is taken must
             # still release it, or every later write of the process hangs (CPython runs `__exit__` once a
@@ -148,18 +149,25 @@ class GroupWriter:
                         raise StoreError(f"the state database could not write: {exc}") from exc
                     if isinstance(exc, sqlite3.OperationalError) and _primary(exc) in _ENVIRONMENT:
                         raise _refusal(store.path, exc) from None
-                    raise
-                self._conn.execute("RELEASE member")
-                batch.stores.append(store)
-                if tx.head is not None:
-                    self._commit(batch)  # the body signed a head itself (newest_head): nothing may follow
+                    if not isinstance(exc, Exception):
+                        raise
+                    failed = exc
                 else:
-                    self._settle(batch)
+                    self._conn.execute("RELEASE member")
+                    batch.stores.append(store)
+                    if tx.head is not None:
+                        self._commit(batch)  # the body signed a head itself (newest_head): nothing may follow
+                    else:
+                        self._settle(batch)
         finally:
             if queued:  # interrupted while waiting for the mutex (or just as it was taken): leave the queue
                 with self._count:
                     self._queued -= 1
         self._wait(batch)
+        if failed is not None:
+            # Raised once its batch has ended: a body may have failed on what an earlier member wrote (the job
+            # another watch just created), and its caller's next read, outside the batch, must see that.
+            raise failed
         if batch.error is not None:
             why = str(batch.error) or type(batch.error).__name__
             raise StoreError(f"the state database could not commit: {why}") from batch.error

@@ -64,8 +64,16 @@ from .witness import HeadKeeper, Witness
 def log_lock_key(log_id: str) -> int:
     """A 64-bit lock key per log, computed here (not by `hashtext` in SQL) so a transaction that locks
     several logs can take them in one global order and never deadlock with another such transaction."""
-    digest = hashlib.sha256(b"pollwarden-audit-log\x00" + log_id.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return _lock_key(b"pollwarden-audit-log\x00" + log_id.encode("utf-8"))
+
+
+def job_lock_key(contract_name: str, job_id: str) -> int:
+    """The lock key of one provider job under one contract name, apart from every log's (another prefix)."""
+    return _lock_key(b"pollwarden-job\x00" + contract_name.encode("utf-8") + b"\x00" + job_id.encode("utf-8"))
+
+
+def _lock_key(text: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big", signed=True)
 
 
 INSERT_ROWS = 128
