@@ -161,3 +161,21 @@ def test_the_turn_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
     loose.chmod(0o666)
     subprocess.run([sys.executable, "-c", OPEN, str(tmp_path / "old.db")], check=True, umask=0, timeout=60)
     assert stat.S_IMODE(loose.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's takes root")
+def test_a_turn_file_of_another_user_is_not_used(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    planted = tmp_path / "shared.db-writer.lock"
+    planted.touch()
+    os.chown(planted, 65534, 65534)  # nobody's: whoever planted it could hold it to stall this user's writes
+    fd = os.open(planted, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for good by "them"
+        store = SQLiteStore(db)
+        with store._tx() as tx:  # writes anyway, ordered by SQLite's own lock
+            tx.execute("INSERT INTO meta VALUES ('mine', 'x')")
+        store.close()
+    finally:
+        os.close(fd)
+    assert _meta(db, "mine") == "x"

@@ -43,11 +43,17 @@ class Turn:
         self._fd: int | None = None
         try:
             create_private(self.path)
-            self._fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             # A directory this user cannot write (a read-only copy being verified) has no -wal either, so no
             # write would succeed: the turn is skipped and SQLite's own lock (and its refusal) decides.
-            self._fd = None
+            return
+        if os.fstat(fd).st_uid != os.geteuid():
+            # Planted by another user in a shared directory: whoever holds it could stall this user's writes,
+            # which the database's own 0600 keeps them from. Skipped; SQLite's lock still orders the writes.
+            os.close(fd)
+            return
+        self._fd = fd
 
     def take(self, timeout: float) -> bool:
         """Wait for the turn; False after `timeout` seconds (its holder is stopped, or writes without end)."""
