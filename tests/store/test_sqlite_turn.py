@@ -179,3 +179,25 @@ def test_a_turn_file_of_another_user_is_not_used(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert _meta(db, "mine") == "x"
+
+
+def test_a_forked_child_lets_go_of_the_turn_it_inherited_without_giving_it(db: Path) -> None:
+    store = SQLiteStore(db)
+    lock = str(db.with_name(db.name + "-writer.lock"))
+    with store._tx() as tx:
+        tx.execute("INSERT INTO meta VALUES ('parent', 'x')")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only os calls, then out
+            held = [n for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}") == lock]
+            os.write(write, b"kept" if held else b"closed")
+            os._exit(0)
+        os.close(write)
+        answer = os.read(read, 16)
+        os.close(read)
+        os.waitpid(pid, 0)
+        # Closed in the child (a parent killed later frees its turn), and not unlocked: the parent still holds it.
+        assert answer == b"closed"
+        assert _turn_is_held(db)
+    store.close()
+    assert not _turn_is_held(db)
