@@ -196,12 +196,12 @@ class GroupWriter:
 
     def _open(self, path: Path | str) -> _Batch:
         if self._batch is None:
-            if not self._turn.take(BUSY_TIMEOUT_S):
-                raise _locked(path, f"{self._turn.path.name} is held")
             try:
+                if not self._turn.take(BUSY_TIMEOUT_S):
+                    raise _locked(path, f"{self._turn.path.name} is held")
                 self._conn.execute("BEGIN IMMEDIATE")
             except BaseException as exc:
-                self._turn.give()
+                self._turn.give()  # also after an interrupt just as the turn was taken: never kept by mistake
                 if isinstance(exc, sqlite3.Error):
                     raise _refusal(path, exc) from None
                 raise
