@@ -7,7 +7,7 @@ lock is also what the dialect's row and log locks are on PostgreSQL, so here the
 
 The schema comes from `migrations` like PostgreSQL's; a file is brought to this code's version when it is
 opened (one machine: no fleet to keep in step), and one that a newer pollwarden wrote is refused. The
-file, its -wal and -shm are the owner's alone (see `home.py`).
+file, its -wal, -shm and -writer.lock are the owner's alone (see `home.py`).
 """
 
 from __future__ import annotations

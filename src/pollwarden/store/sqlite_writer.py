@@ -19,13 +19,16 @@ fsync makes them all durable. So:
 - **a lost batch is said so**: an error after which SQLite rolls back the whole transaction (SQLITE_FULL, an
   I/O error) fails every body of the batch, and no head is ever signed outside a transaction;
 - **one signing key per writer**: the writer is per file and signing key, since one member signs the head of
-  all; stores with another key (or none) meet this one in SQLite's busy handler, as other processes do;
+  all; stores with another key (or none) take turns with this one at the file's write turn, as other
+  processes do (below);
 - **interrupts**: Ctrl-C while queued leaves the queue; while waiting for the batch's COMMIT it leaves the
   wait, and the body commits with its batch (as a lone COMMIT interrupted as it returns would have); in
   the committing thread once COMMIT has returned, the other callers of the batch still return normally.
 
-With one transaction at a time nothing changes: BEGIN, the body, COMMIT, as before. Other processes still
-meet this one in SQLite's busy handler.
+With one transaction at a time nothing changes: BEGIN, the body, COMMIT, as before. Between writers (other
+processes, or stores with another key) a batch starts once it holds the file's write turn, `<db>-writer.lock`
+(`sqlite_turn.py`), so the next writer starts within a millisecond of this one's COMMIT instead of at the
+busy handler's next step; anything else that writes the file still meets it in SQLite's busy handler.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ..audit import AuditKeys, key_id_of
 from .base import StoreError
 from .common import Dialect, Tx
+from .sqlite_turn import Turn
 
 if TYPE_CHECKING:
     from .trail import AuditTrail
@@ -83,11 +87,15 @@ def _refusal(path: Path | str, exc: sqlite3.Error) -> StoreError:
     """What a person reads when the file refuses a write: another process's lock, a read-only file or volume,
     a full disk. Nothing was written; SQLite's message names the condition and holds no data."""
     if _primary(exc) in _BUSY:
-        return StoreError(
-            f"the state database {path} is locked by another process ({exc}, after waiting"
-            f" {BUSY_TIMEOUT_S:.0f} s); nothing was written. Run the command again once that write ends"
-        )
+        return _locked(path, str(exc))
     return StoreError(f"the state database {path} refused the write ({exc}); nothing was written")
+
+
+def _locked(path: Path | str, why: str) -> StoreError:
+    return StoreError(
+        f"the state database {path} is locked by another process ({why}, after waiting"
+        f" {BUSY_TIMEOUT_S:.0f} s); nothing was written. Run the command again once that write ends"
+    )
 
 
 class GroupWriter:
@@ -103,6 +111,9 @@ class GroupWriter:
             self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
+        self._turn = Turn(path)
+        """Taken before BEGIN IMMEDIATE, given after COMMIT or ROLLBACK: other processes' writers of the file
+        start as soon as this one ends, not at the busy handler's next step (sqlite_turn.py)."""
         self._mutex = threading.Lock()
         """Whoever holds it may run SQL on the connection: one body, or one COMMIT, at a time."""
         self._count = threading.Lock()
@@ -194,9 +205,14 @@ class GroupWriter:
     def _open(self, path: Path | str) -> _Batch:
         if self._batch is None:
             try:
+                if not self._turn.take(BUSY_TIMEOUT_S):
+                    raise _locked(path, f"{self._turn.path.name} is held")
                 self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _refusal(path, exc) from None
+            except BaseException as exc:
+                self._turn.give()  # also after an interrupt just as the turn was taken: never kept by mistake
+                if isinstance(exc, sqlite3.Error):
+                    raise _refusal(path, exc) from None
+                raise
             self._batch = _Batch(Tx(self._conn.execute, self._dialect), time.monotonic())
         return self._batch
 
@@ -243,6 +259,7 @@ class GroupWriter:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
         self._batch = None
+        self._turn.give()
         batch.done.set()
 
     def _wait(self, batch: _Batch) -> None:
@@ -262,6 +279,7 @@ class GroupWriter:
                 self._commit(self._batch)
             self._closed = True
             self._conn.close()
+            self._turn.close()
 
 
 def _save(tx: Tx) -> dict[str, Any]:
@@ -281,8 +299,8 @@ def group_writer(path: Path, synchronous: str, dialect: Dialect, keys: AuditKeys
     """The shared writer of this file (with this `synchronous` and this signing key), opened by its first store.
 
     Per signing key because one member signs the head of the whole batch: a store with another key (or none,
-    a verifier's) would sign, or fail to sign, the others' records. Such stores meet in SQLite's busy handler,
-    as other processes do."""
+    a verifier's) would sign, or fail to sign, the others' records. Such stores take turns at the file's write
+    turn, as other processes do."""
     signer = None if keys is None or keys.signing_key is None else key_id_of(keys.signing_key.public_key())
     key = (os.path.realpath(path), synchronous, signer)
     with _GROUPS_LOCK:
@@ -309,6 +327,8 @@ def release_writer(writer: GroupWriter) -> None:
 def _forget_writers() -> None:
     """In a forked child: stores it opens get writers of their own (multiprocessing forks on Linux)."""
     global _GROUPS_LOCK
+    for writer in _GROUPS.values():
+        writer._turn.forget()  # closed, not given: a parent's thread may hold it (flock is per open file)
     _GROUPS.clear()
     _GROUPS_LOCK = threading.Lock()  # a parent's thread may have held it at the fork
 
