@@ -10,11 +10,12 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
 import pytest
 
+from pollwarden import wire_select
 from pollwarden.core import FailureKind, Response, TransportFailure, observe, parse_contract
 from pollwarden.core.contract import Contract
 from pollwarden.core.observe import Exchange, Kind
@@ -223,16 +224,24 @@ def test_a_silent_server_times_out(serve: Callable[[Script], RawServer]) -> None
 
 
 def test_the_transport_is_handed_one_deadline_the_contract_timeout_after_the_request(
-    serve: Callable[[Script], RawServer],
+    serve: Callable[[Script], RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The bound of the tests above, exactly and whatever the load: the deadline every read is held to (wire.py)
-    is the contract timeout after the request began; a slow machine only moves `after` later."""
+    """The bound of the tests above, exactly and whatever the load: the deadline every read is held to (wire.py,
+    wire_select.py) is the contract timeout after the request began; a slow machine only moves `after` later."""
     handed: list[float] = []
 
     class Recording(SocketTransport):
-        def open(self, request: Request) -> Answer:
+        def open(self, request: Request) -> Answer:  # the blocking path (https, non-poll requests)
             handed.append(request.deadline)
             return super().open(request)
+
+    selector = wire_select.exchange
+
+    def recording(batch: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | WireError]:
+        handed.extend(request.deadline for _, request in batch)  # the selector path (plain-http polls)
+        return selector(batch)
+
+    monkeypatch.setattr(wire_select, "exchange", recording)
 
     server = serve(send(answer(body=json_body())))
     contract = contract_for(server.url)

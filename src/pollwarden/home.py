@@ -10,7 +10,6 @@ to guard, and a reader of it must not fail for not being able to chmod it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -90,13 +89,6 @@ def tighten_own_dir(directory: Path, own: Iterable[str]) -> None:
         tighten(directory, PRIVATE_DIR)
 
 
-class NotARegularFile(OSError):
-    """A path pollwarden would keep a file at is a device, a pipe, a socket or a directory."""
-
-    def __str__(self) -> str:
-        return f"{self.filename} is not a regular file (a device, a pipe or a directory); give the path of a file"
-
-
 def create_private(path: Path) -> None:
     """Create `path` empty with mode 0600 unless it exists (then tighten it): the file is private before
     anything is written to it, whatever the umask."""
@@ -104,7 +96,9 @@ def create_private(path: Path) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE)
     except FileExistsError:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path)) from None
+            raise OSError(
+                f"{path} is not a regular file (a device, a pipe or a directory); give the path of a file"
+            ) from None
         tighten(path, PRIVATE_FILE)
         return
     try:
