@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .audit.crypto import AuditError
 from .clock import utcnow
+from .core.bounded import TooLarge, read_bounded
 from .core.contract import Contract, ContractError, parse_contract
 from .core.escalation import OptionKind
 from .core.record import OperationRecord
@@ -27,6 +28,9 @@ from .shown import shown
 from .store.base import Grant, Store, StoreError, agent_log_id
 from .store.open import is_postgres_url, redact_url
 from .store.open import open_store as open_target
+
+MAX_WITNESS_SETTING_BYTES = 65536
+"""The witness setting is one line (a directory or an HTTPS URL); a bigger file is not one pollwarden wrote."""
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -79,10 +83,10 @@ def configured_witness(home: Path) -> Witness | None:
         return Witness.parse(env, WITNESS_ENV)
     path = witness_config_path(home)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_WITNESS_SETTING_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, TooLarge) as exc:
         raise StoreError(f"cannot read the witness setting {path}: {exc}") from None
     return Witness.parse(text, str(path))
 

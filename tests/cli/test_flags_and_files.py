@@ -135,3 +135,28 @@ def test_a_path_too_long_for_the_file_system_is_exit_2_not_a_traceback(args: tup
     ran = run_cli(*args, home=home)
     assert ran.code == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert "too long" in ran.stderr, ran.stderr
+
+
+def test_audit_repair_mends_only_a_regular_file(tmp_path: Path, home: Path) -> None:
+    """`audit repair /dev/zero` read one endless line until memory ran out; a FIFO stands in for it (opening
+    one for reading waits for a writer, so the old code never even got to read)."""
+    fifo = tmp_path / "export.jsonl"
+    os.mkfifo(fifo)
+    ran = run_cli("audit", "repair", "--file", str(fifo), home=home, timeout=30)
+    assert ran.code == 2 and f"{fifo} is not a regular file" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_witness_setting_that_never_ends_is_an_error_after_a_bounded_read(tmp_path: Path, home: Path) -> None:
+    from pollwarden.home import ensure_home, witness_config_path
+    from pollwarden.operating import MAX_WITNESS_SETTING_BYTES, configured_witness
+    from pollwarden.store.base import StoreError
+
+    ensure_home(home)
+    limit = f"larger than {MAX_WITNESS_SETTING_BYTES} bytes"
+    with (
+        endless_file(witness_config_path(home), MAX_WITNESS_SETTING_BYTES) as wrote_all,
+        pytest.raises(StoreError, match=limit),
+    ):
+        configured_witness(home)
+    assert not wrote_all.is_set()

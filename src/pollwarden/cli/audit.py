@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import stat
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -256,6 +257,8 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     """An export cut off mid-line (a crash while copying) loses only its torn last line, kept aside."""
     path = Path(args.file)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # /dev/zero or a FIFO would be read (or waited on) forever
+            raise UsageError(f"{path} is not a regular file; `audit repair` mends an export file in place")
         data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None

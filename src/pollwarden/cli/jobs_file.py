@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..core.admission import Refuse, operation_id_problem
+from ..core.bounded import TooLarge, read_bounded
 from ..engine import Admitted
 from ..shown import shown
 from .common import UsageError
@@ -54,16 +55,18 @@ class JobsFile:
 def read_jobs_file(path: str, stdin: BinaryIO | None = None) -> JobsFile:
     """Read and split `path` (`-`: standard input). Unreadable or oversized input is a UsageError."""
     name = "standard input" if path == "-" else shown(path)
+    too_large = f"--jobs-file {name}: larger than {MAX_BYTES} bytes; split it (at most {MAX_JOBS} job ids)"
     try:
         if path == "-":
             data = (stdin or sys.stdin.buffer).read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                raise UsageError(too_large)
         else:
-            with open(path, "rb") as file:
-                data = file.read(MAX_BYTES + 1)
+            data = read_bounded(path, MAX_BYTES)
+    except TooLarge:
+        raise UsageError(too_large) from None
     except OSError as exc:
         raise UsageError(f"--jobs-file {name}: {exc.strerror or type(exc).__name__}") from None
-    if len(data) > MAX_BYTES:
-        raise UsageError(f"--jobs-file {name}: larger than {MAX_BYTES} bytes; split it (at most {MAX_JOBS} job ids)")
     return parse_jobs(name, data)
 
 
