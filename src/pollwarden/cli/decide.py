@@ -11,7 +11,7 @@ from pathlib import Path
 from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
 from ..core.admission import new_operation_id, operation_id_problem
-from ..core.bounded import TooLarge, read_bounded
+from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
@@ -111,9 +111,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     contract = _load_contract(args.contract, vars_of(args))
     try:
         if args.body == "-":
-            body = sys.stdin.buffer.read(MAX_BODY_BYTES + 1)
-            if len(body) > MAX_BODY_BYTES:
-                raise TooLarge("standard input", MAX_BODY_BYTES)
+            body = read_stream_bounded(sys.stdin.buffer, MAX_BODY_BYTES, "standard input")
         else:
             body = read_bounded(args.body, MAX_BODY_BYTES)
     except OSError as exc:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..core.admission import Refuse, operation_id_problem
-from ..core.bounded import TooLarge, read_bounded
+from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..engine import Admitted
 from ..shown import shown
 from .common import UsageError
@@ -58,9 +58,7 @@ def read_jobs_file(path: str, stdin: BinaryIO | None = None) -> JobsFile:
     too_large = f"--jobs-file {name}: larger than {MAX_BYTES} bytes; split it (at most {MAX_JOBS} job ids)"
     try:
         if path == "-":
-            data = (stdin or sys.stdin.buffer).read(MAX_BYTES + 1)
-            if len(data) > MAX_BYTES:
-                raise UsageError(too_large)
+            data = read_stream_bounded(stdin or sys.stdin.buffer, MAX_BYTES, name)
         else:
             data = read_bounded(path, MAX_BYTES)
     except TooLarge:

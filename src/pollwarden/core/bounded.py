@@ -8,10 +8,11 @@ The one read the core does (`load_contract`) uses it, so it lives here, where ev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import PollwardenError
 
-__all__ = ["TooLarge", "read_bounded"]
+__all__ = ["TooLarge", "read_bounded", "read_stream_bounded"]
 
 
 class TooLarge(PollwardenError):
@@ -27,7 +28,12 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
     """The whole file, if it holds at most `limit` bytes; else TooLarge (after reading `limit` + 1 bytes).
     OSError as opening or reading raises it (a missing file, a directory, an I/O error)."""
     with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
+        return read_stream_bounded(handle, limit, path)
+
+
+def read_stream_bounded(stream: BinaryIO, limit: int, name: Path | str) -> bytes:
+    """`read_bounded` of an open stream (standard input for `-`); `name` is what TooLarge calls it."""
+    data = stream.read(limit + 1)
     if len(data) > limit:
-        raise TooLarge(path, limit)
+        raise TooLarge(name, limit)
     return data
