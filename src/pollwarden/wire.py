@@ -490,12 +490,13 @@ def _begin(response: _DeadlineResponse) -> None:
     check_framing(response.msg.items())
 
 
-def check_framing(headers: Sequence[tuple[str, str]]) -> None:
+def check_framing(headers: Sequence[tuple[str, str]]) -> tuple[int | None, bool]:
     """What both paths check of a parsed head: every header name a token (the email package takes "X(A)"), and,
     RFC 9112 section 6.3, the framing: an answer whose length is ambiguous is not read at all (one reader's body end is
     another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
     would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
-    beside Transfer-Encoding, or a transfer coding other than chunked."""
+    beside Transfer-Encoding, or a transfer coding other than chunked. Returns the framing it found: the
+    Content-Length (None without one) and whether the body is chunked."""
     lengths: set[str] = set()
     codings: list[str] = []
     for name, value in headers:  # one pass: this runs on every answer
@@ -515,6 +516,7 @@ def check_framing(headers: Sequence[tuple[str, str]]) -> None:
         raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
     if codings and codings != ["chunked"]:
         raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
+    return (int(next(iter(lengths))) if lengths else None), bool(codings)
 
 
 def request_head(request: Request, parts: SplitResult) -> bytes:

@@ -70,6 +70,10 @@ class Head:
     headers: tuple[tuple[str, str], ...]
     closes: bool
     """The server says it closes the connection after this answer (or is HTTP/1.0 without keep-alive)."""
+    length: int | None
+    """Its Content-Length (`check_framing`: one value, at most 19 digits), or None."""
+    chunked: bool
+    """Its body is chunked (`check_framing`: the only transfer coding read)."""
 
 
 def _protocol(message: str) -> WireError:
@@ -107,8 +111,8 @@ def parse_head(data: bytes) -> Head:
     # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
     if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
         raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    check_framing(headers)
-    return Head(code, tuple(headers), server_closes(version == "HTTP/1.0", headers))
+    length, chunked = check_framing(headers)
+    return Head(code, tuple(headers), server_closes(version == "HTTP/1.0", headers), length, chunked)
 
 
 def _head_end(buffer: bytearray, start: int) -> int:
@@ -319,15 +323,12 @@ class _Exchange:
             if head.status != 100:  # `100 Continue` is skipped, as http.client does; the deadline bounds a storm
                 break
         status, method = head.status, self.request.method
-        chunked = any(k.lower() == "transfer-encoding" for k, _ in head.headers)  # `check_framing`: only chunked
-        # `check_framing`: all one value, of at most 19 digits
-        lengths = [v.strip() for k, v in head.headers if k.lower() == "content-length"]
         if method == "HEAD" or status in (204, 304) or status < 200:
             self._left = 0
-        elif chunked:
+        elif head.chunked:
             self._chunked = True
-        elif lengths:
-            self._left = int(lengths[0])
+        elif head.length is not None:
+            self._left = head.length
         self._head, self._stage = head, _BODY
 
     def _read_body(self) -> None:
