@@ -44,7 +44,13 @@ def witness_config_path(home: Path) -> Path:
     return home / "audit-witness"
 
 
-HOME_NAMES = ("keys", "pollwarden.db", "audit-head.checkpoint", "audit-witness")
+KEYS_DIR = "keys"
+"""The home's directory of audit keys (`audit/keys.py`)."""
+
+HOME_NAMES = (
+    KEYS_DIR,
+    *(where(Path()).name for where in (database_path, trusted_checkpoint_path, witness_config_path)),
+)
 """What pollwarden keeps in a home: a directory holding one of them is one (`tighten_own_dir`)."""
 
 
