@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from pollwarden.audit.chain import GENESIS_HASH, MAX_SEQ, check_utc_time, is_hash_text
+from pollwarden.audit.chain import _PACK_1, _PACK_2, GENESIS_HASH, MAX_SEQ, check_utc_time, is_hash_text
 from pollwarden.audit.checkpoint import key_id_of
 from pollwarden.audit.crypto import length_prefixed
 
@@ -230,8 +230,6 @@ def head_message(counter: int, prev_raw: bytes, changes: str, logs: int, records
 
 # Built once: a verifier hashes every head (one per commit).
 _HEAD_DOMAIN_FRAME = length_prefixed(HEAD_DOMAIN)
-_PACK_1 = struct.Struct(">Q").pack
-_PACK_2 = struct.Struct(">QQ").pack
 _PACK_3 = struct.Struct(">QQQ").pack
 
 DIGEST_ERRORS = (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error)

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from pollwarden.audit.checkpoint import key_id_of, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
 from pollwarden.core.bounded import TooLarge, read_bounded
-from pollwarden.home import tighten_own_dir
+from pollwarden.home import KEYS_DIR, tighten_own_dir
 
 __all__ = [
     "AUDIT_KEY_ENV",
@@ -59,7 +59,7 @@ class AuditKeys:
 
 
 def _keys_dir(home: Path) -> Path:
-    return Path(home) / "keys"
+    return Path(home) / KEYS_DIR
 
 
 def _decode(text: str, expected: int, source: str, what: str) -> bytes:
@@ -285,7 +285,7 @@ def key_sources(home: Path) -> list[object]:
     keeps keys loaded compares these before reusing them. Holds the variables' values: hash it, do not keep it."""
     directory = _keys_dir(home)
     found: list[object] = [os.environ.get(AUDIT_KEY_ENV), os.environ.get(SIGNING_KEY_ENV)]
-    for name in (_AUDIT_FILE, _SIGNING_FILE, _PUBLIC_FILE):
+    for name in KEY_FILES:
         try:
             st = os.stat(directory / name)
         except OSError:
