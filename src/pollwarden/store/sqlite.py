@@ -27,7 +27,7 @@ from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
-from .sqlite_writer import BUSY_TIMEOUT_S, GroupWriter, group_writer, release_writer
+from .sqlite_writer import GroupWriter, connect, group_writer, release_writer
 from .witness import Witness
 
 __all__ = ["SQLITE", "SQLiteStore"]
@@ -62,13 +62,6 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
-    conn.execute("PRAGMA foreign_keys=ON")
-    return conn
-
-
 class _Readers:
     """The read connections of one store: each read (a query, a stream, a snapshot) takes one that no other
     thread is using and gives it back, so one store serves many threads at once (the Python API's watches of one
@@ -90,7 +83,7 @@ class _Readers:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             try:
-                conn = _connect(self._path)
+                conn = connect(self._path)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the state database {self._path}: {exc}") from None
         try:
@@ -141,7 +134,7 @@ class SQLiteStore(SQLStore):
                 path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
                 tighten(path.parent, PRIVATE_DIR)
             create_private(path)
-            first = _connect(path)
+            first = connect(path)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         self._readers = _Readers(path, first)

@@ -98,6 +98,14 @@ def _locked(path: Path | str, why: str) -> StoreError:
     )
 
 
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to the file as every one of a store is set up: the readers' and the writer's."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
 class GroupWriter:
     """One writer connection of one database file, shared by every SQLiteStore of this process that opens it."""
 
@@ -105,10 +113,8 @@ class GroupWriter:
         self.key = key
         self._dialect = dialect
         try:
-            self._conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000:.0f}")
+            self._conn = connect(path)
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from None
         self._turn = Turn(path)
