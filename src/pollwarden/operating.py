@@ -331,15 +331,14 @@ def verify_home(
         kept, trusted_name = _newest_kept(home, checkpoint)
         with store.audit_snapshot() as snapshot:
             checkpoints = snapshot.checkpoints()
-            stored = snapshot.stored_heads()
-            heads: StoredHeads | None = stored
-            if stored.newest is None and snapshot.pending():
+            heads: StoredHeads | None = snapshot.stored_heads()
+            if heads is not None and heads.newest is None and snapshot.pending():
                 heads, notes = None, (PENDING_NOTE,)
             pinned_key = None
             if pinned is not None:
                 pinned_key, source = pinned
                 known = [cp.key_id for cp in checkpoints] + ([key_id_of(home_key)] if home_key is not None else [])
-                known += snapshot.head_key_ids() if heads is not None else []
+                known += snapshot.head_key_ids()  # none when there are no heads
                 try:
                     refuse_private_key(pinned_key, source, known)
                 except AuditError as exc:
