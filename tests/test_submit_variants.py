@@ -192,3 +192,22 @@ def test_malformed_submit_keys(keys: str, message: str) -> None:
     with pytest.raises(ContractError) as caught:
         contract("https://api.example", keys)
     assert str(caught.value).startswith("jobs.toml: ") and message in str(caught.value)
+
+
+def test_a_job_id_already_watched_gets_no_second_operation(provider: Loopback, store: SQLiteStore) -> None:
+    """A provider that deduplicates submissions hands back a job another operation watches: a second operation
+    would give that one job a second budget. The submission is marked, the first operation keeps the job."""
+    provider.routes[("POST", "/jobs")] = Answer(202, b'{"job_id": "same"}')
+    c = contract(provider.url, 'idempotency_header = "Idempotency-Key"')
+    assert send(c, store, b'{"a": 1}', operation_id="first") == "same"
+    with pytest.raises(ActionError, match="operation first already watches"):
+        send(c, store, b'{"a": 1}', operation_id="second")
+    assert store.get("second") is None
+    stored = store.get_submission("second")
+    assert stored is not None and stored.state == "duplicate"
+    kinds = [entry.kind for entry in store.events("second")]
+    assert kinds == ["submission_intent", "submission_duplicate"]
+    # Asking again sends nothing: the provider's answer is known.
+    with pytest.raises(ActionRefused, match="operation first"):
+        send(c, store, b'{"a": 1}', operation_id="second")
+    assert len(provider.seen) == 2

@@ -25,7 +25,7 @@ from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
 from .errors import EXIT_ESCALATED, PollwardenError
 from .http import StatusClient, origin_of
-from .store.base import OperationExists, Store, Submission
+from .store.base import JobWatched, OperationExists, Store, Submission
 
 
 class ActionError(PollwardenError):
@@ -97,6 +97,11 @@ def submit(
             raise ActionRefused(f"operation {operation_id} already exists; choose another --operation") from None
     else:
         submission = existing
+        if existing.state == "duplicate":
+            marks = [e.data.get("watched_by") for e in store.events(operation_id) if e.kind == "submission_duplicate"]
+            raise ActionRefused(
+                f"the provider already answered {operation_id}'s submission: {_duplicate(str(marks[-1]))}"
+            )
         if existing.state == "accepted":
             raise ActionRefused(
                 f"operation {operation_id} was already submitted as job {existing.job_id}; watch it with"
@@ -156,8 +161,22 @@ def submit(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
     event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
-    store.accept_submission(accepted, record, contract.source_text, event.to_json())
+    try:
+        store.accept_submission(accepted, record, contract.source_text, event.to_json())
+    except JobWatched as exc:
+        duplicate = ev.SubmissionDuplicate(
+            http_status=exchange.status, watched_by=exc.operation_id, detail=_duplicate(exc.operation_id)
+        )
+        store.mark_submission(operation_id, duplicate.state, duplicate.to_json(), now)
+        raise ActionError(f"the provider accepted the submission: {_duplicate(exc.operation_id)}") from None
     return Submitted(record, resent)
+
+
+def _duplicate(watching: str) -> str:
+    return (
+        f"its answer names a job that operation {watching} already watches; no second operation (and no second"
+        f" budget) was made: follow {watching} with `pollwarden status {watching}`"
+    )
 
 
 def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:

@@ -564,6 +564,14 @@ class SubmissionRejected(SubmissionMarked):
     KIND = "submission_rejected"
 
 
+@event
+class SubmissionDuplicate(SubmissionMarked):
+    """The provider answered with a job another operation already watches (a provider that deduplicates)."""
+
+    KIND = "submission_duplicate"
+    watched_by: str | None = None
+
+
 # -- an agent session's own log (@agent/<id>) -------------------------------------------------------------
 
 

@@ -208,7 +208,7 @@ def _submitted(e: ev.Submitted, s: Scene) -> str:
     )
 
 
-@renders(ev.SubmissionUnknown, ev.SubmissionNotSent, ev.SubmissionRejected)
+@renders(ev.SubmissionUnknown, ev.SubmissionNotSent, ev.SubmissionRejected, ev.SubmissionDuplicate)
 def _marked(e: ev.SubmissionMarked, s: Scene) -> str:
     why = e.detail or (f"HTTP {e.http_status}" if e.http_status is not None else None)
     return f"{s.at} submission {e.state.replace('_', ' ')}" + (f": {why}" if why else "")

@@ -31,6 +31,14 @@ class OperationExists(StoreError):
     pass
 
 
+class JobWatched(OperationExists):
+    """The job already has an operation under the same contract name: a second would be a second budget."""
+
+    def __init__(self, message: str, operation_id: str) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+
+
 class DecisionTaken(StoreError):
     """A decision can be decided once; the second caller's transaction is rolled back whole."""
 

@@ -27,6 +27,7 @@ from .base import (
     DecisionTaken,
     FencedWrite,
     Grant,
+    JobWatched,
     Lease,
     NewEvent,
     NewOperation,
@@ -131,7 +132,8 @@ class _Operations(AuditTrail):
                     (name, *chunk),
                 ).fetchall()
                 if found:
-                    raise OperationExists(f"job {found[0][0]} of {name} already has operation {found[0][1]}")
+                    watching = str(found[0][1])
+                    raise JobWatched(f"job {found[0][0]} of {name} already has operation {watching}", watching)
 
     def _insert_operations(self, tx: Tx, operations: Sequence[tuple[OperationRecord, str]]) -> None:
         """OperationExists, with the whole transaction, when any id is taken. ON CONFLICT, not a prior SELECT:
@@ -529,6 +531,7 @@ class SQLStore(_Operations):
                 " WHERE operation_id = ?",
                 (record.job_id, record.status_location, self.dialect.stamp(record.created_at), submission.operation_id),
             )
+            self._refuse_second_operations(tx, [record])
             self._insert_operations(tx, [(record, contract_text)])
             self._append(tx, record.operation_id, "submitted", event, record.created_at)
 
