@@ -6,6 +6,8 @@ localhost are never looked up."""
 
 from __future__ import annotations
 
+import os
+import selectors
 import socket
 import threading
 import time
@@ -138,3 +140,39 @@ def test_ip_literals_and_localhost_are_never_looked_up(path: str, names: Names, 
         results = fetch_all([(literal, "a", None, None), (local, "b", None, None)])
     assert all(isinstance(one, Response) for one in results), results
     assert names.calls == []
+
+
+def pipes() -> int:
+    """This process's open pipe descriptors (the selector's wakeup pipe is one pair)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+        except FileNotFoundError:  # the listing's own descriptor
+            continue
+    return count
+
+
+def test_a_lookup_that_answers_while_the_selector_waits_wakes_it(
+    server: KeepAliveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name answers only once the batch waits in poll(2) with nothing else to watch: the selector must be woken
+    to connect (else it would sleep to the deadline), and its wakeup pipe is closed with the batch."""
+    waiting = threading.Event()
+
+    class Watched(selectors.PollSelector):
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            waiting.set()
+            return super().select(timeout)
+
+    def late(host: str, port: int) -> Sequence[AddrInfo]:
+        waiting.wait(HANG_GUARD)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(selectors, "PollSelector", Watched)  # the one wire_select makes per batch
+    before = pipes()
+    transport = SocketTransport(resolver=late)
+    with StatusClient(contract_for(at(server, "late.test")), None, clock=clock, transport=transport) as client:
+        result = client.fetch("a")
+    assert isinstance(result, Response) and result.body == BODY, result
+    assert pipes() == before
