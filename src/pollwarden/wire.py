@@ -22,6 +22,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -340,11 +341,14 @@ def tls_failure(exc: OSError) -> WireError:
     return WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}")
 
 
-def lookup_failure(exc: BaseException) -> WireError:
-    """A lookup that ended without addresses: nothing was sent."""
+def looked_up(lookup: Future[list[AddrInfo]]) -> list[AddrInfo]:
+    """The addresses a finished lookup found, or its failure as a `WireError` (nothing was sent)."""
+    exc = lookup.exception()
+    if exc is None:
+        return lookup.result()
     if isinstance(exc, UnicodeError):  # the IDNA codec refuses a host like "a..b" before any lookup
-        return WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded")
-    return WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}")
+        raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded")
+    raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}")
 
 
 Origin = tuple[str, str, int]
@@ -443,12 +447,10 @@ class SocketTransport:
         host = parts.hostname or ""
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
-        try:
-            addresses = self.lookup(host, port).result(timeout=max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:  # concurrent.futures' TimeoutError is the builtin one
-            raise WireError(FailureKind.CONNECT, DNS_TIMEOUT) from None
-        except Exception as exc:
-            raise lookup_failure(exc) from None
+        lookup = self.lookup(host, port)
+        if not futures.wait([lookup], timeout=max(deadline - time.monotonic(), 0.0)).done:
+            raise WireError(FailureKind.CONNECT, DNS_TIMEOUT)
+        addresses = looked_up(lookup)
         sock = _connect_any(addresses, deadline)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not tls:

@@ -57,7 +57,7 @@ from .wire import (
     WireError,
     check_framing,
     chunk_size,
-    lookup_failure,
+    looked_up,
     origin_of_parts,
     parse_status_line,
     request_head,
@@ -253,11 +253,11 @@ class _Exchange:
     def resolved(self, lookup: Future[list[AddrInfo]]) -> None:
         """The lookup answered (addresses, or its failure): connect to the first address that takes it."""
         self.lookup = None
-        failure = lookup.exception()
-        if failure is not None:
-            self._end(lookup_failure(failure))
+        try:
+            self._addresses = list(looked_up(lookup))
+        except WireError as exc:
+            self._end(exc)
             return
-        self._addresses = list(lookup.result())
         self._stage = _CONNECT
         self._connect_next(OSError(errno.EADDRNOTAVAIL, "no address to connect to"))
 
