@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from pollwarden import wire
+from pollwarden import resolve, wire
 from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.http import StatusClient, fetch_all
 from pollwarden.resolve import AddrInfo
@@ -176,3 +176,26 @@ def test_a_lookup_that_answers_while_the_selector_waits_wakes_it(
         result = client.fetch("a")
     assert isinstance(result, Response) and result.body == BODY, result
     assert pipes() == before
+
+
+def test_a_forked_child_looks_up_again_rather_than_wait_on_its_parents_lookup(names: Names) -> None:
+    """The parent's lookup thread does not exist in a child: sharing its future there would hang every poll of
+    that name until the deadline, for ever."""
+    parent = os.getpid()
+
+    def resolver(host: str, port: int) -> Sequence[AddrInfo]:
+        if os.getpid() == parent:
+            return names(host, port)  # hung.test: never answers in the parent
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", port))]
+
+    in_flight = resolve.lookup(resolver, "hung.test", 443)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's own exit status is the assertion
+        try:
+            found = resolve.lookup(resolver, "hung.test", 443).result(timeout=HANG_GUARD)
+            os._exit(0 if found[0][4] == ("127.0.0.1", 443) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not in_flight.done()
