@@ -11,6 +11,8 @@ cost and what its ceiling is. `GET /_first` answers when each job's first status
 (`{"job": time.time(), ...}`: the wall clock, which the benchmark reads in its own process on the same machine).
 
     python -m bench.fast_provider [--port 0]     # prints "listening http://127.0.0.1:PORT", then serves
+    python -m bench.fast_provider --tls DIR      # https, with a self-signed certificate for 127.0.0.1 it writes
+                                                 # to DIR/cert.pem (a client trusts it: SSL_CERT_FILE=DIR/cert.pem)
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
+import ipaddress
 import json
 import os
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 BODY = b'{"state": "running"}'
 ANSWER = (
@@ -115,12 +121,45 @@ class _Connection(asyncio.Protocol):
         return ANSWER
 
 
-async def _serve(port: int) -> None:
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, its own CA, and its key, written to `directory` (cert.pem, key.pem)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fast-provider")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    plain = serialization.NoEncryption()
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain))
+    return cert_path, key_path
+
+
+async def _serve(port: int, tls: Path | None) -> None:
     counters = Counters()
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(counters), "127.0.0.1", port, backlog=4096)
+    context = None
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*self_signed(tls))
+    server = await loop.create_server(lambda: _Connection(counters), "127.0.0.1", port, backlog=4096, ssl=context)
     sockname = server.sockets[0].getsockname()
-    print(f"listening http://127.0.0.1:{sockname[1]}", flush=True)
+    print(f"listening {'https' if tls else 'http'}://127.0.0.1:{sockname[1]}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -128,9 +167,10 @@ async def _serve(port: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls", type=Path, metavar="DIR", help="serve https; the certificate is written to DIR")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port))
+        asyncio.run(_serve(args.port, args.tls))
     return 0
 
 

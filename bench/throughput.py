@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sqlite3
+import ssl
 import statistics
 import subprocess
 import sys
@@ -151,12 +152,13 @@ def _rss_mb(pid: int) -> float:
 
 
 class Provider:
-    """`bench.fast_provider` in its own process."""
+    """`bench.fast_provider` in its own process; with `tls`, over https with a certificate it writes there
+    (`cert`, which a worker trusts through SSL_CERT_FILE: its verifying context is the system's default)."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fast_provider"], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
-        )
+    def __init__(self, tls: Path | None = None) -> None:
+        command = [sys.executable, "-m", "bench.fast_provider"] + ([] if tls is None else ["--tls", str(tls)])
+        self.cert = None if tls is None else tls / "cert.pem"
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening "):
@@ -165,7 +167,8 @@ class Provider:
         self.url = line.split(" ", 1)[1]
 
     def stats(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.url + "/_stats", timeout=10) as answer:
+        context = None if self.cert is None else ssl.create_default_context(cafile=str(self.cert))
+        with urllib.request.urlopen(self.url + "/_stats", timeout=10, context=context) as answer:
             found: dict[str, float] = json.loads(answer.read())
         return found
 
@@ -238,11 +241,15 @@ def measure(
     spread: float = 0.0,
     offered: float | None = None,
     worker_args: tuple[str, ...] = (),
+    tls: bool = False,
 ) -> Run:
-    """Seed, measure the raw commit rate, then run `workers` worker processes and count what the provider saw."""
+    """Seed, measure the raw commit rate, then run `workers` worker processes and count what the provider saw
+    (over https with `tls`)."""
     with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
         home = Path(tmp)
-        provider = Provider()
+        if tls:
+            (home / "tls").mkdir()
+        provider = Provider(home / "tls" if tls else None)
         try:
             with database(backend, home) as target:
                 raw = sqlite_commit_rate(home / "raw.db") if backend == "sqlite" else postgres_commit_rate(target)
@@ -270,7 +277,8 @@ def _run(
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pollwarden", "worker", "--db", target, *worker_args],
-            env={**os.environ, "POLLWARDEN_HOME": str(home)},
+            env={**os.environ, "POLLWARDEN_HOME": str(home)}
+            | ({} if provider.cert is None else {"SSL_CERT_FILE": str(provider.cert)}),
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
             stdin=subprocess.DEVNULL,

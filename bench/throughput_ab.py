@@ -6,7 +6,8 @@
 
 Each variant is NAME=SRC:OPERATIONS[:WORKERS]; its worker processes run with PYTHONPATH=SRC (the provider, the
 seeding and the measurement are this checkout's `bench.throughput`). Each round runs every variant once, in
-order; ROUNDS (default 3) rounds; the summary gives the median and the range of each figure.
+order; ROUNDS (default 3) rounds; the summary gives the median and the range of each figure. TLS=1 serves the
+provider over https (a certificate of its own, which the workers trust through SSL_CERT_FILE).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def main(argv: list[str]) -> int:
     for round_no in range(int(os.environ.get("ROUNDS", "3"))):
         for v in variants:
             os.environ["PYTHONPATH"] = v.src  # the worker subprocesses inherit it
-            run = measure(backend, operations=v.operations, workers=v.workers, seconds=10)
+            tls = os.environ.get("TLS") == "1"
+            run = measure(backend, operations=v.operations, workers=v.workers, seconds=10, tls=tls)
             runs[v.name].append(run)
             print(f"round {round_no} {v.name}: {_line(run)}; load {os.getloadavg()[0]:.1f}", flush=True)
     for name, done in runs.items():

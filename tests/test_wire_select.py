@@ -1,28 +1,20 @@
 """Status polls on one selector (`pollwarden.wire_select`, `http.fetch_all`): several requests at once in one
-thread, each held to its own deadline and caps, against real loopback servers; the strict head parser; and https,
-which keeps the blocking path, beside plain http in one batch.
+thread, each held to its own deadline and caps, against real loopback servers; the strict head parser; and https
+beside plain http in one batch (tests/test_wire_select_tls.py has the rest of https on the selector).
 
 The hostile answers of tests/test_http.py and the keep-alive rules of tests/test_http_keepalive.py already run
 through the selector (a plain-http `fetch` is a batch of one); these are what only a batch or the parser shows."""
 
 from __future__ import annotations
 
-import datetime as dt
 import errno
-import ipaddress
 import os
 import socket
-import ssl
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from pollwarden import wire, wire_select
 from pollwarden.core import FailureKind, Response, TransportFailure
@@ -32,6 +24,8 @@ from tests.test_http import RawServer, answer, clock, contract_for, failure_of, 
 from tests.test_http import serve as serve  # the fixture: a raw-socket server per script
 from tests.test_http_keepalive import OK, KeepAliveServer, always
 from tests.test_http_keepalive import contract_for as keepalive_contract
+from tests.tls import Certificates, TlsServer, trusting
+from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 
 RawScript = Callable[[socket.socket, bytes], None]
 
@@ -217,66 +211,12 @@ def test_garbage_is_refused_before_the_deadline_without_waiting_for_a_line_end()
     assert caught.value.kind is FailureKind.PROTOCOL
 
 
-# -- https keeps the blocking path, beside plain http in one batch ---------------------------------------------------
+# -- https on the same selector as plain http ------------------------------------------------------------------------
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
-class TlsServer(KeepAliveServer):
-    """The keep-alive server behind TLS, answering each request with `Connection: close`."""
-
-    def __init__(self, cert: Path, key: Path) -> None:
-        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._context.load_cert_chain(cert, key)
-        closing = answer(headers=("Connection: close",), body=json_body("running"))
-
-        def once(conn: socket.socket, _: int) -> bool:
-            conn.sendall(closing)
-            return False  # the server closes, as its answer says
-
-        super().__init__(once)
-
-    @property
-    def url(self) -> str:
-        return super().url.replace("http://", "https://")
-
-    def _one(self, conn: socket.socket) -> None:
-        try:
-            tls = self._context.wrap_socket(conn, server_side=True)
-        except (OSError, ssl.SSLError):
-            conn.close()
-            return
-        super()._one(tls)
-
-
-def test_https_polls_take_the_blocking_path_beside_plain_http_on_the_selector(
-    tmp_path: Path, serve: Callable[[RawScript], RawServer], monkeypatch: pytest.MonkeyPatch
+def test_https_polls_go_on_the_selector_beside_plain_http(
+    certificates: Certificates, serve: Callable[[RawScript], RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cert, key = _certificate(tmp_path)
-    trusting = ssl.create_default_context(cafile=str(cert))
-    monkeypatch.setattr(wire, "_default_tls", lambda: trusting)
     selected: list[int] = []
     exchange = wire_select.exchange
 
@@ -285,20 +225,21 @@ def test_https_polls_take_the_blocking_path_beside_plain_http_on_the_selector(
         return exchange(items)
 
     monkeypatch.setattr(wire_select, "exchange", spy)
-    tls_server = TlsServer(cert, key)
+    tls_server = TlsServer(certificates.good, always(OK))
     plain = serve(send(answer(body=json_body("running"))))
     try:
         with (
+            trusting(certificates.ca),
             StatusClient(contract_for(tls_server.url), None, clock=clock) as secure,
             StatusClient(contract_for(plain.url), None, clock=clock) as client,
         ):
-            assert not secure.selects and client.selects
+            assert secure.selects and client.selects
             results = fetch_all([(secure, "a", None, None), (client, "b", None, None), (secure, "c", None, None)])
     finally:
         tls_server.close()
     assert all(isinstance(r, Response) and r.body == json_body("running") for r in results), results
-    assert selected == [1]  # only the plain-http poll went on the selector
-    assert len(tls_server.requests) == 2
+    assert selected == [3]  # one selector for all three
+    assert len(tls_server.requests) == 2 and tls_server.handshakes == 2
 
 
 def test_a_socket_that_cannot_be_made_is_a_connect_failure_of_its_own_request(

@@ -1,6 +1,6 @@
 """The selector path (`wire_select`) and the blocking one (`wire.SocketTransport.open`, over http.client) given
 the same hostile answer by a real loopback server: each must come to the same outcome (the same failure kind,
-or the same answer and the same keep-alive decision), and neither may leak a descriptor.
+or the same answer and the same keep-alive decision), and neither may leak a descriptor; each over http and https.
 
 Where the two still differ on purpose, docs/performance.md says so (the selector's parser is the stricter)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,7 +17,9 @@ from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.http import StatusClient
 from pollwarden.wire import Answer, Request, SocketTransport
-from tests.test_http_keepalive import OK, KeepAliveServer, clock, contract_for
+from tests.test_http_keepalive import OK, KeepAliveServer, Script, clock, contract_for
+from tests.tls import Certificates, TlsServer, trusting
+from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 
 
 class Blocking:
@@ -54,7 +57,20 @@ def client_sockets(port: int) -> int:
     return count
 
 
-def two_polls(first: bytes, path: str, *, close: bool = False) -> tuple[Exchange, Exchange, int]:
+Serving = Callable[[Script], KeepAliveServer]
+
+
+@pytest.fixture(params=["http", "https"])
+def over(request: pytest.FixtureRequest, certificates: Certificates) -> Iterator[Serving]:
+    """Each hostile answer served over plain http, then over TLS (the selector's reads go through `SSLSocket`)."""
+    if request.param == "http":
+        yield KeepAliveServer
+        return
+    with trusting(certificates.ca):
+        yield lambda script: TlsServer(certificates.good, script)
+
+
+def two_polls(first: bytes, path: str, over: Serving, *, close: bool = False) -> tuple[Exchange, Exchange, int]:
     """`first` answers the first poll (and the server closes after it if `close`), a plain 200 the second; also
     how many connections the server saw."""
 
@@ -62,7 +78,7 @@ def two_polls(first: bytes, path: str, *, close: bool = False) -> tuple[Exchange
         conn.sendall(first if index == 0 else OK)
         return index > 0 or not close
 
-    server = KeepAliveServer(script)
+    server = over(script)
     port = int(server.url.rsplit(":", 1)[1])
     try:
         with StatusClient(contract_for(server.url), None, clock=clock, transport=PATHS[path]()) as client:
@@ -156,17 +172,21 @@ REFUSED: dict[str, Case] = {
     ],
     ids=["second-connection-header", "listed"],
 )
-def test_an_answer_that_says_close_never_leaves_its_connection_pooled(lines: tuple[bytes, ...], path: str) -> None:
-    first, second, connections = two_polls(head(*lines, b"Content-Length: 2"), path)
+def test_an_answer_that_says_close_never_leaves_its_connection_pooled(
+    lines: tuple[bytes, ...], path: str, over: Serving
+) -> None:
+    first, second, connections = two_polls(head(*lines, b"Content-Length: 2"), path, over)
     assert isinstance(first, Response) and isinstance(second, Response)
     assert connections == 2
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("status", [b"HTTP/1.1 304 Not Modified", b"HTTP/1.1 204 No Content"])
-def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(status: bytes, path: str) -> None:
+def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(
+    status: bytes, path: str, over: Serving
+) -> None:
     """RFC 9112 section 6.3: a 204 or 304 ends at its head; http.client still read a chunked body for it."""
-    first, second, connections = two_polls(head(b"Transfer-Encoding: chunked", status=status, body=b""), path)
+    first, second, connections = two_polls(head(b"Transfer-Encoding: chunked", status=status, body=b""), path, over)
     assert isinstance(first, Response) and first.body == b"" and isinstance(second, Response)
     assert connections == 1
 
@@ -175,8 +195,8 @@ def test_a_bodiless_status_is_read_without_a_body_whatever_its_framing_says(stat
 @pytest.mark.parametrize(
     "lines", [(b"X-A: one", b" \t two"), (b"X-A: one two \t",)], ids=["folded", "trailing-whitespace"]
 )
-def test_a_header_value_reads_alike_on_both_paths(lines: tuple[bytes, ...], path: str) -> None:
-    first, _, connections = two_polls(head(*lines, b"Content-Length: 2"), path)
+def test_a_header_value_reads_alike_on_both_paths(lines: tuple[bytes, ...], path: str, over: Serving) -> None:
+    first, _, connections = two_polls(head(*lines, b"Content-Length: 2"), path, over)
     assert isinstance(first, Response) and first.headers["x-a"] == "one two" and connections == 1
 
 
@@ -184,17 +204,17 @@ def test_a_header_value_reads_alike_on_both_paths(lines: tuple[bytes, ...], path
 @pytest.mark.parametrize(
     "data", [b"HTTP/1.1 200 OK\r\nContent-Ty", b"HTTP/1.1 200 OK\r\nX-A: v\r\n", b"HTTP/1.1 200 OK"]
 )
-def test_a_head_cut_by_the_close_is_a_reset_wherever_it_is_cut(data: bytes, path: str) -> None:
-    first, second, connections = two_polls(data, path, close=True)
+def test_a_head_cut_by_the_close_is_a_reset_wherever_it_is_cut(data: bytes, path: str, over: Serving) -> None:
+    first, second, connections = two_polls(data, path, over, close=True)
     assert failure(first).kind is FailureKind.RESET and "middle of the answer head" in failure(first).message
     assert isinstance(second, Response) and connections == 2
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", REFUSED)
-def test_both_paths_refuse_alike(case: str, path: str) -> None:
+def test_both_paths_refuse_alike(case: str, path: str, over: Serving) -> None:
     data, kind, words = REFUSED[case]
-    first, second, connections = two_polls(data, path)
+    first, second, connections = two_polls(data, path, over)
     assert failure(first).kind is kind and words in failure(first).message, first
     assert isinstance(second, Response) and connections == 2  # a refused answer's connection is never kept
 

@@ -7,9 +7,10 @@ things whatever the peer sends: the whole exchange, connect to last byte, ends b
 provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
-The wire is sockets `pollwarden.wire` connects itself (and keeps alive for status polls): status polls over plain
-http go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `fetch_all`, the head
-parsed by a strict parser of its own), everything else through `http.client`. httpx's timeouts are per read,
+The wire is sockets `pollwarden.wire` connects itself (and keeps alive for status polls): status polls, over http
+and https, go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `fetch_all`, the
+head parsed by a strict parser of its own), everything else through `http.client`; on both, the host's lookup
+counts against the deadline (`pollwarden.resolve`). httpx's timeouts are per read,
 and its per-request cost was four times that of the standard library on the poll path. `Transport` is the seam
 for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
 """
@@ -209,8 +210,10 @@ class StatusClient:
 
     @property
     def selects(self) -> bool:
-        """Its status polls go on `wire_select` (plain http over its own sockets): `fetch_all` sends them together."""
-        return isinstance(self._transport, SocketTransport) and self._contract.origin.startswith("http://")
+        """Its status polls go on `wire_select` (over its own sockets, `wire_select.SCHEMES`): `fetch_all` sends
+        them together."""
+        scheme = self._contract.origin.partition("://")[0]
+        return isinstance(self._transport, SocketTransport) and scheme in wire_select.SCHEMES
 
     def _start_fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None, location: str | None
@@ -441,8 +444,8 @@ FetchCall = tuple[StatusClient, str, Mapping[str, str] | None, str | None]
 
 
 def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
-    """`StatusClient.fetch` for many polls at once: the plain-http ones on one selector in this thread
-    (`wire_select`), any other in turn (a caller with https polls sends those on threads of its own:
+    """`StatusClient.fetch` for many polls at once: those of clients on their own sockets on one selector in this
+    thread (`wire_select`), any other in turn (a caller with other transports sends those on threads of its own:
     `StatusClient.selects`). Each result is the poll's Exchange, or the exception its `fetch` would raise."""
     started: list[_Started | Exchange | Exception] = []
     for client, job_id, headers, location in calls:

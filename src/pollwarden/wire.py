@@ -3,12 +3,14 @@ keeps), each exchange bounded by one deadline, the answer head read under the ca
 
 `StatusClient` (`pollwarden.http`) builds the `Request` and reads the `Answer`; this module only moves bytes and
 classifies what went wrong as a `WireError` whose kind says whether the request may have reached the provider.
-This is the blocking path (https, and every request that is not a status poll); status polls over plain http
-take `pollwarden.wire_select`, over the same pool of kept-alive connections and under the same caps.
+This is the blocking path (every request that is not a status poll); status polls, over http and https, take
+`pollwarden.wire_select`, over the same pool of kept-alive connections, under the same caps, with the same TLS
+verification (`wrap_tls`) and the same lookups inside the deadline (`pollwarden.resolve`).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.client
 import io
@@ -20,12 +22,16 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import SplitResult, urlsplit
 
+from . import resolve
 from .core.observe import FailureKind
 from .errors import EXIT_ESCALATED, PollwardenError
+from .resolve import AddrInfo, Resolver
 
 MAX_HEADERS = 100
 """`http.client` refuses a 101st line after the status line with HTTPException, counting the blank line that
@@ -317,6 +323,34 @@ def _default_tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def wrap_tls(sock: socket.socket, host: str) -> ssl.SSLSocket:
+    """A connected socket as TLS to `host`, its handshake not started and the socket non-blocking: what both
+    paths verify, one way (`_default_tls`: the system's CA store, the host name checked against the
+    certificate, SNI for a name, TLS 1.2 at least, as `ssl.create_default_context` sets it)."""
+    tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    tls.setblocking(False)
+    return tls
+
+
+TLS_TIMEOUT = "TLS handshake did not finish within the timeout"
+DNS_TIMEOUT = "the host name's lookup did not answer within the timeout"
+
+
+def tls_failure(exc: OSError) -> WireError:
+    """A handshake that failed (a certificate not trusted, for another host or expired; not TLS at all)."""
+    return WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}")
+
+
+def looked_up(lookup: Future[list[AddrInfo]]) -> list[AddrInfo]:
+    """The addresses a finished lookup found, or its failure as a `WireError` (nothing was sent)."""
+    exc = lookup.exception()
+    if exc is None:
+        return lookup.result()
+    if isinstance(exc, UnicodeError):  # the IDNA codec refuses a host like "a..b" before any lookup
+        raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded")
+    raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}")
+
+
 Origin = tuple[str, str, int]
 
 
@@ -333,8 +367,9 @@ class SocketTransport:
     counts as a request the provider may have seen; it is never retried on a fresh connection, because the
     provider may already have it. Safe to share between threads: each connection is used by one at a time."""
 
-    def __init__(self, *, max_idle: float = KEEPALIVE_IDLE) -> None:
+    def __init__(self, *, max_idle: float = KEEPALIVE_IDLE, resolver: Resolver = resolve.system_resolver) -> None:
         self._max_idle = max_idle
+        self._resolver = resolver
         self._idle: dict[Origin, list[tuple[socket.socket, float]]] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -404,18 +439,19 @@ class SocketTransport:
                 return
         sock.close()
 
+    def lookup(self, host: str, port: int) -> Future[list[AddrInfo]]:
+        """The host's addresses, looked up by this transport's resolver off this thread (`pollwarden.resolve`)."""
+        return resolve.lookup(self._resolver, host, port)
+
     def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
         host = parts.hostname or ""
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
-        try:
-            sock = socket.create_connection((host, port), timeout=_remaining(deadline, "connect"))
-        except TimeoutError:
-            raise WireError(FailureKind.CONNECT, "connect timed out") from None
-        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
-            raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded") from None
-        except OSError as exc:
-            raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}") from None
+        lookup = self.lookup(host, port)
+        if not futures.wait([lookup], timeout=max(deadline - time.monotonic(), 0.0)).done:
+            raise WireError(FailureKind.CONNECT, DNS_TIMEOUT)
+        addresses = looked_up(lookup)
+        sock = _connect_any(addresses, deadline)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not tls:
             return sock
@@ -427,8 +463,7 @@ class SocketTransport:
 
     def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
         """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
-        tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
-        tls.setblocking(False)
+        tls = wrap_tls(sock, host)
         try:
             while True:
                 try:
@@ -441,9 +476,32 @@ class SocketTransport:
                 if not ready:
                     raise TimeoutError("handshake")
         except TimeoutError:
-            raise WireError(FailureKind.CONNECT, "TLS handshake did not finish within the timeout") from None
-        except (ssl.SSLError, OSError) as exc:
-            raise WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}") from None
+            raise WireError(FailureKind.CONNECT, TLS_TIMEOUT) from None
+        except OSError as exc:  # ssl.SSLError is one
+            raise tls_failure(exc) from None
+
+
+def _connect_any(addresses: Sequence[AddrInfo], deadline: float) -> socket.socket:
+    """The first of the addresses that accepts, in turn, as `socket.create_connection` tries them, each attempt
+    given only the time left."""
+    last = OSError(errno.EADDRNOTAVAIL, "no address to connect to")
+    for family, kind, proto, _, address in addresses:
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            last = exc
+            continue
+        try:
+            sock.settimeout(_remaining(deadline, "connect"))
+            sock.connect(address)
+            return sock
+        except TimeoutError:
+            sock.close()
+            raise WireError(FailureKind.CONNECT, "connect timed out") from None
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise WireError(FailureKind.CONNECT, f"connection failed: {last.__class__.__name__}: {last}")
 
 
 def origin_of_parts(parts: SplitResult) -> Origin:

@@ -1,6 +1,13 @@
-"""Status polls over plain http on one selector: a batch's requests sent and read in the calling thread, over the
-keep-alive connections of `SocketTransport`, each under its own deadline, with the caps and failure kinds of the
-blocking path (`SocketTransport.open`), which https and every request that is not a status poll still take.
+"""Status polls over http and https on one selector: a batch's requests sent and read in the calling thread, over
+the keep-alive connections of `SocketTransport`, each under its own deadline, with the caps and failure kinds of
+the blocking path (`SocketTransport.open`), which every request that is not a status poll still takes.
+
+Each request goes through its stages on the selector: the host's lookup (`pollwarden.resolve`: on a thread of
+its own, a pipe waking the selector when it answers; none for an IP literal, localhost or a name answered in the
+last 30 s), the connect, for https the TLS handshake (non-blocking, `ssl.SSLWantReadError` and
+`SSLWantWriteError` turned into what the selector watches for; verified exactly as the blocking path verifies,
+`wire.wrap_tls`), the request, the head and the body. A deadline that passes at any stage ends that request
+alone, with the blocking path's failure kind for the stage.
 
 Why: on the worker's I/O pool each request had a thread of its own, and handing the GIL between 18 threads
 cost more CPU than the requests themselves (docs/performance.md). Here nothing waits but the selector.
@@ -20,16 +27,21 @@ on a reused connection that fails before its answer is reported as `reset`, neve
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import selectors
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .core.observe import FailureKind
+from .resolve import AddrInfo, Wakeup
 from .wire import (
+    DNS_TIMEOUT,
     MAX_HEADER_BYTES,
     MAX_HEADERS,
     MAX_LINE,
@@ -37,6 +49,7 @@ from .wire import (
     NOT_A_HEADER,
     NOT_STATUS,
     READ_CHUNK,
+    TLS_TIMEOUT,
     Answer,
     Request,
     SocketTransport,
@@ -44,13 +57,16 @@ from .wire import (
     WireError,
     check_framing,
     chunk_size,
+    looked_up,
     origin_of_parts,
     parse_status_line,
     request_head,
     server_closes,
+    tls_failure,
+    wrap_tls,
 )
 
-_CONNECT, _SEND, _HEAD, _BODY = range(4)
+_RESOLVE, _CONNECT, _HANDSHAKE, _SEND, _HEAD, _BODY = range(6)
 _TRAILER = -1
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
@@ -59,9 +75,14 @@ new_socket = socket.socket
 """How a connection's socket is made (a test makes it fail as a process out of descriptors would)."""
 
 
+SCHEMES = ("http", "https")
+"""What the selector speaks: everything the blocking path does for a status poll (neither has a proxy or a
+client certificate), so the choice of path is only whether a request is a status poll (`selectable`)."""
+
+
 def selectable(request: Request) -> bool:
-    """What goes on the selector: status polls over plain http."""
-    return request.reuse and urlsplit(request.url).scheme == "http"
+    """What goes on the selector: status polls (over a `SocketTransport`, `StatusClient.selects`)."""
+    return request.reuse and urlsplit(request.url).scheme in SCHEMES
 
 
 @dataclass(frozen=True)
@@ -125,6 +146,17 @@ def _head_end(buffer: bytearray, start: int) -> int:
     return lf + 2 if lf >= 0 else crlf + 3 if crlf >= 0 else -1
 
 
+_WAITS = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _waits_for(exc: OSError, plain: int) -> int:
+    """What a socket call that would block waits for: a TLS one says (a read may need a write of the handshake or
+    a key update, a write a read), a plain one waits for what it was doing (`plain`)."""
+    if isinstance(exc, ssl.SSLWantReadError):
+        return _READ
+    return _WRITE if isinstance(exc, ssl.SSLWantWriteError) else plain
+
+
 def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
     """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline: `first` is
     where its first line ends (-1: not yet), `lines` how many line ends it holds, `line_start` where its last,
@@ -176,9 +208,13 @@ class _Exchange:
         self.sock: socket.socket | None = None
         self.want = 0
         self.result: Answer | WireError | None = None
-        self._stage = _CONNECT
+        self._stage = _RESOLVE
         self._out = memoryview(b"")
-        self._addresses: list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int]]] = []
+        self._host = ""
+        self._tls = False
+        self.lookup: Future[list[AddrInfo]] | None = None
+        """The host's lookup while it is in flight (`resolving`)."""
+        self._addresses: list[AddrInfo] = []
         self._buffer = bytearray()
         self._head: Head | None = None
         self._body = bytearray()
@@ -203,19 +239,33 @@ class _Exchange:
             self.sock, self._stage = sock, _SEND
             self._step(self._send)
             return
+        self._host, self._tls = parts.hostname or "", parts.scheme == "https"
+        lookup = self.transport.lookup(self._host, self._origin[2])
+        if lookup.done():
+            self.resolved(lookup)
+        else:
+            self.lookup = lookup
+
+    @property
+    def resolving(self) -> bool:
+        return self.lookup is not None and self.result is None
+
+    def resolved(self, lookup: Future[list[AddrInfo]]) -> None:
+        """The lookup answered (addresses, or its failure): connect to the first address that takes it."""
+        self.lookup = None
         try:
-            self._addresses = socket.getaddrinfo(parts.hostname or "", self._origin[2], 0, socket.SOCK_STREAM)  # type: ignore[assignment]
-        except UnicodeError:  # the IDNA codec refuses a host like "a..b" before any lookup
-            self._end(WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded"))
+            self._addresses = list(looked_up(lookup))
+        except WireError as exc:
+            self._end(exc)
             return
-        except OSError as exc:
-            self._end(WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}"))
-            return
+        self._stage = _CONNECT
         self._connect_next(OSError(errno.EADDRNOTAVAIL, "no address to connect to"))
 
     def ready(self) -> None:
         if self._stage == _CONNECT:
             self._connected()
+        elif self._stage == _HANDSHAKE:
+            self._step(self._handshake)
         elif self._stage == _SEND:
             self._step(self._send)
         else:
@@ -223,8 +273,13 @@ class _Exchange:
 
     def expire(self) -> None:
         """The deadline passed at this stage."""
-        if self._stage == _CONNECT:
+        if self._stage == _RESOLVE:
+            self.lookup = None  # left to finish on its own thread; its answer may serve a later request
+            self._end(WireError(FailureKind.CONNECT, DNS_TIMEOUT))
+        elif self._stage == _CONNECT:
             self._end(WireError(FailureKind.CONNECT, "connect timed out"))
+        elif self._stage == _HANDSHAKE:
+            self._end(WireError(FailureKind.CONNECT, TLS_TIMEOUT))
         elif self._stage == _SEND:
             self._end(WireError(FailureKind.TIMEOUT, "the request could not be sent within the timeout"))
         elif self._stage == _HEAD:
@@ -265,37 +320,63 @@ class _Exchange:
             self._connect_next(OSError(code, os.strerror(code)))
             return
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls:
+            self.sock = wrap_tls(self.sock, self._host)
+            self._stage = _HANDSHAKE
+            self._step(self._handshake)
+            return
         self._stage = _SEND
         self._step(self._send)
+
+    def _handshake(self) -> None:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except _WAITS as exc:
+            self.want = _waits_for(exc, _READ)
+            return
+        except OSError as exc:  # ssl.SSLError is one: a certificate refused, a peer that is no TLS server
+            raise tls_failure(exc) from None
+        self._stage = _SEND
+        self._send()
 
     def _send(self) -> None:
         assert self.sock is not None
         try:
             while self._out:
+                # A TLS write that wants to wait is retried with the same bytes (the ssl module lets the buffer
+                # move), as a plain one is.
                 self._out = self._out[self.sock.send(self._out) :]
-        except BlockingIOError:
-            self.want = _WRITE
+        except _WAITS as exc:
+            self.want = _waits_for(exc, _WRITE)
             return
         except OSError as exc:
             raise WireError(FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}") from None
         self._stage, self.want = _HEAD, _READ
 
     def _receive(self) -> None:
-        assert self.sock is not None
-        try:
-            data = self.sock.recv(READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
-        if not data:
-            self._closed()
-            return
-        self._buffer += data
-        if self._stage == _HEAD:
-            self._read_head()
-        if self._stage == _BODY:
-            self._read_body()
+        while True:
+            sock = self.sock
+            assert sock is not None
+            self.want = _READ
+            try:
+                data = sock.recv(READ_CHUNK)
+            except _WAITS as exc:
+                self.want = _waits_for(exc, _READ)
+                return
+            except OSError as exc:
+                raise WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}") from None
+            if not data:
+                self._closed()
+                return
+            self._buffer += data
+            if self._stage == _HEAD:
+                self._read_head()
+            if self._stage == _BODY:
+                self._read_body()
+            # Bytes TLS has decrypted but not handed over yet leave the socket quiet: poll(2) would not wake for them.
+            if self.result is not None or not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                return
 
     # -- the answer -----------------------------------------------------------------------------------------------
 
@@ -433,30 +514,66 @@ def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | 
     """Every request at once on one selector, in this thread; each answer (read whole) or its failure, in order.
     Returns when every request has its answer or its deadline has passed."""
     exchanges = [_Exchange(transport, request) for transport, request in items]
+    wakeup: Wakeup | None = None
     # poll(2), not epoll: a batch watches a handful of sockets for a few milliseconds, and epoll would cost a
     # system call to create it and two per socket to add and remove; poll's registrations are this process's.
     with selectors.PollSelector() as selector:
         registered: dict[_Exchange, tuple[socket.socket, int]] = {}
+        resolving: list[_Exchange] = []
         for one in exchanges:
             _guarded(one, one.start)
             _sync(selector, registered, one)
-        while registered:
-            now = time.monotonic()
-            for one in [one for one in registered if one.deadline <= now]:
-                one.expire()
-                _sync(selector, registered, one)
-            if not registered:
-                break
-            wait = min(one.deadline for one in registered) - now
-            for key, _ in selector.select(max(wait, 0.0)):
-                one = key.data
-                _guarded(one, one.ready)
-                _sync(selector, registered, one)
+            if one.resolving:
+                resolving.append(one)
+        try:
+            if resolving:
+                wakeup = Wakeup(selector)
+                for one in resolving:
+                    assert one.lookup is not None
+                    one.lookup.add_done_callback(wakeup.ring)
+            _run(selector, registered, resolving, wakeup)
+        finally:
+            if wakeup is not None:
+                wakeup.close()
     results: list[Answer | WireError] = []
     for one in exchanges:
         assert one.result is not None
         results.append(one.result)
     return results
+
+
+def _run(
+    selector: selectors.BaseSelector,
+    registered: dict[_Exchange, tuple[socket.socket, int]],
+    resolving: list[_Exchange],
+    wakeup: Wakeup | None,
+) -> None:
+    """Until every exchange has its result: each deadline checked, each ready socket stepped, each lookup that
+    answered connected."""
+    while registered or resolving:
+        now = time.monotonic()
+        for one in [one for one in (*registered, *resolving) if one.deadline <= now]:
+            one.expire()
+            _sync(selector, registered, one)
+        answered = [one for one in resolving if one.lookup is None or one.lookup.done()]
+        if answered:
+            resolving[:] = [one for one in resolving if one not in answered]
+            for one in answered:
+                if one.lookup is not None:
+                    _guarded(one, functools.partial(one.resolved, one.lookup))
+                    _sync(selector, registered, one)
+            continue
+        if not (registered or resolving):
+            break
+        wait = min(one.deadline for one in (*registered, *resolving)) - now
+        for key, _ in selector.select(max(wait, 0.0)):
+            one = key.data
+            if one is None:
+                assert wakeup is not None
+                wakeup.drain()
+                continue
+            _guarded(one, one.ready)
+            _sync(selector, registered, one)
 
 
 def _guarded(one: _Exchange, step: Callable[[], None]) -> None:

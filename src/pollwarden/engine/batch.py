@@ -8,8 +8,8 @@ it. What changes is how the effects are performed. The flows advance in lockstep
   the others. A flow still gets its answer only after the commit, so each reservation is durable before its
   request goes out, and an announcement follows the commit of its own stop;
 - then every pending `Send` (and `Announce`) runs at once: K requests in flight, each under its own contract's
-  deadline; the status polls over plain http on one selector in the batch's own thread (`http.fetch_all`),
-  the rest (https, announcements, a test's client) on the I/O pool;
+  deadline; the status polls (http and https) on one selector in the batch's own thread (`http.fetch_all`),
+  the rest (announcements, a test's client) on the I/O pool;
 - everything else (`Now`, `Draw`, `Release`, a lost lease's `Append`, ...) is performed in place.
 
 If the batch transaction fails, each write is retried in a transaction of its own, so a write the store refuses
@@ -94,7 +94,7 @@ def _selects(client: Any) -> bool:
 
 
 def _send_here(lanes: Sequence[Lane]) -> list[Outcome]:
-    """The status polls over plain http, all on one selector in this thread (`http.fetch_all`): on the pool each
+    """The status polls, all on one selector in this thread (`http.fetch_all`): on the pool each
     was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md)."""
     sends = [(lane.client, lane.effect) for lane in lanes]
     calls = [(client, s.job_id, s.headers, s.location) for client, s in sends if isinstance(s, flow.Send)]
