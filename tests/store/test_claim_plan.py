@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pollwarden.store.postgres import POSTGRES
-from pollwarden.store.sql import claim_due_query
+from pollwarden.store.sql_leases import claim_due_query
 from pollwarden.store.sqlite import SQLITE, SQLiteStore
 
 ROWS = 5000

@@ -51,6 +51,13 @@ class Lease:
     expires_at: datetime
 
 
+ClaimOf = tuple[str, str, timedelta]
+"""One claim of `claim_many`: the operation, its claimer (the owner), how long the lease lasts."""
+
+ClaimAnswer = tuple[Lease, OperationRecord] | None
+"""What a claim gives: the new lease and the record reloaded under it, or None (someone else holds it)."""
+
+
 @dataclass(frozen=True)
 class Claimed:
     """One operation of a fleet claim: its new lease, its record and its contract, from the one SELECT that
@@ -242,6 +249,22 @@ class Store(Protocol):
         self, operation_id: str, owner: str, now: datetime, ttl: timedelta
     ) -> tuple[Lease, OperationRecord] | None:
         """Take the lease if free, expired, or held by a dead process on this host; reload the record."""
+        ...
+
+    def claim_many(self, claims: Sequence[ClaimOf], now: datetime) -> list[ClaimAnswer]:
+        """`claim` of each (operation_id, owner, ttl), in order, in one transaction (the Python API's watches of
+        one process that are due together); an operation named twice goes to the first of its claimers."""
+        ...
+
+    def claim_then_write(
+        self,
+        claims: Sequence[ClaimOf],
+        now: datetime,
+        then: Callable[[list[ClaimAnswer]], Sequence[FencedWrite]],
+    ) -> tuple[list[ClaimAnswer], list[bool]]:
+        """`claim_many`, then `write_many` of the writes `then` makes of its answers, in one transaction: the
+        claims and the reservations they lead to in one commit. `then` runs inside the transaction and must
+        not use the store; if the transaction fails, nothing of either is written."""
         ...
 
     def write(

@@ -22,7 +22,8 @@ from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from .base import (
-    Claimed,
+    ClaimAnswer,
+    ClaimOf,
     ContractCounts,
     DecisionTaken,
     FencedWrite,
@@ -34,7 +35,6 @@ from .base import (
     OperationExists,
     Stored,
     StoredDecision,
-    StoreError,
     Submission,
 )
 from .common import (
@@ -42,34 +42,23 @@ from .common import (
     GRANT_COLUMNS,
     STORED_COLUMNS,
     SUBMISSION_COLUMNS,
-    Dialect,
     Tx,
     decision_from_row,
     decision_request_text,
     grant_detail_text,
     grant_from_row,
-    lease_held,
     marks,
     record_values,
     stored_from_row,
     submission_from_row,
-    taken_over,
-    takeover_event,
 )
-from .trail import AuditTrail, job_lock_key
+from .sql_leases import Leases, chunks
+from .trail import job_lock_key
 
 _ALREADY = "operation {} already exists"
 
-_IN_LIST = 500
-"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
-
-
 _ROWS = 100
 """Operations per multi-row INSERT: 1,200 parameters, well within both databases' limits."""
-
-
-def _chunks(values: Sequence[str]) -> list[list[str]]:
-    return [list(values[start : start + _IN_LIST]) for start in range(0, len(values), _IN_LIST)]
 
 
 _FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bigint", "text", "time", "bool", "time")
@@ -77,18 +66,7 @@ _FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bi
 hold_until (as `Dialect.typed` names them)."""
 
 
-def claim_due_query(dialect: Dialect) -> str:
-    """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
-    `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
-    sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
-    return (
-        f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
-        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-        f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
-    )
-
-
-class _Operations(AuditTrail):
+class _Operations(Leases):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -125,7 +103,7 @@ class _Operations(AuditTrail):
             keys = sorted(job_lock_key(name, job) for name, same in jobs.items() for job in same)
             tx.execute(self.dialect.lock_logs, (keys,))
         for name, same in jobs.items():
-            for chunk in _chunks(sorted(same)):
+            for chunk in chunks(sorted(same)):
                 found = tx.execute(
                     f"SELECT job_id, operation_id FROM operations WHERE contract_name = ? AND job_id IN"
                     f" ({marks(len(chunk))}) ORDER BY job_id, operation_id LIMIT 1",
@@ -165,7 +143,7 @@ class _Operations(AuditTrail):
 
     def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
         found: dict[str, Stored] = {}
-        for chunk in _chunks(sorted(set(operation_ids))):
+        for chunk in chunks(sorted(set(operation_ids))):
             rows = self._rows(
                 f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(chunk))})",
                 chunk,
@@ -184,7 +162,7 @@ class _Operations(AuditTrail):
     def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
         """Every operation of these jobs under one contract, newest first per job (served by `operations_job`)."""
         found: dict[str, list[Stored]] = {}
-        for chunk in _chunks(sorted(set(job_ids))):
+        for chunk in chunks(sorted(set(job_ids))):
             rows = self._rows(
                 f"SELECT job_id, {STORED_COLUMNS} FROM operations WHERE contract_name = ?"
                 f" AND job_id IN ({marks(len(chunk))}) ORDER BY created_at DESC, operation_id DESC",
@@ -243,61 +221,20 @@ class _Operations(AuditTrail):
 
     # -- leases --------------------------------------------------------------------------------------
 
-    def claim(
-        self, operation_id: str, owner: str, now: datetime, ttl: timedelta
-    ) -> tuple[Lease, OperationRecord] | None:
+    def claim_then_write(
+        self,
+        claims: Sequence[ClaimOf],
+        now: datetime,
+        then: Callable[[list[ClaimAnswer]], Sequence[FencedWrite]],
+    ) -> tuple[list[ClaimAnswer], list[bool]]:
+        """`claim_many`, then the fenced writes `then` makes of its answers, in one transaction (one commit).
+        The logs of every claimed operation are locked with the claim, in key order, before any is appended
+        to: the writes' logs are among them, so no log is locked out of the one global order."""
         with self._tx() as tx:
-            row = tx.one(
-                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?{self.dialect.lock_row}",
-                (operation_id,),
-            )
-            if row is None:
-                raise StoreError(f"operation {operation_id} does not exist")
-            stored = stored_from_row(row, self.dialect.moment)
-            if lease_held(stored, owner, now):
-                return None
-            (lease,) = self._take_leases(tx, [(operation_id, stored)], owner, now + ttl, now)
-            return lease, stored.record
-
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
-        """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
-        due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
-        rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
-        lease of a dead holder is taken only once it expires: a process's death can only be seen from its
-        own host, which `claim` covers."""
-        if limit <= 0:
-            return []
-        at = self.dialect.stamp(now)
-        with self._tx() as tx:
-            rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
-            due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
-            leases = self._take_leases(tx, due, owner, now + ttl, now)
-            return [
-                Claimed(lease, stored.record, stored.contract_text)
-                for lease, (_, stored) in zip(leases, due, strict=True)
-            ]
-
-    def _take_leases(
-        self, tx: Tx, rows: Sequence[tuple[str, Stored]], owner: str, expires: datetime, now: datetime
-    ) -> list[Lease]:
-        """The next token of each row to `owner`, in the caller's transaction, which holds the rows locked
-        (so each token is the one read plus one); taking a lease from another owner is logged."""
-        if not rows:
-            return []
-        ids = [operation_id for operation_id, _ in rows]
-        at = self.dialect.stamp(now)
-        tx.execute(
-            "UPDATE operations SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?,"
-            " watcher_since = CASE WHEN watcher = ? THEN watcher_since ELSE ? END, watcher = ?"
-            f" WHERE operation_id IN ({marks(len(ids))})",
-            (owner, self.dialect.stamp(expires), owner, at, owner, *ids),
-        )
-        takeovers = [(operation_id, stored) for operation_id, stored in rows if taken_over(stored.lease_owner, owner)]
-        self._lock_logs(tx, [operation_id for operation_id, _ in takeovers])
-        for operation_id, stored in takeovers:
-            event = takeover_event(stored.lease_owner, owner, stored.lease_token + 1)
-            self._append(tx, operation_id, "lease_taken_over", event, now)
-        return [Lease(operation_id, owner, stored.lease_token + 1, expires) for operation_id, stored in rows]
+            claimed = self._claim_in(tx, claims, now, lock_logs=True)
+            writes = then(claimed)
+            written = self._write_in(tx, writes, self._fenced_values(writes, now), now)
+        return claimed, written
 
     def write(
         self,
@@ -317,33 +254,39 @@ class _Operations(AuditTrail):
         """One transaction, so one commit (one fsync on SQLite) for a whole batch of polls. Rows are changed
         in operation-id order and only then are the logs of the writes that passed their fence locked, in key
         order: a claim also takes rows before logs, so no two transactions can wait on each other in a circle."""
+        if not writes:
+            return []
+        values = self._fenced_values(writes, now)
+        with self._tx() as tx:
+            return self._write_in(tx, writes, values, now)
+
+    def _write_in(self, tx: Tx, writes: Sequence[FencedWrite], values: Sequence[Any], now: datetime) -> list[bool]:
+        """`write_many`'s body in the caller's transaction; `values` are `_fenced_values(writes, now)`."""
         order = sorted(range(len(writes)), key=lambda i: writes[i].lease.operation_id)
         written = [False] * len(writes)
         if not writes:
             return written
-        values = self._fenced_values(writes, now)
-        with self._tx() as tx:
-            changed = self._update_fenced_many(tx, writes, values)
-            for i in order:
-                written[i] = writes[i].lease.operation_id in changed
-            logs = [writes[i].lease.operation_id for i in order if written[i]]
-            self._lock_logs(tx, logs)
-            self._read_heads(tx, logs)
-            sealed: list[AuditRecord] = []  # inserted together, before any statement that could read them
-            for i in order:
-                w = writes[i]
-                if not written[i]:
-                    continue
-                sealed += [self._seal_onto(tx, w.lease.operation_id, kind, data, now) for kind, data in w.events]
-                if w.decision is not None or w.record.phase is Phase.SUCCEEDED:
-                    self._insert_records(tx, sealed)
-                    sealed = []
-                if w.decision is not None:
-                    self._insert_decision(tx, w.decision, now)
-                elif w.record.phase is Phase.SUCCEEDED:
-                    # A question about the running job (an agent's cancel request) has no answer left to give.
-                    self._expire_open(tx, w.lease.operation_id)
-            self._insert_records(tx, sealed)
+        changed = self._update_fenced_many(tx, writes, values)
+        for i in order:
+            written[i] = writes[i].lease.operation_id in changed
+        logs = [writes[i].lease.operation_id for i in order if written[i]]
+        self._lock_logs(tx, logs)
+        self._read_heads(tx, logs)
+        sealed: list[AuditRecord] = []  # inserted together, before any statement that could read them
+        for i in order:
+            w = writes[i]
+            if not written[i]:
+                continue
+            sealed += [self._seal_onto(tx, w.lease.operation_id, kind, data, now) for kind, data in w.events]
+            if w.decision is not None or w.record.phase is Phase.SUCCEEDED:
+                self._insert_records(tx, sealed)
+                sealed = []
+            if w.decision is not None:
+                self._insert_decision(tx, w.decision, now)
+            elif w.record.phase is Phase.SUCCEEDED:
+                # A question about the running job (an agent's cancel request) has no answer left to give.
+                self._expire_open(tx, w.lease.operation_id)
+        self._insert_records(tx, sealed)
         return written
 
     def _update_fenced(

@@ -1,0 +1,134 @@
+"""The lease bodies of the SQL store, for SQLite and PostgreSQL: a claim of one operation, of many at once (the
+Python API's watches that are due together), the fleet's claim of whatever is due, and the taking of leases
+they share. A lease is taken only in a transaction that holds the operation's row locked (SQLite: the file's
+one write lock; PostgreSQL: FOR UPDATE, in id order), so each new token is the one read plus one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from .base import ClaimAnswer, Claimed, ClaimOf, Lease, Stored, StoreError
+from .common import (
+    STORED_COLUMNS,
+    Dialect,
+    Tx,
+    lease_held,
+    marks,
+    stored_from_row,
+    taken_over,
+    takeover_event,
+)
+from .trail import AuditTrail
+
+IN_LIST = 500
+"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
+
+
+def chunks(values: Sequence[str]) -> list[list[str]]:
+    return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
+
+
+def claim_due_query(dialect: Dialect) -> str:
+    """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
+    `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
+    sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
+    return (
+        f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+        f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
+    )
+
+
+class Leases(AuditTrail):
+    """Claims: one operation's, many named operations' at once, and the fleet's of whatever is due."""
+
+    def claim(self, operation_id: str, owner: str, now: datetime, ttl: timedelta) -> ClaimAnswer:
+        (claimed,) = self.claim_many([(operation_id, owner, ttl)], now)
+        return claimed
+
+    def claim_many(self, claims: Sequence[ClaimOf], now: datetime) -> list[ClaimAnswer]:
+        """`claim` of each (operation, owner, ttl) in one transaction: the rows are read and locked in id order
+        in one statement, as every batch locks them. An operation named twice is claimed by the first of its
+        claimers; the later ones find it held, as they would claiming it one by one."""
+        with self._tx() as tx:
+            return self._claim_in(tx, claims, now, lock_logs=False)
+
+    def _claim_in(self, tx: Tx, claims: Sequence[ClaimOf], now: datetime, *, lock_logs: bool) -> list[ClaimAnswer]:
+        ids = sorted({operation_id for operation_id, _, _ in claims})
+        found: dict[str, Stored] = {}
+        for chunk in chunks(ids):
+            rows = tx.execute(
+                f"SELECT operation_id, {STORED_COLUMNS} FROM operations"
+                f" WHERE operation_id IN ({marks(len(chunk))}) ORDER BY operation_id{self.dialect.lock_row}",
+                chunk,
+            ).fetchall()
+            found.update((str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows)
+        taking: dict[str, tuple[Stored, str, datetime]] = {}
+        for operation_id, owner, ttl in claims:
+            stored = found.get(operation_id)
+            if stored is None:
+                raise StoreError(f"operation {operation_id} does not exist")
+            if operation_id not in taking and not lease_held(stored, owner, now):
+                taking[operation_id] = (stored, owner, now + ttl)
+        if lock_logs:
+            self._lock_logs(tx, taking)
+        leases = {lease.operation_id: lease for lease in self._take_leases(tx, taking, now)}
+        claimed: list[ClaimAnswer] = []
+        for operation_id, owner, _ in claims:
+            lease = leases.pop(operation_id, None)  # popped: the same owner naming it again finds it taken
+            if lease is None or lease.owner != owner:
+                claimed.append(None)
+            else:
+                claimed.append((lease, found[operation_id].record))
+        return claimed
+
+    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
+        """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
+        due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
+        rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
+        lease of a dead holder is taken only once it expires: a process's death can only be seen from its
+        own host, which `claim` covers."""
+        if limit <= 0:
+            return []
+        at = self.dialect.stamp(now)
+        with self._tx() as tx:
+            rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
+            due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
+            leases = self._take_leases(
+                tx, {operation_id: (stored, owner, now + ttl) for operation_id, stored in due}, now
+            )
+            return [
+                Claimed(lease, stored.record, stored.contract_text)
+                for lease, (_, stored) in zip(leases, due, strict=True)
+            ]
+
+    def _take_leases(self, tx: Tx, rows: Mapping[str, tuple[Stored, str, datetime]], now: datetime) -> list[Lease]:
+        """The next token of each row (operation id: its row as read, the new owner, the new expiry) to its
+        owner, in the caller's transaction, which holds the rows locked (so each token is the one read plus one);
+        one UPDATE per owner and expiry. Taking a lease from another owner is logged, the logs locked at once."""
+        if not rows:
+            return []
+        at = self.dialect.stamp(now)
+        groups: dict[tuple[str, datetime], list[str]] = {}
+        for operation_id, (_, owner, expires) in rows.items():
+            groups.setdefault((owner, expires), []).append(operation_id)
+        for (owner, expires), ids in groups.items():
+            tx.execute(
+                "UPDATE operations SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?,"
+                " watcher_since = CASE WHEN watcher = ? THEN watcher_since ELSE ? END, watcher = ?"
+                f" WHERE operation_id IN ({marks(len(ids))})",
+                (owner, self.dialect.stamp(expires), owner, at, owner, *ids),
+            )
+        takeovers = [
+            (i, stored, owner) for i, (stored, owner, _) in rows.items() if taken_over(stored.lease_owner, owner)
+        ]
+        self._lock_logs(tx, [operation_id for operation_id, _, _ in takeovers])
+        for operation_id, stored, owner in takeovers:
+            event = takeover_event(stored.lease_owner, owner, stored.lease_token + 1)
+            self._append(tx, operation_id, "lease_taken_over", event, now)
+        return [
+            Lease(operation_id, owner, stored.lease_token + 1, expires)
+            for operation_id, (stored, owner, expires) in rows.items()
+        ]
