@@ -27,11 +27,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.contract import Contract
 from ..http import StatusClient, fetch_all
-from ..store.base import Store
+from ..store.base import ClaimOf, Store
 from . import flow
 from .flow import StepResult
 
@@ -52,6 +52,11 @@ class Lane:
     client: Any
     effect: flow.Effect[Any] | None = None
     result: StepResult | Exception | None = None
+    owner: str | None = None
+    """Who claims for a flow that starts with its claim (`flow.step`: the combined watches of `combine`): the
+    lanes' claims are then taken together, in one transaction. None: a flow entered with its lease."""
+    perform: Perform | None = None
+    """How this lane's own effects are performed (its engine's owner, clock and notifier), if not the batch's."""
 
     def resume(self, answer: Any = None, failure: BaseException | None = None) -> None:
         try:
@@ -62,14 +67,29 @@ class Lane:
             self.effect, self.result = None, exc
 
 
-def run(lanes: Sequence[Lane], store: Store, perform: Perform, clock: Callable[[], datetime], io: Executor) -> None:
-    """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with."""
+def run(
+    lanes: Sequence[Lane],
+    store: Store,
+    perform: Perform,
+    clock: Callable[[], datetime],
+    io: Executor,
+    *,
+    sending: Callable[[], None] | None = None,
+) -> None:
+    """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
+
+    `sending` is called once, when every lane's claim and reservation are committed (just before the first
+    requests go out, or at the end if none does): the next batch may start its own then."""
     for lane in lanes:
         lane.resume()
     while True:
         for lane in lanes:
-            while lane.effect is not None and not isinstance(lane.effect, flow.Write | flow.Send | flow.Announce):
-                lane.resume(*_attempt(perform, lane.effect, lane))
+            while lane.effect is not None and not _gathered(lane):
+                lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
+        claiming = [lane for lane in lanes if isinstance(lane.effect, flow.Claim)]
+        if claiming:
+            _claim_and_reserve(claiming, store, perform, clock())
+            continue
         writing = [lane for lane in lanes if isinstance(lane.effect, flow.Write)]
         if writing:
             writes = [lane.effect for lane in writing if isinstance(lane.effect, flow.Write)]
@@ -77,16 +97,30 @@ def run(lanes: Sequence[Lane], store: Store, perform: Perform, clock: Callable[[
                 lane.resume(*outcome)
             continue  # the flows that just committed may want I/O now: one round of it for everyone
         waiting = [lane for lane in lanes if isinstance(lane.effect, _IO)]
+        if sending is not None:
+            sent, sending = sending, None
+            sent()
         if not waiting:
             return
         here = [lane for lane in waiting if isinstance(lane.effect, flow.Send) and _selects(lane.client)]
         there = [lane for lane in waiting if not (isinstance(lane.effect, flow.Send) and _selects(lane.client))]
-        futures = [io.submit(_attempt, perform, lane.effect, lane) for lane in there if lane.effect is not None]
+        futures = [
+            io.submit(_attempt, lane.perform or perform, lane.effect, lane) for lane in there if lane.effect is not None
+        ]
         outcomes = dict(zip(map(id, here), _send_here(here), strict=True))
         for lane, future in zip(there, futures, strict=True):
             outcomes[id(lane)] = future.result()
         for lane in waiting:
             lane.resume(*outcomes[id(lane)])
+
+
+def _gathered(lane: Lane) -> bool:
+    """The lane waits on an effect performed for the whole batch at once: a write, a claim (of a lane that
+    claims), I/O."""
+    effect = lane.effect
+    return isinstance(effect, flow.Write | flow.Send | flow.Announce) or (
+        isinstance(effect, flow.Claim) and lane.owner is not None
+    )
 
 
 def _selects(client: Any) -> bool:
@@ -112,17 +146,93 @@ def _attempt(perform: Perform, effect: flow.Effect[Any], lane: Lane) -> Outcome:
         return None, exc
 
 
+_PURE = (flow.Now, flow.Draw, flow.NewDecisionId)
+"""Effects a flow may be given inside a store transaction: they touch nothing outside the process."""
+
+
+def _claim_and_reserve(lanes: Sequence[Lane], store: Store, perform: Perform, now: datetime) -> None:
+    """Every lane's claim and the write it leads to (its reservation, or a stop) in one transaction: the flows
+    are given their claims inside it and go on as far as their next write (the pure effects on the way are
+    performed there); the writes commit with the claims. A flow that wants anything else first (a release:
+    the operation was not due after all) gets it after the commit, as ever.
+
+    If the transaction fails, nothing of it was written, and each lane's part is tried again in a transaction
+    of its own, so a failure belongs to one lane: the claims alone if the flows were not told of them yet
+    (`claim_all`), else each claim with the write its flow made of it (`_alone`)."""
+    claims = [
+        (lane.effect.operation_id, lane.owner or "", lane.effect.ttl)
+        for lane in lanes
+        if isinstance(lane.effect, flow.Claim)
+    ]
+    told: list[Any] = []
+    planned: list[int] = []
+
+    def then(answers: list[Any]) -> list[flow.Write]:
+        told.extend(answers)
+        for lane, answer in zip(lanes, answers, strict=True):
+            lane.resume(answer)
+            while isinstance(lane.effect, _PURE):
+                lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
+        planned.extend(i for i, lane in enumerate(lanes) if isinstance(lane.effect, flow.Write))
+        return [effect for i in planned if isinstance(effect := lanes[i].effect, flow.Write)]
+
+    try:
+        _, written = store.claim_then_write(claims, now, then)
+    except Exception:
+        if not told:
+            for lane, outcome in zip(lanes, claim_all(store, claims, now), strict=True):
+                lane.resume(*outcome)
+            return
+        # A flow told of a claim that was not committed and not planning a write gives back a lease it never
+        # had, later (a fenced no-op); one that planned a write gets its claim and write again, alone.
+        for i in planned:
+            lanes[i].resume(*_alone(store, claims[i], told[i], lanes[i].effect, now))
+        return
+    for i, done in zip(planned, written, strict=True):
+        lanes[i].resume(done)
+
+
+def _alone(store: Store, claim: ClaimOf, told: Any, write: Any, now: datetime) -> Outcome:
+    """One lane's claim and its write again, in a transaction of their own. The write stands only if the claim
+    gives what its flow was told (the same lease of the same record); if someone got in meanwhile, a lease
+    taken now is given back and the flow is told its write changed nothing (its lease is lost)."""
+    try:
+        (again,), written = store.claim_then_write([claim], now, lambda answers: [write] if answers == [told] else [])
+    except Exception as exc:
+        return None, exc
+    if again == told:
+        return written[0], None
+    if again is not None:
+        try:
+            store.release(again[0])
+        except Exception as exc:
+            return None, exc
+    return False, None
+
+
 def write_all(store: Store, writes: Sequence[flow.Write], now: datetime) -> list[Outcome]:
     """All writes in one transaction; if that fails, each in its own, so a failure belongs to one write."""
+    return _each_alone(lambda some: store.write_many(some, now), writes)
+
+
+def claim_all(store: Store, claims: Sequence[ClaimOf], now: datetime) -> list[Outcome]:
+    """All claims (operation, owner, ttl) in one transaction; if that fails, each in its own, as writes."""
+    return _each_alone(lambda some: store.claim_many(some, now), claims)
+
+
+T = TypeVar("T")
+
+
+def _each_alone(together: Callable[[Sequence[T]], Sequence[Any]], items: Sequence[T]) -> list[Outcome]:
     try:
-        return [(written, None) for written in store.write_many(writes, now)]
+        return [(answer, None) for answer in together(items)]
     except Exception as exc:
-        if len(writes) == 1:
+        if len(items) == 1:
             return [(None, exc)]
     outcomes: list[Outcome] = []
-    for write in writes:
+    for item in items:
         try:
-            outcomes.append((store.write_many([write], now)[0], None))
+            outcomes.append((together([item])[0], None))
         except Exception as exc:
             outcomes.append((None, exc))
     return outcomes
