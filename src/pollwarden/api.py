@@ -217,6 +217,7 @@ class Watch:
         # status client, the store (and with it the audit crypto). `import pollwarden` and building a Watch,
         # which checks the contract and the limits with the core alone, load none of them.
         from .engine import AdmissionError, Cancelled, Engine
+        from .engine.combine import combined
         from .home import resolve_home
         from .home_store import home_store
         from .http import CredentialError, StatusClient, resolve_secret
@@ -239,7 +240,9 @@ class Watch:
                     store = opened.enter_context(home_store(home))
                 except HomeError as exc:
                     raise WatchError(str(exc)) from None
-            engine = Engine(store, owner=process_owner("api"), clock=utcnow)
+            # Steps due together, of this watch and the others of this store in this process, in one batch.
+            combiner = opened.enter_context(combined(store))
+            engine = Engine(store, owner=process_owner("api"), clock=utcnow, combiner=combiner)
             request = WatchRequest(
                 self.contract,
                 self.job_id,

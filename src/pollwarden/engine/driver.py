@@ -41,6 +41,7 @@ from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..notify import deliver
 from ..store.base import Lease, LogEntry, OperationExists, Store
 from . import batch, flow
+from .combine import Combiner
 from .flow import Done, NotYet, Polled, StepResult, lease_ttl
 
 T = TypeVar("T")
@@ -109,8 +110,12 @@ class Engine:
         rng: random.Random | None = None,
         environ: Mapping[str, str] | None = None,
         notify: Notifier | None = None,
+        combiner: Combiner | None = None,
     ) -> None:
+        """`combiner`: this engine's steps join the batches of the other watches of this store in this process
+        (`engine.combine`: the Python API's); without one, each step is its own."""
         self.store = store
+        self._combiner = combiner
         self.owner = owner
         self.clock = clock
         self.rng = rng or random.Random()
@@ -259,6 +264,8 @@ class Engine:
     # -- steps -----------------------------------------------------------------------------------------------------
 
     def step(self, contract: Contract, client: StatusSender, operation_id: str) -> StepResult:
+        if self._combiner is not None:
+            return self._combiner.step(self, contract, client, operation_id)
         stored = self.store.get(operation_id)
         if stored is None:
             raise KeyError(operation_id)

@@ -1,0 +1,149 @@
+"""Watches of one process whose steps are due together, stepped as one batch (`engine.combine`), on both backends.
+
+Each watch keeps its own engine (its owner), its own operation and its own audit log; what they share is the
+transactions: every claim with the reservation it leads to in one, every record in one. The promises of the
+single step hold for each: its reservation is committed before its request goes out, and a write that fails
+belongs to the step that made it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from pollwarden.audit import verify
+from pollwarden.core.admission import WatchRequest
+from pollwarden.engine import Engine, Polled, StepResult
+from pollwarden.engine.combine import Combiner, combined
+from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
+from tests.engine.test_batch import COUNT, WatchingProvider, _contract
+
+
+def _watches(store: Store, combiner: Combiner) -> list[Engine]:
+    """COUNT operations admitted, one engine (one owner) per watch, all stepping through `combiner`."""
+    contract = _contract()
+    engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(COUNT)]
+    for n, engine in enumerate(engines):
+        engine.admit(WatchRequest(contract, f"never-{n}", f"op-never-{n}", by="python api"))
+    return engines
+
+
+def _step_together(combiner: Combiner, engines: list[Engine], client: Any) -> list[StepResult | BaseException]:
+    """Every engine's step at once, in one batch: the batch that is forming closes only when the one before
+    it has sent its requests, so while the test holds that turn every step joins the same one."""
+    contract = _contract()
+    results: list[StepResult | BaseException | None] = [None] * len(engines)
+
+    def one(n: int) -> None:
+        try:
+            results[n] = engines[n].step(contract, client, f"op-never-{n}")
+        except BaseException as exc:
+            results[n] = exc
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(engines))]
+    with combiner._turn:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sum(len(g.tickets) for g in combiner._forming.values()) < len(engines):
+            assert time.monotonic() < deadline, "the steps never joined the forming batch"
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert all(result is not None for result in results)
+    return [result for result in results if result is not None]
+
+
+def _count(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """Sizes of the claim-and-reserve transactions and of the plain write transactions."""
+    claims: list[int] = []
+    writes: list[int] = []
+    real_claim, real_write = store.claim_then_write, store.write_many
+
+    def claiming(
+        these: Sequence[ClaimOf], now: Any, then: Callable[[list[ClaimAnswer]], Sequence[FencedWrite]]
+    ) -> tuple[list[ClaimAnswer], list[bool]]:
+        claims.append(len(these))
+        return real_claim(these, now, then)
+
+    def writing(these: Sequence[FencedWrite], now: Any) -> list[bool]:
+        writes.append(len(these))
+        return real_write(these, now)
+
+    monkeypatch.setattr(store, "claim_then_write", claiming)
+    monkeypatch.setattr(store, "write_many", writing)
+    return claims, writes
+
+
+def _verified(store: Store, logs: int) -> None:
+    assert store.keys is not None
+    store.checkpoint_heads(store.db_now())
+    report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
+    assert report.ok and report.logs == logs, report
+
+
+def test_steps_due_together_claim_and_reserve_in_one_transaction_and_record_in_another(
+    store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+        provider = WatchingProvider(backend.open())  # holds every request until all COUNT are in flight
+        claims, writes = _count(store, monkeypatch)
+        results = _step_together(combiner, engines, provider)
+    assert claims == [COUNT] and writes == [COUNT]  # two commits for COUNT polls
+    assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
+    assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+        assert stored.watcher == f"api-{n}"  # each watch claimed its own operation as itself
+        assert [e.kind for e in store.events(f"op-never-{n}")] == ["created", "reserved", "observed", "decision"]
+    _verified(store, COUNT)
+
+
+def test_a_reservation_the_store_refuses_fails_only_its_own_step(
+    store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store._write_in  # type: ignore[attr-defined]
+
+    def refusing(tx: Any, writes: Sequence[FencedWrite], values: Sequence[Any], now: Any) -> list[bool]:
+        if any(w.lease.operation_id == "op-never-3" for w in writes):
+            raise StoreError("refused")
+        result: list[bool] = real(tx, writes, values, now)
+        return result
+
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+        provider = WatchingProvider(backend.open(), count=COUNT - 1)
+        monkeypatch.setattr(store, "_write_in", refusing)
+        results = _step_together(combiner, engines, provider)
+    by_op = dict(zip((f"op-never-{n}" for n in range(COUNT)), results, strict=True))
+    assert isinstance(by_op.pop("op-never-3"), StoreError)
+    assert all(isinstance(r, Polled) for r in by_op.values())  # the others: claimed and reserved again, alone
+    assert "never-3" not in provider.committed_at_send
+    refused = store.get("op-never-3")
+    assert refused is not None and refused.record.status_requests_used == 0 and refused.lease_owner is None
+    assert [e.kind for e in store.events("op-never-3")] == ["created"]  # no claim or reservation survived
+    for op in by_op:
+        stored = store.get(op)
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+        assert [e.kind for e in store.events(op)] == ["created", "reserved", "observed", "decision"]
+    _verified(store, COUNT)
+
+
+def test_an_operation_claimed_elsewhere_makes_only_its_own_step_busy(store: Store, backend: Any) -> None:
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+        assert store.claim("op-never-2", "worker/elsewhere:1:x", store.db_now(), _contract().timeout * 10)
+        provider = WatchingProvider(backend.open(), count=COUNT - 1)
+        results = _step_together(combiner, engines, provider)
+    busy = results.pop(2)
+    assert type(busy).__name__ == "Busy"
+    assert all(isinstance(r, Polled) for r in results)
+    held = store.get("op-never-2")
+    assert held is not None and held.lease_owner == "worker/elsewhere:1:x" and held.record.status_requests_used == 0
