@@ -21,7 +21,9 @@ provider counts their requests per second, to set beside a worker's polls/s (`py
 With $POLLWARDEN_DB set (a PostgreSQL URL of an upgraded database) the watches use that database instead.
 
 `--ab NAME=SRC ...` runs this benchmark once per variant per round with PYTHONPATH=SRC (the provider and this
-script are this checkout's), interleaving the variants so a shared machine's load hits them alike.
+script are this checkout's), interleaving the variants so a shared machine's load hits them alike. With
+`--worker SECONDS` each round also runs one `pollwarden worker` (this checkout's) for that long on 10,000 due
+operations (`bench.throughput.measure`): the polls/s an embedded process is to match, under the same load.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def _firsts(provider: Provider) -> dict[str, float]:
 
 
 def measure(count: int, contract: Path, home: Path, tag: str, provider: Provider) -> dict[str, float]:
-    """Milliseconds from call to first request (p50, max), seconds until every watch ended, CPU per watch."""
+    """Milliseconds from call to first request (p50, p99 interpolated, max), seconds until every watch ended, CPU
+    per watch."""
     called: dict[str, float] = {}
     first_step_cpu: dict[str, float] = {}
 
@@ -75,6 +78,7 @@ def measure(count: int, contract: Path, home: Path, tag: str, provider: Provider
     waits = sorted((firsts[job] - at) * 1000 for job, at in called.items())
     return {
         "p50": waits[len(waits) // 2],
+        "p99": statistics.quantiles(waits, n=100, method="inclusive")[98] if len(waits) > 1 else waits[-1],
         "max": waits[-1],
         "ended": ended,
         "cpu_ms": cpu * 1000 / count,
@@ -141,16 +145,28 @@ def _line(found: dict[str, float]) -> str:
             f" {found['cpu_us_per_poll']:.0f} us CPU per poll"
         )
     return (
-        f"{found['watches']:.0f} watches: first request p50 {found['p50']:.0f} ms, max {found['max']:.0f} ms after"
+        f"{found['watches']:.0f} watches: first request p50 {found['p50']:.0f} ms, p99 {found['p99']:.0f} ms, max"
+        f" {found['max']:.0f} ms after"
         f" the call; all ended in {found['ended']:.1f} s; CPU {found['cpu_ms']:.1f} ms per watch,"
         f" {found['first_step_cpu_ms']:.1f} ms to its first step (median thread)"
     )
 
 
-def ab(variants: list[str], watches: list[int], rounds: int, polling_count: int) -> int:
+def ab(variants: list[str], watches: list[int], rounds: int, polling_count: int, worker: float = 0.0) -> int:
     """Each variant NAME=SRC once per round, in a subprocess with PYTHONPATH=SRC; then the medians."""
     results: dict[str, list[dict[str, float]]] = {}
     for round_no in range(rounds):
+        if worker:
+            from bench.throughput import measure as worker_run
+
+            run_ = worker_run("sqlite", operations=10_000, seconds=worker)
+            figures = {"polls_per_s": run_.rate, "cpu_us_per_poll": run_.worker_cpu_us, "load": os.getloadavg()[0]}
+            results.setdefault("one worker", []).append(figures)
+            print(
+                f"round {round_no} worker: {run_.rate:.0f} polls/s, {run_.worker_cpu_us:.0f} us CPU per poll;"
+                f" load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         for variant in variants:
             name, _, src = variant.partition("=")
             here = str(Path(__file__).resolve().parent.parent)
@@ -159,17 +175,19 @@ def ab(variants: list[str], watches: list[int], rounds: int, polling_count: int)
             argv += [str(polling_count), "--watches", *map(str, watches)]
             out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
             for found in json.loads(out):
+                found["load"] = os.getloadavg()[0]
                 what = f"{found['watches']:.0f} watches" if "watches" in found else f"{found['polling']:.0f} polling"
                 results.setdefault(f"{name}, {what}", []).append(found)
                 print(f"round {round_no} {name}: {_line(found)}; load {os.getloadavg()[0]:.1f}", flush=True)
-    for key, found in results.items():
-        figures = [f for f in found[0] if f not in ("watches", "polling")]
+    for key, runs in results.items():
+        names = [f for f in runs[0] if f not in ("watches", "polling", "load")]
+        loads = [x["load"] for x in runs if "load" in x]
         summary = ", ".join(
-            f"{f} {statistics.median(x[f] for x in found):.1f} ({min(x[f] for x in found):.1f}-"
-            f"{max(x[f] for x in found):.1f})"
-            for f in figures
+            f"{f} {statistics.median(x[f] for x in runs):.1f} ({min(x[f] for x in runs):.1f}-"
+            f"{max(x[f] for x in runs):.1f})"
+            for f in names
         )
-        print(f"{key}: {summary}")
+        print(f"{key}: {summary}; load {min(loads):.1f}-{max(loads):.1f}")
     return 0
 
 
@@ -179,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--polling", type=int, default=0, metavar="N", help="also N watches polling: polls/s")
     parser.add_argument("--ab", nargs="+", metavar="NAME=SRC", help="compare code trees in interleaved rounds")
+    parser.add_argument("--worker", type=float, default=0.0, metavar="S", help="with --ab: a worker for S s a round")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ab:
-        return ab(args.ab, args.watches, args.rounds, args.polling)
+        return ab(args.ab, args.watches, args.rounds, args.polling, args.worker)
     figures = run(args.watches, args.rounds, args.polling)
     if args.json:
         print(json.dumps(figures))
