@@ -18,7 +18,7 @@ import pytest
 from pollwarden.audit import verify
 from pollwarden.core.admission import WatchRequest
 from pollwarden.engine import Engine, Polled, StepResult
-from pollwarden.engine.combine import Combiner, combined
+from pollwarden.engine.combine import Combiner, StepInterrupted, combined
 from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
 from tests.engine.test_batch import COUNT, WatchingProvider, _contract
 
@@ -147,3 +147,26 @@ def test_an_operation_claimed_elsewhere_makes_only_its_own_step_busy(store: Stor
     assert all(isinstance(r, Polled) for r in results)
     held = store.get("op-never-2")
     assert held is not None and held.lease_owner == "worker/elsewhere:1:x" and held.record.status_requests_used == 0
+
+
+class InterruptingProvider(WatchingProvider):
+    """As WatchingProvider, but the request of `never-0` ends in a KeyboardInterrupt (Ctrl-C as it returns)."""
+
+    def fetch(self, job_id: str, extra_headers: Any = None, *, location: str | None = None) -> Any:
+        if job_id == "never-0":
+            raise KeyboardInterrupt
+        return super().fetch(job_id, extra_headers, location=location)
+
+
+def test_an_interrupt_inside_a_batch_gives_every_lease_back_and_stalls_no_watch(store: Store, backend: Any) -> None:
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+        provider = InterruptingProvider(backend.open(), count=COUNT - 1)
+        results = _step_together(combiner, engines, provider)  # every thread returns (joined within 60 s)
+    assert isinstance(results[0], KeyboardInterrupt)
+    assert all(isinstance(r, KeyboardInterrupt | StepInterrupted) for r in results)
+    assert any(isinstance(r, StepInterrupted) for r in results)  # the others' steps: ended, not left running
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.lease_owner is None  # given back: a resume starts at once
+        assert stored.record.status_requests_used == 1  # each request that went out was counted first
