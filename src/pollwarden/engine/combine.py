@@ -6,8 +6,8 @@ a record per poll, each its own store transaction (the SQLite group writer joine
 body still paid its own statements, savepoint and hand-off), and fifty threads taking turns at the GIL for it.
 Here a watch whose step is due joins the batch that is forming; the first to join leads it, on its own thread,
 as the worker's lane runs its batch (`engine.batch`): one read of all the records, every claim with the
-reservation it leads to in one transaction (`Store.claim_then_write`), the requests at once (the plain-http
-ones on one selector), every record in one. The others wait for their own step's result and go on from there
+reservation it leads to in one transaction (`Store.claim_then_write`), the requests at once (on one
+selector), every record in one. The others wait for their own step's result and go on from there
 (their `on_progress`, their sleep) as if they had stepped alone.
 
 Every step is still `flow.step`, performed by its own watch's engine (its owner, clock and notifier): the
