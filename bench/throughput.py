@@ -392,7 +392,8 @@ def throughput_section(runs: list[Run], late: list[Run]) -> list[str]:
         "## Worker throughput",
         "",
         "Each operation's job answers `running` (base = max delay 1 s, so the queue is always due); every worker"
-        " runs with its default settings (`pollwarden worker --db ...`: two lanes of 16, group commit). The"
+        " process runs with the default settings (`pollwarden worker --processes 1 --db ...`: two lanes of 16,"
+        " group commit; *workers* is how many such processes). The"
         " provider is `bench/fast_provider.py` in a process of its own. A poll is the whole durable step: batch"
         " claim with fenced leases, reservations committed before any request is sent, the requests, the fenced"
         " records with their sealed, chained audit events. *Raw commits* is the database's rate of one-row"

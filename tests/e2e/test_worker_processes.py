@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -221,10 +222,19 @@ def test_bad_process_counts_are_exit_2_naming_the_flag(value: str, home: Path) -
     assert "supervisor_started" not in ran.stderr and not (home / "pollwarden.db").exists()
 
 
-def test_a_bad_database_is_exit_2_before_any_child_starts(home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bad", ["db", "provider-rate", "metrics-port"])
+def test_a_bad_configuration_is_exit_2_before_any_child_starts(bad: str, home: Path, tmp_path: Path) -> None:
     directory = tmp_path / "a-directory"
     directory.mkdir()
-    ran = run_cli("worker", "--processes", "2", "--db", str(directory), home=home)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        flags, named = {
+            "db": (["--db", str(directory)], str(directory)),
+            "provider-rate": (["--provider-rate", "exports=fast"], "--provider-rate"),
+            "metrics-port": (["--metrics-port", str(taken.getsockname()[1])], "cannot serve metrics"),
+        }[bad]
+        ran = run_cli("worker", "--processes", "2", *flags, home=home)
     assert ran.code == 2, (ran.stdout, ran.stderr)
-    assert str(directory) in ran.stderr
+    assert named in ran.stderr
     assert "worker_process_started" not in ran.stderr and "worker_started" not in ran.stderr
