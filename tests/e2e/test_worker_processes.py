@@ -107,7 +107,6 @@ def _both_polling(sim: Simulator, tmp_path: Path, home: Path, db: str, count: in
     return group
 
 
-@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_two_processes_drain_the_queue_as_two_owners_and_one_metrics_page_sums_them(
     db: str, sim: Simulator, home: Path, tmp_path: Path
 ) -> None:
