@@ -260,8 +260,8 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         "--concurrency",
         type=whole_number(1, 256),
         default=DEFAULT_CONCURRENCY,
-        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
-        f" {DEFAULT_CONCURRENCY})",
+        help=f"status requests in flight at once per worker process, in {LANES} batches that commit together"
+        f" (default {DEFAULT_CONCURRENCY})",
     )
     w.add_argument(
         "--processes",
