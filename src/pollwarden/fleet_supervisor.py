@@ -28,6 +28,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from types import FrameType
 
+from .errors import EXIT_USAGE
 from .fleet_defaults import SUPERVISOR_ENV
 from .store.base import Store
 from .worker import JsonLog, count_fleet, serve_metrics
@@ -37,9 +38,10 @@ RESTART_MAX = 5.0
 HEALTHY_AFTER = 30.0
 """A child that ran this long before it died is restarted after RESTART_FIRST again, not the grown backoff."""
 
-EXIT_USAGE = 2
-
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+_kernel_follows = False
+"""True once PR_SET_PDEATHSIG is set in this process: the kernel stops it when its supervisor dies."""
 
 
 def child_command(*, concurrency: int, home: str | None, provider_rates: Sequence[str]) -> list[str]:
@@ -221,15 +223,16 @@ def follow_supervisor(expected: str) -> bool:
     if sys.platform.startswith("linux"):
         import ctypes
 
+        global _kernel_follows
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        _kernel_follows = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
     return str(os.getppid()) == expected
 
 
 def watch_parent(expected: str, stop: threading.Event, *, every: float = 1.0) -> threading.Thread | None:
-    """Where PR_SET_PDEATHSIG does not exist: a thread that sets `stop` once the parent is no longer
-    `expected` (an orphan's parent becomes init or a subreaper). None on Linux, where the kernel does it."""
-    if sys.platform.startswith("linux"):
+    """Where PR_SET_PDEATHSIG does not exist (or failed): a thread that sets `stop` once the parent is no longer
+    `expected` (an orphan's parent becomes init or a subreaper). None where the kernel does it."""
+    if _kernel_follows:
         return None
     return start_parent_watch(expected, stop, every=every)
 
