@@ -1,10 +1,10 @@
 """`pollwarden worker --processes N`: N worker processes on one store, started, watched and stopped as one.
 
-One worker process is bound by one core of Python; on one SQLite file two processes poll about 1.4x what one
-does (docs/performance.md). The supervisor polls nothing and holds no lease: the command it was given has
-already been checked (store, home, flags: exit 2 with nothing started), and it runs N children that are the
-same command with `--processes 1`, each its own owner with its own lanes. The leases keep one owner per
-operation across processes, as they do across machines, so nothing here coordinates polls.
+One worker process is bound by one core of Python; on one SQLite file two processes poll 1.3-1.5x what one
+does when the cores are the limit (docs/performance.md). The supervisor polls nothing and holds no lease: the
+command it was given has already been checked (store, home, flags: exit 2 with nothing started), and it runs N
+children that are the same command with `--processes 1`, each its own owner with its own lanes. The leases keep
+one owner per operation across processes, as they do across machines, so nothing here coordinates polls.
 
 What it adds: SIGTERM/SIGINT are passed to every child and waited for (in-flight requests finish, leases are
 given back); a child that dies unexpectedly is restarted with backoff and a log line; a child that exits 2
