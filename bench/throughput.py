@@ -123,6 +123,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def with_descendants(pids: list[int]) -> list[int]:
+    """These processes and every process below them: a `worker --processes N` is a supervisor whose children do the
+    polling, and a live child's CPU is counted nowhere in its parent's /proc figures."""
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent_of[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = list(pids), set(pids)
+    while frontier:
+        frontier = {pid for pid, parent in parent_of.items() if parent in frontier and pid not in found}
+        found += sorted(frontier)
+    return found
+
+
 def postgres_backends(url: str) -> list[int]:
     """The server processes serving this run's database: other sessions on the same server are not counted."""
     import psycopg
@@ -242,9 +259,15 @@ def measure(
     offered: float | None = None,
     worker_args: tuple[str, ...] = (),
     tls: bool = False,
+    processes: int | None = 1,
 ) -> Run:
-    """Seed, measure the raw commit rate, then run `workers` worker processes and count what the provider saw
-    (over https with `tls`)."""
+    """Seed, measure the raw commit rate, then run `workers` worker commands and count what the provider saw
+    (over https with `tls`).
+
+    Each command runs with `--processes PROCESSES` (None: no such flag, for a tree that has none, whose worker is
+    one process)."""
+    if processes is not None:
+        worker_args = ("--processes", str(processes), *worker_args)
     with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
         home = Path(tmp)
         if tls:
@@ -288,7 +311,8 @@ def _run(
     try:
         time.sleep(warmup)  # start-up (imports, the first claim) is not throughput
         before = provider.stats()
-        cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+        polling = with_descendants([p.pid for p in procs])
+        cpu_before = sum(cpu_seconds(pid) for pid in polling)
         backends = postgres_backends(target) if backend == "postgres" else []
         db_before = postgres_cpu(backends)
         started = time.monotonic()
@@ -297,9 +321,9 @@ def _run(
         after = provider.stats()
         elapsed = time.monotonic() - started
         wall_end = time.time()
-        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+        cpu = sum(cpu_seconds(pid) for pid in polling) - cpu_before
         db_cpu = postgres_cpu(backends) - db_before
-        rss = sum(_rss_mb(p.pid) for p in procs)
+        rss = sum(_rss_mb(pid) for pid in polling)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -368,7 +392,8 @@ def throughput_section(runs: list[Run], late: list[Run]) -> list[str]:
         "## Worker throughput",
         "",
         "Each operation's job answers `running` (base = max delay 1 s, so the queue is always due); every worker"
-        " runs with its default settings (`pollwarden worker --db ...`: two lanes of 16, group commit). The"
+        " process runs with the default settings (`pollwarden worker --processes 1 --db ...`: two lanes of 16,"
+        " group commit; *workers* is how many such processes). The"
         " provider is `bench/fast_provider.py` in a process of its own. A poll is the whole durable step: batch"
         " claim with fenced leases, reservations committed before any request is sent, the requests, the fenced"
         " records with their sealed, chained audit events. *Raw commits* is the database's rate of one-row"

@@ -2,8 +2,31 @@
 
 from __future__ import annotations
 
+import os
+
 LANES = 2
 """Batches in progress at once per worker process; `concurrency` (requests in flight) is split between them."""
 
 DEFAULT_CONCURRENCY = 32
 """Status requests in flight at once per worker process: two batches of 16 that each commit together."""
+
+MAX_PROCESSES = 64
+"""The most worker processes one `pollwarden worker --processes N` starts."""
+
+AUTO_PROCESSES_CAP = 4
+"""`--processes auto` starts one process per usable core, at most this many: on one SQLite file every process
+shares its one write lock, and a third process gained little over two (docs/performance.md)."""
+
+
+def auto_processes() -> int:
+    """The usable cores (this process's CPU affinity, which a container or `taskset` narrows), capped."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        cores = os.cpu_count() or 1
+    return max(1, min(AUTO_PROCESSES_CAP, cores))
+
+
+SUPERVISOR_ENV = "POLLWARDEN_SUPERVISOR_PID"
+"""Set by `worker --processes N` for each of its children: the supervisor's pid, which the child checks is still
+its parent (a child must not outlive it)."""

@@ -32,7 +32,7 @@ from .http import CredentialError, StatusClient, resolve_secret
 from .store.base import Claimed, ContractCounts, Lease, Store
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
+    from prometheus_client import CollectorRegistry, Counter
 
 PACING_HORIZON = timedelta(seconds=1)
 """A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
@@ -98,14 +98,24 @@ class Metrics:
         """Gauges of the whole fleet, per contract, counted by the database when scraped (at most once per
         `fresh_for` seconds, so many scrapers cost one query set): active, due, overdue, open decisions and
         the oldest due operation's lag. Every worker reports the same numbers: aggregate them with max, not sum."""
-        self.registry.register(_FleetGauges(store_factory, fresh_for))
+        count_fleet(self.registry, store_factory, fresh_for=fresh_for)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics; returns the port (useful with port 0)."""
-        from prometheus_client import start_http_server
+        return serve_metrics(self.registry, port, host)
 
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_port)
+
+def count_fleet(registry: CollectorRegistry, store_factory: Callable[[], Store], *, fresh_for: float = 1.0) -> None:
+    """The fleet gauges (`Metrics.count_fleet`) in `registry`: one worker's, or a supervisor's for all its processes."""
+    registry.register(_FleetGauges(store_factory, fresh_for))
+
+
+def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> int:
+    """Serve `registry` as /metrics on a thread of this process; returns the port (useful with port 0)."""
+    from prometheus_client import start_http_server
+
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)
 
 
 class _FleetGauges:
@@ -447,4 +457,4 @@ def _reason(record: OperationRecord) -> str | None:
     return record.reason.value if record.reason else None
 
 
-__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker"]
+__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker", "count_fleet", "serve_metrics"]

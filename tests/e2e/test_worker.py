@@ -47,7 +47,7 @@ def _spawn_worker(db: str, home: Path, *extra: str) -> subprocess.Popen[str]:
     path = home / f"worker-{time.monotonic_ns()}.log"
     log = path.open("w")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "pollwarden", "worker", "--db", db, "--concurrency", "8", *extra],
+        [sys.executable, "-m", "pollwarden", "worker", "--processes", "1", "--db", db, "--concurrency", "8", *extra],
         env={**os.environ, "POLLWARDEN_HOME": str(home)},
         stdout=subprocess.DEVNULL,
         stderr=log,

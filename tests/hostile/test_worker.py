@@ -51,7 +51,7 @@ def _spawn(db: str, home: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "POLLWARDEN_HOME": str(home), **{s.env: s.value for s in SECRETS.values()}}
     with log.open("wb") as stderr:
         return subprocess.Popen(
-            [sys.executable, "-m", "pollwarden", "worker", "--db", db, "--concurrency", "1"],
+            [sys.executable, "-m", "pollwarden", "worker", "--processes", "1", "--db", db, "--concurrency", "1"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

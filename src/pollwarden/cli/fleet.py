@@ -14,6 +14,7 @@ from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
+from ..fleet_defaults import SUPERVISOR_ENV
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
 from ..operating import configured_witness
@@ -67,29 +68,23 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    supervisor = os.environ.get(SUPERVISOR_ENV) if args.processes == 1 else None
+    if supervisor is not None:
+        from ..fleet_supervisor import follow_supervisor
+
+        if not follow_supervisor(supervisor):  # it died before this process could follow it: start nothing
+            JsonLog(worker=process_owner("worker"))("supervisor_gone", supervisor=supervisor)
+            return 0
+    rates = _provider_rates(args.provider_rate or [])
+    if args.processes > 1:
+        return _supervise(args)
     factory = store_factory(args, pool_size=args.concurrency + 2)
     owner = process_owner("worker")
     metrics = Metrics()
     log = JsonLog(worker=owner)
     if args.metrics_port is not None:
         metrics.count_fleet(factory)
-        try:
-            port = metrics.serve(args.metrics_port, args.metrics_host)
-            log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")
-        except OSError as exc:
-            raise UsageError(
-                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
-            ) from None
-    rates: dict[str, float] = {}
-    for spec in args.provider_rate or []:
-        name, _, value = spec.partition("=")
-        try:
-            rate = float(value)
-        except ValueError:
-            rate = -1.0
-        if not name or not 0 < rate <= 10_000:
-            raise UsageError(f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5")
-        rates[name] = rate
+        _serve_metrics(args, log, metrics.serve)
     worker = Worker(
         factory,
         owner=owner,
@@ -98,6 +93,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         log=log,
         provider_rates=rates,
     )
+    if supervisor is not None:
+        from ..fleet_supervisor import watch_parent
+
+        watch_parent(supervisor, worker.stop)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         worker.stop.set()
@@ -106,6 +105,57 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     worker.run()
     return 0
+
+
+def _provider_rates(specs: list[str]) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = -1.0
+        if not name or not 0 < rate <= 10_000:
+            raise UsageError(f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5")
+        rates[name] = rate
+    return rates
+
+
+def _serve_metrics(args: argparse.Namespace, log: JsonLog, serve: Callable[[int, str], int]) -> None:
+    try:
+        port = serve(args.metrics_port, args.metrics_host)
+    except OSError as exc:
+        raise UsageError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}") from None
+    log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """`--processes N` (N > 1): the configuration is checked here, once, before any child starts; then N
+    children run the same command with `--processes 1` (`fleet_supervisor`)."""
+    from ..fleet_supervisor import GroupMetrics, Supervisor, child_command
+
+    factory = store_factory(args)  # bad --db or --home: exit 2, nothing started
+    log = JsonLog(worker=process_owner("worker"))
+    env = dict(os.environ)
+    group: GroupMetrics | None = None
+    try:
+        if args.metrics_port is not None:
+            group = GroupMetrics(factory)
+            env.update(group.env)
+            _serve_metrics(args, log, group.serve)
+        command = child_command(concurrency=args.concurrency, home=args.home, provider_rates=args.provider_rate or [])
+        supervisor = Supervisor(command, args.processes, log=log, env=env)
+        code = supervisor.run()
+    finally:
+        if group is not None:
+            group.close()
+    if supervisor.refused is not None:
+        pid, exit_code = supervisor.refused
+        raise UsageError(
+            f"worker process {pid} exited {exit_code}, refusing its configuration (its message is above); the"
+            " other worker processes were stopped"
+        )
+    return code
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .. import __version__
-from ..fleet_defaults import DEFAULT_CONCURRENCY, LANES
+from ..fleet_defaults import AUTO_PROCESSES_CAP, DEFAULT_CONCURRENCY, LANES, MAX_PROCESSES, auto_processes
 from ..simulator.scenarios import scenario_listing
 from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, whole_number
 
@@ -233,6 +233,24 @@ def _contracts_command(sub: Any) -> None:
     show.set_defaults(func=Command("catalogue", "cmd_contracts"))
 
 
+_whole_processes = whole_number(1, MAX_PROCESSES)
+
+
+def _processes(text: str) -> int:
+    """--processes: `auto` (argparse applies this to the default too) or a whole number in range."""
+    if text.strip().lower() == "auto":
+        return auto_processes()
+    try:
+        return _whole_processes(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc} (or auto: one per usable core, at most {AUTO_PROCESSES_CAP})"
+        ) from None
+
+
+_processes.__name__ = "process count"  # argparse words its own errors with the type's name
+
+
 def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -> None:
     def db(p: argparse.ArgumentParser) -> None:
         home(p)  # which also adds --db
@@ -242,8 +260,16 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         "--concurrency",
         type=whole_number(1, 256),
         default=DEFAULT_CONCURRENCY,
-        help=f"status requests in flight at once, in {LANES} batches that commit together (default"
-        f" {DEFAULT_CONCURRENCY})",
+        help=f"status requests in flight at once per worker process, in {LANES} batches that commit together"
+        f" (default {DEFAULT_CONCURRENCY})",
+    )
+    w.add_argument(
+        "--processes",
+        type=_processes,
+        default="auto",
+        metavar="N",
+        help=f"worker processes to run, 1 to {MAX_PROCESSES}, or auto: one per usable core, at most"
+        f" {AUTO_PROCESSES_CAP} (default auto; 1 runs in this process)",
     )
     w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
     w.add_argument("--metrics-host", default="127.0.0.1")
