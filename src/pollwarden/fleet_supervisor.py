@@ -9,8 +9,10 @@ one owner per operation across processes, as they do across machines, so nothing
 What it adds: SIGTERM/SIGINT are passed to every child and waited for (in-flight requests finish, leases are
 given back); a child that dies unexpectedly is restarted with backoff and a log line; a child that exits 2
 (a configuration it refuses) stops them all with exit 2; and with --metrics-port one /metrics for the group,
-through prometheus_client's multiprocess mode. A child stops when the supervisor dies, even by kill -9
-(`follow_supervisor`), so no worker outlives the command an operator started and would kill again.
+through prometheus_client's multiprocess mode. A child dies with the supervisor (`follow_supervisor`): a kill -9 of
+the command is a kill -9 of every process in it, so no worker outlives the command an operator started and
+would kill again, and what a kill -9 leaves (held leases, reservations already durable) is what one process
+leaves: the next claimer takes a dead holder's lease at once.
 """
 
 from __future__ import annotations
@@ -216,16 +218,17 @@ class GroupMetrics:
 
 
 def follow_supervisor(expected: str) -> bool:
-    """In a child: stop when the supervisor (pid `expected`) dies. On Linux the kernel sends SIGTERM when the
-    parent dies (PR_SET_PDEATHSIG); the parent may have died before that was set, so whether it is still the
-    parent is checked after. False: it is already gone, and the child should not start. Elsewhere the caller
+    """In a child: die with the supervisor (pid `expected`). On Linux the kernel sends SIGKILL when the parent
+    dies (PR_SET_PDEATHSIG), not SIGTERM: a supervisor that was killed (or crashed) was not asked to stop
+    gracefully, so neither are its children; a SIGTERM to the supervisor is passed on and waited for instead.
+    The parent may have died before that was set, so whether it is still the parent is checked after. False: it is already gone, and the child should not start. Elsewhere the caller
     watches `os.getppid()` (`watch_parent`)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         global _kernel_follows
         libc = ctypes.CDLL(None, use_errno=True)
-        _kernel_follows = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+        _kernel_follows = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
     return str(os.getppid()) == expected
 
 
