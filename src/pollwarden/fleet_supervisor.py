@@ -221,8 +221,9 @@ def follow_supervisor(expected: str) -> bool:
     """In a child: die with the supervisor (pid `expected`). On Linux the kernel sends SIGKILL when the parent
     dies (PR_SET_PDEATHSIG), not SIGTERM: a supervisor that was killed (or crashed) was not asked to stop
     gracefully, so neither are its children; a SIGTERM to the supervisor is passed on and waited for instead.
-    The parent may have died before that was set, so whether it is still the parent is checked after. False: it is already gone, and the child should not start. Elsewhere the caller
-    watches `os.getppid()` (`watch_parent`)."""
+    The parent may have died before that was set, so whether it is still the parent is checked after. False:
+    it is already gone, and the child should not start. Elsewhere the caller watches `os.getppid()`
+    (`watch_parent`)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
