@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+import pollwarden
 from pollwarden import events as ev
 from pollwarden.core import halt, observe, reserve
 from pollwarden.core.codec import record_to_json
 from pollwarden.core.reasons import StopReason
 from tests.core.support import T0, body, make_contract, make_record, poll, response
 
-SRC = Path(ev.__file__).resolve().parent
+SRC = Path(pollwarden.__file__).resolve().parent
 
 # Kinds written through a format string: every value the producers can put in it.
 FORMATTED = {

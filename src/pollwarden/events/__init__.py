@@ -1,0 +1,137 @@
+"""The audit log's event kinds, one frozen dataclass each, and the registry `EVENT_TYPES` (kind -> class).
+
+Here rather than in `audit/`: an event describes an operation (its record, observation, decision), not the
+sealing, and `audit/` loads the crypto. This module needs only `core`, so the engine, the story and the
+tests build and read events without a store.
+
+Producers build an event and hand the store `event.new_event()`, the `(kind, payload)` tuple it has always
+taken. Readers call `parse(kind, data)`: `from_json` is tolerant, because records written by older versions
+must still render. A field that is missing or of the wrong type becomes None (or the type's empty value),
+and keys no field names are kept in `extra`, so `to_json` gives back what was read.
+
+The kinds live in one module per log they describe (`operation`, `person`, `session`), on the machinery in
+`base`; this package imports them all, so `EVENT_TYPES` holds every kind once `pollwarden.events` is imported,
+and re-exports every public name from where it has always been importable.
+"""
+
+from __future__ import annotations
+
+from .base import EVENT_TYPES, AuditEvent, Payload, event, parse
+from .operation import (
+    Created,
+    DecisionEvent,
+    Escalated,
+    GuidanceRejected,
+    JobEnded,
+    LeaseLost,
+    LeaseTakenOver,
+    LimitsNarrowed,
+    Observed,
+    Paced,
+    RequestWithheld,
+    Reserved,
+    ResumeRefused,
+    StopEvent,
+    SubmissionIntent,
+    SubmissionMarked,
+    SubmissionNotSent,
+    SubmissionRejected,
+    SubmissionUnknown,
+    Submitted,
+    SucceededEvent,
+    WatchInterrupted,
+    outcome_events,
+    poll_events,
+)
+from .person import (
+    ActionEvent,
+    AnswerEvent,
+    ChosenEvent,
+    Decided,
+    DecisionExpired,
+    DecisionRequested,
+    DeliveryEvent,
+    Extended,
+    Inspected,
+    Notified,
+    NotifyFailed,
+    Refused,
+)
+from .session import (
+    ApprovalApproved,
+    ApprovalExpired,
+    ApprovalRefused,
+    ApprovalRevoked,
+    CallApprovalRequested,
+    CallDenied,
+    CallIntent,
+    CallResult,
+    CancelRequested,
+    ExtensionRequested,
+    GrantAnswered,
+    GrantRequested,
+    SessionApprovalRequested,
+    SessionStarted,
+    WatchRejoined,
+    WatchStarted,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "ActionEvent",
+    "AnswerEvent",
+    "ApprovalApproved",
+    "ApprovalExpired",
+    "ApprovalRefused",
+    "ApprovalRevoked",
+    "AuditEvent",
+    "CallApprovalRequested",
+    "CallDenied",
+    "CallIntent",
+    "CallResult",
+    "CancelRequested",
+    "ChosenEvent",
+    "Created",
+    "Decided",
+    "DecisionEvent",
+    "DecisionExpired",
+    "DecisionRequested",
+    "DeliveryEvent",
+    "Escalated",
+    "Extended",
+    "ExtensionRequested",
+    "GrantAnswered",
+    "GrantRequested",
+    "GuidanceRejected",
+    "Inspected",
+    "JobEnded",
+    "LeaseLost",
+    "LeaseTakenOver",
+    "LimitsNarrowed",
+    "Notified",
+    "NotifyFailed",
+    "Observed",
+    "Paced",
+    "Payload",
+    "Refused",
+    "RequestWithheld",
+    "Reserved",
+    "ResumeRefused",
+    "SessionApprovalRequested",
+    "SessionStarted",
+    "StopEvent",
+    "SubmissionIntent",
+    "SubmissionMarked",
+    "SubmissionNotSent",
+    "SubmissionRejected",
+    "SubmissionUnknown",
+    "Submitted",
+    "SucceededEvent",
+    "WatchInterrupted",
+    "WatchRejoined",
+    "WatchStarted",
+    "event",
+    "outcome_events",
+    "parse",
+    "poll_events",
+]
