@@ -49,12 +49,17 @@ class Reserved(AuditEvent):
 
     @classmethod
     def of(cls, reserved: OperationRecord, lease_token: int) -> Reserved:
-        return cls(
-            request_no=reserved.status_requests_used,
-            max_status_requests=reserved.plan.max_status_requests,
-            deadline_at=format_rfc3339(reserved.deadline_at),
-            lease_token=lease_token,
-        )
+        return cls.from_json(cls.payload(reserved, lease_token))
+
+    @staticmethod
+    def payload(reserved: OperationRecord, lease_token: int) -> Payload:
+        """The stored shape, built without the typed event (`of` is this, parsed): the poll path writes it."""
+        return {
+            "request_no": reserved.status_requests_used,
+            "max_status_requests": reserved.plan.max_status_requests,
+            "deadline_at": format_rfc3339(reserved.deadline_at),
+            "lease_token": lease_token,
+        }
 
 
 @event
@@ -70,7 +75,11 @@ class Observed(AuditEvent):
 
     @classmethod
     def of(cls, observation: Observation, sent_at: datetime) -> Observed:
-        return cls.from_json({"sent_at": format_rfc3339(sent_at), **observation.to_json()})
+        return cls.from_json(cls.payload(observation, sent_at))
+
+    @staticmethod
+    def payload(observation: Observation, sent_at: datetime) -> Payload:
+        return {"sent_at": format_rfc3339(sent_at), **observation.to_json()}
 
 
 @event
@@ -101,23 +110,29 @@ class DecisionEvent(AuditEvent):
         u: float | None = None,
     ) -> DecisionEvent:
         """Built once for both paths: after a poll (`observation` and the jitter draw `u`), or a halt (None)."""
+        return cls.from_json(cls.payload(before, observation, decision, now, u))
+
+    @staticmethod
+    def payload(
+        before: OperationRecord, observation: Observation | None, decision: Decision, now: datetime, u: float | None
+    ) -> Payload:
+        """The stored shape, which `of` parses: the poll path writes this directly, since coercing every field
+        of values the core just typed, then copying them back out, was a third of building a poll's trail."""
         inputs: Payload = {"record": record_to_json(before)}
         if observation is not None:
             inputs["observation"] = observation.to_json()
         inputs["now"] = now.isoformat()
         if observation is not None:
             inputs["u"] = u
-        return cls.from_json(
-            {
-                **decision.to_json(),
-                "request_no": before.status_requests_used,
-                "max_status_requests": before.plan.max_status_requests,
-                "deadline_at": format_rfc3339(before.deadline_at),
-                "state": observation.state if observation is not None else before.last_state,
-                "http_status": observation.http_status if observation is not None else before.last_http_status,
-                "inputs": inputs,
-            }
-        )
+        return {
+            **decision.to_json(),
+            "request_no": before.status_requests_used,
+            "max_status_requests": before.plan.max_status_requests,
+            "deadline_at": format_rfc3339(before.deadline_at),
+            "state": observation.state if observation is not None else before.last_state,
+            "http_status": observation.http_status if observation is not None else before.last_http_status,
+            "inputs": inputs,
+        }
 
 
 @event
@@ -168,13 +183,15 @@ def outcome_events(record: OperationRecord) -> list[AuditEvent]:
 
 def poll_events(
     before: OperationRecord, observation: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
-) -> list[AuditEvent]:
-    """What one poll leaves in the trail: the observation, the decision with its inputs, and the outcome."""
+) -> list[tuple[str, Payload]]:
+    """What one poll leaves in the trail, as the store takes it: the observation, the decision with its inputs,
+    and the outcome. The payloads are built directly: these are the shapes `Observed.of`, `DecisionEvent.of`
+    parse, and a poll writes them without a typed event in between."""
     return [
-        Observed.of(observation, sent_at),
-        DecisionEvent.of(before, observation, decision, now, u),
-        *(GuidanceRejected.of(r) for r in decision.rejections),
-        *outcome_events(decision.record),
+        (Observed.KIND, Observed.payload(observation, sent_at)),
+        (DecisionEvent.KIND, DecisionEvent.payload(before, observation, decision, now, u)),
+        *(GuidanceRejected.of(r).new_event() for r in decision.rejections),
+        *(outcome.new_event() for outcome in outcome_events(decision.record)),
     ]
 
 
