@@ -75,11 +75,12 @@ class Observed(AuditEvent):
 
     @classmethod
     def of(cls, observation: Observation, sent_at: datetime) -> Observed:
-        return cls.from_json(cls.payload(observation, sent_at))
+        return cls.from_json(cls.payload(observation.to_json(), sent_at))
 
     @staticmethod
-    def payload(observation: Observation, sent_at: datetime) -> Payload:
-        return {"sent_at": format_rfc3339(sent_at), **observation.to_json()}
+    def payload(seen: Payload, sent_at: datetime) -> Payload:
+        """`seen` is the observation's JSON (`Observation.to_json`), built once for this and the decision."""
+        return {"sent_at": format_rfc3339(sent_at), **seen}
 
 
 @event
@@ -110,27 +111,29 @@ class DecisionEvent(AuditEvent):
         u: float | None = None,
     ) -> DecisionEvent:
         """Built once for both paths: after a poll (`observation` and the jitter draw `u`), or a halt (None)."""
-        return cls.from_json(cls.payload(before, observation, decision, now, u))
+        seen = observation.to_json() if observation is not None else None
+        return cls.from_json(cls.payload(before, seen, decision, now, u))
 
     @staticmethod
     def payload(
-        before: OperationRecord, observation: Observation | None, decision: Decision, now: datetime, u: float | None
+        before: OperationRecord, seen: Payload | None, decision: Decision, now: datetime, u: float | None
     ) -> Payload:
         """The stored shape, which `of` parses: the poll path writes this directly, since coercing every field
-        of values the core just typed, then copying them back out, was a third of building a poll's trail."""
+        of values the core just typed, then copying them back out, was a third of building a poll's trail.
+        `seen` is the observation's JSON (`Observation.to_json`), None for a halt; `Observed` shows the same."""
         inputs: Payload = {"record": record_to_json(before)}
-        if observation is not None:
-            inputs["observation"] = observation.to_json()
+        if seen is not None:
+            inputs["observation"] = seen
         inputs["now"] = now.isoformat()
-        if observation is not None:
+        if seen is not None:
             inputs["u"] = u
         return {
             **decision.to_json(),
             "request_no": before.status_requests_used,
             "max_status_requests": before.plan.max_status_requests,
             "deadline_at": format_rfc3339(before.deadline_at),
-            "state": observation.state if observation is not None else before.last_state,
-            "http_status": observation.http_status if observation is not None else before.last_http_status,
+            "state": seen["state"] if seen is not None else before.last_state,
+            "http_status": seen["http_status"] if seen is not None else before.last_http_status,
             "inputs": inputs,
         }
 
@@ -187,9 +190,10 @@ def poll_events(
     """What one poll leaves in the trail, as the store takes it: the observation, the decision with its inputs,
     and the outcome. The payloads are built directly: these are the shapes `Observed.of`, `DecisionEvent.of`
     parse, and a poll writes them without a typed event in between."""
+    seen = observation.to_json()
     return [
-        (Observed.KIND, Observed.payload(observation, sent_at)),
-        (DecisionEvent.KIND, DecisionEvent.payload(before, observation, decision, now, u)),
+        (Observed.KIND, Observed.payload(seen, sent_at)),
+        (DecisionEvent.KIND, DecisionEvent.payload(before, seen, decision, now, u)),
         *(GuidanceRejected.of(r).new_event() for r in decision.rejections),
         *(outcome.new_event() for outcome in outcome_events(decision.record)),
     ]
