@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+import pollwarden
 from pollwarden import events as ev
-from pollwarden.core import halt, observe, reserve
+from pollwarden.core import decide, halt, observe, reserve
 from pollwarden.core.codec import record_to_json
 from pollwarden.core.reasons import StopReason
 from tests.core.support import T0, body, make_contract, make_record, poll, response
 
-SRC = Path(ev.__file__).resolve().parent
+SRC = Path(pollwarden.__file__).resolve().parent
 
 # Kinds written through a format string: every value the producers can put in it.
 FORMATTED = {
@@ -145,3 +146,33 @@ def test_created_has_one_shape_whoever_creates() -> None:
     assert {"request_fingerprint", "contract_fingerprint", "max_transport_failures"} <= set(plain)
     agent = ev.Created.of(record, "agent session s1").to_json()
     assert agent == {**plain, "created_by": "agent session s1"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "headers"),
+    [
+        (body("running"), None),
+        (body("running", poll_after_seconds="soon"), {"Retry-After": "junk"}),  # rejections are trailed too
+        (body("succeeded", result_url="https://files.example/r1"), None),  # and the outcome
+        (body("failed", error="boom"), None),
+    ],
+)
+def test_a_polls_payloads_built_directly_are_what_the_typed_events_write(
+    answer: bytes, headers: dict[str, str] | None
+) -> None:
+    contract = make_contract()
+    reserved = reserve(make_record(contract), T0)
+    now = T0 + timedelta(seconds=1)
+    exchange = response(answer, at=now, headers=headers)
+    obs = observe(contract, exchange)
+    decision = decide(reserved, obs, now, 0.25)
+    typed = [
+        ev.Observed.of(obs, exchange.sent_at),
+        ev.DecisionEvent.of(reserved, obs, decision, now, 0.25),
+        *(ev.GuidanceRejected.of(r) for r in decision.rejections),
+        *ev.outcome_events(decision.record),
+    ]
+    built = ev.poll_events(reserved, obs, decision, now, 0.25, sent_at=exchange.sent_at)
+    assert built == [event.new_event() for event in typed]
+    assert [kind for kind, _ in built][:2] == ["observed", "decision"]
+    assert [(ev.Reserved.KIND, ev.Reserved.payload(reserved, 7))] == [ev.Reserved.of(reserved, 7).new_event()]

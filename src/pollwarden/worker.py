@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
@@ -176,13 +177,34 @@ class JsonLog:
         self.stream = stream or sys.stderr
         self.worker = worker
         self._lock = threading.Lock()
+        self._held = threading.local()
 
     def __call__(self, event: str, **fields: Any) -> None:
         # RFC 3339 like every other time pollwarden writes (status, audit, MCP), so a log joins with them.
         entry = {"ts": format_rfc3339(datetime.now(UTC)), "worker": self.worker, "event": event, **fields}
-        line = _ENCODE(entry)
+        line = _ENCODE(entry) + "\n"
+        held: list[str] | None = getattr(self._held, "lines", None)
+        if held is not None:
+            held.append(line)
+            return
+        self._write(line)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The lines this thread logs inside are written together when it ends (each keeps its own time): a
+        write and a flush per batch of polls instead of per poll. Nothing is held across batches."""
+        lines: list[str] = []
+        self._held.lines = lines
+        try:
+            yield
+        finally:
+            self._held.lines = None
+            if lines:
+                self._write("".join(lines))
+
+    def _write(self, text: str) -> None:
         with self._lock:
-            self.stream.write(line + "\n")
+            self.stream.write(text)
             self.stream.flush()
 
 
@@ -296,11 +318,12 @@ class Worker:
             engine = Engine(store, owner=self.owner, clock=clock)
             batch = [(contract, client, one.lease, one.record) for contract, client, one in together]
             results = engine.step_claimed_many(batch, now, pool)
-            for (contract, _, one), result in zip(together, results, strict=True):
-                if isinstance(result, Exception):
-                    self._failed(store, one, result)
-                else:
-                    self._observe(result, one.record, _lateness(now, one.record), contract.name)
+            with self.log.batch():
+                for (contract, _, one), result in zip(together, results, strict=True):
+                    if isinstance(result, Exception):
+                        self._failed(store, one, result)
+                    else:
+                        self._observe(result, one.record, _lateness(now, one.record), contract.name)
         for future in futures:
             future.result()
         return len(claimed)

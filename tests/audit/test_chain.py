@@ -5,6 +5,7 @@ import itertools
 import json
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -179,3 +180,15 @@ def test_open_record_returns_exactly_the_sealed_payload(cipher: AuditCipher) -> 
         cipher, log_id="op", seq=1, at=at_for(1), kind="decision", prev_hash=GENESIS_HASH, payload=payload
     )
     assert open_record(cipher, record) == json.loads(json.dumps(payload))
+
+
+def test_canonical_json_from_many_threads_at_once_is_what_json_dumps_gives_each() -> None:
+    # One encoder serves every caller: a worker's lanes and the API's watches seal on their own threads.
+    payloads = [{"n": n, "nested": {"z": [n, "é" * (n % 5)], "a": {"x": n / 3}}, "s": str(n)} for n in range(400)]
+    expected = [
+        json.dumps(p, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        for p in payloads
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(5):
+            assert list(pool.map(canonical_json, payloads)) == expected

@@ -197,7 +197,7 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
             Write(
                 lease,
                 reserved,
-                [Reserved.of(reserved, lease.token).new_event()],
+                [(Reserved.KIND, Reserved.payload(reserved, lease.token))],
                 release=False,
                 hold_until=hold_until,
             )
@@ -254,10 +254,10 @@ def _record(
 ) -> Flow[StepResult]:
     """The decision, its trail and any decision request in one fenced write that releases the lease."""
     if observation is not None and exchange is not None and u is not None:
-        trail = poll_events(before, observation, decision, now, u, sent_at=exchange.sent_at)
+        events = poll_events(before, observation, decision, now, u, sent_at=exchange.sent_at)
     else:  # a stop without an answer to show: the decision and its outcome
         trail = [DecisionEvent.of(before, None, decision, now), *outcome_events(decision.record)]
-    events = [event.new_event() for event in trail]
+        events = [event.new_event() for event in trail]
     request = yield from _escalation(contract, decision.record, now)
     try:
         written = yield from ask(Write(lease, decision.record, events, release=True, decision=request))

@@ -1,0 +1,355 @@
+"""An operation is created (or submitted), polled, stopped; its lease is taken, lost or given back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..core.admission import created_event
+from ..core.codec import record_to_json
+from ..core.contract_result import JSONValue
+from ..core.decide import Decision
+from ..core.durations import format_rfc3339
+from ..core.observe import Observation
+from ..core.reasons import Phase
+from ..core.record import OperationRecord
+from ..core.schedule import Rejection
+from .base import AuditEvent, Payload, event
+
+# -- an operation is created, polled and stopped --------------------------------------------------------
+
+
+@event
+class Created(AuditEvent):
+    KIND = "created"
+    operation: str | None = None
+    job: str | None = None
+    contract: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+    max_transport_failures: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, created_by: str) -> Created:
+        """The one shape of `created`, whichever interface made the operation (admission builds it)."""
+        return cls.from_json(created_event(record, created_by))
+
+
+@event
+class Reserved(AuditEvent):
+    """A status request counted (and committed) before it is sent."""
+
+    KIND = "reserved"
+    request_no: int | None = None
+    max_status_requests: int | None = None
+    deadline_at: str | None = None
+    lease_token: int | None = None
+
+    @classmethod
+    def of(cls, reserved: OperationRecord, lease_token: int) -> Reserved:
+        return cls.from_json(cls.payload(reserved, lease_token))
+
+    @staticmethod
+    def payload(reserved: OperationRecord, lease_token: int) -> Payload:
+        """The stored shape, built without the typed event (`of` is this, parsed): the poll path writes it."""
+        return {
+            "request_no": reserved.status_requests_used,
+            "max_status_requests": reserved.plan.max_status_requests,
+            "deadline_at": format_rfc3339(reserved.deadline_at),
+            "lease_token": lease_token,
+        }
+
+
+@event
+class Observed(AuditEvent):
+    """What one HTTP exchange proved; the fields the story tells, the rest of the observation in `extra`."""
+
+    KIND = "observed"
+    sent_at: str | None = None
+    http_status: int | None = None
+    state: str | None = None
+    retry_after_header: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def of(cls, observation: Observation, sent_at: datetime) -> Observed:
+        return cls.from_json(cls.payload(observation.to_json(), sent_at))
+
+    @staticmethod
+    def payload(seen: Payload, sent_at: datetime) -> Payload:
+        """`seen` is the observation's JSON (`Observation.to_json`), built once for this and the decision."""
+        return {"sent_at": format_rfc3339(sent_at), **seen}
+
+
+@event
+class DecisionEvent(AuditEvent):
+    """One decision of the core with everything `why` needs to replay it (`inputs`)."""
+
+    KIND = "decision"
+    action: str | None = None
+    rule: str | None = None
+    reason: str | None = None
+    next_poll_at: str | None = None
+    delay_source: str | None = None
+    detail: str | None = None
+    request_no: int | None = None
+    max_status_requests: int | None = None
+    deadline_at: str | None = None
+    state: str | None = None
+    http_status: int | None = None
+    inputs: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        before: OperationRecord,
+        observation: Observation | None,
+        decision: Decision,
+        now: datetime,
+        u: float | None = None,
+    ) -> DecisionEvent:
+        """Built once for both paths: after a poll (`observation` and the jitter draw `u`), or a halt (None)."""
+        seen = observation.to_json() if observation is not None else None
+        return cls.from_json(cls.payload(before, seen, decision, now, u))
+
+    @staticmethod
+    def payload(
+        before: OperationRecord, seen: Payload | None, decision: Decision, now: datetime, u: float | None
+    ) -> Payload:
+        """The stored shape, which `of` parses: the poll path writes this directly, since coercing every field
+        of values the core just typed, then copying them back out, was a third of building a poll's trail.
+        `seen` is the observation's JSON (`Observation.to_json`), None for a halt; `Observed` shows the same."""
+        inputs: Payload = {"record": record_to_json(before)}
+        if seen is not None:
+            inputs["observation"] = seen
+        inputs["now"] = now.isoformat()
+        if seen is not None:
+            inputs["u"] = u
+        return {
+            **decision.to_json(),
+            "request_no": before.status_requests_used,
+            "max_status_requests": before.plan.max_status_requests,
+            "deadline_at": format_rfc3339(before.deadline_at),
+            "state": seen["state"] if seen is not None else before.last_state,
+            "http_status": seen["http_status"] if seen is not None else before.last_http_status,
+            "inputs": inputs,
+        }
+
+
+@event
+class GuidanceRejected(AuditEvent):
+    KIND = "guidance_rejected"
+    source: str | None = None
+    value: str | None = None
+    why: str | None = None
+
+    @classmethod
+    def of(cls, rejection: Rejection) -> GuidanceRejected:
+        return cls(source=rejection.source, value=rejection.value, why=rejection.why)
+
+
+@event
+class SucceededEvent(AuditEvent):
+    KIND = "succeeded"
+    result: JSONValue = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopEvent(AuditEvent):
+    reason: str | None = None
+    detail: str | None = None
+    summary: Mapping[str, Any] | None = None
+
+
+@event
+class JobEnded(StopEvent):
+    KIND = "job_ended"
+
+
+@event
+class Escalated(StopEvent):
+    KIND = "escalated"
+
+
+def outcome_events(record: OperationRecord) -> list[AuditEvent]:
+    """The outcome a decision left, if it ended the waiting: succeeded, job_ended or escalated."""
+    if record.phase is Phase.SUCCEEDED:
+        return [SucceededEvent(result=record.result, state=record.last_state)]
+    if record.phase is Phase.STOPPED and record.reason is not None:
+        stop = JobEnded if record.reason.job_ended else Escalated
+        return [stop(reason=record.reason.value, detail=record.detail, summary=record.summary())]
+    return []
+
+
+def poll_events(
+    before: OperationRecord, observation: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
+) -> list[tuple[str, Payload]]:
+    """What one poll leaves in the trail, as the store takes it: the observation, the decision with its inputs,
+    and the outcome. The payloads are built directly: these are the shapes `Observed.of`, `DecisionEvent.of`
+    parse, and a poll writes them without a typed event in between."""
+    seen = observation.to_json()
+    return [
+        (Observed.KIND, Observed.payload(seen, sent_at)),
+        (DecisionEvent.KIND, DecisionEvent.payload(before, seen, decision, now, u)),
+        *(GuidanceRejected.of(r).new_event() for r in decision.rejections),
+        *(outcome.new_event() for outcome in outcome_events(decision.record)),
+    ]
+
+
+@event
+class LeaseLost(AuditEvent):
+    KIND = "lease_lost"
+    owner: str | None = None
+    token: int | None = None
+
+
+@event
+class RequestWithheld(AuditEvent):
+    """A reservation committed so late that the lease would lapse before the bounded request could end: the
+    request counted, nothing sent, the lease given back (another owner could otherwise take it mid-request)."""
+
+    KIND = "request_withheld"
+    request_no: int | None = None
+    why: str | None = None
+
+
+@event
+class LeaseTakenOver(AuditEvent):
+    KIND = "lease_taken_over"
+    previous_owner: str | None = None
+    owner: str | None = None
+    token: int | None = None
+
+
+@event
+class ResumeRefused(AuditEvent):
+    KIND = "resume_refused"
+    why: str | None = None
+
+
+@event
+class LimitsNarrowed(AuditEvent):
+    """A resume asked for less; the narrowed record's summary is the payload."""
+
+    KIND = "limits_narrowed"
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, narrowed: OperationRecord) -> LimitsNarrowed:
+        return cls.from_json(narrowed.summary())
+
+
+@event
+class WatchInterrupted(AuditEvent):
+    """A watch stopped before its operation was final (a cancel, a signal, a progress callback that raised):
+    nothing is lost, the lease is given back, and the operation waits, active, with the deadline and budget it
+    had, for a later watch of the same operation id. `by` is the interface ("cli", "python api"), `why` what
+    stopped it ("cancelled", "SIGINT", "on_progress raised ValueError": never an exception's text)."""
+
+    KIND = "interrupted"
+    by: str | None = None
+    why: str | None = None
+    resumable: bool = False
+    operation: str | None = None
+    deadline_at: str | None = None
+    status_requests_used: int | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, *, by: str, why: str) -> WatchInterrupted:
+        return cls(
+            by=by,
+            why=why,
+            resumable=not record.is_final,
+            operation=record.operation_id,
+            deadline_at=format_rfc3339(record.deadline_at),
+            status_requests_used=record.status_requests_used,
+            max_status_requests=record.plan.max_status_requests,
+        )
+
+
+@event
+class Paced(AuditEvent):
+    KIND = "paced"
+    provider: str | None = None
+    until: str | None = None
+
+
+# -- submissions ----------------------------------------------------------------------------------------
+
+
+@event
+class SubmissionIntent(AuditEvent):
+    """Recorded before the submission is sent (R34)."""
+
+    KIND = "submission_intent"
+    fingerprint: str | None = None
+    method: str | None = None
+    url: str | None = None
+    idempotent: bool = False
+    created_by: str | None = None
+    """Who submits, as a `created` event names its creator ("cli", "agent session ...")."""
+
+
+@event
+class Submitted(AuditEvent):
+    """The provider accepted the submission; the new record's summary and the answer's facts."""
+
+    KIND = "submitted"
+    job: str | None = None
+    contract: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord, *, http_status: int, resent: bool) -> Submitted:
+        return cls.from_json(
+            {
+                **record.summary(),
+                "request_fingerprint": record.request_fingerprint,
+                "http_status": http_status,
+                "status_location": record.status_location,
+                "resent_with_same_token": resent,
+            }
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmissionMarked(AuditEvent):
+    """A submission that did not end in an accepted job; the kind's suffix is the state the store keeps."""
+
+    failure: str | None = None
+    detail: str | None = None
+    http_status: int | None = None
+
+    @property
+    def state(self) -> str:
+        """What `Store.mark_submission(operation_id, state, payload, at)` takes; it logs `submission_<state>`."""
+        return self.KIND.removeprefix("submission_")
+
+
+@event
+class SubmissionUnknown(SubmissionMarked):
+    KIND = "submission_unknown"
+
+
+@event
+class SubmissionNotSent(SubmissionMarked):
+    KIND = "submission_not_sent"
+
+
+@event
+class SubmissionRejected(SubmissionMarked):
+    KIND = "submission_rejected"
+
+
+@event
+class SubmissionDuplicate(SubmissionMarked):
+    """The provider answered with a job another operation already watches (a provider that deduplicates)."""
+
+    KIND = "submission_duplicate"
+    watched_by: str | None = None

@@ -1,0 +1,128 @@
+"""A person decides: the decision requests a stop raises, their answers, their delivery, and actions beside polling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+from ..core.durations import format_rfc3339
+from ..core.escalation import DecisionRequest, Option
+from ..core.record import OperationRecord
+from .base import AuditEvent, event
+
+# -- a person decides -------------------------------------------------------------------------------------
+
+
+@event
+class DecisionRequested(AuditEvent):
+    """The payload is the request's own JSON (`DecisionRequest.to_json`)."""
+
+    KIND = "decision_requested"
+    decision_id: str | None = None
+    reason: str | None = None
+    topic: str | None = None
+    """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
+    options: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerEvent(AuditEvent):
+    decision_id: str | None = None
+    by: str | None = None
+    note: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, request: DecisionRequest, *, by: str, note: str | None) -> Self:
+        return cls(decision_id=request.decision_id, by=by, note=note, reason=request.why)
+
+
+@event
+class Refused(AnswerEvent):
+    KIND = "refused"
+
+
+@event
+class DecisionExpired(AnswerEvent):
+    KIND = "decision_expired"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChosenEvent(AnswerEvent):
+    option: int | None = None
+    kind: str | None = None
+    label: str | None = None
+
+    @classmethod
+    def chose(cls, request: DecisionRequest, option: Option, *, by: str, note: str | None) -> Self:
+        answer = cls.of(request, by=by, note=note)
+        return replace(answer, option=option.number, kind=option.kind.value, label=option.label)
+
+
+@event
+class Decided(ChosenEvent):
+    KIND = "decided"
+
+
+@event
+class Inspected(ChosenEvent):
+    KIND = "inspected"
+
+
+@event
+class Extended(ChosenEvent):
+    """The new limits an extension gave, with the choice that gave them."""
+
+    KIND = "extended"
+    delay_source: str | None = None
+    deadline_at: str | None = None
+    max_status_requests: int | None = None
+    max_transport_failures: int | None = None
+    next_poll_at: str | None = None
+    effect: str | None = None
+
+    @classmethod
+    def after(cls, chosen: ChosenEvent, extended: OperationRecord, effect: str | None) -> Extended:
+        return cls.from_json(
+            {
+                **chosen.to_json(),
+                "delay_source": "manual_extension",
+                "deadline_at": format_rfc3339(extended.deadline_at),
+                "max_status_requests": extended.plan.max_status_requests,
+                "max_transport_failures": extended.plan.max_transport_failures,
+                "next_poll_at": format_rfc3339(extended.next_poll_at),
+                "effect": effect,
+            }
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeliveryEvent(AuditEvent):
+    decision_id: str | None = None
+    ok: bool = False
+    attempts: int | None = None
+    status: int | None = None
+    error: str | None = None
+
+
+@event
+class Notified(DeliveryEvent):
+    KIND = "notified"
+
+
+@event
+class NotifyFailed(DeliveryEvent):
+    KIND = "notify_failed"
+
+
+@event
+class ActionEvent(AuditEvent):
+    """An action beside polling (cancel, fetch_result, resubmit) and how it went; its own detail in `extra`."""
+
+    KIND = "action"
+    action: str | None = None
+    ok: bool = False
+    by: str | None = None
+    detail: str | None = None
+    decision_id: str | None = None

@@ -1,0 +1,128 @@
+"""An agent session's own log (@agent/<id>): the session, its watches, its calls and the grants that allow them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .base import AuditEvent, event
+
+# -- an agent session's own log (@agent/<id>) -------------------------------------------------------------
+
+
+@event
+class SessionStarted(AuditEvent):
+    KIND = "session_started"
+    session: str | None = None
+    server: str | None = None
+    client: Mapping[str, Any] | str | None = None
+
+
+@event
+class WatchStarted(AuditEvent):
+    KIND = "watch_started"
+    operation: str | None = None
+    job: str | None = None
+    contract: str | None = None
+
+
+@event
+class WatchRejoined(WatchStarted):
+    """The agent asked to watch a job that already had an operation: it got that one back, never a fresh budget."""
+
+    KIND = "watch_rejoined"
+
+
+@event
+class CallIntent(AuditEvent):
+    KIND = "call_intent"
+    call: int | None = None
+    purpose: str | None = None
+    operation: str | None = None
+    approval: str | None = None
+    status_requests_used: int | None = None
+    max_status_requests: int | None = None
+
+
+@event
+class CallResult(AuditEvent):
+    KIND = "call_result"
+    call: int | None = None
+    operation: str | None = None
+    outcome: str | None = None
+
+
+@event
+class CallDenied(AuditEvent):
+    KIND = "call_denied"
+    operation: str | None = None
+    why: str | None = None
+    grant_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantRequested(AuditEvent):
+    """The payload is the grant's own JSON (`Grant.to_json`)."""
+
+    grant_id: str | None = None
+    kind: str | None = None
+    scope: str | None = None
+
+
+@event
+class SessionApprovalRequested(GrantRequested):
+    KIND = "session_approval_requested"
+
+
+@event
+class CallApprovalRequested(GrantRequested):
+    KIND = "call_approval_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantAnswered(AuditEvent):
+    grant_id: str | None = None
+    by: str | None = None
+    note: str | None = None
+
+
+@event
+class ApprovalApproved(GrantAnswered):
+    KIND = "approval_approved"
+
+
+@event
+class ApprovalRefused(GrantAnswered):
+    KIND = "approval_refused"
+
+
+@event
+class ApprovalRevoked(GrantAnswered):
+    KIND = "approval_revoked"
+
+
+@event
+class ApprovalExpired(GrantAnswered):
+    KIND = "approval_expired"
+
+
+@event
+class ExtensionRequested(AuditEvent):
+    """An agent asked a person for more; in the operation's log the operation is the log itself."""
+
+    KIND = "extension_requested"
+    operation: str | None = None
+    reason: str | None = None
+
+
+@event
+class CancelRequested(AuditEvent):
+    """An agent asked a person to cancel the job (request_cancel, tasks/cancel); it cancels nothing itself."""
+
+    KIND = "cancel_requested"
+    operation: str | None = None
+    decision_id: str | None = None
+    reason: str | None = None
+    requested_by: str | None = None
+    added: bool | None = None
