@@ -1,9 +1,9 @@
 """Watches of one process whose steps are due together, stepped as one batch (`engine.combine`), on both backends.
 
-Each watch keeps its own engine (its owner), its own operation and its own audit log; what they share is the
-transactions: every claim with the reservation it leads to in one, every record in one. The promises of the
-single step hold for each: its reservation is committed before its request goes out, and a write that fails
-belongs to the step that made it.
+Each watch keeps its own engine (its owner), its own operation and its own audit log; what they share is one
+transaction: every claim with the reservation it leads to. From there each goes on alone (its request, its
+record), so a slow provider holds up no other watch. The promises of the single step hold for each: its
+reservation is committed before its request goes out, and a write that fails belongs to the step that made it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from pollwarden.audit import verify
+from pollwarden.clock import utcnow
 from pollwarden.core.admission import WatchRequest
+from pollwarden.core.observe import Response
 from pollwarden.engine import Engine, Polled, StepResult
-from pollwarden.engine.combine import Combiner, StepInterrupted, combined
+from pollwarden.engine.combine import Combiner, combined
 from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
 from tests.engine.test_batch import COUNT, WatchingProvider, _contract
 
@@ -87,7 +89,7 @@ def _verified(store: Store, logs: int) -> None:
     assert report.ok and report.logs == logs, report
 
 
-def test_steps_due_together_claim_and_reserve_in_one_transaction_and_record_in_another(
+def test_steps_due_together_claim_and_reserve_in_one_transaction_and_each_records_its_own(
     store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with combined(store) as combiner:
@@ -95,7 +97,7 @@ def test_steps_due_together_claim_and_reserve_in_one_transaction_and_record_in_a
         provider = WatchingProvider(backend.open())  # holds every request until all COUNT are in flight
         claims, writes = _count(store, monkeypatch)
         results = _step_together(combiner, engines, provider)
-    assert claims == [COUNT] and writes == [COUNT]  # two commits for COUNT polls
+    assert claims == [COUNT] and writes == [1] * COUNT  # one commit for every reservation, one per record
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
     assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
     for n in range(COUNT):
@@ -158,15 +160,64 @@ class InterruptingProvider(WatchingProvider):
         return super().fetch(job_id, extra_headers, location=location)
 
 
-def test_an_interrupt_inside_a_batch_gives_every_lease_back_and_stalls_no_watch(store: Store, backend: Any) -> None:
+def test_an_interrupt_during_one_request_ends_only_that_step(store: Store, backend: Any) -> None:
     with combined(store) as combiner:
         engines = _watches(store, combiner)
         provider = InterruptingProvider(backend.open(), count=COUNT - 1)
         results = _step_together(combiner, engines, provider)  # every thread returns (joined within 60 s)
     assert isinstance(results[0], KeyboardInterrupt)
-    assert all(isinstance(r, KeyboardInterrupt | StepInterrupted) for r in results)
-    assert any(isinstance(r, StepInterrupted) for r in results)  # the others' steps: ended, not left running
+    assert all(isinstance(r, Polled) for r in results[1:])  # the others' answers were recorded, not dropped
     for n in range(COUNT):
         stored = store.get(f"op-never-{n}")
         assert stored is not None and stored.lease_owner is None  # given back: a resume starts at once
         assert stored.record.status_requests_used == 1  # each request that went out was counted first
+        assert stored.record.polls_completed == (0 if n == 0 else 1)
+
+
+class SlowProvider:
+    """`never-0` is held until the test lets it go; every other job answers `running` at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def fetch(self, job_id: str, extra_headers: Any = None, *, location: str | None = None) -> Any:
+        if job_id == "never-0":
+            assert self.release.wait(60), "never released (a guard)"
+        now = utcnow()
+        return Response(status=200, headers={}, body=b'{"state": "running"}', sent_at=now, received_at=now)
+
+
+def test_a_slow_provider_holds_up_no_other_watch_of_its_batch(store: Store, backend: Any) -> None:
+    contract = _contract()
+    provider = SlowProvider()
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+        results: dict[int, StepResult | BaseException] = {}
+
+        def one(n: int) -> None:
+            try:
+                results[n] = engines[n].step(contract, provider, f"op-never-{n}")
+            except BaseException as exc:
+                results[n] = exc
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(COUNT)]
+        with combiner._turn:  # every step joins one batch
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while sum(len(g.tickets) for g in combiner._forming.values()) < COUNT:
+                assert time.monotonic() < deadline, "the steps never joined the forming batch"
+                time.sleep(0.001)
+        try:
+            for thread in threads[1:]:  # while never-0's request is still held
+                thread.join(timeout=60)
+                assert not thread.is_alive(), "a fast watch waited for the slow one"
+            for n in range(1, COUNT):
+                result = results[n]
+                assert isinstance(result, Polled) and result.decision.record.polls_completed == 1
+            assert 0 not in results
+        finally:
+            provider.release.set()
+            threads[0].join(timeout=60)
+    assert isinstance(results[0], Polled)
+    _verified(store, COUNT)

@@ -72,14 +72,15 @@ def run(
     store: Store,
     perform: Perform,
     clock: Callable[[], datetime],
-    io: Executor,
+    io: Executor | None,
     *,
-    sending: Callable[[], None] | None = None,
+    until_io: bool = False,
 ) -> None:
     """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
 
-    `sending` is called once, when every lane's claim and reservation are committed (just before the first
-    requests go out, or at the end if none does): the next batch may start its own then."""
+    `until_io`: stop when the lanes that have not ended all wait on a request or an announcement, their claims
+    and reservations committed (`effect` is what each waits on): the combined watches (`combine`) go on from
+    there each on its own, so no watch waits for another's provider. Then `io` is not used."""
     for lane in lanes:
         lane.resume()
     while True:
@@ -97,11 +98,9 @@ def run(
                 lane.resume(*outcome)
             continue  # the flows that just committed may want I/O now: one round of it for everyone
         waiting = [lane for lane in lanes if isinstance(lane.effect, _IO)]
-        if sending is not None:
-            sent, sending = sending, None
-            sent()
-        if not waiting:
+        if not waiting or until_io:
             return
+        assert io is not None, "a batch that sends needs its I/O pool"
         here = [lane for lane in waiting if isinstance(lane.effect, flow.Send) and _selects(lane.client)]
         there = [lane for lane in waiting if not (isinstance(lane.effect, flow.Send) and _selects(lane.client))]
         futures = [

@@ -1,40 +1,36 @@
-"""The steps of one process's watches that are due together, taken as one batch: the worker's group commit for
-the Python API's watches.
+"""The claims and reservations of one process's watches that are due together, committed as one batch.
 
 Fifty watches of one home in one process each stepped on their own thread: a read, a claim, a reservation and
 a record per poll, each its own store transaction (the SQLite group writer joined their commits, but every
 body still paid its own statements, savepoint and hand-off), and fifty threads taking turns at the GIL for it.
-Here a watch whose step is due joins the batch that is forming; the first to join leads it, on its own thread,
-as the worker's lane runs its batch (`engine.batch`): one read of all the records, every claim with the
-reservation it leads to in one transaction (`Store.claim_then_write`), the requests at once (on one
-selector), every record in one. The others wait for their own step's result and go on from there
-(their `on_progress`, their sleep) as if they had stepped alone.
+Here a watch whose step is due joins the batch that is forming, and a thread of the batch's own takes it up to
+the moment the requests would go out, as the worker's lane does (`engine.batch`, `until_io`): one read of all
+the records, every claim with the reservation it leads to in one transaction (`Store.claim_then_write`). From
+there each watch goes on alone, on its own thread, through its own engine (`Engine.drive_from`): its request,
+its record, its `on_progress`, as if it had stepped alone. So a batch shares only what costs a transaction,
+never a wait: a watch whose provider is slow holds up no other watch's answer, record or next poll.
 
 Every step is still `flow.step`, performed by its own watch's engine (its owner, clock and notifier): the
 reservation is committed before its request goes out, each write is fenced on its own, a failure belongs to
-its operation, a lost lease to its flow. A batch forms while the previous one is committing its claims and
-reservations (the `_turn`): its requests are out by then, so a batch whose provider is slow holds up nobody's
-first request, only the records of the watches in its own batch (which all have the same request timeout, so
-each one's lease still covers the wait: `flow.lease_ttl`).
+its operation, a lost lease to its flow. A batch forms while the previous one commits (the `_turn`).
 
-Interrupts (Ctrl-C reaches the main thread only): a watch interrupted while it waits for its step lets the step
-finish (a request in flight is answered and recorded, as a cancel) and then raises; a leader interrupted
-while it waits for its turn leads its batch and then raises; one interrupted inside its batch gives every
-unfinished step's lease back (each of those steps raises `StepInterrupted`) and raises.
+Interrupts (Ctrl-C reaches the main thread only): the batch's own thread is never the main one, so no
+interrupt lands in the middle of another watch's claim; a watch interrupted while it waits for its batch
+(a commit, milliseconds) waits for it to end and then throws the interrupt into its own flow, which gives its
+lease back (its reservation counted, its request never sent) and raises; one interrupted during its own
+request is the lone step's case.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
-from ..errors import PollwardenError
 from ..store.base import Store
 from . import batch, flow
 from .flow import StepResult
@@ -42,18 +38,7 @@ from .flow import StepResult
 if TYPE_CHECKING:
     from .driver import Engine
 
-__all__ = ["Combiner", "StepInterrupted", "combined"]
-
-IO_THREADS = 64
-"""Threads for what does not go on the batch's selector (https requests, webhooks): one per watch of a batch
-of this many, so none waits for another's slow provider."""
-
-
-class StepInterrupted(PollwardenError):
-    """Another watch's thread was interrupted while it ran this step's batch; the lease was given back."""
-
-    def __init__(self, operation_id: str) -> None:
-        super().__init__(f"the step of operation {operation_id} was interrupted; it stays active and resumable")
+__all__ = ["Combiner", "combined"]
 
 
 @dataclass
@@ -62,7 +47,8 @@ class _Ticket:
     contract: Contract
     client: Any
     operation_id: str
-    result: StepResult | BaseException | None = None
+    lane: batch.Lane | None = None
+    failure: Exception | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -78,140 +64,81 @@ class Combiner:
         self.store = store
         self._lock = threading.Lock()
         self._forming: dict[timedelta, _Group] = {}
-        """By request timeout: a batch waits for its slowest request before it records, so it holds only steps
-        whose leases cover the same wait."""
+        """By request timeout: each claim's lease must cover its own request's wait (`flow.lease_ttl`)."""
         self._turn = threading.Lock()
-        """Held by a batch from its start until its requests go out: the next one forms meanwhile."""
-        self._io: ThreadPoolExecutor | None = None
+        """Held by a batch while it reads, claims and reserves: the next one forms meanwhile."""
         self.users = 0
 
     def step(self, engine: Engine, contract: Contract, client: Any, operation_id: str) -> StepResult:
-        """`Engine.step` of this watch, in the batch that is forming (led by this thread if none is)."""
+        """`Engine.step` of this watch: its claim and reservation in the batch that is forming, the rest alone."""
         ticket = _Ticket(engine, contract, client, operation_id)
         with self._lock:
             group = self._forming.get(contract.timeout)
-            lead = group is None
             if group is None:
                 group = self._forming[contract.timeout] = _Group()
+                # Started under the lock, so the batch cannot close before this ticket is in it.
+                threading.Thread(
+                    target=self._lead, args=(contract.timeout, group), name="pollwarden-watch-batch", daemon=True
+                ).start()
             group.tickets.append(ticket)
-        if lead:
-            self._lead(contract.timeout, group)
-        else:
-            _wait(ticket.done)
-        result = ticket.result
-        if isinstance(result, BaseException):
-            raise result
-        assert result is not None, "a batch ends every step it holds"
-        return result
+        interrupted = _wait(ticket.done)
+        lane = ticket.lane
+        if lane is None:  # its operation is gone, or the batch failed before its flow began
+            assert ticket.failure is not None, "a batch ends every step it holds"
+            raise ticket.failure
+        if lane.result is not None:  # it ended without a request: not due, busy, or a stop
+            if isinstance(lane.result, Exception):
+                raise lane.result
+            if interrupted is not None:
+                raise interrupted
+            return lane.result
+        # At its request (or announcement), or where the batch failed: thrown in there, the flow gives back
+        # the lease it was told of and re-raises.
+        return engine.drive_from(lane.steps, contract, client, lane.effect, interrupted or ticket.failure)
 
     def _lead(self, key: timedelta, group: _Group) -> None:
-        interrupted: BaseException | None = None
-        while True:
-            try:
-                self._turn.acquire()
-                break
-            except BaseException as exc:  # kept: the steps that joined this batch are run all the same
-                interrupted = exc
-        turn = [True]
-
-        def give_turn() -> None:
-            if turn:
-                turn.clear()
-                self._turn.release()
-
         try:
-            with self._lock:
-                del self._forming[key]  # closed: who comes now forms the next batch
-            failure = self._run(group.tickets, give_turn)
-            interrupted = interrupted or failure
+            with self._turn:
+                with self._lock:
+                    del self._forming[key]  # closed: who comes now forms the next batch
+                self._run(group.tickets)
         finally:
-            give_turn()
             for ticket in group.tickets:
                 ticket.done.set()
-        if interrupted is not None:
-            raise interrupted
 
-    def _run(self, tickets: list[_Ticket], sending: Any) -> BaseException | None:
-        """Step every ticket's operation together; an interrupt of this thread is returned, not raised."""
-        lanes: list[tuple[_Ticket, batch.Lane]] = []
+    def _run(self, tickets: list[_Ticket]) -> None:
+        """Every ticket's flow up to its first request, its claim and reservation committed with the others'."""
         try:
             stored = self.store.get_many([ticket.operation_id for ticket in tickets])
+            lanes: list[batch.Lane] = []
             for ticket in tickets:
                 found = stored.get(ticket.operation_id)
                 if found is None:
-                    ticket.result = KeyError(ticket.operation_id)
+                    ticket.failure = KeyError(ticket.operation_id)
                     continue
                 engine = ticket.engine
                 steps = flow.step(ticket.contract, found.record, engine.clock())
-                lane = batch.Lane(steps, ticket.contract, ticket.client, owner=engine.owner, perform=engine._perform)
-                lanes.append((ticket, lane))
+                ticket.lane = batch.Lane(
+                    steps, ticket.contract, ticket.client, owner=engine.owner, perform=engine._perform
+                )
+                lanes.append(ticket.lane)
             if lanes:
                 leader = tickets[0].engine
-                batch.run(
-                    [lane for _, lane in lanes],
-                    self.store,
-                    leader._perform,
-                    leader.clock,
-                    self._pool(),
-                    sending=sending,
-                )
-        except Exception as exc:  # the read of the records failed: every step of the batch fails with it
+                batch.run(lanes, self.store, leader._perform, leader.clock, None, until_io=True)
+        except Exception as exc:  # every step of the batch fails with it, thrown into its own flow (`step`)
             for ticket in tickets:
-                ticket.result = ticket.result or exc
-            return None
-        except BaseException as exc:
-            for ticket, lane in lanes:
-                if lane.result is None:
-                    _give_back(lane, ticket.operation_id)
-            for ticket in tickets:
-                ticket.result = ticket.result or exc
-            return exc
-        finally:
-            for ticket, lane in lanes:
-                if lane.result is not None:
-                    ticket.result = lane.result
-        return None
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._io is None:
-                self._io = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="pollwarden-watch-io")
-            return self._io
-
-    def close(self) -> None:
-        with self._lock:
-            io, self._io = self._io, None
-        if io is not None:
-            io.shutdown(wait=False)  # idle: every batch has ended (the last watch is leaving)
+                ticket.failure = ticket.failure or exc
 
 
-class _Abandoned(BaseException):
-    """Thrown into a flow the batch cannot finish: no `except Exception` of the flow takes it for the step's own
-    failure (a send that failed would be recorded as a stop); its `except BaseException` gives the lease back."""
-
-
-def _give_back(lane: batch.Lane, operation_id: str) -> None:
-    """End a flow the batch could not finish: it gives its lease back (one Release) and the step raises."""
-    try:
-        lane.resume(failure=_Abandoned())
-        while lane.effect is not None and lane.perform is not None:
-            lane.resume(*batch._attempt(lane.perform, lane.effect, lane))
-    except _Abandoned:
-        pass
-    lane.result = StepInterrupted(operation_id)
-
-
-def _wait(done: threading.Event) -> None:
-    """Until the step has ended, interrupted or not: its request, if one went out, is answered and recorded."""
+def _wait(done: threading.Event) -> BaseException | None:
+    """Until the batch has ended, interrupted or not (it is a commit away); the interrupt, if one came."""
     interrupted: BaseException | None = None
     while True:
         try:
             done.wait()
-            break
+            return interrupted
         except BaseException as exc:
             interrupted = exc
-    if interrupted is not None:
-        raise interrupted
 
 
 _COMBINERS: dict[int, Combiner] = {}
@@ -220,7 +147,7 @@ _LOCK = threading.Lock()
 
 @contextmanager
 def combined(store: Store) -> Iterator[Combiner]:
-    """The combiner of this store's watches in this process while any of them runs (the last one closes it)."""
+    """The combiner of this store's watches in this process while any of them runs."""
     with _LOCK:
         combiner = _COMBINERS.get(id(store))
         if combiner is None or combiner.store is not store:
@@ -234,5 +161,3 @@ def combined(store: Store) -> Iterator[Combiner]:
             last = combiner.users == 0
             if last and _COMBINERS.get(id(store)) is combiner:
                 del _COMBINERS[id(store)]
-        if last:
-            combiner.close()

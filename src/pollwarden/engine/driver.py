@@ -360,14 +360,28 @@ class Engine:
 
     def _drive(self, steps: flow.Flow[T], contract: Contract, client: StatusSender) -> T:
         """Run a flow to its end: perform each effect, send its answer back, throw its exception in."""
+        return self.drive_from(steps, contract, client, None, None)
+
+    def drive_from(
+        self,
+        steps: flow.Flow[T],
+        contract: Contract,
+        client: StatusSender,
+        pending: flow.Effect[Any] | None,
+        failure: BaseException | None,
+    ) -> T:
+        """`_drive` for a flow another driver began (`combine`): it waits on `pending` (None: not begun), or
+        `failure` is thrown in first (the flow gives back a lease it holds and re-raises)."""
         answer: Any = None
-        failure: BaseException | None = None
         while True:
-            try:
-                effect = steps.throw(failure) if failure is not None else steps.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
+            if pending is not None and failure is None:
+                effect, pending = pending, None
+            else:
+                try:
+                    effect = steps.throw(failure) if failure is not None else steps.send(answer)
+                except StopIteration as stop:
+                    result: T = stop.value
+                    return result
             failure = None
             try:
                 answer = self._perform(effect, contract, client)
