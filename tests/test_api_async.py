@@ -55,7 +55,7 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
     open_store(home).close()  # the home and its keys exist: the first poll goes out well within the 0.3 s
     asyncio.run(main())
     returned_at = datetime.now(UTC)
-    assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith(("asyncio", "pollwarden-async"))] == []
     # One request (none, on a machine too loaded to send it in 0.3 s), each one recorded and told; never a second.
     sent = sim.request_count("slow-1")
     assert sent <= 1 and [p.checks_used for p in seen if p.polled] == list(range(1, sent + 1))
@@ -175,10 +175,40 @@ def test_a_cancel_during_a_request_lets_it_finish_and_record_and_sends_no_other(
     asyncio.run(main())
     # A guard against a hang: the answer was waited for (1 s), and nothing after it (asserted below by count).
     assert time.monotonic() - started < 60
-    assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith(("asyncio", "pollwarden-async"))] == []
     time.sleep(0.3)
     assert sim.request_count("inflight-1") == 1
     status = json.loads(run_cli("status", "op-inflight", "--json", home=home).stdout)
     assert (status["phase"], status["status_requests_used"], status["last_state"]) == ("active", 1, "running")
     (event,) = _interrupted(home, "op-inflight")
     assert event["status_requests_used"] == 1 and event["why"] == "cancelled"
+
+
+def test_many_awaited_watches_all_poll_at_once(tmp_path: Path, home: Path) -> None:
+    """More concurrent `await watch()` calls than the event loop's default executor has threads (min(32, cores
+    + 4): 6 on 2 cores): every job stays `running` until all of them have been asked once, so watches that
+    queued behind the others' threads would never be asked and all would end at their deadline."""
+    from tests.loopback import Answer, Seen, serving
+
+    count = 12
+    asked: set[str] = set()
+    lock = threading.Lock()
+
+    def answer(seen: Seen) -> Answer:
+        with lock:
+            asked.add(seen.path)
+            state = "succeeded" if len(asked) == count else "running"
+        return Answer(200, json.dumps({"state": state, "result_url": "/r"}).encode())
+
+    with serving({("GET", f"/jobs/j{n}"): answer for n in range(count)}) as server:
+        contract = write_contract(
+            tmp_path / "c.toml", server.url, base_delay="50ms", max_delay="100ms", max_requests=1000, deadline="20s"
+        )
+        open_store(home).close()
+
+        async def main() -> list[object]:
+            return list(await asyncio.gather(*(watch(contract, f"j{n}", home=home) for n in range(count))))
+
+        outcomes = asyncio.run(main())
+    assert len(asked) == count
+    assert all(isinstance(outcome, Succeeded) for outcome in outcomes), outcomes

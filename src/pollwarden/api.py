@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .catalogue import resolve_contract
 from .clock import utcnow
@@ -345,8 +345,30 @@ async def watch(
         vars=vars,
         status_url=status_url,
     )
-    # As `asyncio.to_thread`, with the context copied, but a future this coroutine can keep waiting for.
-    running = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, prepared.run)
+    # A thread of its own, not the loop's default executor: that one has min(32, cores + 4) threads, and a
+    # watch holds its thread until its job ends, so the seventh watch on 2 cores would not send its first
+    # request until another watch's job had ended. The context is copied, as `asyncio.to_thread` does.
+    loop = asyncio.get_running_loop()
+    running: asyncio.Future[Outcome] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Outcome | None, failure: BaseException | None) -> None:
+        if running.done():
+            return
+        if failure is not None:
+            running.set_exception(failure)
+        else:
+            running.set_result(cast(Outcome, result))
+
+    def run() -> None:
+        try:
+            result, failure = context.run(prepared.run), None
+        except BaseException as exc:  # handed to the awaiting task, which raises it
+            result, failure = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits this watch any more
+            loop.call_soon_threadsafe(settle, result, failure)
+
+    threading.Thread(target=run, name="pollwarden-async-watch").start()
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
