@@ -4,7 +4,7 @@ It keeps the SQLite backend's records, fenced leases, decisions, submissions and
 the same method signatures and results (one store test suite runs against both). What a fleet adds:
 
 - Connections come from a psycopg pool in autocommit mode, so nothing is ever left open in an implicit
-  transaction; every write is one explicit `conn.transaction()`.
+  transaction; every write is one explicit BEGIN ... COMMIT, in pipeline mode (`_tx`).
 - Fleet claims (`claim_due`) lock due rows with `FOR UPDATE SKIP LOCKED`: claimers on many machines never
   wait on each other and never take the same row, and the token still grows by one per claim.
 - Many processes append to one audit log. Each append takes a transaction-scoped advisory lock on its log
