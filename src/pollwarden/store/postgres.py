@@ -4,7 +4,7 @@ It keeps the SQLite backend's records, fenced leases, decisions, submissions and
 the same method signatures and results (one store test suite runs against both). What a fleet adds:
 
 - Connections come from a psycopg pool in autocommit mode, so nothing is ever left open in an implicit
-  transaction; every write is one explicit `conn.transaction()`.
+  transaction; every write is one explicit BEGIN ... COMMIT, in pipeline mode (`_tx`).
 - Fleet claims (`claim_due`) lock due rows with `FOR UPDATE SKIP LOCKED`: claimers on many machines never
   wait on each other and never take the same row, and the token still grows by one per claim.
 - Many processes append to one audit log. Each append takes a transaction-scoped advisory lock on its log
@@ -21,7 +21,7 @@ the same method signatures and results (one store test suite runs against both).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,28 @@ POSTGRES = Dialect(
     next_counter="SELECT nextval('audit_checkpoint_counter')",
     casts={"text": "text", "bigint": "bigint", "time": "timestamptz", "bool": "boolean"},
 )
+
+
+class _Queued:
+    """A statement's cursor in pipeline mode: its answer is collected when the body first reads it."""
+
+    __slots__ = ("_cursor", "_pipe")
+
+    def __init__(self, cursor: psycopg.Cursor[TupleRow], pipe: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipe = pipe
+
+    @property
+    def rowcount(self) -> int:
+        if self._cursor.pgresult is None:  # not answered yet: fetching would take a row, so sync instead
+            self._pipe.sync()
+        return self._cursor.rowcount
+
+    def fetchone(self) -> Row | None:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> Sequence[Row]:
+        return self._cursor.fetchall()
 
 
 class PostgresStore(SQLStore):
@@ -177,11 +199,25 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _tx(self) -> Iterator[Tx]:
-        with self._connection() as conn:
-            tx = Tx(conn.execute, POSTGRES)
-            with conn.transaction():
+        """One write transaction in pipeline mode: each statement goes out as it is made and its answer is
+        waited for only when the body reads it, so a batch's statements share round trips (a write batch is
+        three: the fence with its logs' locks and heads, the records with the heads lock and the newest head,
+        the signed head with COMMIT). BEGIN and COMMIT are statements of the pipeline: `conn.transaction()`
+        would wait for BEGIN and again before COMMIT. The transaction is committed when this returns."""
+        with self._connection() as conn, conn.pipeline() as pipe:
+            try:
+                conn.execute("BEGIN")
+                tx = Tx(lambda query, params: _Queued(conn.execute(query, params), pipe), POSTGRES)
                 yield tx
                 self._seal_commit(tx)
+                conn.execute("COMMIT")
+            except BaseException:
+                # Collect the answers still out, so a refusal among them is not logged by psycopg at the
+                # pipeline's end as an "error ignored": what failed is what is raised. The pool's connection
+                # block then rolls the transaction back, as it does on any exception.
+                with suppress(psycopg.Error):
+                    pipe.sync()
+                raise
         self.keeper.offer(tx)
 
     def db_now(self) -> datetime:

@@ -42,6 +42,7 @@ from .common import (
     GRANT_COLUMNS,
     STORED_COLUMNS,
     SUBMISSION_COLUMNS,
+    Cursor,
     Tx,
     decision_from_row,
     decision_request_text,
@@ -252,8 +253,8 @@ class _Operations(Leases):
 
     def write_many(self, writes: Sequence[FencedWrite], now: datetime) -> list[bool]:
         """One transaction, so one commit (one fsync on SQLite) for a whole batch of polls. Rows are changed
-        in operation-id order and only then are the logs of the writes that passed their fence locked, in key
-        order: a claim also takes rows before logs, so no two transactions can wait on each other in a circle."""
+        in operation-id order and only then are the writes' logs locked, in key order: a claim also takes rows
+        before logs, so no two transactions can wait on each other in a circle."""
         if not writes:
             return []
         values = self._fenced_values(writes, now)
@@ -261,17 +262,20 @@ class _Operations(Leases):
             return self._write_in(tx, writes, values, now)
 
     def _write_in(self, tx: Tx, writes: Sequence[FencedWrite], values: Sequence[Any], now: datetime) -> list[bool]:
-        """`write_many`'s body in the caller's transaction; `values` are `_fenced_values(writes, now)`."""
+        """`write_many`'s body in the caller's transaction; `values` are `_fenced_values(writes, now)`. Every
+        write's log is locked and its head read before the fence's answer is: on PostgreSQL the three go in one
+        round trip, and a write that lost its lease (rare) appends nothing to the log it locked."""
         order = sorted(range(len(writes)), key=lambda i: writes[i].lease.operation_id)
         written = [False] * len(writes)
         if not writes:
             return written
-        changed = self._update_fenced_many(tx, writes, values)
-        for i in order:
-            written[i] = writes[i].lease.operation_id in changed
-        logs = [writes[i].lease.operation_id for i in order if written[i]]
+        fenced = self._update_fenced_many(tx, writes, values)
+        logs = [writes[i].lease.operation_id for i in order]
         self._lock_logs(tx, logs)
         self._read_heads(tx, logs)
+        changed = {str(row[0]) for row in fenced.fetchall()}
+        for i in order:
+            written[i] = writes[i].lease.operation_id in changed
         sealed: list[AuditRecord] = []  # inserted together, before any statement that could read them
         for i in order:
             w = writes[i]
@@ -301,7 +305,7 @@ class _Operations(Leases):
     ) -> bool:
         """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`."""
         one = [FencedWrite(lease, record, (), release, None, hold_until)]
-        return bool(self._update_fenced_many(tx, one, self._fenced_values(one, now)))
+        return bool(self._update_fenced_many(tx, one, self._fenced_values(one, now)).fetchall())
 
     def _fenced_values(self, writes: Sequence[FencedWrite], now: datetime) -> list[Any]:
         """The parameters of `_update_fenced_many`, built before the transaction: encoding the records is the
@@ -314,14 +318,13 @@ class _Operations(Leases):
             params += (stamp(now), w.release, hold)
         return params
 
-    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], params: Sequence[Any]) -> set[str]:
-        """The fence: a row changes only while it still carries its writer's token and owner; returns the ids
-        of the rows that changed. One statement for a whole batch (`UPDATE ... FROM (VALUES ...)`), not one per
-        write; `params` are `_fenced_values(writes, now)`. Where rows are locked one by one (PostgreSQL) they
-        are locked first in id order, as every batch does, so two batches never wait on each other in a circle."""
-        if not writes:
-            return set()
-        ids = sorted(w.lease.operation_id for w in writes)
+    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], params: Sequence[Any]) -> Cursor:
+        """The fence: a row changes only while it still carries its writer's token and owner; the cursor's rows
+        are the ids of the rows that changed, read when the caller needs them. One statement for a whole batch
+        (`UPDATE ... FROM (VALUES ...)`), not one per write; `params` are `_fenced_values(writes, now)`. Where
+        rows are locked one by one (PostgreSQL) they are locked first in id order, as every batch does, so two
+        batches never wait on each other in a circle."""
+        ids = sorted(w.lease.operation_id for w in writes)  # never empty: both callers have a write at least
         if len(writes) > 1 and self.dialect.lock_row:
             tx.execute(
                 f"SELECT 1 FROM operations WHERE operation_id IN ({marks(len(ids))})"
@@ -331,7 +334,7 @@ class _Operations(Leases):
         # The first row carries the types (PostgreSQL would take untyped VALUES parameters as text).
         typed = "(" + ",".join(self.dialect.typed(kind) for kind in _FENCED_TYPES) + ")"
         values = ",".join([typed] + [f"({marks(len(_FENCED_TYPES))})"] * (len(writes) - 1))
-        rows = tx.execute(
+        return tx.execute(
             "UPDATE operations SET phase = v.column4, next_poll_at = v.column5, deadline_at = v.column6,"
             " status_requests_used = v.column7, max_status_requests = v.column8, record = v.column9,"
             " updated_at = v.column10,"
@@ -342,8 +345,7 @@ class _Operations(Leases):
             " AND operations.lease_token = v.column2 AND operations.lease_owner = v.column3"
             " RETURNING operations.operation_id",
             params,
-        ).fetchall()
-        return {str(row[0]) for row in rows}
+        )
 
     def release(self, lease: Lease) -> None:
         with self._tx() as tx:

@@ -84,6 +84,28 @@ HEADS_LOCK_KEY = int.from_bytes(hashlib.sha256(b"pollwarden-audit-heads").digest
 transaction writes its head and commits, so it orders commits without ever waiting inside one."""
 
 
+ALL_TIPS = (
+    "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
+    " JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records GROUP BY log_id) h"
+    " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id"
+)
+"""The head of every log (an upgraded store's first head, a witness file, checkpoints of all logs)."""
+
+
+def log_tips_query(count: int) -> str:
+    """The head (log_id, last seq, its this_hash) of each of `count` logs, in log id order; parameters: the
+    ids, each once. Driven by the list of ids: per id one step back in the primary key (log_id, seq) for its
+    last seq and one lookup of that row, so it costs the logs asked about, not their length or the trail's
+    size. The GROUP BY MAX join it replaced was planned by PostgreSQL as a scan of the whole trail once the
+    prepared statement went generic (tests/store/test_tips_plan.py)."""
+    values = ",".join(["(?)"] * count)
+    return (
+        f"SELECT r.log_id, r.seq, r.this_hash FROM (VALUES {values}) AS v JOIN audit_records r"
+        " ON r.log_id = v.column1 AND r.seq = (SELECT MAX(m.seq) FROM audit_records m WHERE m.log_id = v.column1)"
+        " ORDER BY r.log_id"
+    )
+
+
 def seal_next(
     cipher: AuditCipher, head: Row | None, *, log_id: str, kind: str, data: Mapping[str, Any], at: datetime
 ) -> AuditRecord:
@@ -322,15 +344,14 @@ class AuditTrail(ABC):
 
     def _tips(self, tx: Tx | None = None, log_ids: Sequence[str] | None = None) -> Sequence[Row]:
         """(log_id, last seq, its this_hash) of every log, or of the named ones, in log id order."""
-        wanted = "" if log_ids is None else f" WHERE log_id IN ({marks(len(log_ids))})"
-        query = (
-            "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
-            f" JOIN (SELECT log_id, MAX(seq) AS seq FROM audit_records{wanted} GROUP BY log_id) h"
-            " ON r.log_id = h.log_id AND r.seq = h.seq ORDER BY r.log_id"
-        )
+        if log_ids is None:
+            query, params = ALL_TIPS, []
+        else:
+            params = sorted(set(log_ids))
+            query = log_tips_query(len(params))
         if tx is None:
-            return self._rows(query, list(log_ids or ()))
-        return tx.execute(query, list(log_ids or ())).fetchall()
+            return self._rows(query, params)
+        return tx.execute(query, params).fetchall()
 
     def _checkpoint(self, tx: Tx, log_id: str, seq: int, head_hash: str, at: str) -> Checkpoint:
         signing_key = self._signing_key()
