@@ -294,3 +294,27 @@ def test_provider_rate_caps_the_fleet(sim: Simulator, home: Path, tmp_path: Path
     early = [(k, round(t - started, 3)) for k, t in enumerate(times) if t < started + k * 0.1 - 0.001]
     assert not early, early
     _check_invariants(sim, db, home)
+
+
+def test_the_default_concurrency_is_the_backends(db: str, home: Path) -> None:
+    """Without --concurrency: 32 requests in flight on SQLite (a batch holds the file's one write lock while it
+    commits), 64 on PostgreSQL (more in flight hide the round trips to the server)."""
+    path = home / "default.log"
+    with path.open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "pollwarden", "worker", "--processes", "1", "--db", db],
+            env={**os.environ, "POLLWARDEN_HOME": str(home)},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 60  # a hang guard
+        while '"worker_started"' not in path.read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, path.read_text()
+            time.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    started = next(json.loads(line) for line in path.read_text().splitlines() if '"worker_started"' in line)
+    assert started["concurrency"] == (64 if db.startswith("postgresql://") else 32)

@@ -14,7 +14,7 @@ from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
-from ..fleet_defaults import SUPERVISOR_ENV
+from ..fleet_defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, SUPERVISOR_ENV
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
 from ..operating import configured_witness
@@ -68,6 +68,8 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.concurrency is None:
+        args.concurrency = POSTGRES_CONCURRENCY if is_postgres_url(str(db_target(args))) else DEFAULT_CONCURRENCY
     supervisor = os.environ.get(SUPERVISOR_ENV) if args.processes == 1 else None
     if supervisor is not None:
         from ..fleet_supervisor import follow_supervisor

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .. import __version__
-from ..fleet_defaults import AUTO_PROCESSES_CAP, DEFAULT_CONCURRENCY, LANES, MAX_PROCESSES, auto_processes
+from ..fleet_defaults import (
+    AUTO_PROCESSES_CAP,
+    DEFAULT_CONCURRENCY,
+    LANES,
+    MAX_PROCESSES,
+    POSTGRES_CONCURRENCY,
+    auto_processes,
+)
 from ..simulator.scenarios import scenario_listing
 from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, whole_number
 
@@ -259,9 +266,8 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
     w.add_argument(
         "--concurrency",
         type=whole_number(1, 256),
-        default=DEFAULT_CONCURRENCY,
         help=f"status requests in flight at once per worker process, in {LANES} batches that commit together"
-        f" (default {DEFAULT_CONCURRENCY})",
+        f" (default {DEFAULT_CONCURRENCY} on SQLite, {POSTGRES_CONCURRENCY} on PostgreSQL)",
     )
     w.add_argument(
         "--processes",
