@@ -204,3 +204,33 @@ def test_a_batch_of_plain_http_polls_goes_out_at_once_from_one_thread_after_its_
         server.close()
     assert committed == {f"never-{n}": 1 for n in range(COUNT)}
     assert all(isinstance(r, Polled) and r.decision.record.last_state == "running" for r in results), results
+
+
+def test_a_poll_the_batch_reaches_too_late_is_not_sent_and_the_others_are() -> None:
+    """The batch's I/O round starts after the other lanes' commits: a Send whose `not_after` has passed by
+    then goes nowhere, and its flow is handed `SendTooLate` (it applies the deadline and lease rules again)."""
+    from pollwarden.engine import batch, flow
+    from pollwarden.http import StatusClient
+    from tests.test_http import RawServer
+
+    def answer(conn: Any, raw: bytes) -> None:
+        body = b'{"state": "running"}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server = RawServer(answer)
+    now = utcnow()
+    try:
+        contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
+        with StatusClient(contract, None, clock=utcnow) as client:
+
+            def lane(job: str, not_after: datetime | None) -> batch.Lane:
+                steps: Any = iter(())
+                return batch.Lane(steps, contract, client, effect=flow.Send(job, {}, None, not_after=not_after))
+
+            late, on_time = lane("late", now), lane("on-time", now + timedelta(seconds=1))
+            (late_outcome, on_time_outcome) = batch._send_here([late, on_time], now)
+    finally:
+        server.close()
+    assert late_outcome[0] is None and isinstance(late_outcome[1], flow.SendTooLate)
+    assert isinstance(on_time_outcome[0], Response) and on_time_outcome[1] is None
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/jobs/on-time"]  # the late one never went out

@@ -225,3 +225,39 @@ def test_an_unvetted_exception_text_never_reaches_the_record() -> None:
     result = Leaks().run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     assert isinstance(result, flow.Done) and result.record.reason is StopReason.INTEGRATION_FAILURE
     assert "RuntimeError" in (result.record.detail or "") and "tok-LEAKED" not in (result.record.detail or "")
+
+
+def test_a_send_reached_too_late_by_its_driver_is_checked_again_and_not_sent() -> None:
+    """A batch driver performs other operations' effects (their commits) between a flow's last clock reading
+    and its Send: the Send carries the moment from which nothing may go out, and a driver that reaches it later
+    throws `SendTooLate` in, so the flow applies the same rules at that moment instead of sending."""
+    hold_until = T0 + flow.lease_ttl(CONTRACT)
+
+    class LateDriver(Clocked):
+        def __init__(self, at: datetime) -> None:
+            super().__init__(T0)
+            self.at = at
+
+        def answer(self, effect: flow.Effect[Any]) -> Any:
+            if isinstance(effect, flow.Send):
+                self.asked.append(effect)
+                late = flow.too_late(effect, self.at)
+                assert late is not None
+                raise late
+            return super().answer(effect)
+
+    deadline = CONTRACT_RECORD.deadline_at
+    script = LateDriver(deadline)
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, CONTRACT_RECORD, T0))
+    [send] = [e for e in script.asked if isinstance(e, flow.Send)]  # once: the flow did not try again
+    assert send.not_after == min(deadline, hold_until - CONTRACT.timeout + timedelta(microseconds=1))
+    assert isinstance(result, flow.Done) and result.record.reason is StopReason.DEADLINE_EXCEEDED
+    assert result.record.status_requests_used == 1
+
+    script = LateDriver(hold_until - CONTRACT.timeout + timedelta(microseconds=1))
+    result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    final = script.asked[-1]
+    assert isinstance(final, flow.Write) and [kind for kind, _ in final.events] == ["request_withheld"]
+    assert isinstance(result, flow.Busy)
+    # Up to that moment the rule lets it go: the same edge as the flow's own check.
+    assert send.not_after is not None and flow.too_late(send, send.not_after - timedelta(microseconds=1)) is None

@@ -106,7 +106,7 @@ def run(
         futures = [
             io.submit(_attempt, lane.perform or perform, lane.effect, lane) for lane in there if lane.effect is not None
         ]
-        outcomes = dict(zip(map(id, here), _send_here(here), strict=True))
+        outcomes = dict(zip(map(id, here), _send_here(here, clock()), strict=True))
         for lane, future in zip(there, futures, strict=True):
             outcomes[id(lane)] = future.result()
         for lane in waiting:
@@ -126,16 +126,26 @@ def _selects(client: Any) -> bool:
     return isinstance(client, StatusClient) and client.selects
 
 
-def _send_here(lanes: Sequence[Lane]) -> list[Outcome]:
+def _send_here(lanes: Sequence[Lane], now: datetime) -> list[Outcome]:
     """The status polls, all on one selector in this thread (`http.fetch_all`): on the pool each
-    was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md)."""
-    sends = [(lane.client, lane.effect) for lane in lanes]
-    calls = [(client, s.job_id, s.headers, s.location) for client, s in sends if isinstance(s, flow.Send)]
+    was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md).
+    A poll reached too late (`flow.too_late`: this round began after other lanes' commits) is not sent."""
+    sends = [lane.effect for lane in lanes if isinstance(lane.effect, flow.Send)]
+    late = [flow.too_late(send, now) for send in sends]
+    calls = [
+        (lane.client, s.job_id, s.headers, s.location)
+        for lane, s, refused in zip(lanes, sends, late, strict=True)
+        if refused is None
+    ]
     try:
-        results = fetch_all(calls)
+        results = iter(fetch_all(calls))
     except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the lane
-        return [(None, exc)] * len(lanes)
-    return [(None, result) if isinstance(result, Exception) else (result, None) for result in results]
+        return [(None, refused or exc) for refused in late]
+    outcomes: list[Outcome] = []
+    for refused in late:
+        result = refused or next(results)
+        outcomes.append((None, result) if isinstance(result, Exception) else (result, None))
+    return outcomes
 
 
 def _attempt(perform: Perform, effect: flow.Effect[Any], lane: Lane) -> Outcome:

@@ -403,6 +403,8 @@ class Engine:
                 hold_until=effect.hold_until,
             )
         if isinstance(effect, flow.Send):
+            if (late := flow.too_late(effect, self.clock())) is not None:
+                raise late
             return client.fetch(effect.job_id, effect.headers, location=effect.location)
         if isinstance(effect, flow.Now):
             return self.clock()

@@ -72,11 +72,29 @@ class Append(Effect[None]):
 
 @dataclass(frozen=True)
 class Send(Effect[Exchange]):
-    """The one status request, with the credential the driver's client holds."""
+    """The one status request, with the credential the driver's client holds.
+
+    `not_after`: the flow checked the deadline and the lease's cover at one moment; a driver that performs other
+    effects before this one (a batch commits other operations' writes first) sends nothing from this moment on
+    and throws `SendTooLate` in instead (`too_late`), so the flow checks again."""
 
     job_id: str
     headers: dict[str, str]
     location: str | None
+    not_after: datetime | None = None
+
+
+class SendTooLate(Exception):
+    """Thrown into a flow by a driver that reached its Send at or after `not_after`: nothing was sent."""
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__(f"the request was not sent: it was reached at {format_rfc3339(at)}, too late")
+        self.at = at
+
+
+def too_late(send: Send, now: datetime) -> SendTooLate | None:
+    """What a driver throws in instead of performing `send` at `now`: the one rule every driver keeps."""
+    return SendTooLate(now) if send.not_after is not None and now >= send.not_after else None
 
 
 @dataclass(frozen=True)
@@ -205,27 +223,37 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
     ):
         return (yield from _lost(lease, record, now))
     sending = yield from ask(Now())
-    if sending >= reserved.deadline_at:
-        # The deadline passed while the reservation was committed (a slow fsync, a descheduled process): the
-        # reservation stands as counted, and nothing is sent after the deadline, however late the commit was.
-        detail = f"deadline {format_rfc3339(reserved.deadline_at)} passed before the request could go out"
-        late = StopReason.DEADLINE_EXCEEDED
-        decision = halt(reserved, late, sending, detail, rule=late.value)
-        return (yield from _record(contract, lease, reserved, None, decision, sending, None))
-    if sending + contract.timeout > hold_until:
-        # So late a commit that the lease could lapse before the bounded request ends, and another owner take the
-        # operation while this answer is on its way: one owner per operation wins over one request's cost.
-        why = f"the reservation took until {format_rfc3339(sending)}; the lease would not cover the request"
-        withheld = RequestWithheld(request_no=reserved.status_requests_used, why=why)
-        if not (yield from ask(Write(lease, reserved, [withheld.new_event()], release=True))):
-            return (yield from _lost(lease, record, sending))
-        return Busy(reserved, sending)
     headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
-    try:
-        exchange: Exchange | None = yield from ask(Send(record.job_id, headers, record.status_location))
-        problem = None
-    except Exception as exc:  # refused locally (a status location off the contract's origin, a bad header)
-        exchange, problem = None, f"the status request could not be sent: {_words(exc)}"
+    # Nothing goes out once the deadline has passed, nor so late that the lease could lapse before the bounded
+    # request ends (another owner could take the operation while this answer is on its way).
+    # (`too_late` refuses from `not_after` on: a request may still start exactly at hold_until - timeout.)
+    not_after = min(reserved.deadline_at, hold_until - contract.timeout + timedelta(microseconds=1))
+    while True:
+        if sending >= reserved.deadline_at:
+            # The deadline passed while the reservation was committed (a slow fsync, a descheduled process): the
+            # reservation stands as counted, and nothing is sent after the deadline, however late the commit was.
+            detail = f"deadline {format_rfc3339(reserved.deadline_at)} passed before the request could go out"
+            late = StopReason.DEADLINE_EXCEEDED
+            decision = halt(reserved, late, sending, detail, rule=late.value)
+            return (yield from _record(contract, lease, reserved, None, decision, sending, None))
+        if sending + contract.timeout > hold_until:
+            # One owner per operation wins over one request's cost.
+            why = f"the reservation took until {format_rfc3339(sending)}; the lease would not cover the request"
+            withheld = RequestWithheld(request_no=reserved.status_requests_used, why=why)
+            if not (yield from ask(Write(lease, reserved, [withheld.new_event()], release=True))):
+                return (yield from _lost(lease, record, sending))
+            return Busy(reserved, sending)
+        try:
+            exchange: Exchange | None = yield from ask(
+                Send(record.job_id, headers, record.status_location, not_after=not_after)
+            )
+            problem = None
+        except SendTooLate as late_send:  # the driver reached it too late: the same rules, at that moment
+            sending = late_send.at
+            continue
+        except Exception as exc:  # refused locally (a status location off the contract's origin, a bad header)
+            exchange, problem = None, f"the status request could not be sent: {_words(exc)}"
+        break
     after = yield from ask(Now())
     observation: Observation | None = None
     if exchange is not None:
