@@ -368,17 +368,22 @@ async def watch(
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits this watch any more
             loop.call_soon_threadsafe(settle, result, failure)
 
-    threading.Thread(target=run, name="pollwarden-async-watch").start()
+    thread = threading.Thread(target=run, name="pollwarden-async-watch")
+    thread.start()
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
         prepared.cancel()
         # The thread is waiting between polls (it wakes at once) or in one request (bounded by the contract's
         # timeout); it records the interruption and ends. Waiting for it here is what keeps a thread from
-        # polling on behind the cancel, and the default executor from holding `asyncio.run` at its shutdown.
+        # polling on behind the cancel.
         while not running.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([running])
         if not running.cancelled():
             running.exception()  # WatchCancelled, as asked (or the outcome that raced the cancel): retrieved
         raise
+    finally:
+        # Settled by the thread's last statement, so this join is immediate: no thread outlives the await.
+        if running.done():
+            thread.join()
