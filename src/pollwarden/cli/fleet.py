@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
@@ -15,6 +13,7 @@ from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..fleet_defaults import SUPERVISOR_ENV
+from ..foreground import stop_signals
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
 from ..operating import configured_witness
@@ -97,13 +96,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from ..fleet_supervisor import watch_parent
 
         watch_parent(supervisor, worker.stop)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    worker.run()
+    with stop_signals(worker.stop):
+        worker.run()
     return 0
 
 
