@@ -14,8 +14,9 @@ Every step is still `flow.step`, performed by its own watch's engine (its owner,
 reservation is committed before its request goes out, each write is fenced on its own, a failure belongs to
 its operation, a lost lease to its flow. A batch forms while the previous one is committing its claims and
 reservations (the `_turn`): its requests are out by then, so a batch whose provider is slow holds up nobody's
-first request, only the records of the watches in its own batch (which all have the same request timeout, so
-each one's lease still covers the wait: `flow.lease_ttl`).
+first request, only the records of the watches in its own batch (which all have the same contract, so a
+provider that hangs holds up only its own watches, and the same request timeout, so each one's lease still
+covers the wait: `flow.lease_ttl`).
 
 Interrupts (Ctrl-C reaches the main thread only): a watch interrupted while it waits for its step lets the step
 finish (a request in flight is answered and recorded, as a cancel) and then raises; a leader interrupted
@@ -77,9 +78,10 @@ class Combiner:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._forming: dict[timedelta, _Group] = {}
-        """By request timeout: a batch waits for its slowest request before it records, so it holds only steps
-        whose leases cover the same wait."""
+        self._forming: dict[tuple[str, timedelta], _Group] = {}
+        """By contract and request timeout: a batch waits for its slowest request before it records, so it holds
+        only steps whose leases cover the same wait, and of one provider: one that holds its requests until their
+        timeout holds up no other provider's watches."""
         self._turn = threading.Lock()
         """Held by a batch from its start until its requests go out: the next one forms meanwhile."""
         self._io: ThreadPoolExecutor | None = None
@@ -88,14 +90,15 @@ class Combiner:
     def step(self, engine: Engine, contract: Contract, client: Any, operation_id: str) -> StepResult:
         """`Engine.step` of this watch, in the batch that is forming (led by this thread if none is)."""
         ticket = _Ticket(engine, contract, client, operation_id)
+        key = (contract.name, contract.timeout)
         with self._lock:
-            group = self._forming.get(contract.timeout)
+            group = self._forming.get(key)
             lead = group is None
             if group is None:
-                group = self._forming[contract.timeout] = _Group()
+                group = self._forming[key] = _Group()
             group.tickets.append(ticket)
         if lead:
-            self._lead(contract.timeout, group)
+            self._lead(key, group)
         else:
             _wait(ticket.done)
         result = ticket.result
@@ -104,7 +107,7 @@ class Combiner:
         assert result is not None, "a batch ends every step it holds"
         return result
 
-    def _lead(self, key: timedelta, group: _Group) -> None:
+    def _lead(self, key: tuple[str, timedelta], group: _Group) -> None:
         interrupted: BaseException | None = None
         while True:
             try:
