@@ -67,8 +67,13 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    supervisor = os.environ.get(SUPERVISOR_ENV) if args.processes == 1 else None
+    supervisor = (os.environ.get(SUPERVISOR_ENV) or None) if args.processes == 1 else None
     if supervisor is not None:
+        if not (supervisor.isascii() and supervisor.isdigit() and len(supervisor) <= 10 and int(supervisor) > 0):
+            raise UsageError(
+                f"{SUPERVISOR_ENV} is set to {shown(supervisor[:24])!r}, which is no process id: only"
+                " `worker --processes N` sets it, for its children; unset it to run a worker"
+            )
         from ..fleet_supervisor import follow_supervisor
 
         if not follow_supervisor(supervisor):  # it died before this process could follow it: start nothing
