@@ -126,3 +126,12 @@ def test_the_parent_watch_stops_a_worker_whose_parent_changed() -> None:
     stop = threading.Event()
     start_parent_watch(str(os.getppid() + 1), stop, every=0.01)
     assert stop.wait(HANG_GUARD)
+
+
+def test_a_supervisor_pid_that_is_no_pid_is_exit_2_naming_the_variable(tmp_path: Any) -> None:
+    """Only a supervisor sets it, always to its pid: anything else was set by hand or leaked from elsewhere, and a
+    worker that then started nothing and exited 0 would look to systemd like one that finished its work."""
+    for value in ("abc", "-5", "0", "9" * 5000, "1\n2"):
+        ran = run_cli("worker", "--processes", "1", home=tmp_path / "home", env={SUPERVISOR_ENV: value})
+        assert ran.code == 2, (value[:20], ran.stderr)
+        assert SUPERVISOR_ENV in ran.stderr and "Traceback" not in ran.stderr and len(ran.stderr) < 600

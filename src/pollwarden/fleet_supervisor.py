@@ -32,6 +32,7 @@ from types import FrameType
 
 from .errors import EXIT_USAGE
 from .fleet_defaults import SUPERVISOR_ENV
+from .foreground import SignalRelay
 from .store.base import Store
 from .worker import JsonLog, count_fleet, serve_metrics
 
@@ -107,9 +108,11 @@ class Supervisor:
         """(pid, exit code) of the child whose exit 2 stopped the group."""
         self._stop_signal: int | None = None
         self._wake = threading.Event()
+        self._relay: SignalRelay
 
     def run(self) -> int:
         """0 once stopped by SIGTERM/SIGINT and every child has ended; 2 when a child refused its configuration."""
+        self._relay = SignalRelay(self._wake)
         previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.log("supervisor_started", processes=len(self.slots))
@@ -122,6 +125,7 @@ class Supervisor:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._relay.close()
         if self.refused is not None:
             pid, code = self.refused
             self.log("supervisor_stopped", why=f"worker process {pid} exited {code}")
@@ -132,7 +136,7 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
         self._forward(signum)  # at once: a child need not wait for the loop's next look to start stopping
-        self._wake.set()
+        self._relay.handler(signum, frame)  # not self._wake.set(): a handler must take no lock (SignalRelay)
 
     def _forward(self, signum: int, *, untold_only: bool = False) -> None:
         for slot in self.slots:

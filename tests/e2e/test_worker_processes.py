@@ -32,7 +32,7 @@ HANG_GUARD = 120.0
 class Group:
     """One `pollwarden worker --processes N` command, its stderr (its own lines and its children's) in a file."""
 
-    def __init__(self, db: str, home: Path, *extra: str, processes: str = "2") -> None:
+    def __init__(self, db: str, home: Path, *extra: str, processes: str = "2", own_group: bool = False) -> None:
         self.log_path = home / f"group-{time.monotonic_ns()}.log"
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
@@ -42,6 +42,7 @@ class Group:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
+                process_group=0 if own_group else None,  # a terminal's Ctrl-C reaches its whole process group
             )  # fmt: skip
 
     def lines(self) -> list[dict[str, Any]]:
@@ -252,3 +253,23 @@ def test_a_bad_configuration_is_exit_2_before_any_child_starts(bad: str, home: P
     assert ran.code == 2, (ran.stdout, ran.stderr)
     assert named in ran.stderr
     assert "worker_process_started" not in ran.stderr and "worker_started" not in ran.stderr
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_burst_of_stop_signals_to_the_whole_group_stops_it(processes: str, db: str, home: Path) -> None:
+    """Ctrl-C in a terminal, `timeout` and systemd signal every process of the group, and the supervisor passes
+    the signal on too: each worker is given it at least twice at once. A handler that took a lock (Event.set)
+    while the one it interrupted held it would wait for ever."""
+    group = Group(db, home, processes=processes, own_group=True)
+    try:
+        group.until("every worker started", lambda: len(group.events("worker_started")) == int(processes))
+        for _ in range(50):
+            os.killpg(group.proc.pid, signal.SIGINT)
+    finally:
+        try:
+            code = group.proc.wait(timeout=HANG_GUARD)
+        finally:
+            if group.proc.poll() is None:  # hung: take the whole group down rather than leave it
+                os.killpg(group.proc.pid, signal.SIGKILL)
+    assert code == 0, group.log_path.read_text()[-3000:]
+    assert len(group.events("worker_stopped")) == int(processes)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
@@ -15,6 +13,7 @@ from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..fleet_defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, SUPERVISOR_ENV
+from ..foreground import stop_signals
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
 from ..operating import configured_witness
@@ -70,8 +69,13 @@ def store_factory(args: argparse.Namespace, *, pool_size: int = 4) -> Callable[[
 def cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency is None:
         args.concurrency = POSTGRES_CONCURRENCY if is_postgres_url(str(db_target(args))) else DEFAULT_CONCURRENCY
-    supervisor = os.environ.get(SUPERVISOR_ENV) if args.processes == 1 else None
+    supervisor = (os.environ.get(SUPERVISOR_ENV) or None) if args.processes == 1 else None
     if supervisor is not None:
+        if not (supervisor.isascii() and supervisor.isdigit() and len(supervisor) <= 10 and int(supervisor) > 0):
+            raise UsageError(
+                f"{SUPERVISOR_ENV} is set to {shown(supervisor[:24])!r}, which is no process id: only"
+                " `worker --processes N` sets it, for its children; unset it to run a worker"
+            )
         from ..fleet_supervisor import follow_supervisor
 
         if not follow_supervisor(supervisor):  # it died before this process could follow it: start nothing
@@ -99,13 +103,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from ..fleet_supervisor import watch_parent
 
         watch_parent(supervisor, worker.stop)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    worker.run()
+    with stop_signals(worker.stop):
+        worker.run()
     return 0
 
 

@@ -1,0 +1,92 @@
+"""Combined watches of two providers through the Python API, on real loopback servers: one provider that holds
+every request, one that answers at once. A batch waits for its slowest request before it records, so the
+steps of a provider that hangs must not share a batch with another provider's."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pollwarden
+from pollwarden.engine.combine import combined
+from pollwarden.simulator import Simulator, Step, contract_text
+from pollwarden.store.base import Store
+
+HANG_GUARD = 60.0
+"""How long a watch may take before the test fails as stalled: a guard, not a measurement; the contracts'
+request timeout is twice as long, so a fast watch held behind the hanging provider's requests trips it."""
+
+
+@contextmanager
+def holding_server(release: threading.Event) -> Iterator[str]:
+    """Accepts every connection and answers nothing until `release`, then closes them all."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if release.is_set():
+                conn.close()
+
+    def let_go() -> None:
+        release.wait()
+        for conn in list(held):
+            conn.close()
+
+    for target in (accept, let_go):
+        threading.Thread(target=target, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        release.set()
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def test_a_provider_that_hangs_holds_up_no_watch_of_another_provider(store: Store, tmp_path: Path) -> None:
+    count = 6
+    release = threading.Event()
+    with holding_server(release) as slow_url, Simulator() as sim:
+        for n in range(count):
+            sim.add_job(f"fast-{n}", [Step(body={"state": "succeeded", "result_url": "/r"})])
+        slow, fast = tmp_path / "slow.toml", tmp_path / "fast.toml"
+        slow.write_text(contract_text(slow_url, name="slow", timeout="120s", max_transport_failures=1))
+        fast.write_text(contract_text(sim.url, name="fast", timeout="120s"))
+        outcomes: dict[str, object] = {}
+
+        def watch(path: Path, job: str) -> None:
+            try:
+                outcomes[job] = pollwarden.watch_sync(path, job, store=store)
+            except BaseException as exc:
+                outcomes[job] = exc
+
+        jobs = [(slow, f"slow-{n}") for n in range(count)] + [(fast, f"fast-{n}") for n in range(count)]
+        threads = {job: threading.Thread(target=watch, args=(path, job)) for path, job in jobs}
+        with combined(store) as combiner:
+            with combiner._turn:  # every first step joins the batches forming meanwhile, whatever the order
+                for thread in threads.values():
+                    thread.start()
+                deadline = time.monotonic() + HANG_GUARD
+                while sum(len(g.tickets) for g in combiner._forming.values()) < len(jobs):
+                    assert time.monotonic() < deadline, "the steps never joined a forming batch"
+                    time.sleep(0.001)
+            guard = time.monotonic() + HANG_GUARD  # one guard for all: each join takes what is left of it
+            for n in range(count):
+                threads[f"fast-{n}"].join(timeout=max(0.0, guard - time.monotonic()))
+            stalled = [job for job, thread in threads.items() if job.startswith("fast") and thread.is_alive()]
+            release.set()  # the slow provider's requests end now (a transport failure each), not before
+            for thread in threads.values():
+                thread.join(timeout=HANG_GUARD)
+    assert not stalled, f"waited for the hanging provider's requests: {stalled}"
+    assert all(type(outcomes[f"fast-{n}"]).__name__ == "Succeeded" for n in range(count)), outcomes
+    assert all(type(outcomes[f"slow-{n}"]).__name__ == "Stopped" for n in range(count)), outcomes
