@@ -318,3 +318,24 @@ def test_the_default_concurrency_is_the_backends(db: str, home: Path) -> None:
         worker.wait(timeout=30)
     started = next(json.loads(line) for line in path.read_text().splitlines() if '"worker_started"' in line)
     assert started["concurrency"] == (64 if db.startswith("postgresql://") else 32)
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_worker_with_its_stderr_closed_polls_and_stops_cleanly(
+    db: str, sim: Simulator, home: Path, tmp_path: Path, processes: str
+) -> None:
+    """`2>&-` (a service manager that closes it): Python starts with no sys.stderr, and the worker's first log
+    line ended it with exit 1 and nothing said. Its log lines go nowhere now; the polls are recorded."""
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms")
+    _enqueue(db, home, contract, ["happy-0"])
+    command = f"exec {sys.executable} -m pollwarden worker --processes {processes} --db '{db}' 2>&-"
+    worker = subprocess.Popen(
+        ["sh", "-c", command], env={**os.environ, "POLLWARDEN_HOME": str(home)}, stdin=subprocess.DEVNULL
+    )
+    try:
+        _wait_all_final(db, home, 1, within=60, workers=[worker])  # type: ignore[list-item]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 0

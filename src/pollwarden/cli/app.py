@@ -23,7 +23,27 @@ from .parser import build_parser
 __all__ = ["build_parser", "main"]
 
 
+def _standard_streams() -> None:
+    """Standard input, output and error open, on /dev/null where the caller closed one (`2>&-`, a service
+    manager): otherwise the next file opened (a key, the database, a lock) would take that descriptor, and
+    whatever writes to "stderr" (a log line, a library's warning) would write into it; and a closed stderr made
+    the worker's first log line end it with exit 1 and nothing said."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)
+            if null != fd:  # the lowest free descriptor: it is `fd` itself unless a lower one is closed too
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 (the process's own stream)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _standard_streams()
     words = list(sys.argv[1:] if argv is None else argv)
     for number, word in enumerate(words, 1):
         # Bytes that are not UTF-8 arrive as lone surrogates: no id, path or note may be one, and a store would
