@@ -84,7 +84,7 @@ class Send(Effect[Exchange]):
     not_after: datetime | None = None
 
 
-class SendTooLate(Exception):
+class SendTooLate(PollwardenError):
     """Thrown into a flow by a driver that reached its Send at or after `not_after`: nothing was sent."""
 
     def __init__(self, at: datetime) -> None:
