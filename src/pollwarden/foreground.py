@@ -41,9 +41,10 @@ class SignalRelay:
 
 
 @contextmanager
-def stop_signals(done: threading.Event | None = None) -> Iterator[threading.Event]:
+def stop_signals(done: threading.Event | None = None, *, then_ignore: bool = False) -> Iterator[threading.Event]:
     """SIGTERM and SIGINT set `done` (a new event unless given) during the block (main thread only), then the old
-    handlers return.
+    handlers return; with `then_ignore`, once a stop was asked for, both are ignored instead (a process that ends
+    as asked: the rest of a burst of stop signals to its group must not turn its clean exit into exit 130).
 
     SIGINT explicitly too: a process started in the background by a shell inherits SIGINT ignored, and Python
     then installs no KeyboardInterrupt handler, so Ctrl-C (or `kill -INT`) would do nothing.
@@ -58,8 +59,9 @@ def stop_signals(done: threading.Event | None = None) -> Iterator[threading.Even
     try:
         yield done
     finally:
+        ignore = then_ignore and done.is_set()
         for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_IGN if ignore else handler if handler is not None else signal.SIG_DFL)
         if relay is not None:
             relay.close()
 

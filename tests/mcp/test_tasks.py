@@ -62,7 +62,11 @@ def test_a_task_augmented_wait_returns_at_once_and_completes(sim: Simulator, tmp
             assert 0 < task["pollInterval"] <= 400 + POLL_MARGIN_MS
 
             seen: list[dict[str, Any]] = []
-            done = await _until(agent, op, {"completed", "failed", "cancelled"}, seen)
+            try:
+                done = await _until(agent, op, {"completed", "failed", "cancelled"}, seen)
+            except TimeoutError:  # a hang: what the server said and what the task last showed, to find why
+                server_said = (tmp_path / "stderr.txt").read_text(errors="replace")[-4000:]
+                raise AssertionError(f"the task never ended; last {seen[-1:]}; server stderr:\n{server_said}") from None
             assert done["status"] == "completed", done
             assert {t["status"] for t in seen[:-1]} <= {"working"}
             assert "checks" in seen[0]["statusMessage"]

@@ -103,7 +103,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from ..fleet_supervisor import watch_parent
 
         watch_parent(supervisor, worker.stop)
-    with stop_signals(worker.stop):
+    with stop_signals(worker.stop, then_ignore=True):
         worker.run()
     return 0
 
