@@ -164,11 +164,10 @@ def submit(
     try:
         store.accept_submission(accepted, record, contract.source_text, event.to_json())
     except JobWatched as exc:
-        duplicate = ev.SubmissionDuplicate(
-            http_status=exchange.status, watched_by=exc.operation_id, detail=_duplicate(exc.operation_id)
-        )
+        said = _duplicate(exc.operation_id)
+        duplicate = ev.SubmissionDuplicate(http_status=exchange.status, watched_by=exc.operation_id, detail=said)
         store.mark_submission(operation_id, duplicate.state, duplicate.to_json(), now)
-        raise ActionError(f"the provider accepted the submission: {_duplicate(exc.operation_id)}") from None
+        raise ActionError(f"the provider accepted the submission: {said}") from None
     return Submitted(record, resent)
 
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from types import FrameType
@@ -96,13 +96,13 @@ class Supervisor:
         processes: int,
         *,
         log: JsonLog,
-        env: dict[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
         check_every: float = 0.05,
     ) -> None:
         self.command = list(command)
         self.slots = [_Slot(n) for n in range(processes)]
         self.log = log
-        self.env = {**(os.environ if env is None else env), SUPERVISOR_ENV: str(os.getpid())}
+        self.env = {**os.environ, **(extra_env or {}), SUPERVISOR_ENV: str(os.getpid())}
         self.check_every = check_every
         self.refused: tuple[int, int] | None = None
         """(pid, exit code) of the child whose exit 2 stopped the group."""

@@ -137,15 +137,13 @@ def _supervise(args: argparse.Namespace) -> int:
 
     factory = store_factory(args)  # bad --db or --home: exit 2, nothing started
     log = JsonLog(worker=process_owner("worker"))
-    env = dict(os.environ)
     group: GroupMetrics | None = None
     try:
         if args.metrics_port is not None:
             group = GroupMetrics(factory)
-            env.update(group.env)
             _serve_metrics(args, log, group.serve)
         command = child_command(concurrency=args.concurrency, home=args.home, provider_rates=args.provider_rate or [])
-        supervisor = Supervisor(command, args.processes, log=log, env=env)
+        supervisor = Supervisor(command, args.processes, log=log, extra_env=group.env if group is not None else None)
         code = supervisor.run()
     finally:
         if group is not None:
