@@ -336,6 +336,19 @@ TLS_TIMEOUT = "TLS handshake did not finish within the timeout"
 DNS_TIMEOUT = "the host name's lookup did not answer within the timeout"
 
 
+CONNECT_TIMEOUT = "connect timed out"
+
+
+def connect_failure(exc: BaseException) -> WireError:
+    """No connection: refused, unreachable, or the host name not found (nothing was sent)."""
+    return WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}")
+
+
+def no_address() -> OSError:
+    """The failure to report when a host's addresses were all tried, before any was (an empty lookup)."""
+    return OSError(errno.EADDRNOTAVAIL, "no address to connect to")
+
+
 def tls_failure(exc: OSError) -> WireError:
     """A handshake that failed (a certificate not trusted, for another host or expired; not TLS at all)."""
     return WireError(FailureKind.CONNECT, f"TLS failed: {exc.__class__.__name__}: {exc}")
@@ -348,7 +361,7 @@ def looked_up(lookup: Future[list[AddrInfo]]) -> list[AddrInfo]:
         return lookup.result()
     if isinstance(exc, UnicodeError):  # the IDNA codec refuses a host like "a..b" before any lookup
         raise WireError(FailureKind.LOCAL, "the URL's host name cannot be encoded")
-    raise WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}")
+    raise connect_failure(exc)
 
 
 Origin = tuple[str, str, int]
@@ -484,7 +497,7 @@ class SocketTransport:
 def _connect_any(addresses: Sequence[AddrInfo], deadline: float) -> socket.socket:
     """The first of the addresses that accepts, in turn, as `socket.create_connection` tries them, each attempt
     given only the time left."""
-    last = OSError(errno.EADDRNOTAVAIL, "no address to connect to")
+    last = no_address()
     for family, kind, proto, _, address in addresses:
         try:
             sock = socket.socket(family, kind, proto)
@@ -497,11 +510,11 @@ def _connect_any(addresses: Sequence[AddrInfo], deadline: float) -> socket.socke
             return sock
         except TimeoutError:
             sock.close()
-            raise WireError(FailureKind.CONNECT, "connect timed out") from None
+            raise WireError(FailureKind.CONNECT, CONNECT_TIMEOUT) from None
         except OSError as exc:
             sock.close()
             last = exc
-    raise WireError(FailureKind.CONNECT, f"connection failed: {last.__class__.__name__}: {last}")
+    raise connect_failure(last)
 
 
 def origin_of_parts(parts: SplitResult) -> Origin:

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 from .core.observe import FailureKind
 from .resolve import AddrInfo, Wakeup
 from .wire import (
+    CONNECT_TIMEOUT,
     DNS_TIMEOUT,
     MAX_HEADER_BYTES,
     MAX_HEADERS,
@@ -57,7 +58,9 @@ from .wire import (
     WireError,
     check_framing,
     chunk_size,
+    connect_failure,
     looked_up,
+    no_address,
     origin_of_parts,
     parse_status_line,
     request_head,
@@ -259,7 +262,7 @@ class _Exchange:
             self._end(exc)
             return
         self._stage = _CONNECT
-        self._connect_next(OSError(errno.EADDRNOTAVAIL, "no address to connect to"))
+        self._connect_next(no_address())
 
     def ready(self) -> None:
         if self._stage == _CONNECT:
@@ -277,7 +280,7 @@ class _Exchange:
             self.lookup = None  # left to finish on its own thread; its answer may serve a later request
             self._end(WireError(FailureKind.CONNECT, DNS_TIMEOUT))
         elif self._stage == _CONNECT:
-            self._end(WireError(FailureKind.CONNECT, "connect timed out"))
+            self._end(WireError(FailureKind.CONNECT, CONNECT_TIMEOUT))
         elif self._stage == _HANDSHAKE:
             self._end(WireError(FailureKind.CONNECT, TLS_TIMEOUT))
         elif self._stage == _SEND:
@@ -309,7 +312,7 @@ class _Exchange:
                 return
             sock.close()
             last = OSError(code, os.strerror(code))
-        self._end(WireError(FailureKind.CONNECT, f"connection failed: {last.__class__.__name__}: {last}"))
+        self._end(connect_failure(last))
 
     def _connected(self) -> None:
         assert self.sock is not None
@@ -496,7 +499,7 @@ class _Exchange:
 
     def broke(self, exc: OSError) -> None:
         if self._stage < _SEND:
-            self._end(WireError(FailureKind.CONNECT, f"connection failed: {exc.__class__.__name__}: {exc}"))
+            self._end(connect_failure(exc))
         else:
             self._end(WireError(FailureKind.RESET, f"connection dropped: {exc.__class__.__name__}"))
 
