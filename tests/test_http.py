@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -235,13 +235,13 @@ def test_the_transport_is_handed_one_deadline_the_contract_timeout_after_the_req
             handed.append(request.deadline)
             return super().open(request)
 
-    selector = wire_select.exchange
+    add = wire_select.Round.add
 
-    def recording(batch: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | WireError]:
-        handed.extend(request.deadline for _, request in batch)  # the selector path (plain-http polls)
-        return selector(batch)
+    def recording(round_: wire_select.Round, transport: SocketTransport, request: Request) -> wire_select.Exchanging:
+        handed.append(request.deadline)  # the selector path (status polls)
+        return add(round_, transport, request)
 
-    monkeypatch.setattr(wire_select, "exchange", recording)
+    monkeypatch.setattr(wire_select.Round, "add", recording)
 
     server = serve(send(answer(body=json_body())))
     contract = contract_for(server.url)

@@ -11,8 +11,9 @@ import errno
 import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -217,14 +218,19 @@ def test_garbage_is_refused_before_the_deadline_without_waiting_for_a_line_end()
 def test_https_polls_go_on_the_selector_beside_plain_http(
     certificates: Certificates, serve: Callable[[RawScript], RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    selected: list[int] = []
-    exchange = wire_select.exchange
+    selected: list[int] = []  # the requests of each selector round
+    made, add = wire_select.Round.__init__, wire_select.Round.add
 
-    def spy(items: Sequence[tuple[wire.SocketTransport, wire.Request]]) -> list[wire.Answer | WireError]:
-        selected.append(len(items))
-        return exchange(items)
+    def making(round_: wire_select.Round, **options: bool) -> None:
+        selected.append(0)
+        made(round_, **options)
 
-    monkeypatch.setattr(wire_select, "exchange", spy)
+    def adding(round_: wire_select.Round, transport: wire.SocketTransport, request: wire.Request) -> Any:
+        selected[-1] += 1
+        return add(round_, transport, request)
+
+    monkeypatch.setattr(wire_select.Round, "__init__", making)
+    monkeypatch.setattr(wire_select.Round, "add", adding)
     tls_server = TlsServer(certificates.good, always(OK))
     plain = serve(send(answer(body=json_body("running"))))
     try:

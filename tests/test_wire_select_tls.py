@@ -7,8 +7,9 @@ the batch. The hostile answers of tests/test_wire_select_hostile.py run over TLS
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from pollwarden import wire, wire_select
 from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.http import StatusClient, fetch_all
-from pollwarden.wire import Answer, Request, WireError
+from pollwarden.wire import Request
 from tests.test_http import HANG_GUARD, contract_for
 from tests.test_http_keepalive import BODY, OK, KeepAliveServer, always, clock
 from tests.test_wire_select_hostile import PATHS
@@ -32,16 +33,23 @@ class Batch:
 
 @pytest.fixture
 def batches(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
-    """Every `wire_select.exchange` call: the requests it was handed (their deadlines) and when it returned."""
+    """Every selector round (`wire_select.Round`): the requests it was handed (their deadlines) and when it was
+    closed, its requests answered or past their deadlines."""
     seen: list[Batch] = []
-    exchange = wire_select.exchange
+    add, close = wire_select.Round.add, wire_select.Round.close
+    handed: dict[int, list[Request]] = {}
 
-    def spy(items: Sequence[tuple[wire.SocketTransport, Request]]) -> list[Answer | WireError]:
-        results = exchange(items)
-        seen.append(Batch([request for _, request in items], time.monotonic()))
-        return results
+    def adding(round_: wire_select.Round, transport: wire.SocketTransport, request: Request) -> Any:
+        handed.setdefault(id(round_), []).append(request)
+        return add(round_, transport, request)
 
-    monkeypatch.setattr(wire_select, "exchange", spy)
+    def closing(round_: wire_select.Round) -> None:
+        close(round_)
+        if id(round_) in handed:
+            seen.append(Batch(handed.pop(id(round_)), time.monotonic()))
+
+    monkeypatch.setattr(wire_select.Round, "add", adding)
+    monkeypatch.setattr(wire_select.Round, "close", closing)
     return seen
 
 

@@ -24,9 +24,10 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
 from . import __version__, wire_select
@@ -443,36 +444,80 @@ FetchCall = tuple[StatusClient, str, Mapping[str, str] | None, str | None]
 """A status poll to make: the client, the job id, extra headers and a provider-given status URL (or None)."""
 
 
-def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
-    """`StatusClient.fetch` for many polls at once: those of clients on their own sockets on one selector in this
-    thread (`wire_select`), any other in turn (a caller with other transports sends those on threads of its own:
-    `StatusClient.selects`). Each result is the poll's Exchange, or the exception its `fetch` would raise."""
-    started: list[_Started | Exchange | Exception] = []
-    for client, job_id, headers, location in calls:
+@dataclass(eq=False)
+class Fetch:
+    """One status poll of `Fetches`: its `result` once it ended, the Exchange or the exception `fetch` raises."""
+
+    client: StatusClient
+    started: _Started | None
+    result: Exchange | Exception | None = None
+    sent: wire_select.Exchanging | None = None
+
+
+class Fetches:
+    """`StatusClient.fetch` for polls a batch starts as its flows reach them and takes back as each one ends: those
+    of clients on their own sockets (`StatusClient.selects`) on one selector in the calling thread
+    (`wire_select.Round`), any other at once, in turn. `fetch_all` is its one-shot form."""
+
+    def __init__(self, *, ringable: bool = False) -> None:
+        self.round = wire_select.Round(ringable=ringable)
+        self._sent: dict[wire_select.Exchanging, Fetch] = {}
+
+    def __enter__(self) -> Fetches:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.round.close()
+
+    def start(self, call: FetchCall) -> Fetch:
+        """The poll started; its `result` is set already if it ended before the wire (a refused location, a
+        credential that could not be read) or was sent in turn."""
+        client, job_id, headers, location = call
         try:
-            started.append(client._start_fetch(job_id, headers, location))
+            started = client._start_fetch(job_id, headers, location)
         except Exception as exc:  # a CredentialError (a location bound elsewhere): that poll's own failure
-            started.append(exc)
-    together = [
-        (client, one)
-        for (client, *_), one in zip(calls, started, strict=True)
-        if isinstance(one, _Started) and client._selectable(one.request)
-    ]
-    answers = dict(
-        zip(
-            (id(one) for _, one in together),
-            wire_select.exchange([(client._socket, one.request) for client, one in together]),
-            strict=True,
-        )
-    )
-    results: list[Exchange | Exception] = []
-    for (client, *_), one in zip(calls, started, strict=True):
-        if not isinstance(one, _Started):
-            results.append(one)
-        elif id(one) in answers:
-            results.append(client._finish(one, answers[id(one)]))
+            return Fetch(client, None, exc)
+        if not isinstance(started, _Started):
+            return Fetch(client, None, started)
+        fetch = Fetch(client, started)
+        if client._selectable(started.request):
+            fetch.sent = self.round.add(client._socket, started.request)
+            self._sent[fetch.sent] = fetch
         else:
-            results.append(client._send_started(one))
+            fetch.result = client._send_started(started)
+        return fetch
+
+    def wait(self, gather: float) -> tuple[list[Fetch], list[Future[Any]]]:
+        """`Round.wait`: the polls that ended (their `result` set) and the watched futures that are done."""
+        fetches: list[Fetch] = []
+        futures: list[Future[Any]] = []
+        for item in self.round.wait(gather):
+            if isinstance(item, Future):
+                futures.append(item)
+                continue
+            fetch = self._sent.pop(item)
+            assert fetch.started is not None and item.result is not None
+            fetch.result = fetch.client._finish(fetch.started, item.result)
+            fetches.append(fetch)
+        return fetches, futures
+
+    def abandon(self, fetch: Fetch) -> None:
+        """A poll in flight given up (its watch was interrupted): its connection closed, never handed back."""
+        if fetch.sent is not None and self._sent.pop(fetch.sent, None) is not None:
+            self.round.abandon(fetch.sent)
+
+
+def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
+    """`StatusClient.fetch` for many polls at once (`Fetches`). Each result is the poll's Exchange, or the
+    exception its `fetch` would raise."""
+    with Fetches() as fetches:
+        started = [fetches.start(call) for call in calls]
+        while fetches.round.live:
+            fetches.wait(math.inf)
+    results: list[Exchange | Exception] = []
+    for fetch in started:
+        assert fetch.result is not None
+        results.append(fetch.result)
     return results
 
 

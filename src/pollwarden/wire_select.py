@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
 import selectors
 import socket
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from .core.observe import FailureKind
@@ -163,7 +165,7 @@ def _waits_for(exc: OSError, plain: int) -> int:
 def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
     """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline: `first` is
     where its first line ends (-1: not yet), `lines` how many line ends it holds, `line_start` where its last,
-    unfinished line starts. Counted as bytes arrive (`_Exchange._scan`), so a head dripped a byte at a time
+    unfinished line starts. Counted as bytes arrive (`Exchanging._scan`), so a head dripped a byte at a time
     costs time in proportion to its length, not to its square."""
     start = bytes(buffer[:5])
     if start != b"HTTP/"[: len(start)]:
@@ -201,7 +203,7 @@ class HeldAnswer:
         """The connection was already given back or closed when the answer was read."""
 
 
-class _Exchange:
+class Exchanging:
     """One request's progress: connect (or a pooled connection), send, head, body; `result` when it ended."""
 
     def __init__(self, transport: SocketTransport, request: Request) -> None:
@@ -289,6 +291,10 @@ class _Exchange:
             self._end(WireError(FailureKind.TIMEOUT, "no complete answer head within the timeout"))
         else:
             self._end(WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout"))
+
+    def abandon(self) -> None:
+        """Given up by its batch (the watch was interrupted): the connection is closed, never reused."""
+        self._end(WireError(FailureKind.RESET, "abandoned in flight"))
 
     def _step(self, step: Callable[[], None]) -> None:
         try:
@@ -516,28 +522,10 @@ class _Exchange:
 def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | WireError]:
     """Every request at once on one selector, in this thread; each answer (read whole) or its failure, in order.
     Returns when every request has its answer or its deadline has passed."""
-    exchanges = [_Exchange(transport, request) for transport, request in items]
-    wakeup: Wakeup | None = None
-    # poll(2), not epoll: a batch watches a handful of sockets for a few milliseconds, and epoll would cost a
-    # system call to create it and two per socket to add and remove; poll's registrations are this process's.
-    with selectors.PollSelector() as selector:
-        registered: dict[_Exchange, tuple[socket.socket, int]] = {}
-        resolving: list[_Exchange] = []
-        for one in exchanges:
-            _guarded(one, one.start)
-            _sync(selector, registered, one)
-            if one.resolving:
-                resolving.append(one)
-        try:
-            if resolving:
-                wakeup = Wakeup(selector)
-                for one in resolving:
-                    assert one.lookup is not None
-                    one.lookup.add_done_callback(wakeup.ring)
-            _run(selector, registered, resolving, wakeup)
-        finally:
-            if wakeup is not None:
-                wakeup.close()
+    with Round() as round_:
+        exchanges = [round_.add(transport, request) for transport, request in items]
+        while round_.live:
+            round_.wait(math.inf)
     results: list[Answer | WireError] = []
     for one in exchanges:
         assert one.result is not None
@@ -545,41 +533,142 @@ def exchange(items: Sequence[tuple[SocketTransport, Request]]) -> list[Answer | 
     return results
 
 
-def _run(
-    selector: selectors.BaseSelector,
-    registered: dict[_Exchange, tuple[socket.socket, int]],
-    resolving: list[_Exchange],
-    wakeup: Wakeup | None,
-) -> None:
-    """Until every exchange has its result: each deadline checked, each ready socket stepped, each lookup that
-    answered connected."""
-    while registered or resolving:
-        now = time.monotonic()
-        for one in [one for one in (*registered, *resolving) if one.deadline <= now]:
-            one.expire()
-            _sync(selector, registered, one)
-        answered = [one for one in resolving if one.lookup is None or one.lookup.done()]
-        if answered:
-            resolving[:] = [one for one in resolving if one not in answered]
-            for one in answered:
-                if one.lookup is not None:
-                    _guarded(one, functools.partial(one.resolved, one.lookup))
-                    _sync(selector, registered, one)
-            continue
-        if not (registered or resolving):
-            break
-        wait = min(one.deadline for one in (*registered, *resolving)) - now
-        for key, _ in selector.select(max(wait, 0.0)):
-            one = key.data
-            if one is None:
-                assert wakeup is not None
-                wakeup.drain()
-                continue
-            _guarded(one, one.ready)
-            _sync(selector, registered, one)
+class Round:
+    """Requests on one selector that a batch adds as its flows reach them and takes back as each one ends
+    (`wait`), the others staying in flight: a batch records the answers that are in while a slower provider is
+    still answering. It also watches futures (a batch's requests on other threads), so one wait covers both.
+
+    `ringable`: another thread may wake a `wait` (`ring`): a watch that is interrupted while its request is in
+    flight. Otherwise the pipe that wakes the selector is made only when something needs it (a lookup, a
+    future), so a batch of polls to known hosts costs no descriptors beyond its sockets."""
+
+    def __init__(self, *, ringable: bool = False) -> None:
+        # poll(2), not epoll: a batch watches a handful of sockets for a few milliseconds, and epoll would cost a
+        # system call to create it and two per socket to add and remove; poll's registrations are this process's.
+        self._selector = selectors.PollSelector()
+        self._registered: dict[Exchanging, tuple[socket.socket, int]] = {}
+        self._resolving: list[Exchanging] = []
+        self._exchanges: set[Exchanging] = set()
+        self._futures: set[Future[Any]] = set()
+        self._ended: list[Exchanging | Future[Any]] = []
+        self._wakeup: Wakeup | None = Wakeup(self._selector) if ringable else None
+        self._rung = False
+
+    def __enter__(self) -> Round:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def live(self) -> int:
+        """Requests and futures added and not yet handed back by `wait`."""
+        return len(self._exchanges) + len(self._futures)
+
+    def add(self, transport: SocketTransport, request: Request) -> Exchanging:
+        """Start a request: it is sent as far as its socket takes it now, and read as the selector says."""
+        one = Exchanging(transport, request)
+        self._exchanges.add(one)
+        _guarded(one, one.start)
+        self._sync(one)
+        if one.resolving:
+            assert one.lookup is not None
+            self._resolving.append(one)
+            one.lookup.add_done_callback(self._wake().ring)
+        return one
+
+    def watch(self, future: Future[Any]) -> None:
+        """A future `wait` hands back once it is done, as it hands back a request that ended."""
+        self._futures.add(future)
+        future.add_done_callback(self._wake().ring)
+
+    def ring(self) -> None:
+        """From any thread: the `wait` in progress (or the next) returns at once."""
+        assert self._wakeup is not None, "a Round that another thread wakes is made ringable"
+        self._rung = True
+        self._wakeup.ring()
+
+    def abandon(self, one: Exchanging) -> None:
+        """Give up a request in flight: its connection is closed and it is never handed back."""
+        if one in self._exchanges:
+            self._exchanges.discard(one)
+            if one in self._resolving:
+                self._resolving.remove(one)
+            if one.result is None:
+                one.abandon()
+            self._sync(one)
+            if one in self._ended:
+                self._ended.remove(one)
+
+    def wait(self, gather: float) -> list[Exchanging | Future[Any]]:
+        """Block until something ended (or `ring`); then go on reading until everything in flight has ended or
+        `gather` seconds have passed since the first did; hand back, and forget, what ended by then.
+
+        What the sockets hold is read before any deadline is looked at: an answer that arrived while the batch
+        was committing (between two waits) is taken, not expired."""
+        first: float | None = None
+        timeout: float | None = 0.0
+        while True:
+            for key, _ in self._selector.select(timeout):
+                one = key.data
+                if one is None:
+                    assert self._wakeup is not None
+                    self._wakeup.drain()
+                    continue
+                _guarded(one, one.ready)
+                self._sync(one)
+            now = time.monotonic()
+            if self._resolving:
+                for one in [one for one in self._resolving if one.lookup is None or one.lookup.done()]:
+                    self._resolving.remove(one)
+                    if one.lookup is not None:
+                        _guarded(one, functools.partial(one.resolved, one.lookup))
+                        self._sync(one)
+            for one in [one for one in self._exchanges if one.result is None and one.deadline <= now]:
+                one.expire()
+                self._sync(one)
+            for future in [future for future in self._futures if future.done() and future not in self._ended]:
+                self._ended.append(future)
+            rung, self._rung = self._rung, False
+            if self._ended or rung:
+                first = now if first is None else first
+                if rung or len(self._ended) == self.live or now - first >= gather:
+                    return self._take()
+            if not self.live:
+                return []
+            deadlines = [one.deadline for one in self._exchanges if one.result is None]
+            ends = [*deadlines, first + gather] if first is not None else deadlines
+            timeout = max(min(ends) - now, 0.0) if ends else None
+
+    def _take(self) -> list[Exchanging | Future[Any]]:
+        ended, self._ended = self._ended, []
+        for item in ended:
+            if isinstance(item, Exchanging):
+                self._exchanges.discard(item)
+            else:
+                self._futures.discard(item)
+        return ended
+
+    def _sync(self, one: Exchanging) -> None:
+        _sync(self._selector, self._registered, one)
+        if one.result is not None and one in self._exchanges and one not in self._ended:
+            self._ended.append(one)
+
+    def _wake(self) -> Wakeup:
+        if self._wakeup is None:
+            self._wakeup = Wakeup(self._selector)
+        return self._wakeup
+
+    def close(self) -> None:
+        """Every request still in flight is abandoned (its connection closed); the pipe and selector closed."""
+        for one in list(self._exchanges):
+            self.abandon(one)
+        if self._wakeup is not None:
+            self._wakeup.close()
+        self._selector.close()
 
 
-def _guarded(one: _Exchange, step: Callable[[], None]) -> None:
+def _guarded(one: Exchanging, step: Callable[[], None]) -> None:
     """A socket call the steps do not expect to fail (a socket option, a lookup of the peer's state) ends its
     own request as a transport failure, never the batch: before the request is sent, as a failed connect."""
     try:
@@ -589,7 +678,7 @@ def _guarded(one: _Exchange, step: Callable[[], None]) -> None:
 
 
 def _sync(
-    selector: selectors.BaseSelector, registered: dict[_Exchange, tuple[socket.socket, int]], one: _Exchange
+    selector: selectors.BaseSelector, registered: dict[Exchanging, tuple[socket.socket, int]], one: Exchanging
 ) -> None:
     """The selector watches each live exchange's current socket for what it waits on."""
     was = registered.get(one)

@@ -320,7 +320,7 @@ class Worker:
             results = engine.step_claimed_many(batch, now, pool)
             with self.log.batch():
                 for (contract, _, one), result in zip(together, results, strict=True):
-                    if isinstance(result, Exception):
+                    if isinstance(result, BaseException):
                         self._failed(store, one, result)
                     else:
                         self._observe(result, one.record, _lateness(now, one.record), contract.name)
@@ -334,7 +334,7 @@ class Worker:
         except Exception as exc:  # the store itself is failing; the lease expires on its own
             self.log("release_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
 
-    def _failed(self, store: Store, claimed: Claimed, exc: Exception) -> None:
+    def _failed(self, store: Store, claimed: Claimed, exc: BaseException) -> None:
         """One operation's poll raised instead of ending in a record; it stays here, never stalls the fleet."""
         self.metrics.failures.inc()
         self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)

@@ -207,30 +207,94 @@ def test_a_batch_of_plain_http_polls_goes_out_at_once_from_one_thread_after_its_
 
 
 def test_a_poll_the_batch_reaches_too_late_is_not_sent_and_the_others_are() -> None:
-    """The batch's I/O round starts after the other lanes' commits: a Send whose `not_after` has passed by
-    then goes nowhere, and its flow is handed `SendTooLate` (it applies the deadline and lease rules again)."""
+    """The batch's requests start after the other lanes' commits: a Send whose `not_after` has passed by then
+    goes nowhere, and its flow is handed `SendTooLate` (it applies the deadline and lease rules again)."""
     from pollwarden.engine import batch, flow
-    from pollwarden.http import StatusClient
+    from pollwarden.http import Fetches, StatusClient
     from tests.test_http import RawServer
 
     def answer(conn: Any, raw: bytes) -> None:
         body = b'{"state": "running"}'
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
+    def told(seen: list[object]) -> Any:
+        """A flow that waits on one Send and keeps what it was handed."""
+        try:
+            seen.append((yield))
+        except Exception as exc:
+            seen.append(exc)
+
     server = RawServer(answer)
     now = utcnow()
+    handed: dict[str, list[object]] = {"late": [], "on-time": []}
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
-        with StatusClient(contract, None, clock=utcnow) as client:
+        with StatusClient(contract, None, clock=utcnow) as client, Fetches() as fetches, ThreadPoolExecutor(1) as io:
 
             def lane(job: str, not_after: datetime | None) -> batch.Lane:
-                steps: Any = iter(())
+                steps = told(handed[job])
+                next(steps)
                 return batch.Lane(steps, contract, client, effect=flow.Send(job, {}, None, not_after=not_after))
 
             late, on_time = lane("late", now), lane("on-time", now + timedelta(seconds=1))
-            (late_outcome, on_time_outcome) = batch._send_here([late, on_time], now)
+            flying: dict[batch.Lane, Any] = {}
+            batch._start([late, on_time], fetches, flying, lambda *_: None, now, io)
+            assert list(flying) == [on_time]  # the late one ended at once: never in flight
+            while flying:
+                batch._take(fetches.wait(batch.GATHER), flying)
     finally:
         server.close()
-    assert late_outcome[0] is None and isinstance(late_outcome[1], flow.SendTooLate)
-    assert isinstance(on_time_outcome[0], Response) and on_time_outcome[1] is None
+    assert [type(x) for x in handed["late"]] == [flow.SendTooLate]
+    assert [type(x) for x in handed["on-time"]] == [Response]
     assert [r.split(b" ")[1] for r in server.requests] == [b"/jobs/on-time"]  # the late one never went out
+
+
+def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_record(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real status clients on a loopback provider that holds one job's answer: the others are recorded together,
+    in one transaction, while that request is still in flight (seen through a store of the provider's own);
+    the held one is recorded when its answer comes, in a transaction of its own."""
+    import time
+
+    from pollwarden.http import StatusClient
+    from tests.test_http import RawServer
+
+    reader = backend.open()
+    release = threading.Event()
+
+    def answer(conn: Any, raw: bytes) -> None:
+        if raw.split(b" ", 2)[1].endswith(b"/never-0"):
+            assert release.wait(60), "never released (a guard)"
+        body = b'{"state": "running"}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server = RawServer(answer)
+    results: list[Any] = []
+    try:
+        contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
+        engine = Engine(store, owner="worker-1", clock=store.db_now)
+        claimed = _claim(store, contract, engine)
+        sizes = _count_transactions(store, monkeypatch)
+        with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
+            batch = [(contract, client, c.lease, c.record) for c in claimed]
+            stepping = threading.Thread(
+                target=lambda: results.extend(engine.step_claimed_many(batch, store.db_now(), io))
+            )
+            stepping.start()
+            guard = time.monotonic() + 60
+            others = [f"op-never-{n}" for n in range(1, COUNT)]
+            while not all((s := reader.get(op)) is not None and s.record.polls_completed == 1 for op in others):
+                assert time.monotonic() < guard, "the other answers were not recorded while one was held"
+                time.sleep(0.005)
+            held = reader.get("op-never-0")
+            assert held is not None and held.record.status_requests_used == 1 and held.record.polls_completed == 0
+            assert held.lease_owner == "worker-1"  # still its poll's, its answer on the way
+            release.set()
+            stepping.join(60)
+            assert not stepping.is_alive()
+    finally:
+        release.set()
+        server.close()
+    assert sizes == [COUNT, COUNT - 1, 1]  # the reservations; the records of the answers in; the held one's
+    assert all(isinstance(r, Polled) and r.decision.record.polls_completed == 1 for r in results), results

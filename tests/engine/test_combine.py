@@ -1,9 +1,10 @@
 """Watches of one process whose steps are due together, stepped as one batch (`engine.combine`), on both backends.
 
-Each watch keeps its own engine (its owner), its own operation and its own audit log; what they share is one
-transaction: every claim with the reservation it leads to. From there each goes on alone (its request, its
-record), so a slow provider holds up no other watch. The promises of the single step hold for each: its
-reservation is committed before its request goes out, and a write that fails belongs to the step that made it.
+Each watch keeps its own engine (its owner), its own operation and its own audit log; what they share is the
+batch's transactions: every claim with the reservation it leads to in one, the records in waves as the answers
+come in, so a slow provider holds up no other watch's record. The promises of the single step hold for each:
+its reservation is committed before its request goes out, and a write that fails belongs to the step that
+made it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ def test_steps_due_together_claim_and_reserve_in_one_transaction_and_each_record
         provider = WatchingProvider(backend.open())  # holds every request until all COUNT are in flight
         claims, writes = _count(store, monkeypatch)
         results = _step_together(combiner, engines, provider)
-    assert claims == [COUNT] and writes == [1] * COUNT  # one commit for every reservation, one per record
+    assert claims == [COUNT]  # one commit for every claim and reservation
+    # The records as their answers came: all at once here (one wave, one commit), unless the machine held a
+    # request thread for longer than the batch gathers (`batch.GATHER`); each record exactly once either way.
+    assert sum(writes) == COUNT and len(writes) <= COUNT
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
     assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
     for n in range(COUNT):

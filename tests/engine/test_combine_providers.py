@@ -4,12 +4,15 @@ steps of a provider that hangs must not share a batch with another provider's.""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 import pollwarden
 from pollwarden.engine.combine import combined
@@ -90,3 +93,45 @@ def test_a_provider_that_hangs_holds_up_no_watch_of_another_provider(store: Stor
     assert not stalled, f"waited for the hanging provider's requests: {stalled}"
     assert all(type(outcomes[f"fast-{n}"]).__name__ == "Succeeded" for n in range(count)), outcomes
     assert all(type(outcomes[f"slow-{n}"]).__name__ == "Stopped" for n in range(count)), outcomes
+
+
+def test_an_interrupted_watch_abandons_its_request_in_flight_and_gives_its_lease_back(
+    store: Store, tmp_path: Path
+) -> None:
+    """Ctrl-C while a combined watch's request is held by its provider: the batch's thread drives the step, so the
+    interrupt reaches the main thread waiting for it; the watch hands it to its lane, the request is abandoned
+    (its connection closed), the lease given back, the reservation counted, and `watch_sync` raises at once."""
+    asked, closed = threading.Event(), threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def hold() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            asked.set()
+            conn.settimeout(HANG_GUARD)
+            if conn.recv(1) == b"":  # the client closed it: nothing more is ever read
+                closed.set()
+
+    def interrupt() -> None:
+        if asked.wait(HANG_GUARD):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    contract = tmp_path / "held.toml"
+    contract.write_text(contract_text(f"http://127.0.0.1:{listener.getsockname()[1]}", name="held", timeout="120s"))
+    server, interrupter = threading.Thread(target=hold, daemon=True), threading.Thread(target=interrupt, daemon=True)
+    server.start()
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pollwarden.watch_sync(contract, "held-1", store=store, operation_id="op-held")
+        assert closed.wait(HANG_GUARD), "the abandoned request's connection was left open"
+    finally:
+        listener.close()
+    assert asked.is_set()
+    stored = store.get("op-held")
+    assert stored is not None and stored.lease_owner is None  # given back: a resume starts at once
+    assert (stored.record.status_requests_used, stored.record.polls_completed) == (1, 0)  # counted, unanswered
+    assert [e.kind for e in store.events("op-held")][-1] == "interrupted"

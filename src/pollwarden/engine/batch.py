@@ -1,15 +1,18 @@
-"""Group commit: many claimed operations stepped through the one flow together, two commits for all of them.
+"""Group commit: many claimed operations stepped through the one flow together, two commits for most of them.
 
-Nothing here decides anything: each operation runs `flow.step_claimed`, exactly as `Engine.step_claimed` runs
-it. What changes is how the effects are performed. The flows advance in lockstep, and at each round
+Nothing here decides anything: each operation runs `flow.step_claimed` (or `flow.step`), exactly as
+`Engine.step_claimed` runs it. What changes is how the effects are performed:
 
 - every pending `Write` of every flow is committed in one transaction (`Store.write_many`): the K reservations
-  together, later the K records together. A write is fenced on its own, so one lost lease changes nothing of
-  the others. A flow still gets its answer only after the commit, so each reservation is durable before its
-  request goes out, and an announcement follows the commit of its own stop;
-- then every pending `Send` (and `Announce`) runs at once: K requests in flight, each under its own contract's
-  deadline; the status polls (http and https) on one selector in the batch's own thread (`http.fetch_all`),
-  the rest (announcements, a test's client) on the I/O pool;
+  together, later the records of the answers in. A write is fenced on its own, so one lost lease changes
+  nothing of the others. A flow still gets its answer only after the commit, so each reservation is durable
+  before its request goes out, and an announcement follows the commit of its own stop;
+- then every pending `Send` (and `Announce`) goes out at once: K requests in flight, each under its own
+  contract's deadline; the status polls (http and https) on one selector in the batch's own thread
+  (`http.Fetches`), the rest (announcements, a test's client) on the I/O pool;
+- the answers are taken in waves: once the first is in, the batch waits `GATHER` at most for the others, and
+  the flows whose answers are in go on to their records, committed together, while the rest stay in flight.
+  On loopback a wave is the whole batch; a provider that takes its time holds up no other record;
 - everything else (`Now`, `Draw`, `Release`, a lost lease's `Append`, ...) is performed in place.
 
 If the batch transaction fails, each write is retried in a transaction of its own, so a write the store refuses
@@ -24,13 +27,14 @@ without answers, which is what the protocol allows (the provider never sees more
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from ..core.contract import Contract
-from ..http import StatusClient, fetch_all
+from ..core.observe import Exchange
+from ..http import Fetch, Fetches, StatusClient
 from ..store.base import ClaimOf, Store
 from . import flow
 from .flow import StepResult
@@ -43,7 +47,12 @@ Outcome = tuple[Any, BaseException | None]
 _IO = (flow.Send, flow.Announce)
 
 
-@dataclass
+GATHER = 0.01
+"""Seconds a batch waits, after the first of its answers in flight has come, for more to record with it: answers
+that come together share a commit, and a slow provider holds up no one else's record for longer than this."""
+
+
+@dataclass(eq=False)
 class Lane:
     """One flow of a batch, the effect it waits on, and how it ended."""
 
@@ -51,20 +60,30 @@ class Lane:
     contract: Contract
     client: Any
     effect: flow.Effect[Any] | None = None
-    result: StepResult | Exception | None = None
+    result: StepResult | BaseException | None = None
     owner: str | None = None
     """Who claims for a flow that starts with its claim (`flow.step`: the combined watches of `combine`): the
     lanes' claims are then taken together, in one transaction. None: a flow entered with its lease."""
     perform: Perform | None = None
     """How this lane's own effects are performed (its engine's owner, clock and notifier), if not the batch's."""
+    on_end: Callable[[], None] | None = None
+    """Told as soon as this lane has its result, while the batch goes on with the others."""
+    interrupt: BaseException | None = None
+    """Set from another thread (its watch was interrupted), with the batch's round rung: thrown into the flow
+    instead of the answer of a request in flight or about to go out (the request abandoned, or never sent)."""
 
     def resume(self, answer: Any = None, failure: BaseException | None = None) -> None:
         try:
             self.effect = self.steps.throw(failure) if failure is not None else self.steps.send(answer)
         except StopIteration as stop:
-            self.effect, self.result = None, stop.value
-        except Exception as exc:  # the flow gave its lease back and re-raised: this operation's failure only
-            self.effect, self.result = None, exc
+            self._end(stop.value)
+        except BaseException as exc:  # the flow gave its lease back and re-raised: this operation's failure only
+            self._end(exc)
+
+    def _end(self, result: StepResult | BaseException) -> None:
+        self.effect, self.result = None, result
+        if self.on_end is not None:
+            self.on_end()
 
 
 def run(
@@ -72,45 +91,57 @@ def run(
     store: Store,
     perform: Perform,
     clock: Callable[[], datetime],
-    io: Executor | None,
+    io: Executor,
     *,
-    until_io: bool = False,
+    fetches: Fetches | None = None,
+    reserved: Callable[[], None] | None = None,
+    gather: float = GATHER,
 ) -> None:
     """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
 
-    `until_io`: stop when the lanes that have not ended all wait on a request or an announcement, their claims
-    and reservations committed (`effect` is what each waits on): the combined watches (`combine`) go on from
-    there each on its own, so no watch waits for another's provider. Then `io` is not used."""
+    The status polls go on one selector in this thread (`fetches`, made here unless the caller rings it), the
+    other I/O (announcements, a client on another transport) on `io`. The answers are taken in waves (`gather`):
+    the lanes whose answers are in go on to their records, committed together, while the others stay in flight.
+    `reserved` is told once, when no lane waits on a claim or a reservation any more (its requests are going
+    out): the combined watches (`combine`) let the next batch form from then on."""
     for lane in lanes:
         lane.resume()
-    while True:
-        for lane in lanes:
-            while lane.effect is not None and not _gathered(lane):
-                lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
-        claiming = [lane for lane in lanes if isinstance(lane.effect, flow.Claim)]
-        if claiming:
-            _claim_and_reserve(claiming, store, perform, clock())
-            continue
-        writing = [lane for lane in lanes if isinstance(lane.effect, flow.Write)]
-        if writing:
-            writes = [lane.effect for lane in writing if isinstance(lane.effect, flow.Write)]
-            for lane, outcome in zip(writing, write_all(store, writes, clock()), strict=True):
-                lane.resume(*outcome)
-            continue  # the flows that just committed may want I/O now: one round of it for everyone
-        waiting = [lane for lane in lanes if isinstance(lane.effect, _IO)]
-        if not waiting or until_io:
-            return
-        assert io is not None, "a batch that sends needs its I/O pool"
-        here = [lane for lane in waiting if isinstance(lane.effect, flow.Send) and _selects(lane.client)]
-        there = [lane for lane in waiting if not (isinstance(lane.effect, flow.Send) and _selects(lane.client))]
-        futures = [
-            io.submit(_attempt, lane.perform or perform, lane.effect, lane) for lane in there if lane.effect is not None
-        ]
-        outcomes = dict(zip(map(id, here), _send_here(here, clock()), strict=True))
-        for lane, future in zip(there, futures, strict=True):
-            outcomes[id(lane)] = future.result()
-        for lane in waiting:
-            lane.resume(*outcomes[id(lane)])
+    mine = fetches is None
+    fetches = Fetches() if fetches is None else fetches
+    flying: dict[Lane, Fetch | Future[Outcome]] = {}
+    try:
+        while True:
+            for lane in lanes:
+                while lane.effect is not None and not _gathered(lane):
+                    lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
+            claiming = [lane for lane in lanes if isinstance(lane.effect, flow.Claim)]
+            if claiming:
+                _claim_and_reserve(claiming, store, perform, clock())
+                continue
+            writing = [lane for lane in lanes if isinstance(lane.effect, flow.Write)]
+            if writing:
+                writes = [lane.effect for lane in writing if isinstance(lane.effect, flow.Write)]
+                for lane, outcome in zip(writing, write_all(store, writes, clock()), strict=True):
+                    lane.resume(*outcome)
+                continue  # the flows that just committed may want I/O now: it goes out together
+            starting = [lane for lane in lanes if isinstance(lane.effect, _IO) and lane not in flying]
+            if starting:
+                _start(starting, fetches, flying, perform, clock(), io)
+                continue  # a request that ended before the wire (or too late to go) moved its flow on
+            if reserved is not None:
+                reserved()
+                reserved = None
+            if not flying:
+                return
+            _take(fetches.wait(gather), flying)
+            for lane, sent in [(lane, sent) for lane, sent in flying.items() if lane.interrupt is not None]:
+                if isinstance(sent, Fetch):  # a future runs to its end: its flow is told when it is done
+                    fetches.abandon(sent)
+                    del flying[lane]
+                    lane.resume(None, lane.interrupt)
+    finally:
+        if mine:
+            fetches.round.close()
 
 
 def _gathered(lane: Lane) -> bool:
@@ -126,26 +157,52 @@ def _selects(client: Any) -> bool:
     return isinstance(client, StatusClient) and client.selects
 
 
-def _send_here(lanes: Sequence[Lane], now: datetime) -> list[Outcome]:
-    """The status polls, all on one selector in this thread (`http.fetch_all`): on the pool each
-    was a thread, and handing the GIL between them cost more CPU than the requests (docs/performance.md).
-    A poll reached too late (`flow.too_late`: this round began after other lanes' commits) is not sent."""
-    sends = [lane.effect for lane in lanes if isinstance(lane.effect, flow.Send)]
-    late = [flow.too_late(send, now) for send in sends]
-    calls = [
-        (lane.client, s.job_id, s.headers, s.location)
-        for lane, s, refused in zip(lanes, sends, late, strict=True)
-        if refused is None
-    ]
-    try:
-        results = iter(fetch_all(calls))
-    except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the lane
-        return [(None, refused or exc) for refused in late]
-    outcomes: list[Outcome] = []
-    for refused in late:
-        result = refused or next(results)
-        outcomes.append((None, result) if isinstance(result, Exception) else (result, None))
-    return outcomes
+def _start(
+    lanes: Sequence[Lane],
+    fetches: Fetches,
+    flying: dict[Lane, Fetch | Future[Outcome]],
+    perform: Perform,
+    now: datetime,
+    io: Executor,
+) -> None:
+    """Each lane's request or announcement on its way: a status poll on the selector (on the pool each was a
+    thread, and handing the GIL between them cost more CPU than the requests: docs/performance.md), the rest on
+    `io`. A poll reached too late (`flow.too_late`: other lanes' commits came first) is not sent, nor one whose
+    watch was interrupted before it went out."""
+    for lane in lanes:
+        effect = lane.effect
+        if lane.interrupt is not None:
+            lane.resume(None, lane.interrupt)
+        elif isinstance(effect, flow.Send) and _selects(lane.client):
+            if (late := flow.too_late(effect, now)) is not None:
+                lane.resume(None, late)
+                continue
+            fetch = fetches.start((lane.client, effect.job_id, effect.headers, effect.location))
+            if fetch.result is None:
+                flying[lane] = fetch
+            else:
+                lane.resume(*_outcome(fetch.result))
+        elif effect is not None:
+            future = io.submit(_attempt, lane.perform or perform, effect, lane)
+            fetches.round.watch(future)
+            flying[lane] = future
+
+
+def _take(ended: tuple[list[Fetch], list[Future[Outcome]]], flying: dict[Lane, Fetch | Future[Outcome]]) -> None:
+    """The flows whose answers (or failures) came in this wave, told of them."""
+    fetched, done = ended
+    finished: set[object] = {*fetched, *done}
+    for lane, sent in [(lane, sent) for lane, sent in flying.items() if sent in finished]:
+        del flying[lane]
+        if isinstance(sent, Fetch):
+            assert sent.result is not None
+            lane.resume(*_outcome(sent.result))
+        else:
+            lane.resume(*sent.result())
+
+
+def _outcome(result: Exchange | Exception) -> Outcome:
+    return (None, result) if isinstance(result, Exception) else (result, None)
 
 
 def _attempt(perform: Perform, effect: flow.Effect[Any], lane: Lane) -> Outcome:

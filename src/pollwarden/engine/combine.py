@@ -1,37 +1,41 @@
-"""The claims and reservations of one process's watches that are due together, committed as one batch.
+"""The steps of one process's watches that are due together, driven as one batch, as a worker drives its own.
 
 Fifty watches of one home in one process each stepped on their own thread: a read, a claim, a reservation and
-a record per poll, each its own store transaction (the SQLite group writer joined their commits, but every
-body still paid its own statements, savepoint and hand-off), and fifty threads taking turns at the GIL for it.
-Here a watch whose step is due joins the batch that is forming, and a thread of the batch's own takes it up to
-the moment the requests would go out, as the worker's lane does (`engine.batch`, `until_io`): one read of all
-the records, every claim with the reservation it leads to in one transaction (`Store.claim_then_write`). From
-there each watch goes on alone, on its own thread, through its own engine (`Engine.drive_from`): its request,
-its record, its `on_progress`, as if it had stepped alone. So a batch shares only what costs a transaction,
-never a wait: a watch whose provider is slow holds up no other watch's answer, record or next poll.
+a record per poll, each its own store transaction, a request on a selector of its own, and fifty threads
+taking turns at the GIL for it. Here a watch whose step is due joins the batch that is forming, and a thread of
+the batch's own drives every step of it through `engine.batch`, the worker's driver: one read of all the
+records, every claim with the reservation it leads to in one transaction (`Store.claim_then_write`), the
+requests on one selector, and the records in waves as the answers come in (`batch.GATHER`): answers that
+come together share a commit, and a watch whose provider is slow holds up no other watch's record for longer
+than that. Each watch is handed its step's result as soon as its own lane ends, and goes on alone: its
+`on_progress`, its sleep with no lease.
 
 Every step is still `flow.step`, performed by its own watch's engine (its owner, clock and notifier): the
 reservation is committed before its request goes out, each write is fenced on its own, a failure belongs to
-its operation, a lost lease to its flow. A batch forms while the previous one commits (the `_turn`).
+its operation, a lost lease to its flow. A batch forms while the previous one claims and reserves (the
+`_turn`, given up once the batch's requests are going out); several batches may be in flight at once.
 
 Interrupts (Ctrl-C reaches the main thread only): the batch's own thread is never the main one, so no
-interrupt lands in the middle of another watch's claim; a watch interrupted while it waits for its batch
-(a commit, milliseconds) waits for it to end and then throws the interrupt into its own flow, which gives its
-lease back (its reservation counted, its request never sent) and raises; one interrupted during its own
-request is the lone step's case.
+interrupt lands in another watch's step. A watch interrupted while it waits for its step hands the interrupt
+to its lane (`Lane.interrupt`) and rings the batch's selector: a request not sent yet is never sent, one in
+flight is abandoned (counted, as every request that may have gone out is), the flow gives its lease back, and
+the watch raises the interrupt. One interrupted after its answer came in waits for its record (a commit away).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..core.contract import Contract
+from ..http import Fetches
 from ..store.base import Store
+from ..wire_select import Round
 from . import batch, flow
 from .flow import StepResult
 
@@ -40,16 +44,38 @@ if TYPE_CHECKING:
 
 __all__ = ["Combiner", "combined"]
 
+IO_THREADS = 16
+"""Threads for what does not go on the selector (webhooks, a client on another transport), made when needed."""
 
-@dataclass
+
+@dataclass(eq=False)
 class _Ticket:
     engine: Engine
     contract: Contract
     client: Any
     operation_id: str
     lane: batch.Lane | None = None
-    failure: Exception | None = None
+    failure: BaseException | None = None
+    """Its step never began (its operation is gone, or the batch failed before its flow did)."""
+    interrupted: BaseException | None = None
+    round: Round | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def interrupt(self, exc: BaseException) -> None:
+        """From the watch's thread: its lane is to end with `exc` (`Lane.interrupt`) at the batch's next look."""
+        with self.lock:
+            self.interrupted = exc
+            if self.lane is not None:
+                self.lane.interrupt = exc
+            if self.round is not None:
+                self.round.ring()
+
+    def begin(self, lane: batch.Lane, round_: Round) -> None:
+        """From the batch's thread: the lane that drives this step, in the round that carries its request."""
+        with self.lock:
+            self.lane, self.round = lane, round_
+            lane.interrupt = self.interrupted
 
 
 @dataclass
@@ -64,13 +90,14 @@ class Combiner:
         self.store = store
         self._lock = threading.Lock()
         self._forming: dict[timedelta, _Group] = {}
-        """By request timeout: each claim's lease must cover its own request's wait (`flow.lease_ttl`)."""
+        """By request timeout: the steps of one batch share their leases' length (`flow.lease_ttl`)."""
         self._turn = threading.Lock()
         """Held by a batch while it reads, claims and reserves: the next one forms meanwhile."""
+        self._io: ThreadPoolExecutor | None = None
         self.users = 0
 
     def step(self, engine: Engine, contract: Contract, client: Any, operation_id: str) -> StepResult:
-        """`Engine.step` of this watch: its claim and reservation in the batch that is forming, the rest alone."""
+        """`Engine.step` of this watch, driven in the batch that is forming."""
         ticket = _Ticket(engine, contract, client, operation_id)
         with self._lock:
             group = self._forming.get(contract.timeout)
@@ -81,64 +108,106 @@ class Combiner:
                     target=self._lead, args=(contract.timeout, group), name="pollwarden-watch-batch", daemon=True
                 ).start()
             group.tickets.append(ticket)
-        interrupted = _wait(ticket.done)
-        lane = ticket.lane
-        if lane is None:  # its operation is gone, or the batch failed before its flow began
-            assert ticket.failure is not None, "a batch ends every step it holds"
+        interrupted = _wait(ticket)
+        if ticket.failure is not None:
             raise ticket.failure
-        if lane.result is not None:  # it ended without a request: not due, busy, or a stop
-            if isinstance(lane.result, Exception):
-                raise lane.result
-            if interrupted is not None:
-                raise interrupted
-            return lane.result
-        # At its request (or announcement), or where the batch failed: thrown in there, the flow gives back
-        # the lease it was told of and re-raises.
-        return engine.drive_from(lane.steps, contract, client, lane.effect, interrupted or ticket.failure)
+        assert ticket.lane is not None and ticket.lane.result is not None, "a batch ends every step it holds"
+        result = ticket.lane.result
+        if isinstance(result, BaseException):  # its flow gave its lease back and re-raised (an interrupt too)
+            raise result
+        if interrupted is not None:  # it came after the answer: the step is recorded, the watch ends here
+            raise interrupted
+        return result
 
     def _lead(self, key: timedelta, group: _Group) -> None:
+        self._turn.acquire()
+        held = [True]
+
+        def reserved() -> None:  # once, from this thread: when the batch's requests go out, or it ends
+            if held:
+                held.clear()
+                self._turn.release()
+
         try:
-            with self._turn:
-                with self._lock:
-                    del self._forming[key]  # closed: who comes now forms the next batch
-                self._run(group.tickets)
+            with self._lock:
+                del self._forming[key]  # closed: who comes now forms the next batch
+            self._run(group.tickets, reserved)
         finally:
+            reserved()
             for ticket in group.tickets:
                 ticket.done.set()
 
-    def _run(self, tickets: list[_Ticket]) -> None:
-        """Every ticket's flow up to its first request, its claim and reservation committed with the others'."""
-        try:
-            stored = self.store.get_many([ticket.operation_id for ticket in tickets])
-            lanes: list[batch.Lane] = []
-            for ticket in tickets:
-                found = stored.get(ticket.operation_id)
-                if found is None:
-                    ticket.failure = KeyError(ticket.operation_id)
-                    continue
-                engine = ticket.engine
-                steps = flow.step(ticket.contract, found.record, engine.clock())
-                ticket.lane = batch.Lane(
-                    steps, ticket.contract, ticket.client, owner=engine.owner, perform=engine._perform
-                )
-                lanes.append(ticket.lane)
-            if lanes:
-                leader = tickets[0].engine
-                batch.run(lanes, self.store, leader._perform, leader.clock, None, until_io=True)
-        except Exception as exc:  # every step of the batch fails with it, thrown into its own flow (`step`)
-            for ticket in tickets:
-                ticket.failure = ticket.failure or exc
+    def _run(self, tickets: list[_Ticket], reserved: Callable[[], None]) -> None:
+        """Every ticket's step, driven to its end; each ticket is told as soon as its own lane has ended."""
+        lanes: list[batch.Lane] = []
+        with Fetches(ringable=True) as fetches:
+            try:
+                stored = self.store.get_many([ticket.operation_id for ticket in tickets])
+                for ticket in tickets:
+                    found = stored.get(ticket.operation_id)
+                    if found is None:
+                        ticket.failure = KeyError(ticket.operation_id)
+                        ticket.done.set()
+                        continue
+                    engine = ticket.engine
+                    lane = batch.Lane(
+                        flow.step(ticket.contract, found.record, engine.clock()),
+                        ticket.contract,
+                        ticket.client,
+                        owner=engine.owner,
+                        perform=engine._perform,
+                        on_end=ticket.done.set,
+                    )
+                    ticket.begin(lane, fetches.round)
+                    lanes.append(lane)
+                if lanes:
+                    leader = tickets[0].engine
+                    batch.run(
+                        lanes, self.store, leader._perform, leader.clock, self._pool(), fetches=fetches,
+                        reserved=reserved,
+                    )  # fmt: skip
+            except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
+                for ticket in tickets:
+                    if ticket.lane is None:
+                        ticket.failure = ticket.failure or exc
+                    elif ticket.lane.result is None:
+                        _finish_alone(ticket, exc)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._io is None:
+                self._io = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="pollwarden-watch-io")
+            return self._io
+
+    def close(self) -> None:
+        with self._lock:
+            io, self._io = self._io, None
+        if io is not None:
+            io.shutdown(wait=False)
 
 
-def _wait(done: threading.Event) -> BaseException | None:
-    """Until the batch has ended, interrupted or not (it is a commit away); the interrupt, if one came."""
+def _finish_alone(ticket: _Ticket, failure: Exception) -> None:
+    """A step its batch could not finish: `failure` thrown into its flow where it waits, driven alone to its end
+    (the flow gives back the lease it holds); a request it had in flight was abandoned with the batch's round."""
+    lane = ticket.lane
+    assert lane is not None
+    try:
+        lane.result = ticket.engine.drive_from(lane.steps, ticket.contract, ticket.client, lane.effect, failure)
+    except BaseException as exc:
+        lane.result = exc
+
+
+def _wait(ticket: _Ticket) -> BaseException | None:
+    """Until the ticket's step has ended, interrupted or not; the interrupt, if one came, handed to its lane."""
     interrupted: BaseException | None = None
     while True:
         try:
-            done.wait()
+            ticket.done.wait()
             return interrupted
         except BaseException as exc:
-            interrupted = exc
+            if interrupted is None:
+                interrupted = exc
+                ticket.interrupt(exc)
 
 
 _COMBINERS: dict[int, Combiner] = {}
@@ -161,3 +230,5 @@ def combined(store: Store) -> Iterator[Combiner]:
             last = combiner.users == 0
             if last and _COMBINERS.get(id(store)) is combiner:
                 del _COMBINERS[id(store)]
+        if last:
+            combiner.close()

@@ -278,16 +278,16 @@ class Engine:
 
     def step_claimed_many(
         self, claimed: Sequence[tuple[Contract, StatusSender, Lease, OperationRecord]], now: datetime, io: Executor
-    ) -> list[StepResult | Exception]:
+    ) -> list[StepResult | BaseException]:
         """`step_claimed` for a whole batch with group commit (`engine.batch`): the reservations in one
-        transaction, the requests at once on `io`, the records in one transaction. Each result is that
-        operation's StepResult, or the exception its flow ended with (its lease already given back)."""
+        transaction, the requests at once, the records as their answers come in (most in one transaction). Each
+        result is that operation's StepResult, or the exception its flow ended with (its lease given back)."""
         lanes = [
             batch.Lane(flow.step_claimed(contract, lease, record, now), contract, client)
             for contract, client, lease, record in claimed
         ]
         batch.run(lanes, self.store, self._perform, self.clock, io)
-        results: list[StepResult | Exception] = []
+        results: list[StepResult | BaseException] = []
         for lane in lanes:
             assert lane.result is not None  # run() drives every lane to its end
             results.append(lane.result)
