@@ -263,8 +263,9 @@ class Watch:
             try:
                 with StatusClient(self.contract, secret, clock=utcnow) as client:
                     final = engine.run(
-                        self.contract, client, self.operation_id, on_progress=told, stop=self._stop, by="python api"
-                    )
+                        self.contract, client, self.operation_id, on_progress=told, stop=self._stop,
+                        by="python api", record=admitted.record,
+                    )  # fmt: skip
             except Cancelled:
                 raise WatchCancelled(self.operation_id) from None
             return outcome_of(store, final)

@@ -74,14 +74,15 @@ def _join(identity: bytes) -> _Shared | None:
 
 
 def _acquire(home: Path) -> tuple[bytes, _Shared]:
+    # Looked at outside the lock: it is a dozen system calls, and fifty watches starting at once queued on it.
+    identity = _identity(home)
     with _LOCK:
-        identity = _identity(home)
         if (found := _join(identity)) is not None:
             return identity, found
         opening = _OPENING.setdefault(_place(home), threading.Lock())
     with opening:
+        identity = _identity(home)
         with _LOCK:  # opened by the watch this one waited for
-            identity = _identity(home)
             if (found := _join(identity)) is not None:
                 return identity, found
         store = open_store(home)

@@ -18,9 +18,9 @@ import pytest
 
 from pollwarden.audit import verify
 from pollwarden.clock import utcnow
-from pollwarden.core.admission import WatchRequest
+from pollwarden.core.admission import Refusal, WatchRequest
 from pollwarden.core.observe import Response
-from pollwarden.engine import Engine, Polled, StepResult
+from pollwarden.engine import AdmissionError, Admitted, Engine, Polled, StepResult
 from pollwarden.engine.combine import Combiner, combined
 from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
 from tests.engine.test_batch import COUNT, WatchingProvider, _contract
@@ -225,3 +225,78 @@ def test_a_slow_provider_holds_up_no_other_watch_of_its_batch(store: Store, back
             threads[0].join(timeout=60)
     assert isinstance(results[0], Polled)
     _verified(store, COUNT)
+
+
+def _admit_together(
+    combiner: Combiner, engines: list[Engine], requests: list[WatchRequest]
+) -> list[Admitted | BaseException]:
+    """Every request's admission at once, through its own engine: while the test holds the turn of the batch
+    of admissions, every one joins the batch that is forming."""
+    results: list[Admitted | BaseException | None] = [None] * len(requests)
+
+    def one(n: int) -> None:
+        try:
+            results[n] = engines[n].admit(requests[n])
+        except BaseException as exc:
+            results[n] = exc
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(requests))]
+    with combiner._admit_turn:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sum(len(g.tickets) for g in combiner._admitting.values()) < len(requests):
+            assert time.monotonic() < deadline, "the admissions never joined the forming batch"
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    return [result for result in results if result is not None]
+
+
+def test_watches_that_start_together_are_admitted_in_one_transaction_each_refused_on_its_own(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contract = _contract()
+    Engine(store, owner="api-0", clock=store.db_now).admit(WatchRequest(contract, "taken", "op-taken"))
+    created: list[int] = []
+    real = store.create_many
+
+    def counting(operations: Sequence[Any]) -> None:
+        created.append(len(operations))
+        real(operations)
+
+    monkeypatch.setattr(store, "create_many", counting)
+    requests = [WatchRequest(contract, f"new-{n}", f"op-new-{n}", by="python api") for n in range(COUNT)]
+    requests += [
+        WatchRequest(contract, "another-job", "op-taken", by="python api"),  # contradicts a stored operation
+        WatchRequest(contract, "x", "bad id with spaces", by="python api"),  # malformed: never looked up
+        WatchRequest(contract, "taken", "op-taken", by="python api"),  # resumes
+    ]
+    with combined(store) as combiner:
+        engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(len(requests))]
+        results = _admit_together(combiner, engines, requests)
+    # One transaction for every new operation; the second naming of op-taken waits for a round of its own, which
+    # creates nothing (`create_many` of nothing opens no transaction).
+    assert created == [COUNT, 0]
+    *new, contradicts, malformed, resumed = results
+    assert all(isinstance(r, Admitted) and r.created for r in new), new
+    assert [r.record.operation_id for r in new if isinstance(r, Admitted)] == [f"op-new-{n}" for n in range(COUNT)]
+    assert isinstance(contradicts, AdmissionError) and contradicts.kind is Refusal.CONFLICT
+    assert isinstance(malformed, AdmissionError) and malformed.kind is Refusal.INVALID
+    assert isinstance(resumed, Admitted) and not resumed.created
+    assert [e.kind for e in store.events("op-taken")] == ["created", "resume_refused"]  # audited where it belongs
+    _verified(store, COUNT + 1)
+
+
+def test_watches_of_one_job_that_start_together_share_one_operation(store: Store) -> None:
+    contract = _contract()
+    requests = [WatchRequest(contract, "same-job", by="python api") for _ in range(COUNT)]
+    with combined(store) as combiner:
+        engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(COUNT)]
+        results = _admit_together(combiner, engines, requests)
+    assert all(isinstance(r, Admitted) for r in results), results
+    admitted = [r for r in results if isinstance(r, Admitted)]
+    assert len({r.record.operation_id for r in admitted}) == 1  # one operation, one budget
+    assert [r.created for r in admitted] == [True] + [False] * (COUNT - 1)
+    assert len(store.find_jobs(contract.name, ["same-job"])["same-job"]) == 1

@@ -225,3 +225,25 @@ def test_two_creators_of_one_job_at_once_get_one_operation_and_one_budget(store:
     assert created[0].created and not late.created and late.reused_job
     assert late.record.operation_id == created[0].record.operation_id
     assert [s.record.operation_id for s in store.all()] == [created[0].record.operation_id]
+
+
+@pytest.mark.parametrize("combine", [False, True], ids=["alone", "combined"])
+def test_a_step_from_a_stale_record_claims_and_follows_the_stored_one(store: Store, combine: bool) -> None:
+    """A watch's step starts from the record its previous step left (no read); if another owner polled the
+    operation meanwhile, the claim reloads it under the lease, so the step follows the stored record: not due
+    yet, nothing sent."""
+    from pollwarden.engine import NotYet
+    from pollwarden.engine.combine import combined
+
+    contract = _contract(base_delay="1h", max_delay="1h")
+    transport = FakeTransport(lambda request: Reply(body=b'{"state": "running"}'))
+    admitted = Engine(store, owner="api", clock=store.db_now).admit(WatchRequest(contract, "stale-1", "op-stale"))
+    with StatusClient(contract, None, clock=store.db_now, transport=transport) as client, combined(store) as combiner:
+        elsewhere = Engine(store, owner="worker", clock=store.db_now)
+        assert isinstance(elsewhere.step(contract, client, "op-stale"), Polled)  # moved on: next poll in an hour
+        engine = Engine(store, owner="api", clock=store.db_now, combiner=combiner if combine else None)
+        result = engine.step(contract, client, "op-stale", admitted.record)  # what this watch last saw: due now
+    assert isinstance(result, NotYet) and result.record.polls_completed == 1
+    assert len(transport.requests) == 1  # only the other owner's poll went out
+    stored = store.get("op-stale")
+    assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1

@@ -1,4 +1,5 @@
-"""The steps of one process's watches that are due together, driven as one batch, as a worker drives its own.
+"""The steps of one process's watches that are due together, driven as one batch, as a worker drives its own;
+their admissions, joined into one transaction.
 
 Fifty watches of one home in one process each stepped on their own thread: a read, a claim, a reservation and
 a record per poll, each its own store transaction, a request on a selector of its own, and fifty threads
@@ -9,6 +10,13 @@ requests on one selector, and the records in waves as the answers come in (`batc
 come together share a commit, and a watch whose provider is slow holds up no other watch's record for longer
 than that. Each watch is handed its step's result as soon as its own lane ends, and goes on alone: its
 `on_progress`, its sleep with no lease.
+
+Admissions are joined the same way (`admit`): the watches that start together are admitted in one
+transaction (`Engine.admit_each`), each created, resumed or refused on its own; a second watch of a job waits
+for a round of its own and resumes the operation the first created.
+
+A watch's step starts from the record its previous step left (`Engine.run`), so a batch reads only the
+records of watches that have none yet; each claim reloads its record under the lease, as always.
 
 Every step is still `flow.step`, performed by its own watch's engine (its owner, clock and notifier): the
 reservation is committed before its request goes out, each write is fenced on its own, a failure belongs to
@@ -30,17 +38,22 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..core.admission import Refuse, WatchRequest
 from ..core.contract import Contract
+from ..core.record import OperationRecord
 from ..http import Fetches
 from ..store.base import Store
 from ..wire_select import Round
 from . import batch, flow
+from .driver import AdmissionError, Admitted
 from .flow import StepResult
 
 if TYPE_CHECKING:
     from .driver import Engine
+
+K = TypeVar("K")
 
 __all__ = ["Combiner", "combined"]
 
@@ -54,6 +67,7 @@ class _Ticket:
     contract: Contract
     client: Any
     operation_id: str
+    known: OperationRecord | None
     lane: batch.Lane | None = None
     failure: BaseException | None = None
     """Its step never began (its operation is gone, or the batch failed before its flow did)."""
@@ -78,9 +92,21 @@ class _Ticket:
             lane.interrupt = self.interrupted
 
 
+@dataclass(eq=False)
+class _Admission:
+    engine: Engine
+    request: WatchRequest
+    result: Admitted | Refuse | None = None
+    failure: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+T = TypeVar("T", _Ticket, _Admission)
+
+
 @dataclass
-class _Group:
-    tickets: list[_Ticket] = field(default_factory=list)
+class _Group(Generic[T]):
+    tickets: list[T] = field(default_factory=list)
 
 
 class Combiner:
@@ -89,25 +115,22 @@ class Combiner:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._forming: dict[timedelta, _Group] = {}
+        self._forming: dict[timedelta, _Group[_Ticket]] = {}
         """By request timeout: the steps of one batch share their leases' length (`flow.lease_ttl`)."""
         self._turn = threading.Lock()
         """Held by a batch while it reads, claims and reserves: the next one forms meanwhile."""
+        self._admitting: dict[None, _Group[_Admission]] = {}
+        self._admit_turn = threading.Lock()
+        """Held by a batch of admissions until it has committed: the next one forms meanwhile."""
         self._io: ThreadPoolExecutor | None = None
         self.users = 0
 
-    def step(self, engine: Engine, contract: Contract, client: Any, operation_id: str) -> StepResult:
+    def step(
+        self, engine: Engine, contract: Contract, client: Any, operation_id: str, known: OperationRecord | None
+    ) -> StepResult:
         """`Engine.step` of this watch, driven in the batch that is forming."""
-        ticket = _Ticket(engine, contract, client, operation_id)
-        with self._lock:
-            group = self._forming.get(contract.timeout)
-            if group is None:
-                group = self._forming[contract.timeout] = _Group()
-                # Started under the lock, so the batch cannot close before this ticket is in it.
-                threading.Thread(
-                    target=self._lead, args=(contract.timeout, group), name="pollwarden-watch-batch", daemon=True
-                ).start()
-            group.tickets.append(ticket)
+        ticket = _Ticket(engine, contract, client, operation_id, known)
+        self._join(self._forming, contract.timeout, ticket, self._lead)
         interrupted = _wait(ticket)
         if ticket.failure is not None:
             raise ticket.failure
@@ -119,7 +142,60 @@ class Combiner:
             raise interrupted
         return result
 
-    def _lead(self, key: timedelta, group: _Group) -> None:
+    def admit(self, engine: Engine, request: WatchRequest) -> Admitted:
+        """`Engine.admit` of this watch, in the batch of admissions that is forming: one transaction for the
+        watches that start together (`Engine.admit_each`), each refused or admitted on its own. Raises
+        AdmissionError as `Engine.admit` does; an interrupt while it waits is raised once its batch committed
+        (a commit away), and the operation it admitted waits, resumable."""
+        ticket = _Admission(engine, request)
+        self._join(self._admitting, None, ticket, self._lead_admissions)
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                ticket.done.wait()
+                break
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if ticket.failure is not None:
+            raise ticket.failure
+        if isinstance(ticket.result, Refuse):
+            raise AdmissionError(ticket.result)
+        if interrupted is not None:
+            raise interrupted
+        assert ticket.result is not None, "a batch of admissions ends every admission it holds"
+        return ticket.result
+
+    def _join(self, forming: dict[K, _Group[T]], key: K, ticket: T, lead: Callable[[K, _Group[T]], None]) -> None:
+        """Into the group forming under `key`; the first to come starts its leader's thread."""
+        with self._lock:
+            group = forming.get(key)
+            if group is None:
+                group = forming[key] = _Group()
+                # Started under the lock, so the batch cannot close before this ticket is in it.
+                threading.Thread(target=lead, args=(key, group), name="pollwarden-watch-batch", daemon=True).start()
+            group.tickets.append(ticket)
+
+    def _lead_admissions(self, key: None, group: _Group[_Admission]) -> None:
+        try:
+            with self._admit_turn:
+                with self._lock:
+                    del self._admitting[key]  # closed: who comes now forms the next batch
+                pending = group.tickets
+                while pending:
+                    these, pending = _apart(pending)
+                    results = these[0].engine.admit_each([t.request for t in these], [t.engine for t in these])
+                    for ticket, result in zip(these, results, strict=True):
+                        ticket.result = result
+                        ticket.done.set()
+        except Exception as exc:  # the store failed: every admission not yet answered fails with it
+            for ticket in group.tickets:
+                if ticket.result is None:
+                    ticket.failure = exc
+        finally:
+            for ticket in group.tickets:
+                ticket.done.set()
+
+    def _lead(self, key: timedelta, group: _Group[_Ticket]) -> None:
         self._turn.acquire()
         held = [True]
 
@@ -142,16 +218,18 @@ class Combiner:
         lanes: list[batch.Lane] = []
         with Fetches(ringable=True) as fetches:
             try:
-                stored = self.store.get_many([ticket.operation_id for ticket in tickets])
+                unknown = [ticket.operation_id for ticket in tickets if ticket.known is None]
+                stored = self.store.get_many(unknown) if unknown else {}
                 for ticket in tickets:
                     found = stored.get(ticket.operation_id)
-                    if found is None:
+                    record = ticket.known or (found.record if found is not None else None)
+                    if record is None:
                         ticket.failure = KeyError(ticket.operation_id)
                         ticket.done.set()
                         continue
                     engine = ticket.engine
                     lane = batch.Lane(
-                        flow.step(ticket.contract, found.record, engine.clock()),
+                        flow.step(ticket.contract, record, engine.clock()),
                         ticket.contract,
                         ticket.client,
                         owner=engine.owner,
@@ -184,6 +262,27 @@ class Combiner:
             io, self._io = self._io, None
         if io is not None:
             io.shutdown(wait=False)
+
+
+def _apart(tickets: list[_Admission]) -> tuple[list[_Admission], list[_Admission]]:
+    """The admissions that can share a transaction (no two naming one operation or one job), and the rest: a
+    second watch of a job resumes the operation the first creates, so it is admitted after it."""
+    names: set[object] = set()
+    these: list[_Admission] = []
+    later: list[_Admission] = []
+    for ticket in tickets:
+        request = ticket.request
+        keys: set[object] = set()
+        if request.job_id is not None:
+            keys.add((request.contract.name, request.job_id))  # a job's name under its contract
+        if request.operation_id is not None:
+            keys.add(request.operation_id)  # an operation's id: a string, never equal to a pair
+        if keys & names:
+            later.append(ticket)
+        else:
+            names |= keys
+            these.append(ticket)
+    return these, later
 
 
 def _finish_alone(ticket: _Ticket, failure: Exception) -> None:

@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..clock import utcnow
 from ..core.admission import (
@@ -29,6 +29,7 @@ from ..core.admission import (
     Resume,
     WatchRequest,
     admit,
+    check,
     check_many,
     narrow,
 )
@@ -41,8 +42,10 @@ from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..notify import deliver
 from ..store.base import Lease, LogEntry, OperationExists, Store
 from . import batch, flow
-from .combine import Combiner
-from .flow import Done, NotYet, Polled, StepResult, lease_ttl
+from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+
+if TYPE_CHECKING:
+    from .combine import Combiner
 
 T = TypeVar("T")
 
@@ -126,7 +129,10 @@ class Engine:
 
     def admit(self, request: WatchRequest) -> Admitted:
         """Create, resume or narrow the operation the request names, or raise AdmissionError (audited on the
-        existing operation when it contradicts one): `admit_many` with one request."""
+        existing operation when it contradicts one): `admit_many` with one request, or with a combiner, in the
+        batch of the watches that start with it (`Combiner.admit`, `admit_each`)."""
+        if self._combiner is not None:
+            return self._combiner.admit(self, request)
         try:
             (admitted,) = self.admit_many([request])
         except BatchAdmissionError as exc:
@@ -156,23 +162,48 @@ class Engine:
             for start in range(0, len(requests), batch):  # batch by batch: only the refusals are kept
                 answers = self._answers(requests[start : start + batch], now, set())
                 refusals += [(start + i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
-            self._refuse(requests, refusals, now, batch)
+            if refusals:
+                self._audit_refused(requests, refusals, now, batch)
+                raise BatchAdmissionError(refusals)
         admitted: list[Admitted] = []
         taken: set[str] = set()
         for start in range(0, len(requests), batch):
             try:
-                admitted.extend(self._admit_batch(requests[start : start + batch], start, taken))
+                written = self._admit_batch(requests[start : start + batch], start, taken)
             except BatchAdmissionError as exc:  # another process got in between: what was written is said
                 raise BatchAdmissionError(exc.refusals, [*admitted, *exc.admitted]) from None
+            admitted.extend(one for one in written if isinstance(one, Admitted))  # all of them: refusals raise
         return admitted
 
-    def _admit_batch(self, requests: Sequence[WatchRequest], offset: int, taken: set[str]) -> list[Admitted]:
-        """One batch: looked up and admitted afresh (as one request is), then created in one transaction."""
+    def admit_each(self, requests: Sequence[WatchRequest], narrowers: Sequence[Engine]) -> list[Admitted | Refuse]:
+        """Each request admitted on its own merits, all of them in one write transaction: a refusal is its own
+        request's alone (`combine`: the watches of one process that start together). No two requests may name
+        one operation or one job (the caller admits such a one in a later call, where it resumes). A request
+        to narrow an existing operation is narrowed under the lease of its own engine (`narrowers`)."""
+        results: list[Admitted | Refuse | None] = [check(request) for request in requests]
+        fine = [index for index, refused in enumerate(results) if refused is None]
+        if fine:
+            outcomes = self._admit_batch([requests[i] for i in fine], 0, set(), [narrowers[i] for i in fine])
+            for index, outcome in zip(fine, outcomes, strict=True):
+                results[index] = outcome
+        return [result for result in results if result is not None]
+
+    def _admit_batch(
+        self,
+        requests: Sequence[WatchRequest],
+        offset: int,
+        taken: set[str],
+        narrowers: Sequence[Engine] | None = None,
+    ) -> list[Admitted | Refuse]:
+        """One batch: looked up and admitted afresh (as one request is), then created in one transaction. With
+        `narrowers` (`admit_each`) a refusal is returned in its request's place; otherwise it stops the batch."""
         for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
             now = self.clock()
             answers = self._answers(requests, now, taken)
             refusals = [(i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
-            self._refuse(requests, refusals, now, len(requests), offset)
+            self._audit_refused(requests, refusals, now, len(requests))
+            if refusals and narrowers is None:
+                raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
             pairs = list(zip(requests, answers, strict=True))
             try:
                 self.store.create_many(
@@ -181,21 +212,30 @@ class Engine:
                 )  # fmt: skip
             except OperationExists:
                 continue
-            admitted: list[Admitted] = []
+            admitted: list[Admitted | Refuse] = []
             for index, (request, answer) in enumerate(pairs):
                 if isinstance(answer, Create):
                     admitted.append(Admitted(answer.record, created=True))
                 elif isinstance(answer, Resume):
                     admitted.append(Admitted(answer.record, created=False, reused_job=answer.reused_job))
+                elif isinstance(answer, Refuse):
+                    admitted.append(answer)
                 else:
                     assert isinstance(answer, Narrow)
+                    engine = self if narrowers is None else narrowers[index]
                     try:
-                        narrowed = self._narrow(request, answer)
+                        narrowed = engine._narrow(request, answer)
                     except AdmissionError as exc:
-                        raise BatchAdmissionError([(offset + index, exc.refusal)], admitted) from None
+                        if narrowers is not None:
+                            admitted.append(exc.refusal)
+                            continue
+                        done = [one for one in admitted if isinstance(one, Admitted)]
+                        raise BatchAdmissionError([(offset + index, exc.refusal)], done) from None
                     admitted.append(Admitted(narrowed, created=False, reused_job=answer.reused_job))
             return admitted
         busy = _conflict("the operation is being created by another process; try again in a moment").refusal
+        if narrowers is not None:
+            return [busy] * len(requests)
         raise BatchAdmissionError([(offset + index, busy) for index in range(len(requests))])
 
     def _answers(self, requests: Sequence[WatchRequest], now: datetime, taken: set[str]) -> list[Admission]:
@@ -224,19 +264,11 @@ class Engine:
             answers.append(answer)
         return answers
 
-    def _refuse(
-        self,
-        requests: Sequence[WatchRequest],
-        refusals: Sequence[tuple[int, Refuse]],
-        now: datetime,
-        batch: int,
-        offset: int = 0,
+    def _audit_refused(
+        self, requests: Sequence[WatchRequest], refusals: Sequence[tuple[int, Refuse]], now: datetime, batch: int
     ) -> None:
-        """Raise for the refused requests (index into `requests`; `offset` places them in the caller's), each
-        refused resume audited on its operation first, `batch` per transaction, as `resume_refused`: the same
-        event one refused request leaves."""
-        if not refusals:
-            return
+        """Each refused resume audited on its operation (index into `requests`), `batch` per transaction, as
+        `resume_refused`: the same event one refused request leaves."""
         audited: list[LogEntry] = []
         for index, refusal in refusals:
             if refusal.operation_id is not None:
@@ -244,7 +276,6 @@ class Engine:
                 audited.append((refusal.operation_id, event.KIND, event.to_json()))
         for start in range(0, len(audited), batch):
             self.store.append_many(audited[start : start + batch], now)
-        raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
 
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
         now = self.clock()
@@ -263,13 +294,19 @@ class Engine:
 
     # -- steps -----------------------------------------------------------------------------------------------------
 
-    def step(self, contract: Contract, client: StatusSender, operation_id: str) -> StepResult:
+    def step(
+        self, contract: Contract, client: StatusSender, operation_id: str, known: OperationRecord | None = None
+    ) -> StepResult:
+        """One step from the top (`flow.step`). `known`: the operation as this caller last left it, which spares
+        a read: it only decides whether to claim at all, and a claim reloads the record under its lease."""
         if self._combiner is not None:
-            return self._combiner.step(self, contract, client, operation_id)
-        stored = self.store.get(operation_id)
-        if stored is None:
-            raise KeyError(operation_id)
-        return self._drive(flow.step(contract, stored.record, self.clock()), contract, client)
+            return self._combiner.step(self, contract, client, operation_id, known)
+        if known is None:
+            stored = self.store.get(operation_id)
+            if stored is None:
+                raise KeyError(operation_id)
+            known = stored.record
+        return self._drive(flow.step(contract, known, self.clock()), contract, client)
 
     def step_claimed(
         self, contract: Contract, client: StatusSender, lease: Lease, record: OperationRecord, now: datetime
@@ -305,6 +342,7 @@ class Engine:
         until: Callable[[], bool] | None = None,
         stop: threading.Event | None = None,
         by: str = "cli",
+        record: OperationRecord | None = None,
     ) -> OperationRecord:
         """Step until the operation is final (or `until()` says stop); sleep in between with no lease held.
 
@@ -312,13 +350,18 @@ class Engine:
         recorded, no new one starts, and `Cancelled` is raised. Whatever ends the run before the operation is
         final (that stop, a signal, an `on_progress` that raises, a failing store) is re-raised after one
         `interrupted` event, by `by`, is recorded: the flow has given the lease back, and the operation waits,
-        active, with its deadline and budget, for a later run. Every driver of a watch keeps this here."""
+        active, with its deadline and budget, for a later run. Every driver of a watch keeps this here.
+
+        `record`: the operation as the caller has just read it (its admission), for the first step (`step`);
+        each later step starts from what the one before left, except after `Busy` (someone else moved it)."""
         in_callback = False
+        known = record
         try:
             while True:
                 if stop is not None and stop.is_set():
                     raise Cancelled(operation_id)
-                result = self.step(contract, client, operation_id)
+                result = self.step(contract, client, operation_id, known)
+                known = _left(result)
                 if on_progress is not None:
                     in_callback = True
                     on_progress(result)
@@ -447,6 +490,13 @@ class Cancelled(PollwardenError):
     def __init__(self, operation_id: str) -> None:
         super().__init__(f"the watch of operation {operation_id} was cancelled; it stays active and resumable")
         self.operation_id = operation_id
+
+
+def _left(result: StepResult) -> OperationRecord | None:
+    """The operation as a step of this watch left it, or None when another owner holds it (read it again)."""
+    if isinstance(result, Polled):
+        return result.decision.record
+    return None if isinstance(result, Busy) else result.record
 
 
 def _why(exc: BaseException) -> str:
