@@ -33,6 +33,7 @@ the watch raises the interrupt. One interrupted after its answer came in waits f
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -56,6 +57,14 @@ if TYPE_CHECKING:
 K = TypeVar("K")
 
 __all__ = ["Combiner", "combined"]
+
+MAX_BATCH = 64
+"""Steps per batch, at most. Fifty watches due together poll fastest as one batch: split in two batches of 25,
+one forming while the other committed, they measured 15% more CPU per poll and no more polls per second."""
+
+LINGER = 0.0005
+MAX_LINGER = 0.003
+"""Seconds a batch that is about to close waits for more watches while they keep coming (`Combiner._linger`)."""
 
 IO_THREADS = 16
 """Threads for what does not go on the selector (webhooks, a client on another transport), made when needed."""
@@ -107,6 +116,9 @@ T = TypeVar("T", _Ticket, _Admission)
 @dataclass
 class _Group(Generic[T]):
     tickets: list[T] = field(default_factory=list)
+    opened: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)
+    """When its latest ticket joined: a group closes once nobody has joined for `LINGER`."""
 
 
 class Combiner:
@@ -169,17 +181,36 @@ class Combiner:
         """Into the group forming under `key`; the first to come starts its leader's thread."""
         with self._lock:
             group = forming.get(key)
-            if group is None:
+            if group is None or len(group.tickets) >= MAX_BATCH:  # a full one is closing: a new one forms
                 group = forming[key] = _Group()
                 # Started under the lock, so the batch cannot close before this ticket is in it.
                 threading.Thread(target=lead, args=(key, group), name="pollwarden-watch-batch", daemon=True).start()
             group.tickets.append(ticket)
+            group.last = time.monotonic()
+
+    def _close(self, forming: dict[K, _Group[T]], key: K, group: _Group[T]) -> None:
+        """No ticket joins `group` from now on: who comes now forms the next batch."""
+        with self._lock:
+            if forming.get(key) is group:
+                del forming[key]
+
+    def _linger(self, group: _Group[T]) -> None:
+        """While watches keep joining (the latest came less than `LINGER` ago), wait for them, `MAX_LINGER` at most:
+        watches that come due together arrive a few hundred microseconds apart, and a batch closed at the first
+        of them was a transaction, a thread and a selector for one or two steps."""
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                quiet = now - group.last
+            if quiet >= LINGER or now - group.opened >= MAX_LINGER or len(group.tickets) >= MAX_BATCH:
+                return
+            time.sleep(LINGER - quiet)
 
     def _lead_admissions(self, key: None, group: _Group[_Admission]) -> None:
         try:
             with self._admit_turn:
-                with self._lock:
-                    del self._admitting[key]  # closed: who comes now forms the next batch
+                self._linger(group)
+                self._close(self._admitting, key, group)
                 pending = group.tickets
                 while pending:
                     these, pending = _apart(pending)
@@ -205,8 +236,8 @@ class Combiner:
                 self._turn.release()
 
         try:
-            with self._lock:
-                del self._forming[key]  # closed: who comes now forms the next batch
+            self._linger(group)
+            self._close(self._forming, key, group)
             self._run(group.tickets, reserved)
         finally:
             reserved()
