@@ -469,23 +469,27 @@ class Fetches:
     def __exit__(self, *_: object) -> None:
         self.round.close()
 
-    def start(self, call: FetchCall) -> Fetch:
-        """The poll started; its `result` is set already if it ended before the wire (a refused location, a
-        credential that could not be read) or was sent in turn."""
-        client, job_id, headers, location = call
-        try:
-            started = client._start_fetch(job_id, headers, location)
-        except Exception as exc:  # a CredentialError (a location bound elsewhere): that poll's own failure
-            return Fetch(client, None, exc)
-        if not isinstance(started, _Started):
-            return Fetch(client, None, started)
-        fetch = Fetch(client, started)
-        if client._selectable(started.request):
-            fetch.sent = self.round.add(client._socket, started.request)
-            self._sent[fetch.sent] = fetch
-        else:
-            fetch.result = client._send_started(started)
-        return fetch
+    def start(self, calls: Sequence[FetchCall]) -> list[Fetch]:
+        """The polls started, every request built before the first is sent, so they leave together (a provider
+        reads a burst in one wake-up); a poll's `result` is set already if it ended before the wire (a refused
+        location, a credential that could not be read) or was sent in turn."""
+        fetches: list[Fetch] = []
+        for client, job_id, headers, location in calls:
+            try:
+                started = client._start_fetch(job_id, headers, location)
+            except Exception as exc:  # a CredentialError (a location bound elsewhere): that poll's own failure
+                fetches.append(Fetch(client, None, exc))
+                continue
+            fetches.append(Fetch(client, started) if isinstance(started, _Started) else Fetch(client, None, started))
+        for fetch in fetches:
+            if fetch.started is None:
+                continue
+            if fetch.client._selectable(fetch.started.request):
+                fetch.sent = self.round.add(fetch.client._socket, fetch.started.request)
+                self._sent[fetch.sent] = fetch
+            else:
+                fetch.result = fetch.client._send_started(fetch.started)
+        return fetches
 
     def wait(self, gather: float) -> tuple[list[Fetch], list[Future[Any]]]:
         """`Round.wait`: the polls that ended (their `result` set) and the watched futures that are done."""
@@ -511,7 +515,7 @@ def fetch_all(calls: Sequence[FetchCall]) -> list[Exchange | Exception]:
     """`StatusClient.fetch` for many polls at once (`Fetches`). Each result is the poll's Exchange, or the
     exception its `fetch` would raise."""
     with Fetches() as fetches:
-        started = [fetches.start(call) for call in calls]
+        started = fetches.start(calls)
         while fetches.round.live:
             fetches.wait(math.inf)
     results: list[Exchange | Exception] = []

@@ -169,6 +169,7 @@ def _start(
     thread, and handing the GIL between them cost more CPU than the requests: docs/performance.md), the rest on
     `io`. A poll reached too late (`flow.too_late`: other lanes' commits came first) is not sent, nor one whose
     watch was interrupted before it went out."""
+    polls: list[tuple[Lane, flow.Send]] = []
     for lane in lanes:
         effect = lane.effect
         if lane.interrupt is not None:
@@ -176,16 +177,18 @@ def _start(
         elif isinstance(effect, flow.Send) and _selects(lane.client):
             if (late := flow.too_late(effect, now)) is not None:
                 lane.resume(None, late)
-                continue
-            fetch = fetches.start((lane.client, effect.job_id, effect.headers, effect.location))
-            if fetch.result is None:
-                flying[lane] = fetch
             else:
-                lane.resume(*_outcome(fetch.result))
+                polls.append((lane, effect))
         elif effect is not None:
             future = io.submit(_attempt, lane.perform or perform, effect, lane)
             fetches.round.watch(future)
             flying[lane] = future
+    started = fetches.start([(lane.client, send.job_id, send.headers, send.location) for lane, send in polls])
+    for (lane, _), fetch in zip(polls, started, strict=True):
+        if fetch.result is None:
+            flying[lane] = fetch
+        else:
+            lane.resume(*_outcome(fetch.result))
 
 
 def _take(ended: tuple[list[Fetch], list[Future[Outcome]]], flying: dict[Lane, Fetch | Future[Outcome]]) -> None:
