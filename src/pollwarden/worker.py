@@ -290,40 +290,43 @@ class Worker:
         return store
 
     def run_once(self, pool: ThreadPoolExecutor) -> int:
-        """One batch: claim up to `batch` due operations and poll them together, with group commit; returns
-        how many were claimed. A paced provider's operations go one by one on `pool`: each waits for its slot."""
+        """One batch: claim up to `batch` due operations with their reservations, in one transaction, and poll
+        them together, with group commit; returns how many were claimed. A paced provider's operations go one
+        by one on `pool`: each waits for its slot."""
         store = self._store()
         clock = self._clock = batch_clock(store.db_now())
         now = clock()
-        claimed = store.claim_due(self.owner, now, CLAIM_TTL, self.batch)
-        if not claimed:
-            return 0
-        if self.stop.is_set():
-            for one in claimed:
-                self._give_back(store, one)
-            return len(claimed)
         paced = store.paced_providers() | set(self.provider_intervals)
         together: list[tuple[Contract, StatusClient, Claimed]] = []
-        alone: list[Claimed] = []
-        for one in claimed:
-            found = self._contracts.client(one.contract_text, self.log)
-            if isinstance(found, str):
-                self._give_back(store, one)
-            elif found[0].name in paced and isinstance(next_step(one.record, now), Poll):
-                alone.append(one)
-            else:
-                together.append((*found, one))
+        apart: dict[int, bool] = {}
+        """By claim (its id): True for a paced provider's poll (stepped alone), False to give back."""
+
+        def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
+            together.clear()
+            apart.clear()
+            for one in claimed:
+                found = None if self.stop.is_set() else self._contracts.client(one.contract_text, self.log)
+                if found is None or isinstance(found, str):
+                    apart[id(one)] = False
+                elif found[0].name in paced and isinstance(next_step(one.record, now), Poll):
+                    apart[id(one)] = True
+                else:
+                    together.append((*found, one))
+            return together
+
+        engine = Engine(store, owner=self.owner, clock=clock)
+        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool)
+        alone = [one for one in claimed if apart.get(id(one))]
         futures = [pool.submit(self._poll_one, one, clock) for one in alone]
-        if together:
-            engine = Engine(store, owner=self.owner, clock=clock)
-            batch = [(contract, client, one.lease, one.record) for contract, client, one in together]
-            results = engine.step_claimed_many(batch, now, pool)
-            with self.log.batch():
-                for (contract, _, one), result in zip(together, results, strict=True):
-                    if isinstance(result, BaseException):
-                        self._failed(store, one, result)
-                    else:
-                        self._observe(result, one.record, _lateness(now, one.record), contract.name)
+        for one in claimed:
+            if apart.get(id(one)) is False:
+                self._give_back(store, one)
+        with self.log.batch():
+            for (contract, _, one), result in zip(together, results, strict=True):
+                if isinstance(result, BaseException):
+                    self._failed(store, one, result)
+                else:
+                    self._observe(result, one.record, _lateness(now, one.record), contract.name)
         for future in futures:
             future.result()
         return len(claimed)

@@ -296,5 +296,80 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     finally:
         release.set()
         server.close()
-    assert sizes == [COUNT, COUNT - 1, 1]  # the reservations; the records of the answers in; the held one's
+    # The reservations; the records of the answers that came (one wave, or more if the machine spread them over
+    # more than `batch.GATHER`); the held one's, alone, after every other record was seen committed.
+    assert sizes[0] == COUNT and sum(sizes[1:-1]) == COUNT - 1 and sizes[-1] == 1, sizes
     assert all(isinstance(r, Polled) and r.decision.record.polls_completed == 1 for r in results), results
+
+
+def _admitted(store: Store, contract: Contract, count: int = COUNT) -> Engine:
+    engine = Engine(store, owner="worker-1", clock=store.db_now)
+    for n in range(count):
+        engine.admit(WatchRequest(contract, f"never-{n}", f"op-never-{n}", by="enqueue"))
+    return engine
+
+
+def test_a_workers_batch_claims_and_reserves_in_one_transaction(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contract = _contract()
+    engine = _admitted(store, contract)
+    provider = WatchingProvider(backend.open())
+    calls: list[str] = []
+
+    def counted(name: str) -> Any:
+        real = getattr(store, name)
+
+        def call(*args: Any) -> Any:
+            calls.append(name)
+            return real(*args)
+
+        return call
+
+    for name in ("claim_due", "claim_due_then_write"):
+        monkeypatch.setattr(store, name, counted(name))
+    sizes = _count_transactions(store, monkeypatch)
+    with ThreadPoolExecutor(COUNT) as io:
+        claimed, results = engine.claim_due_many(
+            store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io
+        )
+    assert calls == ["claim_due_then_write"] and len(claimed) == COUNT
+    assert sum(sizes) == COUNT and len(sizes) <= COUNT  # the records, as their answers came (one wave, mostly)
+    assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
+    assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results), results
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+        assert [e.kind for e in store.events(f"op-never-{n}")] == ["created", "reserved", "observed", "decision"]
+
+
+def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_operation(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claims and reservations share a transaction, so a reservation the store refuses fails it whole: the
+    batch is claimed again, the claims alone, and each reservation then has its own fate."""
+    contract = _contract()
+    engine = _admitted(store, contract)
+    real = store._write_in  # type: ignore[attr-defined]
+
+    def refusing(tx: Any, writes: Sequence[FencedWrite], values: Sequence[Any], now: Any) -> list[bool]:
+        if any(w.lease.operation_id == "op-never-3" for w in writes):
+            raise StoreError("refused")
+        result: list[bool] = real(tx, writes, values, now)
+        return result
+
+    monkeypatch.setattr(store, "_write_in", refusing)
+    provider = WatchingProvider(backend.open(), count=COUNT - 1)
+    with ThreadPoolExecutor(COUNT) as io:
+        claimed, results = engine.claim_due_many(
+            store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io
+        )
+    by_op = {c.lease.operation_id: result for c, result in zip(claimed, results, strict=True)}
+    assert isinstance(by_op.pop("op-never-3"), StoreError)
+    assert all(isinstance(r, Polled) for r in by_op.values())
+    assert "never-3" not in provider.committed_at_send
+    refused = store.get("op-never-3")
+    assert refused is not None and refused.record.status_requests_used == 0 and refused.lease_owner is None
+    for n in (0, 1, 2, 4, 5):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.lease_token == 1  # claimed once: the failed transaction took nothing

@@ -1,5 +1,6 @@
 """`claim_many` and `claim_then_write`: the claims of the Python API's watches that are due together, in one
-transaction, each answered as if it had been claimed alone."""
+transaction, each answered as if it had been claimed alone; `claim_due_then_write`: a worker's claims and the
+reservations they lead to, in one transaction."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.core.decide import reserve
-from pollwarden.store.base import ClaimAnswer, FencedWrite, StoreError
+from pollwarden.store.base import ClaimAnswer, Claimed, FencedWrite, StoreError
 
 from .conftest import AnyStore
 from .test_store import CONTRACT, T0, TTL, _record
@@ -67,3 +68,37 @@ def test_claim_then_write_that_fails_leaves_neither_claims_nor_writes(store: Any
         store.claim_then_write([("a", "hostA:1:a", TTL)], T0, failing)
     stored = store.get("a")
     assert stored is not None and stored.lease_owner is None and stored.lease_token == 0
+
+
+def test_claim_due_then_write_commits_the_fleet_claim_and_its_writes_together(store: AnyStore) -> None:
+    for op in ("a", "b", "c"):
+        store.create(_record(op), CONTRACT, {})
+    assert store.claim("b", "hostB:2:b", T0, TTL) is not None  # held: not due for the fleet
+
+    def reserve_all(claimed: list[Claimed]) -> list[FencedWrite]:
+        return [FencedWrite(c.lease, reserve(c.record, T0), [("reserved", {})], release=False) for c in claimed]
+
+    claimed, written = store.claim_due_then_write("worker/h:1:w", T0, TTL, 10, reserve_all)
+    assert [c.lease.operation_id for c in claimed] == ["a", "c"] and written == [True, True]
+    assert all(c.contract_text == CONTRACT and c.lease.token == 1 for c in claimed)
+    for op in ("a", "c"):
+        stored = store.get(op)
+        assert stored is not None and stored.lease_owner == "worker/h:1:w" and stored.record.status_requests_used == 1
+        assert [e.kind for e in store.events(op)] == ["created", "reserved"]
+    assert store.claim_due_then_write("worker/h:1:w", T0, TTL, 10, reserve_all) == ([], [])  # nothing due now
+
+
+def test_claim_due_then_write_that_fails_leaves_neither_claims_nor_writes(store: AnyStore) -> None:
+    store.create(_record("a"), CONTRACT, {})
+    told: list[str] = []
+
+    def failing(claimed: list[Claimed]) -> list[FencedWrite]:
+        told.extend(c.lease.operation_id for c in claimed)
+        raise StoreError("refused")
+
+    with pytest.raises(StoreError, match="refused"):
+        store.claim_due_then_write("worker/h:1:w", T0, TTL, 10, failing)
+    assert told == ["a"]
+    stored = store.get("a")
+    assert stored is not None and stored.lease_owner is None and stored.lease_token == 0
+    assert [c.lease.operation_id for c in store.claim_due("worker/h:1:w", T0, TTL, 10)] == ["a"]  # still due

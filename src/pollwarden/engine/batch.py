@@ -29,13 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..core.contract import Contract
 from ..core.observe import Exchange
 from ..http import Fetch, Fetches, StatusClient
-from ..store.base import ClaimOf, Store
+from ..store.base import Claimed, ClaimOf, Store
 from . import flow
 from .flow import StepResult
 
@@ -96,6 +96,7 @@ def run(
     fetches: Fetches | None = None,
     reserved: Callable[[], None] | None = None,
     gather: float = GATHER,
+    begun: bool = False,
 ) -> None:
     """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
 
@@ -103,9 +104,11 @@ def run(
     other I/O (announcements, a client on another transport) on `io`. The answers are taken in waves (`gather`):
     the lanes whose answers are in go on to their records, committed together, while the others stay in flight.
     `reserved` is told once, when no lane waits on a claim or a reservation any more (its requests are going
-    out): the combined watches (`combine`) let the next batch form from then on."""
-    for lane in lanes:
-        lane.resume()
+    out): the combined watches (`combine`) let the next batch form from then on. `begun`: the lanes are under
+    way already (`claim_due_and_run` began them inside its claim)."""
+    if not begun:
+        for lane in lanes:
+            lane.resume()
     mine = fetches is None
     fetches = Fetches() if fetches is None else fetches
     flying: dict[Lane, Fetch | Future[Outcome]] = {}
@@ -240,10 +243,7 @@ def _claim_and_reserve(lanes: Sequence[Lane], store: Store, perform: Perform, no
         told.extend(answers)
         for lane, answer in zip(lanes, answers, strict=True):
             lane.resume(answer)
-            while isinstance(lane.effect, _PURE):
-                lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
-        planned.extend(i for i, lane in enumerate(lanes) if isinstance(lane.effect, flow.Write))
-        return [effect for i in planned if isinstance(effect := lanes[i].effect, flow.Write)]
+        return _first_writes(lanes, perform, planned)
 
     try:
         _, written = store.claim_then_write(claims, now, then)
@@ -259,6 +259,71 @@ def _claim_and_reserve(lanes: Sequence[Lane], store: Store, perform: Perform, no
         return
     for i, done in zip(planned, written, strict=True):
         lanes[i].resume(done)
+
+
+def _first_writes(lanes: Sequence[Lane], perform: Perform, planned: list[int]) -> list[flow.Write]:
+    """Inside a transaction that claimed the lanes' operations: each flow on through its pure effects to the
+    write it makes (its reservation, or a stop), which commits with the claims; `planned` gets the lanes that
+    made one. A flow that wants anything else first (a release: not due after all) gets it after the commit."""
+    for lane in lanes:
+        while isinstance(lane.effect, _PURE):
+            lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
+    planned[:] = [i for i, lane in enumerate(lanes) if isinstance(lane.effect, flow.Write)]
+    return [effect for i in planned if isinstance(effect := lanes[i].effect, flow.Write)]
+
+
+Chosen = tuple[Contract, Any, Claimed]
+"""A claimed operation a worker steps in its batch, with its contract and status client."""
+
+
+def claim_due_and_run(
+    store: Store,
+    owner: str,
+    now: datetime,
+    ttl: timedelta,
+    limit: int,
+    choose: Callable[[list[Claimed]], Sequence[Chosen]],
+    perform: Perform,
+    clock: Callable[[], datetime],
+    io: Executor,
+) -> tuple[list[Claimed], list[Lane]]:
+    """A worker's batch: up to `limit` due operations claimed, and the reservations of those `choose` picks
+    (`flow.step_claimed` of each, up to its first write) committed in the same transaction, one commit fewer
+    than claiming first; then every chosen flow driven to its end (`run`). `choose` runs inside the transaction
+    and must not use the store. Returns everything claimed and the lanes of the chosen, ended.
+
+    If that transaction fails, nothing of it was written (the flows begun hold no lease, and are dropped): the
+    batch is claimed again the way that gives each write its own fate, the claims first (`claim_due`), then
+    `run`, which retries a failed write alone. A claim that fails raises, as `claim_due` does."""
+    lanes: list[Lane] = []
+    planned: list[int] = []
+
+    def then(claimed: list[Claimed]) -> list[flow.Write]:
+        lanes[:] = _lanes(choose(claimed), now)
+        for lane in lanes:
+            lane.resume()
+        return _first_writes(lanes, perform, planned)
+
+    try:
+        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, then)
+    except Exception:
+        if not lanes:
+            raise
+        claimed = store.claim_due(owner, now, ttl, limit)
+        lanes[:] = _lanes(choose(claimed), now)
+        run(lanes, store, perform, clock, io)
+        return claimed, lanes
+    for i, done in zip(planned, written, strict=True):
+        lanes[i].resume(done)
+    run(lanes, store, perform, clock, io, begun=True)
+    return claimed, lanes
+
+
+def _lanes(chosen: Sequence[Chosen], now: datetime) -> list[Lane]:
+    return [
+        Lane(flow.step_claimed(contract, one.lease, one.record, now), contract, client)
+        for contract, client, one in chosen
+    ]
 
 
 def _alone(store: Store, claim: ClaimOf, told: Any, write: Any, now: datetime) -> Outcome:

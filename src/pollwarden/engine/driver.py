@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..clock import utcnow
@@ -40,7 +40,7 @@ from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..notify import deliver
-from ..store.base import Lease, LogEntry, OperationExists, Store
+from ..store.base import Claimed, Lease, LogEntry, OperationExists, Store
 from . import batch, flow
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
@@ -329,6 +329,27 @@ class Engine:
             assert lane.result is not None  # run() drives every lane to its end
             results.append(lane.result)
         return results
+
+    def claim_due_many(
+        self,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        choose: Callable[[list[Claimed]], Sequence[batch.Chosen]],
+        io: Executor,
+    ) -> tuple[list[Claimed], list[StepResult | BaseException]]:
+        """The fleet's batch as this engine's owner (`batch.claim_due_and_run`): up to `limit` due operations
+        claimed with the reservations of those `choose` picks, in one transaction; then those stepped as
+        `step_claimed_many` steps them. Returns everything claimed, and the chosen ones' results in their order.
+        `choose` runs inside the transaction and must not use the store."""
+        claimed, lanes = batch.claim_due_and_run(
+            self.store, self.owner, now, ttl, limit, choose, self._perform, self.clock, io
+        )
+        results: list[StepResult | BaseException] = []
+        for lane in lanes:
+            assert lane.result is not None  # run() drives every lane to its end
+            results.append(lane.result)
+        return claimed, results
 
     def run(
         self,

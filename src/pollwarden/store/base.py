@@ -362,6 +362,19 @@ class Store(Protocol):
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
         ...
 
+    def claim_due_then_write(
+        self,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        then: Callable[[list[Claimed]], Sequence[FencedWrite]],
+    ) -> tuple[list[Claimed], list[bool]]:
+        """`claim_due`, then `write_many` of the writes `then` makes of what it claimed, in one transaction: a
+        worker's claims and its reservations in one commit. `then` runs inside the transaction and must not use
+        the store; if the transaction fails, nothing of either is written."""
+        ...
+
     def paced_providers(self) -> set[str]:
         """The providers some worker of the fleet paces (`pace` with an interval made them so)."""
         ...

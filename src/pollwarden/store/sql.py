@@ -23,6 +23,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from .base import (
     ClaimAnswer,
+    Claimed,
     ClaimOf,
     ContractCounts,
     DecisionTaken,
@@ -233,6 +234,25 @@ class _Operations(Leases):
         to: the writes' logs are among them, so no log is locked out of the one global order."""
         with self._tx() as tx:
             claimed = self._claim_in(tx, claims, now, lock_logs=True)
+            writes = then(claimed)
+            written = self._write_in(tx, writes, self._fenced_values(writes, now), now)
+        return claimed, written
+
+    def claim_due_then_write(
+        self,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        then: Callable[[list[Claimed]], Sequence[FencedWrite]],
+    ) -> tuple[list[Claimed], list[bool]]:
+        """`claim_due`, then the fenced writes `then` makes of what it claimed, in one transaction (one commit):
+        the fleet's claims and the reservations they lead to. The claimed operations' logs are locked with the
+        claim, in key order, as `claim_then_write` locks them."""
+        if limit <= 0:
+            return [], []
+        with self._tx() as tx:
+            claimed = self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=True)
             writes = then(claimed)
             written = self._write_in(tx, writes, self._fenced_values(writes, now), now)
         return claimed, written

@@ -92,17 +92,23 @@ class Leases(AuditTrail):
         own host, which `claim` covers."""
         if limit <= 0:
             return []
-        at = self.dialect.stamp(now)
         with self._tx() as tx:
-            rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
-            due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
-            leases = self._take_leases(
-                tx, {operation_id: (stored, owner, now + ttl) for operation_id, stored in due}, now
-            )
-            return [
-                Claimed(lease, stored.record, stored.contract_text)
-                for lease, (_, stored) in zip(leases, due, strict=True)
-            ]
+            return self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=False)
+
+    def _claim_due_in(
+        self, tx: Tx, owner: str, now: datetime, ttl: timedelta, limit: int, *, lock_logs: bool
+    ) -> list[Claimed]:
+        """`claim_due`'s body in the caller's transaction; `lock_logs`: every claimed operation's log is locked
+        with the claim, in key order, for writes that follow in the same transaction (`claim_due_then_write`)."""
+        at = self.dialect.stamp(now)
+        rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
+        due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
+        if lock_logs:
+            self._lock_logs(tx, [operation_id for operation_id, _ in due])
+        leases = self._take_leases(tx, {operation_id: (stored, owner, now + ttl) for operation_id, stored in due}, now)
+        return [
+            Claimed(lease, stored.record, stored.contract_text) for lease, (_, stored) in zip(leases, due, strict=True)
+        ]
 
     def _take_leases(self, tx: Tx, rows: Mapping[str, tuple[Stored, str, datetime]], now: datetime) -> list[Lease]:
         """The next token of each row (operation id: its row as read, the new owner, the new expiry) to its
