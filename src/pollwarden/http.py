@@ -8,7 +8,7 @@ provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_by
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
 The wire is sockets `pollwarden.wire` connects itself (and keeps alive for status polls): status polls, over http
-and https, go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `fetch_all`, the
+and https, go through `pollwarden.wire_select` (non-blocking, many at once on one selector with `Fetches`, the
 head parsed by a strict parser of its own), everything else through `http.client`; on both, the host's lookup
 counts against the deadline (`pollwarden.resolve`). httpx's timeouts are per read,
 and its per-request cost was four times that of the standard library on the poll path. `Transport` is the seam
@@ -211,7 +211,7 @@ class StatusClient:
 
     @property
     def selects(self) -> bool:
-        """Its status polls go on `wire_select` (over its own sockets, `wire_select.SCHEMES`): `fetch_all` sends
+        """Its status polls go on `wire_select` (over its own sockets, `wire_select.SCHEMES`): `Fetches` sends
         them together."""
         scheme = self._contract.origin.partition("://")[0]
         return isinstance(self._transport, SocketTransport) and scheme in wire_select.SCHEMES

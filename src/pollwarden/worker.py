@@ -1,9 +1,10 @@
 """The fleet worker: many operations, one poll each when due, through the same core and store as `watch`.
 
 Each lane (two per process) claims a batch of due operations with fenced leases and steps them together
-through the engine's one flow with group commit (`Engine.step_claimed_many`): the reservations in one
-transaction, the requests at once, the records in one transaction, so a batch of K polls costs two commits
-instead of 2K. Operations of a paced provider are stepped one by one (`Engine.step_claimed`) after their slot.
+through the engine's one flow with group commit (`Engine.claim_due_many`): the claims and the reservations
+they lead to in one transaction, the requests at once, the records as their answers come (on loopback, one
+transaction), so a batch of K polls costs two commits instead of 3K. Operations of a paced provider are
+stepped one by one (`Engine.step_claimed`) after their slot.
 Between batches a lane sleeps until the next due time with no lease held (R38). SIGTERM/SIGINT let in-flight
 requests finish and release the rest.
 """
