@@ -268,3 +268,80 @@ def test_a_socket_that_cannot_be_made_is_a_connect_failure_of_its_own_request(
     assert isinstance(first, Response) and isinstance(third, Response)
     assert isinstance(second, TransportFailure) and second.kind is FailureKind.CONNECT and not second.delivery_unknown
     assert "Too many open files" in second.message and len(server.requests) == 2
+
+
+# --- a batch's round across its commits: answers taken whole, nothing sent after its deadline ----------------------
+
+
+def _poll_request(url: str, deadline: float) -> wire.Request:
+    host = url.split("://", 1)[1]
+    return wire.Request("GET", f"{url}/jobs/a", (("Host", host),), None, deadline, reuse=True, body_cap=1 << 20)
+
+
+def test_a_request_whose_deadline_passed_while_the_batch_committed_is_never_sent() -> None:
+    """`Round.add` starts the connect; the batch then commits for longer than the request's deadline. At its next
+    wait the connect has completed, but the request is expired, not sent late."""
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(60)
+            while data := conn.recv(65536):  # until the client closes: every byte it ever sent
+                received.append(data)
+
+    server = threading.Thread(target=accept, daemon=True)
+    server.start()
+    try:
+        with wire_select.Round() as round_:
+            deadline = time.monotonic() + 0.05
+            one = round_.add(
+                wire.SocketTransport(), _poll_request(f"http://127.0.0.1:{listener.getsockname()[1]}", deadline)
+            )
+            assert one.sending and one.result is None  # connecting
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.05)  # a commit that outlasts the deadline
+            assert round_.wait(0.01) == [one]
+        server.join(60)
+    finally:
+        listener.close()
+    assert isinstance(one.result, WireError) and one.result.kind is FailureKind.CONNECT, one.result
+    assert received == []  # the request never went out
+
+
+def test_an_answer_that_came_in_whole_while_the_batch_committed_is_taken_whole() -> None:
+    """An answer of several reads (150 KiB) written in full before its deadline, read only after it (the batch was
+    committing): the round reads what the socket holds before it expires anything."""
+    import time
+
+    body = b"x" * (150 * 1024)
+    written = threading.Event()
+
+    def answers(conn: socket.socket, raw: bytes) -> None:
+        """A small answer to the first request (the connection is kept), then the big one, held open."""
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        written.set()
+        conn.recv(1)  # held open: only the client ends it
+
+    server = RawServer(answers)
+    transport = wire.SocketTransport()
+    try:
+        (small,) = wire_select.exchange([(transport, _poll_request(server.url, time.monotonic() + 60))])
+        assert isinstance(small, wire_select.HeldAnswer)  # and its connection kept for the next request
+        with wire_select.Round() as round_:
+            deadline = time.monotonic() + 2.0
+            one = round_.add(transport, _poll_request(server.url, deadline))
+            assert not one.sending  # sent at once on the kept connection
+            assert written.wait(60)
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.05)  # the batch commits past the deadline
+            assert round_.wait(0.01) == [one]
+    finally:
+        server.close()
+    assert isinstance(one.result, wire_select.HeldAnswer), one.result
+    assert one.result.read(1 << 20) == body and one.result.read(1) == b""  # whole, and no failure after it

@@ -363,7 +363,19 @@ class Exchanging:
             raise WireError(FailureKind.RESET, f"connection dropped while sending: {exc.__class__.__name__}") from None
         self._stage, self.want = _HEAD, _READ
 
-    def _receive(self) -> None:
+    @property
+    def sending(self) -> bool:
+        """Its request is not all sent yet (a lookup, a connect, a handshake, a send under way): once its deadline
+        has passed it must not go on, even if its socket became ready meanwhile."""
+        return self._stage < _HEAD
+
+    def take_rest(self) -> None:
+        """Everything its socket holds now, read before its deadline ends it: an answer that came in whole while
+        its batch was committing is handed back whole (one ready event reads one chunk)."""
+        if self.sock is not None and not self.sending and self.result is None:
+            self._step(functools.partial(self._receive, drain=True))
+
+    def _receive(self, *, drain: bool = False) -> None:
         while True:
             sock = self.sock
             assert sock is not None
@@ -384,7 +396,7 @@ class Exchanging:
             if self._stage == _BODY:
                 self._read_body()
             # Bytes TLS has decrypted but not handed over yet leave the socket quiet: poll(2) would not wake for them.
-            if self.result is not None or not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            if self.result is not None or not (drain or (isinstance(sock, ssl.SSLSocket) and sock.pending())):
                 return
 
     # -- the answer -----------------------------------------------------------------------------------------------
@@ -574,7 +586,15 @@ class Round:
         if one.resolving:
             assert one.lookup is not None
             self._resolving.append(one)
-            one.lookup.add_done_callback(self._wake().ring)
+            try:
+                wake = self._wake()
+            except OSError as exc:  # no descriptor left for the pipe: this request's own connect failure
+                self._resolving.remove(one)
+                one.lookup = None
+                one.broke(exc)
+                self._sync(one)
+            else:
+                one.lookup.add_done_callback(wake.ring)
         return one
 
     def watch(self, future: Future[Any]) -> None:
@@ -605,27 +625,34 @@ class Round:
         `gather` seconds have passed since the first did; hand back, and forget, what ended by then.
 
         What the sockets hold is read before any deadline is looked at: an answer that arrived while the batch
-        was committing (between two waits) is taken, not expired."""
+        was committing (between two waits) is taken whole, not expired; a request not yet sent whose deadline has
+        passed is expired, never sent late."""
         first: float | None = None
         timeout: float | None = 0.0
         while True:
-            for key, _ in self._selector.select(timeout):
+            ready = self._selector.select(timeout)
+            now = time.monotonic()
+            for key, _ in ready:
                 one = key.data
                 if one is None:
                     assert self._wakeup is not None
                     self._wakeup.drain()
                     continue
-                _guarded(one, one.ready)
+                if one.sending and one.deadline <= now:
+                    one.expire()
+                else:
+                    _guarded(one, one.ready)
                 self._sync(one)
-            now = time.monotonic()
             if self._resolving:
                 for one in [one for one in self._resolving if one.lookup is None or one.lookup.done()]:
                     self._resolving.remove(one)
-                    if one.lookup is not None:
+                    if one.lookup is not None and one.deadline > now:
                         _guarded(one, functools.partial(one.resolved, one.lookup))
-                        self._sync(one)
+                    self._sync(one)
             for one in [one for one in self._exchanges if one.result is None and one.deadline <= now]:
-                one.expire()
+                _guarded(one, one.take_rest)
+                if one.result is None:
+                    one.expire()
                 self._sync(one)
             for future in [future for future in self._futures if future.done() and future not in self._ended]:
                 self._ended.append(future)
