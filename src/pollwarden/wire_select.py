@@ -563,6 +563,7 @@ class Round:
         self._exchanges: set[Exchanging] = set()
         self._futures: set[Future[Any]] = set()
         self._ended: list[Exchanging | Future[Any]] = []
+        self._closed = False
         self._wakeup: Wakeup | None = Wakeup(self._selector) if ringable else None
         self._rung = False
 
@@ -687,7 +688,11 @@ class Round:
         return self._wakeup
 
     def close(self) -> None:
-        """Every request still in flight is abandoned (its connection closed); the pipe and selector closed."""
+        """Every request still in flight is abandoned (its connection closed); the pipe and selector closed. Once:
+        closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         for one in list(self._exchanges):
             self.abandon(one)
         if self._wakeup is not None:

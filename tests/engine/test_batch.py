@@ -373,3 +373,39 @@ def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_o
     for n in (0, 1, 2, 4, 5):
         stored = store.get(f"op-never-{n}")
         assert stored is not None and stored.lease_token == 1  # claimed once: the failed transaction took nothing
+
+
+@pytest.mark.parametrize("where", ["start", "wait"])
+def test_a_selector_that_fails_ends_each_poll_in_its_own_flow_and_leaves_no_lease(
+    store: Store, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Not one request's failure but the selector's (a process out of descriptors): each flow is handed it, as a
+    refused send, and records its stop; nothing escapes the batch, no lease stays held."""
+    import errno
+
+    from pollwarden import http
+    from pollwarden.http import StatusClient
+    from tests.test_http import RawServer
+
+    def answer(conn: Any, raw: bytes) -> None:
+        conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"state": "running"}')
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    server = RawServer(answer)
+    try:
+        contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
+        engine = Engine(store, owner="worker-1", clock=store.db_now)
+        claimed = _claim(store, contract, engine)
+        monkeypatch.setattr(http.Fetches, where, broken)
+        with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
+            batch = [(contract, client, c.lease, c.record) for c in claimed]
+            results = engine.step_claimed_many(batch, store.db_now(), io)
+    finally:
+        server.close()
+    assert all(type(r).__name__ == "Done" for r in results), results  # a recorded stop each
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1
+        assert stored.record.reason is not None and stored.record.reason.value == "integration_failure"

@@ -300,3 +300,110 @@ def test_watches_of_one_job_that_start_together_share_one_operation(store: Store
     assert len({r.record.operation_id for r in admitted}) == 1  # one operation, one budget
     assert [r.created for r in admitted] == [True] + [False] * (COUNT - 1)
     assert len(store.find_jobs(contract.name, ["same-job"])["same-job"]) == 1
+
+
+def test_a_batch_that_cannot_make_its_round_fails_each_step_alone_and_holds_no_lease(
+    store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's ringable round needs a pipe: a process out of descriptors fails every step of the batch with
+    that error (nothing claimed, nothing sent), not an assertion, and nothing escapes the batch's thread."""
+    import errno
+
+    from pollwarden import resolve
+
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    with combined(store) as combiner:
+        engines = _watches(store, combiner)
+
+        def no_pipe(self: Any, selector: Any) -> None:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(resolve.Wakeup, "__init__", no_pipe)
+        results = _step_together(combiner, engines, WatchingProvider(backend.open(), count=1))
+    assert all(isinstance(r, OSError) and r.errno == errno.EMFILE for r in results), results
+    assert escaped == []
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 0
+
+
+def test_a_batch_whose_thread_cannot_start_fails_that_watch_and_strands_no_later_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_start = threading.Thread.start
+    failed: list[str] = []
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "pollwarden-watch-batch" and not failed:
+            failed.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    contract = _contract()
+    with combined(store) as combiner:
+        first = Engine(store, owner="api-0", clock=store.db_now, combiner=combiner)
+        with pytest.raises(RuntimeError):
+            first.admit(WatchRequest(contract, "a", "op-a", by="python api"))
+        second = Engine(store, owner="api-1", clock=store.db_now, combiner=combiner)
+        admitted = second.admit(WatchRequest(contract, "b", "op-b", by="python api"))  # a group of its own, led
+    assert admitted.created and admitted.record.operation_id == "op-b"
+    assert store.get("op-a") is None
+
+
+def test_a_creator_elsewhere_during_the_batch_is_looked_at_again_and_each_watch_admitted(
+    store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process creates the job of one watch just before the batch commits: the batch's transaction is
+    refused as a whole, looked up again, and each watch is admitted on its own (that one resumes the other
+    process's operation, each refused resume is audited once)."""
+    contract = _contract()
+    Engine(store, owner="api-x", clock=store.db_now).admit(WatchRequest(contract, "taken", "op-taken"))
+    other_process = Engine(backend.open(), owner="enqueue", clock=store.db_now)
+    real = store.create_many
+    calls: list[int] = []
+
+    def creating(operations: Sequence[Any]) -> None:
+        calls.append(len(operations))
+        if len(calls) == 1:
+            other_process.admit(WatchRequest(contract, "new-0", "op-elsewhere", by="enqueue"))
+        real(operations)
+
+    monkeypatch.setattr(store, "create_many", creating)
+    requests = [WatchRequest(contract, f"new-{n}", by="python api") for n in range(2)]
+    requests += [WatchRequest(contract, f"new-{n}", f"op-new-{n}", by="python api") for n in range(2, 4)]
+    requests += [WatchRequest(contract, "another-job", "op-taken", by="python api")]  # refused: audited once
+    with combined(store) as combiner:
+        engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(len(requests))]
+        results = _admit_together(combiner, engines, requests)
+    assert calls[0] == 4 and calls[1] == 3  # the first attempt refused whole; the second creates the other three
+    *admitted, refused = results
+    assert all(isinstance(r, Admitted) for r in admitted), admitted
+    ids = [r.record.operation_id for r in admitted if isinstance(r, Admitted)]
+    assert ids[0] == "op-elsewhere" and ids[2:] == ["op-new-2", "op-new-3"]
+    assert isinstance(refused, AdmissionError) and refused.kind is Refusal.CONFLICT
+    assert [e.kind for e in store.events("op-taken")] == ["created", "resume_refused"]
+
+
+def test_a_narrowing_the_store_fails_fails_only_its_own_watch(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pollwarden.core.admission import Limits
+
+    contract = _contract()
+    Engine(store, owner="api-x", clock=store.db_now).admit(WatchRequest(contract, "old", "op-old"))
+    real = store.claim
+
+    def claiming(operation_id: str, *args: Any) -> Any:
+        if operation_id == "op-old":
+            raise StoreError("the database went away for this one claim")
+        return real(operation_id, *args)
+
+    monkeypatch.setattr(store, "claim", claiming)
+    requests = [WatchRequest(contract, f"new-{n}", f"op-new-{n}", by="python api") for n in range(3)]
+    requests.append(WatchRequest(contract, "old", "op-old", Limits(max_requests=1), by="python api"))  # narrows
+    with combined(store) as combiner:
+        engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(4)]
+        results = _admit_together(combiner, engines, requests)
+    *created, narrowing = results
+    assert all(isinstance(r, Admitted) and r.created for r in created), created
+    assert isinstance(narrowing, StoreError) and "went away" in str(narrowing)

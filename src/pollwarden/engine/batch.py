@@ -136,7 +136,12 @@ def run(
                 reserved = None
             if not flying:
                 return
-            _take(fetches.wait(gather), flying)
+            try:
+                ended = fetches.wait(gather)
+            except Exception as exc:  # the selector itself failed, not one request: nothing in flight is lost
+                _give_up(flying, fetches, exc)
+                continue
+            _take(ended, flying)
             for lane, sent in [(lane, sent) for lane, sent in flying.items() if lane.interrupt is not None]:
                 if isinstance(sent, Fetch):  # a future runs to its end: its flow is told when it is done
                     fetches.abandon(sent)
@@ -186,7 +191,12 @@ def _start(
             future = io.submit(_attempt, lane.perform or perform, effect, lane)
             fetches.round.watch(future)
             flying[lane] = future
-    started = fetches.start([(lane.client, send.job_id, send.headers, send.location) for lane, send in polls])
+    try:
+        started = fetches.start([(lane.client, send.job_id, send.headers, send.location) for lane, send in polls])
+    except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the batch
+        for lane, _ in polls:
+            lane.resume(None, exc)
+        return
     for (lane, _), fetch in zip(polls, started, strict=True):
         if fetch.result is None:
             flying[lane] = fetch
@@ -203,6 +213,18 @@ def _take(ended: tuple[list[Fetch], list[Future[Outcome]]], flying: dict[Lane, F
         if isinstance(sent, Fetch):
             assert sent.result is not None
             lane.resume(*_outcome(sent.result))
+        else:
+            lane.resume(*sent.result())
+
+
+def _give_up(flying: dict[Lane, Fetch | Future[Outcome]], fetches: Fetches, failure: Exception) -> None:
+    """The selector failed: each poll in flight is abandoned and its flow handed the failure (as one request's
+    own failure would be); each future is waited for, so nothing is left to the broken selector."""
+    for lane, sent in list(flying.items()):
+        del flying[lane]
+        if isinstance(sent, Fetch):
+            fetches.abandon(sent)
+            lane.resume(None, failure)
         else:
             lane.resume(*sent.result())
 

@@ -105,7 +105,7 @@ class _Ticket:
 class _Admission:
     engine: Engine
     request: WatchRequest
-    result: Admitted | Refuse | None = None
+    result: Admitted | Refuse | Exception | None = None
     failure: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -172,6 +172,8 @@ class Combiner:
             raise ticket.failure
         if isinstance(ticket.result, Refuse):
             raise AdmissionError(ticket.result)
+        if isinstance(ticket.result, Exception):
+            raise ticket.result
         if interrupted is not None:
             raise interrupted
         assert ticket.result is not None, "a batch of admissions ends every admission it holds"
@@ -183,8 +185,11 @@ class Combiner:
             group = forming.get(key)
             if group is None or len(group.tickets) >= MAX_BATCH:  # a full one is closing: a new one forms
                 group = forming[key] = _Group()
-                # Started under the lock, so the batch cannot close before this ticket is in it.
-                threading.Thread(target=lead, args=(key, group), name="pollwarden-watch-batch", daemon=True).start()
+                try:  # started under the lock, so the batch cannot close before this ticket is in it
+                    threading.Thread(target=lead, args=(key, group), name="pollwarden-watch-batch", daemon=True).start()
+                except BaseException:  # no thread (the process is out of them): no group waits for a leader
+                    del forming[key]
+                    raise
             group.tickets.append(ticket)
             group.last = time.monotonic()
 
@@ -246,41 +251,46 @@ class Combiner:
 
     def _run(self, tickets: list[_Ticket], reserved: Callable[[], None]) -> None:
         """Every ticket's step, driven to its end; each ticket is told as soon as its own lane has ended."""
-        lanes: list[batch.Lane] = []
-        with Fetches(ringable=True) as fetches:
-            try:
-                unknown = [ticket.operation_id for ticket in tickets if ticket.known is None]
-                stored = self.store.get_many(unknown) if unknown else {}
-                for ticket in tickets:
-                    found = stored.get(ticket.operation_id)
-                    record = ticket.known or (found.record if found is not None else None)
-                    if record is None:
-                        ticket.failure = KeyError(ticket.operation_id)
-                        ticket.done.set()
-                        continue
-                    engine = ticket.engine
-                    lane = batch.Lane(
-                        flow.step(ticket.contract, record, engine.clock()),
-                        ticket.contract,
-                        ticket.client,
-                        owner=engine.owner,
-                        perform=engine._perform,
-                        on_end=ticket.done.set,
-                    )
-                    ticket.begin(lane, fetches.round)
-                    lanes.append(lane)
-                if lanes:
-                    leader = tickets[0].engine
-                    batch.run(
-                        lanes, self.store, leader._perform, leader.clock, self._pool(), fetches=fetches,
-                        reserved=reserved,
-                    )  # fmt: skip
-            except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
-                for ticket in tickets:
-                    if ticket.lane is None:
-                        ticket.failure = ticket.failure or exc
-                    elif ticket.lane.result is None:
-                        _finish_alone(ticket, exc)
+        fetches: Fetches | None = None
+        try:
+            fetches = Fetches(ringable=True)
+            unknown = [ticket.operation_id for ticket in tickets if ticket.known is None]
+            stored = self.store.get_many(unknown) if unknown else {}
+            lanes: list[batch.Lane] = []
+            for ticket in tickets:
+                found = stored.get(ticket.operation_id)
+                record = ticket.known or (found.record if found is not None else None)
+                if record is None:
+                    ticket.failure = KeyError(ticket.operation_id)
+                    ticket.done.set()
+                    continue
+                engine = ticket.engine
+                lane = batch.Lane(
+                    flow.step(ticket.contract, record, engine.clock()),
+                    ticket.contract,
+                    ticket.client,
+                    owner=engine.owner,
+                    perform=engine._perform,
+                    on_end=ticket.done.set,
+                )
+                ticket.begin(lane, fetches.round)
+                lanes.append(lane)
+            if lanes:
+                leader = tickets[0].engine
+                batch.run(
+                    lanes, self.store, leader._perform, leader.clock, self._pool(), fetches=fetches, reserved=reserved
+                )
+        except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
+            if fetches is not None:
+                fetches.round.close()  # every request in flight abandoned first
+            for ticket in tickets:
+                if ticket.lane is None:
+                    ticket.failure = ticket.failure or exc
+                elif ticket.lane.result is None:
+                    _finish_alone(ticket, exc)
+        finally:
+            if fetches is not None:
+                fetches.round.close()
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -318,7 +328,8 @@ def _apart(tickets: list[_Admission]) -> tuple[list[_Admission], list[_Admission
 
 def _finish_alone(ticket: _Ticket, failure: Exception) -> None:
     """A step its batch could not finish: `failure` thrown into its flow where it waits, driven alone to its end
-    (the flow gives back the lease it holds); a request it had in flight was abandoned with the batch's round."""
+    (the flow gives back the lease it holds); a request it had in flight was abandoned when the batch's round
+    was closed, just before."""
     lane = ticket.lane
     assert lane is not None
     try:

@@ -175,12 +175,15 @@ class Engine:
             admitted.extend(one for one in written if isinstance(one, Admitted))  # all of them: refusals raise
         return admitted
 
-    def admit_each(self, requests: Sequence[WatchRequest], narrowers: Sequence[Engine]) -> list[Admitted | Refuse]:
-        """Each request admitted on its own merits, all of them in one write transaction: a refusal is its own
-        request's alone (`combine`: the watches of one process that start together). No two requests may name
-        one operation or one job (the caller admits such a one in a later call, where it resumes). A request
-        to narrow an existing operation is narrowed under the lease of its own engine (`narrowers`)."""
-        results: list[Admitted | Refuse | None] = [check(request) for request in requests]
+    def admit_each(
+        self, requests: Sequence[WatchRequest], narrowers: Sequence[Engine]
+    ) -> list[Admitted | Refuse | Exception]:
+        """Each request admitted on its own merits, the new operations of all of them in one write transaction:
+        a refusal, or a failure, is its own request's alone (`combine`: the watches of one process that start
+        together). No two requests may name one operation or one job (the caller admits such a one in a later
+        call, where it resumes). A request to narrow an existing operation is narrowed under the lease of its
+        own engine (`narrowers`), in a transaction of its own, as a refused resume is audited in one."""
+        results: list[Admitted | Refuse | Exception | None] = [check(request) for request in requests]
         fine = [index for index, refused in enumerate(results) if refused is None]
         if fine:
             outcomes = self._admit_batch([requests[i] for i in fine], 0, set(), [narrowers[i] for i in fine])
@@ -194,15 +197,17 @@ class Engine:
         offset: int,
         taken: set[str],
         narrowers: Sequence[Engine] | None = None,
-    ) -> list[Admitted | Refuse]:
+    ) -> list[Admitted | Refuse | Exception]:
         """One batch: looked up and admitted afresh (as one request is), then created in one transaction. With
-        `narrowers` (`admit_each`) a refusal is returned in its request's place; otherwise it stops the batch."""
+        `narrowers` (`admit_each`) a refusal, or a narrowing's failure, is returned in its request's place;
+        otherwise it stops the batch."""
         for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
             now = self.clock()
+            given = set(taken)
             answers = self._answers(requests, now, taken)
             refusals = [(i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
-            self._audit_refused(requests, refusals, now, len(requests))
             if refusals and narrowers is None:
+                self._audit_refused(requests, refusals, now, len(requests))
                 raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
             pairs = list(zip(requests, answers, strict=True))
             try:
@@ -211,8 +216,10 @@ class Engine:
                      if isinstance(answer, Create)]
                 )  # fmt: skip
             except OperationExists:
+                taken.intersection_update(given)  # the ids this attempt gave out were not written: free again
                 continue
-            admitted: list[Admitted | Refuse] = []
+            self._audit_refused(requests, refusals, now, len(requests))  # once, for the attempt that stands
+            admitted: list[Admitted | Refuse | Exception] = []
             for index, (request, answer) in enumerate(pairs):
                 if isinstance(answer, Create):
                     admitted.append(Admitted(answer.record, created=True))
@@ -231,6 +238,11 @@ class Engine:
                             continue
                         done = [one for one in admitted if isinstance(one, Admitted)]
                         raise BatchAdmissionError([(offset + index, exc.refusal)], done) from None
+                    except Exception as exc:  # the store failed this narrowing: this request's failure alone
+                        if narrowers is None:
+                            raise
+                        admitted.append(exc)
+                        continue
                     admitted.append(Admitted(narrowed, created=False, reused_job=answer.reused_job))
             return admitted
         busy = _conflict("the operation is being created by another process; try again in a moment").refusal
