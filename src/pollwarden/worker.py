@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -217,6 +217,11 @@ class _ContractCache:
     clients: dict[str, tuple[Contract, StatusClient] | str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def ready(self, text: str) -> tuple[Contract, StatusClient] | str | None:
+        """The client of a text already seen, or None: never waits (not even for the lock a `client` holds while it
+        reads a credential), so a claim transaction may ask."""
+        return self.clients.get(hashlib.sha256(text.encode()).hexdigest())
+
     def client(self, text: str, log: JsonLog) -> tuple[Contract, StatusClient] | str:
         key = hashlib.sha256(text.encode()).hexdigest()
         with self.lock:
@@ -293,37 +298,49 @@ class Worker:
     def run_once(self, pool: ThreadPoolExecutor) -> int:
         """One batch: claim up to `batch` due operations with their reservations, in one transaction, and poll
         them together, with group commit; returns how many were claimed. A paced provider's operations go one
-        by one on `pool`: each waits for its slot."""
+        by one on `pool`: each waits for its slot.
+
+        Inside the claim's transaction only operations whose contract's client is made already are reserved
+        (`_ContractCache.ready`): making one may read a credential (a token command), which must not hold the
+        database. The others are sorted once the claims are committed, before any request goes out: given
+        back, sent to the pool, or made ready and stepped in the same batch, reserved in its next write."""
         store = self._store()
         clock = self._clock = batch_clock(store.db_now())
         now = clock()
         paced = store.paced_providers() | set(self.provider_intervals)
-        together: list[tuple[Contract, StatusClient, Claimed]] = []
-        apart: dict[int, bool] = {}
-        """By claim (its id): True for a paced provider's poll (stepped alone), False to give back."""
+        chosen: list[tuple[Contract, StatusClient, Claimed]] = []
+        futures: list[Future[None]] = []
+
+        def paced_poll(contract: Contract, one: Claimed) -> bool:
+            return contract.name in paced and isinstance(next_step(one.record, now), Poll)
 
         def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
-            together.clear()
-            apart.clear()
+            chosen.clear()
+            for one in [] if self.stop.is_set() else claimed:
+                found = self._contracts.ready(one.contract_text)
+                if found is not None and not isinstance(found, str) and not paced_poll(found[0], one):
+                    chosen.append((*found, one))
+            return chosen
+
+        def sort(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
+            stepping = {id(one) for _, _, one in chosen}
+            later: list[tuple[Contract, StatusClient, Claimed]] = []
             for one in claimed:
+                if id(one) in stepping:
+                    continue
                 found = None if self.stop.is_set() else self._contracts.client(one.contract_text, self.log)
                 if found is None or isinstance(found, str):
-                    apart[id(one)] = False
-                elif found[0].name in paced and isinstance(next_step(one.record, now), Poll):
-                    apart[id(one)] = True
+                    self._give_back(store, one)
+                elif paced_poll(found[0], one):
+                    futures.append(pool.submit(self._poll_one, one, clock))
                 else:
-                    together.append((*found, one))
-            return together
+                    later.append((*found, one))
+            return later
 
         engine = Engine(store, owner=self.owner, clock=clock)
-        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool)
-        alone = [one for one in claimed if apart.get(id(one))]
-        futures = [pool.submit(self._poll_one, one, clock) for one in alone]
-        for one in claimed:
-            if apart.get(id(one)) is False:
-                self._give_back(store, one)
+        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool, then=sort)
         with self.log.batch():
-            for (contract, _, one), result in zip(together, results, strict=True):
+            for (contract, _, one), result in results:
                 if isinstance(result, BaseException):
                     self._failed(store, one, result)
                 else:

@@ -336,7 +336,8 @@ def test_a_workers_batch_claims_and_reserves_in_one_transaction(
     assert calls == ["claim_due_then_write"] and len(claimed) == COUNT
     assert sum(sizes) == COUNT and len(sizes) <= COUNT  # the records, as their answers came (one wave, mostly)
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
-    assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results), results
+    assert [one for (_, _, one), _ in results] == claimed
+    assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for _, r in results), results
     for n in range(COUNT):
         stored = store.get(f"op-never-{n}")
         assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
@@ -364,8 +365,8 @@ def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_o
         claimed, results = engine.claim_due_many(
             store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io
         )
-    by_op = {c.lease.operation_id: result for c, result in zip(claimed, results, strict=True)}
-    assert isinstance(by_op.pop("op-never-3"), StoreError)
+    by_op = {one.lease.operation_id: result for (_, _, one), result in results}
+    assert isinstance(by_op.pop("op-never-3"), StoreError) and len(claimed) == COUNT
     assert all(isinstance(r, Polled) for r in by_op.values())
     assert "never-3" not in provider.committed_at_send
     refused = store.get("op-never-3")

@@ -305,40 +305,51 @@ def claim_due_and_run(
     ttl: timedelta,
     limit: int,
     choose: Callable[[list[Claimed]], Sequence[Chosen]],
+    then: Callable[[list[Claimed]], Sequence[Chosen]],
     perform: Perform,
     clock: Callable[[], datetime],
     io: Executor,
-) -> tuple[list[Claimed], list[Lane]]:
+) -> tuple[list[Claimed], list[tuple[Chosen, Lane]]]:
     """A worker's batch: up to `limit` due operations claimed, and the reservations of those `choose` picks
     (`flow.step_claimed` of each, up to its first write) committed in the same transaction, one commit fewer
-    than claiming first; then every chosen flow driven to its end (`run`). `choose` runs inside the transaction
-    and must not use the store. Returns everything claimed and the lanes of the chosen, ended.
+    than claiming first. Once that has committed, `then` sees everything claimed (and gives back or sends
+    elsewhere what it does not step) and picks more to step; every chosen flow is then driven to its end
+    (`run`, where the later ones' reservations are written). `choose` runs inside the transaction and must
+    neither use the store nor wait. Returns everything claimed and each chosen operation with its lane, ended.
 
     If that transaction fails, nothing of it was written (the flows begun hold no lease, and are dropped): the
     batch is claimed again the way that gives each write its own fate, the claims first (`claim_due`), then
     `run`, which retries a failed write alone. A claim that fails raises, as `claim_due` does."""
+    chosen: list[Chosen] = []
     lanes: list[Lane] = []
     planned: list[int] = []
 
-    def then(claimed: list[Claimed]) -> list[flow.Write]:
-        lanes[:] = _lanes(choose(claimed), now)
+    def begin(claimed: list[Claimed]) -> list[Lane]:
+        chosen[:] = choose(claimed)
+        lanes[:] = _lanes(chosen, now)
         for lane in lanes:
             lane.resume()
-        return _first_writes(lanes, perform, planned)
+        return lanes
+
+    def reserve(claimed: list[Claimed]) -> list[flow.Write]:
+        return _first_writes(begin(claimed), perform, planned)
 
     try:
-        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, then)
+        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, reserve)
     except Exception:
         if not lanes:
             raise
         claimed = store.claim_due(owner, now, ttl, limit)
-        lanes[:] = _lanes(choose(claimed), now)
-        run(lanes, store, perform, clock, io)
-        return claimed, lanes
-    for i, done in zip(planned, written, strict=True):
-        lanes[i].resume(done)
-    run(lanes, store, perform, clock, io, begun=True)
-    return claimed, lanes
+        begin(claimed)
+    else:
+        for i, done in zip(planned, written, strict=True):
+            lanes[i].resume(done)
+    more = list(then(claimed))
+    later = _lanes(more, now)
+    for lane in later:
+        lane.resume()
+    run([*lanes, *later], store, perform, clock, io, begun=True)
+    return claimed, list(zip([*chosen, *more], [*lanes, *later], strict=True))
 
 
 def _lanes(chosen: Sequence[Chosen], now: datetime) -> list[Lane]:

@@ -349,18 +349,21 @@ class Engine:
         limit: int,
         choose: Callable[[list[Claimed]], Sequence[batch.Chosen]],
         io: Executor,
-    ) -> tuple[list[Claimed], list[StepResult | BaseException]]:
+        *,
+        then: Callable[[list[Claimed]], Sequence[batch.Chosen]] = lambda claimed: (),
+    ) -> tuple[list[Claimed], list[tuple[batch.Chosen, StepResult | BaseException]]]:
         """The fleet's batch as this engine's owner (`batch.claim_due_and_run`): up to `limit` due operations
-        claimed with the reservations of those `choose` picks, in one transaction; then those stepped as
-        `step_claimed_many` steps them. Returns everything claimed, and the chosen ones' results in their order.
-        `choose` runs inside the transaction and must not use the store."""
-        claimed, lanes = batch.claim_due_and_run(
-            self.store, self.owner, now, ttl, limit, choose, self._perform, self.clock, io
+        claimed with the reservations of those `choose` picks, in one transaction; once that has committed,
+        `then` is given everything claimed and picks more to step in the batch (`choose` runs inside the
+        transaction and must not use the store, nor wait). Returns everything claimed, and each stepped
+        operation with its result."""
+        claimed, stepped = batch.claim_due_and_run(
+            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io
         )
-        results: list[StepResult | BaseException] = []
-        for lane in lanes:
+        results: list[tuple[batch.Chosen, StepResult | BaseException]] = []
+        for chosen, lane in stepped:
             assert lane.result is not None  # run() drives every lane to its end
-            results.append(lane.result)
+            results.append((chosen, lane.result))
         return claimed, results
 
     def run(

@@ -1,0 +1,146 @@
+"""The worker's batch claim: its claims and reservations share one transaction, and nothing slow happens inside it.
+
+What is not stepped in the batch (a paced provider's poll, an operation to give back) is sorted as soon as the
+claims are committed, not after the batch's last answer; a contract seen for the first time (whose credential
+may come from a token command) is made ready outside the transaction, so no other write of the process waits.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from pollwarden.audit import load_or_create_keys
+from pollwarden.core.admission import WatchRequest
+from pollwarden.core.contract import parse_contract
+from pollwarden.engine import Engine
+from pollwarden.simulator import contract_text
+from pollwarden.store.base import Store
+from pollwarden.store.open import open_store
+from pollwarden.worker import JsonLog, Worker
+
+GUARD = 60.0
+"""How long the test waits for what must happen before failing it as stalled: a guard, never the assertion."""
+
+RUNNING = b'{"state": "running"}'
+
+
+@contextmanager
+def provider(hold: threading.Event | None = None) -> Iterator[tuple[str, list[str]]]:
+    """A loopback provider that answers `running`; with `hold`, only once it is set. Yields its URL and the
+    paths it was asked for, as each request arrives."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked: list[str] = []
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    more = conn.recv(65536)
+                    if not more:
+                        return
+                    data += more
+                head, _, data = data.partition(b"\r\n\r\n")
+                asked.append(head.split(b" ", 2)[1].decode())
+                if hold is not None:
+                    hold.wait(GUARD)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(RUNNING), RUNNING))
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", asked
+    finally:
+        if hold is not None:
+            hold.set()
+        listener.close()
+
+
+def _store(home: Path) -> Store:
+    return open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
+
+
+def _until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + GUARD
+    while not callable(condition) or not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(tmp_path: Path) -> None:
+    hold = threading.Event()
+    with provider(hold) as (slow_url, slow_asked), provider() as (paced_url, paced_asked):
+        slow = parse_contract(contract_text(slow_url, name="slow", timeout="120s"), source="s.toml")
+        paced = parse_contract(contract_text(paced_url, name="paced", timeout="120s"), source="p.toml")
+        store = _store(tmp_path)
+        engine = Engine(store, owner="enqueue")
+        engine.admit(WatchRequest(slow, "j-slow", "op-slow", by="enqueue"))
+        engine.admit(WatchRequest(paced, "j-paced", "op-paced", by="enqueue"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=4, provider_rates={"paced": 100.0},
+            log=JsonLog(io.StringIO(), worker="worker-1"),
+        )  # fmt: skip
+        with ThreadPoolExecutor(4) as pool:
+            batch = pool.submit(worker.run_once, pool)
+            _until(lambda: slow_asked, "the slow provider was never asked")
+            # Its answer is held: the batch is still on it, and the paced poll must not wait for it.
+            _until(lambda: paced_asked, "the paced provider's poll waited for the batch's slow answer")
+            assert not batch.done()
+            hold.set()
+            assert batch.result(GUARD) == 2
+        worker.close()
+    for op in ("op-slow", "op-paced"):
+        stored = store.get(op)
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+    store.close()
+
+
+def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(tmp_path: Path) -> None:
+    """A contract first seen in a batch has its credential read by its token command, which waits here until
+    the test lets it go: meanwhile another write of the same process goes through (the claim's transaction,
+    which holds the process's SQLite writer, has committed), and the batch still polls it once it is ready."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    command = tmp_path / "token.py"
+    command.write_text(
+        "import pathlib, sys, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.005)\n"
+        "print('tok-WORKER-123')\n"
+    )
+    extra = f'\n[auth]\ntoken_command = [{json.dumps(sys.executable)}, {json.dumps(str(command))}]\ntoken_ttl = "50m"\n'
+    with provider() as (url, asked):
+        contract = parse_contract(contract_text(url, name="tok", extra=extra), source="t.toml")
+        store = _store(tmp_path)
+        Engine(store, owner="enqueue").admit(WatchRequest(contract, "j1", "op-1", by="enqueue"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(io.StringIO(), worker="w")
+        )
+        with ThreadPoolExecutor(2) as pool:
+            batch = pool.submit(worker.run_once, pool)
+            _until(started.exists, "the token command never started")
+            store.append("op-1", "note", {"by": "test"}, store.db_now())  # would wait for the whole command
+            assert not go.exists() and not batch.done()  # the command is still waiting: the write did not
+            go.touch()
+            assert batch.result(GUARD) == 1
+        worker.close()
+    assert asked == ["/jobs/j1"]
+    stored = store.get("op-1")
+    assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+    store.close()
