@@ -119,6 +119,8 @@ class _Group(Generic[T]):
     opened: float = field(default_factory=time.monotonic)
     last: float = field(default_factory=time.monotonic)
     """When its latest ticket joined: a group closes once nobody has joined for `LINGER`."""
+    full: threading.Event = field(default_factory=threading.Event)
+    """Set when nobody else can join: every watch of the store in this process has, or `MAX_BATCH` did."""
 
 
 class Combiner:
@@ -192,6 +194,8 @@ class Combiner:
                     raise
             group.tickets.append(ticket)
             group.last = time.monotonic()
+            if len(group.tickets) >= min(MAX_BATCH, self.users):
+                group.full.set()
 
     def _close(self, forming: dict[K, _Group[T]], key: K, group: _Group[T]) -> None:
         """No ticket joins `group` from now on: who comes now forms the next batch."""
@@ -207,9 +211,10 @@ class Combiner:
             now = time.monotonic()
             with self._lock:
                 quiet = now - group.last
-            if quiet >= LINGER or now - group.opened >= MAX_LINGER or len(group.tickets) >= MAX_BATCH:
+            if quiet >= LINGER or now - group.opened >= MAX_LINGER:
                 return
-            time.sleep(LINGER - quiet)
+            if group.full.wait(LINGER - quiet):  # woken by the last to join, not a sleep's late wake-up
+                return
 
     def _lead_admissions(self, key: None, group: _Group[_Admission]) -> None:
         try:
