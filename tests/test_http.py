@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pollwarden import wire_select
+from pollwarden import wire_round, wire_select
 from pollwarden.core import FailureKind, Response, TransportFailure, observe, parse_contract
 from pollwarden.core.contract import Contract
 from pollwarden.core.observe import Exchange, Kind
@@ -235,13 +235,13 @@ def test_the_transport_is_handed_one_deadline_the_contract_timeout_after_the_req
             handed.append(request.deadline)
             return super().open(request)
 
-    add = wire_select.Round.add
+    add = wire_round.Round.add
 
-    def recording(round_: wire_select.Round, transport: SocketTransport, request: Request) -> wire_select.Exchanging:
+    def recording(round_: wire_round.Round, transport: SocketTransport, request: Request) -> wire_select.Exchanging:
         handed.append(request.deadline)  # the selector path (status polls)
         return add(round_, transport, request)
 
-    monkeypatch.setattr(wire_select.Round, "add", recording)
+    monkeypatch.setattr(wire_round.Round, "add", recording)
 
     server = serve(send(answer(body=json_body())))
     contract = contract_for(server.url)

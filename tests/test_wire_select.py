@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pollwarden import wire, wire_select
+from pollwarden import wire, wire_round, wire_select
 from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.http import StatusClient, fetch_all
 from pollwarden.wire import WireError
@@ -219,18 +219,18 @@ def test_https_polls_go_on_the_selector_beside_plain_http(
     certificates: Certificates, serve: Callable[[RawScript], RawServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     selected: list[int] = []  # the requests of each selector round
-    made, add = wire_select.Round.__init__, wire_select.Round.add
+    made, add = wire_round.Round.__init__, wire_round.Round.add
 
-    def making(round_: wire_select.Round, **options: bool) -> None:
+    def making(round_: wire_round.Round, **options: bool) -> None:
         selected.append(0)
         made(round_, **options)
 
-    def adding(round_: wire_select.Round, transport: wire.SocketTransport, request: wire.Request) -> Any:
+    def adding(round_: wire_round.Round, transport: wire.SocketTransport, request: wire.Request) -> Any:
         selected[-1] += 1
         return add(round_, transport, request)
 
-    monkeypatch.setattr(wire_select.Round, "__init__", making)
-    monkeypatch.setattr(wire_select.Round, "add", adding)
+    monkeypatch.setattr(wire_round.Round, "__init__", making)
+    monkeypatch.setattr(wire_round.Round, "add", adding)
     tls_server = TlsServer(certificates.good, always(OK))
     plain = serve(send(answer(body=json_body("running"))))
     try:
@@ -296,7 +296,7 @@ def test_a_request_whose_deadline_passed_while_the_batch_committed_is_never_sent
     server = threading.Thread(target=accept, daemon=True)
     server.start()
     try:
-        with wire_select.Round() as round_:
+        with wire_round.Round() as round_:
             deadline = time.monotonic() + 0.05
             one = round_.add(
                 wire.SocketTransport(), _poll_request(f"http://127.0.0.1:{listener.getsockname()[1]}", deadline)
@@ -332,9 +332,9 @@ def test_an_answer_that_came_in_whole_while_the_batch_committed_is_taken_whole()
     server = RawServer(answers)
     transport = wire.SocketTransport()
     try:
-        (small,) = wire_select.exchange([(transport, _poll_request(server.url, time.monotonic() + 60))])
+        (small,) = wire_round.exchange([(transport, _poll_request(server.url, time.monotonic() + 60))])
         assert isinstance(small, wire_select.HeldAnswer)  # and its connection kept for the next request
-        with wire_select.Round() as round_:
+        with wire_round.Round() as round_:
             deadline = time.monotonic() + 2.0
             one = round_.add(transport, _poll_request(server.url, deadline))
             assert not one.sending  # sent at once on the kept connection

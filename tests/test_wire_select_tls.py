@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pollwarden import wire, wire_select
+from pollwarden import wire, wire_round
 from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.http import StatusClient, fetch_all
@@ -33,23 +33,23 @@ class Batch:
 
 @pytest.fixture
 def batches(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
-    """Every selector round (`wire_select.Round`): the requests it was handed (their deadlines) and when it was
+    """Every selector round (`wire_round.Round`): the requests it was handed (their deadlines) and when it was
     closed, its requests answered or past their deadlines."""
     seen: list[Batch] = []
-    add, close = wire_select.Round.add, wire_select.Round.close
+    add, close = wire_round.Round.add, wire_round.Round.close
     handed: dict[int, list[Request]] = {}
 
-    def adding(round_: wire_select.Round, transport: wire.SocketTransport, request: Request) -> Any:
+    def adding(round_: wire_round.Round, transport: wire.SocketTransport, request: Request) -> Any:
         handed.setdefault(id(round_), []).append(request)
         return add(round_, transport, request)
 
-    def closing(round_: wire_select.Round) -> None:
+    def closing(round_: wire_round.Round) -> None:
         close(round_)
         if id(round_) in handed:
             seen.append(Batch(handed.pop(id(round_)), time.monotonic()))
 
-    monkeypatch.setattr(wire_select.Round, "add", adding)
-    monkeypatch.setattr(wire_select.Round, "close", closing)
+    monkeypatch.setattr(wire_round.Round, "add", adding)
+    monkeypatch.setattr(wire_round.Round, "close", closing)
     return seen
 
 

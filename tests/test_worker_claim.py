@@ -13,7 +13,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,68 +26,48 @@ from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.worker import JsonLog, Worker
+from tests.test_http_keepalive import OK, KeepAliveServer
 
 GUARD = 60.0
 """How long the test waits for what must happen before failing it as stalled: a guard, never the assertion."""
 
-RUNNING = b'{"state": "running"}'
-
 
 @contextmanager
-def provider(hold: threading.Event | None = None) -> Iterator[tuple[str, list[str]]]:
-    """A loopback provider that answers `running`; with `hold`, only once it is set. Yields its URL and the
-    paths it was asked for, as each request arrives."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    asked: list[str] = []
+def provider(hold: threading.Event | None = None) -> Iterator[KeepAliveServer]:
+    """A loopback provider that answers `running`; with `hold`, only once it is set. Its `requests` are the
+    request heads, as each arrives."""
 
-    def one(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    more = conn.recv(65536)
-                    if not more:
-                        return
-                    data += more
-                head, _, data = data.partition(b"\r\n\r\n")
-                asked.append(head.split(b" ", 2)[1].decode())
-                if hold is not None:
-                    hold.wait(GUARD)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(RUNNING), RUNNING))
+    def answer(conn: socket.socket, _: int) -> bool:
+        if hold is not None:
+            hold.wait(GUARD)
+        conn.sendall(OK)
+        return True
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=one, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    server = KeepAliveServer(answer)
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", asked
+        yield server
     finally:
         if hold is not None:
             hold.set()
-        listener.close()
+        server.close()
 
 
 def _store(home: Path) -> Store:
     return open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
 
 
-def _until(condition: object, what: str) -> None:
+def _until(condition: Callable[[], object], what: str) -> None:
     deadline = time.monotonic() + GUARD
-    while not callable(condition) or not condition():
+    while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.005)
 
 
 def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(tmp_path: Path) -> None:
     hold = threading.Event()
-    with provider(hold) as (slow_url, slow_asked), provider() as (paced_url, paced_asked):
-        slow = parse_contract(contract_text(slow_url, name="slow", timeout="120s"), source="s.toml")
-        paced = parse_contract(contract_text(paced_url, name="paced", timeout="120s"), source="p.toml")
+    with provider(hold) as slow_provider, provider() as paced_provider:
+        slow = parse_contract(contract_text(slow_provider.url, name="slow", timeout="120s"), source="s.toml")
+        paced = parse_contract(contract_text(paced_provider.url, name="paced", timeout="120s"), source="p.toml")
         store = _store(tmp_path)
         engine = Engine(store, owner="enqueue")
         engine.admit(WatchRequest(slow, "j-slow", "op-slow", by="enqueue"))
@@ -98,9 +78,9 @@ def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(t
         )  # fmt: skip
         with ThreadPoolExecutor(4) as pool:
             batch = pool.submit(worker.run_once, pool)
-            _until(lambda: slow_asked, "the slow provider was never asked")
+            _until(lambda: slow_provider.requests, "the slow provider was never asked")
             # Its answer is held: the batch is still on it, and the paced poll must not wait for it.
-            _until(lambda: paced_asked, "the paced provider's poll waited for the batch's slow answer")
+            _until(lambda: paced_provider.requests, "the paced provider's poll waited for the batch's slow answer")
             assert not batch.done()
             hold.set()
             assert batch.result(GUARD) == 2
@@ -125,8 +105,8 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
         "print('tok-WORKER-123')\n"
     )
     extra = f'\n[auth]\ntoken_command = [{json.dumps(sys.executable)}, {json.dumps(str(command))}]\ntoken_ttl = "50m"\n'
-    with provider() as (url, asked):
-        contract = parse_contract(contract_text(url, name="tok", extra=extra), source="t.toml")
+    with provider() as server:
+        contract = parse_contract(contract_text(server.url, name="tok", extra=extra), source="t.toml")
         store = _store(tmp_path)
         Engine(store, owner="enqueue").admit(WatchRequest(contract, "j1", "op-1", by="enqueue"))
         worker = Worker(
@@ -140,7 +120,7 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
             go.touch()
             assert batch.result(GUARD) == 1
         worker.close()
-    assert asked == ["/jobs/j1"]
+    assert [head.split(b" ", 2)[1] for head in server.requests] == [b"/jobs/j1"]
     stored = store.get("op-1")
     assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
     store.close()

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
-from . import __version__, wire_select
+from . import __version__, wire_round, wire_select
 from .core.contract import Contract
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
@@ -244,7 +244,7 @@ class StatusClient:
 
     def _send_started(self, started: _Started) -> Exchange:
         if self._selectable(started.request):
-            return self._finish(started, wire_select.exchange([(self._socket, started.request)])[0])
+            return self._finish(started, wire_round.exchange([(self._socket, started.request)])[0])
         try:
             answer: Answer | WireError = self._transport.open(started.request)
         except TimeoutError:  # a transport's own deadline check
@@ -457,10 +457,10 @@ class Fetch:
 class Fetches:
     """`StatusClient.fetch` for polls a batch starts as its flows reach them and takes back as each one ends: those
     of clients on their own sockets (`StatusClient.selects`) on one selector in the calling thread
-    (`wire_select.Round`), any other at once, in turn. `fetch_all` is its one-shot form."""
+    (`wire_round.Round`), any other at once, in turn. `fetch_all` is its one-shot form."""
 
     def __init__(self, *, ringable: bool = False) -> None:
-        self.round = wire_select.Round(ringable=ringable)
+        self.round = wire_round.Round(ringable=ringable)
         self._sent: dict[wire_select.Exchanging, Fetch] = {}
 
     def __enter__(self) -> Fetches:

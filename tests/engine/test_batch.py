@@ -71,6 +71,20 @@ def _claim(store: Store, contract: Contract, engine: Engine, count: int = COUNT)
     return claimed
 
 
+def refuse_writes_of(store: Store, operation_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write transaction that writes `operation_id` is refused (a value the store cannot take): the
+    transaction fails whole, and the driver must give each of its other writes its own fate."""
+    real = store._write_in  # type: ignore[attr-defined]
+
+    def refusing(tx: Any, writes: Sequence[FencedWrite], values: Sequence[Any], now: Any) -> list[bool]:
+        if any(w.lease.operation_id == operation_id for w in writes):
+            raise StoreError("refused")
+        result: list[bool] = real(tx, writes, values, now)
+        return result
+
+    monkeypatch.setattr(store, "_write_in", refusing)
+
+
 def _count_transactions(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     real = store.write_many
@@ -351,15 +365,7 @@ def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_o
     batch is claimed again, the claims alone, and each reservation then has its own fate."""
     contract = _contract()
     engine = _admitted(store, contract)
-    real = store._write_in  # type: ignore[attr-defined]
-
-    def refusing(tx: Any, writes: Sequence[FencedWrite], values: Sequence[Any], now: Any) -> list[bool]:
-        if any(w.lease.operation_id == "op-never-3" for w in writes):
-            raise StoreError("refused")
-        result: list[bool] = real(tx, writes, values, now)
-        return result
-
-    monkeypatch.setattr(store, "_write_in", refusing)
+    refuse_writes_of(store, "op-never-3", monkeypatch)
     provider = WatchingProvider(backend.open(), count=COUNT - 1)
     with ThreadPoolExecutor(COUNT) as io:
         claimed, results = engine.claim_due_many(

@@ -9,10 +9,11 @@ made it.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -23,7 +24,7 @@ from pollwarden.core.observe import Response
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled, StepResult
 from pollwarden.engine.combine import Combiner, combined
 from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
-from tests.engine.test_batch import COUNT, WatchingProvider, _contract
+from tests.engine.test_batch import COUNT, WatchingProvider, _contract, refuse_writes_of
 
 
 def _watches(store: Store, combiner: Combiner) -> list[Engine]:
@@ -35,31 +36,41 @@ def _watches(store: Store, combiner: Combiner) -> list[Engine]:
     return engines
 
 
-def _step_together(combiner: Combiner, engines: list[Engine], client: Any) -> list[StepResult | BaseException]:
-    """Every engine's step at once, in one batch: the batch that is forming closes only when the one before
-    it has sent its requests, so while the test holds that turn every step joins the same one."""
-    contract = _contract()
-    results: list[StepResult | BaseException | None] = [None] * len(engines)
+T = TypeVar("T")
+
+
+def _all_at_once(turn: Any, forming: Any, calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
+    """Every call on a thread of its own, at once, all in one batch: a batch that is forming closes only once
+    it holds `turn` (the one before it is still claiming, or admitting), so while the test holds that turn every
+    call joins the same group of `forming`. Each result, or what the call raised."""
+    results: list[T | BaseException | None] = [None] * len(calls)
 
     def one(n: int) -> None:
         try:
-            results[n] = engines[n].step(contract, client, f"op-never-{n}")
+            results[n] = calls[n]()
         except BaseException as exc:
             results[n] = exc
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(engines))]
-    with combiner._turn:
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(calls))]
+    with turn:
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while sum(len(g.tickets) for g in combiner._forming.values()) < len(engines):
-            assert time.monotonic() < deadline, "the steps never joined the forming batch"
+        while sum(len(g.tickets) for g in forming.values()) < len(calls):
+            assert time.monotonic() < deadline, "the calls never joined the forming batch"
             time.sleep(0.001)
     for thread in threads:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads)
     assert all(result is not None for result in results)
     return [result for result in results if result is not None]
+
+
+def _step_together(combiner: Combiner, engines: list[Engine], client: Any) -> list[StepResult | BaseException]:
+    """Every engine's step at once, in one batch."""
+    contract = _contract()
+    steps = [functools.partial(engine.step, contract, client, f"op-never-{n}") for n, engine in enumerate(engines)]
+    return _all_at_once(combiner._turn, combiner._forming, steps)
 
 
 def _count(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
@@ -115,18 +126,10 @@ def test_steps_due_together_claim_and_reserve_in_one_transaction_and_each_record
 def test_a_reservation_the_store_refuses_fails_only_its_own_step(
     store: Store, backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = store._write_in  # type: ignore[attr-defined]
-
-    def refusing(tx: Any, writes: Sequence[FencedWrite], values: Sequence[Any], now: Any) -> list[bool]:
-        if any(w.lease.operation_id == "op-never-3" for w in writes):
-            raise StoreError("refused")
-        result: list[bool] = real(tx, writes, values, now)
-        return result
-
     with combined(store) as combiner:
         engines = _watches(store, combiner)
         provider = WatchingProvider(backend.open(), count=COUNT - 1)
-        monkeypatch.setattr(store, "_write_in", refusing)
+        refuse_writes_of(store, "op-never-3", monkeypatch)
         results = _step_together(combiner, engines, provider)
     by_op = dict(zip((f"op-never-{n}" for n in range(COUNT)), results, strict=True))
     assert isinstance(by_op.pop("op-never-3"), StoreError)
@@ -230,28 +233,9 @@ def test_a_slow_provider_holds_up_no_other_watch_of_its_batch(store: Store, back
 def _admit_together(
     combiner: Combiner, engines: list[Engine], requests: list[WatchRequest]
 ) -> list[Admitted | BaseException]:
-    """Every request's admission at once, through its own engine: while the test holds the turn of the batch
-    of admissions, every one joins the batch that is forming."""
-    results: list[Admitted | BaseException | None] = [None] * len(requests)
-
-    def one(n: int) -> None:
-        try:
-            results[n] = engines[n].admit(requests[n])
-        except BaseException as exc:
-            results[n] = exc
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(requests))]
-    with combiner._admit_turn:
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 30
-        while sum(len(g.tickets) for g in combiner._admitting.values()) < len(requests):
-            assert time.monotonic() < deadline, "the admissions never joined the forming batch"
-            time.sleep(0.001)
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
-    return [result for result in results if result is not None]
+    """Every request's admission at once, through its own engine, in one batch of admissions."""
+    admissions = [functools.partial(engine.admit, request) for engine, request in zip(engines, requests, strict=True)]
+    return _all_at_once(combiner._admit_turn, combiner._admitting, admissions)
 
 
 def test_watches_that_start_together_are_admitted_in_one_transaction_each_refused_on_its_own(

@@ -46,7 +46,7 @@ from ..core.contract import Contract
 from ..core.record import OperationRecord
 from ..http import Fetches
 from ..store.base import Store
-from ..wire_select import Round
+from ..wire_round import Round
 from . import batch, flow
 from .driver import AdmissionError, Admitted
 from .flow import StepResult
