@@ -246,6 +246,10 @@ class _ContractCache:
                 made[1].close()
 
 
+SIGNAL_CHECK = 0.5
+"""Seconds between the main thread's looks at the signals caught on other threads while it waits for the lanes."""
+
+
 class Worker:
     def __init__(
         self,
@@ -455,7 +459,11 @@ class Worker:
             for lane in lanes:
                 lane.start()
             for lane in lanes:
-                lane.join()
+                while lane.is_alive():
+                    # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one
+                    # pending already, as in a burst) runs its handler only once this thread runs Python code
+                    # again, and an untimed join never would: the worker waited for ever on its own stop.
+                    lane.join(SIGNAL_CHECK)
         self.close()
         if failures:
             raise failures[0]

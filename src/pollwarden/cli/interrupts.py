@@ -44,6 +44,11 @@ def interruptible() -> Iterator[None]:
     SIGINT is installed even when inherited as ignored: a shell starts `cmd &` with SIGINT ignored, and Python
     then installs no KeyboardInterrupt handler, so `kill -INT` would do nothing. SIGHUP inherited as ignored is
     left ignored: that is what `nohup` asks for.
+
+    A handler the block put in place of ours and left there is kept: a worker that stopped as asked ignores
+    the rest of a burst of stop signals (`foreground.stop_signals(then_ignore=True)`), and putting Python's
+    KeyboardInterrupt handler back over that let the interpreter's exit reset it to the default, so a late
+    SIGINT of the burst killed a process that had stopped cleanly (exit -2, not 0).
     """
     previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
     for signum in _SIGNALS:
@@ -54,4 +59,5 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+            if signal.getsignal(number) is _raise:
+                signal.signal(number, handler if handler is not None else signal.SIG_DFL)
