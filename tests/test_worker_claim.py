@@ -124,3 +124,42 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
     stored = store.get("op-1")
     assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
     store.close()
+
+
+def test_a_token_command_of_a_new_contract_holds_up_no_request_of_the_batch(tmp_path: Path) -> None:
+    """The batch's reserved requests go out while a new contract's token command is still running: their leases
+    are counting from the reservation, and a slow credential must not make the flow withhold them."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    command = tmp_path / "token.py"
+    command.write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.005)\n"
+        "print('tok-WORKER-456')\n"
+    )
+    extra = f'\n[auth]\ntoken_command = [{json.dumps(sys.executable)}, {json.dumps(str(command))}]\ntoken_ttl = "50m"\n'
+    with provider() as fast_provider, provider() as token_provider:
+        fast = parse_contract(contract_text(fast_provider.url, name="fast", timeout="1s"), source="f.toml")
+        token = parse_contract(contract_text(token_provider.url, name="tok", extra=extra), source="t.toml")
+        store = _store(tmp_path)
+        engine = Engine(store, owner="enqueue")
+        engine.admit(WatchRequest(fast, "j0", "op-0", by="enqueue"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="w")
+        )
+        with ThreadPoolExecutor(4) as pool:
+            assert worker.run_once(pool) == 1  # "fast" has its client now
+            engine.admit(WatchRequest(fast, "j1", "op-1", by="enqueue"))
+            engine.admit(WatchRequest(token, "t1", "op-t", by="enqueue"))
+            batch = pool.submit(worker.run_once, pool)
+            _until(started.exists, "the token command never started")
+            _until(lambda: len(fast_provider.requests) == 2, "the batch's request waited for the token command")
+            assert not go.exists()  # it went out while the command was still waiting
+            go.touch()
+            assert batch.result(GUARD) >= 2
+        worker.close()
+    stored = store.get("op-1")
+    assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+    assert [e.kind for e in store.events("op-1")][-1] != "request_withheld"
+    store.close()

@@ -301,13 +301,13 @@ class Worker:
 
     def run_once(self, pool: ThreadPoolExecutor) -> int:
         """One batch: claim up to `batch` due operations with their reservations, in one transaction, and poll
-        them together, with group commit; returns how many were claimed. A paced provider's operations go one
-        by one on `pool`: each waits for its slot.
+        them together, with group commit; returns how many were claimed.
 
-        Inside the claim's transaction only operations whose contract's client is made already are reserved
-        (`_ContractCache.ready`): making one may read a credential (a token command), which must not hold the
-        database. The others are sorted once the claims are committed, before any request goes out: given
-        back, sent to the pool, or made ready and stepped in the same batch, reserved in its next write."""
+        Only operations whose contract's client is made already are reserved in the claim's transaction
+        (`_ContractCache.ready`): making one may read a credential (a token command), which must hold neither
+        the database nor the batch's requests, whose leases are already counting. The others go to `pool` once
+        the claims commit, each stepped on its own (`_poll_one`, as a paced provider's poll, which waits for its
+        slot there): its client made, its lease given back if its contract is unusable."""
         store = self._store()
         clock = self._clock = batch_clock(store.db_now())
         now = clock()
@@ -315,34 +315,29 @@ class Worker:
         chosen: list[tuple[Contract, StatusClient, Claimed]] = []
         futures: list[Future[None]] = []
 
-        def paced_poll(contract: Contract, one: Claimed) -> bool:
-            return contract.name in paced and isinstance(next_step(one.record, now), Poll)
-
         def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
             chosen.clear()
             for one in [] if self.stop.is_set() else claimed:
                 found = self._contracts.ready(one.contract_text)
-                if found is not None and not isinstance(found, str) and not paced_poll(found[0], one):
-                    chosen.append((*found, one))
+                if found is None or isinstance(found, str):
+                    continue
+                if found[0].name in paced and isinstance(next_step(one.record, now), Poll):
+                    continue
+                chosen.append((*found, one))
             return chosen
 
-        def sort(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
+        def alone(claimed: list[Claimed]) -> None:
             stepping = {id(one) for _, _, one in chosen}
-            later: list[tuple[Contract, StatusClient, Claimed]] = []
             for one in claimed:
                 if id(one) in stepping:
                     continue
-                found = None if self.stop.is_set() else self._contracts.client(one.contract_text, self.log)
-                if found is None or isinstance(found, str):
-                    self._give_back(store, one)
-                elif paced_poll(found[0], one):
+                try:
                     futures.append(pool.submit(self._poll_one, one, clock))
-                else:
-                    later.append((*found, one))
-            return later
+                except RuntimeError:  # the pool is shutting down: the worker is stopping
+                    self._give_back(store, one)
 
         engine = Engine(store, owner=self.owner, clock=clock)
-        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool, then=sort)
+        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool, then=alone)
         with self.log.batch():
             for (contract, _, one), result in results:
                 if isinstance(result, BaseException):
@@ -458,12 +453,14 @@ class Worker:
             ]
             for lane in lanes:
                 lane.start()
-            for lane in lanes:
-                while lane.is_alive():
-                    # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one
-                    # pending already, as in a burst) runs its handler only once this thread runs Python code
-                    # again, and an untimed join never would: the worker waited for ever on its own stop.
-                    lane.join(SIGNAL_CHECK)
+            try:
+                _join_all(lanes)
+            finally:
+                # Whatever ended the wait early (an interrupt the stop signals do not cover, SIGHUP) stops the
+                # lanes too: they finish their batches and give their leases back, instead of polling on behind
+                # a process that is leaving.
+                self.stop.set()
+                _join_all(lanes)
         self.close()
         if failures:
             raise failures[0]
@@ -498,6 +495,15 @@ class Worker:
                     store.close()
             self._stores.clear()
         self._claim_store.close()
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        while thread.is_alive():
+            # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one pending
+            # already, as in a burst) runs its handler only once this thread runs Python code again, and an untimed
+            # join never would: the worker waited for ever on its own stop.
+            thread.join(SIGNAL_CHECK)
 
 
 def _lateness(now: datetime, record: OperationRecord) -> float:

@@ -26,14 +26,22 @@ def test_a_stop_that_ignores_the_rest_of_a_burst_is_kept_after_the_command(resto
     must not be put back over that, or the interpreter's exit resets SIGINT to the default and a late one
     kills the process that stopped cleanly."""
     done = threading.Event()
-    with interruptible(), stop_signals(done, then_ignore=True):
+    with interruptible(process=True), stop_signals(done, then_ignore=True):
         done.set()
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
 
 
+def test_code_that_calls_main_gets_its_own_handlers_back_whatever_the_command_did(restored: None) -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    done = threading.Event()
+    with interruptible(), stop_signals(done, then_ignore=True):
+        done.set()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
 def test_the_previous_handlers_come_back_when_the_block_left_ours(restored: None) -> None:
     before = signal.getsignal(signal.SIGINT)
-    with interruptible(), stop_signals(threading.Event(), then_ignore=True):  # not stopped: ours come back
+    with interruptible(process=True), stop_signals(threading.Event(), then_ignore=True):  # not stopped
         pass
     assert signal.getsignal(signal.SIGINT) is before

@@ -273,3 +273,36 @@ def test_a_burst_of_stop_signals_to_the_whole_group_stops_it(processes: str, db:
                 os.killpg(group.proc.pid, signal.SIGKILL)
     assert code == 0, group.log_path.read_text()[-3000:]
     assert len(group.events("worker_stopped")) == int(processes)
+
+
+def test_sighup_stops_a_polling_worker_and_leaves_no_lease(db: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed) is not one of the worker's stop signals but the command's interrupt: it
+    ended the command's wait while the lanes went on polling for ever behind it. Now the lanes stop too: each
+    finishes its batch and gives its leases back, and the command says it was interrupted (exit 129)."""
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms",
+                              max_requests=100_000, deadline="30m")  # fmt: skip
+    for n in range(8):
+        sim.add_job(f"h{n}", [Step(body={"state": "running"}, delay=0.02)])
+    _enqueue(db, home, contract, [f"h{n}" for n in range(8)])
+    group = Group(db, home, processes="1")
+    try:
+        group.until("polling", lambda: group.events("polled"))
+        group.proc.send_signal(signal.SIGHUP)
+    finally:
+        try:
+            code = group.proc.wait(timeout=HANG_GUARD)
+        finally:
+            if group.proc.poll() is None:  # polling on: take it down rather than leave it
+                group.proc.kill()
+    assert code == 128 + signal.SIGHUP, group.log_path.read_text()[-3000:]
+    assert "interrupted by SIGHUP" in group.log_path.read_text()
+    assert _held_leases(db, home) == []
+    store = _store(db, home)
+    try:
+        for stored in store.all():  # still active, resumable: the provider saw no more than was counted
+            seen = sim.requests(stored.record.job_id)
+            assert len(seen) <= stored.record.status_requests_used and not stored.record.is_final
+    finally:
+        store.close()
+    verified = run_cli("audit", "verify", "--db", db, home=home)
+    assert verified.code == 0, verified.stdout + verified.stderr

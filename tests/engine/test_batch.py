@@ -416,3 +416,23 @@ def test_a_selector_that_fails_ends_each_poll_in_its_own_flow_and_leaves_no_leas
         stored = store.get(f"op-never-{n}")
         assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1
         assert stored.record.reason is not None and stored.record.reason.value == "integration_failure"
+
+
+def test_a_worker_that_fails_after_its_claim_gives_every_reserved_lease_back(store: Store, backend: Backend) -> None:
+    """What happens between the claim's commit and the requests (`then`) fails: nothing is sent, each chosen
+    flow gives its lease back, its reservation stays counted, and the failure is raised."""
+    contract = _contract()
+    engine = _admitted(store, contract)
+    provider = WatchingProvider(backend.open())
+
+    def failing(claimed: list[Claimed]) -> None:
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    with ThreadPoolExecutor(COUNT) as io, pytest.raises(RuntimeError, match="after shutdown"):
+        engine.claim_due_many(
+            store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io, then=failing
+        )
+    assert provider.committed_at_send == {}  # nothing went out
+    for n in range(COUNT):
+        stored = store.get(f"op-never-{n}")
+        assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1

@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "db", None):
         os.environ["POLLWARDEN_DB"] = args.db  # one rule for every store this process opens (operating.py)
     try:
-        with interruptible():
+        with interruptible(process=argv is None):  # None: the program's own arguments, so its whole life
             return func(args)
     except PollwardenError as exc:  # every error a person acts on, with its own exit code (errors.py)
         _say(f"pollwarden: error: {shown(exc)}")

@@ -38,17 +38,19 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible(*, process: bool = False) -> Iterator[None]:
     """Install the handlers for the block (main thread only), then put the previous ones back.
 
     SIGINT is installed even when inherited as ignored: a shell starts `cmd &` with SIGINT ignored, and Python
     then installs no KeyboardInterrupt handler, so `kill -INT` would do nothing. SIGHUP inherited as ignored is
     left ignored: that is what `nohup` asks for.
 
-    A handler the block put in place of ours and left there is kept: a worker that stopped as asked ignores
-    the rest of a burst of stop signals (`foreground.stop_signals(then_ignore=True)`), and putting Python's
-    KeyboardInterrupt handler back over that let the interpreter's exit reset it to the default, so a late
-    SIGINT of the burst killed a process that had stopped cleanly (exit -2, not 0).
+    `process`: the block is the process's command (`main` run as the program, not called by other code): a
+    handler the block put in place of ours and left there is then kept to the end. A worker that stopped as
+    asked ignores the rest of a burst of stop signals (`foreground.stop_signals(then_ignore=True)`), and
+    putting Python's KeyboardInterrupt handler back over that let the interpreter's exit reset it to the
+    default, so a late SIGINT of the burst killed a process that had stopped cleanly (exit -2, not 0). Code
+    that calls `main` gets its own handlers back, whatever the command did.
     """
     previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
     for signum in _SIGNALS:
@@ -59,5 +61,5 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         for number, handler in previous.items():
-            if signal.getsignal(number) is _raise:
+            if not process or signal.getsignal(number) is _raise:
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)

@@ -305,21 +305,22 @@ def claim_due_and_run(
     ttl: timedelta,
     limit: int,
     choose: Callable[[list[Claimed]], Sequence[Chosen]],
-    then: Callable[[list[Claimed]], Sequence[Chosen]],
+    then: Callable[[list[Claimed]], None],
     perform: Perform,
     clock: Callable[[], datetime],
     io: Executor,
 ) -> tuple[list[Claimed], list[tuple[Chosen, Lane]]]:
     """A worker's batch: up to `limit` due operations claimed, and the reservations of those `choose` picks
     (`flow.step_claimed` of each, up to its first write) committed in the same transaction, one commit fewer
-    than claiming first. Once that has committed, `then` sees everything claimed (and gives back or sends
-    elsewhere what it does not step) and picks more to step; every chosen flow is then driven to its end
-    (`run`, where the later ones' reservations are written). `choose` runs inside the transaction and must
-    neither use the store nor wait. Returns everything claimed and each chosen operation with its lane, ended.
+    than claiming first; every chosen flow is then driven to its end (`run`). `choose` runs inside the
+    transaction and must neither use the store nor wait; `then` is told everything claimed once the claims have
+    committed, before the requests go out, and hands on at once what it does not step here (their leases are
+    its). Returns everything claimed and each chosen operation with its lane, ended.
 
     If that transaction fails, nothing of it was written (the flows begun hold no lease, and are dropped): the
     batch is claimed again the way that gives each write its own fate, the claims first (`claim_due`), then
-    `run`, which retries a failed write alone. A claim that fails raises, as `claim_due` does."""
+    `run`, which retries a failed write alone. A claim that fails raises, as `claim_due` does; if `then` raises,
+    the chosen flows give their leases back (their reservations counted, nothing sent) and it is raised."""
     chosen: list[Chosen] = []
     lanes: list[Lane] = []
     planned: list[int] = []
@@ -344,12 +345,16 @@ def claim_due_and_run(
     else:
         for i, done in zip(planned, written, strict=True):
             lanes[i].resume(done)
-    more = list(then(claimed))
-    later = _lanes(more, now)
-    for lane in later:
-        lane.resume()
-    run([*lanes, *later], store, perform, clock, io, begun=True)
-    return claimed, list(zip([*chosen, *more], [*lanes, *later], strict=True))
+    try:
+        then(claimed)
+    except BaseException as exc:
+        for lane in lanes:
+            if lane.result is None:
+                lane.resume(None, exc)
+        run(lanes, store, perform, clock, io, begun=True)
+        raise
+    run(lanes, store, perform, clock, io, begun=True)
+    return claimed, list(zip(chosen, lanes, strict=True))
 
 
 def _lanes(chosen: Sequence[Chosen], now: datetime) -> list[Lane]:

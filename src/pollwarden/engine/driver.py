@@ -350,13 +350,13 @@ class Engine:
         choose: Callable[[list[Claimed]], Sequence[batch.Chosen]],
         io: Executor,
         *,
-        then: Callable[[list[Claimed]], Sequence[batch.Chosen]] = lambda claimed: (),
+        then: Callable[[list[Claimed]], None] = lambda claimed: None,
     ) -> tuple[list[Claimed], list[tuple[batch.Chosen, StepResult | BaseException]]]:
         """The fleet's batch as this engine's owner (`batch.claim_due_and_run`): up to `limit` due operations
-        claimed with the reservations of those `choose` picks, in one transaction; once that has committed,
-        `then` is given everything claimed and picks more to step in the batch (`choose` runs inside the
-        transaction and must not use the store, nor wait). Returns everything claimed, and each stepped
-        operation with its result."""
+        claimed with the reservations of those `choose` picks, in one transaction, then stepped together;
+        `then` is told everything claimed once the claims commit, and hands on at once what is not stepped here
+        (`choose` runs inside the transaction and must not use the store, nor wait). Returns everything
+        claimed, and each stepped operation with its result."""
         claimed, stepped = batch.claim_due_and_run(
             self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io
         )
