@@ -15,6 +15,12 @@ POSTGRES_CONCURRENCY = 64
 """The same on PostgreSQL, where a batch's transactions are round trips to the server that more requests in
 flight hide: one process polled 1,065 a second with 64 against 850 with 32 (docs/performance.md)."""
 
+POSTGRES_POOL = 8
+"""The most connections one worker process holds to PostgreSQL, whatever its `concurrency`: a connection is held
+for a transaction, never across a request, so a few serve any number in flight (its two lanes hold one each while
+they claim or write; the rest serve operations stepped one by one). The pool once grew with `concurrency`, to 66,
+and the default `worker --processes 2` could take 132 of the server's default `max_connections` of 100."""
+
 MAX_PROCESSES = 64
 """The most worker processes one `pollwarden worker --processes N` starts."""
 

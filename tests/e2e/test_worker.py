@@ -20,6 +20,7 @@ from pollwarden.core.contract import load_contract
 from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
+from pollwarden.fleet_defaults import POSTGRES_POOL
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 from tests.e2e.conftest import store_of as _store
@@ -267,6 +268,43 @@ def test_kill_9_in_the_middle_of_batches_loses_no_count_and_sends_nothing_uncoun
         assert len(numbers) == len(set(numbers)), (job, numbers)
     verified = run_cli("audit", "verify", "--db", db, home=home)
     assert verified.code == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("db", ["postgres"], indirect=True)
+def test_a_worker_process_holds_few_connections_whatever_its_concurrency(
+    db: str, sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    """Its connection pool grew with --concurrency (66 connections for the default 64 on PostgreSQL, whenever its
+    operations were stepped one by one: a paced provider's, or a new contract's in the first batch), so the default
+    `worker --processes 2` could take 132 of the server's default 100, and every other client was refused ("too
+    many clients already"). A connection is held only for a transaction, so a few serve any number in flight."""
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="20ms", max_delay="20ms", max_requests=10)
+    jobs = [f"c{n}" for n in range(200)]
+    for job in jobs:
+        sim.add_job(job, [Step(body={"state": "running"}, times=2, delay=0.05), Step(body={"state": "succeeded"})])
+    _enqueue(db, home, contract, jobs)
+    worker = _spawn_worker(db, home, "--concurrency", "64", "--provider-rate", "exports=10000")
+    most = 0
+    try:
+        deadline = time.monotonic() + 60  # a hang guard
+        with psycopg.connect(db, autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FILTER (WHERE datname = current_database() AND pid <> pg_backend_pid()),"
+                    " (SELECT count(*) FROM operations WHERE phase = 'active') FROM pg_stat_activity"
+                ).fetchone()
+                assert row is not None
+                most = max(most, row[0])
+                if not row[1]:
+                    break
+                assert worker.poll() is None and time.monotonic() < deadline, _log_of(worker)
+                time.sleep(0.005)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert '"poll_failed"' not in _log_of(worker)
+    assert 1 <= most <= POSTGRES_POOL, most
+    _check_invariants(sim, db, home)
 
 
 def test_provider_rate_caps_the_fleet(sim: Simulator, home: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
-from ..fleet_defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, SUPERVISOR_ENV
+from ..fleet_defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
 from ..foreground import stop_signals
 from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..http import CredentialError, resolve_secret
@@ -84,7 +84,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     rates = _provider_rates(args.provider_rate or [])
     if args.processes > 1:
         return _supervise(args)
-    factory = store_factory(args, pool_size=args.concurrency + 2)
+    factory = store_factory(args, pool_size=POSTGRES_POOL)
     owner = process_owner("worker")
     metrics = Metrics()
     log = JsonLog(worker=owner)
