@@ -11,7 +11,12 @@ from __future__ import annotations
 import io
 import signal
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
+
+import pytest
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.foreground import stop_signals
@@ -56,3 +61,54 @@ def test_a_stop_signal_caught_on_another_thread_stops_the_worker(tmp_path: Path)
         guard.cancel()
     assert stopped == [False]  # nothing had stopped it before the signal
     assert not hung.is_set(), "the worker never heard the signal another thread caught"
+
+
+class _Hangup(BaseException):
+    """What an interrupt the worker's stop signals do not cover (SIGHUP, the CLI's `Interrupted`) raises."""
+
+
+def test_an_interrupt_of_the_wait_still_waits_for_the_batch_in_flight(tmp_path: Path) -> None:
+    """On Python 3.11 a `Thread.join` that an interrupt ends marks the thread it waited for as ended while it runs
+    on: the worker then stopped waiting for a lane in the middle of its batch, and left with its leases held."""
+    started, release = threading.Event(), threading.Event()
+    finished: list[bool] = []
+
+    class Busy(Worker):
+        def run_once(self, pool: ThreadPoolExecutor) -> int:  # a batch in flight until released
+            started.set()
+            release.wait(GUARD)
+            finished.append(release.is_set())
+            return 1
+
+    worker = Busy(
+        lambda: open_store(
+            tmp_path / "pollwarden.db", keys=load_or_create_keys(tmp_path), trusted_checkpoint_path=None
+        ),
+        owner="worker-1",
+        concurrency=1,  # one lane: the one the interrupted wait was waiting for
+        log=JsonLog(io.StringIO(), worker="worker-1"),
+    )
+    main = threading.get_ident()
+
+    def hang_up(signum: int, frame: FrameType | None) -> None:
+        raise _Hangup
+
+    def interrupt_then_release() -> None:
+        started.wait(GUARD)
+        signal.pthread_kill(main, signal.SIGALRM)
+        worker.stop.wait(GUARD)  # set by the worker once the interrupt reached it
+        time.sleep(0.2)  # a wait that did not wait for the lane has returned by now; one that does, does not care
+        release.set()
+
+    previous = signal.signal(signal.SIGALRM, hang_up)
+    helper = threading.Thread(target=interrupt_then_release, daemon=True)
+    try:
+        helper.start()
+        with pytest.raises(_Hangup):
+            worker.run()
+        assert finished == [True], "the worker stopped waiting for a lane still in its batch"
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        release.set()
+        helper.join(GUARD)
+        worker.close()

@@ -447,26 +447,27 @@ class Worker:
         self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
         failures: list[BaseException] = []
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+            ended = [threading.Event() for _ in range(self.lanes)]
             lanes = [
-                threading.Thread(target=self._lane, args=(pool, failures), name=f"pollwarden-lane-{n}")
-                for n in range(self.lanes)
+                threading.Thread(target=self._lane, args=(pool, failures, done), name=f"pollwarden-lane-{n}")
+                for n, done in enumerate(ended)
             ]
             for lane in lanes:
                 lane.start()
             try:
-                _join_all(lanes)
+                _wait_all(ended)
             finally:
                 # Whatever ended the wait early (an interrupt the stop signals do not cover, SIGHUP) stops the
                 # lanes too: they finish their batches and give their leases back, instead of polling on behind
                 # a process that is leaving.
                 self.stop.set()
-                _join_all(lanes)
+                _wait_all(ended)
         self.close()
         if failures:
             raise failures[0]
         self.log("worker_stopped")
 
-    def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException]) -> None:
+    def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException], ended: threading.Event) -> None:
         """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch
         overlaps the work of the next instead of leaving the CPU idle."""
         try:
@@ -477,6 +478,8 @@ class Worker:
         except BaseException as exc:
             failures.append(exc)
             self.stop.set()
+        finally:
+            ended.set()
 
     def _idle_for(self) -> float:
         store = self._store()
@@ -497,13 +500,17 @@ class Worker:
         self._claim_store.close()
 
 
-def _join_all(threads: list[threading.Thread]) -> None:
-    for thread in threads:
-        while thread.is_alive():
-            # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one pending
-            # already, as in a burst) runs its handler only once this thread runs Python code again, and an untimed
-            # join never would: the worker waited for ever on its own stop.
-            thread.join(SIGNAL_CHECK)
+def _wait_all(ended: list[threading.Event]) -> None:
+    """Until every lane has ended, as each says itself. Not `Thread.join`: on Python 3.11 a join that an interrupt
+    (SIGHUP) ends marks the thread it waited for as ended while it still runs its batch (CPython's
+    `_wait_for_tstate_lock` releases the running thread's lock), so the second wait, and the interpreter's own at
+    exit, did not wait for it, and the process left with its leases held."""
+    for done in ended:
+        # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one pending
+        # already, as in a burst) runs its handler only once this thread runs Python code again, and an untimed
+        # wait never would: the worker waited for ever on its own stop.
+        while not done.wait(SIGNAL_CHECK):
+            pass
 
 
 def _lateness(now: datetime, record: OperationRecord) -> float:

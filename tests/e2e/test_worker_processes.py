@@ -165,7 +165,7 @@ def test_sigterm_stops_every_child_and_leaves_no_lease_held(
     children = group.children()
     assert len(children) == 2 and all(_gone(pid) for pid in children)
     assert len(group.events("worker_stopped")) == 2
-    assert _held_leases(db, home) == []
+    assert _held_leases(db, home) == [], group.log_path.read_text()[-6000:]
     verified = run_cli("audit", "verify", "--db", db, home=home)
     assert verified.code == 0, verified.stdout + verified.stderr
 
@@ -296,7 +296,7 @@ def test_sighup_stops_a_polling_worker_and_leaves_no_lease(db: str, sim: Simulat
                 group.proc.kill()
     assert code == 128 + signal.SIGHUP, group.log_path.read_text()[-3000:]
     assert "interrupted by SIGHUP" in group.log_path.read_text()
-    assert _held_leases(db, home) == []
+    assert _held_leases(db, home) == [], group.log_path.read_text()[-6000:]
     store = _store(db, home)
     try:
         for stored in store.all():  # still active, resumable: the provider saw no more than was counted
