@@ -335,8 +335,9 @@ def test_provider_rate_caps_the_fleet(sim: Simulator, home: Path, tmp_path: Path
 
 
 def test_the_default_concurrency_is_the_backends(db: str, home: Path) -> None:
-    """Without --concurrency: 32 requests in flight on SQLite (a batch holds the file's one write lock while it
-    commits), 64 on PostgreSQL (more in flight hide the round trips to the server)."""
+    """Without --concurrency: 128 requests in flight on SQLite (a batch holds the file's one write lock while it
+    commits, so larger batches share it better), 64 on PostgreSQL (more in flight hide the round trips to the
+    server; 128 loaded the server more and polled less)."""
     path = home / "default.log"
     with path.open("w") as log:
         worker = subprocess.Popen(
@@ -355,7 +356,7 @@ def test_the_default_concurrency_is_the_backends(db: str, home: Path) -> None:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     started = next(json.loads(line) for line in path.read_text().splitlines() if '"worker_started"' in line)
-    assert started["concurrency"] == (64 if db.startswith("postgresql://") else 32)
+    assert started["concurrency"] == (64 if db.startswith("postgresql://") else 128)
 
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)
