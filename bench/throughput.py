@@ -34,6 +34,7 @@ from pathlib import Path
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.durations import parse_rfc3339
+from pollwarden.fleet_defaults import DEFAULT_CONCURRENCY, LANES, POSTGRES_CONCURRENCY
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
@@ -392,8 +393,9 @@ def throughput_section(runs: list[Run], late: list[Run]) -> list[str]:
         "## Worker throughput",
         "",
         "Each operation's job answers `running` (base = max delay 1 s, so the queue is always due); every worker"
-        " process runs with the default settings (`pollwarden worker --processes 1 --db ...`: two lanes of 16,"
-        " group commit; *workers* is how many such processes). The"
+        " process runs with the default settings (`pollwarden worker --processes 1 --db ...`: two lanes of"
+        f" {DEFAULT_CONCURRENCY // LANES} on SQLite and {POSTGRES_CONCURRENCY // LANES} on PostgreSQL, group"
+        " commit; *workers* is how many such processes). The"
         " provider is `bench/fast_provider.py` in a process of its own. A poll is the whole durable step: batch"
         " claim with fenced leases, reservations committed before any request is sent, the requests, the fenced"
         " records with their sealed, chained audit events. *Raw commits* is the database's rate of one-row"
