@@ -16,7 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
@@ -163,3 +166,31 @@ def test_a_token_command_of_a_new_contract_holds_up_no_request_of_the_batch(tmp_
     assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
     assert [e.kind for e in store.events("op-1")][-1] != "request_withheld"
     store.close()
+
+
+def test_an_operation_stepped_alone_that_fails_where_no_store_opens_stays_its_own_failure(tmp_path: Path) -> None:
+    """The failure path of an operation stepped on the pool opened this thread's store again to give its lease
+    back; where that could not open either (no file descriptor left), the error escaped to the lane, which then
+    stopped the whole worker. Now it is that operation's failure, counted and logged; its lease expires."""
+
+    def open_it() -> Store:
+        return open_store(tmp_path / "pollwarden.db", keys=load_or_create_keys(tmp_path), trusted_checkpoint_path=None)
+
+    log = io.StringIO()
+
+    class Broken(Worker):
+        def _poll_claimed(self, claimed: Any, clock: Callable[[], Any]) -> None:
+            raise OSError("Too many open files")
+
+        def _store(self) -> Store:
+            raise OSError("Too many open files")
+
+    worker = Broken(open_it, owner="worker-1", concurrency=2, log=JsonLog(log, worker="worker-1"))
+    try:
+        claimed = SimpleNamespace(lease=SimpleNamespace(operation_id="op-1"))
+        worker._poll_one(claimed, lambda: datetime.now(UTC))  # type: ignore[arg-type]
+    finally:
+        worker.close()
+    [line] = [json.loads(text) for text in log.getvalue().splitlines()]
+    assert (line["event"], line["operation"], line["error"]) == ("poll_failed", "op-1", "OSError")
+    assert worker.metrics.registry.get_sample_value("pollwarden_step_failures_total") == 1

@@ -365,7 +365,13 @@ class Worker:
         try:
             self._poll_claimed(claimed, clock)
         except Exception as exc:
-            self._failed(self._store(), claimed, exc)
+            try:
+                store = self._store()
+            except Exception:  # this thread has no store and cannot open one: the lease expires on its own
+                self.metrics.failures.inc()
+                self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
+                return
+            self._failed(store, claimed, exc)
 
     def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         store = self._store()
@@ -446,23 +452,31 @@ class Worker:
         due (never holding a lease asleep). A lane that fails stops the worker, as a lone loop would."""
         self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
         failures: list[BaseException] = []
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
-            ended = [threading.Event() for _ in range(self.lanes)]
-            lanes = [
-                threading.Thread(target=self._lane, args=(pool, failures, done), name=f"pollwarden-lane-{n}")
-                for n, done in enumerate(ended)
-            ]
-            for lane in lanes:
-                lane.start()
-            try:
-                _wait_all(ended)
-            finally:
-                # Whatever ended the wait early (an interrupt the stop signals do not cover, SIGHUP) stops the
-                # lanes too: they finish their batches and give their leases back, instead of polling on behind
-                # a process that is leaving.
-                self.stop.set()
-                _wait_all(ended)
-        self.close()
+        try:
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+                begun: list[threading.Event] = []
+                try:
+                    for n in range(self.lanes):
+                        ended = threading.Event()
+                        lane = threading.Thread(
+                            target=self._lane, args=(pool, failures, ended), name=f"pollwarden-lane-{n}"
+                        )
+                        begun.append(ended)
+                        try:
+                            # An interrupt can end start()'s wait for the new thread: it runs, and is waited for.
+                            lane.start()
+                        except RuntimeError:  # no thread was made ("can't start new thread"): none to wait for
+                            begun.pop()
+                            raise
+                    _wait_all(begun)
+                finally:
+                    # Whatever ended the wait early (an interrupt the stop signals do not cover, SIGHUP) stops the
+                    # lanes too: they finish their batches and give their leases back, instead of polling on
+                    # behind a process that is leaving. Another interrupt meanwhile is raised once they have.
+                    self.stop.set()
+                    _wait_all(begun, through_interrupts=True)
+        finally:
+            self.close()
         if failures:
             raise failures[0]
         self.log("worker_stopped")
@@ -500,17 +514,26 @@ class Worker:
         self._claim_store.close()
 
 
-def _wait_all(ended: list[threading.Event]) -> None:
+def _wait_all(ended: list[threading.Event], *, through_interrupts: bool = False) -> None:
     """Until every lane has ended, as each says itself. Not `Thread.join`: on Python 3.11 a join that an interrupt
     (SIGHUP) ends marks the thread it waited for as ended while it still runs its batch (CPython's
     `_wait_for_tstate_lock` releases the running thread's lock), so the second wait, and the interpreter's own at
     exit, did not wait for it, and the process left with its leases held."""
+    interrupted: BaseException | None = None
     for done in ended:
         # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one pending
         # already, as in a burst) runs its handler only once this thread runs Python code again, and an untimed
         # wait never would: the worker waited for ever on its own stop.
-        while not done.wait(SIGNAL_CHECK):
-            pass
+        while True:
+            try:
+                if done.wait(SIGNAL_CHECK):
+                    break
+            except BaseException as exc:  # a signal handler's exception (SIGHUP's `Interrupted`)
+                if not through_interrupts:
+                    raise
+                interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def _lateness(now: datetime, record: OperationRecord) -> float:

@@ -92,12 +92,13 @@ def _held_leases(db: str, home: Path) -> list[tuple[str, str]]:
         store.close()
 
 
-def _both_polling(sim: Simulator, tmp_path: Path, home: Path, db: str, count: int) -> Group:
-    """`count` jobs that run for ever, and a group of two once both its children poll them."""
+def _both_polling(sim: Simulator, tmp_path: Path, home: Path, db: str, count: int, delay: float = 0.02) -> Group:
+    """`count` jobs that run for ever (each answer `delay` seconds late), and a group of two once both its children
+    poll them."""
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms",
                               max_requests=100_000, deadline="30m")  # fmt: skip
     for n in range(count):
-        sim.add_job(f"r{n}", [Step(body={"state": "running"}, delay=0.02)])
+        sim.add_job(f"r{n}", [Step(body={"state": "running"}, delay=delay)])
     _enqueue(db, home, contract, [f"r{n}" for n in range(count)])
     group = Group(db, home)
     try:
@@ -201,8 +202,11 @@ def test_a_child_killed_with_sigkill_is_restarted_and_polling_goes_on(
 def test_the_children_stop_by_themselves_when_the_supervisor_is_killed(
     db: str, sim: Simulator, home: Path, tmp_path: Path
 ) -> None:
-    group = _both_polling(sim, tmp_path, home, db, 20)
+    # Answers that take a second: a child holds leases through almost all of each batch, so once one is seen held
+    # it still is at the kill (with quick answers the kill sometimes fell between batches, when none was held).
+    group = _both_polling(sim, tmp_path, home, db, 20, delay=1.0)
     children = group.children()
+    group.until("a child holding a lease", lambda: _held_leases(db, home))
     group.proc.send_signal(signal.SIGKILL)
     group.proc.wait()
     deadline = time.monotonic() + HANG_GUARD
