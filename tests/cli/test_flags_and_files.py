@@ -46,6 +46,15 @@ def test_bad_numbers_are_exit_2_naming_the_flag(args: tuple[str, ...], flag: str
     assert not (home / "pollwarden.db").exists()  # nothing created
 
 
+@pytest.mark.parametrize("rate", ["20000", "0", "-1", "nan"])
+def test_a_provider_rate_out_of_range_says_the_range(rate: str, home: Path) -> None:
+    """It said only how to write the flag, so `exports=20000`, written that way, looked right and was refused."""
+    ran = run_cli("worker", "--provider-rate", f"exports={rate}", home=home, timeout=30)
+    assert ran.code == 2, (ran.stdout, ran.stderr)
+    assert "above 0 and at most 10000" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    assert not (home / "pollwarden.db").exists()
+
+
 def _exported_home(sim: Simulator, tmp_path: Path, home: Path) -> None:
     sim.add_job("ok-1", [Step(body={"state": "succeeded", "result_url": "https://files.example/r"})])
     contract = write_contract(tmp_path / "c.toml", sim.url)

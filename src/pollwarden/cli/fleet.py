@@ -117,7 +117,10 @@ def _provider_rates(specs: list[str]) -> dict[str, float]:
         except ValueError:
             rate = -1.0
         if not name or not 0 < rate <= 10_000:
-            raise UsageError(f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, e.g. exports=5")
+            raise UsageError(
+                f"--provider-rate {spec!r}: write it as CONTRACT_NAME=REQUESTS_PER_SECOND, a rate above 0 and at"
+                " most 10000 a second, e.g. exports=5"
+            )
         rates[name] = rate
     return rates
 
