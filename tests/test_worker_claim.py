@@ -194,3 +194,42 @@ def test_an_operation_stepped_alone_that_fails_where_no_store_opens_stays_its_ow
     [line] = [json.loads(text) for text in log.getvalue().splitlines()]
     assert (line["event"], line["operation"], line["error"]) == ("poll_failed", "op-1", "OSError")
     assert worker.metrics.registry.get_sample_value("pollwarden_step_failures_total") == 1
+
+
+def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> None:
+    """Clients were made under one lock of the process, held while a token command ran: a second new contract's
+    first poll waited for the first's whole command (up to its timeout), its claim's lease running. Each token
+    command here waits (10 s at most) for the other's to have started, and says whether it saw it."""
+
+    def command(mine: str, other: str) -> str:
+        script = tmp_path / f"token-{mine}.py"
+        script.write_text(
+            "import pathlib, time\n"
+            f"pathlib.Path({str(tmp_path / mine)!r}).touch()\n"
+            "deadline = time.monotonic() + 10\n"
+            f"while not pathlib.Path({str(tmp_path / other)!r}).exists() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.005)\n"
+            f"if pathlib.Path({str(tmp_path / other)!r}).exists():\n"
+            f"    pathlib.Path({str(tmp_path / (mine + '-saw'))!r}).touch()\n"
+            f"print('tok-{mine}-WORKER')\n"
+        )
+        argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
+        return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "50m"\n'
+
+    with provider() as server:
+        store = _store(tmp_path)
+        engine = Engine(store, owner="enqueue")
+        for mine, other in (("a", "b"), ("b", "a")):
+            text = contract_text(server.url, name=f"tok{mine}", timeout="30s", extra=command(mine, other))
+            engine.admit(WatchRequest(parse_contract(text, source=f"{mine}.toml"), f"j{mine}", f"op-{mine}", by="e"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="w")
+        )
+        with ThreadPoolExecutor(4) as pool:
+            assert worker.run_once(pool) == 2
+        worker.close()
+    assert (tmp_path / "a-saw").exists() and (tmp_path / "b-saw").exists(), "one token command waited for the other"
+    for op in ("op-a", "op-b"):
+        stored = store.get(op)
+        assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+    store.close()

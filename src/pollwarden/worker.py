@@ -216,6 +216,9 @@ class _ContractCache:
     clock: Callable[[], datetime]
     clients: dict[str, tuple[Contract, StatusClient] | str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    making: dict[str, threading.Lock] = field(default_factory=dict)
+    """One lock per contract text, held while its client is made (a token command may run for seconds): another
+    contract's client is made meanwhile, not after it."""
 
     def ready(self, text: str) -> tuple[Contract, StatusClient] | str | None:
         """The client of a text already seen, or None: never waits (not even for the lock a `client` holds while it
@@ -224,7 +227,12 @@ class _ContractCache:
 
     def client(self, text: str, log: JsonLog) -> tuple[Contract, StatusClient] | str:
         key = hashlib.sha256(text.encode()).hexdigest()
+        found = self.clients.get(key)
+        if found is not None:
+            return found
         with self.lock:
+            one = self.making.setdefault(key, threading.Lock())
+        with one:
             found = self.clients.get(key)
             if found is not None:
                 return found
