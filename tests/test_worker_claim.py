@@ -21,6 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract import parse_contract
@@ -232,4 +234,52 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
     for op in ("op-a", "op-b"):
         stored = store.get(op)
         assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
+    store.close()
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["batch", "alone"])
+def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeout(tmp_path: Path, paced: bool) -> None:
+    """A poll's time limit was checked before its credential was read, and the request's own time bound ran from
+    before it too: an expired token whose command ran longer than the contract's timeout ended the poll as a
+    transport failure, "connect timed out", recorded against a provider that was never asked (a shorter refresh
+    ate into the request's time). The credential is read first now (`StatusClient.prepare`), by both drivers (the
+    batch's and one operation's, as a paced provider's); then the limit is checked: the deadline passed before
+    the request could go out, and that is what is recorded."""
+    runs = tmp_path / "runs"
+    script = tmp_path / "token.py"
+    script.write_text(
+        "import pathlib, time\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "n = int(runs.read_text()) if runs.exists() else 0\n"
+        "runs.write_text(str(n + 1))\n"
+        "if n:\n"
+        "    time.sleep(2.5)  # a refresh: past the deadline below\n"
+        "print('tok-REFRESHED-789')\n"
+    )
+    argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
+    extra = f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "100ms"\n'
+    with provider() as server:
+        text = contract_text(server.url, name="tok", timeout="1s", deadline="2s", base_delay="300ms",
+                             max_delay="300ms", extra=extra)  # fmt: skip
+        store = _store(tmp_path)
+        Engine(store, owner="enqueue").admit(WatchRequest(parse_contract(text, source="t.toml"), "j1", "op-1", by="e"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(io.StringIO(), worker="w"),
+            provider_rates={"tok": 100.0} if paced else None,
+        )  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            assert worker.run_once(pool) == 1  # the first poll: its client made (the command's quick first run)
+            assert len(server.requests) == 1
+            deadline = time.monotonic() + GUARD
+            while not worker.run_once(pool):  # the second, once due: its token expired, the refresh is slow
+                assert time.monotonic() < deadline, "the operation never came due again"
+                time.sleep(0.01)
+        worker.close()
+    assert runs.read_text() == "2"
+    assert len(server.requests) == 1
+    stored = store.get("op-1")
+    assert stored is not None and stored.record.is_final and stored.lease_owner is None, stored
+    events = store.events("op-1")
+    assert [e.data["kind"] for e in events if e.kind == "observed"] == ["job_state"]  # the first poll's, no other
+    assert "passed before the request could go out" in str(stored.record.detail), stored.record.detail
     store.close()

@@ -17,6 +17,7 @@ for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` doe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import math
@@ -200,6 +201,15 @@ class StatusClient:
                 # Nothing was sent: a local failure, which the core stops as an integration failure (never a loop).
                 raise WireError(FailureKind.LOCAL, f"the credential could not be read: {exc}") from None
         return headers
+
+    def prepare(self) -> None:
+        """Read the credential now if the next request would (an expired token, one a 401 dropped: a token command
+        may take seconds), so a driver checks a request's time limit (`flow.too_late`) after that wait, not
+        before it. A credential that cannot be read is left to the request, which meets the same failure and ends
+        as it always has (a recorded local failure), so nothing here may raise into a batch."""
+        if self._sends and self._credential is not None:
+            with contextlib.suppress(Exception):
+                self._credential.prime()
 
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None

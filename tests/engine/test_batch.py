@@ -40,6 +40,9 @@ class WatchingProvider:
         self.together = threading.Barrier(count, timeout=60)  # a guard: all COUNT arrive at once unless broken
         self.committed_at_send: dict[str, int] = {}
 
+    def prepare(self) -> None:  # no credential to read
+        pass
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:
@@ -252,7 +255,7 @@ def test_a_poll_the_batch_reaches_too_late_is_not_sent_and_the_others_are() -> N
 
             late, on_time = lane("late", now), lane("on-time", now + timedelta(seconds=1))
             flying: dict[batch.Lane, Any] = {}
-            batch._start([late, on_time], fetches, flying, lambda *_: None, now, io)
+            batch._start([late, on_time], fetches, flying, lambda *_: None, lambda: now, io)
             assert list(flying) == [on_time]  # the late one ended at once: never in flight
             while flying:
                 batch._take(fetches.wait(batch.GATHER), flying)

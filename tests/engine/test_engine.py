@@ -52,6 +52,9 @@ class SlowProvider:
         self.rival_delay = rival_delay
         self.rival_claims: list[int] = []
 
+    def prepare(self) -> None:  # no credential to read
+        pass
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:

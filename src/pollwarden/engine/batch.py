@@ -129,7 +129,7 @@ def run(
                 continue  # the flows that just committed may want I/O now: it goes out together
             starting = [lane for lane in lanes if isinstance(lane.effect, _IO) and lane not in flying]
             if starting:
-                _start(starting, fetches, flying, perform, clock(), io)
+                _start(starting, fetches, flying, perform, clock, io)
                 continue  # a request that ended before the wire (or too late to go) moved its flow on
             if reserved is not None:
                 reserved()
@@ -170,13 +170,20 @@ def _start(
     fetches: Fetches,
     flying: dict[Lane, Fetch | Future[Outcome]],
     perform: Perform,
-    now: datetime,
+    clock: Callable[[], datetime],
     io: Executor,
 ) -> None:
     """Each lane's request or announcement on its way: a status poll on the selector (on the pool each was a
     thread, and handing the GIL between them cost more CPU than the requests: docs/performance.md), the rest on
     `io`. A poll reached too late (`flow.too_late`: other lanes' commits came first) is not sent, nor one whose
-    watch was interrupted before it went out."""
+    watch was interrupted before it went out. Each poll's client is prepared first (a token command it would
+    run), so the time limit is checked after that wait."""
+    prepared: set[int] = set()
+    for lane in lanes:
+        if isinstance(lane.effect, flow.Send) and _selects(lane.client) and id(lane.client) not in prepared:
+            prepared.add(id(lane.client))
+            lane.client.prepare()
+    now = clock()
     polls: list[tuple[Lane, flow.Send]] = []
     for lane in lanes:
         effect = lane.effect

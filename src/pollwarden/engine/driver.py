@@ -53,6 +53,9 @@ T = TypeVar("T")
 class StatusSender(Protocol):
     """What the engine needs of a status client: one bounded request, credential held inside."""
 
+    def prepare(self) -> None:
+        """Whatever slow work the next request would start with (a token command), done now."""
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange: ...
@@ -482,6 +485,7 @@ class Engine:
                 hold_until=effect.hold_until,
             )
         if isinstance(effect, flow.Send):
+            client.prepare()  # a token command's wait counts before the time limit is checked, not after
             if (late := flow.too_late(effect, self.clock())) is not None:
                 raise late
             return client.fetch(effect.job_id, effect.headers, location=effect.location)
