@@ -68,6 +68,27 @@ def _until(condition: Callable[[], object], what: str) -> None:
         time.sleep(0.005)
 
 
+def _auth(script: Path, ttl: str = "50m") -> str:
+    """A contract's [auth] table whose token command is `script`, run by this interpreter."""
+    argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
+    return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "{ttl}"\n'
+
+
+def _held_token(tmp_path: Path, token: str) -> tuple[str, Path, Path]:
+    """[auth] with a token command that says it started (touches `started`) and prints `token` only once the
+    test touches `go`: the table, `started` and `go`."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    command = tmp_path / "token.py"
+    command.write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.005)\n"
+        f"print({token!r})\n"
+    )
+    return _auth(command), started, go
+
+
 def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(tmp_path: Path) -> None:
     hold = threading.Event()
     with provider(hold) as slow_provider, provider() as paced_provider:
@@ -100,16 +121,7 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
     """A contract first seen in a batch has its credential read by its token command, which waits here until
     the test lets it go: meanwhile another write of the same process goes through (the claim's transaction,
     which holds the process's SQLite writer, has committed), and the batch still polls it once it is ready."""
-    started, go = tmp_path / "started", tmp_path / "go"
-    command = tmp_path / "token.py"
-    command.write_text(
-        "import pathlib, sys, time\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        f"while not pathlib.Path({str(go)!r}).exists():\n"
-        "    time.sleep(0.005)\n"
-        "print('tok-WORKER-123')\n"
-    )
-    extra = f'\n[auth]\ntoken_command = [{json.dumps(sys.executable)}, {json.dumps(str(command))}]\ntoken_ttl = "50m"\n'
+    extra, started, go = _held_token(tmp_path, "tok-WORKER-123")
     with provider() as server:
         contract = parse_contract(contract_text(server.url, name="tok", extra=extra), source="t.toml")
         store = _store(tmp_path)
@@ -134,16 +146,7 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
 def test_a_token_command_of_a_new_contract_holds_up_no_request_of_the_batch(tmp_path: Path) -> None:
     """The batch's reserved requests go out while a new contract's token command is still running: their leases
     are counting from the reservation, and a slow credential must not make the flow withhold them."""
-    started, go = tmp_path / "started", tmp_path / "go"
-    command = tmp_path / "token.py"
-    command.write_text(
-        "import pathlib, time\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        f"while not pathlib.Path({str(go)!r}).exists():\n"
-        "    time.sleep(0.005)\n"
-        "print('tok-WORKER-456')\n"
-    )
-    extra = f'\n[auth]\ntoken_command = [{json.dumps(sys.executable)}, {json.dumps(str(command))}]\ntoken_ttl = "50m"\n'
+    extra, started, go = _held_token(tmp_path, "tok-WORKER-456")
     with provider() as fast_provider, provider() as token_provider:
         fast = parse_contract(contract_text(fast_provider.url, name="fast", timeout="1s"), source="f.toml")
         token = parse_contract(contract_text(token_provider.url, name="tok", extra=extra), source="t.toml")
@@ -215,8 +218,7 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
             f"    pathlib.Path({str(tmp_path / (mine + '-saw'))!r}).touch()\n"
             f"print('tok-{mine}-WORKER')\n"
         )
-        argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
-        return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "50m"\n'
+        return _auth(script)
 
     with provider() as server:
         store = _store(tmp_path)
@@ -256,8 +258,7 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
         "    time.sleep(2.5)  # a refresh: past the deadline below\n"
         "print('tok-REFRESHED-789')\n"
     )
-    argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
-    extra = f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "100ms"\n'
+    extra = _auth(script, ttl="100ms")
     with provider() as server:
         text = contract_text(server.url, name="tok", timeout="1s", deadline="2s", base_delay="300ms",
                              max_delay="300ms", extra=extra)  # fmt: skip
