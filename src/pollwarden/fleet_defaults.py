@@ -21,8 +21,8 @@ POSTGRES_POOL = 8
 """The most connections one worker process holds to PostgreSQL, whatever its `concurrency`: a connection is held
 for a transaction, never across a request, so a few serve any number in flight (its two lanes hold one each while
 they claim or write; the rest serve operations stepped one by one), and one more for the fleet gauges with
-`--metrics-port`. The pool once grew with `concurrency`, to 66,
-and the default `worker --processes 2` could take 132 of the server's default `max_connections` of 100."""
+`--metrics-port`. The pool once grew with `concurrency`, to 66, and the default `worker --processes 2` could
+take 132 of the server's default `max_connections` of 100."""
 
 MAX_PROCESSES = 64
 """The most worker processes one `pollwarden worker --processes N` starts."""

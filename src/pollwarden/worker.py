@@ -226,10 +226,10 @@ class _ContractCache:
         return self.clients.get(hashlib.sha256(text.encode()).hexdigest())
 
     def client(self, text: str, log: JsonLog) -> tuple[Contract, StatusClient] | str:
-        key = hashlib.sha256(text.encode()).hexdigest()
-        found = self.clients.get(key)
+        found = self.ready(text)
         if found is not None:
             return found
+        key = hashlib.sha256(text.encode()).hexdigest()
         with self.lock:
             one = self.making.setdefault(key, threading.Lock())
         with one:
@@ -362,10 +362,16 @@ class Worker:
         except Exception as exc:  # the store itself is failing; the lease expires on its own
             self.log("release_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
 
-    def _failed(self, store: Store, claimed: Claimed, exc: BaseException) -> None:
-        """One operation's poll raised instead of ending in a record; it stays here, never stalls the fleet."""
+    def _failed(self, store: Store | None, claimed: Claimed, exc: BaseException) -> None:
+        """One operation's poll raised instead of ending in a record; it stays here, never stalls the fleet.
+        `store`: None for this thread's own, which may be what failed (no file descriptor left to open it): the
+        lease then expires on its own."""
         self.metrics.failures.inc()
         self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
+        try:
+            store = self._store() if store is None else store
+        except Exception:
+            return
         self._give_back(store, claimed)
 
     def _poll_one(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
@@ -373,13 +379,7 @@ class Worker:
         try:
             self._poll_claimed(claimed, clock)
         except Exception as exc:
-            try:
-                store = self._store()
-            except Exception:  # this thread has no store and cannot open one: the lease expires on its own
-                self.metrics.failures.inc()
-                self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
-                return
-            self._failed(store, claimed, exc)
+            self._failed(None, claimed, exc)
 
     def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         store = self._store()

@@ -358,9 +358,9 @@ def claim_due_and_run(
         for lane in lanes:
             if lane.result is None:
                 lane.resume(None, exc)
-        run(lanes, store, perform, clock, io, begun=True)
         raise
-    run(lanes, store, perform, clock, io, begun=True)
+    finally:
+        run(lanes, store, perform, clock, io, begun=True)
     return claimed, list(zip(chosen, lanes, strict=True))
 
 
