@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import locale
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +23,13 @@ def write_contract(path: Path, base_url: str, **options: Any) -> Path:
     """The simulator's contract, written where a CLI run can read it; options as `contract_text` takes them."""
     path.write_text(contract_text(base_url, **options), encoding="utf-8")
     return path
+
+
+def token_command_auth(script: Path, ttl: str = "50m") -> str:
+    """A contract's [auth] table (`contract_text`'s `extra`) whose token command is `script`, run by this
+    interpreter, its token kept `ttl`."""
+    argv = json.dumps([sys.executable, str(script)])
+    return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "{ttl}"\n'
 
 
 @dataclass

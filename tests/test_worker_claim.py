@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.worker import JsonLog, Worker
+from tests.conftest import token_command_auth
 from tests.test_http_keepalive import OK, KeepAliveServer
 
 GUARD = 60.0
@@ -68,12 +68,6 @@ def _until(condition: Callable[[], object], what: str) -> None:
         time.sleep(0.005)
 
 
-def _auth(script: Path, ttl: str = "50m") -> str:
-    """A contract's [auth] table whose token command is `script`, run by this interpreter."""
-    argv = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}]"
-    return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "{ttl}"\n'
-
-
 def _held_token(tmp_path: Path, token: str) -> tuple[str, Path, Path]:
     """[auth] with a token command that says it started (touches `started`) and prints `token` only once the
     test touches `go`: the table, `started` and `go`."""
@@ -86,7 +80,7 @@ def _held_token(tmp_path: Path, token: str) -> tuple[str, Path, Path]:
         "    time.sleep(0.005)\n"
         f"print({token!r})\n"
     )
-    return _auth(command), started, go
+    return token_command_auth(command), started, go
 
 
 def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(tmp_path: Path) -> None:
@@ -218,7 +212,7 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
             f"    pathlib.Path({str(tmp_path / (mine + '-saw'))!r}).touch()\n"
             f"print('tok-{mine}-WORKER')\n"
         )
-        return _auth(script)
+        return token_command_auth(script)
 
     with provider() as server:
         store = _store(tmp_path)
@@ -258,7 +252,7 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
         "    time.sleep(2.5)  # a refresh: past the deadline below\n"
         "print('tok-REFRESHED-789')\n"
     )
-    extra = _auth(script, ttl="100ms")
+    extra = token_command_auth(script, ttl="100ms")
     with provider() as server:
         text = contract_text(server.url, name="tok", timeout="1s", deadline="2s", base_delay="300ms",
                              max_delay="300ms", extra=extra)  # fmt: skip
