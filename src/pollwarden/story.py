@@ -6,7 +6,7 @@ older version, with a field missing, still tells its line: a missing value reads
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -216,7 +216,13 @@ def _marked(e: ev.SubmissionMarked, s: Scene) -> str:
 
 @renders(ev.SessionStarted)
 def _session(e: ev.SessionStarted, s: Scene) -> str:
-    return f"{s.at} agent session {_v(e.session)} started ({_v(e.server)}), client {_v(e.client)}"
+    who = f", agent {_principal(e.agent)}" if e.agent else f", isolation {_v(e.isolation)}" if e.isolation else ""
+    return f"{s.at} agent session {_v(e.session)} started ({_v(e.server)}), client {_v(e.client)}{who}"
+
+
+def _principal(who: Mapping[str, Any]) -> str:
+    """An agent as the kernel named it to the broker: user name, uid and pid."""
+    return f"{_v(who.get('user'))} (uid {_v(who.get('uid'))}, pid {_v(who.get('pid'))})"
 
 
 @renders(ev.WatchStarted)
@@ -234,6 +240,7 @@ def _call_intent(e: ev.CallIntent, s: Scene) -> str:
     return (
         f"{s.at} call {_v(e.call)}: {_v(e.purpose)} for {_v(e.operation)} (approval {_v(e.approval)},"
         f" requests {_v(e.status_requests_used)}/{_v(e.max_status_requests)})"
+        + (f" by agent {_principal(e.agent)}" if e.agent else "")
     )
 
 

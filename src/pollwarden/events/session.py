@@ -17,6 +17,9 @@ class SessionStarted(AuditEvent):
     session: str | None = None
     server: str | None = None
     client: Mapping[str, Any] | str | None = None
+    isolation: str | None = None
+    agent: Mapping[str, Any] | None = None
+    """The agent's uid, user name and pid as the kernel told the broker; None in same-user mode."""
 
 
 @event
@@ -43,6 +46,7 @@ class CallIntent(AuditEvent):
     approval: str | None = None
     status_requests_used: int | None = None
     max_status_requests: int | None = None
+    agent: Mapping[str, Any] | None = None
 
 
 @event

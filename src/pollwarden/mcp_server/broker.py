@@ -38,6 +38,10 @@ from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
+SAME_USER = "none (the agent's user can read the credential and approve)"
+"""`pollwarden mcp` without --connect: said at start and by list_operations (docs/agents.md, "Isolation")."""
+ANY_PERSON = "anyone who can run pollwarden on this home"
+
 AGENT_REQUESTER = "agent session "
 """How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
 
@@ -54,8 +58,16 @@ class Broker:
         session_id: str | None = None,
         clock: Callable[[], datetime] = utcnow,
         problems: Iterable[str] = (),
+        principal: Mapping[str, Any] | None = None,
+        isolation: str = SAME_USER,
+        approvers: str = ANY_PERSON,
     ) -> None:
         env = os.environ if environ is None else environ
+        self.principal = dict(principal) if principal is not None else None
+        """Who the agent is, as the kernel told the broker (uid, user, gid, pid); None in same-user mode."""
+        self.isolation = isolation
+        self.approvers = approvers
+        """Who may approve this session's calls, as a person reads it ("one of: alice, @ops")."""
         self.contracts = dict(contracts)
         self.home = home
         self.clock = clock
@@ -121,6 +133,8 @@ class Broker:
                     {
                         "session": self.session_id,
                         "pid": os.getpid(),
+                        "isolation": self.isolation,
+                        "agent": self.principal,
                         "server": f"pollwarden {__version__}",
                         "client": dict(client) if client else None,
                         "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},

@@ -104,6 +104,7 @@ def gated_call(
         "grant_id": grant_id,
         "status_requests_used": record.status_requests_used,
         "max_status_requests": record.max_status_requests,
+        "agent": broker.principal,
     }
     broker.audit(store, "call_intent", intent)
     try:
