@@ -254,6 +254,24 @@ def _call_denied(e: ev.CallDenied, s: Scene) -> str:
     return f"{s.at} call for {_v(e.operation)} denied: {_v(e.why)}"
 
 
+@renders(ev.BrokerStarted)
+def _broker_started(e: ev.BrokerStarted, s: Scene) -> str:
+    who = f"agents {_v(e.agents)}, approvers {_v(e.approvers)}"
+    return f"{s.at} broker started as {_v(e.user)} (pid {_v(e.pid)}): {who}"
+
+
+@renders(ev.ConnectionRefused)
+def _connection_refused(e: ev.ConnectionRefused, s: Scene) -> str:
+    who = _principal(e.peer) if e.peer else "?"
+    return f"{s.at} {_v(e.mode)} connection of {who} refused: {_v(e.why)}"
+
+
+@renders(ev.PersonCommand)
+def _person_command(e: ev.PersonCommand, s: Scene) -> str:
+    who = _principal(e.peer) if e.peer else "?"
+    return f"{s.at} {who} ran {_v(e.command)} {_v(e.subject)} through the broker (exit {_v(e.exit)})"
+
+
 @renders(ev.SessionApprovalRequested, ev.CallApprovalRequested)
 def _grant_requested(e: ev.GrantRequested, s: Scene) -> str:
     return f"{s.at} {e.KIND.split('_')[0]} approval {_v(e.grant_id)} requested for {_v(e.scope)}"
@@ -261,6 +279,8 @@ def _grant_requested(e: ev.GrantRequested, s: Scene) -> str:
 
 @renders(ev.ApprovalApproved, ev.ApprovalRefused, ev.ApprovalRevoked, ev.ApprovalExpired)
 def _grant_answered(e: ev.GrantAnswered, s: Scene) -> str:
+    if isinstance(e, ev.ApprovalRefused) and e.peer:  # the broker refused a command, no grant was answered
+        return f"{s.at} {_v(e.command)} {_v(e.subject)} refused to {_principal(e.peer)}: {_v(e.why)}; nothing changed"
     return f"{s.at} approval {_v(e.grant_id)} {e.KIND.removeprefix('approval_')} by {_v(e.by)}"
 
 

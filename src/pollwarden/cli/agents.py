@@ -39,6 +39,16 @@ def _by(args: argparse.Namespace) -> str:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    if args.connect:
+        if args.contracts or args.home or args.db:
+            raise _usage(
+                "--connect carries MCP to the broker, which serves its own contracts and home: give --connect alone"
+            )
+        from ..isolation.shim import run_shim
+
+        return run_shim(args.connect)
+    if not args.contracts:
+        raise _usage("give --contracts DIR (served here, as this user) or --connect SOCKET (a broker's)")
     directory = Path(args.contracts)
     if not directory.is_dir():
         raise _usage(f"--contracts {directory}: not a directory of contract files (*.toml)")

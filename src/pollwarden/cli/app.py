@@ -18,7 +18,7 @@ from ..errors import PollwardenError
 from ..shown import shown
 from .common import EXIT_USAGE, resume_hint
 from .interrupts import EXIT_BROKEN_PIPE, Interrupted, interruptible
-from .parser import build_parser
+from .parser import BROKERED, build_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -53,11 +53,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(words)
-    func: Callable[[argparse.Namespace], int] = args.func
+    if getattr(args, "connect", None) and args.command in BROKERED:
+        from ..isolation.remote import run_remote  # a person's command, carried out by the broker
+
+        return run(args, lambda _: run_remote(args.connect, words, home=args.home, db=args.db), process=argv is None)
     if getattr(args, "db", None):
         os.environ["POLLWARDEN_DB"] = args.db  # one rule for every store this process opens (operating.py)
+    return run(args, args.func, process=argv is None)
+
+
+def run(args: argparse.Namespace, func: Callable[[argparse.Namespace], int], *, process: bool) -> int:
+    """A parsed command, with every error a person acts on turned into its message and exit code."""
     try:
-        with interruptible(process=argv is None):  # None: the program's own arguments, so its whole life
+        with interruptible(process=process):  # the program's own arguments: so its whole life
             return func(args)
     except PollwardenError as exc:  # every error a person acts on, with its own exit code (errors.py)
         _say(f"pollwarden: error: {shown(exc)}")

@@ -42,6 +42,22 @@ class Command:
         return func(args)
 
 
+BROKERED = frozenset(
+    {"decisions", "decide", "approvals", "approve-call", "approve-session", "revoke-session", "status", "story", "why"}
+)
+"""A person's commands that `--connect SOCKET` hands to `pollwarden broker`, which runs them on its home as the
+connected user (only an approver's decide and approve-* are carried out)."""
+
+CONNECT_HELP = (
+    "the socket of a `pollwarden broker`: it runs the command on its own home, and records the decision with your"
+    " user name as the kernel tells it"
+)
+
+
+def connect_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--connect", metavar="SOCKET", help=CONNECT_HELP)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -99,12 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overdue", action="store_true", help="only operations that are overdue")
     s.add_argument("--orphaned", action="store_true", help="only operations whose watching process is gone")
     home(s)
+    connect_flag(s)
     s.set_defaults(func=Command("inspect", "cmd_status"))
 
     st = sub.add_parser("story", help="an operation's decisions, told in order")
     st.add_argument("operation")
     st.add_argument("--json", action="store_true")
     home(st)
+    connect_flag(st)
     st.set_defaults(func=Command("inspect", "cmd_story"))
 
     sim = sub.add_parser(
@@ -165,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--at", help="the last decision at or before this RFC 3339 time")
     wy.add_argument("--json", action="store_true")
     home(wy)
+    connect_flag(wy)
     wy.set_defaults(func=Command("inspect", "cmd_why"))
 
     ds = sub.add_parser("decisions", help="list decision requests waiting for a person")
@@ -172,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--all", action="store_true", help="include decided, refused and expired ones")
     ds.add_argument("--json", action="store_true")
     home(ds)
+    connect_flag(ds)
     ds.set_defaults(func=Command("decide", "cmd_decisions"))
 
     dc = sub.add_parser("decide", help="apply one option of a decision request, or refuse it")
@@ -182,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("--note")
     dc.add_argument("--json", action="store_true")
     home(dc)
+    connect_flag(dc)
     dc.set_defaults(func=Command("decide", "cmd_decide"))
 
     sb = sub.add_parser("submit", help="submit a job as the contract's [submit] table documents, then watch it")
@@ -324,7 +345,13 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
 def _agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add `mcp`, `approvals`, `approve-session`, `revoke-session` and `approve-call` to the CLI's subparsers."""
     m = sub.add_parser("mcp", help="serve agents over MCP (stdio): bounded waits, credentials kept here")
-    m.add_argument("--contracts", required=True, help="directory of contract files; agents name them by `name`")
+    m.add_argument("--contracts", help="directory of contract files; agents name them by `name` (not with --connect)")
+    m.add_argument(
+        "--connect",
+        metavar="SOCKET",
+        help="carry MCP to a `pollwarden broker` on this socket: this process then holds no credential, key or"
+        " database (the broker's own user does)",
+    )
     home_arg_adder(m)
     m.set_defaults(func=Command("agents", "cmd_mcp"))
 
@@ -332,6 +359,7 @@ def _agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser]
     ap.add_argument("--all", action="store_true", help="include answered, revoked and expired ones")
     ap.add_argument("--json", action="store_true")
     home_arg_adder(ap)
+    connect_flag(ap)
     ap.set_defaults(func=Command("agents", "cmd_approvals"))
 
     for name, func, help_text in (
@@ -341,9 +369,38 @@ def _agent_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser]
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("grant", help="the approval request id (see `pollwarden approvals`)")
-        p.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+        p.add_argument(
+            "--by", help="who decides (recorded in the audit log); with --connect, your user name, which is the default"
+        )
         p.add_argument("--note")
         if name != "revoke-session":
             p.add_argument("--refuse", action="store_true", help="refuse instead of approving")
         home_arg_adder(p)
+        connect_flag(p)
         p.set_defaults(func=Command("agents", func))
+    _broker_commands(sub, home_arg_adder)
+
+
+def _broker_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser], None]) -> None:
+    """`broker` (the service that holds the credential, the keys and the approvals) and `console-login`."""
+    b = sub.add_parser(
+        "broker",
+        help="serve agents and people over a Unix socket, under a user of its own that holds the credential",
+        description="Run the broker: it owns the home (store, audit keys), the contracts and the credentials, and"
+        " serves agents (`pollwarden mcp --connect SOCKET`) and people (decide, approve-call, ... --connect SOCKET)"
+        " over a Unix socket, telling them apart by the uid the kernel gives for each connection.",
+    )
+    b.add_argument("--contracts", help="directory of contract files the agents may use")
+    b.add_argument("--socket", metavar="PATH", help="the Unix socket to serve on (mode 0660)")
+    b.add_argument("--agents", metavar="WHO", help="users and @groups whose connections are agents (comma list)")
+    b.add_argument("--approvers", metavar="WHO", help="users and @groups who may decide and approve (comma list)")
+    b.add_argument("--secrets", metavar="FILE", help="KEY=VALUE lines for the contracts' secret_env (mode 0600)")
+    b.add_argument("--socket-group", metavar="GROUP", help="the socket's group (default: the broker's primary group)")
+    b.add_argument("--console-port", type=port_number, help="also serve the operator console on 127.0.0.1:PORT")
+    b.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit for this broker and exit")
+    home_arg_adder(b)
+    b.set_defaults(func=Command("broker", "cmd_broker"))
+
+    cl = sub.add_parser("console-login", help="a one-time link (5 minutes) into the broker's console, as yourself")
+    cl.add_argument("--connect", metavar="SOCKET", required=True, help=CONNECT_HELP)
+    cl.set_defaults(func=Command("broker", "cmd_console_login"))

@@ -98,7 +98,14 @@ class ApprovalApproved(GrantAnswered):
 
 @event
 class ApprovalRefused(GrantAnswered):
+    """A person refused a grant; or, in the broker's log (with `peer`), the broker refused a person's command
+    (decide, approve-call, ...) to a connection that may not give it, and nothing changed."""
+
     KIND = "approval_refused"
+    peer: Mapping[str, Any] | None = None
+    command: str | None = None
+    subject: str | None = None
+    why: str | None = None
 
 
 @event
@@ -130,3 +137,37 @@ class CancelRequested(AuditEvent):
     reason: str | None = None
     requested_by: str | None = None
     added: bool | None = None
+
+
+# -- the broker's own log (@broker): who connected, and what it refused them -------------------------------
+
+
+@event
+class BrokerStarted(AuditEvent):
+    KIND = "broker_started"
+    user: str | None = None
+    pid: int | None = None
+    agents: str | None = None
+    approvers: str | None = None
+    contracts: tuple[Mapping[str, Any], ...] = ()
+
+
+@event
+class ConnectionRefused(AuditEvent):
+    """A connection from a user on neither list, or an agent asking for a person's command or a person for MCP."""
+
+    KIND = "connection_refused"
+    peer: Mapping[str, Any] | None = None
+    mode: str | None = None
+    why: str | None = None
+
+
+@event
+class PersonCommand(AuditEvent):
+    """An approver's command run by the broker, with the kernel's word on who asked and how it ended."""
+
+    KIND = "person_command"
+    peer: Mapping[str, Any] | None = None
+    command: str | None = None
+    subject: str | None = None
+    exit: int | None = None

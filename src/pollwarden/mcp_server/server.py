@@ -8,7 +8,7 @@ import logging
 import threading
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import anyio
 import anyio.from_thread
@@ -34,7 +34,7 @@ from .contracts import load_contracts
 from .reporting import Reporter
 from .scrub import ScrubLogs
 from .tasks import Tasks, TasksExtension, task_middleware
-from .wire import run_stdio
+from .wire import run_stdio, run_streams
 
 INSTRUCTIONS = """\
 pollwarden waits on external jobs for you, within limits a person set. Start with start_watch(contract, job_id),
@@ -83,7 +83,8 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         extensions=[TasksExtension(tasks)],
     )
     for handler in logging.getLogger().handlers:
-        handler.addFilter(ScrubLogs(scrubber))
+        if not any(isinstance(f, ScrubLogs) for f in handler.filters):  # a broker builds one server a session
+            handler.addFilter(ScrubLogs(scrubber))
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()
@@ -300,8 +301,23 @@ def serve(contracts_dir: Path, home: Path) -> int:
         contracts_dir,
         home,
     )
+    # Said once at start, where the person who started it reads it; list_operations tells the agent the same.
+    log.warning(
+        "isolation: %s. To keep the credential and approvals from the agent, run `pollwarden broker` under a user"
+        " of its own and start the agent with `pollwarden mcp --connect SOCKET` (docs/agents.md)",
+        broker.isolation,
+    )
     try:
         anyio.run(run_stdio, server)
     finally:
         broker.stopping.set()
     return 0
+
+
+def serve_connection(broker: Broker, source: BinaryIO, sink: BinaryIO) -> None:
+    """One agent's MCP session over a broker connection, in this thread, until the agent goes away."""
+    server = build_server(broker)
+    try:
+        anyio.run(run_streams, server, source, sink)
+    finally:
+        broker.stopping.set()

@@ -134,9 +134,16 @@ class AnsweringStdin(anyio.AsyncFile[str]):
 
 async def run_stdio(server: MCPServer[Any]) -> None:
     """`MCPServer.run_stdio_async` with our stdin; stdout stays the SDK's (claimed and diverted while serving)."""
-    stdin = AnsweringStdin(sys.stdin.buffer)
+    await run_streams(server, sys.stdin.buffer, None)
+
+
+async def run_streams(server: MCPServer[Any], source: BinaryIO, sink: BinaryIO | None) -> None:
+    """One MCP session over `source` (lines in) and `sink` (lines out; None: the process's stdout, which the SDK
+    claims): the stdio server's, and the broker's over each agent's socket connection."""
+    stdin = AnsweringStdin(source)
+    stdout = None if sink is None else anyio.wrap_file(_Unowned(sink, encoding="utf-8", write_through=True))
     try:
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
             stdin.answer_with(write_stream.send)
             # The SDK's own stdio runner reads this attribute too; MCPServer has no public accessor for it.
             lowlevel = server._lowlevel_server

@@ -1,0 +1,233 @@
+"""Real OS users for the broker's tests: a service user that runs the broker, an agent and an approver.
+
+Created with `useradd --system` (so only where the suite runs as root, as CI does) and removed at the end. They
+run the project from what they can reach: the system Python, this tree's `src` copied under a 0755 directory, and
+the test interpreter's site-packages (in place where every directory above it lets others through, a copy of
+hard links or files otherwise: an interpreter under root's 0700 home is no use to them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+import pollwarden
+from mcp import ClientSession
+from tests.mcp.support import Agent
+
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+READY_SECONDS = 60.0
+"""A cap on waiting for a broker to bind its socket (it is told by the socket itself, not by a pause)."""
+
+
+def why_not() -> str | None:
+    """Why these tests cannot run here, or None."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root: the broker's tests create OS users (useradd --system) for the broker, an agent, an approver"
+    for tool in ("useradd", "userdel", "setpriv"):
+        if shutil.which(tool) is None:
+            return f"needs {tool} to create and switch to OS users"
+    if not any(os.access(p, os.X_OK) for p in SYSTEM_PYTHONS):
+        return "needs a system Python the created users can run (/usr/bin/python3)"
+    return None
+
+
+def _reachable(path: Path) -> bool:
+    """Whether a user with no special rights can read `path` (every directory above it lets others through)."""
+    path = path.resolve()
+    for parent in [*reversed(path.parents)]:
+        if not stat.S_IMODE(parent.stat().st_mode) & 0o001:
+            return False
+    return bool(stat.S_IMODE(path.stat().st_mode) & 0o005 == 0o005)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    try:
+        subprocess.run(["cp", "-al", str(source), str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, symlinks=True)
+
+
+@dataclass
+class Users:
+    base: Path
+    python: str
+    pythonpath: str
+    service: str
+    agent: str
+    approver: str
+    _made: list[str] = field(default_factory=list)
+
+    def uid(self, name: str) -> int:
+        return pwd.getpwnam(name).pw_uid
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """What each process of theirs starts with: nothing of this process's but the path to the project."""
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": self.pythonpath,
+            "LANG": "C.UTF-8",
+            "HOME": "/nonexistent",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **extra,
+        }
+
+    def argv(self, user: str, *command: str) -> list[str]:
+        """`command` as `user`: its uid, its primary group and its supplementary groups from the user database."""
+        group = pwd.getpwnam(user).pw_gid
+        return ["setpriv", f"--reuid={self.uid(user)}", f"--regid={group}", "--init-groups", "--", *command]
+
+    def pollwarden(self, user: str, *args: str) -> list[str]:
+        return self.argv(user, self.python, "-m", "pollwarden", *args)
+
+    def run(self, user: str, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+        """`pollwarden ARGS` as `user`, to the end."""
+        return subprocess.run(
+            self.pollwarden(user, *args), env=self.env(**extra), capture_output=True, text=True, timeout=timeout
+        )
+
+    def python_as(self, user: str, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(user, self.python, "-c", code, *args), env=self.env(), capture_output=True, text=True, timeout=60
+        )
+
+    def own(self, path: Path, user: str, mode: int) -> Path:
+        entry = pwd.getpwnam(user)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        os.chmod(path, mode)
+        return path
+
+    def place(self, name: str) -> Path:
+        """A fresh directory for one test (root's, 0755: everyone may pass, only root may write)."""
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.base))
+        os.chmod(path, 0o755)
+        return path
+
+
+def make_users() -> Iterator[Users]:
+    python = next(p for p in SYSTEM_PYTHONS if os.access(p, os.X_OK))
+    base = Path(tempfile.mkdtemp(prefix="pollwarden-users-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    stem = f"pw{os.getpid() % 100000}"
+    users = Users(base, python, "", f"{stem}svc", f"{stem}agt", f"{stem}apr")
+    try:
+        src = base / "src"
+        src.mkdir(mode=0o755)
+        shutil.copytree(Path(pollwarden.__file__).parent, src / "pollwarden")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True, capture_output=True)
+        site = Path(sysconfig.get_paths()["purelib"])
+        if not _reachable(site):
+            _copy_tree(site, base / "site-packages")
+            site = base / "site-packages"
+        users.pythonpath = f"{src}:{site}"
+        subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
+        for name, groups in ((users.service, []), (users.agent, [users.service]), (users.approver, [users.service])):
+            argv = ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"]
+            argv += ["--shell", "/usr/sbin/nologin", *(["--groups", ",".join(groups)] if groups else []), name]
+            subprocess.run(argv, check=True, capture_output=True)
+            users._made.append(name)
+        yield users
+    finally:
+        for name in reversed(users._made):
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            subprocess.run(["userdel", name], capture_output=True)
+            subprocess.run(["groupdel", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@dataclass
+class Broker:
+    """A `pollwarden broker` running as the service user, until stopped."""
+
+    process: subprocess.Popen[str]
+    socket: Path
+    home: Path
+    stderr: list[str]
+
+    def text(self) -> str:
+        return "".join(self.stderr)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_broker(users: Users, argv: Sequence[str], socket_path: Path, home: Path, **env: str) -> Broker:
+    process = subprocess.Popen(
+        users.pollwarden(users.service, "broker", *argv),
+        env=users.env(**env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            if line.startswith("pollwarden broker: serving"):
+                ready.set()
+        ready.set()  # it ended: whoever waits sees why
+
+    threading.Thread(target=read, daemon=True).start()
+    broker = Broker(process, socket_path, home, lines)
+    if not ready.wait(READY_SECONDS) or process.poll() is not None:
+        broker.stop()
+        pytest.fail(f"the broker did not start: {broker.text()[-2000:]}")
+    return broker
+
+
+def listening(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.closing(probe):
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until(predicate: object, timeout: float = 60.0) -> None:
+    """For a state another process reaches (a grant written): checked often, bounded generously."""
+    assert callable(predicate)
+    ends = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > ends:
+            pytest.fail("the state waited for never came")
+        time.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def shim_agent(users: Users, socket_path: Path, stderr: Path) -> AsyncIterator[Agent]:
+    """An MCP client whose server is `pollwarden mcp --connect SOCKET` run as the agent user."""
+    argv = users.pollwarden(users.agent, "mcp", "--connect", str(socket_path))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=users.env())
+    with stderr.open("w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield Agent(session)
