@@ -56,12 +56,11 @@ class Place:
 @pytest.fixture
 def place(users: Users, guarded: Simulator, secret: str) -> Place:
     root = users.place("broker")
-    home = users.own(root / "home", users.service, 0o700) if (root / "home").mkdir() is None else root
+    (root / "home").mkdir()  # empty, as systemd's StateDirectory= makes it
+    home = users.own(root / "home", users.service, 0o700)
     contracts = root / "contracts"
     agent_contract(contracts, guarded.url, secret_env=TOKEN_ENV, base_delay="50ms", max_delay="100ms")
-    agent_contract(
-        contracts, guarded.url, name="guarded", approval="per_call", secret_env=TOKEN_ENV, base_delay="50ms"
-    )
+    agent_contract(contracts, guarded.url, name="guarded", approval="per_call", secret_env=TOKEN_ENV, base_delay="50ms")
     os.chmod(contracts, 0o755)
     for path in contracts.iterdir():
         os.chmod(path, 0o644)

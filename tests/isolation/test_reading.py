@@ -49,9 +49,8 @@ def test_an_agent_user_reads_nothing_the_broker_holds(
     broker = start()
     assert broker.process.pid
     # setpriv execs the broker: the pid is the broker's own process.
-    probed = users.python_as(
-        users.agent, PROBE, str(place.home), str(place.secrets), str(broker.process.pid), secret, str(place.root), "/tmp"
-    )
+    where = (str(place.home), str(place.secrets), str(broker.process.pid), secret)
+    probed = users.python_as(users.agent, PROBE, *where, str(place.root), "/tmp")
     assert probed.returncode == 0, probed.stderr
     seen = json.loads(probed.stdout)
     assert seen["tried"] == {
@@ -64,7 +63,5 @@ def test_an_agent_user_reads_nothing_the_broker_holds(
     }
     assert seen["found"] == []
     # The same probe as the broker's own user reads them all: the test can fail.
-    own = users.python_as(
-        users.service, PROBE, str(place.home), str(place.secrets), str(broker.process.pid), secret, str(place.root)
-    )
+    own = users.python_as(users.service, PROBE, *where, str(place.root))
     assert json.loads(own.stdout)["tried"]["secrets file"] == "read"

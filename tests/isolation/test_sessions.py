@@ -17,7 +17,9 @@ def test_an_agent_session_through_the_shim_reaches_a_success(
     users: Users, place: Place, start: Callable[..., Broker], guarded: Simulator, secret: str, tmp_path: Path
 ) -> None:
     start()
-    guarded.add_job("exp-1", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/results/exp-1"})])
+    guarded.add_job(
+        "exp-1", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/results/exp-1"})]
+    )
     session = ""
 
     async def body() -> None:

@@ -19,14 +19,17 @@ from ..isolation.checks import (
     secrets_problems,
 )
 from ..isolation.peers import Who, WhoError
+from ..shown import shown
 from .common import UsageError
 
 EXIT_OK = 0
 
 
 def _refuse(problems: list[str]) -> UsageError:
-    lines = "\n".join(f"  - {p}" for p in problems)
-    return UsageError(f"the broker will not start; nothing was served:\n{lines}")
+    """Each problem on a line of its own (the error line itself is kept to one line), then the refusal."""
+    for problem in problems:
+        print(f"pollwarden broker: {shown(problem)}", file=sys.stderr)
+    return UsageError(f"the broker will not start ({len(problems)} problem(s) above); nothing was served")
 
 
 def cmd_broker(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..home import KEYS_DIR, PRIVATE_DIR
+from ..home import PRIVATE_DIR
 from .peers import Who, user_name
 
 MAX_SECRETS_BYTES = 64 * 1024
@@ -64,7 +64,7 @@ def home_problems(home: Path, uid: int) -> list[str]:
     for path, entry in _walk(home):
         if entry.st_uid != uid:
             problems.append(f"{path} belongs to {user_name(entry.st_uid)}, not {me}: chown -R {me} {home}")
-        elif stat.S_IMODE(entry.st_mode) & 0o077 and (KEYS_DIR in path.relative_to(home).parts or path.is_file()):
+        elif stat.S_IMODE(entry.st_mode) & 0o077 and not path.name.endswith(".pub"):  # a public key is public
             problems.append(f"{path} is open to others (mode {_mode(entry)}): chmod -R go-rwx {home}")
     return problems[:10]
 

@@ -59,7 +59,7 @@ def connect(path: str, timeout: float | None) -> socket.socket:
 def unreachable(path: str, exc: OSError) -> str:
     """Why there is no broker at `path`, and what a person does about it."""
     if isinstance(exc, FileNotFoundError):
-        return f"no broker socket at {path}: is `pollwarden broker` running with --socket {path}?"
+        return f"no broker socket at {path} (is `pollwarden broker` running with --socket {path}?)"
     if isinstance(exc, PermissionError):
         return (
             f"the broker socket {path} refused this user (permission denied): it is open to the broker's group only;"
