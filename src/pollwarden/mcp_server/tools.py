@@ -464,6 +464,7 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
         ]
     return {
         "session": broker.session_id,
+        "isolation": broker.isolation,
         "contracts": {
             name: {
                 "approval": c.approval,
