@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import PollwardenError
+
 Role = Literal["agent", "approver"]
 
 
@@ -55,7 +57,7 @@ def peer_of(connection: socket.socket) -> Peer:
     raise OSError(f"this platform ({sys.platform}) does not tell a Unix socket's peer; the broker needs Linux or macOS")
 
 
-class WhoError(ValueError):
+class WhoError(PollwardenError):
     """A --agents or --approvers list that names nobody, or someone the system does not know."""
 
 

@@ -14,6 +14,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
+from ..errors import PollwardenError
+
 VERSION = "broker/1"
 MAX_LINE = 1024 * 1024
 """A hello line (a command's words) or an answer (a command's output is cut to this before it is sent)."""
@@ -21,7 +23,7 @@ HELLO_SECONDS = 10.0
 """How long a connection may take to say what it wants before the broker closes it."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(PollwardenError):
     """A line that is not this protocol's: the connection is answered once and closed."""
 
 

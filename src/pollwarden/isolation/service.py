@@ -25,6 +25,7 @@ from typing import Any
 from .. import __version__
 from ..clock import utcnow
 from ..core.contract import Contract
+from ..errors import PollwardenError
 from ..operating import open_store
 from .peers import Peer, Who, peer_of, role_of, user_name
 from .people import answer_command
@@ -35,10 +36,13 @@ log = logging.getLogger("pollwarden.broker")
 BROKER_LOG = "@broker"
 """The broker's own audit log: '@' starts no operation id, so it is nobody's operation."""
 SOCKET_MODE = 0o660
+MAX_CONNECTIONS = 256
+"""Connections served at once (a thread each); one more is answered and closed, so a flood cannot exhaust the
+broker's threads while the people it serves wait."""
 ACCEPT_POLL_SECONDS = 0.2
 
 
-class SocketError(OSError):
+class SocketError(PollwardenError):
     """The socket cannot be served (another broker listens there, or the path is not a socket)."""
 
 
@@ -58,6 +62,7 @@ class BrokerService:
     _sessions: dict[Any, socket.socket] = field(default_factory=dict)
     """Each agent session's `Broker` and its connection, ended when the broker stops."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(MAX_CONNECTIONS))
 
     # -- the socket ----------------------------------------------------------------------------------
 
@@ -113,6 +118,10 @@ class BrokerService:
                     if self.stopping.is_set():
                         break
                     raise
+                if not self._slots.acquire(blocking=False):
+                    with contextlib.suppress(OSError), conn:
+                        self._reply(conn, 1, f"the broker serves {MAX_CONNECTIONS} connections at once; try again")
+                    continue
                 threading.Thread(
                     target=self._connection, args=(conn,), name="pollwarden-broker-conn", daemon=True
                 ).start()
@@ -136,6 +145,12 @@ class BrokerService:
     # -- one connection ------------------------------------------------------------------------------
 
     def _connection(self, conn: socket.socket) -> None:
+        try:
+            self._serve_one(conn)
+        finally:
+            self._slots.release()
+
+    def _serve_one(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as source:
             try:
                 peer = peer_of(conn)
