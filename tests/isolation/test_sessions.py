@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+
 from pollwarden.simulator import Simulator, Step
-from tests.mcp.support import run
+from tests.mcp.support import Note, run
 
 from .conftest import Place
 from .users import Broker, Users, shim_agent
@@ -44,3 +46,34 @@ def test_an_agent_session_through_the_shim_reaches_a_success(
     assert f"agent {users.agent} (uid {uid}, pid " in story.stdout
     assert "call 1: status_request" in story.stdout
     assert secret not in story.stdout + (tmp_path / "shim.err").read_text()
+
+
+def test_progress_and_tasks_pass_through_the_shim(
+    users: Users, place: Place, start: Callable[..., Broker], guarded: Simulator, tmp_path: Path
+) -> None:
+    start()
+    done = [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/results/r"})]
+    guarded.add_job("prog-1", done)
+    guarded.add_job("task-1", done)
+
+    async def body() -> None:
+        async with shim_agent(users, place.socket, tmp_path / "shim.err") as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="prog-1")).data["operation_id"]
+            notes: list[Note] = []
+            waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=30)
+            assert waited.data["status"] == "succeeded", waited.data
+            assert notes and all(n.message for n in notes)
+            assert [n.progress for n in notes] == sorted({n.progress for n in notes})  # growing, as sent
+            created = await agent.raw(
+                "tools/call",
+                {"name": "start_watch", "arguments": {"contract": "exports", "job_id": "task-1"}, "task": {"ttl": 1}},
+            )
+            task_id = created["task"]["taskId"]
+            with anyio.fail_after(60):
+                while (await agent.raw("tasks/get", {"taskId": task_id}))["status"] != "completed":
+                    await anyio.sleep(0.05)
+            result = await agent.raw("tasks/result", {"taskId": task_id})
+            assert result["structuredContent"]["status"] == "succeeded", result
+
+    run(body)
+    assert len(guarded.requests("task-1")) == 2
