@@ -81,3 +81,8 @@ def test_a_person_cannot_point_the_broker_elsewhere(
     start()
     ran = users.run(users.approver, "decisions", flag, "/tmp/elsewhere", "--connect", str(place.socket))
     assert ran.returncode == 2 and "do not go with --connect" in ran.stderr, ran.stderr
+
+
+def test_a_socket_directory_others_can_change_is_refused(users: Users, place: Place) -> None:
+    os.chmod(place.run, 0o777)
+    assert f"its directory {place.run} can be changed by others (mode 0777" in _refused(users, place)

@@ -17,6 +17,7 @@ from ..isolation.checks import (
     read_secrets,
     run_as_problems,
     secrets_problems,
+    socket_dir_problems,
 )
 from ..isolation.peers import Who, WhoError
 from ..shown import shown
@@ -64,8 +65,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     secrets: dict[str, str] = {}
     if args.secrets:
         problems += secrets_problems(Path(args.secrets), uid)
-    if not socket_path.parent.is_dir():
-        problems.append(f"--socket {socket_path}: its directory {socket_path.parent} does not exist")
+    problems += socket_dir_problems(socket_path, uid)
     from ..isolation.service import socket_group
 
     try:

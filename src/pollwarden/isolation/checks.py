@@ -162,3 +162,20 @@ def contracts_problems(directory: Path, uid: int) -> list[str]:
         elif stat.S_IMODE(entry.st_mode) & 0o022:
             problems.append(f"{path} can be changed by others (mode {_mode(entry)}): chmod go-w {path}")
     return problems
+
+
+def socket_dir_problems(socket_path: Path, uid: int) -> list[str]:
+    """A socket's directory only the broker (or root) can change: in one others can write to, an agent could put
+    its own socket there first, or in place of the broker's, and answer the approvers' commands itself."""
+    directory = socket_path.parent
+    try:
+        info = directory.stat()
+    except OSError:
+        return [f"--socket {socket_path}: its directory {directory} does not exist"]
+    if info.st_uid not in (uid, 0) or stat.S_IMODE(info.st_mode) & 0o022:
+        return [
+            f"--socket {socket_path}: its directory {directory} can be changed by others (mode {_mode(info)},"
+            f" owner {user_name(info.st_uid)}), who could put a socket of their own there: give a directory of the"
+            f" broker's own (install -d -o {user_name(uid)} -m 0755 DIR; systemd's RuntimeDirectory=)"
+        ]
+    return []

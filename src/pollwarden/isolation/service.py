@@ -36,6 +36,9 @@ log = logging.getLogger("pollwarden.broker")
 BROKER_LOG = "@broker"
 """The broker's own audit log: '@' starts no operation id, so it is nobody's operation."""
 SOCKET_MODE = 0o660
+MAX_SESSIONS_PER_USER = 32
+"""Agent sessions one user may hold open at once: a session lasts as long as its agent keeps it, so without a cap
+one agent could take every connection and leave the approvers none."""
 MAX_CONNECTIONS = 256
 """Connections served at once (a thread each); one more is answered and closed, so a flood cannot exhaust the
 broker's threads while the people it serves wait."""
@@ -205,6 +208,12 @@ class BrokerService:
             return
         from ..mcp_server.broker import Broker
         from ..mcp_server.server import serve_connection
+
+        with self._lock:
+            held = sum(1 for b in self._sessions if b.principal and b.principal.get("uid") == peer.uid)
+        if held >= MAX_SESSIONS_PER_USER:
+            self._reply(conn, 2, f"{peer.user} holds {held} agent sessions already, the most one user may; end one")
+            return
 
         me = user_name(os.geteuid())
         broker = Broker(
