@@ -6,6 +6,7 @@ import contextlib
 import json
 import locale
 import os
+import secrets
 import sys
 import threading
 from collections.abc import Iterator
@@ -81,6 +82,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
     with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def secret() -> str:
+    return "pwsecret-" + secrets.token_hex(16)
+
+
+@pytest.fixture
+def guarded(secret: str) -> Iterator[Simulator]:
+    """A provider that answers only with the right bearer token: a success means it saw the credential."""
+    with Simulator(token=secret) as simulator:
         yield simulator
 
 

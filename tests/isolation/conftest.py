@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +23,6 @@ def users() -> Iterator[Users]:
     if reason is not None:
         pytest.skip(reason)
     yield from make_users()
-
-
-@pytest.fixture
-def secret() -> str:
-    return "pwbrokersecret-" + secrets.token_hex(16)
-
-
-@pytest.fixture
-def guarded(secret: str) -> Iterator[Simulator]:
-    """The provider: it answers only to the credential, so a success means it saw it."""
-    with Simulator(token=secret) as simulator:
-        yield simulator
 
 
 @dataclass

@@ -24,18 +24,6 @@ def _variants(secret: str) -> list[str]:
 
 
 @pytest.fixture
-def secret() -> str:
-    return "pwsecret-" + secrets.token_hex(16)
-
-
-@pytest.fixture
-def guarded(secret: str) -> Iterator[Simulator]:
-    """A provider that answers only with the right bearer token."""
-    with Simulator(token=secret) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def attacker() -> Iterator[Simulator]:
     """Somewhere else: another loopback address when the host has one, another port otherwise."""
     with contextlib.ExitStack() as stack:
