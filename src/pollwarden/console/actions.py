@@ -30,9 +30,15 @@ class FormActions(AuthHandler):
 
         return back
 
-    def _operator(self, form: dict[str, str], back: Back) -> tuple[str, str | None] | None:
-        """The checked 'Decided by' name and note of a form; None after an error flash was queued."""
+    def _operator(self, form: dict[str, str], back: Back, session: Session) -> tuple[str, str | None] | None:
+        """The checked 'Decided by' name and note of a form; None after an error flash was queued. In a session a
+        one-time link opened, the name is that link's user, and a form naming anyone else is refused."""
         by = form.get("by", "").strip()
+        if session.bound_user is not None:
+            if by not in ("", session.bound_user):
+                back("error", f"You are logged in as {session.bound_user}; 'Decided by' must be you. Nothing changed.")
+                return None
+            by = session.bound_user
         note = form.get("note", "").strip() or None
         problem = person_problem(by, note)
         if problem is None:
@@ -49,7 +55,7 @@ class FormActions(AuthHandler):
 
     def _decide(self, session: Session, decision_id: str, form: dict[str, str]) -> None:
         back = self._back(session, "/decisions")
-        operator = self._operator(form, back)
+        operator = self._operator(form, back, session)
         if operator is None:
             return
         by, note = operator
@@ -80,7 +86,7 @@ class FormActions(AuthHandler):
     def _answer(self, session: Session, grant_id: str, form: dict[str, str]) -> None:
         """Approve, refuse or revoke an agent's approval request: `operating.answer_grant`, as the CLI does."""
         back = self._back(session, "/approvals")
-        operator = self._operator(form, back)
+        operator = self._operator(form, back, session)
         if operator is None:
             return
         by, note = operator

@@ -13,6 +13,11 @@ from . import pages
 from .base import BaseHandler
 from .sessions import SESSION_COOKIE, Session
 
+SPENT_LINK = (
+    "That login link is spent, expired (links last 5 minutes) or not this console's; nothing was opened. Run"
+    " `pollwarden console-login --connect SOCKET` again for a new one."
+)
+
 
 class AuthHandler(BaseHandler):
     def _session_id(self) -> str | None:
@@ -79,6 +84,10 @@ class AuthHandler(BaseHandler):
     # -- login and logout ----------------------------------------------------------------------------
 
     def _login_get(self, query: str) -> None:
+        links = parse_qs(query, keep_blank_values=True).get("once")
+        if links and self.console.logins is not None:
+            self._login_once(links[0])
+            return
         tokens = parse_qs(query, keep_blank_values=True).get("token")
         if tokens:
             self._login(tokens[0])
@@ -86,12 +95,30 @@ class AuthHandler(BaseHandler):
         if self.console.sessions.get(self._session_id()) is not None:
             self._redirect("/")
             return
-        self._send(200, pages.login_page())
+        self._send(200, pages.login_page(one_time=self.console.logins is not None))
+
+    def _login_once(self, link: str) -> None:
+        user = self.console.logins.redeem(link) if self.console.logins is not None else None
+        if user is None:
+            self.console.log(f"{self.client_address[0]} used a spent, expired or unknown login link")
+            self._send(403, pages.login_page(SPENT_LINK, one_time=True))
+            return
+        self.console.sessions.drop(self._session_id())
+        sid, session = self.console.sessions.new()
+        session.bound_user = session.by = user
+        cookie = f"{SESSION_COOKIE}={sid}; Path=/; HttpOnly; SameSite=Strict"
+        self.console.log(f"{self.client_address[0]} logged in as {shown(user)} (a one-time link)")
+        self._redirect("/", (("Set-Cookie", cookie),))
 
     def _login(self, candidate: str) -> None:
         if not self.console.token_ok(candidate):
             self.console.log(f"{self.client_address[0]} failed login")
-            self._send(403, pages.login_page("That token is not this console's; nothing was opened."))
+            refused = (
+                SPENT_LINK
+                if self.console.logins is not None
+                else "That token is not this console's; nothing was opened."
+            )
+            self._send(403, pages.login_page(refused, one_time=self.console.logins is not None))
             return
         self.console.sessions.drop(self._session_id())
         sid, _ = self.console.sessions.new()

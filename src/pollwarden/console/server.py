@@ -41,6 +41,7 @@ from ..operating import open_store
 from ..shown import shown
 from ..store.base import Store
 from .handler import ConsoleHandler
+from .logins import OneTimeLogins
 from .sessions import Sessions
 
 
@@ -75,12 +76,15 @@ class ConsoleServer:
         port: int = 0,
         token: str | None = None,
         log: TextIO | None = None,
+        logins: OneTimeLogins | None = None,
     ) -> None:
         if token is not None and not token:
             raise ValueError("the console token must not be empty")
         self.home = home
         self.host = host
         self.token = token if token is not None else secrets.token_urlsafe(32)
+        self.logins = logins
+        """A broker's console: only one-time links minted here let anyone in, and no token does."""
         self.sessions = Sessions()
         self._requested_port = port
         self._log_stream = log if log is not None else sys.stderr
@@ -143,7 +147,15 @@ class ConsoleServer:
             except (OSError, ValueError):
                 pass
 
+    def login_link(self, user: str) -> str:
+        """A one-time link for `user` (a broker's console only): valid 5 minutes, once."""
+        if self.logins is None:
+            raise RuntimeError("this console takes its token, not one-time links")
+        return f"{self.url}/login?once={quote(self.logins.mint(user), safe='')}"
+
     def token_ok(self, candidate: str) -> bool:
+        if self.logins is not None:
+            return False  # the broker's console: no token opens it, whoever learnt one
         return hmac.compare_digest(candidate.encode("utf-8"), self.token.encode("utf-8"))
 
     def allowed_netlocs(self) -> set[str] | None:

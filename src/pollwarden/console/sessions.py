@@ -22,6 +22,8 @@ class Session:
     flashes: list[Flash] = field(default_factory=list)
     by: str = ""
     """The operator name last used in this session, offered again in the next form."""
+    bound_user: str | None = None
+    """A broker's console: the user a one-time link was minted for, recorded as `by` of every form."""
 
 
 class Sessions:

@@ -188,8 +188,19 @@ def layout(
     return f"{head}{bar}<main>{notes}{body}</main></body></html>"
 
 
-def login_page(message: str | None = None) -> str:
+def login_page(message: str | None = None, *, one_time: bool = False) -> str:
     note = f'<div class="flash error" role="alert">{esc(message)}</div>' if message else ""
+    if one_time:  # a broker's console: no token, only a link an approver asks the broker for
+        return layout(
+            "Log in",
+            '<div class="card login"><h1>Log in</h1>'
+            f"{note}"
+            '<p class="muted">This console belongs to a pollwarden broker. As an approver, run'
+            " <code>pollwarden console-login --connect SOCKET</code> and open the link it prints (valid 5"
+            " minutes, once).</p></div>",
+            here="login",
+            chrome=None,
+        )
     body = (
         '<div class="card login"><h1>Log in</h1>'
         f"{note}"
