@@ -17,6 +17,10 @@ SPENT_LINK = (
     "That login link is spent, expired (links last 5 minutes) or not this console's; nothing was opened. Run"
     " `pollwarden console-login --connect SOCKET` again for a new one."
 )
+NO_TOKEN = (
+    "This console takes no token, only a one-time link; nothing was opened. As an approver, run"
+    " `pollwarden console-login --connect SOCKET` for one."
+)
 
 
 class AuthHandler(BaseHandler):
@@ -114,9 +118,7 @@ class AuthHandler(BaseHandler):
         if not self.console.token_ok(candidate):
             self.console.log(f"{self.client_address[0]} failed login")
             refused = (
-                SPENT_LINK
-                if self.console.logins is not None
-                else "That token is not this console's; nothing was opened."
+                NO_TOKEN if self.console.logins is not None else "That token is not this console's; nothing was opened."
             )
             self._send(403, pages.login_page(refused, one_time=self.console.logins is not None))
             return

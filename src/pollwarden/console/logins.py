@@ -21,6 +21,9 @@ class OneTimeLogins:
         self._links: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     def mint(self, user: str) -> str:
+        if not user:
+            # A session bound to "" would have no one to record as 'Decided by'.
+            raise ValueError("a login link must name its user")
         token = secrets.token_urlsafe(32)
         with self._lock:
             self._links[token] = (user, self._clock() + LOGIN_LINK_SECONDS)

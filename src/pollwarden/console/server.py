@@ -5,7 +5,10 @@ Security model, in order of the request:
 - It binds to loopback unless told otherwise, and answers only to the host names it was bound to (a page on
   another site that rebinds its DNS name to 127.0.0.1 gets a 400, not the console).
 - Every page but /login needs a session cookie (HttpOnly, SameSite=Strict) that only the login token opens;
-  the token is compared in constant time and never written to a page or a log line.
+  the token is compared in constant time and never written to a page or a log line. A broker's console
+  (`logins` given) takes no token: only a one-time link (`login_link`, 5 minutes, once) opens a session, bound
+  to the user it was minted for, who is then the 'Decided by' of every form; the log names that user, never
+  the link.
 - Every POST must carry the session's CSRF token in a hidden field, and a POST whose Origin header names
   another origin is refused (403) before anything is read from the store.
 - Pages are rendered on the server with every value escaped, under a Content-Security-Policy without scripts.
@@ -135,6 +138,8 @@ class ConsoleServer:
     @property
     def login_url(self) -> str:
         """The one URL that carries the token: print it once at start, never in a page or a log line."""
+        if self.logins is not None:
+            raise RuntimeError("a broker's console takes no token, only one-time links (login_link)")
         return f"{self.url}/login?token={quote(self.token, safe='')}"
 
     # -- what the handler asks -----------------------------------------------------------------------

@@ -35,7 +35,7 @@ class PageViews(AuthHandler):
     def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
         """The page's frame; the session's flashes are shown once, on this page."""
         flashes, session.flashes = session.flashes, []
-        return Chrome(session.csrf, flashes, open_decisions, pending_approvals)
+        return Chrome(session.csrf, flashes, open_decisions, pending_approvals, session.bound_user)
 
     def _unreadable(self, session: Session, exc: Exception) -> None:
         self._problem(500, "Cannot read the state", str(exc), session)

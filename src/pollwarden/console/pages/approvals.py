@@ -8,7 +8,18 @@ from datetime import datetime
 
 from ...operating import describe_grant
 from ...store.base import Grant
-from .frame import Chrome, answer_href, dash, esc, layout, operation_href, relative, status_badge, timestamp
+from .frame import (
+    Chrome,
+    answer_href,
+    by_attributes,
+    dash,
+    esc,
+    layout,
+    operation_href,
+    relative,
+    status_badge,
+    timestamp,
+)
 
 _ANSWER_EFFECT = {
     "approve": "lets the agent's provider call(s) go ahead",
@@ -31,7 +42,7 @@ def _detail_pairs(grant: Grant) -> str:
     return f'<div class="detail muted mono">{" · ".join(pairs)}</div>' if pairs else ""
 
 
-def answer_form(grant: Grant, answers: Sequence[str], *, csrf: str, by: str) -> str:
+def answer_form(grant: Grant, answers: Sequence[str], *, csrf: str, by_attrs: str) -> str:
     buttons = "".join(
         f'<button class="option{" refuse" if answer != "approve" else ""}" type="submit" name="answer"'
         f' value="{esc(answer)}" title="{esc(_ANSWER_EFFECT[answer])}">{esc(answer.capitalize())}</button>'
@@ -40,7 +51,7 @@ def answer_form(grant: Grant, answers: Sequence[str], *, csrf: str, by: str) -> 
     return (
         f'<form class="answer" method="post" action="{esc(answer_href(grant.grant_id))}">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
-        f'<input name="by" required maxlength="100" value="{esc(by)}" autocomplete="name"'
+        f'<input name="by" required maxlength="100" {by_attrs}'
         ' placeholder="decided by (your name)" aria-label="Decided by (recorded in the audit log)">'
         '<input name="note" maxlength="500" placeholder="note (optional)" aria-label="Note (optional)">'
         f"{buttons}</form>"
@@ -48,7 +59,7 @@ def answer_form(grant: Grant, answers: Sequence[str], *, csrf: str, by: str) -> 
 
 
 def grant_rows(
-    grants: Iterable[Grant], now: datetime, *, answers: Sequence[str], csrf: str, by: str, decided: bool = False
+    grants: Iterable[Grant], now: datetime, *, answers: Sequence[str], csrf: str, by_attrs: str, decided: bool = False
 ) -> str:
     head = "<th>Request</th><th>Kind</th><th>Session</th><th>Contract / operation</th><th>Requested</th><th>Detail</th>"
     head += "<th>Status</th><th>By</th><th>At</th>" if decided else ""
@@ -68,7 +79,7 @@ def grant_rows(
             at = dash(None) if g.decided_at is None else timestamp(g.decided_at)
             cells += f'<td>{status_badge(g.status)}</td><td>{dash(g.decided_by)}</td><td class="num">{at}</td>'
         if answers:
-            cells += f"<td>{answer_form(g, answers, csrf=csrf, by=by)}</td>"
+            cells += f"<td>{answer_form(g, answers, csrf=csrf, by_attrs=by_attrs)}</td>"
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -83,6 +94,7 @@ def approvals_page(
     chrome: Chrome,
 ) -> str:
     csrf = chrome.csrf
+    by_attrs = by_attributes(by, chrome)
     parts = [
         "<h1>Approvals</h1>",
         '<p class="muted">Agents whose contracts need a person ask here before a provider call: for a whole'
@@ -92,7 +104,7 @@ def approvals_page(
     ]
     if pending:
         parts.append(f"<h2>Waiting for a person ({len(pending)})</h2>")
-        parts.append(grant_rows(pending, now, answers=("approve", "refuse"), csrf=csrf, by=by))
+        parts.append(grant_rows(pending, now, answers=("approve", "refuse"), csrf=csrf, by_attrs=by_attrs))
     else:
         parts.append('<p class="muted">No pending approvals: no agent is waiting for a person.</p>')
     if approved_sessions:
@@ -101,10 +113,12 @@ def approvals_page(
             '<p class="muted">Routine calls inside an approved session need no further answer; revoking makes the'
             " session's later calls ask again.</p>"
         )
-        parts.append(grant_rows(approved_sessions, now, answers=("revoke",), csrf=csrf, by=by, decided=True))
+        parts.append(
+            grant_rows(approved_sessions, now, answers=("revoke",), csrf=csrf, by_attrs=by_attrs, decided=True)
+        )
     if recent:
         parts.append("<h2>Recently answered</h2>")
-        parts.append(grant_rows(recent, now, answers=(), csrf=csrf, by=by, decided=True))
+        parts.append(grant_rows(recent, now, answers=(), csrf=csrf, by_attrs=by_attrs, decided=True))
     return layout(
         "Approvals",
         "".join(parts),

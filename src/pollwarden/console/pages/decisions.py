@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from ...core.durations import format_rfc3339
 from ...core.escalation import OptionKind
 from ...store.base import StoredDecision
-from .frame import Chrome, dash, decide_href, esc, layout, operation_href, status_badge
+from .frame import Chrome, by_attributes, dash, decide_href, esc, layout, operation_href, status_badge
 
 
 def r31_lines(stored: StoredDecision) -> list[tuple[str, str]]:
@@ -29,7 +29,7 @@ def _safe_link(url: str | None) -> str | None:
     return url
 
 
-def decision_card(stored: StoredDecision, *, csrf: str, by: str) -> str:
+def decision_card(stored: StoredDecision, *, csrf: str, by_attrs: str) -> str:
     request = stored.request
     context = "".join(
         f'<li><span class="k">{esc(label)}:</span> <span class="v">{esc(value)}</span></li>'
@@ -68,8 +68,8 @@ def decision_card(stored: StoredDecision, *, csrf: str, by: str) -> str:
         f'<form method="post" action="{esc(decide_href(request.decision_id))}">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
         '<div class="fields">'
-        f'<label>Decided by (recorded in the audit log)<input name="by" required maxlength="100" value="{esc(by)}"'
-        ' autocomplete="name" placeholder="your name"></label>'
+        f'<label>Decided by (recorded in the audit log)<input name="by" required maxlength="100" {by_attrs}'
+        ' placeholder="your name"></label>'
         '<label>Note (optional)<input name="note" maxlength="500" placeholder="why"></label>'
         "</div>"
         f'<h3>Safe options</h3><ul class="options">{"".join(items)}</ul>'
@@ -120,7 +120,8 @@ def decisions_page(
             f'<p class="muted">{len(open_ones)} open. Each option states its cost; choosing one is recorded with'
             " your name in the audit log. A decision can be decided once.</p>"
         )
-        parts.extend(decision_card(d, csrf=chrome.csrf, by=by) for d in open_ones)
+        by_attrs = by_attributes(by, chrome)
+        parts.extend(decision_card(d, csrf=chrome.csrf, by_attrs=by_attrs) for d in open_ones)
     else:
         parts.append('<p class="muted">No open decisions: nothing is waiting for a person.</p>')
     if recent:

@@ -50,6 +50,8 @@ class Chrome:
     flashes: Sequence[Flash] = ()
     open_decisions: int | None = None
     pending_approvals: int | None = None
+    user: str | None = None
+    """The user a one-time link bound this session to (a broker's console): every form's 'Decided by'."""
 
 
 STYLE = """
@@ -65,6 +67,8 @@ header nav { display:flex; flex-wrap:wrap; gap:1rem; flex:1; }
 header a { color:#cfe0ff; text-decoration:none; }
 header a.here { color:#fff; border-bottom:2px solid #fff; }
 header form { margin:0; }
+header .who { color:#cfe0ff; }
+input[readonly] { background:var(--bg); color:var(--muted); }
 header button { background:none; border:1px solid #6b7a8c; color:#cfe0ff; border-radius:4px; padding:.15rem .6rem;
                 cursor:pointer; font:inherit; font-size:.85rem; }
 main { padding:1rem 1.25rem 3rem; max-width:1280px; min-width:0; }
@@ -179,6 +183,8 @@ def layout(
             cls = ' class="here"' if key == here else ""
             links.append(f'<a href="{href}"{cls}>{text}</a>')
         bar += "<nav>" + "".join(links) + "</nav>"
+        if chrome.user is not None:
+            bar += f'<span class="who">logged in as {esc(chrome.user)}</span>'
         bar += (
             '<form method="post" action="/logout">'
             f'<input type="hidden" name="csrf" value="{esc(chrome.csrf)}"><button type="submit">log out</button></form>'
@@ -211,6 +217,14 @@ def login_page(message: str | None = None, *, one_time: bool = False) -> str:
         '<button class="option" type="submit">Log in</button></form></div>'
     )
     return layout("Log in", body, here="login", chrome=None)
+
+
+def by_attributes(by: str, chrome: Chrome) -> str:
+    """The value of a form's 'Decided by' input: the name last typed, or in a bound session that user, read-only
+    (the server records the bound user whatever is posted; the field only shows who that is)."""
+    if chrome.user is not None:
+        return f'value="{esc(chrome.user)}" readonly'
+    return f'value="{esc(by)}" autocomplete="name"'
 
 
 def message_page(title: str, text: str, *, csrf: str | None) -> str:
