@@ -254,6 +254,11 @@ def _call_denied(e: ev.CallDenied, s: Scene) -> str:
     return f"{s.at} call for {_v(e.operation)} denied: {_v(e.why)}"
 
 
+@renders(ev.TaskCancelled)
+def _task_cancelled(e: ev.TaskCancelled, s: Scene) -> str:
+    return f"{s.at} the agent cancelled its task on {_v(e.operation)}: the server stopped waiting, the job goes on"
+
+
 @renders(ev.BrokerStarted)
 def _broker_started(e: ev.BrokerStarted, s: Scene) -> str:
     who = f"agents {_v(e.agents)}, approvers {_v(e.approvers)}"

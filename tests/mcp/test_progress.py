@@ -227,7 +227,9 @@ def test_a_call_waiting_for_a_persons_approval_keeps_beating(sim: Simulator, tmp
                 before = list(notes)
                 assert (await cli("approve-call", grant["grant_id"], "--by", "bob", home=home)).code == 0
             assert replies["check"].ok and replies["check"].data["status"] == "polled", replies["check"].text
-            assert all("checks 0/12" in (n.message or "") for n in before), before
+            waiting = f"waiting for approval {grant['grant_id']} by anyone who can run pollwarden on this home:"
+            assert all((n.message or "").startswith(waiting) for n in before), before
+            assert all(f"pollwarden approve-call {grant['grant_id']} --by NAME" in (n.message or "") for n in before)
             assert "checks 1/12" in (notes[-1].message or "")
             assert sim.request_count("never-p5") == 1
 

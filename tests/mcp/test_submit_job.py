@@ -212,7 +212,9 @@ def test_a_submission_waiting_for_a_per_call_approval_beats_and_is_sent_once_app
                     with anyio.fail_after(60):
                         while len(notes) < 2:
                             await anyio.sleep(0.05)
-                    assert all("not yet seen · checks 0/12" in (n.message or "") for n in notes), notes
+                    assert all(f"waiting for approval {grant['grant_id']} by" in (n.message or "") for n in notes), (
+                        notes
+                    )
                     assert (await cli("approve-call", grant["grant_id"], "--by", "bob", home=home)).code == 0
                 sent = replies["submit"]
                 assert sent.ok and sent.data["job_id"] == "sub-1", sent.text

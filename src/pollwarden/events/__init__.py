@@ -76,6 +76,7 @@ from .session import (
     PersonCommand,
     SessionApprovalRequested,
     SessionStarted,
+    TaskCancelled,
     WatchRejoined,
     WatchStarted,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "SubmissionUnknown",
     "Submitted",
     "SucceededEvent",
+    "TaskCancelled",
     "WatchInterrupted",
     "WatchRejoined",
     "WatchStarted",

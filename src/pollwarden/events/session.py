@@ -128,6 +128,14 @@ class ExtensionRequested(AuditEvent):
 
 
 @event
+class TaskCancelled(AuditEvent):
+    """tasks/cancel: the server stopped waiting for the task; the operation itself was left as it was."""
+
+    KIND = "task_cancelled"
+    operation: str | None = None
+
+
+@event
 class CancelRequested(AuditEvent):
     """An agent asked a person to cancel the job (request_cancel, tasks/cancel); it cancels nothing itself."""
 

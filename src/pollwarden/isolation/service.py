@@ -225,6 +225,7 @@ class BrokerService:
             isolation=f"broker (the agent is {peer.user}, uid {peer.uid}; the credential, keys and approvals are"
             f" held by {me}, and only one of {self.approvers} may approve)",
             approvers=f"one of: {self.approvers}",
+            person_flags=f"--connect {self.socket_path}",
         )
         with self._lock:
             self._sessions[broker] = conn

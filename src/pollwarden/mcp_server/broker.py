@@ -61,6 +61,7 @@ class Broker:
         principal: Mapping[str, Any] | None = None,
         isolation: str = SAME_USER,
         approvers: str = ANY_PERSON,
+        person_flags: str = "--by NAME",
     ) -> None:
         env = os.environ if environ is None else environ
         self.principal = dict(principal) if principal is not None else None
@@ -68,6 +69,9 @@ class Broker:
         self.isolation = isolation
         self.approvers = approvers
         """Who may approve this session's calls, as a person reads it ("one of: alice, @ops")."""
+        self.person_flags = person_flags
+        """What follows a person's command in the sentences an agent passes on: `--by NAME` here, a broker's
+        `--connect SOCKET` (where the kernel names the person)."""
         self.contracts = dict(contracts)
         self.home = home
         self.clock = clock
@@ -250,10 +254,13 @@ class Broker:
         progress is told the step's `Progress` (the same one whatever the step was)."""
         return self.step(store, operation_id, call)[0]
 
-    def step(self, store: Store, operation_id: str, call: CallContext) -> tuple[dict[str, Any], Progress]:
-        """`advance`, and the step's `Progress` for a waiter that reads it too."""
+    def step(
+        self, store: Store, operation_id: str, call: CallContext, *, after_poll: bool = False
+    ) -> tuple[dict[str, Any], Progress]:
+        """`advance`, and the step's `Progress` for a waiter that reads it too. A look that finds nothing due
+        right `after_poll` is not reported: the poll's own note said it all (one note a poll)."""
         answer, progress = self._step(store, operation_id, call)
-        if call.progress is not None:
+        if call.progress is not None and not (after_poll and not progress.polled):
             call.progress.step(progress)
         return answer, progress
 

@@ -174,12 +174,33 @@ def _per_call_gate(
             raise ToolFailure(
                 "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
             ) from None
-    how = f"pollwarden approve-call {grant.grant_id} --by NAME (or --refuse)"
+    how = f"pollwarden approve-call {grant.grant_id} {broker.person_flags} (or --refuse)"
     if call.notify is not None:
         with contextlib.suppress(Exception):
             call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
     # A grant asked for by an earlier call keeps the time it was given then.
     ends = time.monotonic() + (grant.requested_at + timeout - now).total_seconds()
+    if call.progress is not None:
+        call.progress.awaiting(f"waiting for approval {grant.grant_id} by {broker.approvers}: {how}")
+    try:
+        return _await_grant(broker, store, record, purpose, call, grant, timeout, ends, how)
+    finally:
+        if call.progress is not None:
+            call.progress.awaiting(None)
+
+
+def _await_grant(
+    broker: Broker,
+    store: Store,
+    record: Subject,
+    purpose: str,
+    call: CallContext,
+    grant: Grant,
+    timeout: timedelta,
+    ends: float,
+    how: str,
+) -> str:
+    """Until a person answers, the grant's time runs out, or the call must answer first (the grant stays open)."""
     while True:
         current = store.get_grant(grant.grant_id)
         status = current.status if current is not None else "missing"
@@ -195,14 +216,19 @@ def _per_call_gate(
                 refused_by=by,
                 operation_id=record.operation_id,
             )
-        gone = call.cancelled.is_set() or broker.stopping.is_set()
-        if not gone and call.answer_by is not None and call.answer_by <= time.monotonic() < ends:
+        gone = broker.stopping.is_set()
+        cut = call.cancelled.is_set() or (call.answer_by is not None and call.answer_by <= time.monotonic())
+        if not gone and cut and time.monotonic() < ends:
+            # The host cut the call, or it must answer now: the grant stays open for the next call, which a
+            # person's approval (at 65 s, say) then lets through.
             raise ToolFailure(
                 "approval_pending",
                 f"a person has not answered approval {grant.grant_id} for this {purpose.replace('_', ' ')}"
                 f" yet; it stays open until {format_rfc3339(grant.requested_at + timeout)} and nothing was"
-                f" sent. Calling again waits for that same approval: {how}",
+                f" sent. Calling again is free and waits for that same approval (nobody is asked twice): {how}",
                 grant_id=grant.grant_id,
+                approve_with=how,
+                approvers=broker.approvers,
                 operation_id=record.operation_id,
             )
         if gone or time.monotonic() >= ends:
@@ -213,7 +239,7 @@ def _per_call_gate(
                 by="pollwarden",
                 at=broker.clock(),
                 log_id=broker.log_id,
-                note="the caller went away" if gone else f"no answer within {format_duration(timeout)}",
+                note="the session ended" if gone else f"no answer within {format_duration(timeout)}",
             )
             if not expired:
                 continue  # a person answered in the last instant: that answer counts
@@ -301,10 +327,10 @@ def _session_gate(broker: Broker, store: Store, contract: Contract, record: Subj
     raise ToolFailure(
         "approval_required",
         f"contract {contract.name!r} needs a person to approve this agent session before any provider call;"
-        f" nothing was sent. Ask them to run: pollwarden approve-session {latest.grant_id} --by NAME,"
+        f" nothing was sent. Ask them to run: pollwarden approve-session {latest.grant_id} {broker.person_flags},"
         " then call again",
         grant_id=latest.grant_id,
-        approve_with=f"pollwarden approve-session {latest.grant_id} --by NAME",
+        approve_with=f"pollwarden approve-session {latest.grant_id} {broker.person_flags}",
         session=broker.session_id,
         operation_id=record.operation_id,
     )

@@ -58,6 +58,12 @@ class Reporter:
         self._last: Progress | None = None
         self._value = -STEP
         self._noted_at = time.monotonic()
+        self._awaiting: str | None = None
+
+    def awaiting(self, text: str | None) -> None:
+        """While set, every note says this (who is awaited and what they run) instead of the operation's state."""
+        with self._lock:
+            self._awaiting = text
 
     def step(self, progress: Progress) -> None:
         """From the worker thread, after a step of the controller (a poll, or a look that found nothing due).
@@ -101,7 +107,8 @@ class Reporter:
             value = round(max(shown.elapsed(now), self._value + STEP), 3)
             self._value = value
             self._noted_at = time.monotonic()
-            return Note(value, max(shown.total(), value), shown.message(now))
+            message = self._awaiting if self._awaiting is not None else shown.message(now)
+            return Note(value, max(shown.total(), value), message)
 
     def _touch(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
@@ -20,7 +21,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from .arguments import UnknownArgument, arguments_middleware
 from .base import (
+    ANSWER_MARGIN_SECONDS,
     HEARTBEAT_SECONDS,
     MAX_BODY_CHARS,
     MAX_WAIT_SECONDS,
@@ -33,7 +36,7 @@ from .broker import Broker
 from .contracts import load_contracts
 from .reporting import Reporter
 from .scrub import ScrubLogs
-from .tasks import Tasks, TasksExtension, task_middleware
+from .tasks import Tasks, TasksExtension, task_middleware, tool_result
 from .wire import run_stdio, run_streams
 
 INSTRUCTIONS = """\
@@ -58,6 +61,16 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     scrubber = broker.scrubber
     tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
+    def validate(tool: str, arguments: dict[str, Any]) -> None:
+        # The SDK's own model of the tool's parameters (what it would check next), so the two never disagree.
+        registered = server._tool_manager.get_tool(tool)
+        if registered is None:
+            return
+        unknown = sorted(set(arguments) - set(registered.parameters.get("properties", {})))
+        if unknown:  # the SDK would drop it unsaid: an agent that thinks it chose a url or a header learns it did not
+            raise UnknownArgument(tool, unknown[0])
+        registered.fn_metadata.validate_arguments(arguments)
+
     async def scrub_everything(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """The protocol boundary: nothing leaves, reply or error, with a configured secret in it."""
         try:
@@ -79,7 +92,7 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        middleware=[scrub_everything, task_middleware(tasks)],
+        middleware=[scrub_everything, arguments_middleware(validate, tool_result), task_middleware(tasks)],
         extensions=[TasksExtension(tasks)],
     )
     for handler in logging.getLogger().handlers:
@@ -93,7 +106,12 @@ def build_server(broker: Broker) -> MCPServer[Any]:
             anyio.from_thread.run(ctx.info, scrubber.text(message))
 
         reporter = _reporter(ctx, broker)
-        call = CallContext(cancelled=cancelled, notify=notify, progress=reporter)
+        # A call that reports no progress answers before its host would cut it, whatever it waits on (a person's
+        # approval above all): what it could not finish is said in its answer, and calling again is free.
+        answer_by = (
+            None if reporter is not None else time.monotonic() + broker.wait_without_progress + ANSWER_MARGIN_SECONDS
+        )
+        call = CallContext(cancelled=cancelled, notify=notify, progress=reporter, answer_by=answer_by)
         try:
             async with anyio.create_task_group() as heartbeats:
                 if reporter is not None:

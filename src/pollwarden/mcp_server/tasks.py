@@ -10,11 +10,13 @@ operation id. A background watch in this process then steps the operation when i
   input_required  an open decision about the operation as it is now (a stop, an agent's cancel request), or a
                   pending approval of this session's call or session; its question is the status message
   completed       succeeded
-  cancelled       stopped as job_cancelled with nothing left to decide (a person cancelled it, or the provider)
+  cancelled       tasks/cancel (the server stopped waiting; the operation is left as it is), or stopped as
+                  job_cancelled with nothing left to decide (a person cancelled it, or the provider)
   failed          stopped with nothing left to decide (closed, refused), or the watch itself could not go on
 
-`tasks/cancel` is `request_cancel`: a person is asked, and the task stays working / input_required until they
-decide. The SDK binds these methods for an `Extension` (`io.modelcontextprotocol/tasks`, advertised under
+`tasks/cancel` stops the server's waiting at once: the task is `cancelled` before the answer, and the operation is
+left as it is (a later wait_operation resumes it). Asking a person to cancel the job at the provider is
+`request_cancel`. The SDK binds these methods for an `Extension` (`io.modelcontextprotocol/tasks`, advertised under
 `capabilities.extensions`); the task-augmented `tools/call` itself is answered by a server middleware, because on
 the 2025-11-25 wire the SDK sieves a `tools/call` result (the extension interceptor's included) into a
 `CallToolResult`, which drops a `CreateTaskResult`'s `task` (see docs/agents.md "MCP tasks").
@@ -54,7 +56,6 @@ from ..decisions import open_decision
 from ..progress import progress_of_record
 from ..store.base import Store
 from .base import MAX_WAIT_SECONDS, CallContext, ToolFailure, client_of, log
-from .cancel import request_cancel
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -68,6 +69,8 @@ TASK_TOOLS: dict[str, frozenset[str]] = {
 a task's wait has no max_wait_seconds: it lasts until the operation is over, within its own limits."""
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 PERSON_POLL_MS = 5000
+MIN_POLL_MS = 1000
+"""A task is looked at no more often than once a second, however soon its next check is due."""
 POLL_MARGIN_MS = 250
 """Added to the time to the next due check: the server's own watch makes that check then, and a host that came
 back at exactly that moment found it not made yet (4 tasks/get in 10 in bench.agents_measure) and came again."""
@@ -84,6 +87,8 @@ class _Watch:
     problem: dict[str, Any] | None = None
     """Why the watch could not go on (a configuration error, the store): the task then fails with it."""
     thread: threading.Thread | None = None
+    cancelled: bool = False
+    """tasks/cancel: the server stopped waiting; the operation is left as it is."""
 
 
 class Tasks:
@@ -201,7 +206,7 @@ class Tasks:
         poll_ms: int | None = None
         if record.phase is Phase.ACTIVE:
             seconds = progress.seconds_to_next_check(now) or 0.0
-            poll_ms = max(100, int(seconds * 1000) + POLL_MARGIN_MS)
+            poll_ms = max(MIN_POLL_MS, int(seconds * 1000) + POLL_MARGIN_MS)
         message = progress.message(now)
         if question is not None or grant is not None:
             status = "input_required"
@@ -214,7 +219,13 @@ class Tasks:
         else:
             status = "cancelled" if record.reason is StopReason.JOB_CANCELLED else "failed"
             message = f"{message}: {record.detail}" if record.detail else message
-        if watch is not None and watch.problem is not None and status not in TERMINAL:
+        if watch is not None and watch.cancelled and status not in TERMINAL:
+            status, poll_ms = "cancelled", None
+            message = (
+                f"the agent cancelled this task (tasks/cancel): the server stopped waiting; operation {task_id} is"
+                " left as it was (wait_operation resumes the wait; request_cancel asks a person to cancel the job)"
+            )
+        elif watch is not None and watch.problem is not None and status not in TERMINAL:
             status, poll_ms = "failed", None
             message = f"the server's watch stopped: {watch.problem.get('message') or watch.problem.get('error')}"
         updated = events[-1].at if events else record.created_at
@@ -238,11 +249,14 @@ class Tasks:
         contract = stored.record.contract_name if stored is not None else None
         for grant in store.grants(subject=broker.session_id, status="pending"):
             if grant.kind == "call" and grant.scope == operation_id:
-                return f"waiting for a person to approve this call: pollwarden approve-call {grant.grant_id} --by NAME"
+                return (
+                    f"waiting for approval {grant.grant_id} of this call by {broker.approvers}:"
+                    f" pollwarden approve-call {grant.grant_id} {broker.person_flags}"
+                )
             if grant.kind == "session" and grant.scope == contract:
                 return (
                     f"waiting for a person to approve this agent session on contract {contract!r}:"
-                    f" pollwarden approve-session {grant.grant_id} --by NAME"
+                    f" pollwarden approve-session {grant.grant_id} {broker.person_flags}"
                 )
         return None
 
@@ -256,12 +270,17 @@ class Tasks:
         )
 
     def cancel(self, task_id: str) -> dict[str, Any]:
+        """The server stops waiting for the task at once, and the task is `cancelled` before this answers (the
+        tasks spec); the operation stays as it is, resumable. Cancelling the job at the provider is a person's
+        to decide: `request_cancel` asks them."""
         if self.get(task_id)["status"] in TERMINAL:
             raise MCPError(INVALID_PARAMS, f"task {task_id} is already over; there is nothing to cancel")
-        try:
-            request_cancel(self.broker, task_id, "the agent cancelled its task (tasks/cancel)")
-        except ToolFailure as failure:
-            raise MCPError(INVALID_PARAMS, failure.message) from None
+        with self._lock:
+            watch = self._watches[task_id]
+            watch.cancelled = True
+            watch.stop.set()
+        with self.broker.store() as store:
+            self.broker.audit(store, "task_cancelled", {"operation": task_id})
         return self.get(task_id)
 
 

@@ -202,9 +202,10 @@ def tool_wait_operation(
         # the bound is the host's, so a short wait may still make its one poll.
         call = replace(call, answer_by=started + broker.wait_without_progress + ANSWER_MARGIN_SECONDS)
     with broker.store() as store:
+        polled = False
         while True:
             try:
-                reply, progress = broker.step(store, operation_id, call)
+                reply, progress = broker.step(store, operation_id, call, after_poll=polled)
             except ToolFailure as failure:
                 if failure.code != "approval_pending":
                     raise
@@ -216,14 +217,18 @@ def tool_wait_operation(
             if reply["status"] in ("succeeded", "stopped"):
                 break
             remaining = ends - time.monotonic()
-            if reply["status"] == "polled" and remaining > 0:
+            polled = reply["status"] == "polled"
+            if polled and remaining > 0:
                 continue  # the next step will say how long until the next poll
             if remaining <= 0 or reply.get("deferred") or call.cancelled.is_set() or broker.stopping.is_set():
                 reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
             # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
-            broker.stopping.wait(max(0.01, pause))
+            # A cut call (tasks/cancel, a host's cancellation) stops waiting at once, before any further poll.
+            if call.cancelled.wait(max(0.01, pause)) or broker.stopping.is_set():
+                reply = _wait_ended(reply, progress, capped, broker.clock())
+                break
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
     if capped < max_wait_seconds:
         reply["max_wait_seconds_capped_to"] = capped
