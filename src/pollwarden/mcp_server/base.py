@@ -110,6 +110,7 @@ class CallContext:
     """Set when the caller sent a progress token: every controller step is reported to it (`Broker.advance`)."""
     answer_by: float | None = None
     """A `time.monotonic()` the call must answer by (a wait without progress): no poll whose request could run
-    past it is started, and no approval is waited for past it (the grant stays open for the next call)."""
+    past it is started, and no approval is waited for within ANSWER_MARGIN_SECONDS of it, the time the approved poll
+    has (the grant stays open for the next call)."""
     polls_started: int = 0
     """Polls this call has begun (approved or not): only a later one is held back for `answer_by`."""

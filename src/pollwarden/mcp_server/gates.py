@@ -23,7 +23,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..progress import Progress, progress_of_record
 from ..store.base import Grant, Store
-from .base import APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
+from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -217,7 +217,9 @@ def _await_grant(
                 operation_id=record.operation_id,
             )
         gone = broker.stopping.is_set()
-        cut = call.cancelled.is_set() or (call.answer_by is not None and call.answer_by <= time.monotonic())
+        # The margin is the approved poll's, still to be made within the bound: the person is waited for less.
+        due = call.answer_by is not None and call.answer_by - ANSWER_MARGIN_SECONDS <= time.monotonic()
+        cut = call.cancelled.is_set() or due
         if not gone and cut and time.monotonic() < ends:
             # The host cut the call, or it must answer now: the grant stays open for the next call, which a
             # person's approval (at 65 s, say) then lets through.
