@@ -240,13 +240,13 @@ def _busy(load: tuple[float, float]) -> str:
     return "loaded" if max(load) >= cores else "lightly loaded" if max(load) >= cores / 4 else "idle"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's section of `path` (up to the next `## ` heading), or add it; keep the rest."""
+def write_section(path: Path, text: str, heading: str = HEADING) -> None:
+    """Replace the section under `heading` of `path` (up to the next `## ` heading), or add it; keep the rest."""
     old = path.read_text(encoding="utf-8") if path.exists() else "# Agents\n"
-    start = old.find(HEADING + "\n")
+    start = old.find(heading + "\n")
     if start < 0:
         path.write_text(old.rstrip("\n") + "\n\n" + text, encoding="utf-8")
         return
-    following = old.find("\n## ", start + len(HEADING))
+    following = old.find("\n## ", start + len(heading))
     rest = "" if following < 0 else old[following + 1 :]
     path.write_text(old[:start] + text + ("\n" + rest if rest else ""), encoding="utf-8")

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from pollwarden.simulator import Simulator
-from tests.mcp.support import agent_contract
 
-from .users import Broker, Users, make_users, start_broker, why_not
-
-TOKEN_ENV = "PW_BROKER_TEST_TOKEN"
+from .users import Broker, Place, Users, broker_args, lay_out, make_users, start_broker, why_not
 
 
 @pytest.fixture(scope="session")
@@ -25,57 +19,9 @@ def users() -> Iterator[Users]:
     yield from make_users()
 
 
-@dataclass
-class Place:
-    """One test's broker layout: a home only the service user can enter, root's contracts, the secrets file."""
-
-    root: Path
-    home: Path
-    contracts: Path
-    secrets: Path
-    run: Path
-
-    @property
-    def socket(self) -> Path:
-        return self.run / "broker.sock"
-
-
 @pytest.fixture
 def place(users: Users, guarded: Simulator, secret: str) -> Place:
-    root = users.place("broker")
-    (root / "home").mkdir()  # empty, as systemd's StateDirectory= makes it
-    home = users.own(root / "home", users.service, 0o700)
-    contracts = root / "contracts"
-    agent_contract(contracts, guarded.url, secret_env=TOKEN_ENV, base_delay="50ms", max_delay="100ms")
-    agent_contract(contracts, guarded.url, name="guarded", approval="per_call", secret_env=TOKEN_ENV, base_delay="50ms")
-    os.chmod(contracts, 0o755)
-    for path in contracts.iterdir():
-        os.chmod(path, 0o644)
-    secrets_file = root / "secrets"
-    secrets_file.write_text(f"# the broker's credentials\n{TOKEN_ENV}={secret}\n", encoding="utf-8")
-    users.own(secrets_file, users.service, 0o600)
-    run = root / "run"
-    run.mkdir()
-    users.own(run, users.service, 0o755)
-    return Place(root, home, contracts, secrets_file, run)
-
-
-def broker_args(users: Users, place: Place, *extra: str) -> list[str]:
-    return [
-        "--home",
-        str(place.home),
-        "--contracts",
-        str(place.contracts),
-        "--socket",
-        str(place.socket),
-        "--agents",
-        users.agent,
-        "--approvers",
-        users.approver,
-        "--secrets",
-        str(place.secrets),
-        *extra,
-    ]
+    return lay_out(users, guarded.url, secret)
 
 
 @pytest.fixture

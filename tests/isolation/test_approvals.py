@@ -9,8 +9,7 @@ from pathlib import Path
 from pollwarden.simulator import Simulator, Step
 from tests.mcp.support import run
 
-from .conftest import Place
-from .users import Broker, Users, shim_agent
+from .users import Broker, Place, Users, shim_agent
 
 
 def _stopped_for_a_decision(users: Users, place: Place, tmp_path: Path) -> tuple[str, str]:

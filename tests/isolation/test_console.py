@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import httpx
 
-from .conftest import Place
-from .users import Broker, Users
+from .users import Broker, Place, Users
 
 
 def _free_port() -> int:

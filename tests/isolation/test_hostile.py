@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .conftest import Place
-from .users import Broker, Users
+from .users import Broker, Place, Users
 
 PROBE = r"""
 import json, socket, sys

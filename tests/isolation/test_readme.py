@@ -11,8 +11,7 @@ from pathlib import Path
 from pollwarden.simulator import Simulator, Step
 from tests.mcp.support import run
 
-from .conftest import TOKEN_ENV, Place
-from .users import Users, shim_agent, start_broker
+from .users import TOKEN_ENV, Place, Users, shim_agent, start_broker
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

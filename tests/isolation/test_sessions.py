@@ -11,8 +11,7 @@ import anyio
 from pollwarden.simulator import Simulator, Step
 from tests.mcp.support import Note, run
 
-from .conftest import Place
-from .users import Broker, Users, shim_agent
+from .users import Broker, Place, Users, shim_agent
 
 
 def test_an_agent_session_through_the_shim_reaches_a_success(

@@ -10,8 +10,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.mcp.support import run
 
-from .conftest import Place
-from .users import Broker, Users, shim_agent
+from .users import Broker, Place, Users, shim_agent
 
 
 def test_no_broker_answers_initialize_with_the_socket_named(users: Users, place: Place, tmp_path: Path) -> None:

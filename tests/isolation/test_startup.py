@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Place, broker_args
-from .users import Broker, Users
+from .users import Broker, Place, Users, broker_args
 
 
 def _refused(users: Users, place: Place, *extra: str, user: str | None = None, **swap: str) -> str:

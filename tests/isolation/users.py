@@ -29,11 +29,49 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import pollwarden
 from mcp import ClientSession
-from tests.mcp.support import Agent
+from tests.mcp.support import Agent, agent_contract
 
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+TOKEN_ENV = "PW_BROKER_TEST_TOKEN"
 READY_SECONDS = 60.0
 """A cap on waiting for a broker to bind its socket (it is told by the socket itself, not by a pause)."""
+
+
+READ_PROBE = r"""
+import json, os, sys
+home, secrets_file, pid, secret = sys.argv[1:5]
+tried = {}
+def attempt(name, fn):
+    try:
+        fn()
+        tried[name] = "read"
+    except OSError as exc:
+        tried[name] = type(exc).__name__
+attempt("home listing", lambda: os.listdir(home))
+attempt("database", lambda: open(os.path.join(home, "pollwarden.db"), "rb").read(1))
+attempt("keys", lambda: os.listdir(os.path.join(home, "keys")))
+attempt("secrets file", lambda: open(secrets_file, "rb").read())
+attempt("broker environment", lambda: open(f"/proc/{pid}/environ", "rb").read())
+attempt("broker memory", lambda: open(f"/proc/{pid}/mem", "rb").read(1))
+found = []
+try:
+    found.append("argv") if secret.encode() in open(f"/proc/{pid}/cmdline", "rb").read() else None
+except OSError:
+    pass
+if secret in "".join(os.environ.values()):
+    found.append("own environment")
+for top in sys.argv[5:]:
+    for folder, _, names in os.walk(top):
+        for name in names:
+            try:
+                if secret.encode() in open(os.path.join(folder, name), "rb").read():
+                    found.append(os.path.join(folder, name))
+            except OSError:
+                pass
+print(json.dumps({"tried": tried, "found": found}))
+"""
+"""What an agent with a shell tries to read (argv: home, secrets file, broker pid, the secret, folders to search):
+prints {"tried": {what: "read" or the error's name}, "found": [where the secret was seen]}."""
 
 
 def why_not() -> str | None:
@@ -121,11 +159,12 @@ class Users:
         return path
 
 
-def make_users() -> Iterator[Users]:
+def make_users(prefix: str = "pw") -> Iterator[Users]:
+    """The three users, named PREFIX + this process's pid + svc/agt/apr (a process's sets need their own prefix)."""
     python = next(p for p in SYSTEM_PYTHONS if os.access(p, os.X_OK))
     base = Path(tempfile.mkdtemp(prefix="pollwarden-users-", dir="/tmp"))
     os.chmod(base, 0o755)
-    stem = f"pw{os.getpid() % 100000}"
+    stem = f"{prefix}{os.getpid() % 100000}"
     users = Users(base, python, "", f"{stem}svc", f"{stem}agt", f"{stem}apr")
     try:
         src = base / "src"
@@ -231,3 +270,58 @@ async def shim_agent(users: Users, socket_path: Path, stderr: Path) -> AsyncIter
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield Agent(session)
+
+
+@dataclass
+class Place:
+    """One broker's layout: a home only the service user can enter, root's contracts, the secrets file."""
+
+    root: Path
+    home: Path
+    contracts: Path
+    secrets: Path
+    run: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.run / "broker.sock"
+
+
+def lay_out(users: Users, provider_url: str, secret: str, deadline: str = "1m") -> Place:
+    """A broker's place: contracts `exports` (no approval) and `guarded` (per-call) on `provider_url`, each with
+    `deadline`, and the credential `secret` in a secrets file only the service user reads."""
+    root = users.place("broker")
+    (root / "home").mkdir()  # empty, as systemd's StateDirectory= makes it
+    home = users.own(root / "home", users.service, 0o700)
+    contracts = root / "contracts"
+    common = {"secret_env": TOKEN_ENV, "base_delay": "50ms", "deadline": deadline}
+    agent_contract(contracts, provider_url, max_delay="100ms", **common)
+    agent_contract(contracts, provider_url, name="guarded", approval="per_call", **common)
+    os.chmod(contracts, 0o755)
+    for path in contracts.iterdir():
+        os.chmod(path, 0o644)
+    secrets_file = root / "secrets"
+    secrets_file.write_text(f"# the broker's credentials\n{TOKEN_ENV}={secret}\n", encoding="utf-8")
+    users.own(secrets_file, users.service, 0o600)
+    run = root / "run"
+    run.mkdir()
+    users.own(run, users.service, 0o755)
+    return Place(root, home, contracts, secrets_file, run)
+
+
+def broker_args(users: Users, place: Place, *extra: str) -> list[str]:
+    return [
+        "--home",
+        str(place.home),
+        "--contracts",
+        str(place.contracts),
+        "--socket",
+        str(place.socket),
+        "--agents",
+        users.agent,
+        "--approvers",
+        users.approver,
+        "--secrets",
+        str(place.secrets),
+        *extra,
+    ]
