@@ -6,6 +6,7 @@ import base64
 import logging
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,8 @@ from urllib.parse import quote
 import pytest
 
 from pollwarden.mcp_server import Broker, CallContext, Scrubber, ScrubLogs, load_contracts, secret_values
-from pollwarden.simulator import Simulator
+from pollwarden.mcp_server.base import ANSWER_MARGIN_SECONDS
+from pollwarden.simulator import Simulator, Step
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -96,3 +98,46 @@ def test_the_served_credentials_are_read_as_they_are_sent(sim: Simulator, tmp_pa
     assert "other" in broker.not_ready  # never sent, and still scrubbed
     cleaned = broker.scrubber.text("Bearer tok-123456789 and bad\x00value-1")
     assert "tok-123456789" not in cleaned and "bad\x00value-1" not in cleaned, cleaned
+
+
+def test_a_call_waiting_for_approval_stops_waiting_once_another_call_made_that_request(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """CI saw it: a host cut a call the server had not yet heard was cut, a person approved, and that first call
+    made the request; the next call asked the person about request 2 of a finished operation and waited 45 s."""
+    agent_contract(tmp_path / "contracts", sim.url, approval="per_call", agent='[agent]\napproval_timeout = "10m"\n')
+    contracts, _ = load_contracts(tmp_path / "contracts")
+    broker = Broker(contracts, tmp_path / "home", environ={})
+    sim.add_job("moot-1", [Step(body={"state": "succeeded", "result_url": "/results/moot-1"})])
+    ok, started = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="moot-1")
+    assert ok, started
+    op = started["operation_id"]
+    # Without the fix the call answers approval_pending at this bound (rather than waiting the 10 minutes).
+    waiting = CallContext(cancelled=threading.Event(), answer_by=time.monotonic() + 20 + ANSWER_MARGIN_SECONDS)
+    answers: list[tuple[bool, dict[str, Any]]] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(broker.dispatch("check_operation", waiting, None, operation_id=op))
+    )
+    thread.start()
+    grant = _pending_grant(broker)
+    contract = contracts["exports"]
+    with broker.store() as store, broker.client(contract) as client:
+        broker.engine(store).step(contract, client, op)  # the request, made by the call that asked for it
+    thread.join()
+    ok, reply = answers[0]
+    assert ok and reply["status"] == "succeeded", reply
+    assert sim.request_count("moot-1") == 1
+    with broker.store() as store:
+        withdrawn = store.get_grant(grant)
+        assert withdrawn is not None and withdrawn.status == "expired" and withdrawn.decided_by == "pollwarden"
+        assert store.grants(status="pending") == []  # nobody is asked about it any more
+
+
+def _pending_grant(broker: Broker) -> str:
+    for _ in range(1200):  # until the call has asked (it is the other thread's first step): at most a minute
+        with broker.store() as store:
+            pending = store.grants(kind="call", status="pending")
+        if pending:
+            return pending[0].grant_id
+        time.sleep(0.05)
+    raise AssertionError("the call never asked for an approval")

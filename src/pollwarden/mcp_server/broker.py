@@ -31,7 +31,7 @@ from ..progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, agent_log_id
 from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, check_arguments, clean_text, log
-from .gates import gated_call
+from .gates import RequestMade, gated_call
 from .reporting import timing
 from .scrub import scrubber_for, wire_safe
 from .submit import tool_submit_job
@@ -301,7 +301,11 @@ class Broker:
                 outcome = {"outcome": "not_sent", "step": type(result).__name__.lower()}
             return result, outcome
 
-        result = gated_call(self, store, contract, record, "status_request", call, send)
+        try:
+            result = gated_call(self, store, contract, record, "status_request", call, send)
+        except RequestMade:
+            call.polls_started -= 1  # nothing was sent: this call's first poll is still to come
+            return self._step(store, operation_id, call)
         return reply(store, result, self.clock()), progress_of(result)
 
     @property

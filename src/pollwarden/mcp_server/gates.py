@@ -68,6 +68,23 @@ class Subject:
         )
 
 
+class RequestMade(Exception):
+    """The status request a call waits to have approved was made meanwhile, or its operation finished (the call
+    that asked went on after its host cut it, before the server heard): nobody need answer; the caller looks
+    again."""
+
+
+def _moved_on(store: Store, record: Subject) -> str | None:
+    stored = store.get(record.operation_id)  # None: a submission's operation, not created yet
+    if stored is None:
+        return None
+    if stored.record.is_final:
+        return "the operation finished"
+    if stored.record.status_requests_used != record.status_requests_used:
+        return "another call made this status request"
+    return None
+
+
 def gated_call(
     broker: Broker,
     store: Store,
@@ -216,6 +233,20 @@ def _await_grant(
                 refused_by=by,
                 operation_id=record.operation_id,
             )
+        moved = _moved_on(store, record) if purpose == "status_request" else None
+        if moved is not None:
+            withdrawn = store.decide_grant(
+                grant.grant_id,
+                expect="pending",
+                status="expired",
+                by="pollwarden",
+                at=broker.clock(),
+                log_id=broker.log_id,
+                note=f"not needed any more: {moved}",
+            )
+            if withdrawn:
+                raise RequestMade(moved)
+            continue  # a person answered in the same instant: that answer is read again
         gone = broker.stopping.is_set()
         # The margin is the approved poll's, still to be made within the bound: the person is waited for less.
         due = call.answer_by is not None and call.answer_by - ANSWER_MARGIN_SECONDS <= time.monotonic()
