@@ -21,6 +21,7 @@ from ..core.contract import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..errors import PollwardenError
 from ..progress import Progress, progress_of_record
 from ..store.base import Grant, Store
 from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
@@ -68,7 +69,7 @@ class Subject:
         )
 
 
-class RequestMade(Exception):
+class RequestMade(PollwardenError):
     """The status request a call waits to have approved was made meanwhile, or its operation finished (the call
     that asked went on after its host cut it, before the server heard): nobody need answer; the caller looks
     again."""
