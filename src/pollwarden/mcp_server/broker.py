@@ -282,9 +282,9 @@ class Broker:
             # Its request could run past the moment this call must answer by: left for the next call (a call's
             # first poll is always made, or a contract slower than the bound would never be polled by waits).
             return {**not_yet(record, now, now), "deferred": True}, progress_of(NotYet(record, now))
-        call.polls_started += 1
 
         def send() -> tuple[StepResult, dict[str, Any]]:
+            call.polls_started += 1  # only once the gates let it go: a request made meanwhile started nothing here
             with self.client(contract) as client:
                 result = self.engine(store).step(contract, client, operation_id)
             if isinstance(result, Polled):
@@ -304,7 +304,6 @@ class Broker:
         try:
             result = gated_call(self, store, contract, record, "status_request", call, send)
         except RequestMade:
-            call.polls_started -= 1  # nothing was sent: this call's first poll is still to come
             return self._step(store, operation_id, call)
         return reply(store, result, self.clock()), progress_of(result)
 

@@ -236,16 +236,7 @@ def _await_grant(
             )
         moved = _moved_on(store, record) if purpose == "status_request" else None
         if moved is not None:
-            withdrawn = store.decide_grant(
-                grant.grant_id,
-                expect="pending",
-                status="expired",
-                by="pollwarden",
-                at=broker.clock(),
-                log_id=broker.log_id,
-                note=f"not needed any more: {moved}",
-            )
-            if withdrawn:
+            if _expire(broker, store, grant.grant_id, f"not needed any more: {moved}"):
                 raise RequestMade(moved)
             continue  # a person answered in the same instant: that answer is read again
         gone = broker.stopping.is_set()
@@ -266,16 +257,8 @@ def _await_grant(
                 operation_id=record.operation_id,
             )
         if gone or time.monotonic() >= ends:
-            expired = store.decide_grant(
-                grant.grant_id,
-                expect="pending",
-                status="expired",
-                by="pollwarden",
-                at=broker.clock(),
-                log_id=broker.log_id,
-                note="the session ended" if gone else f"no answer within {format_duration(timeout)}",
-            )
-            if not expired:
+            note = "the session ended" if gone else f"no answer within {format_duration(timeout)}"
+            if not _expire(broker, store, grant.grant_id, note):
                 continue  # a person answered in the last instant: that answer counts
             _deny(broker, store, record, "approval_timeout", grant.grant_id)
             raise ToolFailure(
@@ -287,6 +270,19 @@ def _await_grant(
                 operation_id=record.operation_id,
             )
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
+
+
+def _expire(broker: Broker, store: Store, grant_id: str, note: str, at: datetime | None = None) -> bool:
+    """Close a pending grant nobody answered, as pollwarden; False when a person answered it first."""
+    return store.decide_grant(
+        grant_id,
+        expect="pending",
+        status="expired",
+        by="pollwarden",
+        at=broker.clock() if at is None else at,
+        log_id=broker.log_id,
+        note=note,
+    )
 
 
 def _open_grant(
@@ -306,15 +302,7 @@ def _open_grant(
         if grant.status == "pending" and now < closes:
             return grant
         if grant.status == "pending":
-            store.decide_grant(
-                grant.grant_id,
-                expect="pending",
-                status="expired",
-                by="pollwarden",
-                at=now,
-                log_id=broker.log_id,
-                note=f"no answer within {format_duration(timeout)}",
-            )
+            _expire(broker, store, grant.grant_id, f"no answer within {format_duration(timeout)}", at=now)
         elif grant.status == "approved" and number is not None and grant.decided_at and grant.decided_at <= closes:
             return grant
     return None
