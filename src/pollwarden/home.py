@@ -83,16 +83,24 @@ def tighten(path: Path, mode: int) -> None:
 
 
 def tighten_own_dir(directory: Path, own: Iterable[str]) -> None:
-    """`tighten` an existing directory to 0700 only when it is pollwarden's: empty, or holding one of the `own`
-    names. Anything else was handed over (`--home /proc`, `--home ~`): its mode is its owner's business, and
-    what pollwarden puts in it is private by itself (0600 files, a 0700 keys directory)."""
+    """`tighten` an existing directory to 0700 only when it is pollwarden's: holding nothing but the `own` names
+    (a database's -wal, -shm and -writer.lock files, and a ".NAME.*.tmp" being written, count as theirs).
+    Anything else was handed over (`--home /proc`, `--home ~`, `--home /`): its mode is its owner's business, and
+    what pollwarden puts in it is private by itself (0600 files, a 0700 keys directory). Holding one of the names
+    is not enough: `--home /` made / hold a `keys` directory and a `pollwarden.db`, and the next command made /
+    0700, so that no other user (PostgreSQL's included) could reach anything on the machine."""
     try:
         with os.scandir(directory) as entries:
             names = {entry.name for entry in entries}
     except OSError:
         return
-    if not names or names & set(own):
+    mine = tuple(own)
+    if all(_is_own(name, mine) for name in names):
         tighten(directory, PRIVATE_DIR)
+
+
+def _is_own(name: str, own: tuple[str, ...]) -> bool:
+    return any(name == one or name.startswith((f"{one}-", f".{one}.")) for one in own)
 
 
 def create_private(path: Path) -> None:

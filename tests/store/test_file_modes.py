@@ -121,9 +121,10 @@ def test_an_existing_directory_that_is_not_a_pollwarden_home_keeps_its_mode(tmp_
     home.mkdir()
     (home / "someone-elses.txt").write_text("x", encoding="utf-8")
     os.chmod(home, 0o755)
-    ran = _run("-m", "pollwarden", "status", home=home, umask=0o022)
-    assert ran.code == 0, ran.stderr
-    assert _mode(home) == 0o755
+    for _ in range(2):  # the second run finds pollwarden's files there too: still not its directory to chmod
+        ran = _run("-m", "pollwarden", "status", home=home, umask=0o022)
+        assert ran.code == 0, ran.stderr
+        assert _mode(home) == 0o755
     assert _mode(home / "pollwarden.db") == 0o600
     empty = tmp_path / "empty"
     empty.mkdir()
