@@ -34,6 +34,7 @@ from pathlib import Path
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.durations import parse_rfc3339
+from pollwarden.engine.installed import install
 from pollwarden.fleet_defaults import DEFAULT_CONCURRENCY, LANES, POSTGRES_CONCURRENCY
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
@@ -236,6 +237,7 @@ def seed(target: str, home: Path, url: str, operations: int, *, delay: str, spre
     store = _seeding_store(target, home)
     try:
         now = store.db_now()
+        install(store, contract, by="bench", via="bench", source="bench.throughput", now=now)  # workers run installed
         for n in range(operations):
             record = new_record(contract, operation_id=f"op{n:06d}", job_id=f"j{n}", now=now)
             if spread:

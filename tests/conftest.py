@@ -11,12 +11,15 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pollwarden.core.contract import Contract
 from pollwarden.simulator import Simulator, contract_text
+from pollwarden.store.base import Store
 from tests import prefork
 
 
@@ -24,6 +27,14 @@ def write_contract(path: Path, base_url: str, **options: Any) -> Path:
     """The simulator's contract, written where a CLI run can read it; options as `contract_text` takes them."""
     path.write_text(contract_text(base_url, **options), encoding="utf-8")
     return path
+
+
+def install(store: Store, contract: Contract, by: str = "tests") -> None:
+    """What an operator does before operations of `contract` are enqueued (`pollwarden contracts install`): for
+    tests that create operations in a store directly, which a worker or a resume then runs."""
+    from pollwarden.engine.installed import install as install_version
+
+    install_version(store, contract, by=by, via="tests", source="tests", now=datetime.now(UTC))
 
 
 def token_command_auth(script: Path, ttl: str = "50m") -> str:

@@ -16,6 +16,7 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.core.contract import Contract, ContractError, parse_contract
 from pollwarden.http import StatusClient
 from pollwarden.store.sqlite import SQLiteStore
+from tests.conftest import install
 from tests.loopback import Answer, Loopback, serving
 
 NOW = datetime(2025, 4, 18, 10, 0, tzinfo=UTC)
@@ -59,6 +60,8 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
 
 
 def send(c: Contract, store: SQLiteStore, body: bytes, operation_id: str = "op") -> str:
+    """`pollwarden submit`, which installs its contract as it starts (it runs with its caller's credential)."""
+    install(store, c)
     with StatusClient(c, None, clock=lambda: NOW) as client:
         return submit(store, c, client, operation_id=operation_id, body=body, now=NOW).record.job_id
 
@@ -211,3 +214,12 @@ def test_a_job_id_already_watched_gets_no_second_operation(provider: Loopback, s
     with pytest.raises(ActionRefused, match="operation first"):
         send(c, store, b'{"a": 1}', operation_id="second")
     assert len(provider.seen) == 2
+
+
+def test_a_contract_nobody_installed_submits_nothing(provider: Loopback, store: SQLiteStore) -> None:
+    """The one submit path (the CLI's and an agent's) creates an operation only for an installed version."""
+    provider.routes[("POST", "/jobs")] = Answer(201, b'{"id": "j1", "state": "running"}')
+    c = contract(provider.url, 'job_id = "id"')
+    with StatusClient(c, None, clock=lambda: NOW) as client, pytest.raises(ActionRefused, match="not installed"):
+        submit(store, c, client, operation_id="op", body=b"{}", now=NOW)
+    assert provider.seen == [] and store.get_submission("op") is None and store.all() == []

@@ -30,7 +30,7 @@ from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.worker import JsonLog, Worker
-from tests.conftest import token_command_auth
+from tests.conftest import install, token_command_auth
 from tests.test_http_keepalive import OK, KeepAliveServer
 
 GUARD = 60.0
@@ -83,6 +83,12 @@ def _held_token(tmp_path: Path, token: str) -> tuple[str, Path, Path]:
     return token_command_auth(command), started, go
 
 
+def _admit(engine: Engine, request: WatchRequest) -> None:
+    """What `enqueue` does, once an operator installed the contract (workers run installed versions only)."""
+    install(engine.store, request.contract)
+    engine.admit(request)
+
+
 def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(tmp_path: Path) -> None:
     hold = threading.Event()
     with provider(hold) as slow_provider, provider() as paced_provider:
@@ -90,8 +96,8 @@ def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(t
         paced = parse_contract(contract_text(paced_provider.url, name="paced", timeout="120s"), source="p.toml")
         store = _store(tmp_path)
         engine = Engine(store, owner="enqueue")
-        engine.admit(WatchRequest(slow, "j-slow", "op-slow", by="enqueue"))
-        engine.admit(WatchRequest(paced, "j-paced", "op-paced", by="enqueue"))
+        _admit(engine, WatchRequest(slow, "j-slow", "op-slow", by="enqueue"))
+        _admit(engine, WatchRequest(paced, "j-paced", "op-paced", by="enqueue"))
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=4, provider_rates={"paced": 100.0},
             log=JsonLog(io.StringIO(), worker="worker-1"),
@@ -119,7 +125,7 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
     with provider() as server:
         contract = parse_contract(contract_text(server.url, name="tok", extra=extra), source="t.toml")
         store = _store(tmp_path)
-        Engine(store, owner="enqueue").admit(WatchRequest(contract, "j1", "op-1", by="enqueue"))
+        _admit(Engine(store, owner="enqueue"), WatchRequest(contract, "j1", "op-1", by="enqueue"))
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(io.StringIO(), worker="w")
         )
@@ -146,14 +152,14 @@ def test_a_token_command_of_a_new_contract_holds_up_no_request_of_the_batch(tmp_
         token = parse_contract(contract_text(token_provider.url, name="tok", extra=extra), source="t.toml")
         store = _store(tmp_path)
         engine = Engine(store, owner="enqueue")
-        engine.admit(WatchRequest(fast, "j0", "op-0", by="enqueue"))
+        _admit(engine, WatchRequest(fast, "j0", "op-0", by="enqueue"))
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="w")
         )
         with ThreadPoolExecutor(4) as pool:
             assert worker.run_once(pool) == 1  # "fast" has its client now
-            engine.admit(WatchRequest(fast, "j1", "op-1", by="enqueue"))
-            engine.admit(WatchRequest(token, "t1", "op-t", by="enqueue"))
+            _admit(engine, WatchRequest(fast, "j1", "op-1", by="enqueue"))
+            _admit(engine, WatchRequest(token, "t1", "op-t", by="enqueue"))
             batch = pool.submit(worker.run_once, pool)
             _until(started.exists, "the token command never started")
             _until(lambda: len(fast_provider.requests) == 2, "the batch's request waited for the token command")
@@ -219,7 +225,7 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
         engine = Engine(store, owner="enqueue")
         for mine, other in (("a", "b"), ("b", "a")):
             text = contract_text(server.url, name=f"tok{mine}", timeout="30s", extra=command(mine, other))
-            engine.admit(WatchRequest(parse_contract(text, source=f"{mine}.toml"), f"j{mine}", f"op-{mine}", by="e"))
+            _admit(engine, WatchRequest(parse_contract(text, source=f"{mine}.toml"), f"j{mine}", f"op-{mine}", by="e"))
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="w")
         )
@@ -257,7 +263,9 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
         text = contract_text(server.url, name="tok", timeout="1s", deadline="2s", base_delay="300ms",
                              max_delay="300ms", extra=extra)  # fmt: skip
         store = _store(tmp_path)
-        Engine(store, owner="enqueue").admit(WatchRequest(parse_contract(text, source="t.toml"), "j1", "op-1", by="e"))
+        _admit(
+            Engine(store, owner="enqueue"), WatchRequest(parse_contract(text, source="t.toml"), "j1", "op-1", by="e")
+        )
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(io.StringIO(), worker="w"),
             provider_rates={"tok": 100.0} if paced else None,

@@ -23,6 +23,7 @@ from .core.expr import json_type, lookup
 from .core.observe import BodyError, Response, TransportFailure, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
+from .engine.installed import not_installed
 from .errors import EXIT_ESCALATED, PollwardenError
 from .http import StatusClient, origin_of
 from .store.base import JobWatched, OperationExists, Store, Submission
@@ -77,6 +78,8 @@ def submit(
     spec = contract.submit
     if spec is None:
         raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    if (uninstalled := not_installed(store, contract)) is not None:  # its operation is run by whoever runs it
+        raise ActionRefused(f"{uninstalled}; nothing was sent")
     _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)

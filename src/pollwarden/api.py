@@ -154,6 +154,7 @@ class Watch:
             not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
         ):
             raise WatchError('vars must be a mapping of names to strings, like vars={"repo": "acme/deploy"}')
+        self._source = "a Contract object" if isinstance(contract, Contract) else str(contract)
         if isinstance(contract, Contract):
             if vars:
                 raise WatchError("vars apply to a contract given by name or path; this Contract is already built")
@@ -218,6 +219,7 @@ class Watch:
         # which checks the contract and the limits with the core alone, load none of them.
         from .engine import AdmissionError, Cancelled, Engine
         from .engine.combine import combined
+        from .engine.installed import NotInstalled, install_as_caller
         from .home import resolve_home
         from .home_store import home_store
         from .http import CredentialError, StatusClient, resolve_secret
@@ -252,9 +254,10 @@ class Watch:
                 credential=secret,
                 status_location=self.status_url,
             )
-            try:
+            try:  # in-process code runs with its own credential: its contract is installed as it starts
+                install_as_caller(store, self.contract, via="python api", source=self._source, now=utcnow())
                 admitted = engine.admit(request)
-            except AdmissionError as exc:
+            except (AdmissionError, NotInstalled) as exc:
                 raise WatchError(f"cannot watch: {exc}") from None
             self.operation_id = admitted.record.operation_id  # a later run() resumes this operation
             told: Callable[[StepResult], None] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from .audit.crypto import AuditError
 from .clock import utcnow
 from .core.bounded import TooLarge, read_bounded
-from .core.contract import Contract, ContractError, parse_contract
+from .core.contract import Contract, ContractError
 from .core.escalation import OptionKind
 from .core.record import OperationRecord
 from .errors import PollwardenError
@@ -91,13 +92,25 @@ def configured_witness(home: Path) -> Witness | None:
     return Witness.parse(text, str(path))
 
 
-def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
-    """The contract stored with an operation (not today's file) and its record."""
+def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Contract, OperationRecord]:
+    """The contract stored with an operation (not today's file) and its record, only when that text is an
+    installed version (`engine.installed.runnable`). A refusal is raised as NotInstalled, nothing of that contract
+    used, and recorded on the operation as `contract_refused` with `by`, the command that refused (None: the
+    caller records it otherwise, as a resume does with a stop)."""
+    from .engine.installed import NotInstalled, runnable
+    from .events import ContractRefused
+
     stored = store.get(operation_id)
     if stored is None:
         raise HomeError(unknown_operation(store.path, operation_id))
     try:
-        return parse_contract(stored.contract_text, source=f"the contract stored with {operation_id}"), stored.record
+        return runnable(store, stored.contract_text, operation_id=operation_id), stored.record
+    except NotInstalled as exc:
+        if by is not None:
+            refused = ContractRefused(digest=exc.digest, by=by)
+            with suppress(StoreError):  # a read-only home still refuses; the refusal itself is what matters
+                store.append(operation_id, refused.KIND, refused.to_json(), utcnow())
+        raise
     except ContractError as exc:
         raise HomeError(str(exc)) from None
 
@@ -129,7 +142,12 @@ def decide(
     stored = store.get_decision(decision_id)
     if stored is None:
         raise HomeError(f"no decision {decision_id!r}; `pollwarden decisions` lists the open ones")
-    contract, _ = contract_of(store, stored.request.operation_id)
+    from .engine.installed import NotInstalled
+
+    try:
+        contract, _ = contract_of(store, stored.request.operation_id, by=f"decide (by {by})")
+    except NotInstalled as exc:  # a person's answer applies nothing of a contract nobody installed
+        raise HomeError(f"{exc}; the decision was left open") from None
     # Only an option that sends something needs the credential: extend, pause and close must work without it.
     chosen = None if refuse or option is None else stored.request.option(option).kind
     client = status_client(contract) if chosen in (OptionKind.CANCEL, OptionKind.RESUBMIT) else None

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from . import events as ev
 from .core.durations import DurationError, parse_rfc3339
-from .store.base import AGENT_LOG_PREFIX, Event
+from .store.base import AGENT_LOG_PREFIX, CONTRACT_LOG_PREFIX, Event
 
 SOURCE_WORDS = {
     "provider_retry_after": "provider guidance",
@@ -35,8 +35,8 @@ class Scene:
 
     @property
     def operation(self) -> str | None:
-        """The operation whose log this is; an agent session's log is no operation."""
-        return None if self.log_id.startswith(AGENT_LOG_PREFIX) else self.log_id
+        """The operation whose log this is; an agent session's or an installed contract's log is no operation."""
+        return None if self.log_id.startswith((AGENT_LOG_PREFIX, CONTRACT_LOG_PREFIX)) else self.log_id
 
 
 Renderer = Callable[[ev.AuditEvent, Scene], str | None]
@@ -118,6 +118,8 @@ def _decision(e: ev.DecisionEvent, s: Scene) -> str:
     prefix = f"{s.at} {head}, " if head else f"{s.at} "
     if e.reason in JOB_ENDED_REASONS:
         return f"{prefix}{_words(e.reason)}, stopped"
+    if head is None and e.rule not in (None, e.reason):  # a stop of its own rule, with no answer to tell it
+        return f"{prefix}{_words(e.reason)} ({_v(e.rule)}), escalated: {_v(e.detail)}"
     return f"{prefix}{_words(e.reason)}, escalated"
 
 
@@ -323,6 +325,22 @@ def _paced(e: ev.Paced, s: Scene) -> str:
 @renders(ev.LimitsNarrowed)
 def _narrowed(e: ev.LimitsNarrowed, s: Scene) -> str:
     return f"{s.at} limits narrowed: deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)}"
+
+
+@renders(ev.ContractInstalled)
+def _installed(e: ev.ContractInstalled, s: Scene) -> str:
+    return (
+        f"{s.at} {_v(e.by)} installed contract {_v(e.name)} version {_v(e.digest)[:12]} ({_v(e.via)}, from"
+        f" {_v(e.source)}): its requests and credential ({_v(e.account)}) go to {_v(e.origin)}"
+    )
+
+
+@renders(ev.ContractRefused)
+def _contract_refused(e: ev.ContractRefused, s: Scene) -> str:
+    return (
+        f"{s.at} {_v(e.by)} refused to run this operation: its contract (version {_v(e.digest)[:12]}) is not"
+        " installed; nothing of it was used"
+    )
 
 
 def render_event(event: Event, observed: ev.Observed | None = None) -> str | None:

@@ -11,7 +11,6 @@ requests finish and release the rest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import threading
@@ -23,11 +22,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .core.contract import Contract, ContractError, parse_contract
+from .core.contract import Contract, ContractError
+from .core.contract_vars import text_digest
 from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult
+from .engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
 from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
@@ -223,13 +224,17 @@ class _ContractCache:
     def ready(self, text: str) -> tuple[Contract, StatusClient] | str | None:
         """The client of a text already seen, or None: never waits (not even for the lock a `client` holds while it
         reads a credential), so a claim transaction may ask."""
-        return self.clients.get(hashlib.sha256(text.encode()).hexdigest())
+        return self.clients.get(text_digest(text))
 
-    def client(self, text: str, log: JsonLog) -> tuple[Contract, StatusClient] | str:
+    def client(
+        self, store: Store, text: str, operation_id: str, log: JsonLog
+    ) -> tuple[Contract, StatusClient] | str | NotInstalled:
+        """The contract and client of a stored text, made once; only of an installed version (`runnable`, checked
+        before the text is parsed or a credential read). NotInstalled is not kept: an operator may install it."""
         found = self.ready(text)
         if found is not None:
             return found
-        key = hashlib.sha256(text.encode()).hexdigest()
+        key = text_digest(text)
         with self.lock:
             one = self.making.setdefault(key, threading.Lock())
         with one:
@@ -237,11 +242,14 @@ class _ContractCache:
             if found is not None:
                 return found
             try:
-                contract = parse_contract(text, source="stored contract")
+                contract = runnable(store, text, operation_id=operation_id)
                 made: tuple[Contract, StatusClient] | str = (
                     contract,
                     StatusClient(contract, resolve_secret(contract), clock=self.clock),
                 )
+            except NotInstalled as exc:
+                log("contract_not_installed", operation=operation_id, digest=exc.digest)
+                return exc
             except (ContractError, CredentialError) as exc:
                 made = str(exc)
                 log("contract_unusable", detail=made)
@@ -387,12 +395,16 @@ class Worker:
         if self.stop.is_set():
             store.release(lease)
             return
-        found = self._contracts.client(claimed.contract_text, self.log)
+        found = self._contracts.client(store, claimed.contract_text, lease.operation_id, self.log)
+        engine = Engine(store, owner=self.owner, clock=clock)
+        if isinstance(found, NotInstalled):  # recorded as a stop: claimed again and again it would hide nothing
+            refused = engine.refuse_claimed(lease, record, clock(), str(found), rule=NOT_INSTALLED_RULE)
+            self._observe(refused, record, 0.0, "")
+            return
         if isinstance(found, str):
             store.release(lease)
             return
         contract, client = found
-        engine = Engine(store, owner=self.owner, clock=clock)
         now = clock()
         if isinstance(next_step(record, now), Poll):
             paced = self._pace(store, lease, record, contract.name, now)

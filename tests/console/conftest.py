@@ -18,7 +18,7 @@ from pollwarden.http import StatusClient
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.base import StoredDecision
-from tests.conftest import write_contract
+from tests.conftest import install, write_contract
 
 TOKEN = "console-test-token-0123456789abcdef"
 
@@ -45,6 +45,7 @@ def stop_operation(
     store = open_store(home)
     try:
         record = new_record(contract, operation_id=operation_id, job_id=job_id, now=utcnow(), max_requests=max_requests)
+        install(store, contract)
         store.create(record, contract.source_text, record.summary())
         with StatusClient(contract, None, clock=utcnow) as client:
             Engine(store, owner="console-test").run(contract, client, operation_id)

@@ -17,7 +17,7 @@ from pollwarden.core.record import new_record
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
 from pollwarden.store.owner import this_host
-from tests.conftest import run_cli, write_contract
+from tests.conftest import install, run_cli, write_contract
 from tests.console.conftest import decision, stop_operation
 from tests.console.test_console_http import csrf_of, flash_after
 
@@ -37,6 +37,7 @@ def _late_operation(home: Path, contract_path: Path, operation_id: str, *, owner
     store = open_store(home)
     try:
         record = new_record(contract, operation_id=operation_id, job_id=f"job-{operation_id}", now=past)
+        install(store, contract)
         store.create(record, contract.source_text, record.summary())
         claimed = store.claim(operation_id, f"{owner_kind}/{this_host()}:{_dead_pid()}:abcd", past, timedelta(1))
         assert claimed is not None

@@ -22,7 +22,7 @@ from pollwarden.core.record import new_record
 from pollwarden.home import database_path
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
-from tests.conftest import run_cli
+from tests.conftest import install, run_cli
 
 from .conftest import TOKEN, decision, stop_operation
 
@@ -151,6 +151,7 @@ def test_values_from_the_store_and_the_provider_are_escaped(
     store = open_store(home)
     try:
         record = new_record(contract, operation_id="op-xss", job_id=script, now=utcnow())
+        install(store, contract)
         store.create(record, contract.source_text, record.summary())
     finally:
         store.close()

@@ -60,7 +60,7 @@ def test_intact_log_verifies(audited_home: Path) -> None:
     code, report = _verify(audited_home)
     assert code == 0
     assert report["ok"] is True
-    assert report["logs"] == 2
+    assert report["logs"] == 3  # two operations and the contract their watches installed
     assert isinstance(report["records"], int) and report["records"] > 15
 
 

@@ -106,6 +106,11 @@ def test_a_use_file_runs_the_whole_lifecycle_and_enqueue_stores_it(home: Path, t
         ran = run_cli("watch", "--contract", str(contract), "--job", "9", "--json", home=home, env=TOKEN)
         assert ran.code == 3, ran.stderr
         assert _last_json(ran.stdout)["reason"] == "job_failed" and len(gitlab.requests(path)) == 3
+        # Another project is another version of the contract: an operator installs it before it is enqueued.
+        refused = run_cli("enqueue", "--contract", str(contract), "--job", "10", "--var", "project=43", home=home)
+        assert refused.code == 2 and "pollwarden contracts install" in refused.stderr, refused.stderr
+        installed = run_cli("contracts", "install", str(contract), "--var", "project=43", "--by", "alice", home=home)
+        assert installed.code == 0, installed.stderr
         queued = run_cli("enqueue", "--contract", str(contract), "--job", "10", "--var", "project=43", home=home)
         assert queued.code == 0, queued.stderr
         status = json.loads(run_cli("status", "--json", home=home).stdout)
@@ -188,6 +193,7 @@ def test_enqueue_a_status_url_and_the_worker_polls_exactly_it(home: Path, tmp_pa
         contract = _custom(tmp_path, HANDLES.format(base=ops.url) + '[schedule]\nbase_delay = "100ms"\n')
         url = f"{ops.url}/op/xyz?api-version=2024-01-01"
         ops.answer("/op/xyz?api-version=2024-01-01", (200, {"status": "running"}), (200, {"status": "succeeded"}))
+        assert run_cli("contracts", "install", str(contract), "--by", "alice", home=home).code == 0
         assert run_cli("enqueue", "--contract", str(contract), home=home).code == 2  # neither --job nor --status-url
         off = run_cli("enqueue", "--contract", str(contract), "--status-url", "http://evil.example/op/1", home=home)
         assert off.code == 2 and "--status-url" in off.stderr

@@ -23,7 +23,7 @@ from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract import load_contract
 from pollwarden.engine import BATCH, Engine
 from pollwarden.store.base import Store
-from tests.conftest import Ran, run_cli, write_contract
+from tests.conftest import Ran, install, run_cli, write_contract
 from tests.e2e.conftest import store_of as _store
 
 pytestmark = pytest.mark.slow
@@ -41,6 +41,16 @@ def _enqueue(db: str, home: Path, *args: str, stdin: bytes | None = None) -> Ran
         timeout=120,
     )
     return Ran(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def _installed(db: str, home: Path, contract: Path) -> Path:
+    """What an operator does first: workers run installed contract versions only, and enqueue never installs."""
+    store = _store(db, home)
+    try:
+        install(store, load_contract(contract))
+    finally:
+        store.close()
+    return contract
 
 
 def _one_enqueued(db: str, home: Path, contract: Path, job: str, operation: str) -> None:
@@ -61,7 +71,7 @@ def _created(store: Store) -> Counter[str]:
 def test_a_jobs_file_enqueues_each_job_once_with_the_flags_limits_and_a_rerun_creates_nothing(
     db: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    contract = _installed(db, home, write_contract(tmp_path / "c.toml", "http://127.0.0.1:9"))
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("# nightly exports\n" + "".join(f"exp_{n}\r\n" for n in range(40)) + "\n", encoding="utf-8")
     flags = ("--contract", str(contract), "--jobs-file", str(jobs), "--operation-prefix", "nightly")
@@ -99,7 +109,7 @@ def test_a_jobs_file_enqueues_each_job_once_with_the_flags_limits_and_a_rerun_cr
 def test_standard_input_without_a_prefix_gets_generated_ids_and_an_existing_job_its_operation(
     db: str, home: Path, tmp_path: Path
 ) -> None:
-    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    contract = _installed(db, home, write_contract(tmp_path / "c.toml", "http://127.0.0.1:9"))
     _one_enqueued(db, home, contract, "b", "mine")
     ran = _enqueue(db, home, "--contract", str(contract), "--jobs-file", "-", stdin=b"a\nb\nc\n")
     assert ran.code == 0, ran.stderr
@@ -120,7 +130,7 @@ def test_standard_input_without_a_prefix_gets_generated_ids_and_an_existing_job_
 def test_a_job_watched_by_another_operation_refuses_the_file_and_is_audited_on_that_operation(
     db: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    contract = _installed(db, home, write_contract(tmp_path / "c.toml", "http://127.0.0.1:9"))
     _one_enqueued(db, home, contract, "b", "mine")
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("a\n\nb\nc\n", encoding="utf-8")
@@ -145,10 +155,10 @@ def test_a_kill_between_batches_leaves_whole_batches_and_the_same_command_contin
     # long as this process is kept from running; with six (0.4 s of writing left) a loaded machine's stall of this
     # test alone let the enqueue finish first. Now some 1.5 s of writing are left, and load slows those too.
     count = BATCH * 20
-    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    db = home / "pollwarden.db"
+    contract = _installed(str(db), home, write_contract(tmp_path / "c.toml", "http://127.0.0.1:9"))
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("".join(f"exp_{n}\n" for n in range(count)), encoding="utf-8")
-    db = home / "pollwarden.db"
     command = [sys.executable, "-m", "pollwarden", "enqueue", "--contract", str(contract), "--jobs-file", str(jobs)]
     env = {**os.environ, "POLLWARDEN_HOME": str(home)}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -58,7 +58,7 @@ def test_a_store_that_grew_extends_the_head_kept_elsewhere(worked: tuple[Path, P
     _watch(home, contract, "happy-2", "op-b")
     code, report = _verify(home, "--checkpoint", str(kept))
     assert code == 0, report
-    assert report["trusted_checkpoint"] == str(kept) and report["logs"] == 2
+    assert report["trusted_checkpoint"] == str(kept) and report["logs"] == 3  # and the installed contract's
 
 
 def test_a_log_deleted_after_the_head_was_kept_is_named(worked: tuple[Path, Path], contract: Path) -> None:
@@ -180,8 +180,11 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
-    (schema 4 replaced it), no watcher columns (schema 5), version 2."""
+    (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TABLE contracts")
+        conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
+        conn.execute("DELETE FROM audit_checkpoints WHERE log_id LIKE '@contract/%'")
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
@@ -194,12 +197,15 @@ def _downgrade_sqlite(db: Path) -> None:
 
 def _downgrade_postgres(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE contracts")
+        conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
+        conn.execute("DELETE FROM audit_checkpoints WHERE log_id LIKE '@contract/%'")
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
         conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
-        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5)")
+        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6)")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -238,7 +244,7 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3, 4, 5]" in upgraded.stdout, upgraded.stdout
+        assert upgraded.code == 0 and "applied migrations [3, 4, 5, 6]" in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head

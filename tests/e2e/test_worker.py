@@ -22,7 +22,7 @@ from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
 from pollwarden.fleet_defaults import POSTGRES_POOL
 from pollwarden.simulator import Simulator, Step
-from tests.conftest import run_cli, write_contract
+from tests.conftest import install, run_cli, write_contract
 from tests.e2e.conftest import store_of as _store
 
 pytestmark = pytest.mark.slow
@@ -36,6 +36,7 @@ def _enqueue(db: str, home: Path, contract_path: Path, jobs: list[str]) -> None:
     store = _store(db, home)
     try:
         now = store.db_now()
+        install(store, contract)
         for job in jobs:
             record = new_record(contract, operation_id=f"op-{job}", job_id=job, now=now)
             store.create(record, contract.source_text, record.summary())

@@ -15,17 +15,24 @@ from typing import Any
 import pytest
 
 from pollwarden.audit import AuditRecord
-from pollwarden.core.admission import Limits, WatchRequest
+from pollwarden.core.admission import Limits, Refusal, Refuse, WatchRequest
 from pollwarden.core.contract import Contract, parse_contract
-from pollwarden.engine import BatchAdmissionError, Engine
+from pollwarden.engine import AdmissionError, BatchAdmissionError, Engine
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.common import Tx
 from pollwarden.store.sql import SQLStore
+from tests.conftest import install
 
 # `store` is the store suite's fixture: each test that takes it runs on SQLite and on PostgreSQL.
 
 CONTRACT = parse_contract(contract_text("http://127.0.0.1:9", max_requests=5), source="test.toml")
+
+
+@pytest.fixture(autouse=True)
+def _installed(store: Store) -> None:
+    """The operator installed the contract these requests name: admission refuses any other."""
+    install(store, CONTRACT)
 
 
 def _asks(
@@ -52,7 +59,8 @@ def test_every_request_is_created_with_its_own_record_and_created_event(store: S
     assert [a.record.operation_id for a in admitted] == [f"bulk-{n}" for n in range(1, 11)]
     assert all(a.created for a in admitted)
     assert _created_events(store) == {f"bulk-{n}": 1 for n in range(1, 11)}
-    assert len(store.audit_heads()) == 4  # one transaction per batch: 3 + 3 + 3 + 1, each with one signed head
+    # One transaction per batch: 3 + 3 + 3 + 1, each with one signed head (after the contract's install's own).
+    assert len(store.audit_heads()) == 1 + 4
     event = store.events("bulk-4")[0]
     assert event.data["created_by"] == "enqueue" and event.data["job"] == "j3"
     again = engine.admit_many(_asks([f"j{n}" for n in range(10)], "bulk"), batch=3)
@@ -125,3 +133,21 @@ def test_a_tighter_limit_on_an_existing_operation_is_narrowed_as_for_one_request
     assert [e.kind for e in store.events("bulk-1")] == ["created", "limits_narrowed"]
     with pytest.raises(BatchAdmissionError, match="exceeds the approved 2"):
         engine.admit_many(_asks(["a", "b", "c"], "bulk", max_requests=4))
+
+
+def test_a_contract_that_is_not_installed_creates_nothing_on_every_path(store: Store) -> None:
+    """Admission is where "installed contracts only" lives: one request, a batch, and the combined watches of one
+    process are all refused, naming the install command, and nothing is written."""
+    other = parse_contract(contract_text("http://127.0.0.1:9", max_requests=5, name="other"), source="o.toml")
+    engine = Engine(store, owner="cli", clock=store.db_now)
+    with pytest.raises(AdmissionError, match="pollwarden contracts install") as refused:
+        engine.admit(WatchRequest(other, "j1", by="enqueue"))
+    assert refused.value.kind is Refusal.NOT_INSTALLED
+    with pytest.raises(BatchAdmissionError) as batch:
+        engine.admit_many(_asks(["a", "b"], "bulk", contract=other))
+    assert [index for index, _ in batch.value.refusals] == [0, 1]
+    (answer,) = engine.admit_each([WatchRequest(other, "j2")], [engine])
+    assert isinstance(answer, Refuse) and answer.kind is Refusal.NOT_INSTALLED
+    assert store.all() == [] and _created_events(store) == {}
+    install(store, other)
+    assert engine.admit(WatchRequest(other, "j1", by="enqueue")).created

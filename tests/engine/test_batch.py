@@ -25,6 +25,7 @@ from pollwarden.simulator import contract_text
 from pollwarden.store.base import Claimed, FencedWrite, Store, StoreError
 from pollwarden.store.common import Tx
 from pollwarden.worker import CLAIM_TTL
+from tests.conftest import install
 from tests.store.conftest import Backend
 
 COUNT = 6
@@ -62,6 +63,7 @@ def _contract() -> Contract:
 def _claimed(store: Store) -> tuple[Contract, Engine, list[Claimed]]:
     """COUNT operations admitted and claimed in one batch by `worker-1`."""
     contract = _contract()
+    install(store, contract)
     engine = Engine(store, owner="worker-1", clock=store.db_now)
     return contract, engine, _claim(store, contract, engine)
 
@@ -119,7 +121,7 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
     assert store.keys is not None
     store.checkpoint_heads(store.db_now())
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key)
-    assert report.ok and report.logs == COUNT, report
+    assert report.ok and report.logs == COUNT + 1, report  # and the installed contract's log
 
 
 def test_a_batch_inserts_its_audit_records_in_one_statement_per_transaction(
@@ -141,7 +143,7 @@ def test_a_batch_inserts_its_audit_records_in_one_statement_per_transaction(
     assert inserts == [COUNT, 2 * COUNT]  # the reservations' records, then each poll's observed and decision
     assert store.keys is not None
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
-    assert report.ok and report.logs == COUNT, report
+    assert report.ok and report.logs == COUNT + 1, report  # and the installed contract's log
 
 
 def test_a_lost_lease_in_a_batch_changes_only_that_operation(store: Store, backend: Backend) -> None:
@@ -212,6 +214,7 @@ def test_a_batch_of_plain_http_polls_goes_out_at_once_from_one_thread_after_its_
     server = RawServer(answer)
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
+        install(store, contract)
         engine = Engine(store, owner="worker-1", clock=store.db_now)
         claimed = _claim(store, contract, engine)
         with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
@@ -290,6 +293,7 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     results: list[Any] = []
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
+        install(store, contract)
         engine = Engine(store, owner="worker-1", clock=store.db_now)
         claimed = _claim(store, contract, engine)
         sizes = _count_transactions(store, monkeypatch)
@@ -330,6 +334,7 @@ def test_a_workers_batch_claims_and_reserves_in_one_transaction(
     store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     contract = _contract()
+    install(store, contract)
     engine = _admitted(store, contract)
     provider = WatchingProvider(backend.open())
     calls: list[str] = []
@@ -367,6 +372,7 @@ def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_o
     """The claims and reservations share a transaction, so a reservation the store refuses fails it whole: the
     batch is claimed again, the claims alone, and each reservation then has its own fate."""
     contract = _contract()
+    install(store, contract)
     engine = _admitted(store, contract)
     refuse_writes_of(store, "op-never-3", monkeypatch)
     provider = WatchingProvider(backend.open(), count=COUNT - 1)
@@ -406,6 +412,7 @@ def test_a_selector_that_fails_ends_each_poll_in_its_own_flow_and_leaves_no_leas
     server = RawServer(answer)
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3), source="test.toml")
+        install(store, contract)
         engine = Engine(store, owner="worker-1", clock=store.db_now)
         claimed = _claim(store, contract, engine)
         monkeypatch.setattr(http.Fetches, where, broken)
@@ -425,6 +432,7 @@ def test_a_worker_that_fails_after_its_claim_gives_every_reserved_lease_back(sto
     """What happens between the claim's commit and the requests (`then`) fails: nothing is sent, each chosen
     flow gives its lease back, its reservation stays counted, and the failure is raised."""
     contract = _contract()
+    install(store, contract)
     engine = _admitted(store, contract)
     provider = WatchingProvider(backend.open())
 

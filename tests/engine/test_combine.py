@@ -24,12 +24,14 @@ from pollwarden.core.observe import Response
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled, StepResult
 from pollwarden.engine.combine import Combiner, combined
 from pollwarden.store.base import ClaimAnswer, ClaimOf, FencedWrite, Store, StoreError
+from tests.conftest import install
 from tests.engine.test_batch import COUNT, WatchingProvider, _contract, refuse_writes_of
 
 
 def _watches(store: Store, combiner: Combiner) -> list[Engine]:
     """COUNT operations admitted, one engine (one owner) per watch, all stepping through `combiner`."""
     contract = _contract()
+    install(store, contract)
     engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(COUNT)]
     for n, engine in enumerate(engines):
         engine.admit(WatchRequest(contract, f"never-{n}", f"op-never-{n}", by="python api"))
@@ -95,10 +97,11 @@ def _count(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], li
 
 
 def _verified(store: Store, logs: int) -> None:
+    """The log verifies, with `logs` operations' logs and the installed contract's."""
     assert store.keys is not None
     store.checkpoint_heads(store.db_now())
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
-    assert report.ok and report.logs == logs, report
+    assert report.ok and report.logs == logs + 1, report
 
 
 def test_steps_due_together_claim_and_reserve_in_one_transaction_and_each_records_its_own(
@@ -199,6 +202,7 @@ class SlowProvider:
 
 def test_a_slow_provider_holds_up_no_other_watch_of_its_batch(store: Store, backend: Any) -> None:
     contract = _contract()
+    install(store, contract)
     provider = SlowProvider()
     with combined(store) as combiner:
         engines = _watches(store, combiner)
@@ -245,6 +249,7 @@ def test_watches_that_start_together_are_admitted_in_one_transaction_each_refuse
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     contract = _contract()
+    install(store, contract)
     Engine(store, owner="api-0", clock=store.db_now).admit(WatchRequest(contract, "taken", "op-taken"))
     created: list[int] = []
     real = store.create_many
@@ -278,6 +283,7 @@ def test_watches_that_start_together_are_admitted_in_one_transaction_each_refuse
 
 def test_watches_of_one_job_that_start_together_share_one_operation(store: Store) -> None:
     contract = _contract()
+    install(store, contract)
     requests = [WatchRequest(contract, "same-job", by="python api") for _ in range(COUNT)]
     with combined(store) as combiner:
         engines = [Engine(store, owner=f"api-{n}", clock=store.db_now, combiner=combiner) for n in range(COUNT)]
@@ -329,6 +335,7 @@ def test_a_batch_whose_thread_cannot_start_fails_that_watch_and_strands_no_later
 
     monkeypatch.setattr(threading.Thread, "start", start)
     contract = _contract()
+    install(store, contract)
     with combined(store) as combiner:
         first = Engine(store, owner="api-0", clock=store.db_now, combiner=combiner)
         with pytest.raises(RuntimeError):
@@ -346,6 +353,7 @@ def test_a_creator_elsewhere_during_the_batch_is_looked_at_again_and_each_watch_
     refused as a whole, looked up again, and each watch is admitted on its own (that one resumes the other
     process's operation, each refused resume is audited once)."""
     contract = _contract()
+    install(store, contract)
     Engine(store, owner="api-x", clock=store.db_now).admit(WatchRequest(contract, "taken", "op-taken"))
     other_process = Engine(backend.open(), owner="enqueue", clock=store.db_now)
     real = store.create_many
@@ -377,6 +385,7 @@ def test_a_narrowing_the_store_fails_fails_only_its_own_watch(store: Store, monk
     from pollwarden.core.admission import Limits
 
     contract = _contract()
+    install(store, contract)
     Engine(store, owner="api-x", clock=store.db_now).admit(WatchRequest(contract, "old", "op-old"))
     real = store.claim
 

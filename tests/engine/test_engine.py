@@ -30,6 +30,7 @@ from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.worker import CLAIM_TTL, Worker
+from tests.conftest import install
 
 
 def _store(home: Path) -> Store:
@@ -67,6 +68,7 @@ class SlowProvider:
 def test_a_batch_claim_with_a_short_ttl_is_extended_to_cover_a_slow_contract(store: Store) -> None:
     """Item 1: with timeout = 60s and an answer after 36 s, a second worker took the operation mid-request."""
     contract = _contract(timeout="60s")
+    install(store, contract)
     engine = Engine(store, owner="worker-1", clock=store.db_now)
     admitted = engine.admit(WatchRequest(contract, "never-1", by="enqueue"))
     claimed, *_ = store.claim_due("worker-1", store.db_now(), CLAIM_TTL, 10)
@@ -113,6 +115,7 @@ def test_the_worker_announces_a_stop_on_the_contracts_webhook(
     with Simulator() as sim:
         contract = _contract(sim.url, extra=extra)
         setup = _store(home)
+        install(setup, contract)
         operation = Engine(setup, owner="cli").admit(WatchRequest(contract, "unknown_state-1")).record.operation_id
         setup.close()
         worker = Worker(lambda: _store(home), owner="worker-1", concurrency=2)
@@ -151,6 +154,7 @@ def test_the_python_api_announces_a_stop_on_the_contracts_webhook(
 
 def test_starting_the_same_job_again_returns_its_operation_with_the_budget_it_has_left(store: Store) -> None:
     contract = _contract(max_requests=3)
+    install(store, contract)
     engine = Engine(store, owner="agent", clock=store.db_now)
     first = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
     again = engine.admit(WatchRequest(contract, "never-1", by="agent session s1", agent=True))
@@ -161,6 +165,7 @@ def test_starting_the_same_job_again_returns_its_operation_with_the_budget_it_ha
 
 def test_a_refused_resume_is_audited_on_the_operation_and_changes_nothing(store: Store) -> None:
     contract = _contract(max_requests=3)
+    install(store, contract)
     engine = Engine(store, owner="cli", clock=store.db_now)
     made = engine.admit(WatchRequest(contract, "never-1", "op-1"))
     with pytest.raises(AdmissionError, match="exceeds the approved 3"):
@@ -172,6 +177,7 @@ def test_a_refused_resume_is_audited_on_the_operation_and_changes_nothing(store:
 
 def test_narrowing_on_resume_is_written_under_the_lease_and_keeps_the_usefulness_window(store: Store) -> None:
     contract = _contract(max_requests=5)
+    install(store, contract)
     engine = Engine(store, owner="cli", clock=store.db_now)
     engine.admit(WatchRequest(contract, "never-1", "op-1", Limits(useful_for=timedelta(seconds=30))))
     narrowed = engine.admit(WatchRequest(contract, None, "op-1", Limits(max_requests=1)))
@@ -189,6 +195,7 @@ def test_the_real_status_client_through_the_engine_on_a_scripted_transport(store
     )
     answers = iter([b'{"state": "running", "error": "tok-ENGINE-123"}', b'{"state": "succeeded", "result_url": "/r"}'])
     transport = FakeTransport(lambda request: Reply(body=next(answers)))
+    install(store, contract)
     engine = Engine(store, owner="cli", clock=store.db_now)
     op = engine.admit(WatchRequest(contract, "happy-1")).record.operation_id
     with StatusClient(contract, "tok-ENGINE-123", clock=store.db_now, transport=transport) as client:
@@ -221,6 +228,7 @@ class _RivalBetweenReadAndWrite:
 
 def test_two_creators_of_one_job_at_once_get_one_operation_and_one_budget(store: Store) -> None:
     contract = _contract(max_requests=3)
+    install(store, contract)
     rival = Engine(store, owner="rival", clock=store.db_now)
     created: list[Admitted] = []
     racing = _RivalBetweenReadAndWrite(store, lambda: created.append(rival.admit(WatchRequest(contract, "never-1"))))
@@ -239,6 +247,7 @@ def test_a_step_from_a_stale_record_claims_and_follows_the_stored_one(store: Sto
     from pollwarden.engine.combine import combined
 
     contract = _contract(base_delay="1h", max_delay="1h")
+    install(store, contract)
     transport = FakeTransport(lambda request: Reply(body=b'{"state": "running"}'))
     admitted = Engine(store, owner="api", clock=store.db_now).admit(WatchRequest(contract, "stale-1", "op-stale"))
     with StatusClient(contract, None, clock=store.db_now, transport=transport) as client, combined(store) as combiner:

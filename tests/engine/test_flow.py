@@ -261,3 +261,36 @@ def test_a_send_reached_too_late_by_its_driver_is_checked_again_and_not_sent() -
     assert isinstance(result, flow.Busy)
     # Up to that moment the rule lets it go: the same edge as the flow's own check.
     assert send.not_after is not None and flow.too_late(send, send.not_after - timedelta(microseconds=1)) is None
+
+
+def test_a_refused_contract_stops_in_one_fenced_write_with_only_close_and_announces_nothing() -> None:
+    """An operation whose stored contract is not installed: halted under its own rule, with a decision that uses
+    nothing of that contract (no console link, no cancel URL), and no webhook of its text is announced."""
+    script = Script()
+    result = script.run(flow.refuse_claimed(LEASE, record(), T0, "not installed", rule="contract_not_installed"))
+    assert script.kinds() == ["NewDecisionId", "Write"]
+    (write,) = [e for e in script.asked if isinstance(e, flow.Write)]
+    assert write.release and write.decision is not None
+    assert [o.kind.value for o in write.decision.options] == ["close"]
+    assert isinstance(result, flow.Done)
+    stopped = result.record
+    assert (stopped.phase, stopped.reason, stopped.detail) == (
+        Phase.STOPPED,
+        StopReason.INTEGRATION_FAILURE,
+        "not installed",
+    )
+    assert write.events[0][0] == "decision"
+    assert write.events[0][1]["rule"] == "contract_not_installed"
+
+
+def test_a_refused_contract_of_a_final_operation_only_gives_the_lease_back() -> None:
+    script = Script()
+    done = record().stopped(StopReason.DEADLINE_EXCEEDED, "deadline passed", T0)
+    result = script.run(flow.refuse_claimed(LEASE, done, T0, "not installed", rule="contract_not_installed"))
+    assert script.kinds() == ["Release"] and isinstance(result, flow.Done) and result.record is done
+
+
+def test_a_refused_contract_whose_write_is_fenced_out_records_the_lost_lease() -> None:
+    script = Script(write_ok=False)
+    result = script.run(flow.refuse_claimed(LEASE, record(), T0, "not installed", rule="contract_not_installed"))
+    assert script.kinds() == ["NewDecisionId", "Write", "Append"] and isinstance(result, flow.Busy)

@@ -21,6 +21,7 @@ from pollwarden.http import FakeTransport, Reply, StatusClient
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
+from tests.conftest import install
 
 RUNNING = b'{"state": "running"}'
 DONE = b'{"state": "succeeded", "result_url": "/r"}'
@@ -50,6 +51,7 @@ def _run(
 ) -> tuple[Engine, str, FakeTransport]:
     """Admit an operation, then run it on a transport that answers (or raises) from `answers` in order."""
     contract = contract or _contract()
+    install(store, contract)
     engine = Engine(store, owner="test", clock=store.db_now)
     op = engine.admit(WatchRequest(contract, "job-1", "op-1")).record.operation_id
     replies = iter(answers)

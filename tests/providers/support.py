@@ -96,6 +96,12 @@ def fetch_result(operation: str, out: Path, *, home: Path, env: dict[str, str]) 
 
 
 def enqueue(contract: Path | str, job: str, *, base_url: str, home: Path, env: dict[str, str], operation: str) -> Ran:
+    """The operator installs the contract with its base_url (the workers run installed versions only), then it
+    is enqueued."""
+    installed = run_cli(
+        "contracts", "install", str(contract), "--var", f"base_url={base_url}", "--by", "operator", home=home, env=env
+    )
+    assert installed.code == 0, installed.stderr
     return run_cli(
         "enqueue", "--contract", str(contract), "--var", f"base_url={base_url}", "--job", job,
         "--operation", operation, home=home, env=env,

@@ -112,6 +112,7 @@ def test_one_worker_watches_every_shipped_contract(tmp_path: Path, home: Path) -
         for case in CASES:
             provider = providers[case.contract]
             contract = tuned(tmp_path / "c", case.contract, vars={"base_url": provider.url, **case.vars})
+            assert run_cli("contracts", "install", str(contract), "--by", "operator", home=home, env=ENV).code == 0
             queued = run_cli(
                 "enqueue", "--contract", str(contract), *_job_flags(case, provider), "--operation", case.contract,
                 home=home, env=ENV,

@@ -1,4 +1,5 @@
-"""`pollwarden contracts`: the shipped contracts, and `contracts show NAME` for one's TOML."""
+"""`pollwarden contracts`: the shipped contracts, `contracts show NAME` for one's TOML, and the store's registry:
+`contracts install` (audited) and `contracts installed`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 
 from ..catalogue import Shipped, shipped, shipped_text
 from ..core.contract import ContractError
+from ..core.durations import format_rfc3339
+from ..shown import shown
 from .common import EXIT_OK, UsageError
 
 
@@ -30,10 +33,88 @@ def cmd_contracts(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([entry.to_json() for entry in entries], sort_keys=True))
         return EXIT_OK
-    header = ["NAME", "PROVIDER", "CREDENTIALS", "NEEDS", "EXTRA", "DOCS"]
-    rows = [header, *(_row(entry) for entry in entries)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    _print_table([["NAME", "PROVIDER", "CREDENTIALS", "NEEDS", "EXTRA", "DOCS"], *(_row(entry) for entry in entries)])
     print("\nUse one with: pollwarden watch --contract NAME --job ID [--var NAME=VALUE ...]")
     return EXIT_OK
+
+
+def cmd_contracts_install(args: argparse.Namespace) -> int:
+    """Install one version into the store's registry, audited; the same text again changes nothing."""
+    from ..clock import utcnow
+    from ..decisions import person_problem
+    from ..engine.installed import install, short
+    from ..store.base import StoreError
+    from .common import _load_contract, _open_store, vars_of
+
+    if (problem := person_problem(args.by)) is not None:
+        raise UsageError(f"--{problem[0]} {problem[1]}; nothing was installed")
+    contract = _load_contract(args.contract, vars_of(args))
+    store = _open_store(args.home)
+    try:
+        try:
+            found, added = install(
+                store, contract, by=args.by, via="pollwarden contracts install", source=args.contract, now=utcnow()
+            )
+        except StoreError as exc:
+            raise UsageError(
+                f"cannot install contract {contract.name!r} into {store.path}: {exc}. On PostgreSQL installing needs a"
+                " role with INSERT on the contracts table (GRANT SELECT, INSERT ON contracts TO ...); nothing was"
+                " installed"
+            ) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({**found.to_json(), "installed": added, "origin": contract.origin}, sort_keys=True))
+    elif added:
+        print(
+            f"installed {shown(contract.name)} version {short(found.digest)}: its requests and credential"
+            f" ({shown(contract.account)}) go to {shown(contract.origin)}"
+        )
+    else:
+        print(
+            f"{shown(contract.name)} version {short(found.digest)} was installed already, by"
+            f" {shown(found.installed_by)} at {format_rfc3339(found.installed_at)}; nothing changed"
+        )
+    return EXIT_OK
+
+
+def cmd_contracts_installed(args: argparse.Namespace) -> int:
+    """The registry: every installed version, who installed it and when, and where it sends its requests."""
+    from ..core.contract import parse_contract
+    from ..engine.installed import short
+    from .common import _open_store
+
+    store = _open_store(args.home, keys="none")
+    try:
+        versions = store.installed_contracts(args.name)
+    finally:
+        store.close()
+    rows: list[dict[str, str | None]] = []
+    for one in versions:
+        try:
+            contract = parse_contract(one.text, source=f"installed contract {one.digest}")
+            origin, account = contract.origin, contract.account
+        except ContractError:  # an installed text this version cannot read: listed, never run
+            origin, account = None, None
+        rows.append({**one.to_json(), "origin": origin, "account": account})
+    if args.json:
+        print(json.dumps(rows, sort_keys=True))
+        return EXIT_OK
+    if not rows:
+        print("no contract is installed" + (f" under the name {shown(args.name)}" if args.name else ""))
+        print("Install one with: pollwarden contracts install FILE|NAME --by YOUR_NAME")
+        return EXIT_OK
+    table = [["NAME", "VERSION", "INSTALLED", "BY", "SENDS TO"]]
+    for row in rows:
+        at = str(row["installed_at"])[:19].replace("T", " ")
+        sends = str(row["origin"]) if row["origin"] else "(cannot be read by this version)"
+        table.append([shown(str(row["name"])), short(str(row["digest"])), at, shown(str(row["installed_by"])), sends])
+    _print_table(table)
+    return EXIT_OK
+
+
+def _print_table(rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell; the last one as it is (a link or an origin, never cut)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])

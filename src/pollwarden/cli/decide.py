@@ -16,6 +16,7 @@ from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
 from ..decisions import person_problem
+from ..engine.installed import install_as_caller
 from ..home import unknown_operation
 from ..http import StatusClient
 from ..operating import HomeError, contract_of, decide, status_client
@@ -39,9 +40,9 @@ from .watch import cmd_watch
 # -- decisions and actions ----------------------------------------------------------------------------
 
 
-def _contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
+def _contract_of(store: Store, operation_id: str, by: str) -> tuple[Contract, OperationRecord]:
     try:
-        return contract_of(store, operation_id)
+        return contract_of(store, operation_id, by=by)
     except HomeError as exc:
         raise UsageError(str(exc)) from None
 
@@ -129,6 +130,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise UsageError(f"--operation {shown(operation_id)!r}: {problem}")
     store = _open_store(args.home, keys="write")
     try:
+        # `submit` runs with its caller's own credential: the contract is installed as it starts (audited)
+        install_as_caller(store, contract, via="submit", source=args.contract, now=now)
         with _client(contract) as client:
             try:
                 submitted = submit(
@@ -168,7 +171,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_fetch_result(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="write")
     try:
-        contract, record = _contract_of(store, args.operation)
+        contract, record = _contract_of(store, args.operation, "fetch-result")
         out = Path(args.out)
         with _client(contract) as client, output_file(args.out, "--out") as temp:
             try:
@@ -190,7 +193,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancelling is new authority: it runs only as the option a person chose in a decision."""
     store = _open_store(args.home, keys="write")
     try:
-        contract, record = _contract_of(store, args.operation)
+        contract, record = _contract_of(store, args.operation, "cancel")
         if contract.cancel is None:
             raise UsageError(f"contract {contract.name!r} documents no cancel action; nothing can be sent")
         approved = [

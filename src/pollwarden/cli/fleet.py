@@ -173,10 +173,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     if not contract.safe_status:
         raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
     deadline = _duration(args.deadline, "--deadline")
-    try:  # the worker holds the credential; when this shell has it too, a job id that contains it is refused
-        credential = held_secret(contract, resolve_secret(contract))
-    except CredentialError:
-        credential = None
+    credential = None
+    # The worker holds the credential; when this shell has it too, a job id that contains it is refused. Only a
+    # value that is read, never one that is made: a token command runs only where an installed contract is run.
+    if contract.auth is not None and contract.auth.token_command is None:
+        try:
+            credential = held_secret(contract, resolve_secret(contract))
+        except CredentialError:
+            credential = None
     limits = Limits(deadline=deadline, max_requests=args.max_requests)
     if args.jobs_file is not None:
         return _enqueue_file(args, contract, limits, credential)

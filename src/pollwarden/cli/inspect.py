@@ -9,6 +9,7 @@ from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
 from ..home import resolve_home, unknown_operation
 from ..shown import shown
+from ..store.base import Store
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
 from .common import (
@@ -35,7 +36,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             if stored is None:
                 raise UsageError(unknown_operation(store.path, args.operation))
             owned = ownership_of(stored, now)
-            summary = {**stored.record.summary(), **owned.to_json()}
+            summary = {**stored.record.summary(), **owned.to_json(), **_version(store, stored.contract_text)}
             if args.json:
                 print(json.dumps(summary, sort_keys=True))
             else:
@@ -80,6 +81,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+def _version(store: Store, text: str) -> dict[str, object]:
+    """Which contract version the operation carries, and whether it is installed (nothing runs it otherwise)."""
+    from ..core.contract_vars import text_digest
+
+    digest = text_digest(text)
+    found = store.installed_contract(digest)
+    return {
+        "contract_version": digest,
+        "contract_installed_by": found.installed_by if found is not None else None,
+        "contract_installed": found is not None,
+    }
 
 
 def _columns(table: list[tuple[str, ...]]) -> list[str]:

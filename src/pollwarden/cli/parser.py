@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     home(cn)
     cn.set_defaults(func=Command("decide", "cmd_cancel"))
 
-    _contracts_command(sub)
+    _contracts_command(sub, home)
     _fleet_commands(sub, home)
     _agent_commands(sub, home)
 
@@ -251,14 +251,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _contracts_command(sub: Any) -> None:
-    c = sub.add_parser("contracts", help="list the shipped provider contracts (`contracts show NAME` prints one)")
+def _contracts_command(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -> None:
+    c = sub.add_parser(
+        "contracts",
+        help="list the shipped provider contracts (`contracts show NAME` prints one); install one into a store",
+    )
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=Command("catalogue", "cmd_contracts"))
     inner = c.add_subparsers(dest="contracts_command", required=False, parser_class=type(c))
     show = inner.add_parser("show", help="print a shipped contract's TOML (copy it to write your own)")
     show.add_argument("name")
     show.set_defaults(func=Command("catalogue", "cmd_contracts"))
+    install = inner.add_parser(
+        "install",
+        help="install a contract version into the store: only installed versions are enqueued and run by workers",
+        description="Install one contract version (a file, or a shipped name with its --var values) into the store's"
+        " registry, audited. Workers, resumes, `decide` and `fetch-result` run an operation only when the contract"
+        " it carries is an installed version, and `enqueue` never installs: an operation runs with the credential"
+        " of whoever runs it, so an operator chooses what that may be. Installing the same text again changes"
+        " nothing.",
+    )
+    install.add_argument("contract", help="a contract file, or a shipped contract's name")
+    add_var_flag(install)
+    install.add_argument("--by", required=True, help="who installs it (recorded in the audit log)")
+    install.add_argument("--json", action="store_true")
+    home(install)
+    install.set_defaults(func=Command("catalogue", "cmd_contracts_install"))
+    listing = inner.add_parser(
+        "installed", help="list the contract versions installed in the store (with who installed each, and when)"
+    )
+    listing.add_argument("name", nargs="?", help="only this contract name's versions")
+    listing.add_argument("--json", action="store_true")
+    home(listing)
+    listing.set_defaults(func=Command("catalogue", "cmd_contracts_installed"))
 
 
 _whole_processes = whole_number(1, MAX_PROCESSES)

@@ -17,6 +17,7 @@ from ..core.durations import format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..engine import AdmissionError, Engine, Polled, StepResult
+from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
 from ..progress import progress_of
@@ -97,7 +98,7 @@ def _contract(args: argparse.Namespace, store: Store) -> Contract:
     if args.operation is None:
         raise UsageError("give --contract FILE and --job ID to start watching, or --operation ID to resume one")
     try:
-        contract, _ = contract_of(store, args.operation)
+        contract, _ = contract_of(store, args.operation, by=None)  # NotInstalled: `cmd_watch` records the stop
     except HomeError as exc:
         raise UsageError(f"{exc}; to start a new operation give --contract FILE and --job ID") from None
     return contract
@@ -198,11 +199,18 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot watch: --operation {args.operation}: {problem}")
     store = _open_store(args.home)
     try:
+        engine = Engine(store, owner=process_owner("watch"))
+        if request is not None:  # `--contract`: this watch runs with its caller's own credential, so what it is
+            # given is installed as it starts (audited): a worker or a resume later runs exactly this version
+            install_as_caller(store, request.contract, via="watch --contract", source=args.contract, now=utcnow())
         if request is None:
-            contract = _contract(args, store)
+            try:
+                contract = _contract(args, store)
+            except NotInstalled as exc:  # a resume runs only an installed version: this one is stopped, recorded
+                final = engine.refuse_stored(args.operation, str(exc))
+                return _report(args, store, final, sys.stdout)
             secret = _ready(contract)
             request = _checked(watch_request(args, contract, secret))
-        engine = Engine(store, owner=process_owner("watch"))
         try:
             admitted = engine.admit(request)
         except AdmissionError as exc:
@@ -233,20 +241,25 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 tick=1.0 if progress.live else None,
                 by="cli",
             )
-        open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
-        if args.json:
-            summary = _final_json(final)
-            summary["decision"] = open_decisions[-1].request.to_json() if open_decisions else None
-            print(json.dumps(summary, sort_keys=True))
-        else:
-            _print_outcome(final, out)
-            if open_decisions:
-                asked = open_decisions[-1].request
-                out.write("\n" + shown_request(asked).render() + "\n")
-                out.write(f"Decide with: {decide_hint(args, asked.decision_id)}\n")
-        return exit_code(final)
+        return _report(args, store, final, out)
     finally:
         store.close()
+
+
+def _report(args: argparse.Namespace, store: Store, final: OperationRecord, out: TextIO) -> int:
+    """How a watch ended, with its open decision (and the command that answers it), and its exit code."""
+    open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
+    if args.json:
+        summary = _final_json(final)
+        summary["decision"] = open_decisions[-1].request.to_json() if open_decisions else None
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        _print_outcome(final, out)
+        if open_decisions:
+            asked = open_decisions[-1].request
+            out.write("\n" + shown_request(asked).render() + "\n")
+            out.write(f"Decide with: {decide_hint(args, asked.decision_id)}\n")
+    return exit_code(final)
 
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:

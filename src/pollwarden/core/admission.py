@@ -149,6 +149,8 @@ class Refusal(StrEnum):
     """More than the contract lets this caller ask for."""
     CONFLICT = "conflict"
     """It contradicts an existing operation (another job, another contract, wider limits): audited on it."""
+    NOT_INSTALLED = "contract_not_installed"
+    """The contract version is not installed in the store (`engine.installed`): nothing is created."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from .contract_auth import FRAMING_HEADERS, Auth
 from .contract_reader import quote_segment
 from .contract_result import ResultSpec
 from .contract_signals import RateLimitSignal
+from .contract_vars import text_digest
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
@@ -266,6 +267,12 @@ class Contract:
     def origin(self) -> str:
         parts = urlsplit(self.status_url)
         return f"{parts.scheme}://{parts.netloc}"
+
+    @cached_property
+    def digest(self) -> str:
+        """This version's key in a store's contracts registry: the SHA-256 of the text stored with its operations
+        (the merged TOML and every var's value), so any change of meaning or of where it sends is a new version."""
+        return text_digest(self.source_text)
 
     def fingerprint(self) -> str:
         """What fixes the meaning of a poll: a resumed operation must be read with the same table."""

@@ -13,6 +13,7 @@ vars or `use` are involved it is stored as a JSON envelope holding the complete 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -196,6 +197,11 @@ def _substitute(text: str, values: Mapping[str, str], source: str, where: str, *
 
 
 # -- the stored envelope ------------------------------------------------------------------------------------
+
+
+def text_digest(text: str) -> str:
+    """A stored contract text's key in a store's contracts registry: its SHA-256, hex (`Contract.digest`)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def wrap(text: str, values: Mapping[str, str]) -> str:

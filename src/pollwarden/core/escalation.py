@@ -256,16 +256,21 @@ def stop_marker(record: OperationRecord) -> str:
 
 def build_request(
     record: OperationRecord,
-    contract: Contract,
+    contract: Contract | None,
     now: datetime,
     *,
     decision_id: str,
     can_resubmit: bool = False,
     requested: tuple[timedelta, int, str, str] | None = None,
 ) -> DecisionRequest:
-    """The decision request for a stopped operation; `requested` is an agent's (time, checks, reason, who)."""
+    """The decision request for a stopped operation; `requested` is an agent's (time, checks, reason, who).
+
+    `contract` None: the operation's stored contract must not be used (it is not installed), so only the options
+    that need nothing of it are offered (close): no console link, cancel URL or webhook of an untrusted text."""
     if record.phase is not Phase.STOPPED or record.reason is None:
         raise DecisionError(f"operation {record.operation_id} is not stopped; there is nothing to decide")
+    if contract is None:
+        return _request_about(record, now, decision_id, (Option(1, OptionKind.CLOSE, *_close_words()),))
     kinds = ALLOWED[record.reason]
     extra_time, extra_checks = contract.escalation.extend, contract.escalation.extend_checks
     requested_by = request_reason = None
@@ -397,7 +402,11 @@ def _option(
         return Option(
             number, kind, "resubmit the job", "sends the stored submission again as a new job, with a new operation"
         )
-    return Option(number, kind, "close", "accepts the stop as final; nothing more is sent")
+    return Option(number, kind, *_close_words())
+
+
+def _close_words() -> tuple[str, str]:
+    return "close", "accepts the stop as final; nothing more is sent"
 
 
 def apply_extension(record: OperationRecord, option: Option, now: datetime) -> OperationRecord:

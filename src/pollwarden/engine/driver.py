@@ -41,7 +41,7 @@ from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..notify import deliver
 from ..store.base import Claimed, Lease, LogEntry, OperationExists, Store
-from . import batch, flow
+from . import batch, flow, installed
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ class BatchAdmissionError(PollwardenError, ValueError):
 
 
 Notifier = Callable[[Contract, DecisionRequest], None]
+
+REFUSAL_TTL = timedelta(seconds=30)
+"""The lease of a refusal (`refuse_stored`): one write, no request; the stored contract's own timeout is not read."""
 
 
 class Engine:
@@ -262,8 +265,15 @@ class Engine:
             if request.job_id is not None and (request.operation_id is None or request.operation_id not in stored):
                 jobs.setdefault(request.contract.name, []).append(request.job_id)
         same = {name: self.store.find_jobs(name, job_ids) for name, job_ids in jobs.items()}
+        contracts = {request.contract.digest: request.contract for request in requests}
+        uninstalled = {
+            digest: refused for digest, c in contracts.items() if (refused := installed.refusal(self.store, c))
+        }
         answers: list[Admission] = []
         for request in requests:
+            if (refused := uninstalled.get(request.contract.digest)) is not None:
+                answers.append(refused)
+                continue
             found = stored.get(request.operation_id) if request.operation_id is not None else None
             existing = found.record if found is not None else None
             same_job = []
@@ -327,6 +337,26 @@ class Engine:
         self, contract: Contract, client: StatusSender, lease: Lease, record: OperationRecord, now: datetime
     ) -> StepResult:
         return self._drive(flow.step_claimed(contract, lease, record, now), contract, client)
+
+    def refuse_claimed(
+        self, lease: Lease, record: OperationRecord, now: datetime, why: str, *, rule: str
+    ) -> StepResult:
+        """Stop a claimed operation whose stored contract must not run (`flow.refuse_claimed`), recorded."""
+        return self.drive_from(flow.refuse_claimed(lease, record, now, why, rule=rule), None, None, None, None)
+
+    def refuse_stored(self, operation_id: str, why: str) -> OperationRecord:
+        """A resume of an operation whose stored contract is not an installed version: claimed and stopped
+        (`refuse_claimed`), the stop recorded; the operation as it is now (another owner's, if it holds it)."""
+        now = self.clock()
+        claimed = self.store.claim(operation_id, self.owner, now, REFUSAL_TTL)
+        if claimed is None:
+            stored = self.store.get(operation_id)
+            if stored is None:
+                raise KeyError(operation_id)
+            return stored.record
+        lease, record = claimed
+        result = self.refuse_claimed(lease, record, now, why, rule=installed.NOT_INSTALLED_RULE)
+        return result.decision.record if isinstance(result, Polled) else result.record
 
     def step_claimed_many(
         self, claimed: Sequence[tuple[Contract, StatusSender, Lease, OperationRecord]], now: datetime, io: Executor
@@ -447,8 +477,8 @@ class Engine:
     def drive_from(
         self,
         steps: flow.Flow[T],
-        contract: Contract,
-        client: StatusSender,
+        contract: Contract | None,
+        client: StatusSender | None,
         pending: flow.Effect[Any] | None,
         failure: BaseException | None,
     ) -> T:
@@ -470,7 +500,9 @@ class Engine:
             except BaseException as exc:  # handed to the flow, which gives its lease back and re-raises
                 answer, failure = None, exc
 
-    def _perform(self, effect: flow.Effect[Any], contract: Contract, client: StatusSender) -> Any:
+    def _perform(self, effect: flow.Effect[Any], contract: Contract | None, client: StatusSender | None) -> Any:
+        """Carry out one effect; `contract` and `client` are None for a flow that sends and announces nothing
+        (`refuse_claimed`: the stored contract is not to be used)."""
         store = self.store
         if isinstance(effect, flow.Claim):
             return store.claim(effect.operation_id, self.owner, self.clock(), effect.ttl)
@@ -485,6 +517,8 @@ class Engine:
                 hold_until=effect.hold_until,
             )
         if isinstance(effect, flow.Send):
+            if client is None:
+                raise TypeError("a flow without a status client asked to send")
             client.prepare()  # a token command's wait counts before the time limit is checked, not after
             if (late := flow.too_late(effect, self.clock())) is not None:
                 raise late
@@ -504,6 +538,8 @@ class Engine:
         if isinstance(effect, flow.NewDecisionId):
             return new_decision_id()
         if isinstance(effect, flow.Announce):
+            if contract is None:
+                raise TypeError("a flow without a contract asked to announce")
             self._notify(contract, effect.request)
             return None
         raise TypeError(f"unknown effect {effect!r}")

@@ -204,6 +204,25 @@ def step_claimed(contract: Contract, lease: Lease, record: OperationRecord, now:
         raise
 
 
+def refuse_claimed(lease: Lease, record: OperationRecord, now: datetime, detail: str, *, rule: str) -> Flow[StepResult]:
+    """A claimed operation whose stored contract must not be run (`engine.installed`: not an installed version):
+    stopped as `integration_failure` under `rule`, with a decision request a person can only close, in one fenced
+    write. Nothing of the contract is used: no request, no credential, no console link, no webhook."""
+    if record.is_final:
+        yield from ask(Release(lease))
+        return Done(record)
+    decision = halt(record, StopReason.INTEGRATION_FAILURE, now, detail, rule=rule)
+    trail = [DecisionEvent.of(record, None, decision, now), *outcome_events(decision.record)]
+    decision_id = yield from ask(NewDecisionId())
+    request = build_request(decision.record, None, now, decision_id=decision_id)
+    written = yield from ask(
+        Write(lease, decision.record, [event.new_event() for event in trail], release=True, decision=request)
+    )
+    if not written:
+        return (yield from _lost(lease, record, now))
+    return Done(decision.record)
+
+
 def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
     reserved = reserve(record, now)
     # The reservation is committed before the request goes out (R16), and it moves the lease expiry to cover

@@ -17,6 +17,7 @@ and re-exports every public name from where it has always been importable.
 from __future__ import annotations
 
 from .base import EVENT_TYPES, AuditEvent, Payload, event, parse
+from .contracts import ContractInstalled, ContractRefused
 from .operation import (
     Created,
     DecisionEvent,
@@ -98,6 +99,8 @@ __all__ = [
     "CancelRequested",
     "ChosenEvent",
     "ConnectionRefused",
+    "ContractInstalled",
+    "ContractRefused",
     "Created",
     "Decided",
     "DecisionEvent",

@@ -25,6 +25,7 @@ from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
 from ..engine import Engine, NotYet, Polled, StepResult
+from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, open_store
 from ..progress import Progress, progress_of, progress_of_record
@@ -96,8 +97,15 @@ class Broker:
         self._calls = 0
         self._environ = env
         self.tools: dict[str, Tool] = {**TOOLS, "submit_job": tool_submit_job}
-        # Opening once creates the audit keys before any concurrent tool call could race to create them.
-        self._connect().close()
+        # Opening once creates the audit keys before any concurrent tool call could race to create them; the
+        # served contracts are installed then (audited, by this server's OS user, who chose the directory).
+        with self.store() as store:
+            for name, contract in self.contracts.items():
+                try:
+                    source = f"contracts directory: {name}"
+                    install_as_caller(store, contract, via="mcp server", source=source, now=clock())
+                except NotInstalled as exc:
+                    self.not_ready[name] = str(exc)
 
     # -- plumbing ------------------------------------------------------------------------------------
 

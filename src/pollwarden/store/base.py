@@ -193,6 +193,30 @@ class Submission:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class InstalledContract:
+    """One version of a contract an operator installed in this store (the contracts registry, schema 6)."""
+
+    digest: str
+    """The SHA-256 of `text`: what an operation's stored contract must hash to for anything to run it."""
+    name: str
+    text: str
+    """The stored form (`Contract.source_text`): the merged TOML and every var's value."""
+    installed_by: str
+    installed_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "name": self.name,
+            "installed_by": self.installed_by,
+            "installed_at": self.installed_at.isoformat(),
+        }
+
+
+CONTRACT_LOG_PREFIX = "@contract/"
+"""Each installed contract version's audit log is `@contract/<digest>`."""
+
 AGENT_LOG_PREFIX = "@agent/"
 """Agent sessions get logs of their own; '@' cannot start an operation id, so the names never collide."""
 
@@ -357,6 +381,19 @@ class Store(Protocol):
         ...
 
     def release(self, lease: Lease) -> None: ...
+
+    def install_contract(
+        self, name: str, text: str, *, by: str, at: datetime, event: Mapping[str, Any]
+    ) -> tuple[InstalledContract, bool]:
+        """Add this contract text to the registry under its digest, audited in `@contract/<digest>`, once: (the
+        row, whether this call added it). StoreError when this database role may not (PostgreSQL grants)."""
+        ...
+
+    def installed_contract(self, digest: str) -> InstalledContract | None:
+        """The installed version with this digest, or None: nothing may run a contract text that has none."""
+        ...
+
+    def installed_contracts(self, name: str | None = None) -> list[InstalledContract]: ...
 
     def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
         """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""

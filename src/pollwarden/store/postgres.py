@@ -170,6 +170,9 @@ class PostgresStore(SQLStore):
         except psycopg.OperationalError as exc:
             # Includes the pool giving up: the server went away or every connection is busy.
             raise StoreError(f"the state database {self.path} is unavailable: {exc}") from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # A role granted less than all (an enqueuer's may read the contracts registry, not install into it).
+            raise StoreError(f"{self.path}: {exc.diag.message_primary or 'permission denied'}") from None
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
         """One read outside any write transaction (autocommit: nothing stays open after it)."""

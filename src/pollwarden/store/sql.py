@@ -54,6 +54,7 @@ from .common import (
     stored_from_row,
     submission_from_row,
 )
+from .sql_contracts import ContractRegistry
 from .sql_leases import Leases, chunks
 from .trail import job_lock_key
 
@@ -451,8 +452,9 @@ class _Operations(Leases):
             return True
 
 
-class SQLStore(_Operations):
-    """The whole store over a backend's transactions: `_Operations`, and submissions, grants and pacing."""
+class SQLStore(_Operations, ContractRegistry):
+    """The whole store over a backend's transactions: `_Operations`, the contracts registry, and submissions,
+    grants and pacing."""
 
     shared_across_threads = False
     """Whether the worker shares one instance between its threads (each backend says why it does or not)."""

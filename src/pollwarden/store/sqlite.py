@@ -103,6 +103,20 @@ class _Readers:
             conn.close()
 
 
+def _adopt_stored_contracts(tx: Tx) -> None:
+    """Schema 6 on an existing file: the contracts its operations carry are installed (`migrations`)."""
+    stored = tx.execute("SELECT DISTINCT contract, contract_name FROM operations").fetchall()
+    now = _epoch(datetime.now(UTC))
+
+    def insert(digest: str, name: str, text: str) -> None:
+        tx.execute(
+            "INSERT INTO contracts (digest, name, text, installed_by, installed_at) VALUES (?,?,?,?,?)",
+            (digest, name, text, migrations.ADOPTED_BY, now),
+        )
+
+    migrations.adopt_stored_contracts(((str(text), str(name)) for text, name in stored), insert)
+
+
 class SQLiteStore(SQLStore):
     """Records and their audit trail in one file; events are sealed and chained in the same transaction.
 
@@ -190,6 +204,8 @@ class SQLiteStore(SQLStore):
             for migration in migrations.migrations()[version:]:
                 for statement in migration.statements("sqlite"):
                     tx.execute(statement)
+                if migration.version == migrations.REGISTRY:
+                    _adopt_stored_contracts(tx)
             if version < migrations.LATEST:
                 tx.execute(
                     "INSERT INTO meta VALUES ('schema_version', ?)"

@@ -15,10 +15,12 @@ SQLite: one machine, one file; the store applies what is pending when it opens t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from ...core.contract_vars import text_digest
 from ..base import StoreError
 
 if TYPE_CHECKING:
@@ -101,6 +103,26 @@ def migrations() -> list[Migration]:
 LATEST = len(migrations())
 """The schema version this code reads and writes."""
 
+REGISTRY = 6
+"""The migration that adds the contracts registry: once its statements ran, `adopt_stored_contracts` runs."""
+
+ADOPTED_BY = "schema upgrade 6"
+"""Who installed a contract the upgrade found on existing operations (`pollwarden contracts installed` shows it)."""
+
+
+def adopt_stored_contracts(stored: Iterable[tuple[str, str]], insert: Callable[[str, str, str], object]) -> int:
+    """Install each distinct (contract text, contract name) the operations hold, by its digest; returns how many.
+
+    The fleet ran these texts before the registry existed; refusing them after the upgrade would stop every
+    operation at once. An operator reviews them with `pollwarden contracts installed`."""
+    seen: set[str] = set()
+    for text, name in stored:
+        digest = text_digest(text)
+        if digest not in seen:
+            seen.add(digest)
+            insert(digest, name, text)
+    return len(seen)
+
 
 def refuse_newer(version: int, where: str) -> None:
     if version > LATEST:
@@ -159,6 +181,16 @@ def upgrade(conn: psycopg.Connection[TupleRow], where: str = "the database") -> 
                 continue
             # Only this package's own files get here: bytes keep psycopg's literal-string typing satisfied.
             conn.execute(migration.sql("postgresql").encode("utf-8"))
+            if migration.version == REGISTRY:
+                stored = conn.execute("SELECT DISTINCT contract, contract_name FROM operations").fetchall()
+                adopt_stored_contracts(
+                    ((str(text), str(name)) for text, name in stored),
+                    lambda digest, name, text: conn.execute(
+                        "INSERT INTO contracts (digest, name, text, installed_by, installed_at)"
+                        " VALUES (%s, %s, %s, %s, now())",
+                        (digest, name, text, ADOPTED_BY),
+                    ),
+                )
             conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
             applied.append(migration.version)
     return applied
