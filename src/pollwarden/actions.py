@@ -16,10 +16,11 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import events as ev
-from .core.admission import job_id_problem, status_url_problem
+from .core.admission import job_id_problem
 from .core.contract import Contract, Submit
 from .core.contract_result import fetch_url
 from .core.expr import json_type, lookup
+from .core.identity import canonical_job
 from .core.observe import BodyError, Response, TransportFailure, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
@@ -201,9 +202,14 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
         if not isinstance(raw, str) or not raw:
             raise ActionError(f"the provider's answer has no status location in {spec.status_location}")
         location = urljoin(spec.url, raw)
-        if (problem := status_url_problem(contract, location)) is not None:
+    # Stored (and sent) in the one spelling admission gives the same job, so a watch of it finds this operation.
+    canonical = canonical_job(contract, job_id, location)
+    for field, problem in canonical.problems:
+        if field == "status_location":
             raise ActionError(f"the status location the provider returned {problem}; refusing to poll it")
-    return job_id, location
+        raise ActionError(f"the job id the provider returned at {spec.job_id!r} {problem}; nothing will be watched")
+    assert isinstance(canonical.job_id, str)
+    return canonical.job_id, location if canonical.status_location is None else str(canonical.status_location)
 
 
 def _job_id(spec: Submit, response: Response, document: Any) -> str:

@@ -166,3 +166,22 @@ def test_bad_credentials(provider: Imitation, contract: Path, home: Path) -> Non
     provider.script(RUN, run("completed", "success"))
     watched = gh_watch(contract, provider, home, env={"GITHUB_TOKEN": "ghp_wrong"})
     assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")
+
+
+def test_a_respelt_run_id_is_the_same_run_never_a_second_budget(
+    provider: Imitation, contract: Path, home: Path
+) -> None:
+    """Issue 23: `042`, `+42` and `42.0` are run 42 to GitHub; they were three operations, three budgets."""
+    provider.script(RUN, run("completed", "success"))
+    first = gh_watch(contract, provider, home, operation="g1", job=f"0{RUN}")
+    assert first.code == 0, first.ran.stdout + first.ran.stderr
+    assert [seen.path for seen in provider.seen()] == [f"/repos/{REPO}/actions/runs/{RUN}"]  # the canonical id sent
+    for respelt in (f"+{RUN}", f"{RUN}.0", f"00{RUN}.00"):
+        again = gh_watch(contract, provider, home, operation="g2", job=respelt)
+        assert again.code == 2 and "already watched by operation g1" in again.ran.stderr, again.ran.stderr
+    resumed = gh_watch(contract, provider, home, operation="g1", job=f"+{RUN}.0")  # its own operation: resumed
+    assert resumed.code == 0 and resumed.outcome["operation"] == "g1", resumed.ran.stdout + resumed.ran.stderr
+    for bad in (f"{RUN}.5", f"-{RUN}", "run-1"):
+        refused = gh_watch(contract, provider, home, operation="g3", job=bad)
+        assert refused.code == 2 and "--job must be a whole number" in refused.ran.stderr, refused.ran.stderr
+    assert len(provider.seen()) == 1

@@ -16,6 +16,7 @@ from ..core.admission import Limits, Refusal, Refuse, WatchRequest
 from ..core.contract import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
+from ..core.identity import canonical_job
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..decisions import open_decision
@@ -72,7 +73,11 @@ def agent_deadline(deadline: object) -> timedelta | None:
     raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
 
 
-AGENT_CAPS = {"deadline": "[agent].max_deadline", "max_requests": "[agent].max_requests"}
+AGENT_CAPS = {
+    "deadline": "[agent].max_deadline",
+    "max_requests": "[agent].max_requests",
+    "max_operations": "[agent].max_operations",
+}
 REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded", Refusal.CONFLICT: "conflict"}
 
 
@@ -98,19 +103,22 @@ def tool_start_watch(
         raise ToolFailure("invalid_argument", "status_url must be a string URL")
     if job_id is None and status_url is None:
         raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
-    request = WatchRequest(
-        served,
-        job_id,
-        limits=agent_limits(deadline, max_requests),
-        by=broker.requester,
-        agent=True,
-        status_location=status_url,
-    )
-    with broker.store() as store:
+    limits = agent_limits(deadline, max_requests)
+    with broker.store() as store, broker.creating(served) as creation:
+        request = WatchRequest(
+            served,
+            job_id,
+            limits=limits,
+            by=broker.requester,
+            agent=True,
+            status_location=status_url,
+            created_before=creation.before,
+        )
         try:
             admitted = broker.engine(store).admit(request)
         except AdmissionError as exc:
             raise refused(exc.refusal) from None
+        creation.made = admitted.created
         record = admitted.record
         now = broker.clock()
         announce(broker, store, served, record, created=admitted.created)
@@ -168,7 +176,8 @@ def tool_start_own_watch(
     """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
     which would otherwise rejoin (or narrow) that operation for the agent."""
     served = broker.contracts.get(contract) if isinstance(contract, str) else None
-    job = job_id if job_id is not None else limits.get("status_url")  # a status URL is the job id by default
+    # The job in the spelling admission looks it up by (a status URL is the job id by default).
+    job = canonical_job(served, job_id, limits.get("status_url")).job_id if served is not None else None
     if served is not None and isinstance(job, str):
         with broker.store() as store:
             broker.refuse_a_persons_job(store, served, job)
