@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 from . import events as ev
 from .core.admission import job_id_problem
 from .core.contract import Contract, Submit
-from .core.contract_result import fetch_url
+from .core.contract_result import fetch_url, result_url_problem
 from .core.expr import json_type, lookup
 from .core.identity import canonical_job
 from .core.observe import BodyError, Response, TransportFailure, parse_document
@@ -289,8 +289,9 @@ def cancel(contract: Contract, client: StatusClient, record: OperationRecord) ->
 
 def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
     """Only after validated success. The URL is `[result].url` with the result in it, or the result itself when it
-    is an absolute URL (never resolved against the status URL); the credential goes along only where `[result]`
-    says so, and never off the contract's origin. An object or array result with no URL is the output itself."""
+    is an absolute URL (never resolved against the status URL), on the contract's origin or a host `[result].hosts`
+    names, at an address `core.addresses` allows; the credential goes along only where `[result]` says so, and
+    never off the contract's origin. An object or array result with no URL is the output itself."""
     if record.phase is not Phase.SUCCEEDED or record.result is None:
         state = record.reason.value if record.reason else record.phase.value
         raise ActionRefused(
@@ -306,6 +307,8 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
         out.write_bytes(data)
         return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
     url = contract.origin + where if where.startswith("/") else where
+    if (problem := result_url_problem(spec, contract.origin, url)) is not None:
+        raise ActionRefused(problem)
     same_origin = origin_of(url) == contract.origin
     if spec.credential is True and not same_origin:
         raise ActionRefused(

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from ..errors import PollwardenError
 from .contract_model import JOB_PATH, Contract, JobIdentity
-from .contract_reader import Reader
+from .contract_reader import ASCII_LOWER, DEFAULT_PORTS, Reader, canonical_origin, origin_key
 
 IDENTITY_KEYS = frozenset({"identity_query", "path_case"})
 """The `[status]` keys read here (`[fields] job_id_type` is the third)."""
@@ -31,8 +31,6 @@ _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _HEX = frozenset(string.hexdigits)
 _QUERY_NAME = re.compile(r"[A-Za-z0-9._~-]+")
 _INTEGER = re.compile(r"\+?([0-9]+)(?:\.0+)?")
-_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class NotOneJob(PollwardenError, ValueError):
@@ -80,7 +78,7 @@ def canonical_job_id(contract: Contract, job_id: str) -> str:
             )
         return str(int(match.group(1)))
     if identity.path_case == "insensitive" and _job_in_path(contract):
-        return job_id.translate(_FOLD)
+        return job_id.translate(ASCII_LOWER)
     return job_id
 
 
@@ -103,13 +101,13 @@ def canonical_status_url(contract: Contract, url: object) -> str:
     except ValueError:
         raise NotOneJob("is not a valid URL") from None
     scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
         raise NotOneJob("must be an absolute http(s) URL")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise NotOneJob("must not carry userinfo (user:password@)")
     if parts.fragment or "#" in url:
         raise NotOneJob("must not carry a fragment")
-    if _origin(scheme, parts.hostname, port) != _canonical_origin(contract.origin):
+    if origin_key(scheme, parts.hostname, port) != canonical_origin(contract.origin):
         raise NotOneJob(f"is not on {contract.origin}, the origin contract {contract.name!r} binds its credential to")
     identity = contract.job_identity
     fold = identity.path_case == "insensitive"
@@ -126,20 +124,6 @@ def canonical_status_url(contract: Contract, url: object) -> str:
     return canonical + "?" + query if query else canonical
 
 
-def _origin(scheme: str, host: str, port: int | None) -> str:
-    """scheme://host[:port] with the case and the default port RFC 3986 says do not matter taken out."""
-    host = host.translate(_FOLD)
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != _DEFAULT_PORTS.get(scheme):
-        netloc += f":{port}"
-    return f"{scheme}://{netloc}"
-
-
-def _canonical_origin(origin: str) -> str:
-    parts = urlsplit(origin)
-    return _origin(parts.scheme.lower(), parts.hostname or "", parts.port)
-
-
 def _normalised(text: str, *, fold: bool) -> str:
     """Escapes of unreserved characters decoded, every other escape in upper-case hex; ASCII letters folded to
     lower case when `fold` (never an escape's hex: `%2f` is `%2F` either way)."""
@@ -148,7 +132,7 @@ def _normalised(text: str, *, fold: bool) -> str:
     while index < len(text):
         ch = text[index]
         if ch != "%":
-            out.append(ch.translate(_FOLD) if fold else ch)
+            out.append(ch.translate(ASCII_LOWER) if fold else ch)
             index += 1
             continue
         pair = text[index + 1 : index + 3]
@@ -156,7 +140,7 @@ def _normalised(text: str, *, fold: bool) -> str:
             raise NotOneJob("holds a '%' that is not followed by two hex digits")
         decoded = chr(int(pair, 16))
         if decoded in _UNRESERVED:
-            out.append(decoded.translate(_FOLD) if fold else decoded)
+            out.append(decoded.translate(ASCII_LOWER) if fold else decoded)
         else:
             out.append("%" + pair.upper())
         index += 3
@@ -186,7 +170,7 @@ def _identity_pairs(
     contract: Contract, pairs: Sequence[tuple[str, str]], names: Sequence[str], *, fold: bool
 ) -> list[tuple[str, str]]:
     def key(name: str) -> str:
-        return name.translate(_FOLD) if fold else name
+        return name.translate(ASCII_LOWER) if fold else name
 
     wanted = {key(name): name for name in names}
     kept = [(wanted[key(name)], value) for name, value in pairs if key(name) in wanted]
