@@ -7,6 +7,7 @@ monitor and GitHub's runs API, with a real store; the stdio server is driven in 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,10 @@ import pytest
 
 from pollwarden.mcp_server import Broker, CallContext, load_contracts
 from pollwarden.operating import open_store
+from tests.loopback import Answer, serving
 from tests.providers.imitation import Imitation, azure, github, ok
+
+from .support import agent_contract
 
 KEY = "azure-imitation-key-identity-5be0"
 TOKEN = "ghp_identity_imitation_token_0123456789"
@@ -142,3 +146,30 @@ def test_a_session_creates_at_most_max_operations_per_contract_and_resumes_are_f
     fresh = Broker(broker.contracts, tmp_path / "home", environ={"AZURE_API_KEY": KEY})
     url = f"{azure_provider.url}/documentintelligence/operations/op-9?api-version=2024-11-30"
     assert fresh.dispatch("start_watch", _call(), None, contract="azure-operation", status_url=url)[0]
+
+
+def test_submissions_count_against_the_sessions_operations_and_a_repeat_is_free(tmp_path: Path) -> None:
+    """submit_job is the other way an agent makes an operation: the same cap, checked before anything is sent."""
+    with serving() as provider:
+        made = iter(range(1, 100))
+        provider.routes[("POST", "/jobs")] = lambda seen: Answer(
+            202, json.dumps({"job_id": f"sub-{next(made)}"}).encode()
+        )
+        contracts = tmp_path / "contracts"
+        submit = f'[submit]\nurl = "{provider.url}/jobs"\nidempotency_header = "Idempotency-Key"\njob_id = "job_id"\n'
+        agent_contract(contracts, provider.url, agent=f"{submit}[agent]\nmax_operations = 2\n")
+        served, problems = load_contracts(contracts)
+        assert problems == []
+        broker = Broker(served, tmp_path / "home", environ={})
+
+        def submit_job(size: int) -> tuple[bool, dict[str, Any]]:
+            return broker.dispatch("submit_job", _call(), None, contract="exports", body={"size": size})
+
+        assert submit_job(1)[0]
+        ok_, watched = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="watched-1")
+        assert ok_, watched
+        ok_, third = submit_job(2)
+        assert not ok_ and third["error"] == "limit_exceeded" and third["limit"] == "[agent].max_operations", third
+        assert len([seen for seen in provider.seen if seen.method == "POST"]) == 1  # nothing was sent
+        again = submit_job(1)  # the same request: its operation, not a new one
+        assert again[0] and again[1]["submission"]["already_submitted"] is True, again
