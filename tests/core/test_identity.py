@@ -120,6 +120,13 @@ def test_numeric_ids_a_provider_reads_alike_are_one_id(contract: Contract, given
     assert WatchRequest(contract, given).job_id == "42"
 
 
+def test_a_json_number_is_the_id_it_names_under_an_integer_contract() -> None:
+    assert WatchRequest(GITHUB, 42).job_id == "42"  # type: ignore[arg-type]
+    refused = check(WatchRequest(GITHUB, -42))  # type: ignore[arg-type]
+    assert isinstance(refused, Refuse) and "whole number" in refused.message
+    assert check(WatchRequest(resolve_contract("openai-batch"), 42)) is not None  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("given", ["42.5", "-42", "4_2", "4e1", "0x2a", " 42", "٤٢", "forty-two", "", "42.", "+"])
 def test_a_job_id_that_is_not_a_whole_number_is_refused_naming_the_field(given: str) -> None:
     with pytest.raises(NotOneJob, match="whole number"):

@@ -215,6 +215,8 @@ def canonical_job(contract: Contract, job_id: object, status_location: object) -
         if job_id is None or job_id in (location, url) or where == "job_id":
             return Canonical(url, url)
         location = url  # a job id of its own beside the URL: read as any job id is
+    if isinstance(job_id, int) and not isinstance(job_id, bool) and contract.job_identity.id_type == "integer":
+        job_id = str(job_id)  # a JSON number from an agent or an API caller: the id it names
     if not isinstance(job_id, str):
         return Canonical(job_id, location)
     try:
