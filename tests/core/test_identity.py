@@ -207,3 +207,13 @@ def test_the_identity_keys_join_the_fingerprint_only_when_used() -> None:
         assert parse_contract(STATUS_HANDLES + table).fingerprint() != plain.fingerprint()
     integer = STATUS_HANDLES.replace('state = "state"', 'state = "state"\njob_id_type = "integer"')
     assert parse_contract(integer).fingerprint() != plain.fingerprint()
+
+
+def test_agent_max_operations_is_a_whole_number_of_at_least_one_outside_the_fingerprint() -> None:
+    plain = parse_contract(STATUS_HANDLES)
+    assert plain.agent_max_operations == 20
+    three = parse_contract(STATUS_HANDLES + "[agent]\nmax_operations = 3\n")
+    assert three.agent_max_operations == 3 and three.fingerprint() == plain.fingerprint()  # a cap, not a meaning
+    for bad, words in (("0", "must be between 1 and"), ('"3"', "must be a whole number")):
+        with pytest.raises(ContractError, match=rf"\[agent\]\.max_operations: {words}"):
+            parse_contract(STATUS_HANDLES + f"[agent]\nmax_operations = {bad}\n")
