@@ -287,11 +287,12 @@ def cancel(contract: Contract, client: StatusClient, record: OperationRecord) ->
     return {"action": "cancel", "ok": ok, "http_status": exchange.status, "url": _safe_url(url)}
 
 
-def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
-    """Only after validated success. The URL is `[result].url` with the result in it, or the result itself when it
-    is an absolute URL (never resolved against the status URL), on the contract's origin or a host `[result].hosts`
-    names, at an address `core.addresses` allows; the credential goes along only where `[result]` says so, and
-    never off the contract's origin. An object or array result with no URL is the output itself."""
+def result_source(contract: Contract, record: OperationRecord) -> str | None:
+    """The URL `fetch_result` would download, or None when the result is the output itself (written as JSON);
+    ActionRefused for every reason not to fetch at all, before anything is sent or anyone is asked. The URL is
+    `[result].url` with the result in it, or the result itself when it is an absolute URL (never resolved against
+    the status URL), on the contract's origin or a host `[result].hosts` names; the credential goes along only
+    where `[result]` says so, and never off the contract's origin."""
     if record.phase is not Phase.SUCCEEDED or record.result is None:
         state = record.reason.value if record.reason else record.phase.value
         raise ActionRefused(
@@ -302,20 +303,30 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
     where, why = fetch_url(spec, record.result, record.job_id)
     if why is not None:
         raise ActionRefused(why)
-    if where is None:  # the result is the output: written as the JSON it was received as
-        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
-        out.write_bytes(data)
-        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    if where is None:
+        return None
     url = contract.origin + where if where.startswith("/") else where
     if (problem := result_url_problem(spec, contract.origin, url)) is not None:
         raise ActionRefused(problem)
-    same_origin = origin_of(url) == contract.origin
-    if spec.credential is True and not same_origin:
+    if spec.credential is True and origin_of(url) != contract.origin:
         raise ActionRefused(
             f"the result is at {_safe_url(origin_of(url))}, not on {contract.origin}: [result].credential = true"
             " sends the credential only to the contract's own origin, so nothing was sent. If that host needs no"
             " credential, set credential = false"
         )
+    return url
+
+
+def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
+    """Only after validated success, from where `result_source` says, at an address `core.addresses` allows. An
+    object or array result with no URL is the output itself."""
+    url = result_source(contract, record)
+    if url is None:  # the result is the output: written as the JSON it was received as
+        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
+        out.write_bytes(data)
+        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    spec = contract.result
+    same_origin = origin_of(url) == contract.origin
     # No [result] table: today's rule, the credential along to the contract's own origin only.
     credential = same_origin if spec.credential is None else spec.credential
     try:

@@ -79,6 +79,13 @@ def test_a_result_url_on_another_host_is_never_fetched_for_the_agent(
     assert b"metadata-loot" not in str(reply).encode()
     [audited] = _actions(tmp_path / "home", operation_id)
     assert audited["ok"] is False and "[result].hosts" in audited["detail"]
+    # Refused before the approval gate: no call intent, so no person is asked to approve a fetch that cannot be.
+    store = open_store(tmp_path / "home", keys="read")
+    try:
+        intents = [e.data for e in store.events(broker.log_id) if e.kind == "call_intent"]
+    finally:
+        store.close()
+    assert [intent["purpose"] for intent in intents if intent["purpose"] == "fetch_result"] == []
 
 
 def test_a_named_host_that_resolves_to_a_refused_address_is_refused_after_resolution(

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import events as ev
-from ..actions import ActionError, fetch_result
+from ..actions import ActionError, ActionRefused, fetch_result, result_source
 from ..core.admission import Limits, Refusal, Refuse, WatchRequest
 from ..core.contract import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
@@ -430,6 +430,10 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                 f"operation {operation_id} has no validated result ({state}); output may be fetched only after a"
                 " validated success (R6, R17). Nothing was sent",
             )
+        try:  # a result that must not be fetched (another host, ...) is refused before a person is asked
+            result_source(contract, record)
+        except ActionRefused as exc:
+            _fetch_failed(broker, store, operation_id, exc)
 
         def send() -> tuple[dict[str, Any], dict[str, Any]]:
             with tempfile.TemporaryDirectory(prefix="pollwarden-result-") as scratch:
@@ -438,13 +442,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                     try:
                         info = fetch_result(contract, client, record, out)
                     except ActionError as exc:
-                        store.append(
-                            operation_id,
-                            "action",
-                            {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester},
-                            broker.clock(),
-                        )
-                        raise ToolFailure("fetch_failed", str(exc)) from None
+                        _fetch_failed(broker, store, operation_id, exc)
                 with out.open("rb") as written:  # a result file may be a GiB: the agent sees the head only
                     body = written.read(RESULT_TEXT_CAP * 4 + 4)
             info.pop("out", None)
@@ -466,6 +464,13 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
         "truncated": len(text) > RESULT_TEXT_CAP or len(body) < size,
         "url": fetched.get("url"),
     }
+
+
+def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
+    """A fetch that did not happen, or did not succeed: audited on the operation, and the agent told why."""
+    detail = {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester}
+    store.append(operation_id, "action", detail, broker.clock())
+    raise ToolFailure("fetch_failed", str(exc)) from None
 
 
 def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
