@@ -36,7 +36,9 @@ Route = Callable[[Seen], Answer]
 
 
 class Loopback:
-    def __init__(self, routes: Mapping[tuple[str, str], Route | Answer]) -> None:
+    def __init__(self, routes: Mapping[tuple[str, str], Route | Answer], host: str = "127.0.0.1") -> None:
+        """`host`: any 127/8 address is loopback on Linux, so 127.0.0.2 is another host on this machine (a stand-in
+        for an internal address, such as a cloud's metadata service)."""
         self.routes = dict(routes)
         self.seen: list[Seen] = []
         outer = self
@@ -68,7 +70,7 @@ class Loopback:
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: pytest shows what a test asserts."""
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((host, 0), Handler)
         # serve_forever looks at shutdown() every poll_interval: its default 0.5 s was half a second of every
         # test's teardown, doing nothing.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(POLL_INTERVAL,), daemon=True)
@@ -88,8 +90,10 @@ class Loopback:
 
 
 @contextmanager
-def serving(routes: Mapping[tuple[str, str], Route | Answer] | None = None) -> Iterator[Loopback]:
-    server = Loopback(routes or {}).start()
+def serving(
+    routes: Mapping[tuple[str, str], Route | Answer] | None = None, host: str = "127.0.0.1"
+) -> Iterator[Loopback]:
+    server = Loopback(routes or {}, host).start()
     try:
         yield server
     finally:

@@ -128,6 +128,22 @@ def test_a_shipped_contract_by_name_with_vars_and_a_status_url(
     assert isinstance(outcome, Succeeded) and outcome.result == f"{gitlab.url}/p/7"
 
 
+def test_a_respelt_numeric_id_resumes_its_operation(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: a pipeline id is an integer; `007` and `+7.0` are pipeline 7, one operation and one budget."""
+    from tests.loopback import provider
+
+    with provider() as gitlab:
+        gitlab.answer("/api/v4/projects/42/pipelines/7", (200, {"status": "success", "web_url": f"{gitlab.url}/p/7"}))
+        monkeypatch.setenv("GITLAB_TOKEN", "glpat-api-test")
+        where = {"base_url": gitlab.url, "project": "42"}
+        first = watch_sync("gitlab-pipeline", "007", home=home, vars=where)
+        again = watch_sync("gitlab-pipeline", "+7.0", home=home, vars=where)
+        assert isinstance(first, Succeeded) and again.operation_id == first.operation_id
+        assert first.record.job_id == "7" and len(gitlab.seen) == 1  # the second found it finished: nothing sent
+        with pytest.raises(WatchError, match="job_id must be a whole number, like 42"):
+            Watch("gitlab-pipeline", "7a", home=home, vars=where)
+
+
 def test_on_progress_gets_one_polled_progress_per_request_in_order(sim: Simulator, tmp_path: Path, home: Path) -> None:
     contract = write_contract(tmp_path / "c.toml", sim.url)
     seen: list[Progress] = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +19,8 @@ import pytest
 from pollwarden.actions import ActionError, ActionRefused, fetch_result
 from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.core.record import OperationRecord, new_record
-from pollwarden.http import StatusClient
+from pollwarden.http import SocketTransport, StatusClient
+from pollwarden.resolve import AddrInfo
 from tests.loopback import Answer, Loopback, serving
 
 SECRET = "sk-loopback-secret-0123456789"
@@ -84,7 +87,8 @@ def test_a_url_result_on_another_origin_is_fetched_without_the_credential(
     provider: Loopback, files: Loopback, tmp_path: Path
 ) -> None:
     files.routes[("GET", "/out/1.png?sig=abc")] = Answer(200, b"\x89PNG....")
-    c = contract(provider.url, '[result]\ntype = "string"\ncredential = false\n')
+    named = files.url.removeprefix("http://")  # another origin, named as one the results may come from
+    c = contract(provider.url, f'[result]\ntype = "string"\ncredential = false\nhosts = ["{named}"]\n')
     out = tmp_path / "out.png"
     with client(c) as cl:
         info = fetch_result(c, cl, succeeded(c, f"{files.url}/out/1.png?sig=abc"), out)
@@ -98,7 +102,8 @@ def test_a_url_result_on_another_origin_is_fetched_without_the_credential(
 def test_credential_true_for_another_origin_is_refused_and_nothing_is_sent(
     provider: Loopback, files: Loopback, tmp_path: Path
 ) -> None:
-    c = contract(provider.url, "[result]\ncredential = true\n")
+    named = files.url.removeprefix("http://")
+    c = contract(provider.url, f'[result]\ncredential = true\nhosts = ["{named}"]\n')
     out = tmp_path / "out"
     with client(c) as cl, pytest.raises(ActionRefused) as caught:
         fetch_result(c, cl, succeeded(c, f"{files.url}/results"), out)
@@ -168,3 +173,60 @@ def test_the_secret_echoed_in_the_file_is_removed(provider: Loopback, tmp_path: 
         fetch_result(c, cl, succeeded(c, f"{provider.url}/echo"), out)
     written = out.read_bytes()
     assert SECRET.encode() not in written and written.endswith(b"tail")
+
+
+def test_a_result_on_a_host_the_contract_does_not_name_is_refused_and_nothing_is_sent(
+    provider: Loopback, files: Loopback, tmp_path: Path
+) -> None:
+    """Issue 23: a result URL from the provider's answer named another host (a metadata address) and was read."""
+    c = contract(provider.url, '[result]\ntype = "string"\ncredential = false\n')
+    out = tmp_path / "out"
+    with client(c) as cl, pytest.raises(ActionRefused, match=r"neither the status URL's origin .* \[result\]\.hosts"):
+        fetch_result(c, cl, succeeded(c, f"{files.url}/latest/meta-data/"), out)
+    assert files.seen == [] and provider.seen == [] and not out.exists()
+
+
+def _resolving(names: dict[str, str]) -> SocketTransport:
+    """A transport whose lookups answer from `names` (the resolver seam): what a DNS answer would say."""
+
+    def resolver(host: str, port: int) -> list[AddrInfo]:
+        address = names[host]
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))]
+
+    return SocketTransport(resolver=resolver)
+
+
+@pytest.mark.parametrize(
+    ("status_host", "files_host", "refused"),
+    [
+        ("93.184.216.34", "127.0.0.1", "127.0.0.1 is a loopback address"),
+        ("93.184.216.34", "::ffff:127.0.0.1", "::ffff:127.0.0.1 is a loopback address"),
+        ("93.184.216.34", "10.1.2.3", "10.1.2.3 is a private address"),
+        ("10.0.0.9", "169.254.169.254", "169.254.169.254 is a metadata address"),
+        ("127.0.0.1", "169.254.10.10", "169.254.10.10 is a link-local address"),
+        ("127.0.0.1", "0.0.0.0", "0.0.0.0 is an unspecified address"),
+        ("127.0.0.1", "127.0.0.1", None),  # the status origin is loopback too: the provider is on this machine
+    ],
+)
+def test_a_named_host_is_fetched_only_from_an_address_the_status_origin_allows(
+    files: Loopback, tmp_path: Path, status_host: str, files_host: str, refused: str | None
+) -> None:
+    """The host rule lets a name through; the address connected to decides, whatever the name's DNS answers."""
+    files.routes[("GET", "/out")] = Answer(200, b"output")
+    port = files.url.rpartition(":")[2]
+    c = parse_contract(
+        f'name = "batch"\nstatus_url = "http://api.example/v1/batches/{{job_id}}"\n[states]\npending = ["r"]\n'
+        'success = ["completed"]\nfailure = ["failed"]\n[fields]\nstate = "status"\nresult = "out"\n'
+        f'[result]\ncredential = false\nhosts = ["files.example:{port}"]\n',
+        source="batch.toml",
+    )
+    names = {"api.example": status_host, "files.example": files_host}
+    out = tmp_path / "out"
+    with StatusClient(c, None, clock=lambda: NOW, transport=_resolving(names)) as cl:
+        if refused is None:
+            assert fetch_result(c, cl, succeeded(c, f"http://files.example:{port}/out"), out)["bytes"] == 6
+            return
+        with pytest.raises(ActionError, match=f"refusing to connect: {re.escape(refused)}") as caught:
+            fetch_result(c, cl, succeeded(c, f"http://files.example:{port}/out"), out)
+    assert "nothing was sent" in str(caught.value) and files.seen == [] and not out.exists()

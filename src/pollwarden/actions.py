@@ -16,10 +16,11 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from . import events as ev
-from .core.admission import job_id_problem, status_url_problem
+from .core.admission import job_id_problem
 from .core.contract import Contract, Submit
-from .core.contract_result import fetch_url
+from .core.contract_result import fetch_url, result_url_problem
 from .core.expr import json_type, lookup
+from .core.identity import canonical_job
 from .core.observe import BodyError, Response, TransportFailure, parse_document
 from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
@@ -204,9 +205,14 @@ def _accepted(contract: Contract, response: Response) -> tuple[str, str | None]:
         if not isinstance(raw, str) or not raw:
             raise ActionError(f"the provider's answer has no status location in {spec.status_location}")
         location = urljoin(spec.url, raw)
-        if (problem := status_url_problem(contract, location)) is not None:
+    # Stored (and sent) in the one spelling admission gives the same job, so a watch of it finds this operation.
+    canonical = canonical_job(contract, job_id, location)
+    for field, problem in canonical.problems:
+        if field == "status_location":
             raise ActionError(f"the status location the provider returned {problem}; refusing to poll it")
-    return job_id, location
+        raise ActionError(f"the job id the provider returned at {spec.job_id!r} {problem}; nothing will be watched")
+    assert isinstance(canonical.job_id, str)
+    return canonical.job_id, location if canonical.status_location is None else str(canonical.status_location)
 
 
 def _job_id(spec: Submit, response: Response, document: Any) -> str:
@@ -284,10 +290,12 @@ def cancel(contract: Contract, client: StatusClient, record: OperationRecord) ->
     return {"action": "cancel", "ok": ok, "http_status": exchange.status, "url": _safe_url(url)}
 
 
-def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
-    """Only after validated success. The URL is `[result].url` with the result in it, or the result itself when it
-    is an absolute URL (never resolved against the status URL); the credential goes along only where `[result]`
-    says so, and never off the contract's origin. An object or array result with no URL is the output itself."""
+def result_source(contract: Contract, record: OperationRecord) -> str | None:
+    """The URL `fetch_result` would download, or None when the result is the output itself (written as JSON);
+    ActionRefused for every reason not to fetch at all, before anything is sent or anyone is asked. The URL is
+    `[result].url` with the result in it, or the result itself when it is an absolute URL (never resolved against
+    the status URL), on the contract's origin or a host `[result].hosts` names; the credential goes along only
+    where `[result]` says so, and never off the contract's origin."""
     if record.phase is not Phase.SUCCEEDED or record.result is None:
         state = record.reason.value if record.reason else record.phase.value
         raise ActionRefused(
@@ -298,18 +306,30 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
     where, why = fetch_url(spec, record.result, record.job_id)
     if why is not None:
         raise ActionRefused(why)
-    if where is None:  # the result is the output: written as the JSON it was received as
-        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
-        out.write_bytes(data)
-        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    if where is None:
+        return None
     url = contract.origin + where if where.startswith("/") else where
-    same_origin = origin_of(url) == contract.origin
-    if spec.credential is True and not same_origin:
+    if (problem := result_url_problem(spec, contract.origin, url)) is not None:
+        raise ActionRefused(problem)
+    if spec.credential is True and origin_of(url) != contract.origin:
         raise ActionRefused(
             f"the result is at {_safe_url(origin_of(url))}, not on {contract.origin}: [result].credential = true"
             " sends the credential only to the contract's own origin, so nothing was sent. If that host needs no"
             " credential, set credential = false"
         )
+    return url
+
+
+def fetch_result(contract: Contract, client: StatusClient, record: OperationRecord, out: Path) -> dict[str, Any]:
+    """Only after validated success, from where `result_source` says, at an address `core.addresses` allows. An
+    object or array result with no URL is the output itself."""
+    url = result_source(contract, record)
+    if url is None:  # the result is the output: written as the JSON it was received as
+        data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
+        out.write_bytes(data)
+        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+    spec = contract.result
+    same_origin = origin_of(url) == contract.origin
     # No [result] table: today's rule, the credential along to the contract's own origin only.
     credential = same_origin if spec.credential is None else spec.credential
     try:

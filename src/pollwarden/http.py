@@ -38,6 +38,7 @@ from .core.scrub import Scrubber
 from .credentials import Credential as Credential
 from .credentials import CredentialError as CredentialError
 from .credentials import resolve_secret as resolve_secret
+from .resolve import AddressGuard
 from .wire import KEEPALIVE_IDLE as KEEPALIVE_IDLE
 from .wire import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .wire import MAX_HEADERS as MAX_HEADERS
@@ -332,7 +333,8 @@ class StatusClient:
     ) -> Download | TransportFailure:
         """A GET whose body is streamed into `sink` under its own cap, not the status cap: a result file can be far
         bigger than any status answer. Only a 2xx body is written. The same guards as `send` otherwise: the
-        credential only to the contract's origin, no redirect followed, the secret removed from what is written.
+        credential only to the contract's origin, no redirect followed, the secret removed from what is written;
+        and the connection is made only to an address `core.addresses` allows (`resolve.AddressGuard`).
 
         The whole exchange is bounded by the contract's timeout plus one second per MiB of the cap: a download
         takes longer than a status poll, and a peer that drips bytes must still not hold the process for ever."""
@@ -350,8 +352,12 @@ class StatusClient:
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
             _check_request("GET", url, parts, headers)
+            # A result's address is checked where the connection is made: public only, unless the contract's
+            # own status origin is loopback or private too (`core.addresses`).
+            home = urlsplit(self._contract.origin)
+            guard = AddressGuard((home.hostname or "", home.port or (443 if home.scheme == "https" else 80)))
             try:
-                answer = self._transport.open(Request("GET", url, tuple(headers.items()), None, deadline))
+                answer = self._transport.open(Request("GET", url, tuple(headers.items()), None, deadline, guard=guard))
             except TimeoutError:
                 raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
             try:

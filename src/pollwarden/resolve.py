@@ -29,10 +29,35 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
+
+from .core.addresses import PUBLIC, address_kind, allowed_kinds, refusal
 
 AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
 Resolver = Callable[[str, int], Sequence[AddrInfo]]
+
+
+@dataclass(frozen=True)
+class AddressGuard:
+    """A request that connects only to public addresses, or to loopback and private ones when `home` (the
+    contract's status origin, host and port) resolves there too (`core.addresses`): a result download. Checked
+    on the addresses the connection is made to, after the lookup, so no DNS answer can steer it elsewhere."""
+
+    home: tuple[str, int]
+
+
+def guarded(addresses: Sequence[AddrInfo], home: Callable[[], Sequence[AddrInfo]]) -> tuple[list[AddrInfo], str | None]:
+    """(the addresses a guarded request may connect to, in order; why not, when none is left). `home` looks the
+    status origin up, and is called only when an address is not public."""
+    allowed: frozenset[str] = frozenset({PUBLIC})
+    if any(address_kind(info[4][0]) != PUBLIC for info in addresses):
+        allowed = allowed_kinds(info[4][0] for info in home())
+    kept = [info for info in addresses if refusal(info[4][0], allowed) is None]
+    if addresses and not kept:
+        return [], refusal(addresses[0][4][0], allowed)
+    return kept, None
+
 
 CACHE_SECONDS = 30.0
 MAX_CACHED = 256

@@ -31,7 +31,7 @@ from urllib.parse import SplitResult, urlsplit
 from . import resolve
 from .core.observe import FailureKind
 from .errors import EXIT_ESCALATED, PollwardenError
-from .resolve import AddrInfo, Resolver
+from .resolve import AddressGuard, AddrInfo, Resolver
 
 MAX_HEADERS = 100
 """`http.client` refuses a 101st line after the status line with HTTPException, counting the blank line that
@@ -80,6 +80,8 @@ class Request:
     body_cap: int | None = None
     """The most body bytes the reader will keep: a transport that reads the whole answer before handing it back
     (`wire_select`) stops one byte past it, which the reader takes for a body over its cap."""
+    guard: AddressGuard | None = None
+    """Which addresses the request may connect to (a result download): None for the contract's own requests."""
 
 
 class Answer(Protocol):
@@ -399,9 +401,9 @@ class SocketTransport:
         parts = urlsplit(request.url)
         head = request_head(request, parts)
         origin = origin_of_parts(parts)
-        sock = self.take(origin) if request.reuse else None
+        sock = self.take(origin) if request.reuse and request.guard is None else None
         if sock is None:
-            sock = self._connect(parts, request.deadline)
+            sock = self._connect(parts, request.deadline, request.guard)
         try:
             try:
                 sock.settimeout(_remaining(request.deadline, "send"))
@@ -456,14 +458,15 @@ class SocketTransport:
         """The host's addresses, looked up by this transport's resolver off this thread (`pollwarden.resolve`)."""
         return resolve.lookup(self._resolver, host, port)
 
-    def _connect(self, parts: SplitResult, deadline: float) -> socket.socket:
+    def _connect(self, parts: SplitResult, deadline: float, guard: AddressGuard | None = None) -> socket.socket:
         host = parts.hostname or ""
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
-        lookup = self.lookup(host, port)
-        if not futures.wait([lookup], timeout=max(deadline - time.monotonic(), 0.0)).done:
-            raise WireError(FailureKind.CONNECT, DNS_TIMEOUT)
-        addresses = looked_up(lookup)
+        addresses = self._addresses(host, port, deadline)
+        if guard is not None:  # a result download: only where `core.addresses` allows
+            addresses, why = resolve.guarded(addresses, lambda: self._home(guard, deadline))
+            if why is not None:
+                raise WireError(FailureKind.LOCAL, f"refusing to connect: {why}; nothing was sent")
         sock = _connect_any(addresses, deadline)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not tls:
@@ -473,6 +476,18 @@ class SocketTransport:
         except BaseException:
             sock.close()
             raise
+
+    def _addresses(self, host: str, port: int, deadline: float) -> list[AddrInfo]:
+        lookup = self.lookup(host, port)
+        if not futures.wait([lookup], timeout=max(deadline - time.monotonic(), 0.0)).done:
+            raise WireError(FailureKind.CONNECT, DNS_TIMEOUT)
+        return looked_up(lookup)
+
+    def _home(self, guard: AddressGuard, deadline: float) -> Sequence[AddrInfo]:
+        try:
+            return self._addresses(*guard.home, deadline)
+        except WireError:
+            return []  # the status origin cannot be resolved now: nothing but public addresses
 
     def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
         """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""

@@ -86,8 +86,9 @@ client certificate), so the choice of path is only whether a request is a status
 
 
 def selectable(request: Request) -> bool:
-    """What goes on the selector: status polls (over a `SocketTransport`, `StatusClient.selects`)."""
-    return request.reuse and urlsplit(request.url).scheme in SCHEMES
+    """What goes on the selector: status polls (over a `SocketTransport`, `StatusClient.selects`); never a
+    request with an address guard, which only the blocking path's connect applies."""
+    return request.reuse and request.guard is None and urlsplit(request.url).scheme in SCHEMES
 
 
 @dataclass(frozen=True)

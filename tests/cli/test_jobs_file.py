@@ -154,3 +154,22 @@ def test_a_missing_file_and_a_prefix_without_a_file_are_exit_2(
     assert main(["enqueue", "--contract", str(contract), "--jobs-file", "-"]) == 2
     assert "standard input:2: job id is given twice (also at line 1)" in capsys.readouterr().err
     assert not home.exists() or not any(home.iterdir())
+
+
+def test_two_spellings_of_one_numeric_id_are_one_job_and_a_non_number_is_named(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: under `[fields] job_id_type = "integer"` (GitHub's run ids) `042` and `+42.0` are run 42."""
+    monkeypatch.setenv("POLLWARDEN_HOME", str(home))
+    monkeypatch.delenv("POLLWARDEN_DB", raising=False)
+    contract = tmp_path / "runs.toml"
+    contract.write_text('use = "github-actions-run"\n[vars]\nrepo = "acme/app"\n', encoding="utf-8")
+    code, err = _enqueue(contract, b"42\n042\n+42.0\n4.2\n43\n", tmp_path, capsys)
+    assert code == 2
+    assert err.splitlines()[:3] == [
+        "pollwarden: FILE:2: job id is given twice (also at line 1); give each once",
+        "pollwarden: FILE:3: job id is given twice (also at line 1); give each once",
+        "pollwarden: FILE:4: job id must be a whole number, like 42 (contract 'github-actions-run' says"
+        ' [fields].job_id_type = "integer")',
+    ]
+    assert not home.exists() or not any(home.iterdir())

@@ -145,3 +145,24 @@ def test_the_same_job_under_another_contract_name_is_not_a_repeat() -> None:
     other = replace(CONTRACT, name="imports")
     assert repeated([ask("a"), WatchRequest(other, "a")]) == []
     assert [(i, e) for i, e, _ in repeated([ask("a"), ask("b"), ask("a")])] == [(2, 0)]
+
+
+def test_an_agent_session_creates_at_most_max_operations_and_resumes_are_not_counted() -> None:
+    """Issue 23: `[agent].max_operations`, 20 unless the contract says, is the one rule for every agent path."""
+    assert CONTRACT.agent_max_operations == 20
+
+    def agent(job: str, before: int) -> WatchRequest:
+        return WatchRequest(CONTRACT, job, agent=True, created_before=before)
+
+    assert isinstance(admit(agent("job-20", 19), None, [], T0, token="t"), Create)
+    refused = admit(agent("job-21", 20), None, [], T0, token="t")
+    assert isinstance(refused, Refuse) and refused.kind is Refusal.LIMIT and refused.operation_id is None
+    [problem] = refused.problems
+    assert (problem.field, problem.allowed) == ("max_operations", 20)
+    assert "this agent session has created 20 operations of contract 'exports'" in refused.message
+    existing = make_record(CONTRACT)
+    assert isinstance(admit(agent(existing.job_id, 20), None, [existing], T0, token="t"), Resume)
+    person = WatchRequest(CONTRACT, "job-21", created_before=500)  # not an agent: no such cap
+    assert isinstance(admit(person, None, [], T0, token="t"), Create)
+    capped = replace(CONTRACT, agent=AgentLimits(max_operations=1))
+    assert isinstance(admit(WatchRequest(capped, "j", agent=True, created_before=1), None, [], T0, token="t"), Refuse)

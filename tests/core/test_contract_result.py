@@ -21,6 +21,7 @@ from pollwarden.core.contract_result import (
     check_result,
     fetch_url,
     result_text,
+    result_url_problem,
 )
 from pollwarden.core.record import new_record
 
@@ -90,7 +91,12 @@ def test_a_full_table() -> None:
         ('type = "object"\nmax_bytes = 0', "[result].max_bytes: must be between 1 and"),
         ('type = "object"\nmax_bytes = "1GiB"', "[result].max_bytes: must be a whole number of bytes, got str"),
         ('type = "object"\nmax_bytes = true', "must be a whole number of bytes, got bool"),
-        ('type = "object"\ncolour = "red"', "[result].colour: unknown key; allowed here: credential, max_bytes"),
+        ('type = "object"\ncolour = "red"', "[result].colour: unknown key; allowed here: credential, hosts"),
+        ('type = "object"\nhosts = "files.example"', "[result].hosts: must be a list of host names"),
+        ('type = "object"\nhosts = ["https://files.example"]', "is not a host name, `host:port` or `*.domain`"),
+        ('type = "object"\nhosts = ["files.example/x"]', "is not a host name"),
+        ('type = "object"\nhosts = ["files.example:0"]', "is not a host name"),
+        ('type = "object"\nhosts = ["a.*.example"]', "is not a host name"),
     ],
 )
 def test_malformed_result_tables(table: str, message: str) -> None:
@@ -224,3 +230,48 @@ def test_any_json_result_round_trips_the_record_and_the_event(value: Any) -> Non
     parsed = ev.SucceededEvent.from_json(json.loads(json.dumps(event.to_json())))
     assert parsed.result == value and type(parsed.result) is type(value)
     assert record.summary()["result"] == value
+
+
+HOSTS = (
+    '\n[result]\ntype = "any"\ncredential = false\n'
+    'hosts = ["Files.Example", "*.cdn.example", "dl.example:8443", "[::1]:9"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example/v1/files/1",  # the status URL's origin
+        "HTTPS://API.example:443/v1/files/1",  # the same origin, spelt otherwise
+        "https://files.example/out.png",
+        "http://files.example/out.png",
+        "https://a.b.cdn.example/out.png",
+        "https://dl.example:8443/x",
+        "http://[::1]:9/x",
+    ],
+)
+def test_a_result_url_on_the_status_origin_or_a_named_host_may_be_fetched(url: str) -> None:
+    contract = load(HOSTS)
+    assert contract.result.hosts == ("files.example", "*.cdn.example", "dl.example:8443", "[::1]:9")
+    assert result_url_problem(contract.result, contract.origin, url) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "https://api.example:8443/v1/files/1",  # another port of the status host is another origin
+        "https://files.example:8443/out.png",  # a named host on a port it does not name
+        "https://dl.example/x",
+        "https://cdn.example/out.png",  # `*.cdn.example` names its subdomains, not itself
+        "https://evilcdn.example/out.png",
+        "https://files.example.evil.example/out.png",
+        "ftp://files.example/out.png",
+        "https://files.example:99999/out.png",
+    ],
+)
+def test_any_other_result_url_is_refused_before_anything_is_sent(url: str) -> None:
+    contract = load(HOSTS)
+    problem = result_url_problem(contract.result, contract.origin, url)
+    assert problem is not None and "nothing was sent" in problem

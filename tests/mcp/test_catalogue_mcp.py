@@ -84,7 +84,7 @@ def test_an_azure_operation_location_is_watched_by_its_status_url(tmp_path: Path
         )
         path = "/documentintelligence/documentModels/prebuilt-layout/analyzeResults/r-1?api-version=2024-11-30"
         azure.answer(
-            path,
+            path.lower(),  # what is sent: Azure reads paths without case, so the contract folds them
             (200, {"status": "notStarted"}),
             (200, {"status": "running"}),
             (200, {"status": "succeeded", "analyzeResult": {"pages": 2, "content": "Invoice"}}),
@@ -94,7 +94,7 @@ def test_an_azure_operation_location_is_watched_by_its_status_url(tmp_path: Path
         async def body() -> None:
             async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env={"AZURE_API_KEY": AZURE_KEY}) as agent:
                 started = await agent.call("start_watch", contract="layout", status_url=url)
-                assert started.ok and started.data["job_id"] == url, started.text
+                assert started.ok and started.data["job_id"] == url.lower(), started.text
                 elsewhere = await agent.call("start_watch", contract="layout", status_url="https://evil.example" + path)
                 assert elsewhere.error == "invalid_argument" and "is not on" in elsewhere.text, elsewhere.text
                 op = started.data["operation_id"]
@@ -108,6 +108,6 @@ def test_an_azure_operation_location_is_watched_by_its_status_url(tmp_path: Path
                 assert AZURE_KEY not in reply.text
 
         run(body)
-        seen = azure.requests(path)
+        seen = azure.requests(path.lower())
         assert [s.headers["ocp-apim-subscription-key"] for s in seen] == [AZURE_KEY] * 3
         assert len(azure.seen) == 3  # the result was the last answer's object: fetching it sent nothing

@@ -96,6 +96,9 @@ class Profile:
     not_found: Callable[[str], Answer]
     headers: Mapping[str, str] = field(default_factory=dict)
     """Sent on every answer (GitHub's x-ratelimit-* for instance)."""
+    job_key: Callable[[str], str] = str
+    """How the provider reads a job's name: a test's `script(job)` and `seen(job)` name it as `route` does (Azure
+    reads paths without case)."""
 
 
 # --- credential checks ------------------------------------------------------------------------------
@@ -296,7 +299,7 @@ class Imitation:
         if not answers:
             raise ValueError("a script needs at least one answer")
         with self._lock:
-            self._scripts[job] = list(answers)
+            self._scripts[self.profile.job_key(job)] = list(answers)
 
     def file(
         self, path: str, content: bytes, *, content_type: str = "application/octet-stream", credential: bool = True
@@ -306,8 +309,9 @@ class Imitation:
             self._files[path] = (content, content_type, credential)
 
     def seen(self, job: str | None = None) -> list[Seen]:
+        key = None if job is None else self.profile.job_key(job)
         with self._lock:
-            return [s for s in self._seen if job is None or s.job == job]
+            return [s for s in self._seen if key is None or s.job == key]
 
     def status_requests(self, job: str) -> int:
         return len(self.seen(job))
@@ -536,9 +540,10 @@ def azure(key: str) -> Profile:
     )
 
     def route(request: Incoming) -> str | None:
-        if request.method != "GET" or ("/analyzeResults/" not in request.path and "/operations/" not in request.path):
+        path = request.path.lower()  # ASP.NET routing: a path is read without regard to case
+        if request.method != "GET" or ("/analyzeresults/" not in path and "/operations/" not in path):
             return None
-        return request.path
+        return path
 
     def check(request: Incoming) -> Answer | None:
         if "api-version=" not in request.query:
@@ -550,6 +555,7 @@ def azure(key: str) -> Profile:
         route=route,
         check=check,
         not_found=lambda job: Answer(404, {"error": {"code": "NotFound", "message": "Resource not found."}}),
+        job_key=str.lower,
     )
 
 

@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from pollwarden.catalogue import shipped_contract
+from pollwarden.core.contract_result import result_url_problem
+
 from .imitation import Answer, Imitation, JSONValue, delivery, github, github_error, github_rate_limited, ok
 from .support import assert_no_secret, fetch_result, tuned, watch
 
@@ -67,25 +70,47 @@ def gh_watch(contract: Path, provider: Imitation, home: Path, **kw: Any) -> Any:
 def test_a_run_to_success_and_its_page_fetched_without_the_token(
     provider: Imitation, contract: Path, home: Path, tmp_path: Path
 ) -> None:
-    with Imitation(delivery()) as web:
-        page = f"{web.url}/{REPO}/actions/runs/{RUN}"
-        web.file(f"/{REPO}/actions/runs/{RUN}", b"<html>run</html>", content_type="text/html", credential=False)
-        provider.script(RUN, run("queued", None), run("in_progress", None), run("completed", "success", html=page))
-        watched = gh_watch(contract, provider, home, operation="g1")
-        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
-        assert watched.outcome["result"] == page
-        for seen in provider.seen(RUN):
-            assert (seen.method, seen.path) == ("GET", f"/repos/{REPO}/actions/runs/{RUN}")
-            assert seen.headers["authorization"] == f"Bearer {TOKEN}"
-            assert seen.headers["x-github-api-version"] == "2022-11-28"
-            assert seen.headers["accept"] == "application/vnd.github+json"
+    """The page on base_url's own host (as GitHub Enterprise Server serves it; github.com is the other host the
+    contract names), fetched without the token: [result].credential = false."""
+    page = f"{provider.url}/{REPO}/actions/runs/{RUN}"
+    provider.file(f"/{REPO}/actions/runs/{RUN}", b"<html>run</html>", content_type="text/html", credential=False)
+    provider.script(RUN, run("queued", None), run("in_progress", None), run("completed", "success", html=page))
+    watched = gh_watch(contract, provider, home, operation="g1")
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["result"] == page
+    for seen in provider.seen(RUN):
+        assert (seen.method, seen.path) == ("GET", f"/repos/{REPO}/actions/runs/{RUN}")
+        assert seen.headers["authorization"] == f"Bearer {TOKEN}"
+        assert seen.headers["x-github-api-version"] == "2022-11-28"
+        assert seen.headers["accept"] == "application/vnd.github+json"
+    out = tmp_path / "run.html"
+    fetched = fetch_result("g1", out, home=home, env=ENV)
+    assert fetched.code == 0, fetched.stderr
+    assert out.read_bytes() == b"<html>run</html>"
+    (download,) = provider.downloads(f"/{REPO}/actions/runs/{RUN}")
+    assert "authorization" not in download.headers  # credential = false: never the token, even on its origin
+    assert_no_secret(TOKEN, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+    shipped = shipped_contract("github-actions-run", {"repo": REPO})
+    assert result_url_problem(shipped.result, shipped.origin, HTML) is None  # github.com itself is named
+
+
+HTML = f"https://github.com/{REPO}/actions/runs/{RUN}"
+
+
+def test_a_page_on_a_host_the_contract_does_not_name_is_never_fetched(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    """Issue 23: an html_url on another host (a stand-in for an internal address) was downloaded."""
+    with Imitation(delivery()) as elsewhere:
+        page = f"{elsewhere.url}/{REPO}/actions/runs/{RUN}"
+        elsewhere.file(f"/{REPO}/actions/runs/{RUN}", b"<html>internal</html>", credential=False)
+        provider.script(RUN, run("completed", "success", html=page))
+        assert gh_watch(contract, provider, home, operation="g1").code == 0
         out = tmp_path / "run.html"
         fetched = fetch_result("g1", out, home=home, env=ENV)
-        assert fetched.code == 0, fetched.stderr
-        assert out.read_bytes() == b"<html>run</html>"
-        (download,) = web.downloads(f"/{REPO}/actions/runs/{RUN}")
-        assert "authorization" not in download.headers  # github.com is another origin: never the token
-    assert_no_secret(TOKEN, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+        assert fetched.code == 2, fetched.stdout + fetched.stderr
+        assert "[result].hosts names (github.com); nothing was sent" in fetched.stderr
+        assert elsewhere.seen() == [] and not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -166,3 +191,22 @@ def test_bad_credentials(provider: Imitation, contract: Path, home: Path) -> Non
     provider.script(RUN, run("completed", "success"))
     watched = gh_watch(contract, provider, home, env={"GITHUB_TOKEN": "ghp_wrong"})
     assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")
+
+
+def test_a_respelt_run_id_is_the_same_run_never_a_second_budget(
+    provider: Imitation, contract: Path, home: Path
+) -> None:
+    """Issue 23: `042`, `+42` and `42.0` are run 42 to GitHub; they were three operations, three budgets."""
+    provider.script(RUN, run("completed", "success"))
+    first = gh_watch(contract, provider, home, operation="g1", job=f"0{RUN}")
+    assert first.code == 0, first.ran.stdout + first.ran.stderr
+    assert [seen.path for seen in provider.seen()] == [f"/repos/{REPO}/actions/runs/{RUN}"]  # the canonical id sent
+    for respelt in (f"+{RUN}", f"{RUN}.0", f"00{RUN}.00"):
+        again = gh_watch(contract, provider, home, operation="g2", job=respelt)
+        assert again.code == 2 and "already watched by operation g1" in again.ran.stderr, again.ran.stderr
+    resumed = gh_watch(contract, provider, home, operation="g1", job=f"+{RUN}.0")  # its own operation: resumed
+    assert resumed.code == 0 and resumed.outcome["operation"] == "g1", resumed.ran.stdout + resumed.ran.stderr
+    for bad in (f"{RUN}.5", f"-{RUN}", "run-1"):
+        refused = gh_watch(contract, provider, home, operation="g3", job=bad)
+        assert refused.code == 2 and "--job must be a whole number" in refused.ran.stderr, refused.ran.stderr
+    assert len(provider.seen()) == 1

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from .imitation import Answer, Imitation, JSONValue, delivery, ok, replicate
+from pollwarden.catalogue import shipped_contract
+from pollwarden.core.contract_result import result_url_problem
+
+from .imitation import Answer, Imitation, JSONValue, ok, replicate
 from .support import assert_no_secret, fetch_result, tuned, watch
 
 TOKEN = "r8_imitation_0f9e8d"
@@ -104,19 +107,34 @@ def test_any_json_output_is_the_result(provider: Imitation, contract: Path, home
 def test_a_url_output_is_fetched_without_the_token(
     provider: Imitation, contract: Path, home: Path, tmp_path: Path
 ) -> None:
-    with Imitation(delivery()) as cdn:
-        url = f"{cdn.url}/pbxt/9inf36/out-0.png"
-        cdn.file("/pbxt/9inf36/out-0.png", b"\x89PNG\r\n\x1a\nimage", content_type="image/png", credential=False)
-        provider.script(ID, with_(SUCCEEDED, output=url))
-        watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="r1")
-        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
-        out = tmp_path / "out.png"
-        fetched = fetch_result("r1", out, home=home, env=ENV)
-        assert fetched.code == 0, fetched.stderr
-        assert out.read_bytes() == b"\x89PNG\r\n\x1a\nimage"
-        (download,) = cdn.downloads("/pbxt/9inf36/out-0.png")
-        assert "authorization" not in download.headers
+    """The output file where the imitation serves it (base_url's origin: replicate.delivery, the host the contract
+    names, cannot be played on loopback), fetched without the token: [result].credential = false."""
+    url = f"{provider.url}/pbxt/9inf36/out-0.png"
+    provider.file("/pbxt/9inf36/out-0.png", b"\x89PNG\r\n\x1a\nimage", content_type="image/png", credential=False)
+    provider.script(ID, with_(SUCCEEDED, output=url))
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="r1")
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    out = tmp_path / "out.png"
+    fetched = fetch_result("r1", out, home=home, env=ENV)
+    assert fetched.code == 0, fetched.stderr
+    assert out.read_bytes() == b"\x89PNG\r\n\x1a\nimage"
+    (download,) = provider.downloads("/pbxt/9inf36/out-0.png")
+    assert "authorization" not in download.headers
     assert_no_secret(TOKEN, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://replicate.delivery/pbxt/9inf36/out-0.png", True),
+        ("https://pbxt.replicate.delivery/9inf36/out-0.png", True),
+        ("https://replicate.delivery.evil.example/out-0.png", False),
+        ("http://169.254.169.254/latest/meta-data/", False),
+    ],
+)
+def test_output_urls_are_fetched_from_replicate_delivery_only(url: str, allowed: bool) -> None:
+    result = shipped_contract("replicate-prediction").result
+    assert (result_url_problem(result, "https://api.replicate.com", url) is None) is allowed
 
 
 @pytest.mark.parametrize(

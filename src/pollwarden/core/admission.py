@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from .contract import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
+from .identity import NotOneJob, canonical_job, canonical_status_url
 from .record import OPERATION_ID, OperationRecord, new_record
 from .scrub import Scrubber
 
@@ -101,44 +101,43 @@ class WatchRequest:
     """The credential this watch will send, when the caller holds it: a job id that contains it is refused (it
     would be stored and sent in the status URL). Never stored, never shown."""
 
+    created_before: int | None = None
+    """For an agent: how many operations its session has created under this contract already (the driver counts
+    them); a request that would create one more than `[agent].max_operations` is refused. None: not counted."""
+    identity_problems: tuple[Problem, ...] = field(default=(), init=False, repr=False, compare=False)
+    """Why the job as given cannot be read as one job (`core.identity`): refused by `check`."""
+
     def __post_init__(self) -> None:
-        # A status URL the provider returned names the job by itself: it is the job id unless one is given.
-        if self.job_id is None and self.status_location is not None:
-            object.__setattr__(self, "job_id", self.status_location)
+        # One job, one identity: the job id and status URL in the one spelling that is stored, looked up and
+        # sent, before anything else reads them (`repeated`, the store's lookup of the job, `admit`).
+        canonical = canonical_job(self.contract, self.job_id, self.status_location)
+        object.__setattr__(self, "job_id", canonical.job_id)
+        object.__setattr__(self, "status_location", canonical.status_location)
+        problems = tuple(Problem(name, text) for name, text in canonical.problems)
+        object.__setattr__(self, "identity_problems", problems)
 
 
 def status_location_problem(contract: Contract, url: object) -> str | None:
     """Why this status URL cannot be polled for `contract`, or None: the one place the origin rule lives, so a
     URL handed in by a person, an API caller or an agent never takes the credential anywhere else."""
     if not contract.status_url_handles:
-        return (
-            f"contract {contract.name!r} does not take a status URL (it does not declare status_url_handles = true);"
-            " give the job id instead"
-        )
+        return _takes_no_status_url(contract)
     return status_url_problem(contract, url)
+
+
+def _takes_no_status_url(contract: Contract) -> str:
+    return (
+        f"contract {contract.name!r} does not take a status URL (it does not declare status_url_handles = true);"
+        " give the job id instead"
+    )
 
 
 def status_url_problem(contract: Contract, url: object) -> str | None:
     """The origin rule alone, for a status URL however it arrived (given, or named by a submission's answer)."""
-    if not isinstance(url, str) or not url:
-        return "must be the absolute status URL the provider returned"
-    if any(not "!" <= ch <= "~" for ch in url):
-        return "holds a space, a control or a non-ASCII character; give the URL as the provider returned it"
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises for a port that is not a number in range
-    except ValueError:
-        return "is not a valid URL"
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        return "must be an absolute http(s) URL"
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        return "must not carry userinfo (user:password@)"
-    if parts.fragment or "#" in url:
-        return "must not carry a fragment"
-    if any(segment in {".", ".."} for segment in parts.path.split("/")):
-        return "holds a dot segment"
-    if f"{parts.scheme}://{parts.netloc}" != contract.origin:
-        return f"is not on {contract.origin}, the origin contract {contract.name!r} binds its credential to"
+        canonical_status_url(contract, url)
+    except NotOneJob as exc:
+        return str(exc)
     return None
 
 
@@ -379,10 +378,10 @@ def check(request: WatchRequest) -> Refuse | None:
     bad: list[Problem] = []
     if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
         bad.append(Problem("operation_id", f"{request.operation_id}: {problem}"))
-    if request.status_location is not None and (
-        problem := status_location_problem(request.contract, request.status_location)
-    ):
-        bad.append(Problem("status_location", problem))
+    if request.status_location is not None and not request.contract.status_url_handles:
+        bad.append(Problem("status_location", _takes_no_status_url(request.contract)))
+    else:
+        bad.extend(problem for problem in request.identity_problems if problem.field == "status_location")
     if request.job_id is not None and (problem := job_id_problem(request.job_id)):
         bad.append(Problem("job_id", problem))
     elif (
@@ -398,6 +397,8 @@ def check(request: WatchRequest) -> Refuse | None:
         and held.found_in(request.job_id)
     ):
         bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
+    else:
+        bad.extend(problem for problem in request.identity_problems if problem.field == "job_id")
     malformed, over = _limit_problems(request)
     bad.extend(malformed)
     if bad:
@@ -449,6 +450,23 @@ def granted_limits(request: WatchRequest) -> tuple[timedelta | None, int | None]
     return deadline, max_requests
 
 
+def operations_refused(request: WatchRequest) -> Refuse | None:
+    """An agent's request that would create one operation more than its session may under the contract
+    (`[agent].max_operations`); resumes never get here. The one rule for start_watch and submit_job alike."""
+    if not request.agent or request.created_before is None:
+        return None
+    contract = request.contract
+    cap = contract.agent_max_operations
+    if request.created_before < cap:
+        return None
+    text = (
+        f"{cap} reached: this agent session has created {request.created_before} operations of contract"
+        f" {contract.name!r} ([agent].max_operations), and a job it has not watched yet would be one more. Watch"
+        " one of those (the same job gets its operation back), or ask a person to start more"
+    )
+    return Refuse(Refusal.LIMIT, (Problem("max_operations", text, allowed=cap),))
+
+
 def admit(
     request: WatchRequest,
     existing: OperationRecord | None,
@@ -486,6 +504,8 @@ def admit(
                 earlier.operation_id,
             )
         return _resume(request, earlier, reused_job=True)
+    if (capped := operations_refused(request)) is not None:
+        return capped
     contract = request.contract
     limits = request.limits
     deadline, max_requests = granted_limits(request)
@@ -528,6 +548,7 @@ __all__ = [
     "narrow",
     "new_operation_id",
     "operation_id_problem",
+    "operations_refused",
     "repeated",
     "status_location_problem",
     "status_url_problem",

@@ -54,6 +54,7 @@ from .contract_vars import (
     wrap,
 )
 from .durations import TIMESTAMP_FORMATS, DurationError
+from .identity import IDENTITY_KEYS, parse_job_identity
 from .reasons import Category, Jitter
 
 MAX_CONTRACT_BYTES = 1024 * 1024
@@ -182,7 +183,7 @@ def _build(r: Reader) -> Contract:
                 )
             seen[value] = category.value
     f = r.table("fields", required=True)
-    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at"})
+    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at", "job_id_type"})
     fields = Fields(
         state=f.expression("state", required=True) or "state",
         result=f.expression("result"),
@@ -300,7 +301,7 @@ def _build(r: Reader) -> Contract:
     agent = AgentLimits()
     if "agent" in r.data:
         ag = r.table("agent")
-        ag.only({"max_deadline", "max_requests", "approval_timeout"})
+        ag.only({"max_deadline", "max_requests", "approval_timeout", "max_operations"})
         max_deadline = ag.duration("max_deadline", limits.deadline, positive=True)
         if max_deadline > limits.deadline:
             raise ag.fail(
@@ -315,9 +316,11 @@ def _build(r: Reader) -> Contract:
             max_deadline=max_deadline,
             max_requests=max_requests,
             approval_timeout=ag.duration("approval_timeout", agent.approval_timeout, positive=True),
+            max_operations=ag.integer("max_operations", agent.max_operations, minimum=1),
         )
     safe_status = r.boolean("safe_status", True)
     status = _status_request(r, safe_status)
+    status_url_handles = r.boolean("status_url_handles", False)
     provider = r.text("provider")
     docs = r.text("docs")
     if docs is not None:
@@ -347,7 +350,8 @@ def _build(r: Reader) -> Contract:
         docs=docs,
         status=status,
         headers=_headers(r, auth),
-        status_url_handles=r.boolean("status_url_handles", False),
+        status_url_handles=status_url_handles,
+        job_identity=parse_job_identity(r, status_url_handles=status_url_handles),
     )
 
 
@@ -378,7 +382,7 @@ def _status_request(r: Reader, safe_status: bool) -> StatusRequest:
     if "status" not in r.data:
         return StatusRequest()
     st = r.table("status")
-    st.only({"method", "body", "content_type"})
+    st.only({"method", "body", "content_type", *IDENTITY_KEYS})
     method = (st.text("method") or "GET").upper()
     if method not in {"GET", "POST"}:
         raise st.fail("method", f"must be GET or POST, got {method!r}")

@@ -124,6 +124,32 @@ class AgentLimits:
     max_deadline: timedelta | None = None
     max_requests: int | None = None
     approval_timeout: timedelta = timedelta(minutes=2)
+    max_operations: int = 20
+    """How many operations one agent session may create under the contract (resumes are not counted): a
+    session that respells jobs, or makes them up, runs out here rather than refilling its budget."""
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """What the provider reads alike, so admission stores, finds and sends one spelling of a job (`core.identity`).
+
+    The defaults are today's meaning: a contract without these keys keeps its ids and its fingerprint."""
+
+    query: tuple[str, ...] | None = None
+    """`[status] identity_query`: the query parameters of a status URL that name the job (each required, once);
+    any other parameter is dropped, neither part of the identity nor sent. None: every parameter is kept."""
+    path_case: str = "sensitive"
+    """`[status] path_case = "insensitive"`: the provider reads paths (and query parameter names) without regard
+    to ASCII case (Azure's), so they are folded to lower case."""
+    id_type: str = "string"
+    """`[fields] job_id_type = "integer"`: the provider's ids are whole numbers (`042`, `+42`, `42.0` are 42)."""
+
+    def identity(self) -> dict[str, object] | None:
+        """For the fingerprint (what is stored and sent changes with these); None when all are the defaults."""
+        if self == JobIdentity():
+            return None
+        return {"query": None if self.query is None else list(self.query), "path_case": self.path_case,
+                "id_type": self.id_type}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -233,6 +259,7 @@ class Contract:
     """Static headers sent on every request to the contract's origin ([headers])."""
     status_url_handles: bool = False
     """A status URL the provider returned may be given instead of a job id (`watch --status-url`)."""
+    job_identity: JobIdentity = field(default_factory=JobIdentity)
     vars: tuple[tuple[str, str], ...] = ()
     """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
     source_text: str = field(default="", compare=False, repr=False)
@@ -244,6 +271,10 @@ class Contract:
     @property
     def agent_max_requests(self) -> int:
         return self.agent.max_requests if self.agent.max_requests is not None else self.limits.max_requests
+
+    @property
+    def agent_max_operations(self) -> int:
+        return self.agent.max_operations
 
     def status_url_for(self, job_id: str) -> str:
         """`{job_id}` is quoted completely, so it can never add a path segment, query or host; `{job_id:path}`
@@ -301,6 +332,8 @@ class Contract:
             identity["status_request"] = self.status.__dict__
         if self.headers:
             identity["headers"] = dict(self.headers)
+        if (job_identity := self.job_identity.identity()) is not None:  # issue 23's keys, only when used
+            identity["job_identity"] = job_identity
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 

@@ -24,6 +24,26 @@ ContractError.__module__ = "pollwarden.core.contract"
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9.-]+")
 
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+"""ASCII case folding: `str.lower` folds other letters too (and `İ` into two characters)."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_key(scheme: str, host: str, port: int | None) -> str:
+    """scheme://host[:port] with what RFC 3986 says does not matter taken out: the case of the scheme and the
+    host, and the scheme's default port. Two URLs are on one origin when their keys are equal."""
+    scheme, host = scheme.translate(ASCII_LOWER), host.translate(ASCII_LOWER)
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != DEFAULT_PORTS.get(scheme):
+        netloc += f":{port}"
+    return f"{scheme}://{netloc}"
+
+
+def canonical_origin(url: str) -> str:
+    """`origin_key` of a URL already known to parse (a contract's own, or one checked by the caller)."""
+    parts = urlsplit(url)
+    return origin_key(parts.scheme, parts.hostname or "", parts.port)
+
 
 def quote_segment(value: str) -> str:
     """One path segment whatever the value holds (a job id, a result id): it can never add a path, a query or a

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .contract_reader import ContractError, Reader, check_url, quote_segment
+from .contract_reader import (
+    ASCII_LOWER,
+    DEFAULT_PORTS,
+    ContractError,
+    Reader,
+    canonical_origin,
+    check_url,
+    origin_key,
+    quote_segment,
+)
 from .expr import json_type
 
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
@@ -47,6 +56,9 @@ class ResultSpec:
     """Whether the fetch carries the credential; None only without a `[result]` table (today's rule: it goes
     along to the contract's own origin and nowhere else)."""
     max_bytes: int = FETCH_MAX_BYTES_DEFAULT
+    hosts: tuple[str, ...] = ()
+    """Hosts besides the status URL's origin a result may be fetched from: `host` (the scheme's default port),
+    `host:port`, or `*.domain` (its subdomains, not itself). Lower case."""
     declared: bool = False
 
     def identity(self) -> dict[str, object] | None:
@@ -138,12 +150,73 @@ def fetch_url(spec: ResultSpec, result: JSONValue, job_id: str = "") -> tuple[st
     )
 
 
+def result_url_problem(spec: ResultSpec, origin: str, url: str) -> str | None:
+    """Why `fetch-result` must not download `url` (nothing is sent), or None: it is on the status URL's `origin`
+    or on a host `[result].hosts` names. A result URL comes from the provider's answer, so without this a
+    hostile or mistaken answer could point the download (and, through MCP, an agent's eyes) anywhere."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "the result URL is not a valid URL; nothing was sent"
+    if parts.scheme.lower() not in DEFAULT_PORTS or not parts.hostname:
+        return "the result URL is not an absolute http(s) URL; nothing was sent"
+    if origin_key(parts.scheme, parts.hostname, port) == canonical_origin(origin):
+        return None
+    host = parts.hostname.translate(ASCII_LOWER)
+    port = port if port is not None else DEFAULT_PORTS[parts.scheme.lower()]
+    for entry in spec.hosts:
+        name, _, entry_port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
+        if entry_port and int(entry_port) != port:
+            continue
+        if not entry_port and port != DEFAULT_PORTS[parts.scheme.lower()]:
+            continue
+        name = name.strip("[]")  # urlsplit gives an IPv6 host without its brackets
+        if name == host or (name.startswith("*.") and host.endswith(name[1:])):
+            return None
+    shown = origin_key(parts.scheme, parts.hostname, parts.port)
+    named = ", ".join(spec.hosts) if spec.hosts else "none"
+    return (
+        f"the result is at {shown}, which is neither the status URL's origin {origin} nor a host the contract's"
+        f" [result].hosts names ({named}); nothing was sent"
+    )
+
+
+def _has_port(entry: str) -> bool:
+    """`host:port` or `[v6]:port`, not a bare IPv6 literal in brackets."""
+    return entry.rpartition(":")[2].isdigit() and (not entry.startswith("[") or "]:" in entry)
+
+
+_HOST_ENTRY = re.compile(r"(\*\.)?([a-z0-9-]+(\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+
+
+def _hosts(t: Reader) -> tuple[str, ...]:
+    raw = t.data.get("hosts")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(entry, str) for entry in raw):
+        raise t.fail("hosts", 'must be a list of host names, like ["files.example.com"]')
+    hosts: list[str] = []
+    for entry in raw:
+        lowered = entry.translate(ASCII_LOWER)
+        match = _HOST_ENTRY.fullmatch(lowered)
+        port = match.group(4) if match is not None else None
+        if match is None or (port is not None and not 1 <= int(port[1:]) <= 65535):
+            raise t.fail(
+                "hosts",
+                f"{entry!r} is not a host name, `host:port` or `*.domain` (letters, digits, '.' and '-'; an IPv6"
+                " address in brackets)",
+            )
+        hosts.append(lowered)
+    return tuple(hosts)
+
+
 def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
     """`[result]`, strictly: each complaint names the file and the key, and says what to write instead."""
     if "result" not in r.data:
         return ResultSpec()
     t = r.table("result")
-    t.only({"type", "non_empty", "url", "credential", "max_bytes"})
+    t.only({"type", "non_empty", "url", "credential", "max_bytes", "hosts"})
     if result_field is None:
         raise t.fail("type", "a [result] table needs [fields].result, the field that holds the result")
     kind = t.text("type") or "string"
@@ -168,6 +241,7 @@ def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
         url=url,
         credential=credential,
         max_bytes=_max_bytes(t),
+        hosts=_hosts(t),
         declared=True,
     )
 
@@ -218,4 +292,5 @@ __all__ = [
     "json_type",
     "parse_result",
     "result_text",
+    "result_url_problem",
 ]

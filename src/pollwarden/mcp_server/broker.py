@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,15 @@ ANY_PERSON = "anyone who can run pollwarden on this home"
 
 AGENT_REQUESTER = "agent session "
 """How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
+
+
+@dataclass
+class Creation:
+    """A session's reserved slot for one new operation (`Broker.creating`)."""
+
+    before: int
+    """Operations of the contract the session had created (or reserved) before this one."""
+    made: bool = False
 
 
 class Broker:
@@ -93,6 +103,8 @@ class Broker:
                 self.not_ready[name] = f"contract {name!r} declares safe_status = false"
         self._lock = threading.Lock()
         self._agent_made: dict[str, bool] = {}
+        self._created: dict[str, int] = {}
+        """Operations this session created (or is creating) per contract: `[agent].max_operations` bounds them."""
         self._started = False
         self._calls = 0
         self._environ = env
@@ -248,6 +260,22 @@ class Broker:
     def engine(self, store: Store) -> Engine:
         """The one engine every interface drives; the session's environment names the webhook's secret."""
         return Engine(store, owner=process_owner("mcp"), clock=self.clock, environ=self._environ)
+
+    @contextlib.contextmanager
+    def creating(self, contract: Contract) -> Iterator[Creation]:
+        """One more operation of `contract` reserved for this session while a call admits (or submits) it: the
+        `Creation` says how many the session created before (`WatchRequest.created_before`), and the caller
+        marks it `made` when one was created; otherwise (a resume, a refusal, a failure) the slot is given back.
+        Calls in parallel each see the others' reservations, so no two of them pass the cap together."""
+        with self._lock:
+            creation = Creation(self._created.get(contract.name, 0))
+            self._created[contract.name] = creation.before + 1
+        try:
+            yield creation
+        finally:
+            if not creation.made:
+                with self._lock:
+                    self._created[contract.name] -= 1
 
     def next_call_number(self) -> int:
         """The session's provider calls are numbered, so each intent record pairs with its result."""

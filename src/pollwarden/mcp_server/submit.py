@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..actions import ActionError, ActionRefused, Submitted, fingerprint, submit
-from ..core.admission import WatchRequest, check, granted_limits, submission_operation_id
+from ..core.admission import WatchRequest, check, granted_limits, operations_refused, submission_operation_id
 from ..core.contract import Contract
 from ..core.durations import format_rfc3339
 from ..store.base import Store, Submission
@@ -126,7 +127,11 @@ def tool_submit_job(
             record = submitted.record
             return submitted, {"outcome": "sent", "job": record.job_id, "resent": submitted.resent}
 
-        submitted = gated_call(broker, store, served, subject, "submit", call, send)
+        with broker.creating(served) as creation:  # a new submission is a new operation: the session's cap
+            if (capped := operations_refused(replace(request, created_before=creation.before))) is not None:
+                raise refused(capped)
+            submitted = gated_call(broker, store, served, subject, "submit", call, send)
+            creation.made = True
         accepted = store.get_submission(operation_id)
         assert accepted is not None  # accept_submission wrote it with the operation
         return _reply(broker, store, served, accepted, resent=submitted.resent, created=True)

@@ -8,14 +8,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import events as ev
-from ..actions import ActionError, fetch_result
+from ..actions import ActionError, ActionRefused, fetch_result, result_source
 from ..core.admission import Limits, Refusal, Refuse, WatchRequest
 from ..core.contract import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
+from ..core.identity import canonical_job
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..decisions import open_decision
@@ -72,7 +73,11 @@ def agent_deadline(deadline: object) -> timedelta | None:
     raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
 
 
-AGENT_CAPS = {"deadline": "[agent].max_deadline", "max_requests": "[agent].max_requests"}
+AGENT_CAPS = {
+    "deadline": "[agent].max_deadline",
+    "max_requests": "[agent].max_requests",
+    "max_operations": "[agent].max_operations",
+}
 REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded", Refusal.CONFLICT: "conflict"}
 
 
@@ -98,19 +103,22 @@ def tool_start_watch(
         raise ToolFailure("invalid_argument", "status_url must be a string URL")
     if job_id is None and status_url is None:
         raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
-    request = WatchRequest(
-        served,
-        job_id,
-        limits=agent_limits(deadline, max_requests),
-        by=broker.requester,
-        agent=True,
-        status_location=status_url,
-    )
-    with broker.store() as store:
+    limits = agent_limits(deadline, max_requests)
+    with broker.store() as store, broker.creating(served) as creation:
+        request = WatchRequest(
+            served,
+            job_id,
+            limits=limits,
+            by=broker.requester,
+            agent=True,
+            status_location=status_url,
+            created_before=creation.before,
+        )
         try:
             admitted = broker.engine(store).admit(request)
         except AdmissionError as exc:
             raise refused(exc.refusal) from None
+        creation.made = admitted.created
         record = admitted.record
         now = broker.clock()
         announce(broker, store, served, record, created=admitted.created)
@@ -168,7 +176,8 @@ def tool_start_own_watch(
     """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
     which would otherwise rejoin (or narrow) that operation for the agent."""
     served = broker.contracts.get(contract) if isinstance(contract, str) else None
-    job = job_id if job_id is not None else limits.get("status_url")  # a status URL is the job id by default
+    # The job in the spelling admission looks it up by (a status URL is the job id by default).
+    job = canonical_job(served, job_id, limits.get("status_url")).job_id if served is not None else None
     if served is not None and isinstance(job, str):
         with broker.store() as store:
             broker.refuse_a_persons_job(store, served, job)
@@ -421,6 +430,10 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                 f"operation {operation_id} has no validated result ({state}); output may be fetched only after a"
                 " validated success (R6, R17). Nothing was sent",
             )
+        try:  # a result that must not be fetched (another host, ...) is refused before a person is asked
+            result_source(contract, record)
+        except ActionRefused as exc:
+            _fetch_failed(broker, store, operation_id, exc)
 
         def send() -> tuple[dict[str, Any], dict[str, Any]]:
             with tempfile.TemporaryDirectory(prefix="pollwarden-result-") as scratch:
@@ -429,13 +442,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                     try:
                         info = fetch_result(contract, client, record, out)
                     except ActionError as exc:
-                        store.append(
-                            operation_id,
-                            "action",
-                            {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester},
-                            broker.clock(),
-                        )
-                        raise ToolFailure("fetch_failed", str(exc)) from None
+                        _fetch_failed(broker, store, operation_id, exc)
                 with out.open("rb") as written:  # a result file may be a GiB: the agent sees the head only
                     body = written.read(RESULT_TEXT_CAP * 4 + 4)
             info.pop("out", None)
@@ -457,6 +464,13 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
         "truncated": len(text) > RESULT_TEXT_CAP or len(body) < size,
         "url": fetched.get("url"),
     }
+
+
+def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
+    """A fetch that did not happen, or did not succeed: audited on the operation, and the agent told why."""
+    detail = {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester}
+    store.append(operation_id, "action", detail, broker.clock())
+    raise ToolFailure("fetch_failed", str(exc)) from None
 
 
 def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
