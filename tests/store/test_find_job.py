@@ -130,15 +130,18 @@ def test_every_spelling_of_one_job_is_admitted_as_its_one_operation(store: AnySt
     from pollwarden.catalogue import shipped_contract
     from pollwarden.core.admission import WatchRequest
     from pollwarden.engine import Engine
+    from tests.conftest import install
 
     engine = Engine(store, owner="test", clock=lambda: T0)
     azure = shipped_contract("azure-operation", {"base_url": "https://res.example.com"})
+    install(store, azure)
     base = "https://res.example.com/formrecognizer/documentModels/m/analyzeResults/AB12"
     spellings = [f"{base}?api-version=1", f"{base}/?x=1&api-version=1", f"{base.upper()[:8]}{base[8:]}?%61pi-version=1"]
     admitted = [engine.admit(WatchRequest(azure, None, status_location=url, agent=True)) for url in spellings]
     assert [one.created for one in admitted] == [True, False, False]
     assert {one.record.operation_id for one in admitted} == {admitted[0].record.operation_id}
     github = shipped_contract("github-actions-run", {"repo": "acme/app"})
+    install(store, github)
     runs = [engine.admit(WatchRequest(github, job)) for job in ("042", "+42", "42.0")]
     assert [one.created for one in runs] == [True, False, False] and runs[0].record.job_id == "42"
     assert [stored.record.job_id for stored in store.find_job("github-actions-run", "42")] == ["42"]
