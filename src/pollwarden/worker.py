@@ -11,6 +11,7 @@ requests finish and release the rest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -31,6 +32,7 @@ from .engine import Done, Engine, NotYet, Polled, StepResult
 from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
+from .outbox import delivering
 from .store.base import Claimed, ContractCounts, Lease, Store
 
 if TYPE_CHECKING:
@@ -461,7 +463,13 @@ class Worker:
         self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
         failures: list[BaseException] = []
         try:
-            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+            # Webhooks and witness heads go out from the outbox on a thread and a store of their own: a receiver
+            # that hangs holds none of the lanes.
+            with (
+                self._outbox_store() as outbox_store,
+                delivering(outbox_store, "worker", say=self.log),
+                ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
+            ):
                 begun: list[threading.Event] = []
                 try:
                     for n in range(self.lanes):
@@ -488,6 +496,19 @@ class Worker:
         if failures:
             raise failures[0]
         self.log("worker_stopped")
+
+    @contextlib.contextmanager
+    def _outbox_store(self) -> Iterator[Store]:
+        """The delivery loop's store: the shared one where the store pools its connections (PostgreSQL: no
+        connection more), else one of its own (a SQLite store per thread)."""
+        if getattr(self._claim_store, "shared_across_threads", False):
+            yield self._claim_store
+            return
+        store = self.store_factory()
+        try:
+            yield store
+        finally:
+            store.close()
 
     def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException], ended: threading.Event) -> None:
         """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch

@@ -15,9 +15,12 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
+from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write_head_file
+from pollwarden.clock import utcnow
+from pollwarden.outbox import delivering
 from pollwarden.simulator import Simulator
-from pollwarden.store.witness import _Poster
+from pollwarden.store.open import open_store
+from pollwarden.store.witness import Witness
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving
@@ -158,18 +161,22 @@ def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Pa
     assert _verify(home)[0] == 0
 
 
-def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound() -> None:
-    """A witness that is down costs a closing command one attempt: the drain's bound (10 s in a command) is
-    a backstop, here an hour, so the drain returning at all is the proof; no duration is measured."""
-    poster = _Poster(f"http://127.0.0.1:{_refusing_port()}/heads")
-    poster.start()
-    head = sign_head(Ed25519PrivateKey.generate(), counter=1, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0,
-                     at="2026-01-01T00:00:00Z")  # fmt: skip
-    poster.offer(head)
-    draining = threading.Thread(target=poster.drain, args=(3600.0,), daemon=True)
-    draining.start()
-    draining.join(60)  # a guard: the refused connection ends it at once
-    assert not draining.is_alive(), "the drain sat out its bound for a witness that refuses connections"
+def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_path: Path) -> None:
+    """A witness that is down costs a closing process one attempt: the next one is due after the bound, so the wait
+    ends there. The bound is an hour here, so the drain returning at all is the proof; no duration is measured."""
+    witness = Witness.parse(f"http://127.0.0.1:{_refusing_port()}/heads", "test")
+    store = open_store(tmp_path / "w.db", keys=load_or_create_keys(tmp_path / "keys"), witness=witness)
+    try:
+        with delivering(store, "watch") as courier:
+            store.append("op", "interrupted", {"by": "test"}, utcnow())  # a commit: its head is queued for the witness
+            draining = threading.Thread(target=courier.drain, args=(3600.0,), daemon=True)
+            draining.start()
+            draining.join(60)  # a guard: the refused connection ends it at once
+            assert not draining.is_alive(), "the drain sat out its bound for a witness that refuses connections"
+            (entry,) = store.outbox()
+            assert entry.kind == "witness" and entry.attempts == 1 and entry.last_error, entry
+    finally:
+        store.close()
 
 
 # -- stores upgraded from schema 2 ---------------------------------------------------------------
@@ -180,7 +187,7 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
-    (schema 4 replaced it), no watcher columns (schema 5), version 2."""
+    (schema 4 replaced it), no watcher columns (schema 5), no outbox (schema 7), version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
@@ -188,6 +195,7 @@ def _downgrade_sqlite(db: Path) -> None:
         conn.execute(_SCHEMA_2_DUE_INDEX)
         for column in ("watcher", "watcher_since"):  # schema 5's
             conn.execute(f"ALTER TABLE operations DROP COLUMN {column}")
+        conn.execute("DROP TABLE outbox")  # schema 7's
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 

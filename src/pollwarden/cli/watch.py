@@ -19,6 +19,7 @@ from ..core.record import OperationRecord
 from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
+from ..outbox import delivering
 from ..progress import progress_of
 from ..shown import shown
 from ..store.base import Store
@@ -202,51 +203,61 @@ def cmd_watch(args: argparse.Namespace) -> int:
             contract = _contract(args, store)
             secret = _ready(contract)
             request = _checked(watch_request(args, contract, secret))
-        engine = Engine(store, owner=process_owner("watch"))
-        try:
-            admitted = engine.admit(request)
-        except AdmissionError as exc:
-            raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
-        record = admitted.record
-        out = sys.stdout
-        if not args.json:
-            how = ""
-            if not admitted.created:
-                how = f"; resumed with {record.status_requests_used} used"
-                if admitted.reused_job:
-                    how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
-            out.write(
-                f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
-                f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
-                f" requests{how}\n"
-            )
-            out.flush()
-        progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
-        Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-        with StatusClient(contract, secret, clock=utcnow) as client:
-            # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
-            final = engine.run(
-                contract,
-                client,
-                record.operation_id,
-                on_progress=progress,
-                tick=1.0 if progress.live else None,
-                by="cli",
-            )
-        open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
-        if args.json:
-            summary = _final_json(final)
-            summary["decision"] = open_decisions[-1].request.to_json() if open_decisions else None
-            print(json.dumps(summary, sort_keys=True))
-        else:
-            _print_outcome(final, out)
-            if open_decisions:
-                asked = open_decisions[-1].request
-                out.write("\n" + shown_request(asked).render() + "\n")
-                out.write(f"Decide with: {decide_hint(args, asked.decision_id)}\n")
-        return exit_code(final)
+        # A stop's webhook and the witness's heads go out from the outbox on a thread of their own; at the end the
+        # watch waits for them `outbox.EXIT_WAIT` seconds at most, and leaves the rest to the next process.
+        with delivering(store, "watch"):
+            return _watch(args, store, contract, request, secret)
     finally:
         store.close()
+
+
+def _watch(
+    args: argparse.Namespace, store: Store, contract: Contract, request: WatchRequest, secret: Credential | None
+) -> int:
+    """Admit, watch to the end, print the outcome: with the store open and its deliveries on their way."""
+    engine = Engine(store, owner=process_owner("watch"))
+    try:
+        admitted = engine.admit(request)
+    except AdmissionError as exc:
+        raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
+    record = admitted.record
+    out = sys.stdout
+    if not args.json:
+        how = ""
+        if not admitted.created:
+            how = f"; resumed with {record.status_requests_used} used"
+            if admitted.reused_job:
+                how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
+        out.write(
+            f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
+            f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
+            f" requests{how}\n"
+        )
+        out.flush()
+    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
+    Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
+    with StatusClient(contract, secret, clock=utcnow) as client:
+        # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
+        final = engine.run(
+            contract,
+            client,
+            record.operation_id,
+            on_progress=progress,
+            tick=1.0 if progress.live else None,
+            by="cli",
+        )
+    open_decisions = store.decisions(final.operation_id, open_only=True) if final.is_final else []
+    if args.json:
+        summary = _final_json(final)
+        summary["decision"] = open_decisions[-1].request.to_json() if open_decisions else None
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        _print_outcome(final, out)
+        if open_decisions:
+            asked = open_decisions[-1].request
+            out.write("\n" + shown_request(asked).render() + "\n")
+            out.write(f"Decide with: {decide_hint(args, asked.decision_id)}\n")
+    return exit_code(final)
 
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:

@@ -143,6 +143,10 @@ class DecisionRequest:
     requested_by: str | None = None
     request_reason: str | None = None
     topic: Topic = Topic.STOP
+    announce: bool = field(default=False, compare=False)
+    """Whether the contract names a webhook to tell of it: the store then queues that delivery in the transaction
+    that writes the request (the outbox), whoever wrote it. Set by the builders below from the contract; not part
+    of the request's JSON (a request read back is never written again)."""
 
     @property
     def elapsed(self) -> timedelta:
@@ -277,7 +281,7 @@ def build_request(
         option = _option(kind, len(options) + 1, record, contract, now, extra_time, extra_checks, can_resubmit)
         if option is not None:
             options.append(option)
-    request = _request_about(record, now, decision_id, tuple(options))
+    request = _request_about(record, contract, now, decision_id, tuple(options))
     return replace(request, requested_by=requested_by, request_reason=request_reason)
 
 
@@ -309,14 +313,14 @@ def build_cancel_request(
         option = _option(kind, len(options) + 1, record, contract, now, timedelta(0), 0, False)
         if option is not None:
             options.append(option)
-    request = _request_about(record, now, decision_id, tuple(options))
+    request = _request_about(record, contract, now, decision_id, tuple(options))
     return replace(request, requested_by=requested_by, request_reason=reason, topic=Topic.CANCEL)
 
 
 def _request_about(
-    record: OperationRecord, now: datetime, decision_id: str, options: tuple[Option, ...]
+    record: OperationRecord, contract: Contract, now: datetime, decision_id: str, options: tuple[Option, ...]
 ) -> DecisionRequest:
-    """The context of R31 for any decision about `record`, whatever its phase."""
+    """The context of R31 for any decision about `record`, whatever its phase, told on the contract's webhook."""
     return DecisionRequest(
         decision_id=decision_id,
         operation_id=record.operation_id,
@@ -336,6 +340,7 @@ def _request_about(
         useful_until=record.plan.useful_until,
         stop_marker=stop_marker(record),
         options=options,
+        announce=contract.escalation.webhook_url is not None,
     )
 
 

@@ -94,7 +94,8 @@ class Broker:
         self._agent_made: dict[str, bool] = {}
         self._started = False
         self._calls = 0
-        self._environ = env
+        self.environ = env
+        """The session's environment: its credentials, and the webhook's signing secret its deliveries use."""
         self.tools: dict[str, Tool] = {**TOOLS, "submit_job": tool_submit_job}
         # Opening once creates the audit keys before any concurrent tool call could race to create them.
         self._connect().close()
@@ -238,8 +239,8 @@ class Broker:
         return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
 
     def engine(self, store: Store) -> Engine:
-        """The one engine every interface drives; the session's environment names the webhook's secret."""
-        return Engine(store, owner=process_owner("mcp"), clock=self.clock, environ=self._environ)
+        """The one engine every interface drives."""
+        return Engine(store, owner=process_owner("mcp"), clock=self.clock)
 
     def next_call_number(self) -> int:
         """The session's provider calls are numbered, so each intent record pairs with its result."""
