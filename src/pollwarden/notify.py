@@ -100,6 +100,7 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> t
     followed. Returns (the status, None), or (None, what went wrong, in words that hold nothing the receiver
     sent)."""
     # The socket layer is imported when something is really posted: every driver imports this module.
+    from .core.observe import FailureKind
     from .wire import Request, SocketTransport, WireError
 
     transport = SocketTransport()
@@ -107,7 +108,9 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> t
         request = Request("POST", url, tuple(headers.items()), body, deadline=time.monotonic() + timeout)
         answer = transport.open(request)
     except WireError as exc:
-        return None, f"{exc.kind.value}: {exc.message}"
+        # A protocol failure's message may quote what the receiver sent: not kept (it goes to the audit log).
+        said = "the answer is not HTTP this client reads" if exc.kind is FailureKind.PROTOCOL else exc.message
+        return None, f"{exc.kind.value}: {said[:200]}"
     except (OSError, ValueError, UnicodeError) as exc:
         return None, type(exc).__name__
     finally:

@@ -154,11 +154,18 @@ def _refusing_port() -> int:
     return port
 
 
-def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Path) -> None:
+def test_a_witness_that_is_down_never_fails_the_command_and_is_said(home: Path, contract: Path) -> None:
     ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
     assert ran.code == 0, ran.stderr
     _watch(home, contract, "happy-1", "op-a")  # closing, it gives the witness one chance (the test below)
-    assert _verify(home)[0] == 0
+    code, report = _verify(home)
+    assert code == 0, report
+    newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)["head"]["counter"]
+    (note,) = report["notes"]
+    assert note.startswith(f"the witness has not taken head #{newest}: 1 attempt(s) failed, the last with connect:")
+    listed = run_cli("outbox", home=home)
+    assert f"head #{newest} for this home's witness: pending since" in listed.stdout, listed.stdout
+    assert "1 attempt(s) failed" in listed.stdout
 
 
 def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_path: Path) -> None:
