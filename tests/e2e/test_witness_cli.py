@@ -161,8 +161,10 @@ def test_a_witness_that_is_down_never_fails_the_command_and_is_said(home: Path, 
     code, report = _verify(home)
     assert code == 0, report
     newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)["head"]["counter"]
-    (note,) = report["notes"]
-    assert note.startswith(f"the witness has not taken head #{newest}: 1 attempt(s) failed, the last with connect:")
+    notes = report["notes"]
+    assert isinstance(notes, list) and len(notes) == 1
+    said = f"the witness has not taken head #{newest}: 1 attempt(s) failed, the last with connect:"
+    assert str(notes[0]).startswith(said), notes
     listed = run_cli("outbox", home=home)
     assert f"head #{newest} for this home's witness: pending since" in listed.stdout, listed.stdout
     assert "1 attempt(s) failed" in listed.stdout
