@@ -4,13 +4,16 @@ the loop, never by the commit, with a witness that cannot be written made visibl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pollwarden import outbox
@@ -27,7 +30,8 @@ from tests.store import conftest as store_suite
 from tests.store.test_store import CONTRACT, T0, TTL, _record, _stopped
 
 # The store suite's fixtures: each test that takes `store` runs on SQLite and on PostgreSQL.
-pg_url, store = store_suite.pg_url, store_suite.store
+pg_url, store, backend = store_suite.pg_url, store_suite.store, store_suite.backend
+Backend = store_suite.Backend
 
 SECRET = "hook-secret-" + "7" * 20
 TOKEN = "tok-in-the-url-" + "9" * 16
@@ -122,6 +126,26 @@ def test_a_request_nobody_could_deliver_for_a_day_is_given_up_unsent(store: Stor
         clock = Clock(store.db_now() + outbox.WEBHOOK_MAX_AGE + timedelta(minutes=1))
         made = _one(_courier(store, clock).deliver_due()).attempted
     assert hook.seen == [] and made is not None and made.retry_at is None and not made.delivered
+    assert [e.kind for e in store.events("op")][-1] == "notify_failed"
+
+
+def _corrupt(backend: Backend, statement: str) -> None:
+    """A row changed behind the store's back (a bad disk, a hand at the database)."""
+    if backend.kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(backend.target)) as conn, conn:
+            conn.execute(statement)
+        return
+    with psycopg.connect(str(backend.target), autocommit=True) as pg:
+        pg.execute(statement.encode())
+
+
+def test_a_decision_that_cannot_be_read_is_given_up_not_tried_for_ever(store: Store, backend: Backend) -> None:
+    with serving({("POST", "/hook"): Answer(204)}) as hook:
+        _stop(store, _hooked(f"{hook.url}/hook"))
+        _corrupt(backend, "UPDATE decisions SET request = 'not json'")
+        made = _one(_courier(store, Clock(store.db_now())).deliver_due()).attempted
+    assert hook.seen == [] and made is not None and made.retry_at is None and not made.delivered
+    assert made.error == "decision d-op or its operation cannot be read: JSONDecodeError"
     assert [e.kind for e in store.events("op")][-1] == "notify_failed"
 
 

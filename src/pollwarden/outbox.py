@@ -295,16 +295,24 @@ class Courier:
         return after_webhook(entry, made, self.clock(), self.rng.random())
 
     def _webhook(self, entry: OutboxEntry) -> tuple[tuple[str, str | None], DecisionRequest] | str | None:
-        """The webhook and the request to tell it of; None when the contract names no webhook; a str: why not."""
+        """The webhook and the request to tell it of; None when the contract names no webhook; a str: why not
+        (given up: asking again would read the same). A store that fails raises: that passes."""
         from .operating import HomeError, contract_of
+        from .store.base import StoreError
 
-        decision = self.store.get_decision(entry.subject)
-        if decision is None or entry.operation_id is None:
-            return f"decision {entry.subject} is not in the store"
+        if entry.operation_id is None:
+            return f"decision {entry.subject} names no operation"
         try:
+            decision = self.store.get_decision(entry.subject)
+            if decision is None:
+                return f"decision {entry.subject} is not in the store"
             contract, _ = contract_of(self.store, entry.operation_id)
         except HomeError as exc:
             return f"the contract of operation {entry.operation_id} cannot be read: {exc}"
+        except StoreError:
+            raise
+        except Exception as exc:  # a row that cannot be decoded: the same on every attempt
+            return f"decision {entry.subject} or its operation cannot be read: {type(exc).__name__}"
         hook = webhook_of(contract)
         return None if hook is None else (hook, decision.request)
 
