@@ -129,6 +129,26 @@ def test_a_request_nobody_could_deliver_for_a_day_is_given_up_unsent(store: Stor
     assert [e.kind for e in store.events("op")][-1] == "notify_failed"
 
 
+def test_a_pass_claims_each_delivery_when_its_turn_comes_and_attempts_each_once(store: Store) -> None:
+    """`outbox --deliver` over a long outbox: claimed `parallel` at a time, so no claim waits behind a queue of
+    attempts (a lease outlives one attempt, not many), and one that fails is not tried again in the same pass."""
+    leased_at_each_post: list[int] = []
+
+    def receiver(seen: Seen) -> Answer:
+        leased_at_each_post.append(sum(e.lease_owner is not None for e in store.outbox()))
+        return Answer(500 if json.loads(seen.body)["decision"]["operation"] == "op-2" else 204)
+
+    with serving({("POST", "/hook"): receiver}) as hook:
+        for n in range(6):
+            _stop(store, _hooked(f"{hook.url}/hook"), op=f"op-{n}")
+        courier = Courier(store, owner=process_owner("outbox"), environ={"PW_HOOK_SECRET": SECRET}, parallel=2)
+        done = courier.deliver_due(every=True)
+    assert sorted(d.entry.operation_id or "" for d in done) == [f"op-{n}" for n in range(6)]
+    assert len(hook.seen) == 6 and max(leased_at_each_post) <= 2
+    ((waiting),) = store.outbox()
+    assert (waiting.operation_id, waiting.attempts, waiting.status) == ("op-2", 1, "pending")
+
+
 def _corrupt(backend: Backend, statement: str) -> None:
     """A row changed behind the store's back (a bad disk, a hand at the database)."""
     if backend.kind == "sqlite":

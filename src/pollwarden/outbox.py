@@ -222,14 +222,20 @@ class Courier:
     # -- one pass, in the caller's thread -------------------------------------------------------------------
 
     def deliver_due(self, *, every: bool = False, limit: int = 500) -> list[Delivered]:
-        """Claim what is due (`every`: everything pending, due or not) and attempt each once, `parallel` at a
-        time; returns what came of each (`pollwarden outbox --deliver`)."""
-        claimed = self.store.claim_deliveries(self.owner, self.clock(), LEASE, limit, witness=self._key, every=every)
+        """Attempt what is due (`every`: everything pending, due or not) once each, up to `limit` of them,
+        `parallel` at a time, each claimed only when its turn comes (a claim outlives one attempt, not a queue
+        of them); returns what came of each (`pollwarden outbox --deliver`)."""
         results: list[Delivered] = []
-        for start in range(0, len(claimed), self.parallel):
-            threads = [
-                _Attempting(self, lease, entry, results) for lease, entry in claimed[start : start + self.parallel]
-            ]
+        tried: list[str] = []
+        while len(tried) < limit:
+            want = min(self.parallel, limit - len(tried))
+            claimed = self.store.claim_deliveries(
+                self.owner, self.clock(), LEASE, want, witness=self._key, every=every, skip=tried
+            )
+            if not claimed:
+                break
+            tried += [entry.delivery_id for _, entry in claimed]
+            threads = [_Attempting(self, lease, entry, results) for lease, entry in claimed]
             for thread in threads:
                 thread.start()
             for thread in threads:

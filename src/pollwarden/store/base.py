@@ -500,10 +500,18 @@ class Store(Protocol):
         ...
 
     def claim_deliveries(
-        self, owner: str, now: datetime, ttl: timedelta, limit: int, *, witness: str | None, every: bool = False
+        self,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        *,
+        witness: str | None,
+        every: bool = False,
+        skip: Sequence[str] = (),
     ) -> list[tuple[DeliveryLease, OutboxEntry]]:
-        """Up to `limit` due deliveries (`every`: due or not) that are free, expired, or held by a dead process on
-        this host, each leased to `owner` for `ttl`: nobody else sends one meanwhile."""
+        """Up to `limit` due deliveries (`every`: due or not; never those in `skip`) that are free, expired, or
+        held by a dead process on this host, each leased to `owner` for `ttl`: nobody else sends one meanwhile."""
         ...
 
     def finish_delivery(self, lease: DeliveryLease, attempted: Attempted, now: datetime) -> bool:

@@ -10,6 +10,7 @@ fenced by owner and token like an operation's, and write back what came of each 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -73,17 +74,26 @@ class Outbox(AuditTrail):
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
 
     def claim_deliveries(
-        self, owner: str, now: datetime, ttl: timedelta, limit: int, *, witness: str | None, every: bool = False
+        self,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        *,
+        witness: str | None,
+        every: bool = False,
+        skip: Sequence[str] = (),
     ) -> list[tuple[DeliveryLease, OutboxEntry]]:
         if limit <= 0:
             return []
         at = self.dialect.stamp(now)
         due = "" if every else " AND next_attempt_at <= ?"
+        skipped = f" AND delivery_id NOT IN ({marks(len(skip))})" if skip else ""
         select = (
-            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = ?{due} AND (kind = ? OR subject = ?) AND {{lease}}"
-            f" ORDER BY next_attempt_at, delivery_id LIMIT ?{self.dialect.lock_due}"
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = ?{due}{skipped} AND (kind = ? OR subject = ?)"
+            f" AND {{lease}} ORDER BY next_attempt_at, delivery_id LIMIT ?{self.dialect.lock_due}"
         )
-        params: list[Any] = [_PENDING, *([] if every else [at]), WEBHOOK, witness]
+        params: list[Any] = [_PENDING, *([] if every else [at]), *skip, WEBHOOK, witness]
         with self._tx() as tx:
             free = "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
             rows = list(tx.execute(select.format(lease=free), [*params, at, limit]).fetchall())
