@@ -122,7 +122,8 @@ def test_a_hanging_decision_webhook_never_stops_the_worker_polling_the_others(
             start = others()
             guard = time.monotonic() + 60
             while others() < start + 6:  # counted in polls, not in seconds
-                assert len(hook.posts) == 1, "the worker polled nothing else while the webhook's attempt hung"
+                # Before the outbox the lane polled again only once all four attempts had hung to their end.
+                assert len(hook.posts) < 4, "the worker polled nothing else while the webhook's attempts hung"
                 assert worker.poll() is None, f"the worker exited with {worker.returncode}"
                 assert time.monotonic() < guard, "the worker stopped polling"
                 time.sleep(0.01)
