@@ -55,13 +55,16 @@ class Loopback:
                 if answer.drop:
                     self.close_connection = True
                     return
-                self.send_response(answer.status)
-                for name, value in answer.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(answer.body)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(answer.body)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (a held answer outlived it)
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = _answer
 
