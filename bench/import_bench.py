@@ -318,9 +318,9 @@ def section(results: Sequence[Result], command: str, runs: int, load: tuple[floa
         "",
         "How it stays lean: package faces re-export lazily (`pollwarden.lazy`); the CLI's grammar"
         " (`cli/parser.py`) names each command's function and imports its module only when it runs; psycopg loads"
-        " when a `postgresql://` store is opened, the audit crypto when a store opens its keys, httpx when a"
-        " webhook is posted, prometheus_client when a worker makes its metrics, the MCP SDK and the console in"
-        " their commands. `tests/test_imports.py` checks which modules each path loads (no timing there).",
+        " when a `postgresql://` store is opened, the audit crypto when a store opens its keys, prometheus_client"
+        " when a worker makes its metrics, the MCP SDK (and with it httpx) and the console in their commands."
+        " `tests/test_imports.py` checks which modules each path loads (no timing there).",
         "",
         "| machine | |",
         "| --- | --- |",

@@ -57,13 +57,16 @@ class Loopback:
                 if answer.drop:
                     self.close_connection = True
                     return
-                self.send_response(answer.status)
-                for name, value in answer.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(answer.body)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(answer.body)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (a held answer outlived it)
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = _answer
 
@@ -153,3 +156,40 @@ def provider() -> Iterator[Provider]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class HeldHook:
+    """A webhook receiver that holds every POST until the test calls `release()`, then answers 204: a receiver
+    that hangs. `posts` are the POSTs that reached it (each recorded as it arrives, before it is held)."""
+
+    def __init__(self) -> None:
+        self.posts: list[Seen] = []
+        self.released = threading.Event()
+        self._arrived = threading.Condition()
+
+    def route(self, seen: Seen) -> Answer:
+        with self._arrived:
+            self.posts.append(seen)
+            self._arrived.notify_all()
+        self.released.wait(120)  # a guard: a test that never releases still ends
+        return Answer(204)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def wait_for(self, count: int, within: float = 60) -> None:
+        """Until `count` POSTs have arrived (a guard of `within` seconds, never a pace)."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.posts) >= count, within):
+                raise AssertionError(f"the webhook received {len(self.posts)} POST(s), not {count}, in {within} s")
+
+
+@contextmanager
+def held_hook() -> Iterator[tuple[HeldHook, str]]:
+    """A `HeldHook` on loopback and its URL; released when the block ends, whatever the test did."""
+    hook = HeldHook()
+    with serving({("POST", "/hook"): hook.route}) as server:
+        try:
+            yield hook, f"{server.url}/hook"
+        finally:
+            hook.release()

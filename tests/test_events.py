@@ -56,7 +56,7 @@ def _written_kinds() -> set[str]:
 
 def test_every_kind_the_code_writes_has_a_class() -> None:
     written = _written_kinds()
-    assert {"notified", "submission_unknown"} <= written  # the scanner works; engine and worker write typed events
+    assert {"lease_taken_over", "submission_unknown"} <= written  # the scanner works; the engine writes typed events
     assert sorted(k for k in written if k not in ev.EVENT_TYPES) == []
 
 

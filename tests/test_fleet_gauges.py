@@ -8,10 +8,16 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.operating import open_store
+from pollwarden.outbox import Courier
 from pollwarden.store.base import Store
+from pollwarden.store.open import open_store as open_store_at
+from pollwarden.store.owner import process_owner
+from pollwarden.store.witness import Witness
 from pollwarden.worker import Metrics
+from tests.loopback import Answer, serving
 
 from .core.support import contract_text
 
@@ -60,3 +66,23 @@ def test_a_scrape_while_the_database_is_away_still_answers(tmp_path: Path) -> No
     scraped = generate_latest(metrics.registry).decode()
     assert "# TYPE pollwarden_polls_total counter" in scraped  # the worker's own metrics still answer
     assert "pollwarden_fleet_active" not in scraped
+
+
+def test_a_witness_that_cannot_be_written_shows_in_the_outbox_gauges(tmp_path: Path) -> None:
+    """A head the witness refused stays in the outbox, `retrying`: what an operator alerts on."""
+    with serving({("POST", "/heads"): Answer(503)}) as witness:
+        store = open_store_at(
+            tmp_path / "f.db",
+            keys=load_or_create_keys(tmp_path / "keys"),
+            witness=Witness.parse(f"{witness.url}/heads", "t"),
+        )
+        try:
+            store.append("op", "interrupted", {"by": "test"}, datetime.now(UTC))
+            Courier(store, owner=process_owner("outbox")).deliver_due()
+            metrics = Metrics()
+            metrics.count_fleet(lambda: store, fresh_for=0)
+            scraped = generate_latest(metrics.registry).decode()
+        finally:
+            store.close()
+    assert 'pollwarden_outbox_deliveries{kind="witness",state="retrying"} 1.0' in scraped
+    assert 'pollwarden_outbox_oldest_age_seconds{kind="witness",state="retrying"}' in scraped

@@ -95,7 +95,7 @@ def test_the_python_api_loads_only_the_core_until_a_watch_runs() -> None:
 def test_a_watch_run_loads_the_store_and_its_crypto_and_no_other_heavy_dependency(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
-    """Status requests go over http.client (httpx only posts webhooks, and this contract names none)."""
+    """Status requests go over pollwarden's own sockets: httpx is never loaded (webhooks go over them too)."""
     contract = write_contract(tmp_path / "c.toml", sim.url)
     loaded = _modules_after(
         "import pollwarden\n"

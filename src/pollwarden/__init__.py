@@ -2,8 +2,7 @@
 
 The package face is lazy (`pollwarden.lazy`): `import pollwarden` (and so `import pollwarden.core`, which runs
 this file first) loads no dependency. The API loads on first use of one of its names, with the core; a watch's
-first run loads the engine, the status client and the store (and with it the audit crypto); httpx loads only if
-a webhook is posted.
+first run loads the engine, the status client and the store (and with it the audit crypto).
 """
 
 from __future__ import annotations

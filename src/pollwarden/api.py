@@ -224,6 +224,7 @@ class Watch:
         from .home_store import home_store
         from .http import CredentialError, StatusClient, resolve_secret
         from .operating import HomeError
+        from .outbox import delivering
         from .progress import progress_of
         from .store.owner import process_owner
 
@@ -242,6 +243,8 @@ class Watch:
                     store = opened.enter_context(home_store(home))
                 except HomeError as exc:
                     raise WatchError(str(exc)) from None
+            # Its webhooks and witness heads go out from the outbox, one delivery loop per store in this process.
+            opened.enter_context(delivering(store, "api"))
             # Steps due together, of this watch and the others of this store in this process, in one batch.
             combiner = opened.enter_context(combined(store))
             engine = Engine(store, owner=process_owner("api"), clock=utcnow, combiner=combiner)

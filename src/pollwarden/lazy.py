@@ -1,7 +1,7 @@
 """A package face that imports each name's module on first use.
 
 Importing a package runs its `__init__` before any module inside it, so a face that re-exported eagerly would
-load cryptography, psycopg or httpx for every caller of the package's lightest module (and `import pollwarden`
+load cryptography or psycopg for every caller of the package's lightest module (and `import pollwarden`
 for every command). A face built here names where each of its names lives and imports that module only when
 the name is first looked up; its `TYPE_CHECKING` imports show mypy and IDEs the real names.
 """

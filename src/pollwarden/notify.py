@@ -1,7 +1,8 @@
-"""Webhook notification of a decision request: signed, retried with backoff, idempotent by decision id.
+"""Webhook notification of a decision request: signed, idempotent by decision id, one bounded attempt at a time.
 
-The console and `pollwarden decisions` show the same requests; the webhook only makes sure someone is
-told. A delivery failure is recorded and never blocks or changes the stop itself.
+The console and `pollwarden decisions` show the same requests; the webhook only makes sure someone is told. It
+is sent from the outbox (`pollwarden.outbox`), never from the thread that committed the request, which retries
+it with backoff and audits the outcome; a delivery failure never blocks or changes the stop itself.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,26 +24,22 @@ TIMESTAMP_HEADER = "X-Pollwarden-Timestamp"
 
 
 @dataclass(frozen=True)
-class Delivery:
+class Attempt:
+    """One POST of a decision request to its webhook, and what came of it."""
+
     ok: bool
-    attempts: int
     status: int | None
     error: str | None
+    final: bool = False
+    """Another attempt could not go otherwise (the webhook refused the request itself: a 4xx other than 429)."""
 
-    def to_json(self) -> dict[str, object]:
-        return {"ok": self.ok, "attempts": self.attempts, "status": self.status, "error": self.error}
 
-
-def delivery_event(request: DecisionRequest, delivery: Delivery) -> ev.DeliveryEvent:
+def delivery_event(
+    decision_id: str, *, ok: bool, attempts: int, status: int | None, error: str | None
+) -> ev.DeliveryEvent:
     """What a delivery leaves in the operation's log: `notified`, or `notify_failed` with the error."""
-    kind = ev.Notified if delivery.ok else ev.NotifyFailed
-    return kind(
-        decision_id=request.decision_id,
-        ok=delivery.ok,
-        attempts=delivery.attempts,
-        status=delivery.status,
-        error=delivery.error,
-    )
+    kind = ev.Notified if ok else ev.NotifyFailed
+    return kind(decision_id=decision_id, ok=ok, attempts=attempts, status=status, error=error)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -59,54 +54,68 @@ def webhook_payload(request: DecisionRequest) -> bytes:
     ).encode()
 
 
-def deliver(
-    contract: Contract,
+def attempt(
+    url: str,
+    secret_env: str | None,
     request: DecisionRequest,
     *,
-    environ: Mapping[str, str] | None = None,
-    attempts: int = 4,
-    base_delay: float = 0.5,
-    timeout: float = 5.0,
-    sleep: Callable[[float], None] = time.sleep,
+    environ: Mapping[str, str],
+    timeout: float,
     clock: Callable[[], float] = time.time,
-) -> Delivery | None:
-    """POST the request to the contract's webhook; None when the contract names none."""
-    url = contract.escalation.webhook_url
-    if url is None:
-        return None
-    env = os.environ if environ is None else environ
-    secret_env = contract.escalation.webhook_secret_env
-    secret = env.get(secret_env) if secret_env else None
+) -> Attempt:
+    """POST the request to `url` once, signed with the secret `secret_env` names in `environ`, the whole exchange
+    (the host's lookup included) within `timeout` seconds."""
+    secret = environ.get(secret_env) if secret_env else None
     if secret_env and not secret:
-        return Delivery(False, 0, None, f"webhook secret variable {secret_env} is not set; nothing was sent")
-    # httpx is imported only when a webhook is really posted: every driver imports this module, few contracts
-    # name a webhook, and httpx (with its dependencies) is most of what a lean `import pollwarden` leaves out.
-    import httpx
-
+        return Attempt(False, None, f"webhook secret variable {secret_env} is not set; nothing was sent")
     body = webhook_payload(request)
-    status: int | None = None
-    error: str | None = None
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-        for attempt in range(1, attempts + 1):
-            timestamp = str(int(clock()))
-            headers = {
-                "Content-Type": "application/json",
-                "User-Agent": f"pollwarden/{__version__}",
-                "Idempotency-Key": request.decision_id,
-                TIMESTAMP_HEADER: timestamp,
-            }
-            if secret:
-                headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
-            try:
-                response = client.post(url, content=body, headers=headers)
-                status, error = response.status_code, None
-                if 200 <= status < 300:
-                    return Delivery(True, attempt, status, None)
-                if status < 500 and status != 429:
-                    return Delivery(False, attempt, status, f"the webhook answered {status}; not retried")
-                error = f"the webhook answered {status}"
-            except httpx.HTTPError as exc:
-                status, error = None, f"{exc.__class__.__name__}"
-            if attempt < attempts:
-                sleep(base_delay * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
-    return Delivery(False, attempts, status, error)
+    timestamp = str(int(clock()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": f"pollwarden/{__version__}",
+        "Idempotency-Key": request.decision_id,
+        TIMESTAMP_HEADER: timestamp,
+    }
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
+    status, error = post(url, body, headers, timeout)
+    if status is None:
+        return Attempt(False, None, error)
+    if 200 <= status < 300:
+        return Attempt(True, status, None)
+    if status < 500 and status != 429:
+        return Attempt(False, status, f"the webhook answered {status}; not retried", final=True)
+    return Attempt(False, status, f"the webhook answered {status}")
+
+
+def webhook_of(contract: Contract) -> tuple[str, str | None] | None:
+    """The contract's webhook URL and the variable its signing secret is in; None when it names none."""
+    url = contract.escalation.webhook_url
+    return None if url is None else (url, contract.escalation.webhook_secret_env)
+
+
+def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> tuple[int | None, str | None]:
+    """One POST on a fresh connection under one deadline, connect to answer head, the host's lookup included (so a
+    receiver that hangs, or drips its answer a byte at a time, costs `timeout` at most); redirects are not
+    followed. Returns (the status, None), or (None, what went wrong, in words that hold nothing the receiver
+    sent)."""
+    # The socket layer is imported when something is really posted: every driver imports this module.
+    from .core.observe import FailureKind
+    from .wire import Request, SocketTransport, WireError
+
+    transport = SocketTransport()
+    try:
+        request = Request("POST", url, tuple(headers.items()), body, deadline=time.monotonic() + timeout)
+        answer = transport.open(request)
+    except WireError as exc:
+        # A protocol failure's message may quote what the receiver sent: not kept (it goes to the audit log).
+        said = "the answer is not HTTP this client reads" if exc.kind is FailureKind.PROTOCOL else exc.message
+        return None, f"{exc.kind.value}: {said[:200]}"
+    except (OSError, ValueError, UnicodeError) as exc:
+        return None, type(exc).__name__
+    finally:
+        transport.close()
+    try:
+        return answer.status, None
+    finally:
+        answer.close()

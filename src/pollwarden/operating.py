@@ -335,6 +335,7 @@ def verify_home(
     `pinned` is (the only key to trust, where it came from): the home's own key is then just a claim.
     """
     from .audit import Checkpoint, HeadFile, key_id_of, load_public_key, refuse_private_key, verify
+    from .outbox import witness_notes
 
     target = database_target(home)
     if isinstance(target, Path) and not target.exists():
@@ -370,6 +371,7 @@ def verify_home(
                 pinned_key=pinned_key,
                 heads=heads,
             )
+        notes += witness_notes(store)  # a head the witness has not taken (the outbox): said, never a failure
     finally:
         store.close()
     return AuditCheck(report, str(store.path), trusted_name, notes)  # a URL's password is already left out

@@ -11,6 +11,7 @@ requests finish and release the rest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -32,7 +33,8 @@ from .engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
 from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
-from .store.base import Claimed, ContractCounts, Lease, Store
+from .outbox import delivering
+from .store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter
@@ -129,26 +131,27 @@ class _FleetGauges:
         self._fresh_for = fresh_for
         self._lock = threading.Lock()
         self._store: Store | None = None
-        self._taken = (float("-inf"), datetime.now(UTC), list[ContractCounts]())
+        self._taken = (float("-inf"), datetime.now(UTC), list[ContractCounts](), list[OutboxCount]())
 
-    def _counts(self) -> tuple[datetime, list[ContractCounts]]:
+    def _counts(self) -> tuple[datetime, list[ContractCounts], list[OutboxCount]]:
         from .ownership import lease_ttl_of
 
         with self._lock:
-            taken, now, counts = self._taken
+            taken, now, counts, outbox = self._taken
             if time.monotonic() - taken >= self._fresh_for:
                 if self._store is None:
                     self._store = self._factory()
                 now = self._store.db_now()
                 counts = self._store.fleet_counts(now, lease_ttl_of)
-                self._taken = (time.monotonic(), now, counts)
-            return now, counts
+                outbox = self._store.outbox_counts()
+                self._taken = (time.monotonic(), now, counts, outbox)
+            return now, counts, outbox
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            now, counts = self._counts()
+            now, counts, outbox = self._counts()
         except Exception:  # a scrape must answer while the database is away; the gauges are left out
             return
         gauges: dict[str, tuple[str, Callable[[ContractCounts], float]]] = {
@@ -166,6 +169,22 @@ class _FleetGauges:
             for c in counts:
                 family.add_metric([c.contract], float(value(c)))
             yield family
+        # The outbox: webhooks and witness heads not delivered yet, by state (`retrying`: an attempt failed; a
+        # witness that stays there is one that cannot be written), and how long the oldest has waited.
+        waiting = GaugeMetricFamily(
+            "pollwarden_outbox_deliveries", "Deliveries in the outbox, by kind and state", labels=["kind", "state"]
+        )
+        oldest = GaugeMetricFamily(
+            "pollwarden_outbox_oldest_age_seconds",
+            "How long the oldest delivery of each kind and state has been in the outbox",
+            labels=["kind", "state"],
+        )
+        for o in outbox:
+            waiting.add_metric([o.kind, o.state], float(o.count))
+            age = 0.0 if o.oldest is None else max(0.0, (now - o.oldest).total_seconds())
+            oldest.add_metric([o.kind, o.state], age)
+        yield waiting
+        yield oldest
 
 
 _ENCODE = json.JSONEncoder(default=str).encode
@@ -473,7 +492,13 @@ class Worker:
         self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
         failures: list[BaseException] = []
         try:
-            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool:
+            # Webhooks and witness heads go out from the outbox on a thread and a store of their own: a receiver
+            # that hangs holds none of the lanes.
+            with (
+                self._outbox_store() as outbox_store,
+                delivering(outbox_store, "worker", say=self.log),
+                ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
+            ):
                 begun: list[threading.Event] = []
                 try:
                     for n in range(self.lanes):
@@ -500,6 +525,19 @@ class Worker:
         if failures:
             raise failures[0]
         self.log("worker_stopped")
+
+    @contextlib.contextmanager
+    def _outbox_store(self) -> Iterator[Store]:
+        """The delivery loop's store: the shared one where the store pools its connections (PostgreSQL: no
+        connection more), else one of its own (a SQLite store per thread)."""
+        if getattr(self._claim_store, "shared_across_threads", False):
+            yield self._claim_store
+            return
+        store = self.store_factory()
+        try:
+            yield store
+        finally:
+            store.close()
 
     def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException], ended: threading.Event) -> None:
         """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch

@@ -15,9 +15,12 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
+from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write_head_file
+from pollwarden.clock import utcnow
+from pollwarden.outbox import delivering
 from pollwarden.simulator import Simulator
-from pollwarden.store.witness import _Poster
+from pollwarden.store.open import open_store
+from pollwarden.store.witness import Witness
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving
@@ -151,25 +154,38 @@ def _refusing_port() -> int:
     return port
 
 
-def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Path) -> None:
+def test_a_witness_that_is_down_never_fails_the_command_and_is_said(home: Path, contract: Path) -> None:
     ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
     assert ran.code == 0, ran.stderr
     _watch(home, contract, "happy-1", "op-a")  # closing, it gives the witness one chance (the test below)
-    assert _verify(home)[0] == 0
+    code, report = _verify(home)
+    assert code == 0, report
+    newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)["head"]["counter"]
+    notes = report["notes"]
+    assert isinstance(notes, list) and len(notes) == 1
+    said = f"the witness has not taken head #{newest}: 1 attempt(s) failed, the last with connect:"
+    assert str(notes[0]).startswith(said), notes
+    listed = run_cli("outbox", home=home)
+    assert f"head #{newest} for this home's witness: pending since" in listed.stdout, listed.stdout
+    assert "1 attempt(s) failed" in listed.stdout
 
 
-def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound() -> None:
-    """A witness that is down costs a closing command one attempt: the drain's bound (10 s in a command) is
-    a backstop, here an hour, so the drain returning at all is the proof; no duration is measured."""
-    poster = _Poster(f"http://127.0.0.1:{_refusing_port()}/heads")
-    poster.start()
-    head = sign_head(Ed25519PrivateKey.generate(), counter=1, prev_hash=GENESIS_HASH, changes=[], logs=0, records=0,
-                     at="2026-01-01T00:00:00Z")  # fmt: skip
-    poster.offer(head)
-    draining = threading.Thread(target=poster.drain, args=(3600.0,), daemon=True)
-    draining.start()
-    draining.join(60)  # a guard: the refused connection ends it at once
-    assert not draining.is_alive(), "the drain sat out its bound for a witness that refuses connections"
+def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_path: Path) -> None:
+    """A witness that is down costs a closing process one attempt: the next one is due after the bound, so the wait
+    ends there. The bound is an hour here, so the drain returning at all is the proof; no duration is measured."""
+    witness = Witness.parse(f"http://127.0.0.1:{_refusing_port()}/heads", "test")
+    store = open_store(tmp_path / "w.db", keys=load_or_create_keys(tmp_path / "keys"), witness=witness)
+    try:
+        with delivering(store, "watch") as courier:
+            store.append("op", "interrupted", {"by": "test"}, utcnow())  # a commit: its head is queued for the witness
+            draining = threading.Thread(target=courier.drain, args=(3600.0,), daemon=True)
+            draining.start()
+            draining.join(60)  # a guard: the refused connection ends it at once
+            assert not draining.is_alive(), "the drain sat out its bound for a witness that refuses connections"
+            (entry,) = store.outbox()
+            assert entry.kind == "witness" and entry.attempts == 1 and entry.last_error, entry
+    finally:
+        store.close()
 
 
 # -- stores upgraded from schema 2 ---------------------------------------------------------------
@@ -180,7 +196,8 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
-    (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), version 2."""
+    (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), no outbox
+    (schema 7), version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE contracts")
         conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
@@ -191,6 +208,7 @@ def _downgrade_sqlite(db: Path) -> None:
         conn.execute(_SCHEMA_2_DUE_INDEX)
         for column in ("watcher", "watcher_since"):  # schema 5's
             conn.execute(f"ALTER TABLE operations DROP COLUMN {column}")
+        conn.execute("DROP TABLE outbox")  # schema 7's
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -205,7 +223,8 @@ def _downgrade_postgres(url: str) -> None:
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
         conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
-        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6)")
+        conn.execute("DROP TABLE outbox")  # schema 7's
+        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6, 7)")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -244,7 +263,7 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3, 4, 5, 6]" in upgraded.stdout, upgraded.stdout
+        assert upgraded.code == 0 and "applied migrations [3, 4, 5, 6, 7]" in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head

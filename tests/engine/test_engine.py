@@ -26,6 +26,7 @@ from pollwarden.core.reasons import StopReason
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
 from pollwarden.http import FakeTransport, Reply, StatusClient
+from pollwarden.outbox import delivering
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
@@ -108,7 +109,8 @@ def hook() -> Iterator[str]:
 def test_the_worker_announces_a_stop_on_the_contracts_webhook(
     tmp_path: Path, hook: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Item 2: the webhook fired from `watch` and MCP only, never from the worker or the Python API."""
+    """Item 2: the webhook fired from `watch` and MCP only, never from the worker or the Python API. The stop's
+    commit queues it; the worker's delivery loop (here beside its batches, as `Worker.run` runs it) sends it."""
     monkeypatch.setenv("PW_HOOK_SECRET", "hook-secret-123")
     extra = f'\n[escalation]\nwebhook_url = "{hook}"\nwebhook_secret_env = "PW_HOOK_SECRET"\n'
     home = tmp_path / "home"
@@ -117,10 +119,9 @@ def test_the_worker_announces_a_stop_on_the_contracts_webhook(
         setup = _store(home)
         install(setup, contract)
         operation = Engine(setup, owner="cli").admit(WatchRequest(contract, "unknown_state-1")).record.operation_id
-        setup.close()
         worker = Worker(lambda: _store(home), owner="worker-1", concurrency=2)
         try:
-            with ThreadPoolExecutor(2) as pool:
+            with ThreadPoolExecutor(2) as pool, delivering(setup, "worker") as courier:
                 for _ in range(200):  # the scenario stops on its third poll, 100-400 ms apart
                     if not worker.run_once(pool):
                         check = _store(home)
@@ -129,8 +130,10 @@ def test_the_worker_announces_a_stop_on_the_contracts_webhook(
                         if done is not None and done.record.is_final:
                             break
                         worker.stop.wait(worker._idle_for())
+                courier.drain(60)  # a guard: the loop sends it as soon as the stop commits
         finally:
             worker.close()
+            setup.close()
     assert [payload["decision"]["reason"] for payload in _Hook.received] == ["unknown_state"]
     check = _store(home)
     assert "notified" in [e.kind for e in check.events(operation)]

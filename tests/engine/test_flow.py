@@ -88,19 +88,21 @@ def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_
     assert isinstance(result, flow.Polled) and result.decision.record.phase is Phase.ACTIVE
 
 
-def test_a_stop_is_written_with_its_decision_request_and_announced_only_after_the_commit() -> None:
+def test_a_stop_is_written_with_its_decision_request_and_nothing_waits_for_its_webhook() -> None:
+    """The request's webhook is queued in the store's write (the outbox): the flow ends with the commit, and no
+    driver sends anything after it (a receiver that hangs held the worker's lane, and `watch`'s exit)."""
     script = Script(response(body("no-such-state")))
     script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds()[-3:] == ["NewDecisionId", "Write", "Announce"]
-    final = script.asked[-2]
+    assert script.kinds()[-2:] == ["NewDecisionId", "Write"]
+    final = script.asked[-1]
     assert isinstance(final, flow.Write) and final.decision is not None
     assert final.decision.reason is StopReason.UNKNOWN_STATE
 
 
-def test_a_refused_commit_announces_nothing_and_logs_the_lost_lease() -> None:
+def test_a_refused_commit_logs_the_lost_lease() -> None:
     script = Script(response(body("no-such-state")), write_ok=False)
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert "Announce" not in script.kinds() and "Send" not in script.kinds()
+    assert "Send" not in script.kinds()
     assert script.kinds()[-1] == "Append" and isinstance(result, flow.Busy)
 
 
@@ -120,7 +122,7 @@ def test_a_reservation_committed_after_the_deadline_sends_nothing() -> None:
     assert "Send" not in script.kinds()
     assert isinstance(result, flow.Done) and result.record.reason is StopReason.DEADLINE_EXCEEDED
     assert result.record.status_requests_used == 1  # the reservation was durable: it is never given back
-    final = script.asked[-2]
+    final = script.asked[-1]
     assert isinstance(final, flow.Write) and final.release and final.decision is not None
 
 
@@ -188,7 +190,7 @@ def test_a_parser_defect_ends_in_a_recorded_stop_not_a_crash_loop(monkeypatch: p
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     assert isinstance(result, flow.Done) and result.record.reason is StopReason.INTEGRATION_FAILURE
     assert "RecursionError" in (result.record.detail or "")
-    final = script.asked[-2]
+    final = script.asked[-1]
     assert isinstance(final, flow.Write) and final.release and final.decision is not None
 
 

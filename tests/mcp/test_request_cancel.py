@@ -147,10 +147,12 @@ def test_a_cancel_request_after_a_stop_goes_to_the_stops_own_decision(sim: Simul
 
 
 def test_a_new_cancel_request_is_announced_on_the_webhook_once(sim: Simulator, tmp_path: Path) -> None:
-    """In process, through the broker the tools run on: the person hears of the question as of a stop."""
+    """In process, through the broker the tools run on, with the delivery loop `pollwarden mcp` runs beside it: the
+    person hears of the question as of a stop."""
     import threading
 
     from pollwarden.mcp_server import Broker, CallContext, load_contracts
+    from pollwarden.outbox import delivering_home
     from tests.loopback import Answer, serving
 
     with serving({("POST", "/hook"): Answer(204)}) as hook:
@@ -162,13 +164,15 @@ def test_a_new_cancel_request_is_announced_on_the_webhook_once(sim: Simulator, t
         assert problems == []
         broker = Broker(contracts, tmp_path / "home", environ={"PW_HOOK_SECRET": "hook-secret-456"})
         call = CallContext(cancelled=threading.Event())
-        ok, started = broker.dispatch("start_watch", call, None, contract="exports", job_id="long-4")
-        assert ok, started
-        for reason in ("first", "second"):
-            ok, asked = broker.dispatch(
-                "request_cancel", call, None, operation_id=started["operation_id"], reason=reason
-            )
-            assert ok, asked
+        with delivering_home(tmp_path / "home", "mcp", environ=broker.environ) as courier:
+            ok, started = broker.dispatch("start_watch", call, None, contract="exports", job_id="long-4")
+            assert ok, started
+            for reason in ("first", "second"):
+                ok, asked = broker.dispatch(
+                    "request_cancel", call, None, operation_id=started["operation_id"], reason=reason
+                )
+                assert ok, asked
+            courier.drain(60)  # a guard: the request is sent as soon as it is committed
         assert len(hook.seen) == 1
         payload = json.loads(hook.seen[0].body)
         assert payload["decision"]["topic"] == "cancel_request"

@@ -176,6 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--file", required=True)
     ar.set_defaults(func=Command("audit", "cmd_audit_repair"))
 
+    ob = sub.add_parser(
+        "outbox",
+        help="show the deliveries waiting to go out (decision webhooks, the witness's heads); --deliver sends them",
+        description="Decision webhooks and the witness's heads are written to the outbox with the commit they"
+        " announce and sent by the delivery loop of each long-running process (worker, watch, MCP server, broker,"
+        " console, Python API). A command that ends (decide, enqueue, a watch after its short wait) leaves what it"
+        " queued for the next process; this shows it, and --deliver sends it now.",
+    )
+    ob.add_argument(
+        "--deliver",
+        action="store_true",
+        help="attempt every pending delivery now, once each (a webhook's outcome is audited), and show what came of it",
+    )
+    ob.add_argument("--json", action="store_true")
+    home(ob)
+    ob.set_defaults(func=Command("outbox", "cmd_outbox"))
+
     wy = sub.add_parser("why", help="explain one decision and replay it through today's core")
     wy.add_argument("operation")
     which = wy.add_mutually_exclusive_group()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
 from ..home import resolve_home
+from ..outbox import delivering_home
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
 from .common import (
     EXIT_ESCALATED,
@@ -54,7 +55,9 @@ def cmd_console(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        serve_until_signalled(server, ready)
+        # What its people's answers commit (the witness's heads) goes out from the outbox while it serves.
+        with delivering_home(home, "console"):
+            serve_until_signalled(server, ready)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     print("console stopped")

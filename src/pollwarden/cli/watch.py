@@ -20,6 +20,7 @@ from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
 from ..operating import HomeError, command_line, contract_of
+from ..outbox import delivering
 from ..progress import progress_of
 from ..shown import shown
 from ..store.base import Store
@@ -207,43 +208,59 @@ def cmd_watch(args: argparse.Namespace) -> int:
             try:
                 contract = _contract(args, store)
             except NotInstalled as exc:  # a resume runs only an installed version: this one is stopped, recorded
-                final = engine.refuse_stored(args.operation, str(exc))
+                with delivering(store, "watch"):  # its head goes to the witness as any stop's would
+                    final = engine.refuse_stored(args.operation, str(exc))
                 return _report(args, store, final, sys.stdout)
             secret = _ready(contract)
             request = _checked(watch_request(args, contract, secret))
-        try:
-            admitted = engine.admit(request)
-        except AdmissionError as exc:
-            raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
-        record = admitted.record
-        out = sys.stdout
-        if not args.json:
-            how = ""
-            if not admitted.created:
-                how = f"; resumed with {record.status_requests_used} used"
-                if admitted.reused_job:
-                    how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
-            out.write(
-                f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
-                f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
-                f" requests{how}\n"
-            )
-            out.flush()
-        progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
-        Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-        with StatusClient(contract, secret, clock=utcnow) as client:
-            # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
-            final = engine.run(
-                contract,
-                client,
-                record.operation_id,
-                on_progress=progress,
-                tick=1.0 if progress.live else None,
-                by="cli",
-            )
-        return _report(args, store, final, out)
+        # A stop's webhook and the witness's heads go out from the outbox on a thread of their own; at the end the
+        # watch waits for them `outbox.EXIT_WAIT` seconds at most, and leaves the rest to the next process.
+        with delivering(store, "watch"):
+            return _watch(args, store, engine, contract, request, secret)
     finally:
         store.close()
+
+
+def _watch(
+    args: argparse.Namespace,
+    store: Store,
+    engine: Engine,
+    contract: Contract,
+    request: WatchRequest,
+    secret: Credential | None,
+) -> int:
+    """Admit, watch to the end, print the outcome: with the store open and its deliveries on their way."""
+    try:
+        admitted = engine.admit(request)
+    except AdmissionError as exc:
+        raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
+    record = admitted.record
+    out = sys.stdout
+    if not args.json:
+        how = ""
+        if not admitted.created:
+            how = f"; resumed with {record.status_requests_used} used"
+            if admitted.reused_job:
+                how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
+        out.write(
+            f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
+            f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
+            f" requests{how}\n"
+        )
+        out.flush()
+    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
+    Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
+    with StatusClient(contract, secret, clock=utcnow) as client:
+        # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
+        final = engine.run(
+            contract,
+            client,
+            record.operation_id,
+            on_progress=progress,
+            tick=1.0 if progress.live else None,
+            by="cli",
+        )
+    return _report(args, store, final, out)
 
 
 def _report(args: argparse.Namespace, store: Store, final: OperationRecord, out: TextIO) -> int:

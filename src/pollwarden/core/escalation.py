@@ -143,6 +143,10 @@ class DecisionRequest:
     requested_by: str | None = None
     request_reason: str | None = None
     topic: Topic = Topic.STOP
+    announce: bool = field(default=False, compare=False)
+    """Whether the contract names a webhook to tell of it: the store then queues that delivery in the transaction
+    that writes the request (the outbox), whoever wrote it. Set by the builders below from the contract; not part
+    of the request's JSON (a request read back is never written again)."""
 
     @property
     def elapsed(self) -> timedelta:
@@ -270,7 +274,7 @@ def build_request(
     if record.phase is not Phase.STOPPED or record.reason is None:
         raise DecisionError(f"operation {record.operation_id} is not stopped; there is nothing to decide")
     if contract is None:
-        return _request_about(record, now, decision_id, (Option(1, OptionKind.CLOSE, *_close_words()),))
+        return _request_about(record, None, now, decision_id, (Option(1, OptionKind.CLOSE, *_close_words()),))
     kinds = ALLOWED[record.reason]
     extra_time, extra_checks = contract.escalation.extend, contract.escalation.extend_checks
     requested_by = request_reason = None
@@ -282,7 +286,7 @@ def build_request(
         option = _option(kind, len(options) + 1, record, contract, now, extra_time, extra_checks, can_resubmit)
         if option is not None:
             options.append(option)
-    request = _request_about(record, now, decision_id, tuple(options))
+    request = _request_about(record, contract, now, decision_id, tuple(options))
     return replace(request, requested_by=requested_by, request_reason=request_reason)
 
 
@@ -314,14 +318,15 @@ def build_cancel_request(
         option = _option(kind, len(options) + 1, record, contract, now, timedelta(0), 0, False)
         if option is not None:
             options.append(option)
-    request = _request_about(record, now, decision_id, tuple(options))
+    request = _request_about(record, contract, now, decision_id, tuple(options))
     return replace(request, requested_by=requested_by, request_reason=reason, topic=Topic.CANCEL)
 
 
 def _request_about(
-    record: OperationRecord, now: datetime, decision_id: str, options: tuple[Option, ...]
+    record: OperationRecord, contract: Contract | None, now: datetime, decision_id: str, options: tuple[Option, ...]
 ) -> DecisionRequest:
-    """The context of R31 for any decision about `record`, whatever its phase."""
+    """The context of R31 for any decision about `record`, whatever its phase, told on the contract's webhook (none
+    without a contract: an untrusted text's webhook is never posted to)."""
     return DecisionRequest(
         decision_id=decision_id,
         operation_id=record.operation_id,
@@ -341,6 +346,7 @@ def _request_about(
         useful_until=record.plan.useful_until,
         stop_marker=stop_marker(record),
         options=options,
+        announce=contract is not None and contract.escalation.webhook_url is not None,
     )
 
 

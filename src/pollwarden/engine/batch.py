@@ -6,10 +6,10 @@ Nothing here decides anything: each operation runs `flow.step_claimed` (or `flow
 - every pending `Write` of every flow is committed in one transaction (`Store.write_many`): the K reservations
   together, later the records of the answers in. A write is fenced on its own, so one lost lease changes
   nothing of the others. A flow still gets its answer only after the commit, so each reservation is durable
-  before its request goes out, and an announcement follows the commit of its own stop;
-- then every pending `Send` (and `Announce`) goes out at once: K requests in flight, each under its own
-  contract's deadline; the status polls (http and https) on one selector in the batch's own thread
-  (`http.Fetches`), the rest (announcements, a test's client) on the I/O pool;
+  before its request goes out (a stop's webhook is queued in its write, for the outbox: nothing here sends it);
+- then every pending `Send` goes out at once: K requests in flight, each under its own contract's deadline;
+  the status polls (http and https) on one selector in the batch's own thread (`http.Fetches`), the rest (a
+  test's client) on the I/O pool;
 - the answers are taken in waves: once the first is in, the batch waits `GATHER` at most for the others, and
   the flows whose answers are in go on to their records, committed together, while the rest stay in flight.
   On loopback a wave is the whole batch; a provider that takes its time holds up no other record;
@@ -44,7 +44,7 @@ Perform = Callable[[flow.Effect[Any], Contract, Any], Any]
 
 Outcome = tuple[Any, BaseException | None]
 
-_IO = (flow.Send, flow.Announce)
+_IO = (flow.Send,)
 
 
 GATHER = 0.01
@@ -101,7 +101,7 @@ def run(
     """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
 
     The status polls go on one selector in this thread (`fetches`, made here unless the caller rings it), the
-    other I/O (announcements, a client on another transport) on `io`. The answers are taken in waves (`gather`):
+    other I/O (a client on another transport) on `io`. The answers are taken in waves (`gather`):
     the lanes whose answers are in go on to their records, committed together, while the others stay in flight.
     `reserved` is told once, when no lane waits on a claim or a reservation any more (its requests are going
     out): the combined watches (`combine`) let the next batch form from then on. `begun`: the lanes are under
@@ -156,9 +156,7 @@ def _gathered(lane: Lane) -> bool:
     """The lane waits on an effect performed for the whole batch at once: a write, a claim (of a lane that
     claims), I/O."""
     effect = lane.effect
-    return isinstance(effect, flow.Write | flow.Send | flow.Announce) or (
-        isinstance(effect, flow.Claim) and lane.owner is not None
-    )
+    return isinstance(effect, flow.Write | flow.Send) or (isinstance(effect, flow.Claim) and lane.owner is not None)
 
 
 def _selects(client: Any) -> bool:
@@ -173,7 +171,7 @@ def _start(
     clock: Callable[[], datetime],
     io: Executor,
 ) -> None:
-    """Each lane's request or announcement on its way: a status poll on the selector (on the pool each was a
+    """Each lane's request on its way: a status poll on the selector (on the pool each was a
     thread, and handing the GIL between them cost more CPU than the requests: docs/performance.md), the rest on
     `io`. A poll reached too late (`flow.too_late`: other lanes' commits came first) is not sent, nor one whose
     watch was interrupted before it went out. Each poll's client is prepared first (a token command it would

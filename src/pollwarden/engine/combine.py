@@ -46,6 +46,7 @@ from ..core.contract import Contract
 from ..core.record import OperationRecord
 from ..http import Fetches
 from ..store.base import Store
+from ..store.shared import PerStore
 from ..wire_round import Round
 from . import batch, flow
 from .driver import AdmissionError, Admitted
@@ -67,7 +68,7 @@ MAX_LINGER = 0.003
 """Seconds a batch that is about to close waits for more watches while they keep coming (`Combiner._linger`)."""
 
 IO_THREADS = 16
-"""Threads for what does not go on the selector (webhooks, a client on another transport), made when needed."""
+"""Threads for what does not go on the selector (a client on another transport), made when needed."""
 
 
 @dataclass(eq=False)
@@ -356,25 +357,11 @@ def _wait(ticket: _Ticket) -> BaseException | None:
                 ticket.interrupt(exc)
 
 
-_COMBINERS: dict[int, Combiner] = {}
-_LOCK = threading.Lock()
+_COMBINERS: PerStore[Combiner] = PerStore()
 
 
 @contextmanager
 def combined(store: Store) -> Iterator[Combiner]:
     """The combiner of this store's watches in this process while any of them runs."""
-    with _LOCK:
-        combiner = _COMBINERS.get(id(store))
-        if combiner is None or combiner.store is not store:
-            combiner = _COMBINERS[id(store)] = Combiner(store)
-        combiner.users += 1
-    try:
+    with _COMBINERS.use(store, Combiner, Combiner.close) as combiner:
         yield combiner
-    finally:
-        with _LOCK:
-            combiner.users -= 1
-            last = combiner.users == 0
-            if last and _COMBINERS.get(id(store)) is combiner:
-                del _COMBINERS[id(store)]
-        if last:
-            combiner.close()

@@ -34,12 +34,10 @@ from ..core.admission import (
     narrow,
 )
 from ..core.contract import Contract
-from ..core.escalation import DecisionRequest
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
-from ..notify import deliver
 from ..store.base import Claimed, Lease, LogEntry, OperationExists, Store
 from . import batch, flow, installed
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
@@ -101,8 +99,6 @@ class BatchAdmissionError(PollwardenError, ValueError):
         self.admitted = tuple(admitted)
 
 
-Notifier = Callable[[Contract, DecisionRequest], None]
-
 REFUSAL_TTL = timedelta(seconds=30)
 """The lease of a refusal (`refuse_stored`): one write, no request; the stored contract's own timeout is not read."""
 
@@ -117,8 +113,6 @@ class Engine:
         owner: str,
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
-        environ: Mapping[str, str] | None = None,
-        notify: Notifier | None = None,
         combiner: Combiner | None = None,
     ) -> None:
         """`combiner`: this engine's steps join the batches of the other watches of this store in this process
@@ -128,8 +122,6 @@ class Engine:
         self.owner = owner
         self.clock = clock
         self.rng = rng or random.Random()
-        self._environ = environ
-        self._notify = notify or self._webhook
 
     # -- admission ---------------------------------------------------------------------------------------------
 
@@ -537,25 +529,7 @@ class Engine:
             return store.get_submission(effect.operation_id) is not None
         if isinstance(effect, flow.NewDecisionId):
             return new_decision_id()
-        if isinstance(effect, flow.Announce):
-            if contract is None:
-                raise TypeError("a flow without a contract asked to announce")
-            self._notify(contract, effect.request)
-            return None
         raise TypeError(f"unknown effect {effect!r}")
-
-    def announce(self, contract: Contract, request: DecisionRequest) -> None:
-        """Tell someone of a decision request committed outside a step (an agent's cancel request), as a stop's
-        own request is told: the webhook, audited."""
-        self._notify(contract, request)
-
-    def _webhook(self, contract: Contract, request: DecisionRequest) -> None:
-        """After an escalation is committed, tell someone; the outcome of telling is audited too."""
-        delivery = deliver(contract, request, environ=self._environ)
-        if delivery is not None:
-            kind = "notified" if delivery.ok else "notify_failed"
-            data = {"decision_id": request.decision_id, **delivery.to_json()}
-            self.store.append(request.operation_id, kind, data, self.clock())
 
 
 class Cancelled(PollwardenError):

@@ -2,9 +2,9 @@
 
 This is the step protocol of docs/design.md written once. `step` and `step_claimed` are generators in the
 manner of httpx's `auth_flow`: a driver executes each effect it yields and sends the answer back, so the rules
-(reserve before send, record and release in one fenced write, notify only after the commit, give the lease
-back when anything escapes) cannot drift between `watch`, the worker, the Python API and the MCP server. Today
-every driver is synchronous (`engine.driver.Engine`); an asynchronous driver executes the same effects.
+(reserve before send, record and release in one fenced write, a stop's decision request in that same write, give
+the lease back when anything escapes) cannot drift between `watch`, the worker, the Python API and the MCP
+server. Today every driver is synchronous (`engine.driver.Engine`); an asynchronous driver executes the same effects.
 """
 
 from __future__ import annotations
@@ -117,13 +117,6 @@ class CanResubmit(Effect[bool]):
 @dataclass(frozen=True)
 class NewDecisionId(Effect[str]):
     pass
-
-
-@dataclass(frozen=True)
-class Announce(Effect[None]):
-    """Tell someone about a committed decision request (the contract's webhook); audited by the driver."""
-
-    request: DecisionRequest
 
 
 Flow = Generator[Effect[Any], Any, T]
@@ -299,7 +292,8 @@ def _record(
     *,
     exchange: Exchange | None = None,
 ) -> Flow[StepResult]:
-    """The decision, its trail and any decision request in one fenced write that releases the lease."""
+    """The decision, its trail and any decision request (with its webhook's delivery, queued by the store) in one
+    fenced write that releases the lease."""
     if observation is not None and exchange is not None and u is not None:
         events = poll_events(before, observation, decision, now, u, sent_at=exchange.sent_at)
     else:  # a stop without an answer to show: the decision and its outcome
@@ -320,8 +314,7 @@ def _record(
         return (yield from _record(contract, lease, before, None, stopped, now, None))
     if not written:
         return (yield from _lost(lease, before, now))
-    if request is not None:
-        yield from ask(Announce(request))
+    # Its webhook, if the contract names one, was queued in that write (the outbox): nobody here waits for it.
     # A stop without an observation (a limit reached, an answer that could not be classified) is final.
     return Polled(decision, observation) if observation is not None else Done(decision.record)
 

@@ -27,6 +27,7 @@ from ..clock import utcnow
 from ..core.contract import Contract
 from ..errors import PollwardenError
 from ..operating import open_store
+from ..outbox import delivering_home
 from .peers import Peer, Who, peer_of, role_of, user_name
 from .people import answer_command
 from .protocol import HELLO_SECONDS, VERSION, ProtocolError, encode, read_message
@@ -111,6 +112,16 @@ class BrokerService:
                 "contracts": [{"name": n, "approval": c.approval} for n, c in sorted(self.contracts.items())],
             },
         )
+        # The webhooks of the decisions its sessions open, and the witness's heads, go out from the outbox (with the
+        # broker's environment: the webhook's secret is the broker's, like the credential).
+        with contextlib.ExitStack() as deliveries:
+            try:
+                deliveries.enter_context(delivering_home(self.home, "broker", environ=self.environ))
+            except Exception as exc:  # the store could not be opened: said, and the agents are served all the same
+                log.warning("the outbox's delivery loop could not start (%s); deliveries wait for another process", exc)
+            self._accept(listener)
+
+    def _accept(self, listener: socket.socket) -> None:
         try:
             while not self.stopping.is_set():
                 try:

@@ -107,7 +107,8 @@ class Broker:
         """Operations this session created (or is creating) per contract: `[agent].max_operations` bounds them."""
         self._started = False
         self._calls = 0
-        self._environ = env
+        self.environ = env
+        """The session's environment: its credentials, and the webhook's signing secret its deliveries use."""
         self.tools: dict[str, Tool] = {**TOOLS, "submit_job": tool_submit_job}
         # Opening once creates the audit keys before any concurrent tool call could race to create them; the
         # served contracts are installed then (audited, by this server's OS user, who chose the directory).
@@ -258,8 +259,8 @@ class Broker:
         return StatusClient(contract, self._secrets.get(contract.name), clock=self.clock)
 
     def engine(self, store: Store) -> Engine:
-        """The one engine every interface drives; the session's environment names the webhook's secret."""
-        return Engine(store, owner=process_owner("mcp"), clock=self.clock, environ=self._environ)
+        """The one engine every interface drives."""
+        return Engine(store, owner=process_owner("mcp"), clock=self.clock)
 
     @contextlib.contextmanager
     def creating(self, contract: Contract) -> Iterator[Creation]:

@@ -89,8 +89,6 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
             store.append(broker.log_id, *event, now)
         except Exception:
             log.exception("the session record of cancel request %s could not be written", request.decision_id)
-        if new is not None:  # a new question: the person is told as of a stop (an attached request is no news)
-            broker.engine(store).announce(contract, new)
         return _answer(store, request, already=False)
 
 

@@ -21,6 +21,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..outbox import delivering_home
 from .arguments import UnknownArgument, arguments_middleware
 from .base import (
     ANSWER_MARGIN_SECONDS,
@@ -326,7 +327,9 @@ def serve(contracts_dir: Path, home: Path) -> int:
         broker.isolation,
     )
     try:
-        anyio.run(run_stdio, server)
+        # The webhooks of the decisions its agents' calls open, and the witness's heads, go out from the outbox.
+        with delivering_home(home, "mcp", environ=broker.environ):
+            anyio.run(run_stdio, server)
     finally:
         broker.stopping.set()
     return 0

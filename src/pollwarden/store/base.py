@@ -21,6 +21,7 @@ from ..errors import PollwardenError
 if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from .trail import AuditSnapshot
+    from .witness import Witness
 
 
 class StoreError(PollwardenError):
@@ -216,6 +217,91 @@ class InstalledContract:
 
 CONTRACT_LOG_PREFIX = "@contract/"
 """Each installed contract version's audit log is `@contract/<digest>`."""
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """One delivery waiting in the outbox (schema 7): a decision request's webhook, or the newest head for a
+    witness. Written in the transaction that commits what it announces; deleted once delivered."""
+
+    delivery_id: str
+    kind: str
+    """`webhook` or `witness`."""
+    subject: str
+    """The decision id (webhook), or the witness's key (`Witness.key`: never its location)."""
+    operation_id: str | None
+    """The log a webhook's outcome is audited in."""
+    head: int | None
+    """The counter of the newest head a witness has not taken."""
+    status: str
+    """`pending`, or `failed`: a webhook given up (its `notify_failed` is in the operation's log)."""
+    attempts: int
+    """Attempts made (a witness's: failed ones since it last took a head)."""
+    created_at: datetime
+    next_attempt_at: datetime
+    queued_by: str
+    """The process whose commit queued it (host:pid:nonce, `store.sql_outbox.queued_by`)."""
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    last_status: int | None
+    last_error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "delivery_id": self.delivery_id,
+            "kind": self.kind,
+            "subject": self.subject,
+            "operation": self.operation_id,
+            "head": self.head,
+            "status": self.status,
+            "attempts": self.attempts,
+            "created_at": self.created_at.isoformat(),
+            "next_attempt_at": self.next_attempt_at.isoformat(),
+            "queued_by": self.queued_by,
+            "leased_by": self.lease_owner,
+            "last_status": self.last_status,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass(frozen=True)
+class DeliveryLease:
+    """A claim of one delivery: only its holder writes back what came of it (fenced by owner and token)."""
+
+    delivery_id: str
+    owner: str
+    token: int
+    expires_at: datetime
+    operation_id: str | None
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """What an attempt at a delivery came to, as its claimer writes it back (`Store.finish_delivery`)."""
+
+    attempts: int
+    delivered: bool
+    retry_at: datetime | None
+    """When to try again; None once it is over (delivered, or given up). A witness that took a head while a
+    newer one was queued is tried again then, with the newer one."""
+    status: int | None = None
+    error: str | None = None
+    head: int | None = None
+    """The head a witness took."""
+    event: NewEvent | None = None
+    """What the delivery's operation log records of it (a webhook's `notified` or `notify_failed`)."""
+
+
+@dataclass(frozen=True)
+class OutboxCount:
+    """The outbox by kind and state, as the fleet gauges count it (`Store.outbox_counts`)."""
+
+    kind: str
+    state: str
+    """`pending` (not tried yet), `retrying` (an attempt failed), `failed` (given up)."""
+    count: int
+    oldest: datetime | None
+
 
 AGENT_LOG_PREFIX = "@agent/"
 """Agent sessions get logs of their own; '@' cannot start an operation id, so the names never collide."""
@@ -437,6 +523,47 @@ class Store(Protocol):
 
     def db_now(self) -> datetime:
         """The store's clock: the database's where there is one, so a fleet agrees on time."""
+        ...
+
+    # -- the outbox (decision webhooks and witness heads, delivered off the polling path: `pollwarden.outbox`) --
+
+    @property
+    def witness(self) -> Witness | None:
+        """Where this store's new heads go besides the home's file (each queued in the outbox with its commit)."""
+        ...
+
+    def next_delivery(self, witness: str | None) -> datetime | None:
+        """The earliest time a pending delivery this process could make is due: every webhook, and the heads of
+        the witness whose key is `witness`."""
+        ...
+
+    def claim_deliveries(
+        self,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        *,
+        witness: str | None,
+        every: bool = False,
+        skip: Sequence[str] = (),
+    ) -> list[tuple[DeliveryLease, OutboxEntry]]:
+        """Up to `limit` due deliveries (`every`: due or not; never those in `skip`) that are free, expired, or
+        held by a dead process on this host, each leased to `owner` for `ttl`: nobody else sends one meanwhile."""
+        ...
+
+    def finish_delivery(self, lease: DeliveryLease, attempted: Attempted, now: datetime) -> bool:
+        """What came of an attempt, with its audit event, in one transaction; False if the lease was lost."""
+        ...
+
+    def outbox(self, *, queued_by: str | None = None) -> list[OutboxEntry]:
+        """Every delivery waiting or given up (`queued_by`: only those this process queued), oldest first."""
+        ...
+
+    def outbox_counts(self) -> list[OutboxCount]: ...
+
+    def audit_head(self, counter: int) -> Head | None:
+        """The signed head of that counter (what a witness is sent)."""
         ...
 
     def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:

@@ -21,7 +21,7 @@ from ..audit import AuditRecord, Checkpoint, Head
 from ..core.codec import record_from_json, record_to_json
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import Grant, Stored, StoredDecision, Submission
+from .base import Grant, OutboxEntry, Stored, StoredDecision, Submission
 from .owner import holder_dead
 
 Moment = Callable[[Any], datetime]
@@ -57,6 +57,10 @@ class Dialect:
     """A statement that holds one audit log's head until commit."""
     lock_logs: str | None = None
     """The same for many logs in one statement: its one parameter is the list of lock keys, taken in list order."""
+
+    now: str = "(julianday('now') - 2440587.5) * 86400.0"
+    """The database's own time as a stored time, in SQL (SQLite: epoch seconds): an outbox entry is due from its
+    commit, by the clock the delivery loops compare against."""
 
     casts: Mapping[str, str] = field(default_factory=dict)
     """How a parameter is given a type where the database cannot infer one (a VALUES list): kind -> SQL type."""
@@ -113,6 +117,11 @@ class Tx:
     """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
     log, and while the log is locked the head it wrote last is the head, so it is not read again."""
 
+    queued: list[str] = field(default_factory=list)
+    """The webhook deliveries this transaction put in the outbox: the process's delivery loops are woken for them."""
+    witnessed: bool = False
+    """This transaction's head is queued for the witness (once, however often it is sealed)."""
+
     def execute(self, query: str, params: Sequence[Any] = ()) -> Cursor:
         return self.run(self.dialect.sql(query), params)
 
@@ -129,6 +138,10 @@ SUBMISSION_COLUMNS = "operation_id, fingerprint, idempotency_token, body, state,
 AUDIT_RECORD_COLUMNS = "log_id, seq, at, kind, prev_hash, ciphertext, this_hash"
 CHECKPOINT_COLUMNS = "log_id, seq, head_hash, counter, at, key_id, signature"
 HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature"
+OUTBOX_COLUMNS = (
+    "delivery_id, kind, subject, operation_id, head, status, attempts, created_at, next_attempt_at, queued_by,"
+    " lease_owner, lease_expires_at, last_status, last_error, lease_token"
+)
 REPLAYED_HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash"
 """`HEAD_COLUMNS` without the key id and signature: what a verifier replays every head by (`StoredHeads`)."""
 
@@ -210,6 +223,26 @@ def grant_detail_text(grant: Grant) -> str:
 
 def submission_from_row(row: Sequence[Any], moment: Moment) -> Submission:
     return Submission(row[0], row[1], row[2], bytes(row[3]), row[4], row[5], row[6], moment(row[7]))
+
+
+def outbox_from_row(row: Sequence[Any], moment: Moment) -> OutboxEntry:
+    """An `OUTBOX_COLUMNS` row (its last column, the lease token, is the claimer's to read)."""
+    return OutboxEntry(
+        delivery_id=row[0],
+        kind=row[1],
+        subject=row[2],
+        operation_id=row[3],
+        head=None if row[4] is None else int(row[4]),
+        status=row[5],
+        attempts=int(row[6]),
+        created_at=moment(row[7]),
+        next_attempt_at=moment(row[8]),
+        queued_by=row[9],
+        lease_owner=row[10],
+        lease_expires_at=_optional(moment, row[11]),
+        last_status=None if row[12] is None else int(row[12]),
+        last_error=row[13],
+    )
 
 
 def audit_record_from_row(row: Sequence[Any]) -> AuditRecord:

@@ -16,7 +16,7 @@ from typing import Literal
 
 __all__ = ["Owner", "OwnerKind", "holder_dead", "owner_alive", "parse_owner", "process_owner", "this_host"]
 
-OwnerKind = Literal["watch", "api", "mcp", "worker", "decide", "enqueue"]
+OwnerKind = Literal["watch", "api", "mcp", "worker", "decide", "enqueue", "broker", "console", "outbox"]
 
 
 @dataclass(frozen=True)

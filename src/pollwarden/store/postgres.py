@@ -90,6 +90,7 @@ POSTGRES = Dialect(
     # A volatile function in the output is evaluated after ORDER BY: the keys are locked in the order given.
     lock_logs="SELECT pg_advisory_xact_lock(k) FROM unnest(?::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
     next_counter="SELECT nextval('audit_checkpoint_counter')",
+    now="now()",
     casts={"text": "text", "bigint": "bigint", "time": "timestamptz", "bool": "boolean"},
 )
 
@@ -221,7 +222,7 @@ class PostgresStore(SQLStore):
                 with suppress(psycopg.Error):
                     pipe.sync()
                 raise
-        self.keeper.offer(tx)
+        self._committed(tx)
 
     def db_now(self) -> datetime:
         """The database clock: the one time every worker of a fleet agrees on, for leases and due times."""

@@ -399,6 +399,8 @@ class _Operations(Leases):
             ),
         )
         self._append(tx, request.operation_id, "decision_requested", request.to_json(), now)
+        if request.announce:  # its webhook goes out from the outbox, committed with the request it tells of
+            self._queue_webhook(tx, request)
 
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
         query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE 1=1"

@@ -20,7 +20,7 @@ from .common import (
     taken_over,
     takeover_event,
 )
-from .trail import AuditTrail
+from .sql_outbox import Outbox
 
 IN_LIST = 500
 """Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
@@ -41,7 +41,7 @@ def claim_due_query(dialect: Dialect) -> str:
     )
 
 
-class Leases(AuditTrail):
+class Leases(Outbox):
     """Claims: one operation's, many named operations' at once, and the fleet's of whatever is due."""
 
     def claim(self, operation_id: str, owner: str, now: datetime, ttl: timedelta) -> ClaimAnswer:

@@ -216,7 +216,7 @@ class SQLiteStore(SQLStore):
     def _tx(self) -> AbstractContextManager[Tx]:
         if self._writer is None:
             raise StoreError(f"the state database {self.path} is closed")
-        return self._writer.transaction(self)  # seals, commits, then offers the head to this store's keeper
+        return self._writer.transaction(self)  # seals, commits, then tells this store (`_committed`)
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
         with self._readers.connection() as conn:

@@ -188,7 +188,7 @@ class GroupWriter:
         if batch.error is not None:
             why = str(batch.error) or type(batch.error).__name__
             raise StoreError(f"the state database could not commit: {why}") from batch.error
-        store.keeper.offer(tx)
+        store._committed(tx)
 
     def _undo(self, batch: _Batch, saved: dict[str, Any], failure: BaseException) -> bool:
         """Roll a failed body back to its savepoint; False when SQLite had already rolled back the whole

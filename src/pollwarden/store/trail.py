@@ -181,7 +181,9 @@ class AuditTrail(ABC):
         self.keys = keys
         self._cipher = AuditCipher(keys.cipher_key) if keys is not None and keys.cipher_key else None
         self.trusted_checkpoint_path = trusted_checkpoint_path
-        self.keeper = HeadKeeper(trusted_checkpoint_path, witness)
+        self.keeper = HeadKeeper(trusted_checkpoint_path)
+        self.witness = witness
+        """Where new heads go besides the home's file: queued in the outbox with each commit (`sql_outbox`)."""
         if trusted_checkpoint_path is not None:
             try:
                 tighten(trusted_checkpoint_path, PRIVATE_FILE)  # written 0644 by an older pollwarden
@@ -193,7 +195,7 @@ class AuditTrail(ABC):
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Tx]:
         """One write transaction. Just before COMMIT the backend calls `_seal_commit(tx)` (inside the
-        transaction), and after it `self.keeper.offer(tx)`."""
+        transaction), and after it `_committed(tx)`."""
 
     @abstractmethod
     def _fetchall(self, query: str, params: Sequence[Any]) -> Sequence[Row]:
@@ -206,6 +208,10 @@ class AuditTrail(ABC):
     @abstractmethod
     def _snapshot(self) -> AbstractContextManager[Callable[[str, Sequence[Any]], Iterator[Row]]]:
         """One read-only transaction that sees one committed state throughout (streaming reads within)."""
+
+    def _committed(self, tx: Tx) -> None:
+        """After COMMIT: the new head to the home's file (coalesced)."""
+        self.keeper.offer(tx)
 
     def _rows(self, query: str, params: Sequence[Any] = ()) -> Sequence[Row]:
         return self._fetchall(self.dialect.sql(query), params)

@@ -179,8 +179,9 @@ def upgrade(conn: psycopg.Connection[TupleRow], where: str = "the database") -> 
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
             if migration.version in (applied_versions(conn) or []):
                 continue
-            # Only this package's own files get here: bytes keep psycopg's literal-string typing satisfied.
-            conn.execute(migration.sql("postgresql").encode("utf-8"))
+            if migration.statements("postgresql"):  # a number reserved with no statement yet is only recorded
+                # Only this package's own files get here: bytes keep psycopg's literal-string typing satisfied.
+                conn.execute(migration.sql("postgresql").encode("utf-8"))
             if migration.version == REGISTRY:
                 stored = conn.execute("SELECT DISTINCT contract, contract_name FROM operations").fetchall()
                 adopt_stored_contracts(
