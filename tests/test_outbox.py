@@ -25,6 +25,7 @@ from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 from pollwarden.store.witness import Witness
+from tests.conftest import install
 from tests.loopback import Answer, Seen, held_hook, serving
 from tests.store import conftest as store_suite
 from tests.store.test_store import CONTRACT, T0, TTL, _record, _stopped
@@ -42,6 +43,7 @@ def _hooked(url: str) -> str:
 
 
 def _stop(store: Store, contract: str, op: str = "op") -> str:
+    install(store, parse_contract(contract))  # the outbox posts only to the webhook of an installed contract
     store.create(_record(op), contract, {})
     claimed = store.claim(op, "hostA:1:a", T0, TTL)
     assert claimed is not None

@@ -68,6 +68,7 @@ def test_a_sqlite_file_at_schema_5_adopts_the_contracts_of_its_operations(tmp_pa
     store.close()
     with sqlite3.connect(path) as conn:  # as an older pollwarden left it: schema 5, no registry
         conn.execute("DROP TABLE contracts")
+        conn.execute("DROP TABLE outbox")  # schema 7's
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(REGISTRY - 1),))
     store = SQLiteStore(path)
     try:
@@ -83,7 +84,8 @@ def test_a_postgres_database_at_schema_5_adopts_the_contracts_of_its_operations(
     upgrade_database(empty_pg_url)
     with psycopg.connect(empty_pg_url, autocommit=True) as conn:
         conn.execute("DROP TABLE contracts")
-        conn.execute("DELETE FROM schema_migrations WHERE version = %s", (REGISTRY,))
+        conn.execute("DROP TABLE outbox")  # schema 7's
+        conn.execute("DELETE FROM schema_migrations WHERE version >= %s", (REGISTRY,))
         # An operation written at schema 5 (the columns a schema-5 pollwarden fills; the store would need keys)
         record = new_record(parse_contract(CONTRACT), operation_id="op-1", job_id="exp-1", now=T0)
         conn.execute(
@@ -92,7 +94,7 @@ def test_a_postgres_database_at_schema_5_adopts_the_contracts_of_its_operations(
             " VALUES (%s, %s, %s, 'active', now(), now(), 0, 1, '{}', %s, now(), now())",
             (record.operation_id, record.job_id, record.contract_name, CONTRACT),
         )
-    assert upgrade_database(empty_pg_url) == [REGISTRY]
+    assert upgrade_database(empty_pg_url) == [REGISTRY, REGISTRY + 1]
     store = PostgresStore(empty_pg_url)
     try:
         (adopted,) = store.installed_contracts()
