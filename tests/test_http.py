@@ -454,6 +454,31 @@ def test_an_echoed_credential_is_scrubbed_from_every_part_of_the_answer(serve: C
     assert SECRET not in json.dumps(obs.to_json())
 
 
+def test_an_echo_hex_base64_entity_or_zero_width_spelled_is_scrubbed_from_headers_and_body(
+    serve: Callable[[Script], RawServer],
+) -> None:
+    """Issue 23: the encodings the scrubber missed, each in a header and in the body of one answer."""
+    hexed = SECRET.encode().hex()
+    logged = base64.b64encode(f"x-auth: Bearer {SECRET}\r\n".encode()).decode()  # `Bearer` at offset 8: alignment 2
+    entities = "".join(f"&#{ord(c)};" if i % 2 else f"&#x{ord(c):X}" for i, c in enumerate(SECRET))
+    split = "\u200b".join(SECRET)
+    body = json.dumps({"state": "running", "h": hexed.upper(), "b": logged, "e": entities, "z": split}).encode()
+
+    def script(conn: socket.socket, raw: bytes) -> None:
+        headers = (f"X-Hex: {hexed}", f"X-Log: {logged}", f"X-Html: {entities}")
+        conn.sendall(answer("200 OK", headers, body).replace(b"X-Html", b"X-Zw: " + split.encode() + b"\r\nX-Html"))
+
+    response = response_of(poll(serve(script))[0])
+    assert response.headers["x-hex"] == "[secret]" and response.headers["x-html"] == "[secret]"
+    assert response.headers["x-zw"] == "[secret]" and "[secret]" in response.headers["x-log"]
+    fields = json.loads(response.body)
+    assert fields["h"] == fields["e"] == fields["z"] == "[secret]" and "[secret]" in fields["b"]
+    seen = exchange_bytes(response).decode("utf-8", "replace")
+    assert hexed not in seen.lower() and SECRET not in base64.b64decode(
+        response.headers["x-log"].split("[secret]")[0] + "=="
+    ).decode("latin-1")
+
+
 def test_an_echo_inside_a_gzip_body_is_scrubbed_after_decoding(serve: Callable[[Script], RawServer]) -> None:
     server = serve(send(answer(headers=("Content-Encoding: gzip",), body=gzip.compress(json_body(SECRET)))))
     response = response_of(poll(server)[0])

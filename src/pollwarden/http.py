@@ -366,10 +366,9 @@ class StatusClient:
         for name, value in answer.headers:
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        scrub = self._scrubber.text
-        shown_headers = {
-            scrub(k): scrub(v) for k, v in headers.items() if k not in ("content-encoding", "content-length")
-        }
+        shown_headers = self._scrubber.headers(
+            {k: v for k, v in headers.items() if k not in ("content-encoding", "content-length")}
+        )
         if not 200 <= answer.status < 300:
             return Download(answer.status, shown_headers, 0, hashlib.sha256().hexdigest(), over_cap=False)
         decoder = _decoder(headers)
@@ -429,10 +428,9 @@ class StatusClient:
             # These describe the bytes on the wire, which nobody downstream sees.
             headers.pop("content-encoding", None)
             headers.pop("content-length", None)
-        scrub = self._scrubber.text
         return Response(
             status=answer.status,
-            headers={scrub(k): scrub(v) for k, v in headers.items()},
+            headers=self._scrubber.headers(headers),
             body=self._scrubber.binary(b"".join(chunks)[:cap]),
             sent_at=sent_at,
             received_at=self._clock() if received_at is None else received_at,
