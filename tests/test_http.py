@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import socket
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -576,3 +578,28 @@ def test_static_headers_go_to_the_contracts_origin_only() -> None:
     sent = [dict(request.headers).get("anthropic-version") for request in transport.requests]
     assert sent == ["2023-06-01", "2023-06-01", None]
     assert [request.method for request in transport.requests] == ["GET", "POST", "GET"]
+
+
+# --- issue 23: the client's last line of defence against a credential in clear text -------------------------------
+
+
+def test_the_credential_never_goes_over_plain_http_off_the_loopback_whatever_the_request() -> None:
+    """A contract that got past its load some other way (built in code, stored by an older version): the status
+    poll, a cancel or submit (`send`) and a result download each end as a local failure, nothing sent."""
+    plain = replace(contract_for("https://provider.example"), status_url="http://provider.example/jobs/{job_id}")
+    fake = FakeTransport(lambda request: Reply(200, {}, json_body()))
+    with StatusClient(plain, SECRET, clock=clock, transport=fake) as client:
+        failures = [
+            client.fetch("job-1"),
+            client.send("POST", "http://provider.example/jobs/job-1/cancel"),
+            client.download("http://provider.example/out", io.BytesIO(), cap=1024, credential=True),
+        ]
+        assert fake.requests == []
+        # Without the credential the same origin is asked as before; with the contract's permission, with it.
+        assert not isinstance(client.send("GET", "http://provider.example/x", credential=False), TransportFailure)
+    for failure in failures:
+        assert isinstance(failure, TransportFailure) and failure.kind is FailureKind.LOCAL
+        assert "plain http" in failure.message and "allow_plain_http = true" in failure.message
+    with StatusClient(replace(plain, allow_plain_http=True), SECRET, clock=clock, transport=fake) as client:
+        response_of(client.fetch("job-1"))
+    assert dict(fake.requests[-1].headers)["Authorization"] == f"Bearer {SECRET}"

@@ -33,6 +33,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from . import __version__, wire_round, wire_select
 from .core.contract import Contract
+from .core.contract_reader import PLAIN_HTTP_FIX, in_clear
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
 from .credentials import Credential as Credential
@@ -195,6 +196,12 @@ class StatusClient:
         static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
         headers = {**self._base_headers, **static, **extra}
         if credential and self._sends and self._credential is not None:
+            if in_clear(url) and not self._contract.allow_plain_http:
+                # The contract's load refuses this origin; a contract that got here another way still sends nothing.
+                raise WireError(
+                    FailureKind.LOCAL,
+                    f"refusing to send the credential to {origin_of(url)} over plain http: {PLAIN_HTTP_FIX}",
+                )
             try:
                 self._credential.apply(method, url, headers, body, self._clock())
             except CredentialError as exc:

@@ -232,6 +232,8 @@ class Contract:
     """Static headers sent on every request to the contract's origin ([headers])."""
     status_url_handles: bool = False
     """A status URL the provider returned may be given instead of a job id (`watch --status-url`)."""
+    allow_plain_http: bool = False
+    """The credential may go over plain http to an origin that is not the loopback (refused otherwise)."""
     vars: tuple[tuple[str, str], ...] = ()
     """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
     source_text: str = field(default="", compare=False, repr=False)
@@ -294,6 +296,8 @@ class Contract:
             identity["status_request"] = self.status.__dict__
         if self.headers:
             identity["headers"] = dict(self.headers)
+        if self.allow_plain_http:  # issue 23: only when used, so every older contract keeps its fingerprint
+            identity["allow_plain_http"] = True
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
