@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def home(p: argparse.ArgumentParser) -> None:
         p.add_argument("--home", help="state directory (default $POLLWARDEN_HOME or ~/.local/state/pollwarden)")
-        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
+        p.add_argument(
+            "--db",
+            type=database,
+            help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)",
+        )
 
     w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
     w.add_argument(
@@ -262,6 +266,19 @@ def _contracts_command(sub: Any) -> None:
 
 
 _whole_processes = whole_number(1, MAX_PROCESSES)
+
+
+def database(text: str) -> str:
+    """`--db`, refused at the parser when it cannot name a database (`store.open.check_target`, which a store
+    opened from $POLLWARDEN_DB goes through as well)."""
+    from ..store.base import StoreError
+    from ..store.open import check_target
+
+    try:
+        check_target(text)
+    except StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _processes(text: str) -> int:
