@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..core.contract import Contract
@@ -15,9 +15,14 @@ from ..http import CredentialError, resolve_secret
 class ScrubLogs(logging.Filter):
     """Every log line the server writes to stderr goes through the scrubber, tracebacks included."""
 
-    def __init__(self, scrubber: Scrubber) -> None:
+    def __init__(self, scrubber: Scrubber | Callable[[], Scrubber]) -> None:
         super().__init__()
-        self.scrubber = scrubber
+        # A callable is asked at each line: a server's scrubber grows as tokens are read.
+        self._scrubber = scrubber
+
+    @property
+    def scrubber(self) -> Scrubber:
+        return self._scrubber if isinstance(self._scrubber, Scrubber) else self._scrubber()
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -49,10 +54,11 @@ def wire_safe(value: Any) -> Any:
 
 def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """Every credential the served contracts name, with the scheme it is sent with, as `resolve_secret` reads it
-    (one trailing newline removed); a value it refuses is never sent but is still a secret, so kept as it is."""
+    (one trailing newline removed); a value it refuses is never sent but is still a secret, so kept as it is.
+    A token a command prints is not run for here: it joins the broker's scrubber once a call has read it."""
     found: set[tuple[str, str | None]] = set()
     for contract in contracts:
-        if contract.auth is not None:
+        if contract.auth is not None and contract.auth.token_command is None:
             try:
                 credential = resolve_secret(contract, environ)
             except CredentialError:
@@ -69,7 +75,3 @@ def secret_values(contracts: Iterable[Contract], environ: Mapping[str, str]) -> 
         if webhook and environ.get(webhook):
             found.add((environ[webhook], None))  # an HMAC key, used exactly as the environment holds it
     return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
-
-
-def scrubber_for(contracts: Iterable[Contract], environ: Mapping[str, str]) -> Scrubber:
-    return Scrubber.joined(secret_values(contracts, environ))

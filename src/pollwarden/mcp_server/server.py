@@ -58,7 +58,6 @@ OperationId = Annotated[str, Field(description="an operation id returned by star
 
 def build_server(broker: Broker) -> MCPServer[Any]:
     """The SDK's high-level `MCPServer` with the agent tools; every reply is a scrubbed JSON object."""
-    scrubber = broker.scrubber
     tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
     def validate(tool: str, arguments: dict[str, Any]) -> None:
@@ -76,9 +75,11 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         try:
             result = await call_next(ctx)
         except MCPError as exc:
+            scrubber = broker.scrubber  # after the call: a token it read is one of the secrets now
             if scrubber.found_in(exc.error.message) or scrubber.found_in(json.dumps(exc.error.data, default=str)):
                 raise MCPError(exc.error.code, scrubber.text(exc.error.message)) from None
             raise
+        scrubber = broker.scrubber
         if result is None or not scrubber:
             return result
         dumped = result.model_dump(mode="json", by_alias=True) if isinstance(result, BaseModel) else dict(result)
@@ -97,13 +98,13 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     )
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, ScrubLogs) for f in handler.filters):  # a broker builds one server a session
-            handler.addFilter(ScrubLogs(scrubber))
+            handler.addFilter(ScrubLogs(lambda: broker.scrubber))
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()
 
         def notify(message: str) -> None:
-            anyio.from_thread.run(ctx.info, scrubber.text(message))
+            anyio.from_thread.run(ctx.info, broker.scrubber.text(message))
 
         reporter = _reporter(ctx, broker)
         # A call that reports no progress answers before its host would cut it, whatever it waits on (a person's
