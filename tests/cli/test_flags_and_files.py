@@ -250,3 +250,18 @@ def test_a_contract_sending_its_credential_over_plain_http_is_exit_2_naming_the_
     assert "status_url: http://jobs.example would receive the credential over plain http" in ran.stderr
     assert "allow_plain_http = true" in ran.stderr and "Traceback" not in ran.stderr
     assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+@pytest.mark.parametrize("host", ["\u00e9\u202e", "a" * 300], ids=["bidi", "label-too-long"])
+@pytest.mark.parametrize(
+    "command",
+    [("simulate", "--port", "0", "--host"), ("console", "--port", "0", "--host"), ("worker", "--metrics-host")],
+    ids=["simulate", "console", "worker"],
+)
+def test_a_host_the_resolver_cannot_be_asked_about_is_exit_2_naming_the_flag(
+    command: tuple[str, ...], host: str, home: Path
+) -> None:
+    """Issue 23's parser fuzz: a bind address IDNA cannot encode was a TypeError or UnicodeError traceback."""
+    ran = run_cli(*command, host, home=home, timeout=30)
+    assert ran.code == 2 and f"argument {command[-1]}:" in ran.stderr, ran.stderr
+    assert "is not a host name or IP address" in ran.stderr and "Traceback" not in ran.stderr

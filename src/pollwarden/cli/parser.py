@@ -25,7 +25,7 @@ from ..fleet_defaults import (
     auto_processes,
 )
 from ..simulator.scenarios import scenario_listing
-from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, whole_number
+from .common import EXIT_USAGE, _positive, add_var_flag, host_name, port_number, real_number, whole_number
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=scenario_listing(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--host", type=host_name, default="127.0.0.1")
     sim.add_argument("--port", type=port_number, default=8080)
     sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
     sim.add_argument(
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_commands(sub, home)
 
     co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
-    co.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    co.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
     co.add_argument("--port", type=port_number, default=8765)
     co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
     home(co)
@@ -316,7 +316,7 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         f" {AUTO_PROCESSES_CAP} (default auto; 1 runs in this process)",
     )
     w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
-    w.add_argument("--metrics-host", default="127.0.0.1")
+    w.add_argument("--metrics-host", type=host_name, default="127.0.0.1")
     w.add_argument(
         "--provider-rate",
         action="append",
