@@ -5,6 +5,7 @@ never reads) and closes with a reset (SO_LINGER 0), so the console's next read o
 
 from __future__ import annotations
 
+import io
 import socket
 import struct
 import threading
@@ -15,10 +16,11 @@ from pollwarden.console import ConsoleServer
 from .conftest import TOKEN
 
 
-class Log:
+class Log(io.StringIO):
     """The console's log stream; a test waits on its lines, not on a clock."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.text = ""
         self._changed = threading.Condition()
 
@@ -27,9 +29,6 @@ class Log:
             self.text += text
             self._changed.notify_all()
         return len(text)
-
-    def flush(self) -> None:
-        """Nothing buffered."""
 
     def lines(self) -> list[str]:
         return self.text.splitlines()
