@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ..errors import PollwardenError
+
 MAX_DEPTH = 32
 """Levels of the parsed expression; the deepest shipped one has 12."""
 MAX_NODES = 256
@@ -142,8 +144,8 @@ def _deep_size(value: Any, limit: int) -> int:
     return size
 
 
-class StepsExceeded(Exception):
-    """An evaluation used its budget (`MAX_STEPS`) on this body."""
+class StepsExceeded(PollwardenError):
+    """An evaluation used its budget (`MAX_STEPS`) on this body; `expr.lookup` turns it into the field's problem."""
 
 
 @functools.cache
