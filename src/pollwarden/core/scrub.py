@@ -102,13 +102,12 @@ def _from_base64(text: str) -> str | None:
         return None
 
 
-_SPLIT_TEXT = "[\u200b-\u200d\u2060\ufeff\u00ad]|\u00e2\x80[\x8b-\x8d]|\u00e2\x81\xa0|\u00ef\u00bb\u00bf|\u00c2\xad"
-"""The splitters, and (since a header arrives decoded as latin-1) their UTF-8 bytes read as latin-1."""
-_ENTITY = "&#(?:[xX]([0-9a-fA-F]+)|([0-9]+));?|&(amp|lt|gt|quot|apos);"
-"""An HTML character reference: numeric (the digits run as far as they go, as HTML reads them, so `&#1151` is
-never `&#115` and a `1`), or named for one of the characters an encoder must escape."""
-_TOKENS_TEXT = re.compile(f"{_ENTITY}|{_SPLIT_TEXT}")
-_TOKENS_BYTES = re.compile(f"{_ENTITY}|\xe2\x80[\x8b-\x8d]|\xe2\x81\xa0|\xef\xbb\xbf|\xc2\xad".encode("latin-1"))
+_SPLIT_TEXT = (
+    "(?:[\u200b-\u200d\u2060\ufeff\u00ad]|\u00e2\x80[\x8b-\x8d]|\u00e2\x81\xa0|\u00ef\u00bb\u00bf|\u00c2\xad)+"
+)
+"""A run of splitters, and (since a header arrives decoded as latin-1) of their UTF-8 bytes read as latin-1."""
+_SPLIT_BYTES = b"(?:\xe2\x80[\x8b-\x8d]|\xe2\x81\xa0|\xef\xbb\xbf|\xc2\xad)+"
+_SPLIT_CODES = frozenset(map(ord, SPLITTERS))
 _NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 _SPLIT_LEADS_TEXT = (*SPLITTERS, "\u00e2", "\u00ef", "\u00c2")
 _SPLIT_LEADS_BYTES = (b"\xe2", b"\xef", b"\xc2")
@@ -117,33 +116,43 @@ _LONGEST_SPELLING = len(f"&#x{'0' * MAX_ZEROS}10ffff;")
 """Bytes of the longest spelling of one character a stream holds back for: an entity with `MAX_ZEROS` zeros."""
 
 
-def _decoded(match: re.Match[str] | re.Match[bytes]) -> str | None:
-    """The character a token stands for, "" for a splitter, None for a reference HTML would not read as one."""
-    hexadecimal, decimal, named = (g.decode("ascii") if isinstance(g, bytes) else g for g in match.groups())
+def _entities(codes: Iterable[int], named: Iterable[str]) -> str:
+    """HTML character references of exactly these code points (group 1: hex digits, 2: decimal, 3: a name), so a
+    body full of other references is skipped by the regular expression, never walked one by one. The digits run as
+    far as HTML reads them: `&#1151` is one character, never `&#115` and a `1`."""
+    decimal = "|".join(sorted({str(c) for c in codes}, key=len, reverse=True))
+    hexadecimal = "|".join(sorted({f"{c:x}" for c in codes}, key=len, reverse=True))
+    names = "|".join(sorted(named)) or "(?!)"
+    return f"&#(?:[xX]0*((?i:{hexadecimal}))(?:;|(?![0-9a-fA-F]))|0*({decimal})(?:;|(?![0-9])))|&({names});"
+
+
+def _decoded(match: re.Match[str] | re.Match[bytes]) -> str:
+    """The character a token stands for; "" for a run of splitters (or a splitter spelled as an entity)."""
+    hexadecimal, decimal, named = match.groups()
     if named is not None:
-        return _NAMED[named]
-    digits = hexadecimal if hexadecimal is not None else decimal
-    if digits is None:
+        return _NAMED[named if isinstance(named, str) else named.decode("ascii")]
+    if hexadecimal is None and decimal is None:
         return ""
-    significant = digits.lstrip("0")
-    if len(significant) > 7:  # past U+10FFFF whatever the base (and never an int() of a million digits)
-        return None
-    code = int(significant or "0", 16 if hexadecimal is not None else 10)
-    if not 0 < code <= 0x10FFFF:
-        return None
-    return "" if chr(code) in SPLITTERS else chr(code)  # a splitter spelled as an entity splits as well
+    code = int(hexadecimal, 16) if hexadecimal is not None else int(decimal or "0")  # int() reads bytes digits too
+    return "" if code in _SPLIT_CODES else chr(code)
 
 
 class _Loose:
-    """Every value found through HTML entities and splitters: the text decoded (each token to its character, each
-    splitter to nothing) is searched, and a hit is mapped back to the span of the text that spelled it."""
+    """Every value found through HTML entities and splitters: the text decoded (each reference to its character,
+    each run of splitters to nothing) is searched, and a hit is mapped back to the span of the text that spelled
+    it. Only references to the values' own characters are decoded: no other can be part of a hit."""
 
     def __init__(self, values: Iterable[str]) -> None:
         self.values = sorted(set(values), key=len, reverse=True)
         self.byte_values = [v.encode("utf-8", "surrogatepass") for v in self.values]
-        self.named = any(c in v for v in self.values for c in "&<>\"'")
+        named = {name for name, c in _NAMED.items() if any(c in v for v in self.values)}
+        self.named = bool(named)
+        entities = _entities({ord(c) for v in self.values for c in v} | _SPLIT_CODES, named)
+        self._text_pattern = f"{entities}|{_SPLIT_TEXT}"
+        self._bytes_pattern = entities.encode("ascii") + b"|" + _SPLIT_BYTES
 
-    # Cheap first: one-character searches (a `memchr` each), the two-character one only when `&` is there at all.
+    # Cheap first: one-character searches (a `memchr` each), the two-character one only when `&` is there at all;
+    # the patterns are compiled (and cached by `re`) only for a text that may hold a loose spelling.
 
     def text(self, text: str) -> str:
         if not self.values:
@@ -151,7 +160,7 @@ class _Loose:
         if ("&" in text and (self.named or "&#" in text)) or (
             not text.isascii() and any(lead in text for lead in _SPLIT_LEADS_TEXT)  # isascii: O(1) on a str
         ):
-            return _replaced(text, self.values, _TOKENS_TEXT, MARK)
+            return _replaced(text, self.values, re.compile(self._text_pattern), MARK)
         return text
 
     def binary(self, data: bytes) -> bytes:
@@ -160,7 +169,7 @@ class _Loose:
         if (b"&" in data and (self.named or b"&#" in data)) or (
             not data.isascii() and any(lead in data for lead in _SPLIT_LEADS_BYTES)
         ):
-            return _replaced(data, self.byte_values, _TOKENS_BYTES, MARK.encode("ascii"))
+            return _replaced(data, self.byte_values, re.compile(self._bytes_pattern), MARK.encode("ascii"))
         return data
 
     @property
@@ -168,17 +177,29 @@ class _Loose:
         return max(((len(v) + (len(v) - 1) * MAX_SPLIT) * _LONGEST_SPELLING for v in self.values), default=0)
 
 
+def _spelled_text(match: re.Match[str]) -> str:
+    return _decoded(match)
+
+
+def _spelled_bytes(match: re.Match[bytes]) -> bytes:
+    return _decoded(match).encode("utf-8", "surrogatepass")
+
+
 def _replaced(data: AnyStr, values: Sequence[AnyStr], tokens: re.Pattern[AnyStr], mark: AnyStr) -> AnyStr:
-    """`data` with every span that decodes to one of `values` replaced by `mark`; `data` itself when none does."""
+    """`data` with every span that decodes to one of `values` replaced by `mark`; `data` itself when none does.
+
+    Decoded first in one `sub` (an answer without a secret, nearly every one, ends there), and walked token by
+    token, to map a hit back to where it was spelled, only when the decoded text holds a value."""
     empty = data[:0]
+    spell: Any = _spelled_text if isinstance(empty, str) else _spelled_bytes
+    if not any(value in tokens.sub(spell, data) for value in values):
+        return data
     parts: list[AnyStr] = []
     segments: list[tuple[int, int, int, int, bool]] = []  # (decoded start, length, data start, length, literal)
     decoded = done = 0
     for match in tokens.finditer(data):
         piece = _decoded(match)
         start, end = match.span()
-        if piece is None:
-            continue  # kept as it is, with the literal text around it
         if start > done:
             segments.append((decoded, start - done, done, start - done, True))
             parts.append(data[done:start])
