@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -13,26 +15,43 @@ from ..http import CredentialError, resolve_secret
 
 
 class ScrubLogs(logging.Filter):
-    """Every log line the server writes to stderr goes through the scrubber, tracebacks included."""
+    """Every log line the server writes to stderr goes through the scrubber, tracebacks included.
 
-    def __init__(self, scrubber: Scrubber | Callable[[], Scrubber]) -> None:
+    A source may be a callable, asked at each line (a broker's scrubber grows as tokens are read), returning None
+    once its broker is gone; a broker process serves one session after another, each `add`ing its own, so a token
+    one session read is scrubbed from every line while that session lives."""
+
+    def __init__(self, scrubber: Scrubber | Callable[[], Scrubber | None]) -> None:
         super().__init__()
-        # A callable is asked at each line: a server's scrubber grows as tokens are read.
-        self._scrubber = scrubber
+        self._sources: list[Callable[[], Scrubber | None]] = []
+        self._lock = threading.Lock()
+        self.add(scrubber)
 
-    @property
-    def scrubber(self) -> Scrubber:
-        return self._scrubber if isinstance(self._scrubber, Scrubber) else self._scrubber()
+    def add(self, scrubber: Scrubber | Callable[[], Scrubber | None]) -> None:
+        with self._lock:
+            self._sources.append((lambda: scrubber) if isinstance(scrubber, Scrubber) else scrubber)
+
+    def _text(self, text: str) -> str:
+        with self._lock:
+            sources = list(self._sources)
+        for source in sources:
+            scrubber = source()
+            if scrubber is None:
+                with self._lock, contextlib.suppress(ValueError):
+                    self._sources.remove(source)
+                continue
+            text = scrubber.text(text)
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a broken format string must not break logging
             message = str(record.msg)
-        record.msg = self.scrubber.text(message)
+        record.msg = self._text(message)
         record.args = None
         if record.exc_info:
-            record.exc_text = self.scrubber.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = self._text(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         return True
 

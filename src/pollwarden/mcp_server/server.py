@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
@@ -21,6 +22,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..core.scrub import Scrubber
 from .arguments import UnknownArgument, arguments_middleware
 from .base import (
     ANSWER_MARGIN_SECONDS,
@@ -96,9 +98,18 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         middleware=[scrub_everything, arguments_middleware(validate, tool_result), task_middleware(tasks)],
         extensions=[TasksExtension(tasks)],
     )
+    owner = weakref.ref(broker)
+
+    def current() -> Scrubber | None:  # asked at each log line: the tokens read so far, until the session ends
+        held = owner()
+        return None if held is None else held.scrubber
+
     for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, ScrubLogs) for f in handler.filters):  # a broker builds one server a session
-            handler.addFilter(ScrubLogs(lambda: broker.scrubber))
+        filters = [f for f in handler.filters if isinstance(f, ScrubLogs)]
+        if filters:  # a broker process builds one server a session: each session's secrets join the one filter
+            filters[0].add(current)
+        else:
+            handler.addFilter(ScrubLogs(current))
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()
