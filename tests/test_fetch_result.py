@@ -163,16 +163,24 @@ def test_an_object_result_without_a_url_is_written_as_json(provider: Loopback, t
     assert provider.seen == []
 
 
-def test_the_secret_echoed_in_the_file_is_removed(provider: Loopback, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        SECRET.encode(),
+        # Issue 23: the loose spellings (zero-width splits, HTML entities) are held back for across chunks too.
+        "\u200b".join(SECRET[:10]).encode() + "".join(f"&#{ord(c)};" for c in SECRET[10:]).encode(),
+    ],
+    ids=["raw", "split-and-entities"],
+)
+def test_the_secret_echoed_in_the_file_is_removed(provider: Loopback, tmp_path: Path, spelled: bytes) -> None:
     # Split across the client's read chunks too: 64 KiB of padding puts the secret over a chunk boundary.
-    body = b"a" * (64 * 1024 - 7) + SECRET.encode() + b"tail"
+    body = b"a" * (64 * 1024 - 20) + spelled + b"tail"
     provider.routes[("GET", "/echo")] = Answer(200, body)
     c = contract(provider.url, "[result]\ncredential = true\n")
     out = tmp_path / "out"
     with client(c) as cl:
         fetch_result(c, cl, succeeded(c, f"{provider.url}/echo"), out)
-    written = out.read_bytes()
-    assert SECRET.encode() not in written and written.endswith(b"tail")
+    assert out.read_bytes() == b"a" * (64 * 1024 - 20) + b"[secret]tail"
 
 
 def test_a_result_on_a_host_the_contract_does_not_name_is_refused_and_nothing_is_sent(

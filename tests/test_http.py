@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import socket
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -454,6 +456,31 @@ def test_an_echoed_credential_is_scrubbed_from_every_part_of_the_answer(serve: C
     assert SECRET not in json.dumps(obs.to_json())
 
 
+def test_an_echo_hex_base64_entity_or_zero_width_spelled_is_scrubbed_from_headers_and_body(
+    serve: Callable[[Script], RawServer],
+) -> None:
+    """Issue 23: the encodings the scrubber missed, each in a header and in the body of one answer."""
+    hexed = SECRET.encode().hex()
+    logged = base64.b64encode(f"x-auth: Bearer {SECRET}\r\n".encode()).decode()  # `Bearer` at offset 8: alignment 2
+    entities = "".join(f"&#{ord(c)};" if i % 2 else f"&#x{ord(c):X}" for i, c in enumerate(SECRET))
+    split = "\u200b".join(SECRET)
+    body = json.dumps({"state": "running", "h": hexed.upper(), "b": logged, "e": entities, "z": split}).encode()
+
+    def script(conn: socket.socket, raw: bytes) -> None:
+        headers = (f"X-Hex: {hexed}", f"X-Log: {logged}", f"X-Html: {entities}")
+        conn.sendall(answer("200 OK", headers, body).replace(b"X-Html", b"X-Zw: " + split.encode() + b"\r\nX-Html"))
+
+    response = response_of(poll(serve(script))[0])
+    assert response.headers["x-hex"] == "[secret]" and response.headers["x-html"] == "[secret]"
+    assert response.headers["x-zw"] == "[secret]" and "[secret]" in response.headers["x-log"]
+    fields = json.loads(response.body)
+    assert fields["h"] == fields["e"] == fields["z"] == "[secret]" and "[secret]" in fields["b"]
+    seen = exchange_bytes(response).decode("utf-8", "replace")
+    assert hexed not in seen.lower() and SECRET not in base64.b64decode(
+        response.headers["x-log"].split("[secret]")[0] + "=="
+    ).decode("latin-1")
+
+
 def test_an_echo_inside_a_gzip_body_is_scrubbed_after_decoding(serve: Callable[[Script], RawServer]) -> None:
     server = serve(send(answer(headers=("Content-Encoding: gzip",), body=gzip.compress(json_body(SECRET)))))
     response = response_of(poll(server)[0])
@@ -551,3 +578,28 @@ def test_static_headers_go_to_the_contracts_origin_only() -> None:
     sent = [dict(request.headers).get("anthropic-version") for request in transport.requests]
     assert sent == ["2023-06-01", "2023-06-01", None]
     assert [request.method for request in transport.requests] == ["GET", "POST", "GET"]
+
+
+# --- issue 23: the client's last line of defence against a credential in clear text -------------------------------
+
+
+def test_the_credential_never_goes_over_plain_http_off_the_loopback_whatever_the_request() -> None:
+    """A contract that got past its load some other way (built in code, stored by an older version): the status
+    poll, a cancel or submit (`send`) and a result download each end as a local failure, nothing sent."""
+    plain = replace(contract_for("https://provider.example"), status_url="http://provider.example/jobs/{job_id}")
+    fake = FakeTransport(lambda request: Reply(200, {}, json_body()))
+    with StatusClient(plain, SECRET, clock=clock, transport=fake) as client:
+        failures = [
+            client.fetch("job-1"),
+            client.send("POST", "http://provider.example/jobs/job-1/cancel"),
+            client.download("http://provider.example/out", io.BytesIO(), cap=1024, credential=True),
+        ]
+        assert fake.requests == []
+        # Without the credential the same origin is asked as before; with the contract's permission, with it.
+        assert not isinstance(client.send("GET", "http://provider.example/x", credential=False), TransportFailure)
+    for failure in failures:
+        assert isinstance(failure, TransportFailure) and failure.kind is FailureKind.LOCAL
+        assert "plain http" in failure.message and "allow_plain_http = true" in failure.message
+    with StatusClient(replace(plain, allow_plain_http=True), SECRET, clock=clock, transport=fake) as client:
+        response_of(client.fetch("job-1"))
+    assert dict(fake.requests[-1].headers)["Authorization"] == f"Bearer {SECRET}"

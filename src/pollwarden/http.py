@@ -33,6 +33,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from . import __version__, wire_round, wire_select
 from .core.contract import Contract
+from .core.contract_reader import PLAIN_HTTP_FIX, in_clear
 from .core.observe import Exchange, FailureKind, Response, TransportFailure
 from .core.scrub import Scrubber
 from .credentials import Credential as Credential
@@ -196,6 +197,12 @@ class StatusClient:
         static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
         headers = {**self._base_headers, **static, **extra}
         if credential and self._sends and self._credential is not None:
+            if in_clear(url) and not self._contract.allow_plain_http:
+                # The contract's load refuses this origin; a contract that got here another way still sends nothing.
+                raise WireError(
+                    FailureKind.LOCAL,
+                    f"refusing to send the credential to {origin_of(url)} over plain http: {PLAIN_HTTP_FIX}",
+                )
             try:
                 self._credential.apply(method, url, headers, body, self._clock())
             except CredentialError as exc:
@@ -372,10 +379,9 @@ class StatusClient:
         for name, value in answer.headers:
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        scrub = self._scrubber.text
-        shown_headers = {
-            scrub(k): scrub(v) for k, v in headers.items() if k not in ("content-encoding", "content-length")
-        }
+        shown_headers = self._scrubber.headers(
+            {k: v for k, v in headers.items() if k not in ("content-encoding", "content-length")}
+        )
         if not 200 <= answer.status < 300:
             return Download(answer.status, shown_headers, 0, hashlib.sha256().hexdigest(), over_cap=False)
         decoder = _decoder(headers)
@@ -435,10 +441,9 @@ class StatusClient:
             # These describe the bytes on the wire, which nobody downstream sees.
             headers.pop("content-encoding", None)
             headers.pop("content-length", None)
-        scrub = self._scrubber.text
         return Response(
             status=answer.status,
-            headers={scrub(k): scrub(v) for k, v in headers.items()},
+            headers=self._scrubber.headers(headers),
             body=self._scrubber.binary(b"".join(chunks)[:cap]),
             sent_at=sent_at,
             received_at=self._clock() if received_at is None else received_at,

@@ -3,12 +3,14 @@ writes only a regular file, atomically."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import pytest
 
 from pollwarden.cli.decide import MAX_BODY_BYTES
+from pollwarden.cli.parser import build_parser
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import endless_file, run_cli, write_contract
 
@@ -169,3 +171,97 @@ def test_a_witness_setting_that_never_ends_is_an_error_after_a_bounded_read(tmp_
     ):
         configured_witness(home)
     assert not wrote_all.is_set()
+
+
+# --- issue 23: a malformed --db is exit 2 on every command that takes it ------------------------------------------
+
+
+def _commands_with(flag: str) -> list[tuple[str, ...]]:
+    """Every command (and sub-command) whose parser takes `flag`, read from the parser itself."""
+    found: list[tuple[str, ...]] = []
+
+    def walk(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, (*words, name))
+            elif flag in action.option_strings and words:
+                found.append(words)
+
+    walk(build_parser(), ())
+    return found
+
+
+BAD_DATABASES = {
+    "postgresql://x:hunter2pw@[::1": "a [ in its host is not closed",
+    "postgresql://h:99999/db": "port is not a number from 1 to 65535",
+    "postgresql://hunter2pw:%zz@h/db": "a % is not followed by two hex digits",
+    "postgresql://u:hunter2pw@[zz]/db": "host in brackets is not an IPv6 address",
+    "": "the database is empty",
+}
+
+
+@pytest.mark.parametrize("command", _commands_with("--db"), ids=" ".join)
+def test_a_malformed_db_url_is_exit_2_on_every_command_that_takes_it(command: tuple[str, ...], home: Path) -> None:
+    ran = run_cli(*command, "--db", "postgresql://x:hunter2pw@[::1", home=home, timeout=30)
+    assert ran.code == 2, (ran.stdout, ran.stderr)
+    assert "argument --db: the PostgreSQL URL is malformed: a [ in its host is not closed" in ran.stderr
+    assert "Traceback" not in ran.stderr and "hunter2pw" not in ran.stderr + ran.stdout
+    assert not home.exists() or not (home / "pollwarden.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("db", "why"), BAD_DATABASES.items(), ids=["ipv6-open", "port", "percent", "ipv6-bad", "empty"]
+)
+def test_each_malformed_db_says_what_is_wrong_from_the_flag_and_from_the_environment(
+    db: str, why: str, home: Path
+) -> None:
+    for ran in (
+        run_cli("status", "--db", db, home=home, timeout=30),
+        run_cli("worker", "--db", db, home=home, timeout=30),
+    ):
+        assert ran.code == 2 and why in ran.stderr and "--db" in ran.stderr, ran.stderr
+        assert "Traceback" not in ran.stderr and "hunter2pw" not in ran.stderr
+    if db:  # an empty POLLWARDEN_DB means "not set", as it always has
+        ran = run_cli("status", home=home, env={"POLLWARDEN_DB": db}, timeout=30)
+        assert ran.code == 2 and why in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+        assert "hunter2pw" not in ran.stderr
+
+
+# --- issue 23: a credential over plain http off the loopback is refused at load -------------------------------------
+
+
+@pytest.mark.parametrize("command", [("watch", "--job", "j"), ("enqueue", "--job", "j"), ("submit",)], ids=" ".join)
+def test_a_contract_sending_its_credential_over_plain_http_is_exit_2_naming_the_key(
+    command: tuple[str, ...], tmp_path: Path, home: Path
+) -> None:
+    contract = tmp_path / "c.toml"
+    contract.write_text(
+        'name = "jobs"\nstatus_url = "http://jobs.example/jobs/{job_id}"\n[states]\npending = ["running"]\n'
+        'success = ["done"]\nfailure = ["failed"]\n[fields]\nstate = "state"\n[auth]\nsecret_env = "JOBS_TOKEN"\n'
+        '[submit]\nurl = "http://jobs.example/jobs"\n',
+        encoding="utf-8",
+    )
+    body = tmp_path / "b.json"
+    body.write_text("{}", encoding="utf-8")
+    extra = ("--body", str(body)) if command[0] == "submit" else ()
+    ran = run_cli(*command, "--contract", str(contract), *extra, home=home, env={"JOBS_TOKEN": "tok-123456"})
+    assert ran.code == 2, (ran.stdout, ran.stderr)
+    assert "status_url: http://jobs.example would receive the credential over plain http" in ran.stderr
+    assert "allow_plain_http = true" in ran.stderr and "Traceback" not in ran.stderr
+    assert not (home / "pollwarden.db").exists()  # nothing created
+
+
+@pytest.mark.parametrize("host", ["\u00e9\u202e", "a" * 300], ids=["bidi", "label-too-long"])
+@pytest.mark.parametrize(
+    "command",
+    [("simulate", "--port", "0", "--host"), ("console", "--port", "0", "--host"), ("worker", "--metrics-host")],
+    ids=["simulate", "console", "worker"],
+)
+def test_a_host_the_resolver_cannot_be_asked_about_is_exit_2_naming_the_flag(
+    command: tuple[str, ...], host: str, home: Path
+) -> None:
+    """Issue 23's parser fuzz: a bind address IDNA cannot encode was a TypeError or UnicodeError traceback."""
+    ran = run_cli(*command, host, home=home, timeout=30)
+    assert ran.code == 2 and f"argument {command[-1]}:" in ran.stderr, ran.stderr
+    assert "is not a host name or IP address" in ran.stderr and "Traceback" not in ran.stderr

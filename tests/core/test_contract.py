@@ -386,3 +386,59 @@ def test_a_contract_file_that_never_ends_is_refused_after_a_bounded_read(tmp_pat
     with endless as wrote_all, pytest.raises(ContractError, match=f"larger than {MAX_CONTRACT_BYTES} bytes"):
         load_contract(tmp_path / "endless.toml")
     assert not wrote_all.is_set()
+
+
+# --- issue 23: no credential over plain http off the loopback --------------------------------------------------
+
+_AUTH = '[auth]\nsecret_env = "EXPORTS_TOKEN"\n'
+
+
+def _at(url: str, *, top: str = "", auth: str = _AUTH) -> str:
+    return top + MINIMAL.replace("https://provider.example/jobs/{job_id}", url) + auth
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://provider.example/jobs/{job_id}", "http://10.0.0.7:8080/jobs/{job_id}", "http://[fd00::1]/j/{job_id}"],
+)
+def test_a_credential_over_plain_http_off_the_loopback_is_refused_naming_the_key_and_the_fix(url: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        parse_contract(_at(url), source="c.toml")
+    message = str(caught.value)
+    assert message.startswith("c.toml: status_url:") and "plain http" in message
+    assert "allow_plain_http = true" in message and "https://" in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/jobs/{job_id}",
+        "http://127.3.4.5/jobs/{job_id}",
+        "http://[::1]:9/jobs/{job_id}",
+        "http://localhost:9/jobs/{job_id}",
+        "http://LOCALHOST/jobs/{job_id}",
+        "https://provider.example/jobs/{job_id}",
+    ],
+)
+def test_the_loopback_and_https_need_no_permission(url: str) -> None:
+    assert parse_contract(_at(url)).allow_plain_http is False
+
+
+def test_plain_http_is_allowed_when_the_contract_says_so_or_sends_no_credential() -> None:
+    url = "http://provider.example/jobs/{job_id}"
+    allowed = parse_contract(_at(url, top="allow_plain_http = true\n"))
+    assert allowed.allow_plain_http is True and allowed.auth is not None
+    assert parse_contract(_at(url, auth="")).auth is None  # nothing secret to protect
+    with pytest.raises(ContractError, match="allow_plain_http: must be true or false"):
+        parse_contract(_at(url, top='allow_plain_http = "yes"\n'))
+
+
+def test_the_origin_is_judged_after_vars_and_the_key_joins_the_fingerprint_only_when_used() -> None:
+    text = _at("{base_url}/jobs/{job_id}") + '[vars]\nbase_url = "https://provider.example"\n'
+    assert parse_contract(text).status_url.startswith("https://")
+    with pytest.raises(ContractError, match="allow_plain_http"):
+        parse_contract(text, vars={"base_url": "http://provider.example"})
+    plain = parse_contract(_at("https://provider.example/jobs/{job_id}"))
+    assert plain.fingerprint() == parse_contract(MINIMAL + _AUTH).fingerprint()
+    allowed = parse_contract(_at("https://provider.example/jobs/{job_id}", top="allow_plain_http = true\n"))
+    assert allowed.fingerprint() != plain.fingerprint()

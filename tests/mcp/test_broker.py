@@ -141,3 +141,24 @@ def _pending_grant(broker: Broker) -> str:
             return pending[0].grant_id
         time.sleep(0.05)
     raise AssertionError("the call never asked for an approval")
+
+
+def test_the_log_filter_asks_each_sessions_scrubber_at_each_line_until_its_session_ends() -> None:
+    """Issue 23: a token is read when a call first needs it, so the log filter asks a broker's scrubber at each
+    line; a broker process serves session after session, each adding its own to the one filter."""
+    read: list[str] = []
+    first = ScrubLogs(Scrubber(["env-secret-1234"]))
+    first.add(lambda: Scrubber(read))
+    gone: list[Scrubber | None] = [Scrubber(["old-session-tok"])]
+    first.add(lambda: gone[0])
+
+    def line(text: str) -> str:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, text, None, None)
+        assert first.filter(record)
+        return record.getMessage()
+
+    assert line("a env-secret-1234 b old-session-tok lazy-token-5678") == "a [secret] b [secret] lazy-token-5678"
+    read.append("lazy-token-5678")  # the first call of a session read its token
+    assert line("lazy-token-5678") == "[secret]"
+    gone[0] = None  # that session ended: its source is dropped
+    assert line("old-session-tok") == "old-session-tok" and len(first._sources) == 2

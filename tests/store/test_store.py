@@ -556,6 +556,8 @@ def test_the_url_is_shown_without_its_password(pg_url: str) -> None:
     )
     assert redact_url("postgres://:s3cret@db/x") == "postgres://db/x"
     assert "s3cret" not in redact_url("host=db password=s3cret dbname=x")
+    for malformed in ("postgresql://u:s3cret@[::1", "postgresql://u:s3cret@h:99999/x", "postgresql://u:s3cret@[zz]/x"):
+        assert redact_url(malformed) == "the PostgreSQL database (a malformed URL)"  # issue 23: it raised
     with_password = pg_url.replace("://postgres@", "://postgres:s3cret@")
     store = PostgresStore(with_password)  # trust auth ignores the password
     try:

@@ -86,6 +86,20 @@ _positive = whole_number(1, 1_000_000)  # a budget of 0 would stop before the fi
 port_number = whole_number(0, 65_535)
 
 
+def host_name(text: str) -> str:
+    """An address to bind (`--host`, `--metrics-host`): an IP literal or a name the resolver can be asked about.
+    A name IDNA cannot encode (a bidi control, a label past 63 characters) was a traceback from the socket layer;
+    one that encodes but does not resolve is still the bind's own exit 2."""
+    try:
+        text.encode("idna")
+    except UnicodeError:
+        raise argparse.ArgumentTypeError(
+            f"'{shown(text[:80])}' is not a host name or IP address (letters, digits, '-' and '.', labels of at most"
+            " 63 characters)"
+        ) from None
+    return text
+
+
 def typed(value: str | None, flag: str) -> str | None:
     """A name or note a person typed for the audit log: refused, not escaped, when it holds a control character."""
     if value is not None and has_control(value):

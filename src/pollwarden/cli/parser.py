@@ -25,7 +25,7 @@ from ..fleet_defaults import (
     auto_processes,
 )
 from ..simulator.scenarios import scenario_listing
-from .common import EXIT_USAGE, _positive, add_var_flag, port_number, real_number, whole_number
+from .common import EXIT_USAGE, _positive, add_var_flag, host_name, port_number, real_number, whole_number
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def home(p: argparse.ArgumentParser) -> None:
         p.add_argument("--home", help="state directory (default $POLLWARDEN_HOME or ~/.local/state/pollwarden)")
-        p.add_argument("--db", help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)")
+        p.add_argument(
+            "--db",
+            type=database,
+            help="SQLite file or postgresql:// URL (default $POLLWARDEN_DB, else the home's file)",
+        )
 
     w = sub.add_parser("watch", help="watch one job until a validated result or a reasoned stop")
     w.add_argument(
@@ -131,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=scenario_listing(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--host", type=host_name, default="127.0.0.1")
     sim.add_argument("--port", type=port_number, default=8080)
     sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
     sim.add_argument(
@@ -256,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_commands(sub, home)
 
     co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
-    co.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    co.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
     co.add_argument("--port", type=port_number, default=8765)
     co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
     home(co)
@@ -306,6 +310,19 @@ def _contracts_command(sub: Any, home: Callable[[argparse.ArgumentParser], None]
 _whole_processes = whole_number(1, MAX_PROCESSES)
 
 
+def database(text: str) -> str:
+    """`--db`, refused at the parser when it cannot name a database (`store.open.check_target`, which a store
+    opened from $POLLWARDEN_DB goes through as well)."""
+    from ..store.base import StoreError
+    from ..store.open import check_target
+
+    try:
+        check_target(text)
+    except StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _processes(text: str) -> int:
     """--processes: `auto` (argparse applies this to the default too) or a whole number in range."""
     if text.strip().lower() == "auto":
@@ -341,7 +358,7 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         f" {AUTO_PROCESSES_CAP} (default auto; 1 runs in this process)",
     )
     w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
-    w.add_argument("--metrics-host", default="127.0.0.1")
+    w.add_argument("--metrics-host", type=host_name, default="127.0.0.1")
     w.add_argument(
         "--provider-rate",
         action="append",

@@ -49,10 +49,20 @@ class BaseHandler(BaseHTTPRequestHandler):
 
     # -- logging: the path without its query, so a login URL's token never reaches a log line -----------
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+    _held: str | None = None
+    _holding = False
+
+    def _request_words(self) -> str:
         path = urlsplit(self.path).path if hasattr(self, "path") else "-"
         method = getattr(self, "command", None) or "-"
-        self.console.log(f'{self.client_address[0]} "{shown(method)} {shown(path)}" {code}')
+        return f'{self.client_address[0]} "{shown(method)} {shown(path)}"'
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        line = f"{self._request_words()} {code}"
+        if self._holding:  # said once the answer is written (or the client is gone): one line either way
+            self._held = line
+        else:
+            self.console.log(line)
 
     def log_error(self, format: str, *args: Any) -> None:
         self.console.log(f"{self.client_address[0]} bad request")
@@ -84,13 +94,25 @@ class BaseHandler(BaseHTTPRequestHandler):
         self._send(status, pages.message_page(title, text, csrf=session.csrf if session else None))
 
     def _guarded(self, handle: Callable[[], None]) -> None:
+        self._holding, self._held = True, None
         try:
             handle()
+        except (ConnectionError, TimeoutError) as exc:
+            # The client went away (or fell silent for `timeout`) mid-request or mid-answer: nobody is left to
+            # answer, and nothing failed here, so one line says so, never a traceback.
+            self.close_connection = True
+            said = self._held or self._request_words()
+            self._held = None
+            self.console.log(f"{said} - the client disconnected before the answer was sent ({type(exc).__name__})")
         except Exception:
             # The operator sees a sentence; the traceback goes to the console's own log, never to a page.
             self.console.log("internal error:\n" + traceback.format_exc().rstrip())
             with suppress(OSError):
                 self._problem(500, "Internal error", "The console failed on this request; its log says why.")
+        finally:
+            held, self._holding, self._held = self._held, False, None
+            if held is not None:
+                self.console.log(held)
 
     # -- the request body ------------------------------------------------------------------------------
 

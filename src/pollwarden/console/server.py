@@ -26,7 +26,6 @@ the form reader), `auth` (Host, Origin, login token, session cookie, CSRF), `vie
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 import socket
 import sys
@@ -39,6 +38,7 @@ from types import TracebackType
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from ..core.contract_reader import is_loopback as is_loopback
 from ..foreground import stop_signals, wait_for
 from ..operating import open_store
 from ..shown import shown
@@ -46,15 +46,6 @@ from ..store.base import Store
 from .handler import ConsoleHandler
 from .logins import OneTimeLogins
 from .sessions import Sessions
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _is_wildcard(host: str) -> bool:

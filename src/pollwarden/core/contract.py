@@ -39,8 +39,8 @@ from .contract_model import Limits as Limits
 from .contract_model import Schedule as Schedule
 from .contract_model import Submit as Submit
 from .contract_model import job_path_problem as job_path_problem
+from .contract_reader import PLAIN_HTTP_FIX, Reader, check_token, check_url, in_clear
 from .contract_reader import ContractError as ContractError
-from .contract_reader import Reader, check_token, check_url
 from .contract_result import parse_result
 from .contract_signals import parse_rate_limits
 from .contract_vars import (
@@ -150,6 +150,7 @@ _TOP_KEYS = {
     "status",
     "headers",
     "status_url_handles",
+    "allow_plain_http",
 }
 
 
@@ -161,6 +162,12 @@ def _build(r: Reader) -> Contract:
     body = status_table.get("body") if isinstance(status_table, dict) else None
     _check_status_url(r, status_url, job_in_body=isinstance(body, str) and "{job_id}" in body)
     auth = parse_auth(r)
+    allow_plain_http = r.boolean("allow_plain_http", False)
+    if auth is not None and in_clear(status_url) and not allow_plain_http:
+        # Cancel, submit and a result fetched with the credential are on this origin too: one check holds for all.
+        raise r.fail(
+            "status_url", f"{_origin(status_url)} would receive the credential over plain http; {PLAIN_HTTP_FIX}"
+        )
     s = r.table("states", required=True)
     s.only({c.value for c in Category if c is not Category.UNKNOWN})
     states = StateTable(
@@ -352,6 +359,7 @@ def _build(r: Reader) -> Contract:
         headers=_headers(r, auth),
         status_url_handles=status_url_handles,
         job_identity=parse_job_identity(r, status_url_handles=status_url_handles),
+        allow_plain_http=allow_plain_http,
     )
 
 

@@ -260,6 +260,8 @@ class Contract:
     status_url_handles: bool = False
     """A status URL the provider returned may be given instead of a job id (`watch --status-url`)."""
     job_identity: JobIdentity = field(default_factory=JobIdentity)
+    allow_plain_http: bool = False
+    """The credential may go over plain http to an origin that is not the loopback (refused otherwise)."""
     vars: tuple[tuple[str, str], ...] = ()
     """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
     source_text: str = field(default="", compare=False, repr=False)
@@ -334,6 +336,8 @@ class Contract:
             identity["headers"] = dict(self.headers)
         if (job_identity := self.job_identity.identity()) is not None:  # issue 23's keys, only when used
             identity["job_identity"] = job_identity
+        if self.allow_plain_http:  # issue 23: only when used, so every older contract keeps its fingerprint
+            identity["allow_plain_http"] = True
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 

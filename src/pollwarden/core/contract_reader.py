@@ -87,6 +87,28 @@ def check_url(r: Reader, key: str, url: str) -> None:
         raise r.fail(key, f"host {host!r} may only use letters, digits, '.' and '-'")
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 (bracketed or not) and `localhost`, which RFC 6761 reserves for the loopback."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def in_clear(url: str) -> bool:
+    """Whether a request to `url` would cross a network unencrypted: plain http to anything but the loopback."""
+    parts = urlsplit(url)
+    return parts.scheme == "http" and not is_loopback(parts.hostname or "")
+
+
+PLAIN_HTTP_FIX = (
+    "use https://, or, if this network is trusted with the credential in clear text, set allow_plain_http = true"
+    " at the top of the contract"
+)
+
+
 def check_token(r: Reader, key: str, value: str) -> None:
     """Header names, auth schemes, variable names: ASCII letters (isalnum alone lets "é" in), digits, - and _."""
     if not value or any(not (ch.isascii() and (ch.isalnum() or ch in "-_")) for ch in value):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PollwardenError
+from .expr_cost import MAX_STEPS, StepsExceeded, budgeted_class, shape_problem
 
 if TYPE_CHECKING:
     import jmespath
@@ -91,6 +92,8 @@ def _compile(text: str) -> _Compiled:
         # fields were expressions kept working by quoting each segment, which is what they meant.
         parsed = jmespath.compile(".".join(json.dumps(part) for part in path))
     _check_functions(parsed.parsed)
+    if path is None and (problem := shape_problem(parsed.parsed)) is not None:
+        raise ExpressionError(f"{problem}: its cost on one answer must stay bounded (docs/contracts.md)")
     return _Compiled(parsed, path)
 
 
@@ -160,7 +163,9 @@ def lookup(text: str, document: Any) -> Lookup:
             current = current[part]
         return Lookup(present=current is not None, value=current)
     try:
-        value = compiled.parsed.search(document, options=_options())
+        value = budgeted_class()(_options(), MAX_STEPS).visit(compiled.parsed.parsed, document)
+    except StepsExceeded:
+        return Lookup(present=False, problem=f"it takes more than {MAX_STEPS} steps on this body", plain=False)
     except (jmespath.exceptions.JMESPathError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
         return Lookup(present=False, problem=_evaluation_problem(exc), plain=False)
     return Lookup(present=value is not None, value=value, plain=False)

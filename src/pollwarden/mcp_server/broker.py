@@ -25,9 +25,10 @@ from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
+from ..core.scrub import Scrubber
 from ..engine import Engine, NotYet, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
-from ..http import Credential, CredentialError, StatusClient, resolve_secret
+from ..http import Credential, CredentialError, StatusClient
 from ..operating import HomeError, open_store
 from ..progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, agent_log_id
@@ -35,7 +36,7 @@ from ..store.owner import process_owner
 from .base import CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import RequestMade, gated_call
 from .reporting import timing
-from .scrub import scrubber_for, wire_safe
+from .scrub import secret_values, wire_safe
 from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
@@ -88,17 +89,28 @@ class Broker:
         self.clock = clock
         self.session_id = session_id or secrets.token_hex(6)
         self.log_id = agent_log_id(self.session_id)
-        self.scrubber = scrubber_for(self.contracts.values(), env)
+        self._static_secrets = secret_values(self.contracts.values(), env)
+        self._scrubber = Scrubber.joined(self._static_secrets)
+        self._scrubber_pairs = frozenset(self._static_secrets)
         self.problems = list(problems)
         self.stopping = threading.Event()
         self.heartbeat_seconds, self.wait_without_progress = timing(env)
         self._secrets: dict[str, Credential | None] = {}
+        self._reading: dict[str, threading.Lock] = {}
+        """One lock per contract whose token a command prints: run once when a call first needs it, not at start."""
+        self._read: set[str] = set()
         self.not_ready: dict[str, str] = {}
         for name, contract in self.contracts.items():
-            try:
-                self._secrets[name] = resolve_secret(contract, env)
-            except CredentialError as exc:
-                self.not_ready[name] = str(exc)
+            credential = None if contract.auth is None else Credential(contract.name, contract.auth, env)
+            self._secrets[name] = credential
+            if credential is not None and credential.auth.token_command is not None:
+                self._reading[name] = threading.Lock()  # a command may hang: never before initialize is answered
+            elif credential is not None:
+                try:  # the environment, a file: read now, so a missing one is said at start
+                    credential.prime()
+                except CredentialError as exc:
+                    self._secrets[name] = None
+                    self.not_ready[name] = str(exc)
             if not contract.safe_status:
                 self.not_ready[name] = f"contract {name!r} declares safe_status = false"
         self._lock = threading.Lock()
@@ -198,7 +210,19 @@ class Broker:
             )
         return contract
 
+    @property
+    def scrubber(self) -> Scrubber:
+        """Every secret the environment holds for the served contracts, and every token read so far."""
+        pairs = set(self._static_secrets)
+        for credential in self._secrets.values():
+            if credential is not None:
+                pairs.update(credential.secret_pairs())
+        if pairs != self._scrubber_pairs:  # a token read since: rebuilt once, by whichever call sees it first
+            self._scrubber, self._scrubber_pairs = Scrubber.joined(pairs), frozenset(pairs)
+        return self._scrubber
+
     def ready(self, contract: Contract) -> None:
+        self._read_token(contract)
         problem = self.not_ready.get(contract.name)
         if problem is not None:
             log.warning("contract %s is not ready: %s", contract.name, problem)
@@ -207,6 +231,29 @@ class Broker:
                 f"contract {contract.name!r} is not ready on this server (its credential or safety declaration is"
                 " missing); a person must fix the server's configuration. Nothing was sent",
             )
+
+    def _read_token(self, contract: Contract) -> None:
+        """A command's token, read by the first call that needs it; calls of the same contract meanwhile wait for
+        that one run instead of starting their own. Once read, it is the credential's: kept for its ttl and read
+        again before a poll that needs it, as every interface does (`StatusClient.prepare`). A failure is this
+        call's `not_ready`; the next call tries again (the command may have been fixed)."""
+        reading = self._reading.get(contract.name)
+        credential = self._secrets.get(contract.name)
+        if reading is None or credential is None or contract.name in self._read:
+            return
+        with reading:
+            if contract.name in self._read:
+                return
+            try:
+                credential.prime()
+                self._read.add(contract.name)
+            except CredentialError as exc:
+                log.warning("contract %s is not ready: %s", contract.name, exc)
+                raise ToolFailure(
+                    "not_ready",
+                    f"contract {contract.name!r} could not read its credential ({exc}); a person must fix the"
+                    " server's configuration. Nothing was sent",
+                ) from None
 
     def operation(self, store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
         if operation_id_problem(operation_id) is not None:

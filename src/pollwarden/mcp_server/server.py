@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
@@ -21,6 +22,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..core.scrub import Scrubber
 from ..outbox import delivering_home
 from .arguments import UnknownArgument, arguments_middleware
 from .base import (
@@ -59,7 +61,6 @@ OperationId = Annotated[str, Field(description="an operation id returned by star
 
 def build_server(broker: Broker) -> MCPServer[Any]:
     """The SDK's high-level `MCPServer` with the agent tools; every reply is a scrubbed JSON object."""
-    scrubber = broker.scrubber
     tasks = Tasks(broker)  # tasks.py: task-augmented calls, watched by the server
 
     def validate(tool: str, arguments: dict[str, Any]) -> None:
@@ -77,9 +78,11 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         try:
             result = await call_next(ctx)
         except MCPError as exc:
+            scrubber = broker.scrubber  # after the call: a token it read is one of the secrets now
             if scrubber.found_in(exc.error.message) or scrubber.found_in(json.dumps(exc.error.data, default=str)):
                 raise MCPError(exc.error.code, scrubber.text(exc.error.message)) from None
             raise
+        scrubber = broker.scrubber
         if result is None or not scrubber:
             return result
         dumped = result.model_dump(mode="json", by_alias=True) if isinstance(result, BaseModel) else dict(result)
@@ -96,15 +99,24 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         middleware=[scrub_everything, arguments_middleware(validate, tool_result), task_middleware(tasks)],
         extensions=[TasksExtension(tasks)],
     )
+    owner = weakref.ref(broker)
+
+    def current() -> Scrubber | None:  # asked at each log line: the tokens read so far, until the session ends
+        held = owner()
+        return None if held is None else held.scrubber
+
     for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, ScrubLogs) for f in handler.filters):  # a broker builds one server a session
-            handler.addFilter(ScrubLogs(scrubber))
+        filters = [f for f in handler.filters if isinstance(f, ScrubLogs)]
+        if filters:  # a broker process builds one server a session: each session's secrets join the one filter
+            filters[0].add(current)
+        else:
+            handler.addFilter(ScrubLogs(current))
 
     async def run(ctx: Context, tool: str, **arguments: Any) -> CallToolResult:
         cancelled = threading.Event()
 
         def notify(message: str) -> None:
-            anyio.from_thread.run(ctx.info, scrubber.text(message))
+            anyio.from_thread.run(ctx.info, broker.scrubber.text(message))
 
         reporter = _reporter(ctx, broker)
         # A call that reports no progress answers before its host would cut it, whatever it waits on (a person's
