@@ -25,7 +25,7 @@ from .errors import PollwardenError
 from .home import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .shown import shown
-from .store.base import Grant, Store, StoreError, agent_log_id
+from .store.base import Grant, Store, StoreError, UnreadableRecord, agent_log_id
 from .store.open import is_postgres_url, redact_url
 from .store.open import open_store as open_target
 
@@ -89,6 +89,15 @@ def configured_witness(home: Path) -> Witness | None:
     except (OSError, UnicodeDecodeError, TooLarge) as exc:
         raise StoreError(f"cannot read the witness setting {path}: {exc}") from None
     return Witness.parse(text, str(path))
+
+
+def operation_known(store: Store, operation_id: str) -> bool:
+    """Whether the store holds the operation, readable or not: its log is there to tell (`story`, `why`, an
+    export of it) even when its row cannot be decoded."""
+    try:
+        return store.get(operation_id) is not None
+    except UnreadableRecord:
+        return True
 
 
 def contract_of(store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
@@ -351,7 +360,18 @@ def verify_home(
                 witness=kept if isinstance(kept, HeadFile) else None,
                 pinned_key=pinned_key,
                 heads=heads,
+                rotations=snapshot.rotations(),
+                rows=snapshot.vouched_rows(),
             )
     finally:
         store.close()
+    if report.unvouched:
+        notes = (*notes, unvouched_note(report.unvouched))
     return AuditCheck(report, str(store.path), trusted_name, notes)  # a URL's password is already left out
+
+
+def unvouched_note(count: int) -> str:
+    return (
+        f"{count} row{'s' if count != 1 else ''} not yet vouched for: the store was upgraded to schema 8 and no head"
+        " has been signed since; its next write (or `pollwarden audit checkpoint`) vouches for every row as it stands"
+    )

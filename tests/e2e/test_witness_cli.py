@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pollwarden.audit import GENESIS_HASH, sign_head, write_head_file
 from pollwarden.simulator import Simulator
+from pollwarden.store.migrations import LATEST
 from pollwarden.store.witness import _Poster
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
@@ -139,7 +140,7 @@ def test_an_http_witness_receives_the_newest_head_when_the_watch_ends(home: Path
         posted = [json.loads(seen.body) for seen in witness.seen if seen.path == "/heads"]
     assert posted, "the witness received no head"
     newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)
-    assert {(p["format"], p["version"]) for p in posted} == {("pollwarden-audit-head", 1)}
+    assert {(p["format"], p["version"]) for p in posted} == {("pollwarden-audit-head", 2)}
     assert posted[-1]["head"] == newest["head"]
 
 
@@ -178,10 +179,22 @@ def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound() ->
 _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'"
 
 
+_SCHEMA_8 = (
+    "DROP TABLE audit_vouches_pending",
+    "DROP TABLE audit_key_rotations",
+    "DROP TABLE audit_settings",
+    "DROP INDEX operations_unreadable",
+    "ALTER TABLE operations DROP COLUMN unreadable",
+)
+"""What schema 8 added (rows the audit vouches for, key rotations, settings, unreadable rows), undone."""
+
+
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
-    (schema 4 replaced it), no watcher columns (schema 5), version 2."""
+    (schema 4 replaced it), no watcher columns (schema 5), nothing of schema 8, version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
+        for statement in _SCHEMA_8:
+            conn.execute(statement)
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
@@ -194,12 +207,14 @@ def _downgrade_sqlite(db: Path) -> None:
 
 def _downgrade_postgres(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
+        for statement in _SCHEMA_8:
+            conn.execute(statement.encode())
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
         conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
-        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5)")
+        conn.execute("DELETE FROM schema_migrations WHERE version > 2")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -238,7 +253,8 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3, 4, 5]" in upgraded.stdout, upgraded.stdout
+        applied = f"applied migrations {list(range(3, LATEST + 1))}"
+        assert upgraded.code == 0 and applied in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head

@@ -62,10 +62,13 @@ __all__ = [
 EXPORT_FORMAT = "pollwarden-audit-export"
 CHECKPOINT_FORMAT = "pollwarden-audit-checkpoint"
 HEAD_FORMAT = "pollwarden-audit-head"
-EXPORT_VERSION = 3
+EXPORT_VERSION = 4
 CHECKPOINT_VERSION = 1  # the checkpoint file keeps its format
-HEAD_VERSION = 1
-_EXPORT_VERSIONS = (1, 2, 3)
+HEAD_VERSION = 2
+"""Version 2 head files may carry a head's `vouches` (schema 8); a head without them is still written as version 1,
+so a witness file of an older store reads as it always did."""
+_HEAD_VERSIONS = (1, 2)
+_EXPORT_VERSIONS = (1, 2, 3, 4)
 _RECORD_FIELDS = ("log_id", "seq", "at", "kind", "prev_hash", "ciphertext", "this_hash")
 
 
@@ -444,7 +447,8 @@ def read_checkpoint_file(path: Path) -> Checkpoint:
 
 def head_file_text(head: Head, logs: Mapping[str, LogTip] | None = None) -> str:
     """One head file, as one line of JSON (what a witness keeps or receives); `logs` lists the state it fixes."""
-    body: dict[str, Any] = {"format": HEAD_FORMAT, "version": HEAD_VERSION, "head": head.to_json()}
+    version = HEAD_VERSION if head.vouches else 1
+    body: dict[str, Any] = {"format": HEAD_FORMAT, "version": version, "head": head.to_json()}
     if logs is not None:
         body["logs"] = [[log_id, seq, this_hash] for log_id, (seq, this_hash) in sorted(logs.items())]
     return _dumps(body)
@@ -493,9 +497,7 @@ def read_head_file(path: Path) -> HeadFile:
     """A head file as `write_head_file` wrote it; a malformed one raises ExportFormatError naming the field."""
     path = Path(path)
     where = f"head file {path}"
-    return _head_file_from(
-        _check_header(_read_json_file(path, "head file"), where, HEAD_FORMAT, (HEAD_VERSION,)), where
-    )
+    return _head_file_from(_check_header(_read_json_file(path, "head file"), where, HEAD_FORMAT, _HEAD_VERSIONS), where)
 
 
 def read_kept_file(path: Path) -> Checkpoint | HeadFile:
@@ -504,5 +506,5 @@ def read_kept_file(path: Path) -> Checkpoint | HeadFile:
     obj = _read_json_file(path, "checkpoint file")
     if isinstance(obj, dict) and obj.get("format") == HEAD_FORMAT:
         where = f"head file {path}"
-        return _head_file_from(_check_header(obj, where, HEAD_FORMAT, (HEAD_VERSION,)), where)
+        return _head_file_from(_check_header(obj, where, HEAD_FORMAT, _HEAD_VERSIONS), where)
     return read_checkpoint_file(path)

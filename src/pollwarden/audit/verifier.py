@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH, AuditRecord
 from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, StoredRows, record_fields, short
-from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of
+from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of, load_public_key_text
+from pollwarden.audit.crypto import AuditKeyError
 from pollwarden.audit.heads import Head, head_valid
 from pollwarden.audit.journal import (
     HeadFile,
@@ -27,6 +28,8 @@ from pollwarden.audit.journal import (
     replay,
     state_differences,
 )
+from pollwarden.audit.rotation import Lineage, Rotation, lineage
+from pollwarden.audit.vouch import Vouch, compare_rows
 
 __all__ = ["ALL_LOGS", "LogHead", "Problem", "VerifyReport", "verify"]
 
@@ -50,6 +53,12 @@ class VerifyReport:
     bytes_verified: int
     problems: tuple[Problem, ...]
     heads: int = 0
+    rows: int = 0
+    """Rows compared with what the heads vouched for (a store's operations and settings; 0 for an export)."""
+    unvouched: int = 0
+    """Rows no head has vouched for yet: a store upgraded to schema 8 and not written since."""
+    witnesses: int = 0
+    """Heads kept elsewhere that were checked (the home's head file and every witness file)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +67,9 @@ class VerifyReport:
             "logs": self.logs,
             "checkpoints": self.checkpoints,
             "heads": self.heads,
+            "rows": self.rows,
+            "rows_not_yet_vouched_for": self.unvouched,
+            "witnesses": self.witnesses,
             "bytes_verified": self.bytes_verified,
             "problems": [problem.to_json() for problem in self.problems],
         }
@@ -81,6 +93,13 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _public(text: str) -> Ed25519PublicKey | None:
+    try:
+        return load_public_key_text(text, source="a rotation's key")
+    except AuditKeyError:
+        return None
+
+
 class _Verifier:
     def __init__(
         self,
@@ -90,35 +109,41 @@ class _Verifier:
         pinned_key: Ed25519PublicKey | None,
         expected_heads: Mapping[str, LogHead] | None,
         heads: Sequence[Head] | StoredHeads | None,
-        witness: HeadFile | None,
+        witnesses: Sequence[HeadFile],
+        rotations: Sequence[Rotation],
+        rows: Iterable[Vouch] | None,
     ) -> None:
         self.checkpoints = checkpoints
-        # A pinned key replaces the one the log names: every signature is checked against it alone.
+        # A pinned key replaces the one the log names as the root of trust: the keys it rotated to, and it alone
+        # where there was no rotation, are the only ones trusted.
         self.claimed_key = public_key
+        self.pinned_key = pinned_key
         self.pinned = pinned_key is not None
-        if pinned_key is not None:
-            public_key = pinned_key
-        self.public_key = public_key
+        root = pinned_key if pinned_key is not None else public_key
+        self.rotations = sorted(rotations, key=lambda rotation: rotation.counter)
+        # The key the newest head must be signed by: the last rotation's, or the root's when none happened.
+        self.public_key = _public(self.rotations[-1].new_public) if self.rotations else root
         self.trusted = trusted
         self.expected_heads = expected_heads
-        self.witness = witness
+        self.witnesses = witnesses
+        self.rows = rows
         self.problems: list[Problem] = []
-        self.valid: list[Checkpoint] = []
-        if public_key is not None:
-            self.valid = [cp for cp in checkpoints if checkpoint_valid(cp, public_key)]
-        self.trusted_valid = trusted is not None and public_key is not None and checkpoint_valid(trusted, public_key)
         # None: a source from before signed heads (an older export, a store not written since its upgrade).
         self.journal: Journal | None = None
         if heads is not None:
-            snapshot_at = [witness.head.counter] if witness is not None else []
-            self.journal = replay(heads, public_key, snapshot_at)
+            snapshot_at = [kept.head.counter for kept in witnesses] + [rotation.counter for rotation in self.rotations]
+            self.journal = replay(heads, self.public_key, snapshot_at)
+        self.lineage: Lineage = lineage(self.rotations, root, self.journal.hashes if self.journal is not None else {})
+        self.keys = self._trusted_keys()
+        self.valid = [cp for cp in checkpoints if self._signed(cp)]
+        self.trusted_valid = trusted is not None and self._signed(trusted)
         interest: dict[str, set[int]] = self.journal.interest() if self.journal is not None else {}
         for cp in self.valid:
             interest.setdefault(cp.log_id, set()).add(cp.seq)
         if trusted is not None and self.trusted_valid:
             interest.setdefault(trusted.log_id, set()).add(trusted.seq)
-        if witness is not None and witness.logs is not None:
-            for log_id, (seq, _) in witness.logs.items():
+        for kept in witnesses:
+            for log_id, (seq, _) in (kept.logs or {}).items():
                 interest.setdefault(log_id, set()).add(seq)
         elsewhere: dict[str, int] = {}
         for cp in checkpoints:
@@ -130,6 +155,21 @@ class _Verifier:
             for log_id, (seq, _) in self.journal.state.items():
                 elsewhere[log_id] = max(elsewhere.get(log_id, 0), seq)
         self.walk = ChainWalk({log_id: frozenset(seqs) for log_id, seqs in interest.items()}, elsewhere)
+
+    def _trusted_keys(self) -> dict[str, Ed25519PublicKey]:
+        """The keys whose signatures count, by key id: the lineage's, from the pinned key on when one is pinned."""
+        epochs = list(self.lineage.epochs)
+        if self.pinned_key is not None:
+            pinned = key_id_of(self.pinned_key)
+            starts = [index for index, epoch in enumerate(epochs) if epoch.key_id == pinned]
+            epochs = epochs[starts[0] :] if starts else []
+            if not epochs:
+                return {pinned: self.pinned_key}
+        return {epoch.key_id: epoch.public_key for epoch in epochs}
+
+    def _signed(self, cp: Checkpoint) -> bool:
+        key = self.keys.get(cp.key_id)
+        return key is not None and checkpoint_valid(cp, key)
 
     def _evidence(self, log_id: str, seq: int) -> tuple[str | None, str]:
         """What a checkpoint or head fixes at the end of a log, to classify a mismatch of its last record."""
@@ -153,6 +193,7 @@ class _Verifier:
         else:
             if self.pinned:
                 self._check_claimed_key(self.public_key)
+            self._check_lineage()
             self._check_checkpoints(self.public_key)
             if self.trusted is not None:
                 self._check_trusted(self.trusted, self.public_key)
@@ -160,10 +201,11 @@ class _Verifier:
             self._check_journal(self.journal)
         else:
             self._check_checkpointed_kinds()
-        if self.witness is not None:
-            self._check_witness(self.witness)
+        for kept in self.witnesses:
+            self._check_witness(kept)
         if self.expected_heads is not None:
             self._check_heads(self.expected_heads)
+        checked, unvouched = self._check_rows()
         problems = [*self.walk.problems, *self.problems]
         log_ids = set(self.walk.logs) | {cp.log_id for cp in self.checkpoints}
         if self.journal is not None:
@@ -177,7 +219,58 @@ class _Verifier:
             bytes_verified=self.walk.bytes_verified,
             problems=tuple(problems),
             heads=self.journal.count if self.journal is not None else 0,
+            rows=checked,
+            unvouched=unvouched,
+            witnesses=len(self.witnesses),
         )
+
+    # -- rows and keys -------------------------------------------------------------------------------------
+
+    def _check_rows(self) -> tuple[int, int]:
+        """The stored rows against what the heads vouched for; (rows read, rows not yet vouched for)."""
+        if self.rows is None:
+            return 0, 0
+        journal = self.journal
+        found = compare_rows(
+            self.rows,
+            journal.vouched if journal is not None else {},
+            journal.vouching_since if journal is not None else None,
+        )
+        self.problems.extend(Problem(log_id, None, what) for log_id, what in found.problems or ())
+        return found.rows, found.unvouched
+
+    def _check_lineage(self) -> None:
+        """Rotations that do not link, a pinned key outside the lineage, a home key the rotations do not lead to."""
+        self.problems.extend(Problem(ALL_LOGS, None, what) for what in self.lineage.problems)
+        if not self.rotations:
+            return
+        current = self.lineage.current
+        names = ", ".join(epoch.key_id for epoch in self.lineage.epochs)
+        if self.pinned_key is not None and self.lineage.epoch_of(key_id_of(self.pinned_key)) is None:
+            self.problems.append(
+                Problem(
+                    ALL_LOGS,
+                    None,
+                    f"the pinned key {key_id_of(self.pinned_key)} is not one of the store's signing keys ({names}):"
+                    " the log was re-signed with other keys, or comes from another installation",
+                )
+            )
+        claimed = self.claimed_key
+        if (
+            self.pinned_key is None
+            and claimed is not None
+            and current is not None
+            and key_id_of(claimed) != current.key_id
+        ):
+            self.problems.append(
+                Problem(
+                    ALL_LOGS,
+                    None,
+                    f"the home's public key is {key_id_of(claimed)}, but the store's rotations lead to key"
+                    f" {current.key_id}: a rotation was not finished (run `pollwarden audit rotate-key` again),"
+                    " or the home's key was replaced",
+                )
+            )
 
     # -- signed heads ------------------------------------------------------------------------------------
 
@@ -230,13 +323,41 @@ class _Verifier:
             )
 
     def _check_witness(self, witness: HeadFile) -> None:
+        """One head kept elsewhere: signed by a key of the store's lineage in that key's time, and extended by the
+        store. A head of a key no rotation leads from is a finding (the key was replaced and the heads re-signed),
+        and is still compared with the store, so a rollback behind it is named too."""
         head = witness.head
-        kept = f"the head #{head.counter} kept elsewhere"
+        kept = witness.label
         if self.public_key is None:
             self.problems.append(Problem(ALL_LOGS, None, f"{kept} cannot be checked: no public key was given"))
             return
-        if not head_valid(head, self.public_key):
-            self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, self.public_key, kept)))
+        epoch = self.lineage.epoch_of(head.key_id)
+        if epoch is None or epoch.key_id not in self.keys:
+            current = self.lineage.current
+            signer = f"key {current.key_id}" if current is not None else "another key"
+            if self.pinned and epoch is None:
+                self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, self.public_key, kept)))
+                return
+            self.problems.append(
+                Problem(
+                    ALL_LOGS,
+                    None,
+                    f"{kept} is signed by key {_key_id_text(head.key_id)}, but the store's heads are signed by"
+                    f" {signer} and no rotation leads from that key to it: the signing key was replaced and the"
+                    " heads re-signed (or the head is another store's: give each store a witness location of its own)",
+                )
+            )
+        elif not epoch.signs(head.counter):
+            self.problems.append(
+                Problem(
+                    ALL_LOGS,
+                    None,
+                    f"{kept} is signed by key {epoch.key_id}, which signs {epoch.span()} only: it was signed with a"
+                    " key after that key was rotated away (the key is in other hands, or a process kept it)",
+                )
+            )
+        elif not head_valid(head, epoch.public_key):
+            self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, epoch.public_key, kept)))
             return
         journal = self.journal
         newest = journal.newest if journal is not None else None
@@ -316,7 +437,7 @@ class _Verifier:
 
     def _check_claimed_key(self, pinned: Ed25519PublicKey) -> None:
         claimed = self.claimed_key
-        if claimed is None or key_id_of(claimed) == key_id_of(pinned):
+        if claimed is None or key_id_of(claimed) == key_id_of(pinned) or key_id_of(claimed) in self.keys:
             return
         self.problems.append(
             Problem(
@@ -468,6 +589,9 @@ def verify(
     expected_heads: Mapping[str, LogHead] | None = None,
     heads: Sequence[Head] | StoredHeads | None = None,
     witness: HeadFile | None = None,
+    witnesses: Sequence[HeadFile] = (),
+    rotations: Sequence[Rotation] = (),
+    rows: Iterable[Vouch] | None = None,
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
 
@@ -478,13 +602,21 @@ def verify(
     without building a head per commit); None for a source from before heads
     (then the per-log `checkpoints` are all there is, and a record of a kind that was always checkpointed
     must have one). With heads, every record must be under the newest head and every log it fixes stored.
-    `witness` is a head kept elsewhere: the records must extend it (rollback otherwise).
+    `witness` is a head kept elsewhere: the records must extend it (rollback otherwise); `witnesses` are more of
+    them (every head file of a witness location, whatever key signed it), each checked the same way.
+    `rotations` are the store's key rotations (`audit/rotation.py`): the newest head must be signed by the key
+    they lead to, and a kept head by a key of theirs in its time.
+    `rows` are the store's vouched rows as they stand (`store/vouching.py`): each must be what the heads last
+    vouched for under its log (None: not checked, as for an export).
     `trusted_checkpoint` is an older-style checkpoint kept outside the log (the file `audit export` wrote
     beside it); it also pins the public key, since an attacker who rewrites an export can re-sign it.
     `pinned_key` is the only key trusted when given: every signature is checked against it, and a
     `public_key` (the key the store or export names) that differs is a problem of its own (log ``"*"``).
     `expected_heads` is what an export's header lists per log; the records must match it.
     """
-    verifier = _Verifier(checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, witness)
+    kept = [*([witness] if witness is not None else []), *witnesses]
+    verifier = _Verifier(
+        checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, kept, rotations, rows
+    )
     verifier.walk.add_rows(records.rows if isinstance(records, StoredRows) else map(record_fields, records))
     return verifier.finish()

@@ -33,6 +33,7 @@ from ..operating import (
     HomeError,
     configured_witness,
     database_target,
+    operation_known,
     trusted_checkpoint,
     verify_home,
 )
@@ -151,7 +152,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     with output_file(args.out, "--out") as temp, output_file(f"{args.out}.checkpoint", "--out") as temp_checkpoint:
         store = _open_store(args.home, keys="write")
         try:
-            if args.operation and store.get(args.operation) is None:
+            if args.operation and not operation_known(store, args.operation):
                 raise UsageError(unknown_operation(store.path, args.operation))
             assert store.keys is not None
             if args.operation:

@@ -17,6 +17,7 @@ and re-exports every public name from where it has always been importable.
 from __future__ import annotations
 
 from .base import EVENT_TYPES, AuditEvent, Payload, event, parse
+from .keeping import SigningKeyRotated, WitnessCleared, WitnessConfigured
 from .operation import (
     Created,
     DecisionEvent,
@@ -28,6 +29,7 @@ from .operation import (
     LimitsNarrowed,
     Observed,
     Paced,
+    RecordUnreadable,
     RequestWithheld,
     Reserved,
     ResumeRefused,
@@ -121,12 +123,14 @@ __all__ = [
     "Paced",
     "Payload",
     "PersonCommand",
+    "RecordUnreadable",
     "Refused",
     "RequestWithheld",
     "Reserved",
     "ResumeRefused",
     "SessionApprovalRequested",
     "SessionStarted",
+    "SigningKeyRotated",
     "StopEvent",
     "SubmissionDuplicate",
     "SubmissionIntent",
@@ -140,6 +144,8 @@ __all__ = [
     "WatchInterrupted",
     "WatchRejoined",
     "WatchStarted",
+    "WitnessCleared",
+    "WitnessConfigured",
     "event",
     "outcome_events",
     "parse",
