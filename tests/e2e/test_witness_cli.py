@@ -156,7 +156,10 @@ def test_a_witness_that_is_down_never_fails_the_command(home: Path, contract: Pa
     ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
     assert ran.code == 0, ran.stderr
     _watch(home, contract, "happy-1", "op-a")  # closing, it gives the witness one chance (the test below)
-    assert _verify(home)[0] == 0
+    # The command succeeded; verifying is another matter: a configured witness that cannot be read is a finding.
+    code, report = _verify(home)
+    (problem,) = _problems(report)
+    assert code == EXIT_TAMPERED and "cannot be read" in str(problem["what"]), report
 
 
 def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound() -> None:

@@ -28,7 +28,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -39,7 +39,8 @@ from pollwarden.audit.checkpoint import Checkpoint, load_public_key_text, public
 from pollwarden.audit.crypto import AuditError, AuditKeyError
 from pollwarden.audit.heads import Head
 from pollwarden.audit.journal import HeadFile, LogTip
-from pollwarden.audit.verifier import LogHead, VerifyReport, verify
+from pollwarden.audit.rotation import Rotation
+from pollwarden.audit.verifier import LogHead, Problem, VerifyReport, verify
 from pollwarden.core.bounded import TooLarge, read_bounded
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "HEAD_FORMAT",
     "ExportContents",
     "ExportFormatError",
+    "head_file_from_json",
     "head_file_text",
     "load_export",
     "read_checkpoint_file",
@@ -131,6 +133,7 @@ def write_export(
     *,
     exported_at: str,
     heads: Sequence[Head] = (),
+    rotations: Sequence[Rotation] = (),
 ) -> int:
     """Write an export and return how many records it holds.
 
@@ -170,6 +173,8 @@ def write_export(
                 handle.write(_checkpoint_line(cp) + "\n")
             for head in heads:
                 handle.write(_dumps({"type": "head", **head.to_json()}) + "\n")
+            for rotation in rotations:
+                handle.write(_dumps({"type": "rotation", **rotation.to_json()}) + "\n")
 
         _atomic_write(path, write)
     return count
@@ -326,6 +331,8 @@ class ExportContents:
     version: int
     heads: dict[str, LogHead] | None
     signed_heads: list[Head] | None = None
+    rotations: list[Rotation] = field(default_factory=list)
+    """The store's key rotations a version 4 export of a whole store carries (`{"type":"rotation", ...}` lines)."""
 
     def verify(
         self,
@@ -333,8 +340,10 @@ class ExportContents:
         pinned_key: Ed25519PublicKey | None = None,
         trusted_checkpoint: Checkpoint | None = None,
         witness: HeadFile | None = None,
+        witnesses: Sequence[HeadFile] = (),
+        findings: Sequence[Problem] = (),
     ) -> VerifyReport:
-        """Verify the body, against the header's sizes and heads when it has them."""
+        """Verify the body, against the header's sizes and heads when it has them, and the heads kept elsewhere."""
         return verify(
             self.records,
             self.checkpoints,
@@ -344,6 +353,9 @@ class ExportContents:
             expected_heads=self.heads,
             heads=self.signed_heads,
             witness=witness,
+            witnesses=witnesses,
+            rotations=self.rotations,
+            findings=findings,
         )
 
 
@@ -366,6 +378,7 @@ def load_export(path: Path) -> ExportContents:
     version = EXPORT_VERSION
     heads: dict[str, LogHead] | None = None
     signed_heads: list[Head] | None = None
+    rotations: list[Rotation] = []
     for number, text, last in _lines(path):
         where = f"{path}: line {number}"
         obj = _parse(path, number, text, last)
@@ -401,12 +414,18 @@ def load_export(path: Path) -> ExportContents:
                 raise ExportFormatError(f"{where}: {exc}") from None
             signed_heads = [] if signed_heads is None else signed_heads
             signed_heads.append(head)
+        elif kind == "rotation" and version >= 4:
+            try:
+                rotations.append(Rotation.from_json({k: v for k, v in obj.items() if k != "type"}))
+            except ValueError as exc:
+                raise ExportFormatError(f"{where}: {exc}") from None
         else:
             raise ExportFormatError(
-                f"{where}: unknown line type {kind!r} (expected 'record', 'checkpoint' or, from version 3, 'head')"
+                f"{where}: unknown line type {kind!r} (expected 'record', 'checkpoint' or, from version 3, 'head',"
+                " from version 4, 'rotation')"
             )
     assert public_key is not None  # _lines raises on an empty file, so line 1 was parsed
-    return ExportContents(records, checkpoints, public_key, version, heads, signed_heads)
+    return ExportContents(records, checkpoints, public_key, version, heads, signed_heads, rotations)
 
 
 def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
@@ -491,6 +510,11 @@ def _head_file_from(obj: dict[str, Any], where: str) -> HeadFile:
             )
         logs[entry[0]] = (entry[1], entry[2])
     return HeadFile(head, logs)
+
+
+def head_file_from_json(obj: object, where: str) -> HeadFile:
+    """A head file already parsed from JSON (what a witness URL answers); ExportFormatError names what is wrong."""
+    return _head_file_from(_check_header(obj, f"head file {where}", HEAD_FORMAT, _HEAD_VERSIONS), f"head file {where}")
 
 
 def read_head_file(path: Path) -> HeadFile:

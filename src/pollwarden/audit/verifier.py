@@ -20,6 +20,7 @@ from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of,
 from pollwarden.audit.crypto import AuditKeyError
 from pollwarden.audit.heads import Head, head_valid
 from pollwarden.audit.journal import (
+    Finding,
     HeadFile,
     Journal,
     StoredHeads,
@@ -132,9 +133,13 @@ class _Verifier:
         self.journal: Journal | None = None
         if heads is not None:
             snapshot_at = [kept.head.counter for kept in witnesses] + [rotation.counter for rotation in self.rotations]
-            self.journal = replay(heads, self.public_key, snapshot_at)
+            # Without rotations the newest head is checked in the replay; with them, once the lineage says which
+            # key signs its counter (the rotation's own head is the old key's last).
+            self.journal = replay(heads, None if self.rotations else self.public_key, snapshot_at)
         self.lineage: Lineage = lineage(self.rotations, root, self.journal.hashes if self.journal is not None else {})
         self.keys = self._trusted_keys()
+        if self.rotations and self.journal is not None:
+            self._check_newest_head(self.journal)
         self.valid = [cp for cp in checkpoints if self._signed(cp)]
         self.trusted_valid = trusted is not None and self._signed(trusted)
         interest: dict[str, set[int]] = self.journal.interest() if self.journal is not None else {}
@@ -155,6 +160,17 @@ class _Verifier:
             for log_id, (seq, _) in self.journal.state.items():
                 elsewhere[log_id] = max(elsewhere.get(log_id, 0), seq)
         self.walk = ChainWalk({log_id: frozenset(seqs) for log_id, seqs in interest.items()}, elsewhere)
+
+    def _check_newest_head(self, journal: Journal) -> None:
+        """The newest head's signature, by the key of the lineage that signs its counter."""
+        newest = journal.newest
+        if newest is None:
+            return
+        epoch = next((epoch for epoch in self.lineage.epochs if epoch.signs(newest.counter)), None)
+        key = epoch.public_key if epoch is not None else self.public_key
+        if key is not None and not head_valid(newest, key):
+            label = f"the newest head (#{newest.counter})"
+            journal.findings.append(Finding(None, None, bad_signature(newest, key, label)))
 
     def _trusted_keys(self) -> dict[str, Ed25519PublicKey]:
         """The keys whose signatures count, by key id: the lineage's, from the pinned key on when one is pinned."""
@@ -592,6 +608,7 @@ def verify(
     witnesses: Sequence[HeadFile] = (),
     rotations: Sequence[Rotation] = (),
     rows: Iterable[Vouch] | None = None,
+    findings: Sequence[Problem] = (),
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
 
@@ -608,6 +625,7 @@ def verify(
     they lead to, and a kept head by a key of theirs in its time.
     `rows` are the store's vouched rows as they stand (`store/vouching.py`): each must be what the heads last
     vouched for under its log (None: not checked, as for an export).
+    `findings` are problems found before verifying (a witness that could not be read), reported with the rest.
     `trusted_checkpoint` is an older-style checkpoint kept outside the log (the file `audit export` wrote
     beside it); it also pins the public key, since an attacker who rewrites an export can re-sign it.
     `pinned_key` is the only key trusted when given: every signature is checked against it, and a
@@ -618,5 +636,6 @@ def verify(
     verifier = _Verifier(
         checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, kept, rotations, rows
     )
+    verifier.problems.extend(findings)
     verifier.walk.add_rows(records.rows if isinstance(records, StoredRows) else map(record_fields, records))
     return verifier.finish()

@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..errors import PollwardenError
 from .contract import Schedule
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
@@ -144,7 +145,7 @@ def observation_from_json(data: dict[str, Any]) -> Observation:
     )
 
 
-class RecordError(ValueError):
+class RecordError(PollwardenError, ValueError):
     """A stored record that cannot be decoded: not JSON, a field missing or of the wrong type, an unknown phase, or
     the record of another operation. The message says which, in words that quote at most a short value."""
 

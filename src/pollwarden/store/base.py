@@ -19,7 +19,10 @@ from ..core.record import OperationRecord
 from ..errors import PollwardenError
 
 if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
+    from ..audit.rotation import Rotation
     from .trail import AuditSnapshot
 
 
@@ -421,6 +424,19 @@ class Store(Protocol):
 
     def audit_snapshot(self) -> AbstractContextManager[AuditSnapshot]:
         """Records, heads and checkpoints as one read transaction sees them."""
+        ...
+
+    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """A setting the log vouches for (the witness location, `@audit/witness`), with its event, in one commit."""
+        ...
+
+    def rotate_signing_key(self, new_key: Ed25519PrivateKey, *, by: str, at: datetime) -> Rotation:
+        """Link a new signing key to the current one: the old key signs "heads after this commit's are signed by
+        `new_key`" (`audit/rotation.py`). The store keeps signing with the old key: close it and open it anew."""
+        ...
+
+    def last_rotation(self) -> Rotation | None:
+        """The newest key rotation, or None when the store's key never changed."""
         ...
 
     def release(self, lease: Lease) -> None: ...

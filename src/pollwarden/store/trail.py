@@ -368,11 +368,12 @@ class AuditTrail(ABC):
         if self.dialect.lock_log is not None:
             tx.execute(self.dialect.lock_log, (HEADS_LOCK_KEY,))
         prev = tx.one(
-            "SELECT counter, head_hash, logs, records, key_id, CASE WHEN vouches = '' THEN 1 ELSE 0 END"
-            " FROM audit_heads ORDER BY counter DESC LIMIT 1"
+            "SELECT h.counter, h.head_hash, h.logs, h.records, h.key_id, CASE WHEN h.vouches = '' THEN 1 ELSE 0 END,"
+            " r.new_public FROM audit_heads h LEFT JOIN audit_key_rotations r ON r.counter = h.counter"
+            " ORDER BY h.counter DESC LIMIT 1"
         )
         if prev is not None:
-            self._refuse_another_key(tx, int(prev[0]), str(prev[4]))
+            self._refuse_another_key(int(prev[0]), str(prev[4]), None if prev[6] is None else str(prev[6]))
         vouches = dict(tx.vouches)
         if (prev is None or int(prev[5])) and tx.one("SELECT 1 FROM audit_vouches_pending") is not None:
             # The first head of a store upgraded to schema 8 with rows in it: it vouches for each as it stands.
@@ -399,16 +400,14 @@ class AuditTrail(ABC):
         tx.execute(f"INSERT INTO audit_heads ({HEAD_COLUMNS}) VALUES ({marks(10)})", head.values())
         tx.head = head
 
-    def _refuse_another_key(self, tx: Tx, counter: int, key_id: str) -> None:
-        """StoreError unless this store's key signed head #counter or a rotation after it names this key."""
+    def _refuse_another_key(self, counter: int, key_id: str, rotated_to_public: str | None) -> None:
+        """StoreError unless this store's key is the one to sign after head #counter: the key that signed it, with
+        no rotation after it, or the key a rotation after it names."""
         mine = key_id_of(self._signing_key().public_key())
-        if key_id == mine:
+        rotated_to = rotation_key_id(rotated_to_public) if rotated_to_public is not None else None
+        if (rotated_to_public is None and key_id == mine) or rotated_to == mine:
             return
-        row = tx.one("SELECT new_public FROM audit_key_rotations WHERE counter = ?", (counter,))
-        rotated_to = rotation_key_id(str(row[0])) if row is not None else None
-        if rotated_to == mine:
-            return
-        if rotated_to is not None:
+        if rotated_to_public is not None:
             why = f"the signing key was rotated to key {rotated_to} after head #{counter}: restart this process"
         else:
             why = (
@@ -478,6 +477,20 @@ class AuditTrail(ABC):
             )
             tx.execute(f"INSERT INTO audit_key_rotations ({ROTATION_COLUMNS}) VALUES ({marks(6)})", rotation.values())
         return rotation
+
+    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """Set one of the settings the log vouches for (`audit_settings`, each with a log of its own), with its
+        event, in one transaction; the head of that commit vouches for the row as it is left."""
+        at_text = format_rfc3339(at)
+        with self._tx() as tx:
+            tx.execute(
+                "INSERT INTO audit_settings (log_id, value, at) VALUES (?, ?, ?)"
+                " ON CONFLICT (log_id) DO UPDATE SET value = excluded.value, at = excluded.at",
+                (log_id, value, at_text),
+            )
+            self._append(tx, log_id, kind, data, at)
+            _, state, identity = setting_vouch(log_id, value, at_text)
+            tx.vouch(log_id, state, identity)
 
     def last_rotation(self) -> Rotation | None:
         row = self._row(f"SELECT {ROTATION_COLUMNS} FROM audit_key_rotations ORDER BY counter DESC LIMIT 1")
