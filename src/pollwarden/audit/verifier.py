@@ -1,9 +1,10 @@
 """Offline verification of audit logs: needs the records, the heads or checkpoints and a public key, never a secret.
 
 `chains.py` walks each log's hash chain; `journal.py` replays the signed heads (one per committed
-transaction, over every log); this module puts them together with the per-log checkpoints of stores and
-exports written before heads existed, a head or checkpoint kept elsewhere (rollback), a pinned key, and an
-export header's list of log sizes.
+transaction, over every log); `kept.py` checks the lineage of signing keys and the heads kept elsewhere;
+`vouch.py` compares the store's rows with what the heads vouched for. This module puts them together with the
+per-log checkpoints of stores and exports written before heads existed, a checkpoint kept elsewhere (rollback),
+a pinned key, and an export header's list of log sizes.
 """
 
 from __future__ import annotations
@@ -16,19 +17,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH, AuditRecord
 from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, StoredRows, record_fields, short
-from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of, load_public_key_text
+from pollwarden.audit.checkpoint import Checkpoint, key_id_of, load_public_key_text
 from pollwarden.audit.crypto import AuditKeyError
-from pollwarden.audit.heads import Head, head_valid
+from pollwarden.audit.heads import Head
 from pollwarden.audit.journal import (
-    Finding,
     HeadFile,
     Journal,
     StoredHeads,
-    bad_signature,
     compare_tips,
     replay,
-    state_differences,
 )
+from pollwarden.audit.kept import KeyChecks, key_id_text, plural
 from pollwarden.audit.rotation import Lineage, Rotation, lineage
 from pollwarden.audit.vouch import Vouch, compare_rows
 
@@ -76,22 +75,11 @@ class VerifyReport:
         }
 
 
-def _key_id_text(value: object) -> str:
-    """A key id read from a file is shown only when it has the shape of one (16 hex characters)."""
-    if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
-        return value
-    return f"{short(value)!r} (malformed)"
-
-
 def _verdict(what: str) -> str:
     """The word that leads a finding from `compare_tips`: what happened to the log."""
     if what.endswith("holds none"):
         return "deleted"
     return "rewritten" if "rewritten" in what else "truncated"
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _public(text: str) -> Ed25519PublicKey | None:
@@ -101,7 +89,7 @@ def _public(text: str) -> Ed25519PublicKey | None:
         return None
 
 
-class _Verifier:
+class _Verifier(KeyChecks):
     def __init__(
         self,
         checkpoints: Sequence[Checkpoint],
@@ -160,32 +148,6 @@ class _Verifier:
             for log_id, (seq, _) in self.journal.state.items():
                 elsewhere[log_id] = max(elsewhere.get(log_id, 0), seq)
         self.walk = ChainWalk({log_id: frozenset(seqs) for log_id, seqs in interest.items()}, elsewhere)
-
-    def _check_newest_head(self, journal: Journal) -> None:
-        """The newest head's signature, by the key of the lineage that signs its counter."""
-        newest = journal.newest
-        if newest is None:
-            return
-        epoch = next((epoch for epoch in self.lineage.epochs if epoch.signs(newest.counter)), None)
-        key = epoch.public_key if epoch is not None else self.public_key
-        if key is not None and not head_valid(newest, key):
-            label = f"the newest head (#{newest.counter})"
-            journal.findings.append(Finding(None, None, bad_signature(newest, key, label)))
-
-    def _trusted_keys(self) -> dict[str, Ed25519PublicKey]:
-        """The keys whose signatures count, by key id: the lineage's, from the pinned key on when one is pinned."""
-        epochs = list(self.lineage.epochs)
-        if self.pinned_key is not None:
-            pinned = key_id_of(self.pinned_key)
-            starts = [index for index, epoch in enumerate(epochs) if epoch.key_id == pinned]
-            epochs = epochs[starts[0] :] if starts else []
-            if not epochs:
-                return {pinned: self.pinned_key}
-        return {epoch.key_id: epoch.public_key for epoch in epochs}
-
-    def _signed(self, cp: Checkpoint) -> bool:
-        key = self.keys.get(cp.key_id)
-        return key is not None and checkpoint_valid(cp, key)
 
     def _evidence(self, log_id: str, seq: int) -> tuple[str | None, str]:
         """What a checkpoint or head fixes at the end of a log, to classify a mismatch of its last record."""
@@ -255,39 +217,6 @@ class _Verifier:
         self.problems.extend(Problem(log_id, None, what) for log_id, what in found.problems or ())
         return found.rows, found.unvouched
 
-    def _check_lineage(self) -> None:
-        """Rotations that do not link, a pinned key outside the lineage, a home key the rotations do not lead to."""
-        self.problems.extend(Problem(ALL_LOGS, None, what) for what in self.lineage.problems)
-        if not self.rotations:
-            return
-        current = self.lineage.current
-        names = ", ".join(epoch.key_id for epoch in self.lineage.epochs)
-        if self.pinned_key is not None and self.lineage.epoch_of(key_id_of(self.pinned_key)) is None:
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"the pinned key {key_id_of(self.pinned_key)} is not one of the store's signing keys ({names}):"
-                    " the log was re-signed with other keys, or comes from another installation",
-                )
-            )
-        claimed = self.claimed_key
-        if (
-            self.pinned_key is None
-            and claimed is not None
-            and current is not None
-            and key_id_of(claimed) != current.key_id
-        ):
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"the home's public key is {key_id_of(claimed)}, but the store's rotations lead to key"
-                    f" {current.key_id}: a rotation was not finished (run `pollwarden audit rotate-key` again),"
-                    " or the home's key was replaced",
-                )
-            )
-
     # -- signed heads ------------------------------------------------------------------------------------
 
     def _check_journal(self, journal: Journal) -> None:
@@ -306,7 +235,7 @@ class _Verifier:
                 continue
             if newest is None:
                 what = (
-                    f"{_plural(state.last_seq, 'record')} and no signed head covers them: the store's heads were "
+                    f"{plural(state.last_seq, 'record')} and no signed head covers them: the store's heads were "
                     "deleted (or the records were written without pollwarden)"
                 )
             else:
@@ -337,93 +266,6 @@ class _Verifier:
                     "covers it: the log's checkpoints were deleted (and its tail may be cut)",
                 )
             )
-
-    def _check_witness(self, witness: HeadFile) -> None:
-        """One head kept elsewhere: signed by a key of the store's lineage in that key's time, and extended by the
-        store. A head of a key no rotation leads from is a finding (the key was replaced and the heads re-signed),
-        and is still compared with the store, so a rollback behind it is named too."""
-        head = witness.head
-        kept = witness.label
-        if self.public_key is None:
-            self.problems.append(Problem(ALL_LOGS, None, f"{kept} cannot be checked: no public key was given"))
-            return
-        epoch = self.lineage.epoch_of(head.key_id)
-        if epoch is None or epoch.key_id not in self.keys:
-            current = self.lineage.current
-            signer = f"key {current.key_id}" if current is not None else "another key"
-            if self.pinned and epoch is None:
-                self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, self.public_key, kept)))
-                return
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"{kept} is signed by key {_key_id_text(head.key_id)}, but the store's heads are signed by"
-                    f" {signer} and no rotation leads from that key to it: the signing key was replaced and the"
-                    " heads re-signed (or the head is another store's: give each store a witness location of its own)",
-                )
-            )
-        elif not epoch.signs(head.counter):
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"{kept} is signed by key {epoch.key_id}, which signs {epoch.span()} only: it was signed with a"
-                    " key after that key was rotated away (the key is in other hands, or a process kept it)",
-                )
-            )
-        elif not head_valid(head, epoch.public_key):
-            self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, epoch.public_key, kept)))
-            return
-        journal = self.journal
-        newest = journal.newest if journal is not None else None
-        stored = journal.hashes.get(head.counter) if journal is not None else None
-        if stored is None:
-            have = (
-                f"the store's newest head is #{newest.counter} ({_plural(newest.logs, 'log')}, "
-                f"{_plural(newest.records, 'record')})"
-                if newest is not None
-                else "the store has no signed head"
-            )
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"rollback: {kept} covers {_plural(head.logs, 'log')} and {_plural(head.records, 'record')}, but "
-                    f"{have}: the store was replaced by an older copy, or its heads were deleted",
-                )
-            )
-            expected = witness.logs
-        elif stored != head.head_hash:
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"the store's head #{head.counter} is not {kept} (store {short(stored)}, kept "
-                    f"{short(head.head_hash)}): the store's heads were rewritten",
-                )
-            )
-            expected = witness.logs
-        else:
-            assert journal is not None
-            expected = journal.snapshots.get(head.counter)
-            if witness.logs is not None and expected is not None:
-                differ = state_differences(witness.logs, expected)
-                if differ:
-                    self.problems.append(
-                        Problem(
-                            ALL_LOGS,
-                            None,
-                            f"the log list in the file of {kept} differs from what that head fixes for "
-                            f"{_plural(len(differ), 'log')} (first {differ[0]!r}): the file was edited",
-                        )
-                    )
-        if expected is None:
-            return
-        troubled = {p.log_id for p in [*self.walk.problems, *self.problems]}
-        for log_id, seq, what in compare_tips(expected, self.walk.logs):
-            if log_id not in troubled:
-                self.problems.append(Problem(log_id, seq, f"rollback: {kept} {what}"))
 
     # -- per-log checkpoints (stores and exports from before signed heads) -------------------------------
 
@@ -509,7 +351,7 @@ class _Verifier:
         expected = key_id_of(public_key)
         if self.pinned and cp.key_id != expected:
             return (
-                f"{label}: signed by key {_key_id_text(cp.key_id)}, which is not the pinned key {expected}: the log "
+                f"{label}: signed by key {key_id_text(cp.key_id)}, which is not the pinned key {expected}: the log "
                 "was re-signed with another key, or comes from another installation"
             )
         if cp.key_id != expected:
