@@ -175,7 +175,7 @@ def test_an_unreadable_row_is_listed_by_name_and_refused_by_name_never_described
     db.close()
     ok, listed = broker.dispatch("list_operations", _call(), None)
     assert ok, listed
-    rows = {o["operation_id"]: o for o in listed["operations"]}  # type: ignore[attr-defined]
+    rows = {o["operation_id"]: o for o in listed["operations"]}
     assert rows[good["operation_id"]]["phase"] in ("active", "succeeded")
     assert rows[bad["operation_id"]]["phase"] == "unreadable" and "ignore" not in json.dumps(listed)
     ok, refused = broker.dispatch("check_operation", _call(), None, operation_id=bad["operation_id"])
