@@ -174,7 +174,7 @@ def replay(
                     f"head #{counter} claims {logs} logs and {records} records, but the heads up to "
                     f"it replay to {len(state)} logs and {total} records: the heads were rewritten"
                 )
-        if vouches:
+        if vouches and vouches != "[]":  # most heads of a store vouch for no row (appends only): nothing to parse
             try:
                 for log_id, row_state, identity in parse_vouches(vouches):
                     known = vouched.get(log_id)
@@ -186,8 +186,8 @@ def replay(
             except (ValueError, TypeError) as exc:
                 if problem is None:
                     problem = f"head #{counter} is malformed: {exc}"
-            if journal.vouching_since is None:
-                journal.vouching_since = counter
+        if vouches and journal.vouching_since is None:
+            journal.vouching_since = counter
         if problem is not None and not journal.broken:
             journal.broken = True
             journal.findings.append(Finding(None, None, problem))

@@ -37,7 +37,7 @@ Vouch = tuple[str, str, str | None]
 """(log_id, state hash, identity hash or None: not made by this commit)."""
 
 RowValue = str | int | None
-"""A column as hashed: text, an integer, or NULL. A time is hashed as its RFC 3339 text in UTC with microseconds,
+"""A column as hashed: text, an integer, or NULL. A time is hashed as whole microseconds since 1970-01-01 UTC,
 which both backends give back exactly (SQLite's epoch seconds as read back, PostgreSQL's microseconds)."""
 
 _DOMAIN_FRAME = length_prefixed(ROW_DOMAIN)
@@ -47,21 +47,26 @@ def row_hash(table: str, part: str, log_id: str, values: Sequence[RowValue]) -> 
     """``SHA-256( lp(b"pollwarden-row-v1") || lp(table) || lp(part) || lp(log_id) || count (8-byte BE)
     || per value: b"n" (NULL) | b"i" || lp(decimal) | b"s" || lp(UTF-8) )`` as 64 lowercase hex characters.
 
-    `part` is "state" or "identity". Every value is typed and length-prefixed, so no two rows share an encoding."""
-    digest = hashlib.sha256(_DOMAIN_FRAME)
+    `part` is "state" or "identity". Every value is typed and length-prefixed, so no two rows share an encoding.
+    Built in one join and hashed in one call: every fenced write hashes the state it leaves."""
+    parts = [_DOMAIN_FRAME]
     for text in (table, part, log_id):
-        digest.update(length_prefixed(text.encode("utf-8")))
-    digest.update(_PACK_1(len(values)))
+        raw = text.encode("utf-8")
+        parts += (_PACK_1(len(raw)), raw)
+    parts.append(_PACK_1(len(values)))
     for value in values:
+        kind = type(value)  # exact types: a bool is no integer here, and a database gives plain str and int
         if value is None:
-            digest.update(b"n")
-        elif isinstance(value, bool) or not isinstance(value, int | str):
-            raise TypeError(f"a row value is text, an integer or NULL, not {type(value).__name__}")
-        elif isinstance(value, int):
-            digest.update(b"i" + length_prefixed(str(value).encode("ascii")))
+            parts.append(b"n")
+        elif kind is str:
+            raw = value.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
+            parts += (b"s", _PACK_1(len(raw)), raw)
+        elif kind is int:
+            raw = str(value).encode("ascii")
+            parts += (b"i", _PACK_1(len(raw)), raw)
         else:
-            digest.update(b"s" + length_prefixed(value.encode("utf-8", "surrogatepass")))
-    return digest.hexdigest()
+            raise TypeError(f"a row value is text, an integer or NULL, not {kind.__name__}")
+    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def vouches_text(vouches: Iterable[Vouch]) -> str:

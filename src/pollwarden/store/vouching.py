@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..audit.vouch import Vouch, row_hash
@@ -35,9 +35,14 @@ VOUCHED_OPERATION_COLUMNS = (
 VOUCHED_SETTING_COLUMNS = "log_id, value, at"
 
 
-def time_text(moment: datetime) -> str:
-    """A time as hashed: RFC 3339 in UTC with microseconds (what both backends give back exactly)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def time_value(moment: datetime) -> int:
+    """A time as hashed: whole microseconds since 1970-01-01 UTC (what both backends give back exactly), exact
+    integer arithmetic on the aware datetime, never a float."""
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 def contract_digest(text: str) -> str:
@@ -53,7 +58,7 @@ def operation_state(
     budget: int,
     record_text: str,
 ) -> str:
-    values = (phase, time_text(next_poll_at), time_text(deadline_at), used, budget, record_text)
+    values = (phase, time_value(next_poll_at), time_value(deadline_at), used, budget, record_text)
     return row_hash(OPERATIONS, "state", operation_id, values)
 
 
@@ -61,7 +66,7 @@ def operation_identity(
     operation_id: str, job_id: str, contract_name: str, contract_sha256: str, created_at: datetime
 ) -> str:
     """`contract_sha256`: `contract_digest` of the contract text (a bulk enqueue hashes its one text once)."""
-    values = (job_id, contract_name, contract_sha256, time_text(created_at))
+    values = (job_id, contract_name, contract_sha256, time_value(created_at))
     return row_hash(OPERATIONS, "identity", operation_id, values)
 
 
