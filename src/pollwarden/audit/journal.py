@@ -97,7 +97,7 @@ class StoredHeads:
     """Heads to replay as rows (`HeadRow`s, in counter order), and the newest head whole.
 
     Only the newest head's signature is checked, so only it is read with its key id and signature: a store
-    hands over the rest as the seven columns the chain needs, without building a `Head` per commit. `newest`
+    hands over the rest as the eight columns the chain needs, without building a `Head` per commit. `newest`
     must be the last row's head, read in the same snapshot; `replay` checks that it is.
     """
 
