@@ -86,3 +86,17 @@ def test_the_worker_polls_the_healthy_operations_and_sets_unreadable_rows_aside_
     assert "set aside: the record is not JSON" in status.stdout
     verified = run_cli("audit", "verify", "--db", db, home=home)
     assert verified.code == 5 and "log op-bad-json" in verified.stdout, verified.stdout  # the edit, named
+
+
+def test_a_new_watch_of_a_job_whose_operation_is_unreadable_names_it(
+    db: str, sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    _enqueue(db, home, contract, ["happy-1"])
+    _break(db, "op-happy-1", "[]")
+    for command in ("enqueue", "watch"):
+        ran = run_cli(command, "--contract", str(contract), "--job", "happy-1", "--db", db, home=home)
+        assert ran.code == 2 and "Traceback" not in ran.stderr, ran.stderr
+        assert "the record of operation op-happy-1" in ran.stderr and "cannot be read" in ran.stderr, ran.stderr
+        assert "WHERE operation_id = 'op-happy-1'" in ran.stderr
+    assert len(json.loads(run_cli("status", "--json", "--db", db, home=home).stdout)) == 1  # nothing created

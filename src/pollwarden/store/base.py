@@ -53,17 +53,22 @@ class UnreadableRecord(StoreError):
     def __init__(self, row: UnreadableRow, where: object) -> None:
         super().__init__(
             f"the record of operation {row.operation_id} in {where} cannot be read ({row.why}); nothing was done with"
-            f" it. {INSPECT_UNREADABLE}"
+            f" it. {inspect_unreadable(row.operation_id)}"
         )
         self.row = row
 
 
-INSPECT_UNREADABLE = (
-    "See what is wrong with `pollwarden audit verify` (a row changed outside pollwarden is named there) and the row"
-    " itself (`SELECT record, unreadable FROM operations WHERE operation_id = ...`); once it holds a record again,"
-    " clear its mark (`UPDATE operations SET unreadable = NULL WHERE ...`)"
-)
-"""How a person looks at an unreadable row: `status` says so too."""
+def inspect_unreadable(operation_id: str = "...") -> str:
+    """How a person looks at an unreadable row (`status` says so too, for every such row at once)."""
+    where = "..." if operation_id == "..." else "'" + operation_id.replace("'", "''") + "'"
+    return (
+        "See what is wrong with `pollwarden audit verify` (a row changed outside pollwarden is named there) and the"
+        f" row itself (`SELECT record, unreadable FROM operations WHERE operation_id = {where}`); once it holds a"
+        f" record again, clear its mark (`UPDATE operations SET unreadable = NULL WHERE operation_id = {where}`)"
+    )
+
+
+INSPECT_UNREADABLE = inspect_unreadable()
 
 
 @dataclass(frozen=True)
