@@ -64,6 +64,8 @@ def test_a_rotated_key_verifies_with_the_witness_holding_heads_of_both_keys(
     empty.mkdir()
     ran = run_cli("audit", "verify", "--file", str(out_file), "--public-key", str(kept_pub), home=empty)
     assert ran.code == 0, ran.stdout + ran.stderr
+    ran = run_cli("audit", "verify", "--json", "--file", str(out_file), "--witness", str(witness), home=empty)
+    assert ran.code == 0 and json.loads(ran.stdout)["witnesses"] == 3, ran.stdout + ran.stderr  # with the .checkpoint
     story = fresh.run("story", "@audit/keys")
     assert story[0] == 0 and "signing key rotated by alice" in story[1], story
 
