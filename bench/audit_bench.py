@@ -485,7 +485,7 @@ def stage_table(results: Sequence[StoreResult]) -> list[tuple[str, ...]]:
 
     return [
         row("SQLite handing over the record rows (7 columns)", lambda r: r.read_records_s),
-        row("SQLite handing over the head rows (7 columns; the newest head read whole)", lambda r: r.read_heads_s),
+        row("SQLite handing over the head rows (8 columns; the newest head read whole)", lambda r: r.read_heads_s),
         row("replaying the heads from rows in memory (hash, link, changes, totals)", lambda r: r.replay_s),
         row("walking the record chains from rows in memory (one SHA-256 per record)", lambda r: r.walk_s),
         row(

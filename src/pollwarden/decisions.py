@@ -241,7 +241,8 @@ def _resubmit(
             "resubmission is refused: it needs a stored submission and a provider that declares idempotency"
             " ([submit].idempotency_header); nothing was sent"
         )
-    taken = {s.record.operation_id for s in store.all()}
+    listing = store.listing()  # an unreadable row's id is taken too
+    taken = {s.record.operation_id for s in listing.operations} | {u.operation_id for u in listing.unreadable}
     new_id = next(f"{operation_id}.r{n}" for n in range(1, 1000) if f"{operation_id}.r{n}" not in taken)
     _resolve(store, lease, decision_id, "decided", by, note, option, None, [event.new_event()], now)
     try:

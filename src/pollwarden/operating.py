@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +26,7 @@ from .errors import PollwardenError
 from .home import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 from .http import CredentialError, StatusClient, resolve_secret
 from .shown import shown
-from .store.base import Grant, Store, StoreError, agent_log_id
+from .store.base import Grant, Store, StoreError, UnreadableRecord, agent_log_id
 from .store.open import is_postgres_url, redact_url
 from .store.open import open_store as open_target
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .audit import Checkpoint, HeadFile, StoredHeads, VerifyReport
     from .decisions import Outcome
     from .store.witness import Witness
+    from .witnessing import Kept
 
 # The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: most
 # commands, the console and a watch's first run import this module, and most of them never decide or verify, nor
@@ -69,7 +70,8 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
             database_target(home),
             keys=audit_keys,
             trusted_checkpoint_path=trusted_checkpoint_path(home),
-            witness=configured_witness(home),
+            # A reader signs no head: it sends none to the witness, which need not even be writable from here.
+            witness=configured_witness(home) if keys != "none" else None,
         )
     except (StoreError, AuditError, OSError) as exc:
         raise HomeError(str(exc)) from None
@@ -77,11 +79,20 @@ def open_store(home: Path, *, keys: str = "write") -> Store:
 
 def configured_witness(home: Path) -> Witness | None:
     """The witness location: $POLLWARDEN_AUDIT_WITNESS, else the one `audit witness` saved in the home."""
-    from .store.witness import WITNESS_ENV, Witness
+    from .store.witness import Witness
+
+    found = witness_setting(home)
+    return None if found is None else Witness.parse(*found)
+
+
+def witness_setting(home: Path) -> tuple[str, str] | None:
+    """(the witness location as written, where it was read): $POLLWARDEN_AUDIT_WITNESS, else the home's setting
+    file; None when neither is there. StoreError when the file cannot be read."""
+    from .store.witness import WITNESS_ENV
 
     env = os.environ.get(WITNESS_ENV)
     if env:
-        return Witness.parse(env, WITNESS_ENV)
+        return env, WITNESS_ENV
     path = witness_config_path(home)
     try:
         text = read_bounded(path, MAX_WITNESS_SETTING_BYTES).decode("utf-8")
@@ -89,7 +100,16 @@ def configured_witness(home: Path) -> Witness | None:
         return None
     except (OSError, UnicodeDecodeError, TooLarge) as exc:
         raise StoreError(f"cannot read the witness setting {path}: {exc}") from None
-    return Witness.parse(text, str(path))
+    return text, str(path)
+
+
+def operation_known(store: Store, operation_id: str) -> bool:
+    """Whether the store holds the operation, readable or not: its log is there to tell (`story`, `why`, an
+    export of it) even when its row cannot be decoded."""
+    try:
+        return store.get(operation_id) is not None
+    except UnreadableRecord:
+        return True
 
 
 def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Contract, OperationRecord]:
@@ -291,25 +311,70 @@ def trusted_checkpoint(path: Path | None) -> tuple[Checkpoint | HeadFile | None,
         raise HomeError(f"checkpoint kept elsewhere is unreadable: {exc}") from None
 
 
-def _newest_kept(home: Path, explicit: Path | None) -> tuple[Checkpoint | HeadFile | None, str | None]:
-    """The head to check a store against: the one given, else the newest of the home's and the witness's."""
-    from .audit import HeadFile, key_id_of, load_public_key
+def kept_elsewhere(
+    home: Path, explicit: Path | None, witness: str | None, recorded: tuple[str, str] | None
+) -> tuple[Kept, Checkpoint | None]:
+    """Every head kept outside the database that the store must extend: the file given (`--checkpoint`), else the
+    home's head file; and every head file of the witness location (`--witness`, else the configured one and the
+    one the log says was configured, `recorded`: (location, when)). A location that cannot be read is a finding
+    of the report, never silence; a malformed head file given by hand is a HomeError (exit 2)."""
+    from .audit import Checkpoint, HeadFile
+    from .witnessing import Kept, read_location
 
-    if explicit is not None:
-        return trusted_checkpoint(explicit)
-    found = [trusted_checkpoint(trusted_checkpoint_path(home))]
+    kept = Kept()
+    found, name = trusted_checkpoint(explicit or trusted_checkpoint_path(home))
+    checkpoint = found if isinstance(found, Checkpoint) else None
+    if isinstance(found, HeadFile):
+        kept.heads.append(replace(found, source=name))
+    if name is not None:
+        kept.names.append(name)
+    for location in _witness_locations(home, witness, recorded, kept):
+        read_location(location, kept)
+    return kept, checkpoint
+
+
+def _witness_locations(home: Path, witness: str | None, recorded: tuple[str, str] | None, kept: Kept) -> list[str]:
+    """Where to read heads kept elsewhere, and what the home's setting and the log's disagree on."""
+    from .store.witness import WITNESS_ENV
+    from .witnessing import LocationError, reading_location
+
     try:
-        witness = configured_witness(home)
-    except StoreError as exc:
+        if witness is not None:
+            return [reading_location(witness, "--witness")]
+        setting = witness_setting(home)
+        configured = reading_location(*setting) if setting is not None else None
+    except (StoreError, LocationError) as exc:
         raise HomeError(str(exc)) from None
-    home_key = load_public_key(home) if witness is not None else None
-    kept_there = witness.file_for(key_id_of(home_key)) if witness is not None and home_key is not None else None
-    if kept_there is not None:
-        found.append(trusted_checkpoint(kept_there))
-    heads = [(kept, name) for kept, name in found if isinstance(kept, HeadFile)]
-    if heads:
-        return max(heads, key=lambda pair: pair[0].head.counter if isinstance(pair[0], HeadFile) else 0)
-    return found[0]
+    locations = [configured] if configured is not None else []
+    value, at = recorded if recorded is not None else ("", "")
+    if not value:
+        if configured is not None and recorded is None:
+            kept.notes.append(
+                f"the witness at {configured} is not in the log yet: run `pollwarden audit witness {configured}`"
+                " once, so that `audit verify` holds even if the home's setting is removed"
+            )
+        return locations
+    try:
+        value = reading_location(value, "the witness setting the log vouches for")
+    except LocationError as exc:
+        kept.problems.append(f"{exc}: the setting was changed outside pollwarden")
+        return locations
+    said = f"the log says a witness at {value} was configured at {at}"
+    if setting is None:
+        kept.problems.append(
+            f"{said}, but the home's setting is gone: it was removed outside pollwarden (`pollwarden audit witness"
+            " --clear` records a clear); the witness was checked all the same"
+        )
+    elif configured != value and setting[1] == WITNESS_ENV:
+        kept.notes.append(f"{WITNESS_ENV} names {configured}, but {said}: both were checked")
+    elif configured != value:
+        kept.problems.append(
+            f"the home's setting names {configured}, but {said}: the setting was changed outside pollwarden"
+            " (`pollwarden audit witness` records each change); both were checked"
+        )
+    if value not in locations:
+        locations.append(value)
+    return locations
 
 
 @dataclass(frozen=True)
@@ -328,14 +393,19 @@ PENDING_NOTE = (
 
 
 def verify_home(
-    home: Path, checkpoint: Path | None = None, pinned: tuple[Ed25519PublicKey, str] | None = None
+    home: Path,
+    checkpoint: Path | None = None,
+    pinned: tuple[Ed25519PublicKey, str] | None = None,
+    witness: str | None = None,
 ) -> AuditCheck:
     """Verify the home's log; needs no decryption key (the chain is over ciphertext, checkpoints are signed).
 
     `pinned` is (the only key to trust, where it came from): the home's own key is then just a claim.
+    `witness` is a witness location to check instead of the configured ones (`audit verify --witness`).
     """
-    from .audit import Checkpoint, HeadFile, key_id_of, load_public_key, refuse_private_key, verify
+    from .audit import ALL_LOGS, Problem, key_id_of, load_public_key, refuse_private_key, verify
     from .outbox import witness_notes
+    from .witnessing import WITNESS_LOG
 
     target = database_target(home)
     if isinstance(target, Path) and not target.exists():
@@ -347,8 +417,8 @@ def verify_home(
     store = open_store(home, keys="none")
     notes: tuple[str, ...] = ()
     try:
-        kept, trusted_name = _newest_kept(home, checkpoint)
         with store.audit_snapshot() as snapshot:
+            kept, trusted = kept_elsewhere(home, checkpoint, witness, snapshot.setting(WITNESS_LOG))
             checkpoints = snapshot.checkpoints()
             heads: StoredHeads | None = snapshot.stored_heads()
             if heads is not None and heads.newest is None and snapshot.pending():
@@ -366,12 +436,26 @@ def verify_home(
                 snapshot.rows(),
                 checkpoints,
                 home_key,
-                trusted_checkpoint=kept if isinstance(kept, Checkpoint) else None,
-                witness=kept if isinstance(kept, HeadFile) else None,
+                trusted_checkpoint=trusted,
+                witnesses=kept.heads,
                 pinned_key=pinned_key,
                 heads=heads,
+                rotations=snapshot.rotations(),
+                rows=snapshot.vouched_rows(),
+                findings=[Problem(ALL_LOGS, None, what) for what in kept.problems],
             )
         notes += witness_notes(store)  # a head the witness has not taken (the outbox): said, never a failure
     finally:
         store.close()
-    return AuditCheck(report, str(store.path), trusted_name, notes)  # a URL's password is already left out
+    notes = (*notes, *kept.notes)
+    if report.unvouched:
+        notes = (*notes, unvouched_note(report.unvouched))
+    names = ", ".join(kept.names) or None
+    return AuditCheck(report, str(store.path), names, notes)  # a URL's password is already left out
+
+
+def unvouched_note(count: int) -> str:
+    return (
+        f"{count} row{'s' if count != 1 else ''} not yet vouched for: the store was upgraded to schema 8 and no head"
+        " has been signed since; its next write (or `pollwarden audit checkpoint`) vouches for every row as it stands"
+    )

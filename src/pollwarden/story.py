@@ -343,6 +343,26 @@ def _contract_refused(e: ev.ContractRefused, s: Scene) -> str:
     )
 
 
+@renders(ev.RecordUnreadable)
+def _unreadable(e: ev.RecordUnreadable, s: Scene) -> str:
+    return f"{s.at} its record could not be read ({_v(e.why)}): set aside, no claim takes it until it is repaired"
+
+
+@renders(ev.SigningKeyRotated)
+def _rotated(e: ev.SigningKeyRotated, s: Scene) -> str:
+    return f"{s.at} signing key rotated by {_v(e.by)}: {_v(e.old_key_id)} signs this head last, {_v(e.new_key_id)} next"
+
+
+@renders(ev.WitnessConfigured)
+def _witness_set(e: ev.WitnessConfigured, s: Scene) -> str:
+    return f"{s.at} witness set by {_v(e.by)}: new heads are kept in {_v(e.location)}"
+
+
+@renders(ev.WitnessCleared)
+def _witness_cleared(e: ev.WitnessCleared, s: Scene) -> str:
+    return f"{s.at} witness cleared by {_v(e.by)}: new heads are kept in the home only"
+
+
 def render_event(event: Event, observed: ev.Observed | None = None) -> str | None:
     """One line for a stored event; a kind this version does not know is named, not hidden."""
     scene = Scene(_clock(event.at), event.operation_id, observed)

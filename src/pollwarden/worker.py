@@ -159,6 +159,10 @@ class _FleetGauges:
             "due": ("Active operations whose next check is due", lambda c: c.due),
             "overdue": ("Due longer ago than the lease TTL with nobody polling", lambda c: c.overdue),
             "open_decisions": ("Decision requests waiting for a person", lambda c: c.open_decisions),
+            "unreadable_rows": (
+                "Operations whose record cannot be read, set aside: no worker polls them until a person repairs them",
+                lambda c: c.unreadable,
+            ),
             "oldest_due_lag_seconds": (
                 "How long the earliest due operation has been waiting to be polled",
                 lambda c: 0.0 if c.oldest_due is None else max(0.0, (now - c.oldest_due).total_seconds()),
@@ -373,6 +377,8 @@ class Worker:
 
         engine = Engine(store, owner=self.owner, clock=clock)
         claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool, then=alone)
+        for row in store.take_set_aside():  # once per row: the claim that set it aside is the last to meet it
+            self.log("record_unreadable", operation=row.operation_id, why=row.why, inspect="pollwarden status")
         with self.log.batch():
             for (contract, _, one), result in results:
                 if isinstance(result, BaseException):

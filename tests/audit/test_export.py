@@ -67,7 +67,7 @@ def test_file_layout(exported: tuple[Path, list[AuditRecord], Signer]) -> None:
     header = json.loads(lines[0])
     assert header == {
         "format": "pollwarden-audit-export",
-        "version": 3,
+        "version": 4,
         "exported_at": EXPORTED_AT,
         "public_key": public_key_text(signer.public),
         "logs": [
@@ -175,7 +175,7 @@ def test_invalid_json_in_the_middle_names_the_line(exported: tuple[Path, list[Au
     ("line_number", "mutate", "message"),
     [
         (1, lambda o: {**o, "format": "something-else"}, "line 1: not a pollwarden-audit-export"),
-        (1, lambda o: {**o, "version": 4}, "line 1: unsupported version 4"),
+        (1, lambda o: {**o, "version": 5}, "line 1: unsupported version 5"),
         (1, lambda o: {**o, "version": 1.0}, "line 1: unsupported version 1.0"),
         (1, lambda o: {**o, "public_key": "AAAA"}, "line 1: field 'public_key' decodes to 3 bytes"),
         (2, lambda o: {**o, "type": "note"}, "line 2: unknown line type 'note'"),

@@ -54,7 +54,7 @@ def test_the_header_lists_each_logs_size_and_head(exported: tuple[Path, list[Aud
     header = json.loads(lines_of(path)[0])
     assert header == {
         "format": "pollwarden-audit-export",
-        "version": 3,
+        "version": 4,
         "exported_at": EXPORTED_AT,
         "public_key": public_key_text(signer.public),
         "logs": [
@@ -64,7 +64,7 @@ def test_the_header_lists_each_logs_size_and_head(exported: tuple[Path, list[Aud
         "heads": 0,
     }
     contents = load_export(path)
-    assert contents.version == 3
+    assert contents.version == 4
     assert contents.heads == {"op_a": LogHead(5, records[4].this_hash), "op_b": LogHead(3, records[7].this_hash)}
     assert contents.verify().ok
 

@@ -312,7 +312,7 @@ def test_heads_that_rewrite_history_are_caught_even_when_signed(key: Ed25519Priv
 def test_stored_rows_replay_as_the_heads_they_are(key: Ed25519PrivateKey) -> None:
     """A store hands over seven columns per head and the newest whole: the replay is the one of the heads."""
     heads = chain(key, [[("op_a", 1, H1)], [("op_a", 3, H3), ("op_b", 1, H2)], [("op_b", 2, H3)]])
-    stored = StoredHeads([tuple(head[:7]) for head in heads], heads[-1])
+    stored = StoredHeads([head.replayed() for head in heads], heads[-1])
     journal = replay(stored, key.public_key(), snapshot_at=[2])
     assert journal == replay(heads, key.public_key(), snapshot_at=[2])
     assert journal.findings == [] and journal.newest == heads[-1] and journal.count == 3
@@ -321,7 +321,7 @@ def test_stored_rows_replay_as_the_heads_they_are(key: Ed25519PrivateKey) -> Non
 def test_a_newest_head_that_is_not_the_last_row_replayed_is_a_finding(key: Ed25519PrivateKey) -> None:
     """The signature checked must be the one over the chain replayed; one head read twice must agree."""
     heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
-    rows = [tuple(head[:7]) for head in heads]
+    rows = [head.replayed() for head in heads]
     for newest in (heads[0], None):
         journal = replay(StoredHeads(rows, newest), key.public_key())
         assert journal.newest is None
@@ -336,7 +336,7 @@ def test_a_newest_head_that_is_not_the_last_row_replayed_is_a_finding(key: Ed255
 def test_a_stored_head_whose_numbers_are_not_integers_is_malformed(key: Ed25519PrivateKey, position: int) -> None:
     """A database hands over what a column holds: text where a number belongs is a finding, not a traceback."""
     heads = chain(key, [[("op_a", 1, H1)], [("op_a", 2, H2)]])
-    rows = [tuple(head[:7]) for head in heads]
+    rows = [head.replayed() for head in heads]
     bad = list(rows[1])
     bad[position] = str(bad[position])
     rows[1] = tuple(bad)

@@ -402,6 +402,9 @@ def test_report_to_json(cipher: AuditCipher, signer: Signer) -> None:
         "records": 2,
         "logs": 1,
         "checkpoints": 0,
+        "rows": 0,
+        "rows_not_yet_vouched_for": 0,
+        "witnesses": 0,
         "bytes_verified": len(log[0].ciphertext),
         "problems": [{"log_id": "op_1", "seq": 2, "what": "record 2 missing: seq jumps from 1 to 3"}],
     }

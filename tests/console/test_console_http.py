@@ -344,3 +344,23 @@ def test_the_console_command_refuses_bad_input(home: Path, args: list[str], mess
     ran = run_cli("console", *args, home=home, env={"SHORT_TOKEN": "short"}, timeout=30)
     assert ran.code == 2
     assert message in ran.stderr
+
+
+def test_an_unreadable_row_is_listed_apart_and_its_page_says_why(
+    home: Path, sim: Simulator, contract_path: Path, client: httpx.Client
+) -> None:
+    stop_operation(home, sim, contract_path, "op-good", "exp_good")
+    stop_operation(home, sim, contract_path, "op-<b>bad</b>", "exp_bad")
+    with sqlite3.connect(database_path(home)) as db:
+        db.execute("UPDATE operations SET record = '<script>' WHERE operation_id = 'op-<b>bad</b>'")
+    table = client.get("/")
+    assert table.status_code == 200 and 'href="/operations/op-good"' in table.text
+    assert (
+        "<h2>Unreadable</h2>" in table.text
+        and "<code>op-&lt;b&gt;bad&lt;/b&gt;</code>: the record is not JSON" in table.text
+    )
+    assert "<script>" not in table.text
+    page = client.get("/operations/op-good")
+    assert page.status_code == 200
+    bad = client.get("/operations/op-%3Cb%3Ebad%3C%2Fb%3E")
+    assert bad.status_code == 409 and "cannot be read (the record is not JSON)" in bad.text, bad.text

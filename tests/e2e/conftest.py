@@ -10,6 +10,7 @@ import pytest
 from pollwarden.audit import load_or_create_keys
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
+from tests.e2e.places import Place, fresh_place
 from tests.store.conftest import create_database, drop_database
 
 
@@ -29,3 +30,9 @@ def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
 def store_of(db: str, home: Path) -> Store:
     """The store behind `--db`, with the home's audit keys and trusted checkpoint file."""
     return open_store(db, keys=load_or_create_keys(home), trusted_checkpoint_path=home / "audit-head.checkpoint")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Place]:
+    """A new home per test, on each backend, for tampering with as an operator with file access would."""
+    yield from fresh_place(request, tmp_path)

@@ -19,6 +19,7 @@ from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write
 from pollwarden.clock import utcnow
 from pollwarden.outbox import delivering
 from pollwarden.simulator import Simulator
+from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
 from pollwarden.store.witness import Witness
 from tests.conftest import run_cli, write_contract
@@ -142,7 +143,7 @@ def test_an_http_witness_receives_the_newest_head_when_the_watch_ends(home: Path
         posted = [json.loads(seen.body) for seen in witness.seen if seen.path == "/heads"]
     assert posted, "the witness received no head"
     newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)
-    assert {(p["format"], p["version"]) for p in posted} == {("pollwarden-audit-head", 1)}
+    assert {(p["format"], p["version"]) for p in posted} == {("pollwarden-audit-head", 2)}
     assert posted[-1]["head"] == newest["head"]
 
 
@@ -158,16 +159,14 @@ def test_a_witness_that_is_down_never_fails_the_command_and_is_said(home: Path, 
     ran = run_cli("audit", "witness", f"http://127.0.0.1:{_refusing_port()}/heads", home=home)
     assert ran.code == 0, ran.stderr
     _watch(home, contract, "happy-1", "op-a")  # closing, it gives the witness one chance (the test below)
+    # The command succeeded; verifying is another matter: a configured witness that cannot be read is a finding.
     code, report = _verify(home)
-    assert code == 0, report
+    (problem,) = _problems(report)
+    assert code == EXIT_TAMPERED and "cannot be read" in str(problem["what"]), report
     newest = json.loads(run_cli("audit", "checkpoint", "--out", "-", home=home).stdout)["head"]["counter"]
-    notes = report["notes"]
-    assert isinstance(notes, list) and len(notes) == 1
-    said = f"the witness has not taken head #{newest}: 1 attempt(s) failed, the last with connect:"
-    assert str(notes[0]).startswith(said), notes
-    listed = run_cli("outbox", home=home)
+    listed = run_cli("outbox", home=home)  # and the outbox says which head it is still trying to give it
     assert f"head #{newest} for this home's witness: pending since" in listed.stdout, listed.stdout
-    assert "1 attempt(s) failed" in listed.stdout
+    assert "attempt(s) failed" in listed.stdout
 
 
 def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_path: Path) -> None:
@@ -194,14 +193,26 @@ def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_
 _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'"
 
 
+_SCHEMA_8 = (
+    "DROP TABLE audit_vouches_pending",
+    "DROP TABLE audit_key_rotations",
+    "DROP TABLE audit_settings",
+    "DROP INDEX operations_unreadable",
+    "ALTER TABLE operations DROP COLUMN unreadable",
+)
+"""What schema 8 added (rows the audit vouches for, key rotations, settings, unreadable rows), undone."""
+
+
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
     (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), no outbox
-    (schema 7), version 2."""
+    (schema 7), nothing of schema 8, version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE contracts")
         conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
         conn.execute("DELETE FROM audit_checkpoints WHERE log_id LIKE '@contract/%'")
+        for statement in _SCHEMA_8:
+            conn.execute(statement)
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
@@ -218,13 +229,15 @@ def _downgrade_postgres(url: str) -> None:
         conn.execute("DROP TABLE contracts")
         conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
         conn.execute("DELETE FROM audit_checkpoints WHERE log_id LIKE '@contract/%'")
+        for statement in _SCHEMA_8:
+            conn.execute(statement.encode())
         conn.execute("DROP TABLE audit_heads")
         conn.execute("DROP TABLE audit_heads_pending")
         conn.execute("DROP INDEX operations_due_order")
         conn.execute(_SCHEMA_2_DUE_INDEX)
         conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
         conn.execute("DROP TABLE outbox")  # schema 7's
-        conn.execute("DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6, 7)")
+        conn.execute("DELETE FROM schema_migrations WHERE version > 2")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -263,7 +276,8 @@ def test_a_schema_2_store_upgrades_and_its_first_head_covers_every_log(
         refused = run_cli("audit", "checkpoint", *db_args, home=home)
         assert refused.code == 2 and "pollwarden db upgrade" in refused.stderr
         upgraded = run_cli("db", "upgrade", *db_args, home=home)
-        assert upgraded.code == 0 and "applied migrations [3, 4, 5, 6, 7]" in upgraded.stdout, upgraded.stdout
+        applied = f"applied migrations {list(range(3, LATEST + 1))}"
+        assert upgraded.code == 0 and applied in upgraded.stdout, upgraded.stdout
     else:
         _downgrade_sqlite(home / "pollwarden.db")  # SQLite upgrades itself when opened
     (home / "audit-head.checkpoint").unlink()  # schema 2 kept a per-log checkpoint there, not a head

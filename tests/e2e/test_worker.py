@@ -91,6 +91,21 @@ def _wait_all_final(
         store.close()
 
 
+def _drain_and_scrape(db: str, home: Path, count: int) -> tuple[subprocess.Popen[str], list[object], str]:
+    """One worker with metrics, until `count` operations are final; its metrics scraped then, and it stopped."""
+    worker = _spawn_worker(db, home, "--metrics-port", "0")
+    try:
+        records = _wait_all_final(db, home, count, within=60, workers=[worker])
+        metrics_url = next(
+            json.loads(line)["url"] for line in _log_of(worker).splitlines() if '"metrics_serving"' in line
+        )
+        metrics = httpx.get(metrics_url, timeout=30).text
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    return worker, records, metrics
+
+
 def _until_it_holds_a_lease(db: str, worker: subprocess.Popen[str], within: float = 60) -> None:
     """Wait for a fact: the worker holds the lease of an operation still active (its owner string carries its pid),
     so a kill now leaves a lease a survivor must take over. One indexed query on one connection per look."""
@@ -127,16 +142,7 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
                               max_requests=6)  # fmt: skip
     jobs = [f"{scenario}-{n}" for n in range(6) for scenario in ("happy", "failed", "unknown_state", "never", "flaky")]
     _enqueue(db, home, contract, jobs)
-    worker = _spawn_worker(db, home, "--metrics-port", "0")
-    try:
-        records = _wait_all_final(db, home, len(jobs), within=60)
-        metrics_url = next(
-            json.loads(line)["url"] for line in _log_of(worker).splitlines() if '"metrics_serving"' in line
-        )
-        metrics = httpx.get(metrics_url, timeout=30).text
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=30)
+    worker, records, metrics = _drain_and_scrape(db, home, len(jobs))
     stderr = _log_of(worker)
     assert worker.returncode == 0, stderr
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]

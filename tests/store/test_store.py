@@ -449,7 +449,7 @@ def test_every_commit_signs_one_head_over_every_log_and_outcomes_go_to_the_trust
         stored = snapshot.stored_heads()
         assert stored.newest == heads[-1]
         rows = list(stored.rows)
-        assert [tuple(row) for row in rows] == [head[:7] for head in heads]
+        assert [tuple(row) for row in rows] == [head.replayed() for head in heads]
         assert snapshot.head_key_ids() == [heads[-1].key_id]
         rows_report = verify(
             snapshot.rows(), [], store.keys.public_key, heads=StoredHeads(rows, stored.newest), witness=kept

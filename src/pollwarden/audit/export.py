@@ -28,7 +28,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -39,7 +39,8 @@ from pollwarden.audit.checkpoint import Checkpoint, load_public_key_text, public
 from pollwarden.audit.crypto import AuditError, AuditKeyError
 from pollwarden.audit.heads import Head
 from pollwarden.audit.journal import HeadFile, LogTip
-from pollwarden.audit.verifier import LogHead, VerifyReport, verify
+from pollwarden.audit.rotation import Rotation
+from pollwarden.audit.verifier import LogHead, Problem, VerifyReport, verify
 from pollwarden.core.bounded import TooLarge, read_bounded
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "HEAD_FORMAT",
     "ExportContents",
     "ExportFormatError",
+    "head_file_from_json",
     "head_file_text",
     "load_export",
     "read_checkpoint_file",
@@ -62,10 +64,13 @@ __all__ = [
 EXPORT_FORMAT = "pollwarden-audit-export"
 CHECKPOINT_FORMAT = "pollwarden-audit-checkpoint"
 HEAD_FORMAT = "pollwarden-audit-head"
-EXPORT_VERSION = 3
+EXPORT_VERSION = 4
 CHECKPOINT_VERSION = 1  # the checkpoint file keeps its format
-HEAD_VERSION = 1
-_EXPORT_VERSIONS = (1, 2, 3)
+HEAD_VERSION = 2
+"""Version 2 head files may carry a head's `vouches` (schema 8); a head without them is still written as version 1,
+so a witness file of an older store reads as it always did."""
+_HEAD_VERSIONS = (1, 2)
+_EXPORT_VERSIONS = (1, 2, 3, 4)
 _RECORD_FIELDS = ("log_id", "seq", "at", "kind", "prev_hash", "ciphertext", "this_hash")
 
 
@@ -128,6 +133,7 @@ def write_export(
     *,
     exported_at: str,
     heads: Sequence[Head] = (),
+    rotations: Sequence[Rotation] = (),
 ) -> int:
     """Write an export and return how many records it holds.
 
@@ -167,6 +173,8 @@ def write_export(
                 handle.write(_checkpoint_line(cp) + "\n")
             for head in heads:
                 handle.write(_dumps({"type": "head", **head.to_json()}) + "\n")
+            for rotation in rotations:
+                handle.write(_dumps({"type": "rotation", **rotation.to_json()}) + "\n")
 
         _atomic_write(path, write)
     return count
@@ -323,6 +331,8 @@ class ExportContents:
     version: int
     heads: dict[str, LogHead] | None
     signed_heads: list[Head] | None = None
+    rotations: list[Rotation] = field(default_factory=list)
+    """The store's key rotations a version 4 export of a whole store carries (`{"type":"rotation", ...}` lines)."""
 
     def verify(
         self,
@@ -330,8 +340,10 @@ class ExportContents:
         pinned_key: Ed25519PublicKey | None = None,
         trusted_checkpoint: Checkpoint | None = None,
         witness: HeadFile | None = None,
+        witnesses: Sequence[HeadFile] = (),
+        findings: Sequence[Problem] = (),
     ) -> VerifyReport:
-        """Verify the body, against the header's sizes and heads when it has them."""
+        """Verify the body, against the header's sizes and heads when it has them, and the heads kept elsewhere."""
         return verify(
             self.records,
             self.checkpoints,
@@ -341,6 +353,9 @@ class ExportContents:
             expected_heads=self.heads,
             heads=self.signed_heads,
             witness=witness,
+            witnesses=witnesses,
+            rotations=self.rotations,
+            findings=findings,
         )
 
 
@@ -363,6 +378,7 @@ def load_export(path: Path) -> ExportContents:
     version = EXPORT_VERSION
     heads: dict[str, LogHead] | None = None
     signed_heads: list[Head] | None = None
+    rotations: list[Rotation] = []
     for number, text, last in _lines(path):
         where = f"{path}: line {number}"
         obj = _parse(path, number, text, last)
@@ -398,12 +414,18 @@ def load_export(path: Path) -> ExportContents:
                 raise ExportFormatError(f"{where}: {exc}") from None
             signed_heads = [] if signed_heads is None else signed_heads
             signed_heads.append(head)
+        elif kind == "rotation" and version >= 4:
+            try:
+                rotations.append(Rotation.from_json({k: v for k, v in obj.items() if k != "type"}))
+            except ValueError as exc:
+                raise ExportFormatError(f"{where}: {exc}") from None
         else:
             raise ExportFormatError(
-                f"{where}: unknown line type {kind!r} (expected 'record', 'checkpoint' or, from version 3, 'head')"
+                f"{where}: unknown line type {kind!r} (expected 'record', 'checkpoint' or, from version 3, 'head',"
+                " from version 4, 'rotation')"
             )
     assert public_key is not None  # _lines raises on an empty file, so line 1 was parsed
-    return ExportContents(records, checkpoints, public_key, version, heads, signed_heads)
+    return ExportContents(records, checkpoints, public_key, version, heads, signed_heads, rotations)
 
 
 def write_checkpoint_file(path: Path, cp: Checkpoint) -> None:
@@ -444,7 +466,8 @@ def read_checkpoint_file(path: Path) -> Checkpoint:
 
 def head_file_text(head: Head, logs: Mapping[str, LogTip] | None = None) -> str:
     """One head file, as one line of JSON (what a witness keeps or receives); `logs` lists the state it fixes."""
-    body: dict[str, Any] = {"format": HEAD_FORMAT, "version": HEAD_VERSION, "head": head.to_json()}
+    version = HEAD_VERSION if head.vouches else 1
+    body: dict[str, Any] = {"format": HEAD_FORMAT, "version": version, "head": head.to_json()}
     if logs is not None:
         body["logs"] = [[log_id, seq, this_hash] for log_id, (seq, this_hash) in sorted(logs.items())]
     return _dumps(body)
@@ -489,13 +512,16 @@ def _head_file_from(obj: dict[str, Any], where: str) -> HeadFile:
     return HeadFile(head, logs)
 
 
+def head_file_from_json(obj: object, where: str) -> HeadFile:
+    """A head file already parsed from JSON (what a witness URL answers); ExportFormatError names what is wrong."""
+    return _head_file_from(_check_header(obj, f"head file {where}", HEAD_FORMAT, _HEAD_VERSIONS), f"head file {where}")
+
+
 def read_head_file(path: Path) -> HeadFile:
     """A head file as `write_head_file` wrote it; a malformed one raises ExportFormatError naming the field."""
     path = Path(path)
     where = f"head file {path}"
-    return _head_file_from(
-        _check_header(_read_json_file(path, "head file"), where, HEAD_FORMAT, (HEAD_VERSION,)), where
-    )
+    return _head_file_from(_check_header(_read_json_file(path, "head file"), where, HEAD_FORMAT, _HEAD_VERSIONS), where)
 
 
 def read_kept_file(path: Path) -> Checkpoint | HeadFile:
@@ -504,5 +530,5 @@ def read_kept_file(path: Path) -> Checkpoint | HeadFile:
     obj = _read_json_file(path, "checkpoint file")
     if isinstance(obj, dict) and obj.get("format") == HEAD_FORMAT:
         where = f"head file {path}"
-        return _head_file_from(_check_header(obj, where, HEAD_FORMAT, (HEAD_VERSION,)), where)
+        return _head_file_from(_check_header(obj, where, HEAD_FORMAT, _HEAD_VERSIONS), where)
     return read_checkpoint_file(path)

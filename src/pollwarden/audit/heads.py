@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pollwarden.audit.chain import _PACK_1, _PACK_2, GENESIS_HASH, MAX_SEQ, check_utc_time, is_hash_text
 from pollwarden.audit.checkpoint import key_id_of
 from pollwarden.audit.crypto import length_prefixed
+from pollwarden.audit.vouch import Vouch, vouches_text
 
 __all__ = [
     "HEAD_DOMAIN",
@@ -50,6 +51,7 @@ Change = tuple[str, int, str]
 """(log_id, the log's last seq after the commit, that record's this_hash)."""
 
 HEAD_FIELDS = ("counter", "prev_hash", "changes", "logs", "records", "at", "head_hash", "key_id", "signature")
+"""The fields every head has; a head from schema 8 on also has `vouches` (`Head.vouches`)."""
 
 
 class Head(NamedTuple):
@@ -67,9 +69,15 @@ class Head(NamedTuple):
     head_hash: str
     key_id: str
     signature: str
+    vouches: str = ""
+    """The rows this commit changed, as the exact text the hash covers (canonical JSON, `audit/vouch.py`); '' for a
+    head written before schema 8, whose hash covers no vouches at all."""
 
     def to_json(self) -> dict[str, Any]:
-        return self._asdict()
+        data = self._asdict()
+        if not self.vouches:  # a head from before schema 8 is written as it always was
+            del data["vouches"]
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Head:
@@ -82,17 +90,25 @@ class Head(NamedTuple):
         for name in ("prev_hash", "changes", "at", "head_hash", "key_id", "signature"):
             if not isinstance(data[name], str):
                 raise ValueError(f"head field {name!r} must be a string")
+        vouches = data.get("vouches", "")
+        if not isinstance(vouches, str):
+            raise ValueError("head field 'vouches' must be a string")
         for name in ("counter", "logs", "records"):
             value = data[name]
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
                 raise ValueError(f"head field {name!r} must be a non-negative integer")
-        return cls(**{name: data[name] for name in HEAD_FIELDS})
+        return cls(**{name: data[name] for name in HEAD_FIELDS}, vouches=vouches)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...] | list[Any]) -> Head:
-        """From a database row in `HEAD_FIELDS` order."""
-        counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature = row
-        return cls(int(counter), prev_hash, changes, int(logs), int(records), at, head_hash, key_id, signature)
+        """From a database row in `HEAD_FIELDS` order, then `vouches` (a row without it is a head from before)."""
+        counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature, *rest = row
+        vouches = rest[0] if rest else ""
+        return cls(int(counter), prev_hash, changes, int(logs), int(records), at, head_hash, key_id, signature, vouches)
+
+    def replayed(self) -> tuple[Any, ...]:
+        """The head as a verifier replays it (`journal.HeadRow`): every field its hash covers, and the hash."""
+        return (*self[:7], self.vouches)
 
     def values(self) -> tuple[Any, ...]:
         return tuple(self)
@@ -195,41 +211,51 @@ def _checked_at_once(value: list[Any]) -> list[Change] | None:
     return list(zip(log_ids, seqs, hashes, strict=True))
 
 
-def head_hash_of(*, counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
+def head_hash_of(
+    *, counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str, vouches: str = ""
+) -> str:
     """SHA-256 that chains a head onto the one before it, as 64 lowercase hex characters.
 
     ``SHA-256( lp(b"pollwarden-head-v1") || counter (8-byte BE) || lp(bytes.fromhex(prev_hash))
-    || lp(changes UTF-8) || logs (8-byte BE) || records (8-byte BE) || lp(at) )``
+    || lp(changes UTF-8) || logs (8-byte BE) || records (8-byte BE) || lp(at)
+    [|| lp(b"vouches") || lp(vouches UTF-8)] )``, the last two frames only when `vouches` is not empty: a head
+    written before schema 8 has none, and hashes exactly as it did.
     """
-    return head_digest(counter, prev_hash, changes, logs, records, at)
+    return head_digest(counter, prev_hash, changes, logs, records, at, vouches)
 
 
-def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str) -> str:
+def head_digest(counter: int, prev_hash: str, changes: str, logs: int, records: int, at: str, vouches: str = "") -> str:
     """`head_hash_of` with positional arguments and no checks (a malformed field raises one of `DIGEST_ERRORS`)."""
-    return hashlib.sha256(head_message(counter, bytes.fromhex(prev_hash), changes, logs, records, at)).hexdigest()
+    message = head_message(counter, bytes.fromhex(prev_hash), changes, logs, records, at, vouches)
+    return hashlib.sha256(message).hexdigest()
 
 
-def head_message(counter: int, prev_raw: bytes, changes: str, logs: int, records: int, at: str) -> bytes:
+def head_message(
+    counter: int, prev_raw: bytes, changes: str, logs: int, records: int, at: str, vouches: str = ""
+) -> bytes:
     """The exact bytes a head's hash covers, with the previous head's hash raw: the one place the encoding
     lives. A verifier replaying heads builds one per commit, chaining each head's raw digest into the next, so
     it never turns a hash back from hex; three packs of 8-byte big-endian integers instead of six calls."""
     changes_raw = changes.encode("utf-8")
     at_raw = at.encode("utf-8")
-    return b"".join(
-        (
-            _HEAD_DOMAIN_FRAME,
-            _PACK_2(counter, len(prev_raw)),
-            prev_raw,
-            _PACK_1(len(changes_raw)),
-            changes_raw,
-            _PACK_3(logs, records, len(at_raw)),
-            at_raw,
-        )
-    )
+    parts = [
+        _HEAD_DOMAIN_FRAME,
+        _PACK_2(counter, len(prev_raw)),
+        prev_raw,
+        _PACK_1(len(changes_raw)),
+        changes_raw,
+        _PACK_3(logs, records, len(at_raw)),
+        at_raw,
+    ]
+    if vouches:
+        vouches_raw = vouches.encode("utf-8")
+        parts += (_VOUCHES_FRAME, _PACK_1(len(vouches_raw)), vouches_raw)
+    return b"".join(parts)
 
 
 # Built once: a verifier hashes every head (one per commit).
 _HEAD_DOMAIN_FRAME = length_prefixed(HEAD_DOMAIN)
+_VOUCHES_FRAME = length_prefixed(b"vouches")
 _PACK_3 = struct.Struct(">QQQ").pack
 
 DIGEST_ERRORS = (ValueError, TypeError, AttributeError, OverflowError, UnicodeEncodeError, struct.error)
@@ -255,8 +281,12 @@ def sign_head(
     logs: int,
     records: int,
     at: str,
+    vouches: Iterable[Vouch] | None = None,
 ) -> Head:
-    """Hash and sign one head; `prev_hash` is the previous head's `head_hash` (GENESIS_HASH for counter 1)."""
+    """Hash and sign one head; `prev_hash` is the previous head's `head_hash` (GENESIS_HASH for counter 1).
+
+    `vouches`: the rows this commit changed (a store from schema 8 on always gives them, none as an empty list);
+    None writes a head as before schema 8, which vouches for nothing."""
     for name, value in (("counter", counter), ("logs", logs), ("records", records)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
             raise ValueError(f"{name} must be an integer from 0 to 2**63-1, got {value!r}")
@@ -266,10 +296,13 @@ def sign_head(
         raise ValueError("prev_hash must be the previous head's hash, and GENESIS_HASH only for head 1")
     check_utc_time(at)
     text = changes_text(changes)
-    head_hash = head_hash_of(counter=counter, prev_hash=prev_hash, changes=text, logs=logs, records=records, at=at)
+    vouched = "" if vouches is None else vouches_text(vouches)
+    head_hash = head_hash_of(
+        counter=counter, prev_hash=prev_hash, changes=text, logs=logs, records=records, at=at, vouches=vouched
+    )
     key_id = key_id_of(key.public_key())
     signature = key.sign(_signed_message(head_hash, key_id)).hex()
-    return Head(counter, prev_hash, text, logs, records, at, head_hash, key_id, signature)
+    return Head(counter, prev_hash, text, logs, records, at, head_hash, key_id, signature, vouched)
 
 
 def head_hash_ok(head: Head) -> bool:
@@ -277,7 +310,9 @@ def head_hash_ok(head: Head) -> bool:
     try:
         if not is_hash_text(head.prev_hash) or not is_hash_text(head.head_hash):
             return False
-        computed = head_digest(head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at)
+        computed = head_digest(
+            head.counter, head.prev_hash, head.changes, head.logs, head.records, head.at, head.vouches
+        )
     except DIGEST_ERRORS:
         return False
     return computed == head.head_hash

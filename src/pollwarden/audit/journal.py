@@ -20,6 +20,7 @@ from pollwarden.audit.chain import GENESIS_HASH
 from pollwarden.audit.chains import LogState
 from pollwarden.audit.checkpoint import key_id_of
 from pollwarden.audit.heads import DIGEST_ERRORS, Head, head_hash_ok, head_message, head_valid, parse_changes
+from pollwarden.audit.vouch import Vouched, parse_vouches
 
 __all__ = ["HeadFile", "HeadRow", "Journal", "LogTip", "StoredHeads", "replay"]
 
@@ -37,6 +38,12 @@ class HeadFile:
 
     head: Head
     logs: Mapping[str, LogTip] | None = None
+    source: str | None = None
+    """Where it was read (a witness's file or URL), for the findings to name; None: "kept elsewhere"."""
+
+    @property
+    def label(self) -> str:
+        return f"the head #{self.head.counter} kept {'elsewhere' if self.source is None else 'in ' + self.source}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,10 @@ class Journal:
     hashes: dict[int, str] = field(default_factory=dict)
     """The hash of each replayed head at a counter asked for, for comparing with a head kept elsewhere."""
     broken: bool = False
+    vouched: dict[str, Vouched] = field(default_factory=dict)
+    """Per log, what the heads last vouched for its row (`audit/vouch.py`)."""
+    vouching_since: int | None = None
+    """The counter of the first head that vouches for rows (schema 8): from it on, every row is vouched for."""
 
     def interest(self) -> dict[str, set[int]]:
         """The seqs of each log whose hash the verifier must keep: the final state and every snapshot."""
@@ -77,10 +88,8 @@ class Journal:
 
 
 HeadRow = Sequence[Any]
-"""A head as a database hands it over for replay: its first seven `HEAD_FIELDS` (counter, prev_hash, changes,
-logs, records, at, head_hash), every value unchecked. A `Head` slices to one (`head[:REPLAYED]`)."""
-
-REPLAYED = 7
+"""A head as a database hands it over for replay: counter, prev_hash, changes, logs, records, at, head_hash and
+vouches (`Head.replayed`), every value unchecked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +97,7 @@ class StoredHeads:
     """Heads to replay as rows (`HeadRow`s, in counter order), and the newest head whole.
 
     Only the newest head's signature is checked, so only it is read with its key id and signature: a store
-    hands over the rest as the seven columns the chain needs, without building a `Head` per commit. `newest`
+    hands over the rest as the eight columns the chain needs, without building a `Head` per commit. `newest`
     must be the last row's head, read in the same snapshot; `replay` checks that it is.
     """
 
@@ -98,7 +107,7 @@ class StoredHeads:
     @classmethod
     def of(cls, heads: Sequence[Head]) -> StoredHeads:
         """Heads already built (an export's), in counter order."""
-        return cls((head[:REPLAYED] for head in heads), heads[-1] if heads else None)
+        return cls((head.replayed() for head in heads), heads[-1] if heads else None)
 
 
 def replay(
@@ -126,15 +135,16 @@ def replay(
     state = journal.state
     hashes = journal.hashes
     sha256 = hashlib.sha256
+    vouched = journal.vouched
     for row in stored.rows:
-        counter, prev_hash, changes, logs, records, at, head_hash = row
+        counter, prev_hash, changes, logs, records, at, head_hash, vouches = row
         count += 1
         last = row
         problem: str | None = None
         raw = b""
         if prev_sound and counter == count and prev_hash == expected_prev:
             try:
-                raw = sha256(head_message(counter, prev_raw, changes, logs, records, at)).digest()
+                raw = sha256(head_message(counter, prev_raw, changes, logs, records, at, vouches)).digest()
             except DIGEST_ERRORS:
                 raw = b""
         if not raw or raw.hex() != head_hash:
@@ -164,6 +174,20 @@ def replay(
                     f"head #{counter} claims {logs} logs and {records} records, but the heads up to "
                     f"it replay to {len(state)} logs and {total} records: the heads were rewritten"
                 )
+        if vouches and vouches != "[]":  # most heads of a store vouch for no row (appends only): nothing to parse
+            try:
+                for log_id, row_state, identity in parse_vouches(vouches):
+                    known = vouched.get(log_id)
+                    if known is None:
+                        known = vouched[log_id] = Vouched(row_state, counter)
+                    known.state, known.state_at = row_state, counter
+                    if identity is not None:
+                        known.identity, known.identity_at = identity, counter
+            except (ValueError, TypeError) as exc:
+                if problem is None:
+                    problem = f"head #{counter} is malformed: {exc}"
+        if vouches and journal.vouching_since is None:
+            journal.vouching_since = counter
         if problem is not None and not journal.broken:
             journal.broken = True
             journal.findings.append(Finding(None, None, problem))
@@ -175,7 +199,7 @@ def replay(
     journal.count = count
     newest = stored.newest
     replayed = tuple(last) if last is not None else None
-    if replayed != (newest[:REPLAYED] if newest is not None else None):
+    if replayed != (newest.replayed() if newest is not None else None):
         # Both come from one snapshot, so this is a store handing over two different histories at once.
         what = "the newest head read whole is not the last head replayed: the heads changed while they were read"
         journal.findings.append(Finding(None, None, what))
@@ -196,8 +220,8 @@ def _link_problem(row: HeadRow, position: int, expected_prev: str) -> str | None
             f"head #{_short(counter)} (position {position}) is malformed: its counter, logs and records must be "
             "integers"
         )
-    counter, prev_hash, changes, logs, records, at, head_hash = row
-    head = Head(counter, prev_hash, changes, logs, records, at, head_hash, key_id="", signature="")
+    counter, prev_hash, changes, logs, records, at, head_hash, vouches = row
+    head = Head(counter, prev_hash, changes, logs, records, at, head_hash, key_id="", signature="", vouches=vouches)
     if head.counter != position:
         if head.counter > position:
             span = f"head #{position}" if head.counter == position + 1 else f"heads #{position}–#{head.counter - 1}"

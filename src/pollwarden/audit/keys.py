@@ -27,11 +27,15 @@ __all__ = [
     "AUDIT_KEY_ENV",
     "SIGNING_KEY_ENV",
     "AuditKeys",
+    "install_signing_key",
     "key_sources",
     "load_or_create_keys",
     "load_public_key",
     "read_public_key_file",
     "refuse_private_key",
+    "stage_signing_key",
+    "staged_signing_key",
+    "write_private_key_file",
 ]
 
 AUDIT_KEY_ENV = "POLLWARDEN_AUDIT_KEY"
@@ -277,6 +281,52 @@ def load_or_create_keys(home: Path, *, create: bool = True) -> AuditKeys:
             "run a pollwarden command that writes to the log to create the keys, or set the variable"
         )
     return AuditKeys(cipher_key, None, public)
+
+
+_STAGED_FILE = "signing.key.next"
+"""A new signing key written before its rotation commits, and put in place after (`pollwarden audit rotate-key`)."""
+
+
+def stage_signing_key(home: Path, key: Ed25519PrivateKey) -> None:
+    """Write the key a rotation is about to link, beside the key in use: if the process dies once the rotation
+    has committed, the key the store now expects is there to be put in place (`staged_signing_key`)."""
+    directory = _keys_dir(home)
+    _ensure_dir(directory)
+    path = directory / _STAGED_FILE
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a key staged by a rotation that never committed: no head names it
+    if not _create_exclusive(path, _private_text(key), 0o600):
+        raise AuditKeyError(f"{path} was written by another process meanwhile: is another rotation running?")
+
+
+def staged_signing_key(home: Path) -> Ed25519PrivateKey | None:
+    """The key a rotation staged and did not put in place yet, or None."""
+    path = _keys_dir(home) / _STAGED_FILE
+    if not path.exists():
+        return None
+    source = f"key file {path}"
+    return _signing_from_raw(_decode(_read_key_file(path), 32, source, "a raw Ed25519 private key"), source)
+
+
+def install_signing_key(home: Path, key: Ed25519PrivateKey) -> None:
+    """Put the staged key in place of the home's signing key, its public half beside it: each file replaced
+    whole (renamed over the old one), the private key first."""
+    directory = _keys_dir(home)
+    staged = directory / _STAGED_FILE
+    found = staged_signing_key(home)
+    if found is None or public_key_text(found) != public_key_text(key):
+        raise AuditKeyError(f"{staged} does not hold the key to install; nothing was changed")
+    os.replace(staged, directory / _SIGNING_FILE)
+    public = directory / f".{_PUBLIC_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    _create_exclusive(public, public_key_text(key).encode("ascii") + b"\n", 0o644)
+    os.replace(public, directory / _PUBLIC_FILE)
+    _fsync_dir(directory)
+
+
+def write_private_key_file(path: Path, key: Ed25519PrivateKey) -> None:
+    """A new signing key in a file of its own (`rotate-key --key-out`), mode 0600; an existing file is refused."""
+    if not _create_exclusive(Path(path), _private_text(key), 0o600):
+        raise AuditKeyError(f"{path} exists; give a new file for the new private key")
 
 
 def key_sources(home: Path) -> list[object]:

@@ -1,9 +1,10 @@
 """Offline verification of audit logs: needs the records, the heads or checkpoints and a public key, never a secret.
 
 `chains.py` walks each log's hash chain; `journal.py` replays the signed heads (one per committed
-transaction, over every log); this module puts them together with the per-log checkpoints of stores and
-exports written before heads existed, a head or checkpoint kept elsewhere (rollback), a pinned key, and an
-export header's list of log sizes.
+transaction, over every log); `kept.py` checks the lineage of signing keys and the heads kept elsewhere;
+`vouch.py` compares the store's rows with what the heads vouched for. This module puts them together with the
+per-log checkpoints of stores and exports written before heads existed, a checkpoint kept elsewhere (rollback),
+a pinned key, and an export header's list of log sizes.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from pollwarden.audit.chain import GENESIS_HASH, AuditRecord
 from pollwarden.audit.chains import ALL_LOGS, ChainWalk, Problem, StoredRows, record_fields, short
-from pollwarden.audit.checkpoint import Checkpoint, checkpoint_valid, key_id_of
-from pollwarden.audit.heads import Head, head_valid
+from pollwarden.audit.checkpoint import Checkpoint, key_id_of, load_public_key_text
+from pollwarden.audit.crypto import AuditKeyError
+from pollwarden.audit.heads import Head
 from pollwarden.audit.journal import (
     HeadFile,
     Journal,
     StoredHeads,
-    bad_signature,
     compare_tips,
     replay,
-    state_differences,
 )
+from pollwarden.audit.kept import KeyChecks, key_id_text, plural
+from pollwarden.audit.rotation import Lineage, Rotation, lineage
+from pollwarden.audit.vouch import Vouch, compare_rows
 
 __all__ = ["ALL_LOGS", "LogHead", "Problem", "VerifyReport", "verify"]
 
@@ -50,6 +53,12 @@ class VerifyReport:
     bytes_verified: int
     problems: tuple[Problem, ...]
     heads: int = 0
+    rows: int = 0
+    """Rows compared with what the heads vouched for (a store's operations and settings; 0 for an export)."""
+    unvouched: int = 0
+    """Rows no head has vouched for yet: a store upgraded to schema 8 and not written since."""
+    witnesses: int = 0
+    """Heads kept elsewhere that were checked (the home's head file and every witness file)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,16 +67,12 @@ class VerifyReport:
             "logs": self.logs,
             "checkpoints": self.checkpoints,
             "heads": self.heads,
+            "rows": self.rows,
+            "rows_not_yet_vouched_for": self.unvouched,
+            "witnesses": self.witnesses,
             "bytes_verified": self.bytes_verified,
             "problems": [problem.to_json() for problem in self.problems],
         }
-
-
-def _key_id_text(value: object) -> str:
-    """A key id read from a file is shown only when it has the shape of one (16 hex characters)."""
-    if isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value):
-        return value
-    return f"{short(value)!r} (malformed)"
 
 
 def _verdict(what: str) -> str:
@@ -77,11 +82,14 @@ def _verdict(what: str) -> str:
     return "rewritten" if "rewritten" in what else "truncated"
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+def _public(text: str) -> Ed25519PublicKey | None:
+    try:
+        return load_public_key_text(text, source="a rotation's key")
+    except AuditKeyError:
+        return None
 
 
-class _Verifier:
+class _Verifier(KeyChecks):
     def __init__(
         self,
         checkpoints: Sequence[Checkpoint],
@@ -90,35 +98,45 @@ class _Verifier:
         pinned_key: Ed25519PublicKey | None,
         expected_heads: Mapping[str, LogHead] | None,
         heads: Sequence[Head] | StoredHeads | None,
-        witness: HeadFile | None,
+        witnesses: Sequence[HeadFile],
+        rotations: Sequence[Rotation],
+        rows: Iterable[Vouch] | None,
     ) -> None:
         self.checkpoints = checkpoints
-        # A pinned key replaces the one the log names: every signature is checked against it alone.
+        # A pinned key replaces the one the log names as the root of trust: the keys it rotated to, and it alone
+        # where there was no rotation, are the only ones trusted.
         self.claimed_key = public_key
+        self.pinned_key = pinned_key
         self.pinned = pinned_key is not None
-        if pinned_key is not None:
-            public_key = pinned_key
-        self.public_key = public_key
+        root = pinned_key if pinned_key is not None else public_key
+        self.rotations = sorted(rotations, key=lambda rotation: rotation.counter)
+        # The key the newest head must be signed by: the last rotation's, or the root's when none happened.
+        self.public_key = _public(self.rotations[-1].new_public) if self.rotations else root
         self.trusted = trusted
         self.expected_heads = expected_heads
-        self.witness = witness
+        self.witnesses = witnesses
+        self.rows = rows
         self.problems: list[Problem] = []
-        self.valid: list[Checkpoint] = []
-        if public_key is not None:
-            self.valid = [cp for cp in checkpoints if checkpoint_valid(cp, public_key)]
-        self.trusted_valid = trusted is not None and public_key is not None and checkpoint_valid(trusted, public_key)
         # None: a source from before signed heads (an older export, a store not written since its upgrade).
         self.journal: Journal | None = None
         if heads is not None:
-            snapshot_at = [witness.head.counter] if witness is not None else []
-            self.journal = replay(heads, public_key, snapshot_at)
+            snapshot_at = [kept.head.counter for kept in witnesses] + [rotation.counter for rotation in self.rotations]
+            # Without rotations the newest head is checked in the replay; with them, once the lineage says which
+            # key signs its counter (the rotation's own head is the old key's last).
+            self.journal = replay(heads, None if self.rotations else self.public_key, snapshot_at)
+        self.lineage: Lineage = lineage(self.rotations, root, self.journal.hashes if self.journal is not None else {})
+        self.keys = self._trusted_keys()
+        if self.rotations and self.journal is not None:
+            self._check_newest_head(self.journal)
+        self.valid = [cp for cp in checkpoints if self._signed(cp)]
+        self.trusted_valid = trusted is not None and self._signed(trusted)
         interest: dict[str, set[int]] = self.journal.interest() if self.journal is not None else {}
         for cp in self.valid:
             interest.setdefault(cp.log_id, set()).add(cp.seq)
         if trusted is not None and self.trusted_valid:
             interest.setdefault(trusted.log_id, set()).add(trusted.seq)
-        if witness is not None and witness.logs is not None:
-            for log_id, (seq, _) in witness.logs.items():
+        for kept in witnesses:
+            for log_id, (seq, _) in (kept.logs or {}).items():
                 interest.setdefault(log_id, set()).add(seq)
         elsewhere: dict[str, int] = {}
         for cp in checkpoints:
@@ -153,6 +171,7 @@ class _Verifier:
         else:
             if self.pinned:
                 self._check_claimed_key(self.public_key)
+            self._check_lineage()
             self._check_checkpoints(self.public_key)
             if self.trusted is not None:
                 self._check_trusted(self.trusted, self.public_key)
@@ -160,10 +179,11 @@ class _Verifier:
             self._check_journal(self.journal)
         else:
             self._check_checkpointed_kinds()
-        if self.witness is not None:
-            self._check_witness(self.witness)
+        for kept in self.witnesses:
+            self._check_witness(kept)
         if self.expected_heads is not None:
             self._check_heads(self.expected_heads)
+        checked, unvouched = self._check_rows()
         problems = [*self.walk.problems, *self.problems]
         log_ids = set(self.walk.logs) | {cp.log_id for cp in self.checkpoints}
         if self.journal is not None:
@@ -177,7 +197,25 @@ class _Verifier:
             bytes_verified=self.walk.bytes_verified,
             problems=tuple(problems),
             heads=self.journal.count if self.journal is not None else 0,
+            rows=checked,
+            unvouched=unvouched,
+            witnesses=len(self.witnesses),
         )
+
+    # -- rows and keys -------------------------------------------------------------------------------------
+
+    def _check_rows(self) -> tuple[int, int]:
+        """The stored rows against what the heads vouched for; (rows read, rows not yet vouched for)."""
+        if self.rows is None:
+            return 0, 0
+        journal = self.journal
+        found = compare_rows(
+            self.rows,
+            journal.vouched if journal is not None else {},
+            journal.vouching_since if journal is not None else None,
+        )
+        self.problems.extend(Problem(log_id, None, what) for log_id, what in found.problems or ())
+        return found.rows, found.unvouched
 
     # -- signed heads ------------------------------------------------------------------------------------
 
@@ -197,7 +235,7 @@ class _Verifier:
                 continue
             if newest is None:
                 what = (
-                    f"{_plural(state.last_seq, 'record')} and no signed head covers them: the store's heads were "
+                    f"{plural(state.last_seq, 'record')} and no signed head covers them: the store's heads were "
                     "deleted (or the records were written without pollwarden)"
                 )
             else:
@@ -229,65 +267,6 @@ class _Verifier:
                 )
             )
 
-    def _check_witness(self, witness: HeadFile) -> None:
-        head = witness.head
-        kept = f"the head #{head.counter} kept elsewhere"
-        if self.public_key is None:
-            self.problems.append(Problem(ALL_LOGS, None, f"{kept} cannot be checked: no public key was given"))
-            return
-        if not head_valid(head, self.public_key):
-            self.problems.append(Problem(ALL_LOGS, None, bad_signature(head, self.public_key, kept)))
-            return
-        journal = self.journal
-        newest = journal.newest if journal is not None else None
-        stored = journal.hashes.get(head.counter) if journal is not None else None
-        if stored is None:
-            have = (
-                f"the store's newest head is #{newest.counter} ({_plural(newest.logs, 'log')}, "
-                f"{_plural(newest.records, 'record')})"
-                if newest is not None
-                else "the store has no signed head"
-            )
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"rollback: {kept} covers {_plural(head.logs, 'log')} and {_plural(head.records, 'record')}, but "
-                    f"{have}: the store was replaced by an older copy, or its heads were deleted",
-                )
-            )
-            expected = witness.logs
-        elif stored != head.head_hash:
-            self.problems.append(
-                Problem(
-                    ALL_LOGS,
-                    None,
-                    f"the store's head #{head.counter} is not {kept} (store {short(stored)}, kept "
-                    f"{short(head.head_hash)}): the store's heads were rewritten",
-                )
-            )
-            expected = witness.logs
-        else:
-            assert journal is not None
-            expected = journal.snapshots.get(head.counter)
-            if witness.logs is not None and expected is not None:
-                differ = state_differences(witness.logs, expected)
-                if differ:
-                    self.problems.append(
-                        Problem(
-                            ALL_LOGS,
-                            None,
-                            f"the log list in the file of {kept} differs from what that head fixes for "
-                            f"{_plural(len(differ), 'log')} (first {differ[0]!r}): the file was edited",
-                        )
-                    )
-        if expected is None:
-            return
-        troubled = {p.log_id for p in [*self.walk.problems, *self.problems]}
-        for log_id, seq, what in compare_tips(expected, self.walk.logs):
-            if log_id not in troubled:
-                self.problems.append(Problem(log_id, seq, f"rollback: {kept} {what}"))
-
     # -- per-log checkpoints (stores and exports from before signed heads) -------------------------------
 
     def _no_public_key(self) -> None:
@@ -316,7 +295,7 @@ class _Verifier:
 
     def _check_claimed_key(self, pinned: Ed25519PublicKey) -> None:
         claimed = self.claimed_key
-        if claimed is None or key_id_of(claimed) == key_id_of(pinned):
+        if claimed is None or key_id_of(claimed) == key_id_of(pinned) or key_id_of(claimed) in self.keys:
             return
         self.problems.append(
             Problem(
@@ -372,7 +351,7 @@ class _Verifier:
         expected = key_id_of(public_key)
         if self.pinned and cp.key_id != expected:
             return (
-                f"{label}: signed by key {_key_id_text(cp.key_id)}, which is not the pinned key {expected}: the log "
+                f"{label}: signed by key {key_id_text(cp.key_id)}, which is not the pinned key {expected}: the log "
                 "was re-signed with another key, or comes from another installation"
             )
         if cp.key_id != expected:
@@ -468,6 +447,10 @@ def verify(
     expected_heads: Mapping[str, LogHead] | None = None,
     heads: Sequence[Head] | StoredHeads | None = None,
     witness: HeadFile | None = None,
+    witnesses: Sequence[HeadFile] = (),
+    rotations: Sequence[Rotation] = (),
+    rows: Iterable[Vouch] | None = None,
+    findings: Sequence[Problem] = (),
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
 
@@ -478,13 +461,23 @@ def verify(
     without building a head per commit); None for a source from before heads
     (then the per-log `checkpoints` are all there is, and a record of a kind that was always checkpointed
     must have one). With heads, every record must be under the newest head and every log it fixes stored.
-    `witness` is a head kept elsewhere: the records must extend it (rollback otherwise).
+    `witness` is a head kept elsewhere: the records must extend it (rollback otherwise); `witnesses` are more of
+    them (every head file of a witness location, whatever key signed it), each checked the same way.
+    `rotations` are the store's key rotations (`audit/rotation.py`): the newest head must be signed by the key
+    they lead to, and a kept head by a key of theirs in its time.
+    `rows` are the store's vouched rows as they stand (`store/vouching.py`): each must be what the heads last
+    vouched for under its log (None: not checked, as for an export).
+    `findings` are problems found before verifying (a witness that could not be read), reported with the rest.
     `trusted_checkpoint` is an older-style checkpoint kept outside the log (the file `audit export` wrote
     beside it); it also pins the public key, since an attacker who rewrites an export can re-sign it.
     `pinned_key` is the only key trusted when given: every signature is checked against it, and a
     `public_key` (the key the store or export names) that differs is a problem of its own (log ``"*"``).
     `expected_heads` is what an export's header lists per log; the records must match it.
     """
-    verifier = _Verifier(checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, witness)
+    kept = [*([witness] if witness is not None else []), *witnesses]
+    verifier = _Verifier(
+        checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, kept, rotations, rows
+    )
+    verifier.problems.extend(findings)
     verifier.walk.add_rows(records.rows if isinstance(records, StoredRows) else map(record_fields, records))
     return verifier.finish()

@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import stat
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..audit import (
     ALL_LOGS,
+    SIGNING_KEY_ENV,
     AuditError,
     Checkpoint,
     HeadFile,
+    Problem,
     VerifyReport,
     key_id_of,
     load_export,
@@ -26,19 +29,23 @@ from ..audit import (
     write_head_file,
 )
 from ..audit.export import head_file_text
+from ..audit.keys import install_signing_key, stage_signing_key, staged_signing_key, write_private_key_file
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
+from ..events import WitnessCleared, WitnessConfigured
 from ..home import ensure_home, resolve_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 from ..operating import (
     HomeError,
     configured_witness,
     database_target,
+    operation_known,
     trusted_checkpoint,
     verify_home,
 )
 from ..shown import shown
 from ..store.base import StoreError
 from ..store.witness import Witness
+from ..witnessing import WITNESS_LOG, Kept, LocationError, read_location, reading_location
 from .common import (
     EXIT_OK,
     UsageError,
@@ -72,8 +79,9 @@ def _print_report(
     else:
         state = "intact" if report.ok else "TAMPERED"
         print(
-            f"{source}: {state}: {report.records} records in {report.logs} logs, {report.checkpoints} checkpoints,"
-            f" {report.bytes_verified} bytes verified"
+            f"{source}: {state}: {report.records} records in {report.logs} logs,"
+            + (f" {report.rows} rows," if report.rows else "")
+            + f" {report.checkpoints} checkpoints, {report.bytes_verified} bytes verified"
             + (f", checked against {trusted}" if trusted else ", no checkpoint kept elsewhere to check rollback")
             + (f", with the pinned key {pinned}" if pinned else "")
         )
@@ -120,17 +128,25 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         except AuditError as exc:
             raise UsageError(str(exc)) from None
         trusted, trusted_name = _trusted(explicit or Path(str(path) + ".checkpoint"))
+        kept = Kept()
+        if args.witness:
+            try:
+                read_location(reading_location(args.witness, "--witness"), kept)
+            except LocationError as exc:
+                raise UsageError(str(exc)) from None
         report = contents.verify(
             pinned_key=pinned[0] if pinned else None,
             trusted_checkpoint=trusted if isinstance(trusted, Checkpoint) else None,
-            witness=trusted if isinstance(trusted, HeadFile) else None,
+            witnesses=[*([trusted] if isinstance(trusted, HeadFile) else []), *kept.heads],
+            findings=[Problem(ALL_LOGS, None, what) for what in kept.problems],
         )
-        notes = (NO_LOG_SIZES,) if contents.heads is None else ()
+        notes = ((NO_LOG_SIZES,) if contents.heads is None else ()) + tuple(kept.notes)
+        names = ", ".join(name for name in (trusted_name, *kept.names) if name) or None
         return _print_report(
-            report, as_json=args.json, source=str(path), trusted=trusted_name, pinned=fingerprint, notes=notes
+            report, as_json=args.json, source=str(path), trusted=names, pinned=fingerprint, notes=notes
         )
     try:
-        check = verify_home(resolve_home(args.home), explicit, pinned)
+        check = verify_home(resolve_home(args.home), explicit, pinned, args.witness)
     except HomeError as exc:
         raise UsageError(str(exc)) from None
     return _print_report(
@@ -151,7 +167,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     with output_file(args.out, "--out") as temp, output_file(f"{args.out}.checkpoint", "--out") as temp_checkpoint:
         store = _open_store(args.home, keys="write")
         try:
-            if args.operation and store.get(args.operation) is None:
+            if args.operation and not operation_known(store, args.operation):
                 raise UsageError(unknown_operation(store.path, args.operation))
             assert store.keys is not None
             if args.operation:
@@ -180,6 +196,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
                         store.keys.public_key,
                         exported_at=format_rfc3339(utcnow()),
                         heads=heads,
+                        rotations=snapshot.rotations(),
                     )
                 # The head file beside it lists every log the newest exported head fixes.
                 head, _ = newest
@@ -228,10 +245,14 @@ def cmd_audit_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_witness(args: argparse.Namespace) -> int:
-    """Show, set or clear the witness location every store of this home sends its new heads to."""
+    """Show, set or clear the witness location every store of this home sends its new heads to. A change is also
+    recorded in the store, in the log `@audit/witness` and a row its heads vouch for, so a plain `audit verify`
+    knows the witness even once the home's setting is gone."""
     home = resolve_home(args.home)
     path = witness_config_path(home)
     if args.clear:
+        # Recorded first, while the old setting still sends this commit's head to the old witness.
+        _record_witness(args, "", WitnessCleared(by=args.by))
         path.unlink(missing_ok=True)
         print(f"no witness: new heads are kept only in {shown(trusted_checkpoint_path(home))}")
         return EXIT_OK
@@ -249,7 +270,80 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
     ensure_home(home)
     with output_file(str(path), "the witness setting") as temp:
         Path(temp).write_text(witness.location + "\n", encoding="utf-8")
+    # Recorded once the setting is in place: this commit's head is the first the new witness keeps.
+    _record_witness(args, witness.location, WitnessConfigured(location=witness.location, by=args.by))
     print(f"new signed heads of {shown(home)} go to {witness.location} (at each outcome, and at most a second apart)")
+    return EXIT_OK
+
+
+def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfigured | WitnessCleared) -> None:
+    store = _open_store(args.home, keys="write")
+    try:
+        store.set_setting(WITNESS_LOG, location, event.KIND, event.to_json(), utcnow())
+    finally:
+        store.close()
+
+
+def cmd_audit_rotate_key(args: argparse.Namespace) -> int:
+    """A new signing key, linked to the current one by a rotation the current one signs (`audit/rotation.py`).
+
+    The new key is staged beside the old one before the rotation commits and put in place after it, so a process
+    that dies in between leaves the store expecting a key the home holds: running the command again finishes."""
+    by = args.by.strip()
+    if not by:
+        raise UsageError("--by must name who rotates the key (it is recorded in the audit log)")
+    home = resolve_home(args.home)
+    _require_log(args.home)
+    out = Path(args.key_out) if args.key_out else None
+    if out is None and os.environ.get(SIGNING_KEY_ENV):
+        raise UsageError(
+            f"the signing key comes from {SIGNING_KEY_ENV}: give --key-out FILE for the new private key, then set the"
+            " variable from that file for every process that writes to the store, and restart them; nothing changed"
+        )
+    store = _open_store(args.home, keys="write")
+    try:
+        assert store.keys is not None and store.keys.signing_key is not None  # keys="write" made or read both
+        old_id = key_id_of(store.keys.public_key)
+        staged = staged_signing_key(home) if out is None else None
+        last = store.last_rotation()
+        if (
+            staged is not None
+            and last is not None
+            and (last.old_key_id, last.new_key_id)
+            == (
+                old_id,
+                key_id_of(staged.public_key()),
+            )
+        ):
+            finished = True
+            new_key, rotation = staged, last
+        else:
+            finished = False
+            new_key = Ed25519PrivateKey.generate()
+            if out is None:
+                stage_signing_key(home, new_key)
+            else:
+                write_private_key_file(out, new_key)
+            rotation = store.rotate_signing_key(new_key, by=by, at=utcnow())
+    except (AuditError, OSError) as exc:
+        raise UsageError(f"the signing key was not rotated: {exc}") from None
+    finally:
+        store.close()
+    if out is None:
+        try:
+            install_signing_key(home, new_key)
+        except (AuditError, OSError) as exc:
+            raise UsageError(
+                f"the rotation is recorded, but the new key could not be put in place ({exc}): run the command again"
+            ) from None
+    new_id = key_id_of(new_key.public_key())
+    where = shown(out) if out is not None else shown(home / "keys" / "signing.key")
+    print(
+        ("finished an interrupted rotation: " if finished else "rotated the signing key: ")
+        + f"head #{rotation.counter} is the last one key {old_id} signed; key {new_id} ({where}) signs from the next."
+        " Restart every process that writes to this store (one that still holds the old key is refused), and"
+        " replace any copy of the public key kept for `audit verify --public-key`"
+    )
     return EXIT_OK
 
 

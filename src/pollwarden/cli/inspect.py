@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 
 from ..core.contract_result import result_text
 from ..core.durations import DurationError, parse_rfc3339
 from ..home import resolve_home, unknown_operation
+from ..operating import operation_known
 from ..shown import shown
-from ..store.base import Store
+from ..store.base import INSPECT_UNREADABLE, Store, UnreadableRow
 from ..story import story_json, story_lines
 from ..why import WhyError, explain, pick
 from .common import (
@@ -50,15 +52,19 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for line in follow_up_lines(store, stored, resolve_home(args.home)):
                     print(f"{'follow-up':26} {shown(line)}")  # what became of each decision (followup.py)
             return EXIT_OK
-        rows = [(s, ownership_of(s, now)) for s in store.all()]
+        listing = store.listing()
+        rows = [(s, ownership_of(s, now)) for s in listing.operations]
         wanted = {flag for flag, on in (("overdue", args.overdue), ("orphaned", args.orphaned)) if on}
         if wanted:
             rows = [(s, o) for s, o in rows if wanted & set(o.flags)]
+        unreadable = () if wanted else listing.unreadable
         if args.json:
-            print(json.dumps([{**s.record.summary(), **o.to_json()} for s, o in rows], sort_keys=True))
+            found = [{**s.record.summary(), **o.to_json()} for s, o in rows] + [u.to_json() for u in unreadable]
+            print(json.dumps(found, sort_keys=True))
             return EXIT_OK
         if not rows:
             print(f"no {' or '.join(sorted(wanted))} operations" if wanted else "no operations yet")
+            _print_unreadable(unreadable)
             return EXIT_OK
         table: list[tuple[str, ...]] = [("OPERATION", "JOB", "PHASE", "REASON", "STATE", "REQUESTS", "OWNER", "FLAGS")]
         for stored, owned in rows:
@@ -78,6 +84,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         for line in _columns(table):
             print(line)
+        _print_unreadable(unreadable)
         return EXIT_OK
     finally:
         store.close()
@@ -96,6 +103,16 @@ def _version(store: Store, text: str) -> dict[str, object]:
     }
 
 
+def _print_unreadable(rows: Sequence[UnreadableRow]) -> None:
+    """Rows skipped because their record cannot be read: named, with why and how to look at them."""
+    if not rows:
+        return
+    print(f"{len(rows)} operation{'s' if len(rows) != 1 else ''} could not be read, and no worker polls them:")
+    for row in rows:
+        print(f"  {shown(row.operation_id)}: {shown(row.why)}")
+    print(f"  {INSPECT_UNREADABLE}")
+
+
 def _columns(table: list[tuple[str, ...]]) -> list[str]:
     """Each column as wide as its widest cell (up to 40), so a short id does not push the table off a screen."""
     widths = [min(40, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
@@ -109,7 +126,7 @@ def cmd_story(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="read")
     try:
         events = store.events(args.operation)  # a submission whose outcome is unknown has a log but no record
-        if not events and store.get(args.operation) is None:
+        if not events and not operation_known(store, args.operation):
             raise UsageError(unknown_operation(store.path, args.operation))
         if args.json:
             print(json.dumps(story_json(events), sort_keys=True))
@@ -130,7 +147,7 @@ def cmd_why(args: argparse.Namespace) -> int:
             raise UsageError(f"--at: {exc}") from None
     store = _open_store(args.home, keys="read")
     try:
-        if store.get(args.operation) is None:
+        if not operation_known(store, args.operation):
             raise UsageError(unknown_operation(store.path, args.operation))
         events = store.events(args.operation)
     finally:

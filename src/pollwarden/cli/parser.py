@@ -152,7 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint",
         metavar="FILE",
         help="a signed head kept elsewhere (`audit checkpoint --out`): the store must extend it"
-        " (default: FILE.checkpoint for an export; else the newest of the home's and the witness's)",
+        " (default: FILE.checkpoint for an export; else the home's head file)",
+    )
+    av.add_argument(
+        "--witness",
+        metavar="DIR|URL",
+        help="check every head file this witness location holds, whatever key signed it (default: the location"
+        " `audit witness` configured, and the one the log says was configured)",
     )
     av.add_argument(
         "--public-key",
@@ -174,8 +180,25 @@ def build_parser() -> argparse.ArgumentParser:
     aw = audit_sub.add_parser("witness", help="show, set or clear where new signed heads are sent automatically")
     aw.add_argument("location", nargs="?", help="a directory on another volume, or an https:// URL")
     aw.add_argument("--clear", action="store_true", help="send heads nowhere but the home's audit-head.checkpoint")
+    aw.add_argument("--by", default=os.environ.get("USER", ""), help="who changes it (recorded in the audit log)")
     home(aw)
     aw.set_defaults(func=Command("audit", "cmd_audit_witness"))
+    ak = audit_sub.add_parser(
+        "rotate-key",
+        help="replace the signing key with a new one, linked by a rotation the old key signs",
+        description="Make a new signing key and have the old one sign, in the audit log, that the heads after this"
+        " commit are signed by the new one: a verifier follows that link from the key of any head kept elsewhere."
+        " Restart every process that writes to the store afterwards: one still holding the old key is refused.",
+    )
+    ak.add_argument("--by", required=True, help="who rotates the key (recorded in the audit log)")
+    ak.add_argument(
+        "--key-out",
+        metavar="FILE",
+        help="write the new private key to FILE (a new file, mode 0600) instead of the home's keys/signing.key:"
+        " needed when the signing key comes from POLLWARDEN_SIGNING_KEY",
+    )
+    home(ak)
+    ak.set_defaults(func=Command("audit", "cmd_audit_rotate_key"))
     ar = audit_sub.add_parser("repair", help="cut a torn last line from an export (kept aside in FILE.torn)")
     ar.add_argument("--file", required=True)
     ar.set_defaults(func=Command("audit", "cmd_audit_repair"))

@@ -10,7 +10,7 @@ from ..core.record import OperationRecord
 from ..followup import follow_ups
 from ..operating import HomeError, open_store, verify_home
 from ..ownership import ownership_of
-from ..store.base import Event, Store, StoreError
+from ..store.base import Event, Store, StoreError, UnreadableRecord
 from ..story import story_lines
 from . import pages
 from .auth import AuthHandler
@@ -47,7 +47,8 @@ class PageViews(AuthHandler):
         now = utcnow()
         try:
             with self.console.store("none") as store:
-                everything = store.all()
+                listing = store.listing()
+                everything = listing.operations
                 open_ones = store.decisions(open_only=True)
                 pending = _pending_approvals(store)
                 now = store.db_now()
@@ -56,7 +57,8 @@ class PageViews(AuthHandler):
             return
         by_operation = {d.request.operation_id: d.request.decision_id for d in open_ones}
         rows = [pages.Row(s.record, ownership_of(s, now), by_operation.get(s.record.operation_id)) for s in everything]
-        body = pages.operations_page(rows, wanted, now, chrome=self._chrome(session, len(open_ones), pending))
+        chrome = self._chrome(session, len(open_ones), pending)
+        body = pages.operations_page(rows, wanted, now, chrome=chrome, unreadable=listing.unreadable)
         self._send(200, body)
 
     def _operation(self, session: Session, operation_id: str) -> None:
@@ -89,6 +91,9 @@ class PageViews(AuthHandler):
                 )
             finally:
                 store.close()
+        except UnreadableRecord as exc:
+            self._problem(409, "Unreadable operation", str(exc), session)
+            return
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return

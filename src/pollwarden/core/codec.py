@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..errors import PollwardenError
 from .contract import Schedule
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
@@ -141,3 +143,75 @@ def observation_from_json(data: dict[str, Any]) -> Observation:
         delivery_unknown=bool(data.get("delivery_unknown", False)),
         detail=data.get("detail", ""),
     )
+
+
+class RecordError(PollwardenError, ValueError):
+    """A stored record that cannot be decoded: not JSON, a field missing or of the wrong type, an unknown phase, or
+    the record of another operation. The message says which, in words that quote at most a short value."""
+
+
+_TEXT = ("operation_id", "job_id", "contract_name", "contract_fingerprint", "account")
+_TEXT_OR_NONE = ("request_fingerprint", "detail", "last_state", "last_request_id", "provider_error", "status_location")
+_COUNTS = ("status_requests_used", "transport_failures_used", "rate_limited_consecutive", "token_refused_consecutive",
+           "polls_completed")  # fmt: skip
+_TIMES = ("created_at", "next_poll_at")
+_TIMES_OR_NONE = ("last_observed_at", "finished_at")
+
+
+def decode_record(text: object, operation_id: str | None = None) -> OperationRecord:
+    """The record a store row holds, or RecordError saying why it cannot be one. `record_from_json` trusts its
+    input (a record pollwarden wrote); a row is read back from a file anyone with access could have edited, and a
+    wrong type there would surface later, as a traceback in whatever reads the field. `operation_id`: the row's."""
+    if not isinstance(text, str):
+        raise RecordError("the record is not text")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise RecordError("the record is not JSON") from None
+    if not isinstance(data, dict):
+        raise RecordError("the record is not a JSON object")
+    try:
+        record = record_from_json(data)
+    except KeyError as exc:
+        raise RecordError(f"the record lacks the field {_quoted(exc.args[0] if exc.args else '?')}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise RecordError(f"a field of the record has the wrong type or value ({_quoted(exc)})") from None
+    problem = _record_problem(record)
+    if problem is not None:
+        raise RecordError(problem)
+    if operation_id is not None and record.operation_id != operation_id:
+        raise RecordError(f"the record is that of operation {_quoted(record.operation_id)}, not of this row")
+    return record
+
+
+def _quoted(value: object) -> str:
+    text = str(value)
+    return repr(text if len(text) <= 80 else text[:80] + "…")
+
+
+def _record_problem(record: OperationRecord) -> str | None:
+    """The first field whose type is not the one the record promises, in words; None when all are."""
+    for name in _TEXT:
+        if not isinstance(getattr(record, name), str):
+            return f"the record's {name} is not text"
+    for name in _TEXT_OR_NONE:
+        if not isinstance(getattr(record, name), str | None):
+            return f"the record's {name} is neither text nor null"
+    if not all(isinstance(state, str) for state in record.expected_terminal):
+        return "the record's expected_terminal is not a list of text"
+    if record.last_http_status is not None and (
+        isinstance(record.last_http_status, bool) or not isinstance(record.last_http_status, int)
+    ):
+        return "the record's last_http_status is neither an integer nor null"
+    for name in _COUNTS:
+        if getattr(record, name) < 0:
+            return f"the record's {name} is negative"
+    plan = record.plan
+    if plan.max_status_requests < 0 or plan.max_transport_failures < 0 or plan.max_rate_limited < 0:
+        return "a budget of the record's plan is negative"
+    times = [(name, getattr(record, name)) for name in _TIMES] + [("deadline_at", plan.deadline_at)]
+    optional = [(name, getattr(record, name)) for name in _TIMES_OR_NONE] + [("useful_until", plan.useful_until)]
+    for name, moment in times + [(n, m) for n, m in optional if m is not None]:
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            return f"the record's {name} has no time zone"
+    return None

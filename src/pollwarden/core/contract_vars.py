@@ -201,7 +201,7 @@ def _substitute(text: str, values: Mapping[str, str], source: str, where: str, *
 
 def text_digest(text: str) -> str:
     """A stored contract text's key in a store's contracts registry: its SHA-256, hex (`Contract.digest`)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def wrap(text: str, values: Mapping[str, str]) -> str:

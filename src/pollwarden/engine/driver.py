@@ -38,7 +38,7 @@ from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
-from ..store.base import Claimed, Lease, LogEntry, OperationExists, Store
+from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
 from . import batch, flow, installed
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
@@ -213,7 +213,8 @@ class Engine:
                     [(answer.record, request.contract.source_text, answer.event) for request, answer in pairs
                      if isinstance(answer, Create)]
                 )  # fmt: skip
-            except OperationExists:
+            except OperationExists as exc:
+                self._refuse_unreadable(exc, [answer.record for answer in answers if isinstance(answer, Create)])
                 taken.intersection_update(given)  # the ids this attempt gave out were not written: free again
                 continue
             self._audit_refused(requests, refusals, now, len(requests))  # once, for the attempt that stands
@@ -247,6 +248,16 @@ class Engine:
         if narrowers is not None:
             return [busy] * len(requests)
         raise BatchAdmissionError([(offset + index, busy) for index in range(len(requests))])
+
+    def _refuse_unreadable(self, exc: OperationExists, created: Sequence[OperationRecord]) -> None:
+        """A creation that met a row whose record cannot be read (the lookups before it skip such rows) is no race
+        to wait out: `UnreadableRecord` names the row and why, and nothing is created."""
+        ids = [exc.operation_id] if isinstance(exc, JobWatched) else [record.operation_id for record in created]
+        for operation_id in ids:
+            try:
+                self.store.get(operation_id)
+            except UnreadableRecord as unreadable:
+                raise unreadable from None
 
     def _answers(self, requests: Sequence[WatchRequest], now: datetime, taken: set[str]) -> list[Admission]:
         """The admission of each request against what the store holds now; `taken` are operation ids already

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .base import EVENT_TYPES, AuditEvent, Payload, event, parse
 from .contracts import ContractInstalled, ContractRefused
+from .keeping import SigningKeyRotated, WitnessCleared, WitnessConfigured
 from .operation import (
     Created,
     DecisionEvent,
@@ -29,6 +30,7 @@ from .operation import (
     LimitsNarrowed,
     Observed,
     Paced,
+    RecordUnreadable,
     RequestWithheld,
     Reserved,
     ResumeRefused,
@@ -124,12 +126,14 @@ __all__ = [
     "Paced",
     "Payload",
     "PersonCommand",
+    "RecordUnreadable",
     "Refused",
     "RequestWithheld",
     "Reserved",
     "ResumeRefused",
     "SessionApprovalRequested",
     "SessionStarted",
+    "SigningKeyRotated",
     "StopEvent",
     "SubmissionDuplicate",
     "SubmissionIntent",
@@ -143,6 +147,8 @@ __all__ = [
     "WatchInterrupted",
     "WatchRejoined",
     "WatchStarted",
+    "WitnessCleared",
+    "WitnessConfigured",
     "event",
     "outcome_events",
     "parse",

@@ -200,6 +200,15 @@ def poll_events(
 
 
 @event
+class RecordUnreadable(AuditEvent):
+    """A claim met the operation's row holding a record it could not decode, and set the row aside (the store's
+    `unreadable` mark): no claim takes it again until a person repairs it (docs/design.md, "Unreadable rows")."""
+
+    KIND = "record_unreadable"
+    why: str | None = None
+
+
+@event
 class LeaseLost(AuditEvent):
     KIND = "lease_lost"
     owner: str | None = None

@@ -44,6 +44,12 @@ MAX_REASON_CHARS = 500
 MAX_BODY_CHARS = 64 * 1024
 """The largest `submit_job` body, as compact JSON: a job's parameters, not its data."""
 MAX_ARGUMENT_CHARS = 4096
+
+UNREADABLE_TO_AGENT = (
+    "its record in the state store cannot be read, so no worker polls it and nothing can be done with it; a person"
+    " must repair it (`pollwarden status` names it, and why). Nothing was sent"
+)
+"""What an agent is told of an operation whose row cannot be decoded: the row's own text is nobody's to hand on."""
 """Any string argument longer than this is refused before a tool sees it: none needs more (a job id is at most 512
 characters, a reason is kept to 500), and a huge one must never be walked, logged or audited."""
 

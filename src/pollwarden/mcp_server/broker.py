@@ -31,9 +31,9 @@ from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient
 from ..operating import HomeError, open_store
 from ..progress import Progress, progress_of, progress_of_record
-from ..store.base import Store, agent_log_id
+from ..store.base import Store, UnreadableRecord, agent_log_id
 from ..store.owner import process_owner
-from .base import CallContext, ToolFailure, check_arguments, clean_text, log
+from .base import UNREADABLE_TO_AGENT, CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import RequestMade, gated_call
 from .reporting import timing
 from .scrub import secret_values, wire_safe
@@ -258,7 +258,12 @@ class Broker:
     def operation(self, store: Store, operation_id: str) -> tuple[Contract, OperationRecord]:
         if operation_id_problem(operation_id) is not None:
             raise ToolFailure("unknown_operation", "no such operation; list_operations() shows them")
-        stored = store.get(operation_id)
+        try:
+            stored = store.get(operation_id)
+        except UnreadableRecord as exc:
+            if exc.row.contract_name in self.contracts and self.agent_made(store, operation_id):
+                raise ToolFailure("unreadable", f"operation {operation_id!r}: {UNREADABLE_TO_AGENT}") from None
+            stored = None
         served = stored is not None and stored.record.contract_name in self.contracts
         # A person's operation answers as one that does not exist, so an agent cannot probe which do.
         if stored is None or not served or not self.agent_made(store, operation_id):

@@ -31,6 +31,7 @@ from .base import (
     MAX_REASON_CHARS,
     MAX_WAIT_SECONDS,
     RESULT_TEXT_CAP,
+    UNREADABLE_TO_AGENT,
     CallContext,
     ToolFailure,
     clean_text,
@@ -476,10 +477,17 @@ def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionEr
 def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
     now = broker.clock()
     with broker.store() as store:
+        listing = store.listing()
         rows = [
             s.record
-            for s in store.all()
+            for s in listing.operations
             if s.record.contract_name in broker.contracts and broker.agent_made(store, s.record.operation_id)
+        ]
+        # Named, never described: what the row holds instead of a record is nobody's text to hand an agent.
+        unreadable = [
+            u.operation_id
+            for u in listing.unreadable
+            if u.contract_name in broker.contracts and broker.agent_made(store, u.operation_id)
         ]
     return {
         "session": broker.session_id,
@@ -513,7 +521,8 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
                 "next_check_at": None if r.is_final else format_rfc3339(r.next_poll_at),
             }
             for r in rows
-        ],
+        ]
+        + [{"operation_id": op, "phase": "unreadable", "problem": UNREADABLE_TO_AGENT} for op in unreadable],
         "now": format_rfc3339(now),
     }
 

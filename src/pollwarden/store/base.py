@@ -19,7 +19,10 @@ from ..core.record import OperationRecord
 from ..errors import PollwardenError
 
 if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
+    from ..audit.rotation import Rotation
     from .trail import AuditSnapshot
     from .witness import Witness
 
@@ -42,6 +45,51 @@ class JobWatched(OperationExists):
 
 class DecisionTaken(StoreError):
     """A decision can be decided once; the second caller's transaction is rolled back whole."""
+
+
+class UnreadableRecord(StoreError):
+    """The operation's row holds a record that cannot be decoded (or a claim set it aside as such): asked for by
+    name, it is refused with this, in words saying why and how to look at it; listed, it is skipped and reported."""
+
+    def __init__(self, row: UnreadableRow, where: object) -> None:
+        super().__init__(
+            f"the record of operation {row.operation_id} in {where} cannot be read ({row.why}); nothing was done with"
+            f" it. {inspect_unreadable(row.operation_id)}"
+        )
+        self.row = row
+
+
+def inspect_unreadable(operation_id: str = "...") -> str:
+    """How a person looks at an unreadable row (`status` says so too, for every such row at once)."""
+    where = "..." if operation_id == "..." else "'" + operation_id.replace("'", "''") + "'"
+    return (
+        "See what is wrong with `pollwarden audit verify` (a row changed outside pollwarden is named there) and the"
+        f" row itself (`SELECT record, unreadable FROM operations WHERE operation_id = {where}`); once it holds a"
+        f" record again, clear its mark (`UPDATE operations SET unreadable = NULL WHERE operation_id = {where}`)"
+    )
+
+
+INSPECT_UNREADABLE = inspect_unreadable()
+
+
+@dataclass(frozen=True)
+class UnreadableRow:
+    """A row skipped by a reader: its operation, and why its record cannot be read (its decode error, or the
+    mark a claim left on it)."""
+
+    operation_id: str
+    why: str
+    contract_name: str | None = None
+    """The row's own column (its record cannot say): which contract's listing it belongs to."""
+
+    def to_json(self) -> dict[str, str | None]:
+        """Keyed as `OperationRecord.summary` is (what `status --json` lists), with `unreadable` saying why."""
+        return {
+            "operation": self.operation_id,
+            "contract": self.contract_name,
+            "phase": "unreadable",
+            "unreadable": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,6 +128,8 @@ class ContractCounts:
     overdue: int = 0
     """Active, nobody polling, due longer ago than the lease TTL (ownership.py's rule, in SQL)."""
     open_decisions: int = 0
+    unreadable: int = 0
+    """Rows set aside because their record could not be read: no claim takes them, nor counts them above."""
     oldest_due: datetime | None = None
     """The earliest next_poll_at among the due ones: now minus this is how far behind the fleet is."""
 
@@ -95,6 +145,14 @@ class Stored:
     """The owner of the last claim (`kind/host:pid:nonce`): kept after the release, unlike `lease_owner`."""
     watcher_since: datetime | None = None
     """When that owner first claimed the operation: a watcher that changed starts its own clock."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every operation of a store, oldest first: those that could be read, and the rows that could not."""
+
+    operations: tuple[Stored, ...]
+    unreadable: tuple[UnreadableRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -338,13 +396,30 @@ class Store(Protocol):
         any id is taken (a bulk enqueue writes its file this way, one batch per call)."""
         ...
 
-    def get(self, operation_id: str) -> Stored | None: ...
-
-    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
-        """The stored operations among these ids, by id (a missing id is absent)."""
+    def get(self, operation_id: str) -> Stored | None:
+        """The operation, or None when there is none; `UnreadableRecord` when its record cannot be read."""
         ...
 
-    def all(self) -> list[Stored]: ...
+    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
+        """The stored operations among these ids, by id (a missing id is absent, as is an unreadable row's)."""
+        ...
+
+    def all(self) -> list[Stored]:
+        """Every operation whose record can be read, oldest first (`listing` also names those that cannot)."""
+        ...
+
+    def listing(self) -> Listing:
+        """Every operation, oldest first, and the rows whose record cannot be read (skipped, never fatal)."""
+        ...
+
+    def unreadable_rows(self) -> list[UnreadableRow]:
+        """The rows a claim set aside because their record could not be read (the fleet's gauge counts them)."""
+        ...
+
+    def take_set_aside(self) -> list[UnreadableRow]:
+        """The rows this store's claims set aside since it was last asked: each is set aside once (a worker logs
+        it once), and from then on no fleet claim meets it."""
+        ...
 
     def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
         """Every operation of this job under this contract, newest first: admission asks before it creates one,
@@ -464,6 +539,19 @@ class Store(Protocol):
 
     def audit_snapshot(self) -> AbstractContextManager[AuditSnapshot]:
         """Records, heads and checkpoints as one read transaction sees them."""
+        ...
+
+    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """A setting the log vouches for (the witness location, `@audit/witness`), with its event, in one commit."""
+        ...
+
+    def rotate_signing_key(self, new_key: Ed25519PrivateKey, *, by: str, at: datetime) -> Rotation:
+        """Link a new signing key to the current one: the old key signs "heads after this commit's are signed by
+        `new_key`" (`audit/rotation.py`). The store keeps signing with the old key: close it and open it anew."""
+        ...
+
+    def last_rotation(self) -> Rotation | None:
+        """The newest key rotation, or None when the store's key never changed."""
         ...
 
     def release(self, lease: Lease) -> None: ...

@@ -18,10 +18,10 @@ from functools import cache
 from typing import Any, Protocol
 
 from ..audit import AuditRecord, Checkpoint, Head
-from ..core.codec import record_from_json, record_to_json
+from ..core.codec import RecordError, decode_record, record_to_json
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import Grant, OutboxEntry, Stored, StoredDecision, Submission
+from .base import Grant, OutboxEntry, Stored, StoredDecision, Submission, UnreadableRow
 from .owner import holder_dead
 
 Moment = Callable[[Any], datetime]
@@ -116,6 +116,14 @@ class Tx:
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)
     """The head (seq, hash) of each log this transaction appended to: a batch appends several events to one
     log, and while the log is locked the head it wrote last is the head, so it is not read again."""
+    vouches: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Per log, the row this transaction left (`store/vouching.py`): its state's hash, and its identity's when the
+    transaction made the row. The head signed at commit vouches for them."""
+
+    def vouch(self, log_id: str, state: str, identity: str | None = None) -> None:
+        """The row of `log_id` as this transaction leaves it; an identity vouched earlier in it is kept."""
+        known = self.vouches.get(log_id)
+        self.vouches[log_id] = (state, identity if identity is not None or known is None else known[1])
 
     queued: list[str] = field(default_factory=list)
     """The webhook deliveries this transaction put in the outbox: the process's delivery loops are woken for them."""
@@ -131,18 +139,22 @@ class Tx:
 
 # -- rows ----------------------------------------------------------------------------------------------
 
-STORED_COLUMNS = "record, contract, lease_owner, lease_token, lease_expires_at, watcher, watcher_since"
+STORED_COLUMNS = (
+    "operation_id, record, contract, lease_owner, lease_token, lease_expires_at, watcher, watcher_since, unreadable,"
+    " contract_name"
+)
+"""An operation's row as `stored_from_row` reads it."""
 DECISION_COLUMNS = "request, status, decided_by, decided_at, option, note"
 GRANT_COLUMNS = "grant_id, kind, subject, scope, status, requested_at, detail, decided_by, decided_at"
 SUBMISSION_COLUMNS = "operation_id, fingerprint, idempotency_token, body, state, job_id, status_location, created_at"
 AUDIT_RECORD_COLUMNS = "log_id, seq, at, kind, prev_hash, ciphertext, this_hash"
 CHECKPOINT_COLUMNS = "log_id, seq, head_hash, counter, at, key_id, signature"
-HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature"
+HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, key_id, signature, vouches"
 OUTBOX_COLUMNS = (
     "delivery_id, kind, subject, operation_id, head, status, attempts, created_at, next_attempt_at, queued_by,"
     " lease_owner, lease_expires_at, last_status, last_error, lease_token"
 )
-REPLAYED_HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash"
+REPLAYED_HEAD_COLUMNS = "counter, prev_hash, changes, logs, records, at, head_hash, vouches"
 """`HEAD_COLUMNS` without the key id and signature: what a verifier replays every head by (`StoredHeads`)."""
 
 
@@ -168,14 +180,18 @@ def record_values(record: OperationRecord, stamp: Callable[[datetime], Any]) -> 
     )
 
 
-def record_from_text(text: str) -> OperationRecord:
-    return record_from_json(json.loads(text))
-
-
-def stored_from_row(row: Sequence[Any], moment: Moment) -> Stored:
-    record, contract_text, owner, token, expires, watcher, watcher_since = row
+def stored_from_row(row: Sequence[Any], moment: Moment) -> Stored | UnreadableRow:
+    """A row in `STORED_COLUMNS` order as an operation, or as unreadable: its record cannot be decoded (any way a
+    file edited by hand or broken can hold it), or a claim set it aside as such. Never raises for the record."""
+    operation_id, record, contract_text, owner, token, expires, watcher, watcher_since, unreadable, name = row
+    if unreadable is not None:
+        return UnreadableRow(str(operation_id), str(unreadable), str(name))
+    try:
+        decoded = decode_record(record, str(operation_id))
+    except RecordError as exc:
+        return UnreadableRow(str(operation_id), str(exc), str(name))
     return Stored(
-        record=record_from_text(record),
+        record=decoded,
         contract_text=contract_text,
         lease_owner=owner,
         lease_token=int(token),

@@ -13,11 +13,11 @@ whose WHERE carries the token changes nothing when the token is stale (DESIGN.md
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..audit import AuditRecord
+from ..core.contract_vars import text_digest as contract_digest
 from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
@@ -25,7 +25,6 @@ from .base import (
     ClaimAnswer,
     Claimed,
     ClaimOf,
-    ContractCounts,
     DecisionTaken,
     FencedWrite,
     Grant,
@@ -34,14 +33,12 @@ from .base import (
     NewEvent,
     NewOperation,
     OperationExists,
-    Stored,
     StoredDecision,
     Submission,
 )
 from .common import (
     DECISION_COLUMNS,
     GRANT_COLUMNS,
-    STORED_COLUMNS,
     SUBMISSION_COLUMNS,
     Cursor,
     Tx,
@@ -51,12 +48,13 @@ from .common import (
     grant_from_row,
     marks,
     record_values,
-    stored_from_row,
     submission_from_row,
 )
 from .sql_contracts import ContractRegistry
-from .sql_leases import Leases, chunks
+from .sql_leases import chunks
+from .sql_reads import Reads
 from .trail import job_lock_key
+from .vouching import operation_identity, state_of_values
 
 _ALREADY = "operation {} already exists"
 
@@ -69,7 +67,21 @@ _FENCED_TYPES = ("text", "bigint", "text", "text", "time", "time", "bigint", "bi
 hold_until (as `Dialect.typed` names them)."""
 
 
-class _Operations(Leases):
+class Fenced(NamedTuple):
+    """What `_fenced_values` builds: the fence's parameters, and per write the hash of the state it leaves."""
+
+    params: list[Any]
+    states: list[str]
+
+
+def _refuse_silent(write: FencedWrite) -> None:
+    """A record changed with no event would change what happens next with nothing in the log to say why, and
+    leave a row no head vouches for: every change of a record carries its events (a decision request is one)."""
+    if not write.events and write.decision is None:
+        raise ValueError(f"a write of operation {write.lease.operation_id} changes its record without an event")
+
+
+class _Operations(Reads):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -120,14 +132,20 @@ class _Operations(Leases):
         """OperationExists, with the whole transaction, when any id is taken. ON CONFLICT, not a prior SELECT:
         two machines creating one id at once must not both pass a check. Up to _ROWS rows per statement: a
         bulk enqueue on PostgreSQL pays one round trip per chunk, not per operation."""
-        stamp = self.dialect.stamp
+        stamp, moment = self.dialect.stamp, self.dialect.moment
+        digests: dict[str, str] = {}
         for start in range(0, len(operations), _ROWS):
             chunk = operations[start : start + _ROWS]
             values: list[Any] = []
             for record, contract_text in chunk:
                 created = stamp(record.created_at)
-                values += (record.operation_id, record.job_id, record.contract_name, *record_values(record, stamp))
+                copied = record_values(record, stamp)
+                values += (record.operation_id, record.job_id, record.contract_name, *copied)
                 values += (contract_text, created, created)
+                digest = digests.get(contract_text) or digests.setdefault(contract_text, contract_digest(contract_text))
+                op = record.operation_id
+                identity = operation_identity(op, record.job_id, record.contract_name, digest, moment(created))
+                tx.vouch(op, state_of_values(op, copied, moment), identity)
             inserted = tx.execute(
                 "INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
                 " status_requests_used, max_status_requests, record, contract, created_at, updated_at) VALUES "
@@ -139,88 +157,6 @@ class _Operations(Leases):
                 new = {str(row[0]) for row in inserted}
                 taken = next(record.operation_id for record, _ in chunk if record.operation_id not in new)
                 raise OperationExists(_ALREADY.format(taken))
-
-    def get(self, operation_id: str) -> Stored | None:
-        row = self._row(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,))
-        return None if row is None else stored_from_row(row, self.dialect.moment)
-
-    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
-        found: dict[str, Stored] = {}
-        for chunk in chunks(sorted(set(operation_ids))):
-            rows = self._rows(
-                f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(chunk))})",
-                chunk,
-            )
-            found.update((str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows)
-        return found
-
-    def all(self) -> list[Stored]:
-        # operation_id breaks ties of created_at: a listing should not shuffle.
-        rows = self._rows(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at, operation_id")
-        return [stored_from_row(row, self.dialect.moment) for row in rows]
-
-    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
-        return self.find_jobs(contract_name, [job_id]).get(job_id, [])
-
-    def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
-        """Every operation of these jobs under one contract, newest first per job (served by `operations_job`)."""
-        found: dict[str, list[Stored]] = {}
-        for chunk in chunks(sorted(set(job_ids))):
-            rows = self._rows(
-                f"SELECT job_id, {STORED_COLUMNS} FROM operations WHERE contract_name = ?"
-                f" AND job_id IN ({marks(len(chunk))}) ORDER BY created_at DESC, operation_id DESC",
-                (contract_name, *chunk),
-            )
-            for row in rows:
-                found.setdefault(str(row[0]), []).append(stored_from_row(row[1:], self.dialect.moment))
-        return found
-
-    def next_due(self, free_at: datetime | None = None) -> datetime | None:
-        """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
-        then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
-        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
-        query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'"
-        if free_at is None:
-            row = self._row(query)
-        else:
-            at = self.dialect.stamp(free_at)
-            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            row = self._row(query + free, (at,))
-        return None if row is None or row[0] is None else self.dialect.moment(row[0])
-
-    def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
-        at = self.dialect.stamp(now)
-        counts: dict[str, ContractCounts] = {}
-        rows = self._rows(
-            "SELECT contract_name, COUNT(*), SUM(CASE WHEN next_poll_at <= ? THEN 1 ELSE 0 END),"
-            " MIN(CASE WHEN next_poll_at <= ? THEN next_poll_at END)"
-            " FROM operations WHERE phase = 'active' GROUP BY contract_name",
-            (at, at),
-        )
-        for name, active, due, oldest in rows:
-            oldest_due = None if oldest is None else self.dialect.moment(oldest)
-            counts[str(name)] = ContractCounts(str(name), int(active), int(due or 0), oldest_due=oldest_due)
-        for name in [n for n, c in counts.items() if c.due]:
-            # The TTL of the contract's newest active operation: a contract's versions rarely differ in timeout.
-            newest = self._row(
-                "SELECT contract FROM operations WHERE contract_name = ? AND phase = 'active'"
-                " ORDER BY created_at DESC LIMIT 1",
-                (name,),
-            )
-            assert newest is not None
-            row = self._row(
-                "SELECT COUNT(*) FROM operations WHERE phase = 'active' AND contract_name = ? AND next_poll_at <= ?"
-                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)",
-                (name, self.dialect.stamp(now - ttl_of(str(newest[0]))), at),
-            )
-            counts[name] = replace(counts[name], overdue=int(row[0]) if row is not None else 0)
-        for name, open_count in self._rows(
-            "SELECT o.contract_name, COUNT(*) FROM decisions d JOIN operations o ON o.operation_id = d.operation_id"
-            " WHERE d.status = 'open' GROUP BY o.contract_name"
-        ):
-            known = counts.get(str(name), ContractCounts(str(name)))
-            counts[str(name)] = replace(known, open_decisions=int(open_count))
-        return [counts[name] for name in sorted(counts)]
 
     # -- leases --------------------------------------------------------------------------------------
 
@@ -282,10 +218,11 @@ class _Operations(Leases):
         with self._tx() as tx:
             return self._write_in(tx, writes, values, now)
 
-    def _write_in(self, tx: Tx, writes: Sequence[FencedWrite], values: Sequence[Any], now: datetime) -> list[bool]:
+    def _write_in(self, tx: Tx, writes: Sequence[FencedWrite], values: Fenced, now: datetime) -> list[bool]:
         """`write_many`'s body in the caller's transaction; `values` are `_fenced_values(writes, now)`. Every
         write's log is locked and its head read before the fence's answer is: on PostgreSQL the three go in one
-        round trip, and a write that lost its lease (rare) appends nothing to the log it locked."""
+        round trip, and a write that lost its lease (rare) appends nothing to the log it locked. Each row a
+        write changed is vouched for by the commit's head, with the events that say why it changed."""
         order = sorted(range(len(writes)), key=lambda i: writes[i].lease.operation_id)
         written = [False] * len(writes)
         if not writes:
@@ -297,6 +234,9 @@ class _Operations(Leases):
         changed = {str(row[0]) for row in fenced.fetchall()}
         for i in order:
             written[i] = writes[i].lease.operation_id in changed
+            if written[i]:
+                _refuse_silent(writes[i])
+                tx.vouch(writes[i].lease.operation_id, values.states[i])
         sealed: list[AuditRecord] = []  # inserted together, before any statement that could read them
         for i in order:
             w = writes[i]
@@ -324,22 +264,40 @@ class _Operations(Leases):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`."""
+        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`. The row it changes is vouched for."""
         one = [FencedWrite(lease, record, (), release, None, hold_until)]
-        return bool(self._update_fenced_many(tx, one, self._fenced_values(one, now)).fetchall())
+        fenced = self._fenced_values(one, now)
+        if not self._update_fenced_many(tx, one, fenced).fetchall():
+            return False
+        tx.vouch(lease.operation_id, fenced.states[0])
+        return True
 
-    def _fenced_values(self, writes: Sequence[FencedWrite], now: datetime) -> list[Any]:
-        """The parameters of `_update_fenced_many`, built before the transaction: encoding the records is the
-        costliest part of them, and nothing else may write while a SQLite write transaction is open."""
-        stamp = self.dialect.stamp
+    def _release_fenced(self, tx: Tx, lease: Lease, now: datetime) -> bool:
+        """The fence of a write that leaves the record as it is: the lease is given back, if it is still ours."""
+        return bool(
+            tx.execute(
+                "UPDATE operations SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ?"
+                " WHERE operation_id = ? AND lease_token = ? AND lease_owner = ? RETURNING operation_id",
+                (self.dialect.stamp(now), lease.operation_id, lease.token, lease.owner),
+            ).fetchall()
+        )
+
+    def _fenced_values(self, writes: Sequence[FencedWrite], now: datetime) -> Fenced:
+        """The parameters of `_update_fenced_many` and the state each write leaves its row in (what the commit's
+        head vouches for), built before the transaction: encoding the records is the costliest part of them, and
+        nothing else may write while a SQLite write transaction is open."""
+        stamp, moment = self.dialect.stamp, self.dialect.moment
         params: list[Any] = []
+        states: list[str] = []
         for w in writes:
             hold = None if w.hold_until is None else stamp(w.hold_until)
-            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *record_values(w.record, stamp))
+            copied = record_values(w.record, stamp)
+            params += (w.lease.operation_id, w.lease.token, w.lease.owner, *copied)
             params += (stamp(now), w.release, hold)
-        return params
+            states.append(state_of_values(w.lease.operation_id, copied, moment))
+        return Fenced(params, states)
 
-    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], params: Sequence[Any]) -> Cursor:
+    def _update_fenced_many(self, tx: Tx, writes: Sequence[FencedWrite], fenced: Fenced) -> Cursor:
         """The fence: a row changes only while it still carries its writer's token and owner; the cursor's rows
         are the ids of the rows that changed, read when the caller needs them. One statement for a whole batch
         (`UPDATE ... FROM (VALUES ...)`), not one per write; `params` are `_fenced_values(writes, now)`. Where
@@ -355,6 +313,7 @@ class _Operations(Leases):
         # The first row carries the types (PostgreSQL would take untyped VALUES parameters as text).
         typed = "(" + ",".join(self.dialect.typed(kind) for kind in _FENCED_TYPES) + ")"
         values = ",".join([typed] + [f"({marks(len(_FENCED_TYPES))})"] * (len(writes) - 1))
+        params = fenced.params
         return tx.execute(
             "UPDATE operations SET phase = v.column4, next_poll_at = v.column5, deadline_at = v.column6,"
             " status_requests_used = v.column7, max_status_requests = v.column8, record = v.column9,"
@@ -432,13 +391,18 @@ class _Operations(Leases):
     ) -> bool:
         with self._tx() as tx:
             row = tx.one(
-                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?{self.dialect.lock_row}",
-                (lease.operation_id,),
+                f"SELECT 1 FROM operations WHERE operation_id = ?{self.dialect.lock_row}", (lease.operation_id,)
             )
-            kept = None if row is None else stored_from_row(row, self.dialect.moment).record
-            target = record if record is not None else kept
-            if target is None or not self._update_fenced(tx, lease, target, now, release=True):
+            if row is None:
                 return False
+            if record is None:
+                # The record stays as it is (and as its last head vouched for): only the lease is given back.
+                if not self._release_fenced(tx, lease, now):
+                    return False
+            elif not self._update_fenced(tx, lease, record, now, release=True):
+                return False
+            elif not events:
+                raise ValueError(f"deciding {decision_id} changes operation {lease.operation_id} without an event")
             cursor = tx.execute(
                 "UPDATE decisions SET status = ?, decided_by = ?, decided_at = ?, option = ?, note = ?"
                 " WHERE decision_id = ? AND status = 'open'",

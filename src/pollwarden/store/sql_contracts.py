@@ -15,8 +15,9 @@ from ..core.contract_vars import text_digest
 from .base import CONTRACT_LOG_PREFIX, InstalledContract, StoreError
 from .common import Row, marks
 from .trail import AuditTrail
+from .vouching import VOUCHED_CONTRACT_COLUMNS, contract_vouch
 
-_COLUMNS = "digest, name, text, installed_by, installed_at"
+_COLUMNS = VOUCHED_CONTRACT_COLUMNS
 
 
 def contract_log_id(digest: str) -> str:
@@ -39,12 +40,14 @@ class ContractRegistry(AuditTrail):
                 (digest, name, text, by, self.dialect.stamp(at)),
             )
             added = cursor.rowcount == 1
-            if added:
-                self._append(tx, contract_log_id(digest), "contract_installed", event, at)
             row = tx.one(f"SELECT {_COLUMNS} FROM contracts WHERE digest = ?", (digest,))
-        if row is None:  # pragma: no cover - the row was there or was just added, in this transaction
-            raise StoreError(f"contract {digest} vanished while it was installed")
-        return self._installed(row), added
+            if row is None:  # pragma: no cover - the row was there or was just added, in this transaction
+                raise StoreError(f"contract {digest} vanished while it was installed")
+            installed = self._installed(row)
+            if added:  # the head of this commit vouches for the row as read back (`store/vouching.py`)
+                self._append(tx, contract_log_id(digest), "contract_installed", event, at)
+                tx.vouch(*contract_vouch(digest, name, text, by, installed.installed_at))
+        return installed, added
 
     def installed_contract(self, digest: str) -> InstalledContract | None:
         row = self._row(f"SELECT {_COLUMNS} FROM contracts WHERE digest = ?", (digest,))

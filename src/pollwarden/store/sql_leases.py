@@ -6,10 +6,12 @@ one write lock; PostgreSQL: FOR UPDATE, in id order), so each new token is the o
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
-from .base import ClaimAnswer, Claimed, ClaimOf, Lease, Stored, StoreError
+from .base import ClaimAnswer, Claimed, ClaimOf, Lease, Stored, StoreError, UnreadableRow
 from .common import (
     STORED_COLUMNS,
     Dialect,
@@ -21,6 +23,9 @@ from .common import (
     takeover_event,
 )
 from .sql_outbox import Outbox
+
+MARKED = "set aside: "
+"""How the `unreadable` column's text begins: a row read back with it was set aside by a claim already."""
 
 IN_LIST = 500
 """Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
@@ -35,14 +40,51 @@ def claim_due_query(dialect: Dialect) -> str:
     `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
     sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
     return (
-        f"SELECT operation_id, {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
-        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+        f"SELECT {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) AND unreadable IS NULL"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
     )
 
 
+UNREADABLE_KIND = "record_unreadable"
+"""The event a claim appends to the log of a row it set aside."""
+
+
 class Leases(Outbox):
-    """Claims: one operation's, many named operations' at once, and the fleet's of whatever is due."""
+    """Claims: one operation's, many named operations' at once, and the fleet's of whatever is due.
+
+    A row whose record cannot be read is never leased: the claim that meets it marks it (`unreadable`, with why),
+    appends `record_unreadable` to its log, and goes on with the others; from then on the fleet claim skips it, so
+    it costs one claim, once. The rows this store set aside wait in `take_set_aside` for the worker to log."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._set_aside: deque[UnreadableRow] = deque()
+
+    def take_set_aside(self) -> list[UnreadableRow]:
+        taken: list[UnreadableRow] = []
+        while self._set_aside:
+            try:
+                taken.append(self._set_aside.popleft())  # another thread of a shared store may take it first
+            except IndexError:
+                break
+        return taken
+
+    def _set_rows_aside(self, tx: Tx, rows: Sequence[UnreadableRow], now: datetime) -> None:
+        """Mark each row unreadable and say so in its log, in the claim's transaction; a row already marked (a named
+        claim meets marked rows too) is left as it is. The logs are locked together, in the one global order."""
+        fresh = [row for row in rows if not row.why.startswith(MARKED)]
+        if not fresh:
+            return
+        self._lock_logs(tx, [row.operation_id for row in fresh])
+        for row in fresh:
+            why = row.why[:500]
+            tx.execute(
+                "UPDATE operations SET unreadable = ? WHERE operation_id = ? AND unreadable IS NULL",
+                (f"{MARKED}{why}", row.operation_id),
+            )
+            self._append(tx, row.operation_id, UNREADABLE_KIND, {"why": why}, now)
+        self._set_aside.extend(fresh)
 
     def claim(self, operation_id: str, owner: str, now: datetime, ttl: timedelta) -> ClaimAnswer:
         (claimed,) = self.claim_many([(operation_id, owner, ttl)], now)
@@ -57,31 +99,36 @@ class Leases(Outbox):
 
     def _claim_in(self, tx: Tx, claims: Sequence[ClaimOf], now: datetime, *, lock_logs: bool) -> list[ClaimAnswer]:
         ids = sorted({operation_id for operation_id, _, _ in claims})
-        found: dict[str, Stored] = {}
+        found: dict[str, Stored | UnreadableRow] = {}
         for chunk in chunks(ids):
             rows = tx.execute(
-                f"SELECT operation_id, {STORED_COLUMNS} FROM operations"
+                f"SELECT {STORED_COLUMNS} FROM operations"
                 f" WHERE operation_id IN ({marks(len(chunk))}) ORDER BY operation_id{self.dialect.lock_row}",
                 chunk,
             ).fetchall()
-            found.update((str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows)
+            found.update((str(row[0]), stored_from_row(row, self.dialect.moment)) for row in rows)
         taking: dict[str, tuple[Stored, str, datetime]] = {}
         for operation_id, owner, ttl in claims:
             stored = found.get(operation_id)
             if stored is None:
                 raise StoreError(f"operation {operation_id} does not exist")
+            if isinstance(stored, UnreadableRow):
+                continue  # answered None, as a lease held elsewhere is: the caller's next read names it
             if operation_id not in taking and not lease_held(stored, owner, now):
                 taking[operation_id] = (stored, owner, now + ttl)
+        unreadable = [one for one in found.values() if isinstance(one, UnreadableRow)]
         if lock_logs:
-            self._lock_logs(tx, taking)
+            self._lock_logs(tx, [*taking, *(row.operation_id for row in unreadable)])
+        self._set_rows_aside(tx, unreadable, now)
         leases = {lease.operation_id: lease for lease in self._take_leases(tx, taking, now)}
         claimed: list[ClaimAnswer] = []
         for operation_id, owner, _ in claims:
             lease = leases.pop(operation_id, None)  # popped: the same owner naming it again finds it taken
-            if lease is None or lease.owner != owner:
+            stored = found[operation_id]
+            if lease is None or lease.owner != owner or not isinstance(stored, Stored):
                 claimed.append(None)
             else:
-                claimed.append((lease, found[operation_id].record))
+                claimed.append((lease, stored.record))
         return claimed
 
     def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
@@ -102,9 +149,12 @@ class Leases(Outbox):
         with the claim, in key order, for writes that follow in the same transaction (`claim_due_then_write`)."""
         at = self.dialect.stamp(now)
         rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
-        due = [(str(row[0]), stored_from_row(row[1:], self.dialect.moment)) for row in rows]
+        read = [stored_from_row(row, self.dialect.moment) for row in rows]
+        due = [(one.record.operation_id, one) for one in read if isinstance(one, Stored)]
+        unreadable = [one for one in read if isinstance(one, UnreadableRow)]
         if lock_logs:
-            self._lock_logs(tx, [operation_id for operation_id, _ in due])
+            self._lock_logs(tx, [operation_id for operation_id, _ in due] + [row.operation_id for row in unreadable])
+        self._set_rows_aside(tx, unreadable, now)
         leases = self._take_leases(tx, {operation_id: (stored, owner, now + ttl) for operation_id, stored in due}, now)
         return [
             Claimed(lease, stored.record, stored.contract_text) for lease, (_, stored) in zip(leases, due, strict=True)

@@ -41,6 +41,9 @@ from ..audit import (
     sign_head,
 )
 from ..audit.chain import seal_made
+from ..audit.checkpoint import key_id_of
+from ..audit.rotation import Rotation, rotation_key_id, sign_rotation
+from ..audit.vouch import Vouch
 from ..core.durations import format_rfc3339, parse_rfc3339
 from ..home import PRIVATE_FILE, tighten
 from .base import Event, LogEntry, StoreError
@@ -57,6 +60,14 @@ from .common import (
     checkpoint_from_row,
     checkpoint_values,
     marks,
+)
+from .vouching import (
+    VOUCHED_CONTRACT_COLUMNS,
+    VOUCHED_OPERATION_COLUMNS,
+    VOUCHED_SETTING_COLUMNS,
+    contract_vouch_of_row,
+    operation_vouch_of_row,
+    setting_vouch,
 )
 from .witness import HeadKeeper, Witness
 
@@ -77,12 +88,20 @@ def _lock_key(text: bytes) -> int:
 
 
 INSERT_ROWS = 128
+
+VOUCH_PAGE = 1000
+"""Rows read per statement when an upgraded store's first head vouches for every row."""
 """Records per INSERT statement: 7 parameters each, under SQLite's oldest limit of 999 per statement."""
 
 HEADS_LOCK_KEY = int.from_bytes(hashlib.sha256(b"pollwarden-audit-heads").digest()[:8], "big", signed=True)
 """Held from reading the newest head to commit. Taken last, after every log lock, and held only while the
 transaction writes its head and commits, so it orders commits without ever waiting inside one."""
 
+
+ROTATION_COLUMNS = "counter, head_hash, at, old_public, new_public, signature"
+
+KEYS_LOG = "@audit/keys"
+"""The log of the store's signing keys: each rotation is an event here, in the transaction whose head it follows."""
 
 ALL_TIPS = (
     "SELECT r.log_id, r.seq, r.this_hash FROM audit_records r"
@@ -157,8 +176,33 @@ class AuditSnapshot:
         query = f"SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY counter"
         return [checkpoint_from_row(row) for row in self._read(query, ())]
 
+    def rotations(self) -> list[Rotation]:
+        """Every change of signing key, oldest first (`audit/rotation.py`)."""
+        return [Rotation.from_row(row) for row in self._read(f"SELECT {ROTATION_COLUMNS} FROM audit_key_rotations"
+                                                            " ORDER BY counter", ())]  # fmt: skip
+
+    def setting(self, log_id: str) -> tuple[str, str] | None:
+        """A setting the log vouches for (`@audit/witness`): its value and when it was set, or None."""
+        row = next(self._read(self._dialect.sql("SELECT value, at FROM audit_settings WHERE log_id = ?"), (log_id,)),
+                   None)  # fmt: skip
+        return None if row is None else (str(row[0]), str(row[1]))
+
     def pending(self) -> bool:
         return any(True for _ in self._read("SELECT 1 FROM audit_heads_pending", ()))
+
+    def vouched_rows(self) -> Iterator[Vouch]:
+        """What every vouched row hashes to as it stands (`store/vouching.py`), streamed, for `verify` to compare
+        with what the heads vouched for: the operations, the settings, then the installed contracts."""
+        moment = self._dialect.moment
+        query = f"SELECT {VOUCHED_OPERATION_COLUMNS} FROM operations ORDER BY operation_id"
+        for row in self._read(query, ()):
+            yield operation_vouch_of_row(row, moment)
+        for log_id, value, at in self._read(
+            f"SELECT {VOUCHED_SETTING_COLUMNS} FROM audit_settings ORDER BY log_id", ()
+        ):
+            yield setting_vouch(str(log_id), str(value), str(at))
+        for row in self._read(f"SELECT {VOUCHED_CONTRACT_COLUMNS} FROM contracts ORDER BY digest", ()):
+            yield contract_vouch_of_row(row, moment)
 
 
 class AuditTrail(ABC):
@@ -323,11 +367,28 @@ class AuditTrail(ABC):
             self._sign_head(tx)
 
     def _sign_head(self, tx: Tx) -> None:
-        """Sign and insert the next head: over `tx.appended`, or over every log for an upgraded store's first."""
+        """Sign and insert the next head: over `tx.appended`, or over every log for an upgraded store's first.
+
+        It vouches for the rows the transaction changed (`tx.vouches`), or for every row when the store was
+        upgraded to schema 8 with rows in it and no head has vouched for any yet. It refuses to chain a head
+        signed by this store's key onto one signed by another key, unless a rotation links them: a process that
+        still holds a key rotated away (or a key made anew when the old one was lost) would otherwise write
+        heads no verifier can follow."""
         signing_key = self._signing_key()
         if self.dialect.lock_log is not None:
             tx.execute(self.dialect.lock_log, (HEADS_LOCK_KEY,))
-        prev = tx.one("SELECT counter, head_hash, logs, records FROM audit_heads ORDER BY counter DESC LIMIT 1")
+        prev = tx.one(
+            "SELECT h.counter, h.head_hash, h.logs, h.records, h.key_id, CASE WHEN h.vouches = '' THEN 1 ELSE 0 END,"
+            " r.new_public FROM audit_heads h LEFT JOIN audit_key_rotations r ON r.counter = h.counter"
+            " ORDER BY h.counter DESC LIMIT 1"
+        )
+        if prev is not None:
+            self._refuse_another_key(int(prev[0]), str(prev[4]), None if prev[6] is None else str(prev[6]))
+        vouches = dict(tx.vouches)
+        if (prev is None or int(prev[5])) and tx.one("SELECT 1 FROM audit_vouches_pending") is not None:
+            # The first head of a store upgraded to schema 8 with rows in it: it vouches for each as it stands.
+            vouches.update((log_id, (state, identity)) for log_id, state, identity in self._every_vouch(tx))
+            tx.execute("DELETE FROM audit_vouches_pending")
         if prev is None and tx.one("SELECT 1 FROM audit_heads_pending") is not None:
             changes = [(str(log_id), int(seq), str(h)) for log_id, seq, h in self._tips(tx)]
             logs, records = len(changes), sum(seq for _, seq, _ in changes)
@@ -344,9 +405,48 @@ class AuditTrail(ABC):
             logs=logs,
             records=records,
             at=tx.last_at,
+            vouches=[(log_id, state, identity) for log_id, (state, identity) in vouches.items()],
         )
-        tx.execute(f"INSERT INTO audit_heads ({HEAD_COLUMNS}) VALUES ({marks(9)})", head.values())
+        tx.execute(f"INSERT INTO audit_heads ({HEAD_COLUMNS}) VALUES ({marks(10)})", head.values())
         tx.head = head
+
+    def _refuse_another_key(self, counter: int, key_id: str, rotated_to_public: str | None) -> None:
+        """StoreError unless this store's key is the one to sign after head #counter: the key that signed it, with
+        no rotation after it, or the key a rotation after it names."""
+        mine = key_id_of(self._signing_key().public_key())
+        rotated_to = rotation_key_id(rotated_to_public) if rotated_to_public is not None else None
+        if (rotated_to_public is None and key_id == mine) or rotated_to == mine:
+            return
+        if rotated_to_public is not None:
+            why = f"the signing key was rotated to key {rotated_to} after head #{counter}: restart this process"
+        else:
+            why = (
+                "no rotation links the two keys: restore the signing key that signed it (keys/signing.key or"
+                f" {SIGNING_KEY_ENV}); a new key is linked only by `pollwarden audit rotate-key`, signed by the old one"
+            )
+        raise StoreError(
+            f"{self.path}: the newest signed head (#{counter}) is signed by key {key_id[:16]}, and this process holds"
+            f" key {mine}; nothing was written. {why}"
+        )
+
+    def _every_vouch(self, tx: Tx) -> Iterator[Vouch]:
+        """Every vouched row as it stands in `tx`, a page at a time (a fleet's rows need not fit in memory)."""
+        after = ""
+        while True:
+            rows = tx.execute(
+                f"SELECT {VOUCHED_OPERATION_COLUMNS} FROM operations WHERE operation_id > ?"
+                f" ORDER BY operation_id LIMIT {VOUCH_PAGE}",
+                (after,),
+            ).fetchall()
+            for row in rows:
+                yield operation_vouch_of_row(row, self.dialect.moment)
+            if len(rows) < VOUCH_PAGE:
+                break
+            after = str(rows[-1][0])
+        for log_id, value, at in tx.execute(f"SELECT {VOUCHED_SETTING_COLUMNS} FROM audit_settings").fetchall():
+            yield setting_vouch(str(log_id), str(value), str(at))
+        for row in tx.execute(f"SELECT {VOUCHED_CONTRACT_COLUMNS} FROM contracts").fetchall():
+            yield contract_vouch_of_row(row, self.dialect.moment)
 
     def _tips(self, tx: Tx | None = None, log_ids: Sequence[str] | None = None) -> Sequence[Row]:
         """(log_id, last seq, its this_hash) of every log, or of the named ones, in log id order."""
@@ -367,6 +467,46 @@ class AuditTrail(ABC):
         tx.execute(f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({marks(7)})", checkpoint_values(cp))
         tx.checkpoints.append(cp)
         return cp
+
+    def rotate_signing_key(self, new_key: Ed25519PrivateKey, *, by: str, at: datetime) -> Rotation:
+        """Change the store's signing key: one transaction appends the rotation to `KEYS_LOG`, signs its head with
+        the old key, and stores the old key's statement that the heads after that one are signed by `new_key`.
+
+        The store keeps its old key: close it, and open the store again with the new key (a process that goes on
+        with the old key is refused at its next head, `_refuse_another_key`)."""
+        old_key = self._signing_key()
+        old_id, new_id = key_id_of(old_key.public_key()), key_id_of(new_key.public_key())
+        if old_id == new_id:
+            raise StoreError("the new signing key is the key in use; nothing was rotated")
+        data = {"by": by, "old_key_id": old_id, "new_key_id": new_id}
+        with self._tx() as tx:
+            self._append(tx, KEYS_LOG, "signing_key_rotated", data, at)
+            self._sign_head(tx)  # this transaction's head, by the old key; nothing signs another before COMMIT
+            head = tx.head
+            assert head is not None
+            rotation = sign_rotation(
+                old_key, new_key.public_key(), counter=head.counter, head_hash=head.head_hash, at=head.at
+            )
+            tx.execute(f"INSERT INTO audit_key_rotations ({ROTATION_COLUMNS}) VALUES ({marks(6)})", rotation.values())
+        return rotation
+
+    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+        """Set one of the settings the log vouches for (`audit_settings`, each with a log of its own), with its
+        event, in one transaction; the head of that commit vouches for the row as it is left."""
+        at_text = format_rfc3339(at)
+        with self._tx() as tx:
+            tx.execute(
+                "INSERT INTO audit_settings (log_id, value, at) VALUES (?, ?, ?)"
+                " ON CONFLICT (log_id) DO UPDATE SET value = excluded.value, at = excluded.at",
+                (log_id, value, at_text),
+            )
+            self._append(tx, log_id, kind, data, at)
+            _, state, identity = setting_vouch(log_id, value, at_text)
+            tx.vouch(log_id, state, identity)
+
+    def last_rotation(self) -> Rotation | None:
+        row = self._row(f"SELECT {ROTATION_COLUMNS} FROM audit_key_rotations ORDER BY counter DESC LIMIT 1")
+        return None if row is None else Rotation.from_row(row)
 
     def checkpoint_heads(self, at: datetime, log_ids: Sequence[str] | None = None) -> list[Checkpoint]:
         """Sign the current head of each log (all, or the named ones): done before every export.
@@ -419,9 +559,10 @@ class AuditTrail(ABC):
                 tx.one("SELECT 1 FROM audit_heads_pending") is not None
                 and tx.one("SELECT 1 FROM audit_heads") is None
                 and tx.one("SELECT 1 FROM audit_records LIMIT 1") is not None
-            )
+            ) or (tx.head is None and tx.one("SELECT 1 FROM audit_vouches_pending") is not None)
             if uncovered:
-                # The first head of an upgraded store: appending nothing, it covers every log as it stands.
+                # The first head of an upgraded store: appending nothing, it covers every log as it stands, and
+                # vouches for every row (schema 8).
                 tx.last_at = format_rfc3339(datetime.now(UTC))
                 self._sign_head(tx)
             row = tx.one(f"SELECT {HEAD_COLUMNS} FROM audit_heads ORDER BY counter DESC LIMIT 1")

@@ -43,7 +43,9 @@ log = logging.getLogger("pollwarden.witness")
 
 
 def witness_file_name(key_id: str) -> str:
-    """One file per signing key (per installation), so several stores can share one witness directory."""
+    """One file per signing key: a store whose key was rotated keeps the last head of each key there, and a
+    verifier reads them all (`witnessing.py`). A witness location is one store's: another's heads there are
+    reported, since nothing tells them apart from a replaced key's."""
     return f"pollwarden-head-{key_id}.json"
 
 

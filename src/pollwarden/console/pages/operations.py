@@ -12,7 +12,7 @@ from ...core.reasons import Phase
 from ...core.record import OperationRecord
 from ...followup import FollowUp
 from ...ownership import Ownership
-from ...store.base import Event, StoredDecision
+from ...store.base import INSPECT_UNREADABLE, Event, StoredDecision, UnreadableRow
 from .decisions import decision_history
 from .frame import Chrome, budget, clock, dash, esc, layout, moment_span, operation_href, phase_badge, relative
 from .timeline import LEGEND, timeline_svg
@@ -120,7 +120,26 @@ def _filters(wanted: str, rows: Sequence[Row]) -> str:
     return '<nav class="filters" aria-label="filter the operations">Show: ' + " · ".join(links) + "</nav>"
 
 
-def operations_page(rows: Sequence[Row], wanted: str, now: datetime, *, chrome: Chrome) -> str:
+def operations_page(
+    rows: Sequence[Row], wanted: str, now: datetime, *, chrome: Chrome, unreadable: Sequence[UnreadableRow] = ()
+) -> str:
+    body = _operations_body(rows, wanted, now) + _unreadable_rows(unreadable)
+    return layout("Operations", body, here="operations", chrome=chrome)
+
+
+def _unreadable_rows(rows: Sequence[UnreadableRow]) -> str:
+    """Rows skipped because their record cannot be read: listed apart, with why and how to look at them."""
+    if not rows:
+        return ""
+    items = "".join(f"<li><code>{esc(row.operation_id)}</code>: {esc(row.why)}</li>" for row in rows)
+    return (
+        f'<h2>Unreadable</h2><p class="muted">{len(rows)} operation{"s" if len(rows) != 1 else ""} could not be'
+        f' read, and no worker polls them.</p><ul class="unreadable">{items}</ul>'
+        f'<p class="muted">{esc(INSPECT_UNREADABLE)}</p>'
+    )
+
+
+def _operations_body(rows: Sequence[Row], wanted: str, now: datetime) -> str:
     if not rows:
         body = (
             '<h1>Operations</h1><p class="muted">No operations yet: start one with <code>pollwarden watch</code>.</p>'
@@ -141,7 +160,7 @@ def operations_page(rows: Sequence[Row], wanted: str, now: datetime, *, chrome: 
             f'<p class="muted">{len(rows)} operations, as of {clock(now)}. Reload the page for fresh state.</p>'
             f"{_filters(wanted, rows)}{table}"
         )
-    return layout("Operations", body, here="operations", chrome=chrome)
+    return body
 
 
 def follow_up_list(follow_ups: Sequence[FollowUp]) -> str:

@@ -1,0 +1,129 @@
+"""The reads of operation rows, written once for SQLite and PostgreSQL: one operation, many, a whole listing, the
+operations of jobs, and what the fleet counts. Each row is decoded strictly (`common.stored_from_row`): a reader
+never fails for one row whose record cannot be read. A lookup of many skips it; a listing names it apart
+(`Listing.unreadable`); a lookup of one by name says so (`UnreadableRecord`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from .base import ContractCounts, Listing, Stored, UnreadableRecord, UnreadableRow
+from .common import STORED_COLUMNS, Row, marks, stored_from_row
+from .sql_leases import Leases, chunks
+
+
+class Reads(Leases):
+    """Operation rows as the interfaces read them (the store's writes build on this: `sql.py`)."""
+
+    def get(self, operation_id: str) -> Stored | None:
+        row = self._row(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,))
+        if row is None:
+            return None
+        found = stored_from_row(row, self.dialect.moment)
+        if isinstance(found, UnreadableRow):
+            raise UnreadableRecord(found, self.path)
+        return found
+
+    def get_many(self, operation_ids: Sequence[str]) -> dict[str, Stored]:
+        found: dict[str, Stored] = {}
+        for chunk in chunks(sorted(set(operation_ids))):
+            rows = self._rows(
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(chunk))})", chunk
+            )
+            found.update((s.record.operation_id, s) for s in self._readable(rows))
+        return found
+
+    def all(self) -> list[Stored]:
+        return list(self.listing().operations)
+
+    def listing(self) -> Listing:
+        # operation_id breaks ties of created_at: a listing should not shuffle.
+        rows = self._rows(f"SELECT {STORED_COLUMNS} FROM operations ORDER BY created_at, operation_id")
+        decoded = [stored_from_row(row, self.dialect.moment) for row in rows]
+        return Listing(
+            tuple(one for one in decoded if isinstance(one, Stored)),
+            tuple(one for one in decoded if isinstance(one, UnreadableRow)),
+        )
+
+    def _readable(self, rows: Sequence[Row]) -> list[Stored]:
+        """The rows (in `STORED_COLUMNS` order) whose record can be read; the others are skipped: a reader that
+        lists or looks up many never fails for one row (`listing` and `status` name them)."""
+        return [one for one in (stored_from_row(row, self.dialect.moment) for row in rows) if isinstance(one, Stored)]
+
+    def unreadable_rows(self) -> list[UnreadableRow]:
+        rows = self._rows(
+            "SELECT operation_id, unreadable, contract_name FROM operations WHERE unreadable IS NOT NULL"
+            " ORDER BY operation_id"
+        )
+        return [UnreadableRow(str(op), str(why), str(name)) for op, why, name in rows]
+
+    def find_job(self, contract_name: str, job_id: str) -> list[Stored]:
+        return self.find_jobs(contract_name, [job_id]).get(job_id, [])
+
+    def find_jobs(self, contract_name: str, job_ids: Sequence[str]) -> dict[str, list[Stored]]:
+        """Every operation of these jobs under one contract, newest first per job (served by `operations_job`)."""
+        found: dict[str, list[Stored]] = {}
+        for chunk in chunks(sorted(set(job_ids))):
+            rows = self._rows(
+                f"SELECT {STORED_COLUMNS} FROM operations WHERE contract_name = ?"
+                f" AND job_id IN ({marks(len(chunk))}) ORDER BY created_at DESC, operation_id DESC",
+                (contract_name, *chunk),
+            )
+            for stored in self._readable(rows):
+                found.setdefault(stored.record.job_id, []).append(stored)
+        return found
+
+    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+        """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
+        then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
+        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
+        query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active' AND unreadable IS NULL"
+        if free_at is None:
+            row = self._row(query)
+        else:
+            at = self.dialect.stamp(free_at)
+            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            row = self._row(query + free, (at,))
+        return None if row is None or row[0] is None else self.dialect.moment(row[0])
+
+    def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
+        at = self.dialect.stamp(now)
+        counts: dict[str, ContractCounts] = {}
+        rows = self._rows(
+            "SELECT contract_name, COUNT(*), SUM(CASE WHEN next_poll_at <= ? THEN 1 ELSE 0 END),"
+            " MIN(CASE WHEN next_poll_at <= ? THEN next_poll_at END)"
+            " FROM operations WHERE phase = 'active' AND unreadable IS NULL GROUP BY contract_name",
+            (at, at),
+        )
+        for name, active, due, oldest in rows:
+            oldest_due = None if oldest is None else self.dialect.moment(oldest)
+            counts[str(name)] = ContractCounts(str(name), int(active), int(due or 0), oldest_due=oldest_due)
+        for name in [n for n, c in counts.items() if c.due]:
+            # The TTL of the contract's newest active operation: a contract's versions rarely differ in timeout.
+            newest = self._row(
+                "SELECT contract FROM operations WHERE contract_name = ? AND phase = 'active'"
+                " ORDER BY created_at DESC LIMIT 1",
+                (name,),
+            )
+            assert newest is not None
+            row = self._row(
+                "SELECT COUNT(*) FROM operations WHERE phase = 'active' AND contract_name = ? AND next_poll_at <= ?"
+                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                " AND unreadable IS NULL",
+                (name, self.dialect.stamp(now - ttl_of(str(newest[0]))), at),
+            )
+            counts[name] = replace(counts[name], overdue=int(row[0]) if row is not None else 0)
+        for name, aside in self._rows(
+            "SELECT contract_name, COUNT(*) FROM operations WHERE unreadable IS NOT NULL GROUP BY contract_name"
+        ):
+            known = counts.get(str(name), ContractCounts(str(name)))
+            counts[str(name)] = replace(known, unreadable=int(aside))
+        for name, open_count in self._rows(
+            "SELECT o.contract_name, COUNT(*) FROM decisions d JOIN operations o ON o.operation_id = d.operation_id"
+            " WHERE d.status = 'open' GROUP BY o.contract_name"
+        ):
+            known = counts.get(str(name), ContractCounts(str(name)))
+            counts[str(name)] = replace(known, open_decisions=int(open_count))
+        return [counts[name] for name in sorted(counts)]
