@@ -22,6 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden.core.contract_vars import text_digest
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, token_command_auth, write_contract
@@ -243,3 +244,31 @@ def test_on_postgres_a_role_without_rights_on_the_registry_cannot_install(home: 
         drop_database(url)
         with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
             conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_version_installed_behind_the_engines_back_is_caught_by_audit_verify(
+    db: str, sim: Simulator, home: Path
+) -> None:
+    """The registry's rows are vouched for by the signed heads: a version added by an INSERT (not `contracts
+    install`, so with no audited event) is a row no head vouches for, exit 5 naming its log."""
+    good = write_contract(home / "exports.toml", sim.url)
+    assert run_cli("contracts", "install", str(good), "--by", "alice", "--db", db, home=home).code == 0
+    assert run_cli("audit", "verify", "--db", db, home=home).code == 0
+    with Simulator() as attacker:
+        evil = write_contract(home / "evil.toml", attacker.url, secret_env=KEY_ENV).read_text()
+    digest = text_digest(evil)
+    if db.startswith("postgresql://"):
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO contracts (digest, name, text, installed_by, installed_at) VALUES (%s, %s, %s, %s, now())",
+                (digest, "exports", evil, "alice"),
+            )
+    else:
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "INSERT INTO contracts (digest, name, text, installed_by, installed_at) VALUES (?, ?, ?, ?, ?)",
+                (digest, "exports", evil, "alice", time.time()),
+            )
+    verified = run_cli("audit", "verify", "--db", db, home=home)
+    assert verified.code == 5, verified.stdout + verified.stderr
+    assert f"@contract/{digest}" in verified.stdout + verified.stderr

@@ -14,7 +14,7 @@ from pollwarden.audit.keys import load_or_create_keys
 from pollwarden.core.contract import parse_contract
 from pollwarden.core.contract_vars import text_digest
 from pollwarden.core.record import new_record
-from pollwarden.store.migrations import ADOPTED_BY, REGISTRY
+from pollwarden.store.migrations import ADOPTED_BY, LATEST, REGISTRY
 from pollwarden.store.postgres import PostgresStore, upgrade_database
 from pollwarden.store.sql_contracts import contract_log_id
 from pollwarden.store.sqlite import SQLiteStore
@@ -23,6 +23,18 @@ from .conftest import AnyStore, Backend
 from .test_store import CONTRACT
 
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+
+AFTER_SCHEMA_5 = (
+    "DROP TABLE contracts",  # schema 6's
+    "DROP TABLE outbox",  # 7's
+    "ALTER TABLE audit_heads DROP COLUMN vouches",  # 8's
+    "DROP TABLE audit_vouches_pending",
+    "DROP TABLE audit_key_rotations",
+    "DROP TABLE audit_settings",
+    "DROP INDEX operations_unreadable",
+    "ALTER TABLE operations DROP COLUMN unreadable",
+)
+"""What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
 
 
 def test_a_version_is_installed_once_by_its_digest_with_one_audited_record(store: AnyStore) -> None:
@@ -67,8 +79,8 @@ def test_a_sqlite_file_at_schema_5_adopts_the_contracts_of_its_operations(tmp_pa
     store.create(record, CONTRACT, {"created_by": "test"})
     store.close()
     with sqlite3.connect(path) as conn:  # as an older pollwarden left it: schema 5, no registry
-        conn.execute("DROP TABLE contracts")
-        conn.execute("DROP TABLE outbox")  # schema 7's
+        for statement in AFTER_SCHEMA_5:
+            conn.execute(statement)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(REGISTRY - 1),))
     store = SQLiteStore(path)
     try:
@@ -83,8 +95,8 @@ def test_a_postgres_database_at_schema_5_adopts_the_contracts_of_its_operations(
 ) -> None:
     upgrade_database(empty_pg_url)
     with psycopg.connect(empty_pg_url, autocommit=True) as conn:
-        conn.execute("DROP TABLE contracts")
-        conn.execute("DROP TABLE outbox")  # schema 7's
+        for statement in AFTER_SCHEMA_5:
+            conn.execute(statement.encode())
         conn.execute("DELETE FROM schema_migrations WHERE version >= %s", (REGISTRY,))
         # An operation written at schema 5 (the columns a schema-5 pollwarden fills; the store would need keys)
         record = new_record(parse_contract(CONTRACT), operation_id="op-1", job_id="exp-1", now=T0)
@@ -94,7 +106,7 @@ def test_a_postgres_database_at_schema_5_adopts_the_contracts_of_its_operations(
             " VALUES (%s, %s, %s, 'active', now(), now(), 0, 1, '{}', %s, now(), now())",
             (record.operation_id, record.job_id, record.contract_name, CONTRACT),
         )
-    assert upgrade_database(empty_pg_url) == [REGISTRY, REGISTRY + 1]
+    assert upgrade_database(empty_pg_url) == list(range(REGISTRY, LATEST + 1))
     store = PostgresStore(empty_pg_url)
     try:
         (adopted,) = store.installed_contracts()
