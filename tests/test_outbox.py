@@ -229,14 +229,14 @@ def test_a_witness_that_cannot_be_written_is_said_counted_and_noted_until_it_tak
             assert made is not None and not made.delivered and made.retry_at is not None
             assert [event for event, _ in said] == ["witness_failing"]
             assert [(c.kind, c.state, c.count) for c in store.outbox_counts()] == [("witness", "retrying", 1)]
-            (note,) = witness_notes(store)
+            (note,) = witness_notes(store, store.witness)
             assert f"the witness has not taken head #{head}: 1 attempt(s) failed" in note
             assert "the witness answered 503" in note
             clock.now = made.retry_at
             made = _one(courier.deliver_due()).attempted
             assert made is not None and made.delivered
             assert [event for event, _ in said] == ["witness_failing", "witness_recovered"]
-            assert witness_notes(store) == () and store.outbox() == []
+            assert witness_notes(store, store.witness) == () and store.outbox() == []
         finally:
             store.close()
     assert [json.loads(seen.body)["head"]["counter"] for seen in server.seen] == [head, head]

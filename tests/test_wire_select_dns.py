@@ -17,13 +17,22 @@ import pytest
 
 from pollwarden import resolve, wire
 from pollwarden.core import FailureKind, Response, TransportFailure
+from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.http import StatusClient, fetch_all
 from pollwarden.resolve import AddrInfo
+from pollwarden.simulator import contract_text
 from pollwarden.wire import Answer, Request, SocketTransport
-from tests.test_http import HANG_GUARD, contract_for
+from tests.test_http import HANG_GUARD, TIMEOUT
 from tests.test_http_keepalive import BODY, OK, KeepAliveServer, always, clock
 from tests.test_wire_select_tls import Batch
 from tests.test_wire_select_tls import batches as batches  # the fixture: what each selector batch was handed
+
+
+def contract_for(url: str) -> Contract:
+    """`test_http.contract_for` for the made-up names these tests resolve to the loopback (`hung.test`): plain
+    http to a name that is not the loopback carries the credential only with `allow_plain_http = true`."""
+    text = contract_text(url, timeout=f"{int(TIMEOUT * 1000)}ms", secret_env="PW_TOKEN")
+    return parse_contract(text.replace("safe_status = true\n", "safe_status = true\nallow_plain_http = true\n", 1))
 
 
 class Names:

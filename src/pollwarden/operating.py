@@ -444,7 +444,8 @@ def verify_home(
                 rows=snapshot.vouched_rows(),
                 findings=[Problem(ALL_LOGS, None, what) for what in kept.problems],
             )
-        notes += witness_notes(store)  # a head the witness has not taken (the outbox): said, never a failure
+        # A head the witness has not taken (the outbox): said, never a failure.
+        notes += witness_notes(store, _witness_or_none(home))
     finally:
         store.close()
     notes = (*notes, *kept.notes)
@@ -452,6 +453,14 @@ def verify_home(
         notes = (*notes, unvouched_note(report.unvouched))
     names = ", ".join(kept.names) or None
     return AuditCheck(report, str(store.path), names, notes)  # a URL's password is already left out
+
+
+def _witness_or_none(home: Path) -> Witness | None:
+    """The home's configured witness, or None when there is none or its setting cannot be read (verify says so)."""
+    try:
+        return configured_witness(home)
+    except StoreError:
+        return None
 
 
 def unvouched_note(count: int) -> str:

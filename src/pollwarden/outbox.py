@@ -404,11 +404,12 @@ def delivering_home(home: Path, kind: OwnerKind, *, environ: Mapping[str, str] |
         store.close()
 
 
-def witness_notes(store: Store) -> tuple[str, ...]:
-    """What `audit verify` says of the witness's deliveries: a head it has not taken, and why."""
-    if store.witness is None:
+def witness_notes(store: Store, witness: Witness | None) -> tuple[str, ...]:
+    """What `audit verify` says of the deliveries to `witness` (the home's, configured; a reader's store holds
+    none of its own): a head it has not taken, and why."""
+    if witness is None:
         return ()
-    key = store.witness.key
+    key = witness.key
     notes: list[str] = []
     for entry in store.outbox():
         if entry.kind != WITNESS or entry.subject != key or entry.status != "pending":

@@ -181,9 +181,10 @@ def test_an_upgraded_stores_rows_are_not_yet_vouched_for_until_its_next_write(
     _as_schema_7(fresh)
     code, report = fresh.verify()
     assert code == 0, report  # never a false "tampered"
-    assert report["rows"] == 1 and report["rows_not_yet_vouched_for"] == 1
+    # The operation's row, and its contract's in the registry (the watch installed it).
+    assert report["rows"] == 2 and report["rows_not_yet_vouched_for"] == 2
     code, text, _ = fresh.run("audit", "verify")
-    assert code == 0 and "1 row not yet vouched for" in text, text
+    assert code == 0 and "2 rows not yet vouched for" in text, text
     # The next write (here `audit checkpoint`, which signs a head) vouches for every row as it stands.
     code, _, err = fresh.run("audit", "checkpoint", "--out", str(tmp_path / "head.json"))
     assert code == 0, err
@@ -201,6 +202,7 @@ def test_an_upgraded_store_is_vouched_for_by_its_next_poll_too(fresh: Place, sim
     code, _, err = fresh.run("watch", "--contract", str(contract), "--job", "happy-2", "--operation", "op-b")
     assert code == 0, err
     code, report = fresh.verify()
-    assert code == 0 and report["rows"] == 2 and report["rows_not_yet_vouched_for"] == 0, report
+    # Two operations' rows and the two contract versions their watches installed.
+    assert code == 0 and report["rows"] == 4 and report["rows_not_yet_vouched_for"] == 0, report
     fresh.execute("UPDATE operations SET job_id = 'other' WHERE operation_id = 'op-a'")
     assert fresh.verify()[0] == EXIT_TAMPERED

@@ -277,9 +277,14 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
 
 
 def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfigured | WitnessCleared) -> None:
+    """The setting's event, in the store; its head is given to the witness at once (one attempt, at most
+    `outbox.EXIT_WAIT` seconds): the location is tried as it is set, and holds this store's head from now on."""
+    from ..outbox import delivering
+
     store = _open_store(args.home, keys="write")
     try:
-        store.set_setting(WITNESS_LOG, location, event.KIND, event.to_json(), utcnow())
+        with delivering(store, "outbox"):
+            store.set_setting(WITNESS_LOG, location, event.KIND, event.to_json(), utcnow())
     finally:
         store.close()
 

@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from ..core.durations import format_rfc3339
+from ..home import resolve_home
+from ..operating import configured_witness
 from ..outbox import Courier, Delivered
 from ..shown import shown
 from ..store.base import OutboxEntry
@@ -20,7 +22,8 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     # Listing needs no key; delivering does: a webhook's outcome is sealed into its operation's log.
     store = _open_store(args.home, keys="write" if args.deliver else "none")
     try:
-        witness = None if store.witness is None else store.witness.key
+        configured = store.witness or configured_witness(resolve_home(args.home))  # a lister's store holds none
+        witness = None if configured is None else configured.key
         done = Courier(store, owner=process_owner("outbox")).deliver_due(every=True) if args.deliver else []
         left = store.outbox()
         now = store.db_now()
