@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar, TextIO
 
@@ -111,8 +112,10 @@ class Progress:
     watching: ClassVar[str | None] = None
     """The operation the last step was about: an interrupted `watch` names it in its resume hint."""
 
-    def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
+    def __init__(self, out: TextIO, *, live: bool, quiet: bool, clock: Callable[[], datetime] = utcnow) -> None:
         self.out = out
+        self.clock = clock
+        """The store's, as the times it shows against are (a due time in the database's clock on PostgreSQL)."""
         self.live = live and not quiet
         self.quiet = quiet
         """No progress at all: `--json` prints one object at the end and nothing before it."""
@@ -128,7 +131,7 @@ class Progress:
         Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
-        now = utcnow()
+        now = self.clock()
         if not self.live:
             if isinstance(result, Polled):
                 self.out.write(_decision_line(result.decision, now) + "\n")
@@ -221,9 +224,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 f" requests{how}\n"
             )
             out.flush()
-        progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
+        progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
         Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-        with StatusClient(contract, secret, clock=utcnow) as client:
+        with StatusClient(contract, secret, clock=engine.clock) as client:
             # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
             final = engine.run(
                 contract,

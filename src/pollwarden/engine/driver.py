@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..clock import utcnow
 from ..core.admission import (
     Admission,
     Create,
@@ -112,18 +111,20 @@ class Engine:
         store: Store,
         *,
         owner: str,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         environ: Mapping[str, str] | None = None,
         notify: Notifier | None = None,
         combiner: Combiner | None = None,
     ) -> None:
         """`combiner`: this engine's steps join the batches of the other watches of this store in this process
-        (`engine.combine`: the Python API's); without one, each step is its own."""
+        (`engine.combine`: the Python API's); without one, each step is its own. `clock`: the store's
+        (`Store.db_now`, the database's on PostgreSQL) unless a test gives its own: every claim, lease and audit
+        time of every driver comes from that one clock."""
         self.store = store
         self._combiner = combiner
         self.owner = owner
-        self.clock = clock
+        self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
         self._environ = environ
         self._notify = notify or self._webhook
