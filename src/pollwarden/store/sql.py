@@ -12,7 +12,7 @@ whose WHERE carries the token changes nothing when the token is stale (DESIGN.md
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -174,17 +174,21 @@ class _Operations(Leases):
                 found.setdefault(str(row[0]), []).append(stored_from_row(row[1:], self.dialect.moment))
         return found
 
-    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+    def next_due(self, free_at: datetime | None = None, *, skip: Collection[str] = ()) -> datetime | None:
         """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
         then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
-        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
+        could not claim are in flight in its other lane, and waking for them would spin until they are recorded.
+        `skip`: contract names the claim passes over (their operations would wake it for nothing, too)."""
         query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active'"
-        if free_at is None:
-            row = self._row(query)
-        else:
-            at = self.dialect.stamp(free_at)
-            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            row = self._row(query + free, (at,))
+        params: list[Any] = []
+        if free_at is not None:
+            query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            params.append(self.dialect.stamp(free_at))
+        if skip:
+            passed_over = sorted(skip)
+            query += f" AND contract_name NOT IN ({marks(len(passed_over))})"
+            params.extend(passed_over)
+        row = self._row(query, params) if params else self._row(query)
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
 
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
@@ -245,6 +249,8 @@ class _Operations(Leases):
         ttl: timedelta,
         limit: int,
         then: Callable[[list[Claimed]], Sequence[FencedWrite]],
+        *,
+        skip: Collection[str] = (),
     ) -> tuple[list[Claimed], list[bool]]:
         """`claim_due`, then the fenced writes `then` makes of what it claimed, in one transaction (one commit):
         the fleet's claims and the reservations they lead to. The claimed operations' logs are locked with the
@@ -252,7 +258,7 @@ class _Operations(Leases):
         if limit <= 0:
             return [], []
         with self._tx() as tx:
-            claimed = self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=True)
+            claimed = self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=True, skip=skip)
             writes = then(claimed)
             written = self._write_in(tx, writes, self._fenced_values(writes, now), now)
         return claimed, written
