@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,7 +30,7 @@ import pytest
 from tests.conftest import write_contract
 from tests.e2e.test_worker import _enqueue, _log_of, _spawn_worker
 from tests.namespaces import in_another_pid_namespace
-from tests.test_http_keepalive import KeepAliveServer
+from tests.test_http_keepalive import holding
 
 pytestmark = pytest.mark.slow
 
@@ -48,24 +46,6 @@ ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 
 )
 
 
-@contextmanager
-def held_provider() -> Iterator[tuple[KeepAliveServer, threading.Event]]:
-    """A provider that answers `succeeded` to every request once the event is set, and not before."""
-    release = threading.Event()
-
-    def answer(conn: socket.socket, _: int) -> bool:
-        release.wait(GUARD)
-        conn.sendall(ANSWER)
-        return True
-
-    server = KeepAliveServer(answer)
-    try:
-        yield server, release
-    finally:
-        release.set()
-        server.close()
-
-
 def _until(condition: Callable[[], object], what: str, *, watching: list[subprocess.Popen[str]]) -> None:
     deadline = time.monotonic() + GUARD
     while not condition():
@@ -79,7 +59,8 @@ def _watch_while_the_worker_holds_the_lease(
     db: str, home: Path, tmp_path: Path, prefix: list[str], env: dict[str, str], timeout: str
 ) -> None:
     claims = tmp_path / "claims"
-    with held_provider() as (server, release):
+    release = threading.Event()
+    with holding(release, ANSWER, guard=GUARD) as server:
         contract = write_contract(tmp_path / "c.toml", server.url, timeout=timeout)
         _enqueue(db, home, contract, ["j1"])
         worker = _spawn_worker(db, home)

@@ -11,7 +11,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -355,20 +355,20 @@ class Engine:
         io: Executor,
         *,
         then: Callable[[list[Claimed]], None] = lambda claimed: None,
-    ) -> tuple[list[Claimed], list[tuple[batch.Chosen, StepResult | BaseException]]]:
+        skip: Collection[str] = (),
+        aside: Callable[[batch.Aside], None] | None = None,
+    ) -> tuple[list[Claimed], list[batch.Lane]]:
         """The fleet's batch as this engine's owner (`batch.claim_due_and_run`): up to `limit` due operations
         claimed with the reservations of those `choose` picks, in one transaction, then stepped together;
         `then` is told everything claimed once the claims commit, and hands on at once what is not stepped here
-        (`choose` runs inside the transaction and must not use the store, nor wait). Returns everything
-        claimed, and each stepped operation with its result."""
+        (`choose` runs inside the transaction and must not use the store, nor wait). `skip`: contract names the
+        claim passes over; `aside`: where the batch's slow rest goes (`batch.run`). Returns everything claimed,
+        and the lane of each stepped operation (`Lane.of` is its `Chosen`; its `result` is set unless the lane
+        went aside)."""
         claimed, stepped = batch.claim_due_and_run(
-            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io
+            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io, skip=skip, aside=aside
         )
-        results: list[tuple[batch.Chosen, StepResult | BaseException]] = []
-        for chosen, lane in stepped:
-            assert lane.result is not None  # run() drives every lane to its end
-            results.append((chosen, lane.result))
-        return claimed, results
+        return claimed, [lane for _, lane in stepped]
 
     def run(
         self,
