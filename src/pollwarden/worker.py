@@ -79,6 +79,11 @@ class Metrics:
         self.failures = Counter(
             "pollwarden_step_failures", "Polls that raised instead of ending in a record", registry=self.registry
         )
+        self.aside = Counter(
+            "pollwarden_polls_aside",
+            "Status requests still unanswered when their batch moved on, finished on a thread of their own",
+            registry=self.registry,
+        )
         self.lateness = Histogram(
             "pollwarden_scheduling_lateness_seconds",
             "How long after next_poll_at a due operation was polled",
@@ -358,6 +363,7 @@ class Worker:
             def aside(rest: batch.Aside) -> None:
                 done = threading.Event()
                 self._asides.submit(self._finish_aside, rest, clock, now, done)  # RuntimeError: finished in place
+                self.metrics.aside.inc(len(rest.lanes))
                 with self._stores_lock:
                     self._aside_done = [*(one for one in self._aside_done if not one.is_set()), done]
                 moved.append(rest)
