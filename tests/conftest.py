@@ -44,6 +44,52 @@ def token_command_auth(script: Path, ttl: str = "50m") -> str:
     return f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "{ttl}"\n'
 
 
+HANGING_TOKEN_COMMAND = """
+import os, pathlib, sys, time
+runs, hung, release = (pathlib.Path(arg) for arg in sys.argv[1:4])
+n = int(runs.read_text()) if runs.exists() else 0
+runs.write_text(str(n + 1))
+if n:  # every refresh hangs, its pid in `hung`, until `release` exists (two minutes at most)
+    hung.write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+print("tok-HUNG-CONTRACT-0042")
+"""
+
+
+@dataclass(frozen=True)
+class HangingToken:
+    """A contract's [auth] table (`extra`) whose token command answers at once the first time and hangs on every
+    refresh, until the test touches `release`; `hung` holds the hanging run's pid, `runs` how many there were."""
+
+    extra: str
+    runs: Path
+    hung: Path
+    release: Path
+
+    def hanging(self) -> int | None:
+        """The pid of the run that hangs, once it has said so."""
+        text = self.hung.read_text() if self.hung.exists() else ""
+        return int(text) if text.strip().isdigit() else None
+
+
+def hanging_token(directory: Path, ttl: str = "1s") -> HangingToken:
+    script, runs, hung, release = (directory / name for name in ("token.py", "runs", "hung", "release"))
+    script.write_text(HANGING_TOKEN_COMMAND, encoding="utf-8")
+    argv = json.dumps([sys.executable, str(script), str(runs), str(hung), str(release)])
+    return HangingToken(f'\n[auth]\ntoken_command = {argv}\ntoken_ttl = "{ttl}"\n', runs, hung, release)
+
+
+def process_alive(pid: int) -> bool:
+    """The process exists and is no zombie (a container's init may never reap one)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
 @dataclass
 class Ran:
     code: int

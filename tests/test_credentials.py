@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pollwarden.core.contract_auth import Auth, AuthKind
 from pollwarden.core.observe import FailureKind, Response, TransportFailure
 from pollwarden.credentials import Credential, CredentialError, resolve_secret, sign_sigv4
 from pollwarden.http import FakeTransport, Reply, StatusClient
+from tests.conftest import process_alive
 from tests.core.support import contract_text
 
 VECTOR_DATE = datetime(2015, 8, 30, 12, 36, 0, tzinfo=UTC)
@@ -243,3 +245,55 @@ def test_a_failing_refresh_mid_watch_is_a_local_failure_not_a_traceback(tmp_path
     assert isinstance(first, Response) and first.status == 401
     assert isinstance(second, TransportFailure) and second.kind is FailureKind.LOCAL
     assert "does not exist" in second.message and len(fake.requests) == 1
+
+
+RUNAWAY = """
+import os, sys
+progress = sys.argv[1]
+chunk = b"#" * 65536
+for n in range(1, 1025):  # 64 MiB, each chunk counted once the pipe took it
+    os.write(1, chunk)
+    with open(progress, "w") as out:
+        out.write(str(n * len(chunk)))
+"""
+
+
+def test_a_command_that_prints_too_much_is_read_only_to_its_cap_and_stopped(tmp_path: Path) -> None:
+    """Its output was read whole before the cap refused it (1 GiB of it peaked at 2 GiB of memory): now at most
+    the cap and one byte are read, and the command is killed there, so it never gets to write the rest."""
+    script, progress = tmp_path / "runaway.py", tmp_path / "written"
+    script.write_text(RUNAWAY, encoding="utf-8")
+    credential = Credential("t", Auth(token_command=(sys.executable, str(script), str(progress))), {})
+    with pytest.raises(CredentialError, match="printed more than 65536 bytes"):
+        credential.prime()
+    written = int(progress.read_text()) if progress.exists() else 0
+    assert written < 1 << 20, f"the command wrote {written} bytes: its output was read on past the cap"
+
+
+DAEMONIZING = """
+import os, pathlib, sys, time
+print("tok-DAEMON-123", flush=True)
+if os.fork() == 0:  # a helper left behind that holds the command's stdout open
+    pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+    time.sleep(60)
+    pathlib.Path(sys.argv[2]).touch()
+    os._exit(0)
+"""
+
+
+def test_a_command_whose_helper_keeps_its_output_open_is_stopped_at_its_timeout_helper_and_all(tmp_path: Path) -> None:
+    """The command exited, but a process it left behind kept its stdout open: the read waited for that helper to
+    end, past the command's timeout (subprocess.run kills only the command, then waits for the pipe). The whole
+    process group goes at the timeout now; the helper never gets to finish its sleep."""
+    script, pid_file, finished = tmp_path / "daemon.py", tmp_path / "helper.pid", tmp_path / "helper-finished"
+    script.write_text(DAEMONIZING, encoding="utf-8")
+    auth = Auth(token_command=(sys.executable, str(script), str(pid_file), str(finished)))
+    credential = Credential("t", auth, {}, command_timeout=1.0)
+    with pytest.raises(CredentialError, match="did not finish within 1 s"):
+        credential.prime()
+    helper = int(pid_file.read_text())
+    deadline = time.monotonic() + 30  # a guard: a SIGKILL is delivered at once, but ends a process a moment later
+    while process_alive(helper):
+        assert time.monotonic() < deadline, "the helper the command left behind is still running"
+        time.sleep(0.01)
+    assert not finished.exists()

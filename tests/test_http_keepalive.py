@@ -11,6 +11,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -78,6 +79,31 @@ class KeepAliveServer:
 
     def close(self) -> None:
         self._listener.close()
+
+
+@contextmanager
+def holding(
+    hold: threading.Event | None = None, answer: bytes | None = OK, *, guard: float = 120.0
+) -> Iterator[KeepAliveServer]:
+    """A loopback provider whose every request waits for `hold` (if given; `guard` seconds at most), then gets
+    `answer` (None: its connection is closed unanswered). Its `requests` are the request heads, as each arrives;
+    `hold` is set when it closes."""
+
+    def script(conn: socket.socket, _: int) -> bool:
+        if hold is not None:
+            hold.wait(guard)
+        if answer is None:
+            return False
+        conn.sendall(answer)
+        return True
+
+    server = KeepAliveServer(script)
+    try:
+        yield server
+    finally:
+        if hold is not None:
+            hold.set()
+        server.close()
 
 
 @pytest.fixture

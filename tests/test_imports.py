@@ -86,7 +86,6 @@ def test_the_python_api_loads_only_the_core_until_a_watch_runs() -> None:
         "pollwarden.lazy",
         "pollwarden.api",
         "pollwarden.catalogue",
-        "pollwarden.clock",
         "pollwarden.errors",
     }
     assert _heavy(loaded, ("asyncio",)) == []

@@ -1,20 +1,21 @@
 """The worker's batch claim: its claims and reservations share one transaction, and nothing slow happens inside it.
 
 What is not stepped in the batch (a paced provider's poll, an operation to give back) is sorted as soon as the
-claims are committed, not after the batch's last answer; a contract seen for the first time (whose credential
-may come from a token command) is made ready outside the transaction, so no other write of the process waits.
+claims are committed, not after the batch's last answer, and the batch does not wait for it; a contract seen for
+the first time (whose credential may come from a token command) has its command run in the background, outside
+the transaction and off the lane: its operation is given back until the credential is in, so no other write of
+the process, and no batch, waits for it.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,36 +26,22 @@ import pytest
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract import parse_contract
+from pollwarden.core.reasons import StopReason
 from pollwarden.engine import Engine
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.worker import JsonLog, Worker
 from tests.conftest import install, token_command_auth
-from tests.test_http_keepalive import OK, KeepAliveServer
+from tests.test_http_keepalive import KeepAliveServer, holding
 
 GUARD = 60.0
 """How long the test waits for what must happen before failing it as stalled: a guard, never the assertion."""
 
 
-@contextmanager
-def provider(hold: threading.Event | None = None) -> Iterator[KeepAliveServer]:
-    """A loopback provider that answers `running`; with `hold`, only once it is set. Its `requests` are the
-    request heads, as each arrives."""
-
-    def answer(conn: socket.socket, _: int) -> bool:
-        if hold is not None:
-            hold.wait(GUARD)
-        conn.sendall(OK)
-        return True
-
-    server = KeepAliveServer(answer)
-    try:
-        yield server
-    finally:
-        if hold is not None:
-            hold.set()
-        server.close()
+def provider(hold: threading.Event | None = None) -> AbstractContextManager[KeepAliveServer]:
+    """A loopback provider that answers `running`; with `hold`, only once it is set."""
+    return holding(hold, guard=GUARD)
 
 
 def _store(home: Path) -> Store:
@@ -66,6 +53,17 @@ def _until(condition: Callable[[], object], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.005)
+
+
+def _polled(store: Store, operation_id: str) -> bool:
+    stored = store.get(operation_id)
+    return stored is not None and stored.record.polls_completed > 0
+
+
+def _run_until(worker: Worker, pool: ThreadPoolExecutor, condition: Callable[[], bool], what: str) -> None:
+    """The worker's batches, one after another, until `condition` holds (a credential it waits for comes in while
+    its contract is passed over, so the first batches may claim nothing of it)."""
+    _until(lambda: worker.run_once(pool) >= 0 and condition(), what)
 
 
 def _held_token(tmp_path: Path, token: str) -> tuple[str, Path, Path]:
@@ -105,12 +103,12 @@ def test_a_paced_providers_poll_starts_while_the_batch_waits_for_a_slow_answer(t
         with ThreadPoolExecutor(4) as pool:
             batch = pool.submit(worker.run_once, pool)
             _until(lambda: slow_provider.requests, "the slow provider was never asked")
-            # Its answer is held: the batch is still on it, and the paced poll must not wait for it.
+            # Its answer is held: the paced poll must not wait for it.
             _until(lambda: paced_provider.requests, "the paced provider's poll waited for the batch's slow answer")
-            assert not batch.done()
+            assert not hold.is_set()
+            assert batch.result(GUARD) == 2  # the slow answer is waited for aside, not by the lane
             hold.set()
-            assert batch.result(GUARD) == 2
-        worker.close()
+        worker.close()  # waits for what went aside
     for op in ("op-slow", "op-paced"):
         stored = store.get(op)
         assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
@@ -133,9 +131,11 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
             batch = pool.submit(worker.run_once, pool)
             _until(started.exists, "the token command never started")
             store.append("op-1", "note", {"by": "test"}, store.db_now())  # would wait for the whole command
-            assert not go.exists() and not batch.done()  # the command is still waiting: the write did not
+            assert batch.result(GUARD) == 1  # the batch did not wait for it either: the operation was given back
+            assert not go.exists()  # the command is still waiting
+            assert not _polled(store, "op-1")
             go.touch()
-            assert batch.result(GUARD) == 1
+            _run_until(worker, pool, lambda: _polled(store, "op-1"), "never polled once its credential was in")
         worker.close()
     assert [head.split(b" ", 2)[1] for head in server.requests] == [b"/jobs/j1"]
     stored = store.get("op-1")
@@ -230,7 +230,8 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
             lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="w")
         )
         with ThreadPoolExecutor(4) as pool:
-            assert worker.run_once(pool) == 2
+            assert worker.run_once(pool) == 2  # both given back: their commands run in the background
+            _run_until(worker, pool, lambda: _polled(store, "op-a") and _polled(store, "op-b"), "never polled")
         worker.close()
     assert (tmp_path / "a-saw").exists() and (tmp_path / "b-saw").exists(), "one token command waited for the other"
     for op in ("op-a", "op-b"):
@@ -244,9 +245,10 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
     """A poll's time limit was checked before its credential was read, and the request's own time bound ran from
     before it too: an expired token whose command ran longer than the contract's timeout ended the poll as a
     transport failure, "connect timed out", recorded against a provider that was never asked (a shorter refresh
-    ate into the request's time). The credential is read first now (`StatusClient.prepare`), by both drivers (the
-    batch's and one operation's, as a paced provider's); then the limit is checked: the deadline passed before
-    the request could go out, and that is what is recorded."""
+    ate into the request's time). The worker refreshes a token in the background now, and passes its contract
+    over while it has none to use, whichever of its drivers steps the operation (the batch's, or one operation's,
+    as a paced provider's): the operation is claimed once the slow refresh is in, past its deadline, and that is
+    what is recorded, with no request sent."""
     runs = tmp_path / "runs"
     script = tmp_path / "token.py"
     script.write_text(
@@ -271,18 +273,48 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
             provider_rates={"tok": 100.0} if paced else None,
         )  # fmt: skip
         with ThreadPoolExecutor(2) as pool:
-            assert worker.run_once(pool) == 1  # the first poll: its client made (the command's quick first run)
+            # The first poll, once its client is made and the command's quick first run is in.
+            _run_until(worker, pool, lambda: _polled(store, "op-1"), "the first poll never went out")
             assert len(server.requests) == 1
-            deadline = time.monotonic() + GUARD
-            while not worker.run_once(pool):  # the second, once due: its token expired, the refresh is slow
-                assert time.monotonic() < deadline, "the operation never came due again"
-                time.sleep(0.01)
+            final = lambda: (found := store.get("op-1")) is not None and found.record.is_final  # noqa: E731
+            # The second, once due: its token expired, the refresh is slow, and the contract waits for it.
+            _run_until(worker, pool, final, "the operation never ended")
         worker.close()
     assert runs.read_text() == "2"
     assert len(server.requests) == 1
     stored = store.get("op-1")
     assert stored is not None and stored.record.is_final and stored.lease_owner is None, stored
+    assert stored.record.reason is StopReason.DEADLINE_EXCEEDED, stored.record
     events = store.events("op-1")
     assert [e.data["kind"] for e in events if e.kind == "observed"] == ["job_state"]  # the first poll's, no other
-    assert "passed before the request could go out" in str(stored.record.detail), stored.record.detail
+    store.close()
+
+
+def test_a_request_a_provider_never_answers_waits_aside_and_the_lane_claims_again(tmp_path: Path) -> None:
+    """A lane waited for its batch's slowest request before it claimed again: a provider that accepts and never
+    answers held it for the request's whole timeout (two of them halved every contract's polls). Now what is still
+    in flight `batch.ASIDE` after it went out waits aside, holding its own slot, and the lane goes on polling."""
+    hold = threading.Event()
+    with provider(hold) as silent_provider, provider() as fast_provider:
+        silent = parse_contract(contract_text(silent_provider.url, name="silent", timeout="120s"), source="s.toml")
+        fast = parse_contract(
+            contract_text(fast_provider.url, name="fast", base_delay="50ms", max_delay="50ms"), source="f.toml"
+        )
+        store = _store(tmp_path)
+        engine = Engine(store, owner="enqueue")
+        engine.admit(WatchRequest(silent, "j-silent", "op-silent", by="enqueue"))
+        engine.admit(WatchRequest(fast, "j-fast", "op-fast", by="enqueue"))
+        worker = Worker(
+            lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="worker-1")
+        )
+        with ThreadPoolExecutor(4) as pool:
+            assert pool.submit(worker.run_once, pool).result(GUARD) == 2  # it did not wait for the silent answer
+            _run_until(worker, pool, lambda: len(fast_provider.requests) >= 3, "the lane stopped polling")
+            assert len(silent_provider.requests) == 1 and not hold.is_set()
+            waiting = store.get("op-silent")
+            assert waiting is not None and waiting.record.polls_completed == 0 and waiting.lease_owner == "worker-1"
+            hold.set()
+        worker.close()  # waits for what went aside: the silent provider's answer, now given
+    stored = store.get("op-silent")
+    assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None
     store.close()

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .catalogue import resolve_contract
-from .clock import utcnow
 from .core.admission import Limits, WatchRequest, check, operation_id_problem
 from .core.contract import Contract, ContractError, load_contract
 from .core.contract_result import JSONValue
@@ -247,7 +246,7 @@ class Watch:
             opened.enter_context(delivering(store, "api"))
             # Steps due together, of this watch and the others of this store in this process, in one batch.
             combiner = opened.enter_context(combined(store))
-            engine = Engine(store, owner=process_owner("api"), clock=utcnow, combiner=combiner)
+            engine = Engine(store, owner=process_owner("api"), combiner=combiner)
             request = WatchRequest(
                 self.contract,
                 self.job_id,
@@ -258,7 +257,7 @@ class Watch:
                 status_location=self.status_url,
             )
             try:  # in-process code runs with its own credential: its contract is installed as it starts
-                install_as_caller(store, self.contract, via="python api", source=self._source, now=utcnow())
+                install_as_caller(store, self.contract, via="python api", source=self._source, now=engine.clock())
                 admitted = engine.admit(request)
             except (AdmissionError, NotInstalled) as exc:
                 raise WatchError(f"cannot watch: {exc}") from None
@@ -267,7 +266,7 @@ class Watch:
             if (on_progress := self._on_progress) is not None:
                 told = lambda result: on_progress(progress_of(result))  # noqa: E731
             try:
-                with StatusClient(self.contract, secret, clock=utcnow) as client:
+                with StatusClient(self.contract, secret, clock=engine.clock) as client:
                     final = engine.run(
                         self.contract, client, self.operation_id, on_progress=told, stop=self._stop,
                         by="python api", record=admitted.record,

@@ -1,7 +1,8 @@
 """The credential a contract's `[auth]` names, read, refreshed and applied to one request: the one place it is held.
 
 Sources: an environment variable (read once, when the watch starts), a token command (an argv run without a
-shell) or a token file, both reused for the contract's `token_ttl` and fetched again after it or after a 401;
+shell) or a token file, both reused for the contract's `token_ttl` and fetched again after it or after a 401, off
+the caller's thread and ahead of need (`token_source`);
 Basic from two variables; AWS SigV4 from three, signed with botocore (the `aws` extra, imported only when a
 contract uses it). Every value, in every form it is sent in, reaches the `Scrubber`, so an answer that echoes
 a token (an old one included) never gets it stored or shown. A failure says which variable, file or command
@@ -12,29 +13,19 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from .core.bounded import TooLarge, read_bounded
 from .core.contract import Contract
 from .core.contract_auth import Auth, AuthKind
 from .core.scrub import Scrubber
-from .errors import PollwardenError
-
-TOKEN_COMMAND_TIMEOUT = 30.0
-MAX_TOKEN_BYTES = 64 * 1024
-"""Far longer than any bearer token or JWT; a command that prints more is printing something else."""
+from .token_source import TOKEN_COMMAND_TIMEOUT, read_token_file, ready_margin, run_token_command, slot_of
+from .token_source import CredentialError as CredentialError
 
 AWS_EXTRA = "pip install 'pollwarden[aws]'"
-
-
-class CredentialError(PollwardenError):
-    """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
 
 
 def clean(value: str | None, where: str) -> str:
@@ -66,68 +57,6 @@ def _from_env(environ: Mapping[str, str], name: str, contract: str) -> str:
             " export it and run again"
         )
     return clean(value, f"environment variable {name}")
-
-
-def run_token_command(argv: tuple[str, ...], environ: Mapping[str, str], timeout: float) -> str:
-    """The token a command prints: no shell, no stdin (it cannot prompt), stderr discarded (it may echo the token)."""
-    name = os.path.basename(argv[0])
-    try:
-        done = subprocess.run(  # an argv list from the contract, never a shell string
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=dict(environ),
-            timeout=timeout,
-            check=False,
-        )
-    except (FileNotFoundError, NotADirectoryError):  # a path through a file is as missing as any
-        raise CredentialError(f"[auth].token_command: {name!r} was not found; install it or fix the path") from None
-    except PermissionError:
-        raise CredentialError(f"[auth].token_command: {name!r} is not executable") from None
-    except subprocess.TimeoutExpired:
-        raise CredentialError(f"[auth].token_command: {name!r} did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise CredentialError(f"[auth].token_command: {name!r} could not run ({exc.__class__.__name__})") from None
-    if done.returncode != 0:
-        raise CredentialError(
-            f"[auth].token_command: {name!r} exited with status {done.returncode}; run it yourself to see why"
-        )
-    if len(done.stdout) > MAX_TOKEN_BYTES:
-        raise CredentialError(f"[auth].token_command: {name!r} printed more than {MAX_TOKEN_BYTES} bytes")
-    try:
-        text = done.stdout.decode("ascii")
-    except UnicodeDecodeError:
-        text = "\x00"  # refused by `clean` with its usual message
-    return clean(text, f"the output of token_command {name!r}")
-
-
-def read_token_file(path: str) -> str:
-    try:
-        data = read_bounded(path, MAX_TOKEN_BYTES)
-    except (FileNotFoundError, NotADirectoryError):
-        raise CredentialError(f"[auth].token_file: {path} does not exist") from None
-    except OSError as exc:
-        raise CredentialError(f"[auth].token_file: cannot read {path} ({exc.__class__.__name__})") from None
-    except TooLarge:
-        raise CredentialError(f"[auth].token_file: {path} is longer than {MAX_TOKEN_BYTES} bytes") from None
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        text = "\x00"
-    return clean(text, f"token_file {path}")
-
-
-@dataclass
-class _Cached:
-    value: str
-    expires: float
-
-
-_CACHE: dict[tuple[str, ...], _Cached] = {}
-"""Per process, keyed by source: every client of one contract (a worker holds many) shares one token, and a 401
-seen by one of them makes all fetch a new one."""
-_CACHE_LOCK = threading.Lock()
 
 
 class Credential:
@@ -169,13 +98,18 @@ class Credential:
     def refreshable(self) -> bool:
         return self._static is None and self.auth.refreshable
 
-    def prime(self) -> None:
-        """Read every value now, so a watch that cannot send its credential stops before anything is created."""
+    def prime(self, *, wait: bool = True) -> None:
+        """Read every value now, so a watch that cannot send its credential stops before anything is created.
+        `wait=False` (a worker, which must not wait on any one contract): a token command or file is only set
+        running, off this thread (`ready` says when its token is in); everything else is read now, as ever."""
         auth = self.auth
         if auth.kind is AuthKind.SIGV4:
             _botocore()
             if auth.region is None or "{" in auth.region:
                 raise CredentialError(f"[auth].region is {auth.region!r}; give the region (--var region=...)")
+        if not wait and self._key() is not None and self._static is None:
+            self.ready()
+            return
         self._values()
 
     def _key(self) -> tuple[str, ...] | None:
@@ -185,31 +119,37 @@ class Credential:
             return ("file", self.auth.token_file)
         return None
 
+    def _fetch(self) -> str:
+        """One run of this credential's slow source, on the thread its slot runs it on (`token_source`)."""
+        if self.auth.token_command is not None:
+            return run_token_command(self.auth.token_command, self._environ, self._command_timeout)
+        return read_token_file(self.auth.token_file or "")
+
+    def ready(self) -> bool:
+        """Whether a request can have this credential now without waiting for a token command or file: its token is
+        in (or the failure a request would meet is); if not, the run it waits for is under way. A token due for
+        its refresh is refreshed in the background from here, ahead of need."""
+        key = self._key()
+        if key is None or self._static is not None:
+            return True
+        ttl = self.auth.token_ttl.total_seconds()
+        return slot_of(key).look(self._fetch, self._monotonic, ttl, ready_margin(ttl)) is not None
+
     def _token(self) -> str:
-        """The header kind's token: from the cache while it is fresh, else fetched again."""
+        """The header kind's token: the one held while it is fresh, else the one its source's run brings (the run
+        under way, or one started now)."""
         if self._static is not None:
             return self._static
         key = self._key()
         if key is None:
             return _from_env(self._environ, self.auth.secret_env or "", self.contract_name)
-        with _CACHE_LOCK:
-            cached = _CACHE.get(key)
-            if cached is not None and self._monotonic() < cached.expires:
-                return cached.value
-        if self.auth.token_command is not None:
-            value = run_token_command(self.auth.token_command, self._environ, self._command_timeout)
-        else:
-            value = read_token_file(self.auth.token_file or "")
-        with _CACHE_LOCK:
-            _CACHE[key] = _Cached(value, self._monotonic() + self.auth.token_ttl.total_seconds())
-        return value
+        return slot_of(key).wait(self._fetch, self._monotonic, self.auth.token_ttl.total_seconds())
 
     def invalidate(self) -> None:
         """A 401: the next request fetches the token again (the core allows that once in a row)."""
         key = self._key()
         if key is not None and self._static is None:
-            with _CACHE_LOCK:
-                _CACHE.pop(key, None)
+            slot_of(key).drop()
 
     def _values(self) -> dict[str, str]:
         """The values this credential sends now, each remembered for the scrubber before it is used."""
@@ -328,10 +268,13 @@ def sign_sigv4(
     return {name: str(request.headers[name]) for name in names if name in request.headers}
 
 
-def resolve_secret(contract: Contract, environ: Mapping[str, str] | None = None) -> Credential | None:
-    """The contract's credential, read now (a command run, a file read, botocore looked for), or None for none."""
+def resolve_secret(
+    contract: Contract, environ: Mapping[str, str] | None = None, *, wait: bool = True
+) -> Credential | None:
+    """The contract's credential, read now (a command run, a file read, botocore looked for), or None for none.
+    `wait=False`: a token command or file is set running in the background instead (`Credential.prime`)."""
     if contract.auth is None:
         return None
     credential = Credential(contract.name, contract.auth, environ)
-    credential.prime()
+    credential.prime(wait=wait)
     return credential

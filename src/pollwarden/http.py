@@ -210,6 +210,11 @@ class StatusClient:
                 raise WireError(FailureKind.LOCAL, f"the credential could not be read: {exc}") from None
         return headers
 
+    def ready(self) -> bool:
+        """The next request can have its credential at once: `prepare` would not wait for a token command or file
+        (if it would, the run it waits for is under way now, off this thread)."""
+        return not self._sends or self._credential is None or self._credential.ready()
+
     def prepare(self) -> None:
         """Read the credential now if the next request would (an expired token, one a 401 dropped: a token command
         may take seconds), so a driver checks a request's time limit (`flow.too_late`) after that wait, not
@@ -512,11 +517,11 @@ class Fetches:
                 fetch.result = fetch.client._send_started(fetch.started)
         return fetches
 
-    def wait(self, gather: float) -> tuple[list[Fetch], list[Future[Any]]]:
+    def wait(self, gather: float, *, until: float | None = None) -> tuple[list[Fetch], list[Future[Any]]]:
         """`Round.wait`: the polls that ended (their `result` set) and the watched futures that are done."""
         fetches: list[Fetch] = []
         futures: list[Future[Any]] = []
-        for item in self.round.wait(gather):
+        for item in self.round.wait(gather, until=until):
             if isinstance(item, Future):
                 futures.append(item)
                 continue

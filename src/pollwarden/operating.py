@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .audit.crypto import AuditError
-from .clock import utcnow
+from .clock import CarriedClock, utcnow
 from .core.bounded import TooLarge, read_bounded
 from .core.contract import Contract, ContractError
 from .core.escalation import OptionKind
@@ -112,6 +113,18 @@ def operation_known(store: Store, operation_id: str) -> bool:
         return True
 
 
+def home_clock(home: Path) -> Callable[[], datetime]:
+    """The clock of the home's store for a process that opens it call by call (the MCP server): this host's for a
+    SQLite file (the SQLite store's clock is this host's), else the database server's, asked at most once a
+    second and carried forward between (`clock.CarriedClock`), as a store's own `db_now` is."""
+    target = database_target(home)
+    if not is_postgres_url(str(target)):
+        return utcnow
+    from .store.postgres import server_now
+
+    return CarriedClock(lambda: server_now(str(target)))
+
+
 def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Contract, OperationRecord]:
     """The contract stored with an operation (not today's file) and its record, only when that text is an
     installed version (`engine.installed.runnable`). A refusal is raised as NotInstalled, nothing of that contract
@@ -129,15 +142,16 @@ def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Con
         if by is not None:
             refused = ContractRefused(digest=exc.digest, by=by)
             with suppress(StoreError):  # a read-only home still refuses; the refusal itself is what matters
-                store.append(operation_id, refused.KIND, refused.to_json(), utcnow())
+                store.append(operation_id, refused.KIND, refused.to_json(), store.db_now())
         raise
     except ContractError as exc:
         raise HomeError(str(exc)) from None
 
 
-def status_client(contract: Contract) -> StatusClient:
+def status_client(contract: Contract, store: Store) -> StatusClient:
+    """The contract's client, its requests timed by the store's clock (as every audit time is)."""
     try:
-        return StatusClient(contract, resolve_secret(contract), clock=utcnow)
+        return StatusClient(contract, resolve_secret(contract), clock=store.db_now)
     except CredentialError as exc:
         raise HomeError(str(exc)) from None
 
@@ -170,7 +184,7 @@ def decide(
         raise HomeError(f"{exc}; the decision was left open") from None
     # Only an option that sends something needs the credential: extend, pause and close must work without it.
     chosen = None if refuse or option is None else stored.request.option(option).kind
-    client = status_client(contract) if chosen in (OptionKind.CANCEL, OptionKind.RESUBMIT) else None
+    client = status_client(contract, store) if chosen in (OptionKind.CANCEL, OptionKind.RESUBMIT) else None
     try:
         return apply_decision(
             store,
@@ -180,7 +194,7 @@ def decide(
             refuse=refuse,
             by=by,
             note=note,
-            now=now or utcnow(),
+            now=now or store.db_now(),
             client=client,
         )
     finally:
@@ -289,7 +303,7 @@ def answer_grant(
         expect=expect,
         status=status,
         by=by,
-        at=now or utcnow(),
+        at=now or store.db_now(),
         log_id=agent_log_id(grant.subject),
         note=note,
     )

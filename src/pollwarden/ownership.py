@@ -5,8 +5,9 @@ A lease is held only while one step runs, so between polls the store keeps the l
 `watcher` (schema 5). From that and the clock:
 
 - **owner**: the lease holder while a step runs, else the last watcher (its kind, host and pid, and since when);
-- **alive**: whether that owner's process still exists, when it ran on this host (True while a lease is held;
-  None when it ran elsewhere, whose processes cannot be seen from here);
+- **alive**: whether that owner's process still exists, when its pid can be looked up here (the same host, boot
+  and PID namespace: `store.owner`); True while a lease is held; None when it ran elsewhere (another host, another
+  boot, a container's own PID namespace), whose processes cannot be seen from here;
 - **overdue**: active, no step running, and due longer ago than the lease TTL (a request's bound plus its
   record): whoever should have polled it did not. An operator's first question, whatever the owner;
 - **orphaned**: active, and the process that was watching it (a `pollwarden watch`, the Python API, an MCP
@@ -66,7 +67,7 @@ class Ownership:
         if self.leased:
             parts.append("polling now")
         elif self.alive is None:
-            parts.append("on another host")
+            parts.append(self.owner.unseen())
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, object]:

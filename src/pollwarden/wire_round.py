@@ -114,9 +114,10 @@ class Round:
             if one in self._ended:
                 self._ended.remove(one)
 
-    def wait(self, gather: float) -> list[Exchanging | Future[Any]]:
-        """Block until something ended (or `ring`); then go on reading until everything in flight has ended or
-        `gather` seconds have passed since the first did; hand back, and forget, what ended by then.
+    def wait(self, gather: float, *, until: float | None = None) -> list[Exchanging | Future[Any]]:
+        """Block until something ended (or `ring`), or until the monotonic time `until` if nothing has by then;
+        then go on reading until everything in flight has ended or `gather` seconds have passed since the first
+        did; hand back, and forget, what ended by then (nothing, at `until`).
 
         What the sockets hold is read before any deadline is looked at: an answer that arrived while the batch
         was committing (between two waits) is taken whole, not expired; a request not yet sent whose deadline has
@@ -157,8 +158,12 @@ class Round:
                     return self._take()
             if not self.live:
                 return []
+            if first is None and until is not None and now >= until:
+                return []
             deadlines = [one.deadline for one in self._exchanges if one.result is None]
             ends = [*deadlines, first + gather] if first is not None else deadlines
+            if first is None and until is not None:
+                ends.append(until)
             timeout = max(min(ends) - now, 0.0) if ends else None
 
     def _take(self) -> list[Exchanging | Future[Any]]:

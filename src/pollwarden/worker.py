@@ -7,34 +7,38 @@ transaction), so a batch of K polls costs two commits instead of 3K. Operations 
 stepped one by one (`Engine.step_claimed`) after their slot.
 Between batches a lane sleeps until the next due time with no lease held (R38). SIGTERM/SIGINT let in-flight
 requests finish and release the rest.
+
+Nothing slow happens on a lane. A batch's requests still in flight `batch.ASIDE` after they went out (a provider
+that accepts and never answers) go on in a thread of their own, holding only their own slots of `concurrency`,
+and the lane claims again. A token command runs off the lanes, ahead of need (`token_source`): a contract whose
+credential is not in yet is passed over by the claims until it is, so its command's hang holds up only its own
+operations. What is stepped alone (a paced provider's poll, an operation to give back) is never waited for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from .core.contract import Contract, ContractError
 from .core.contract_vars import text_digest
 from .core.decide import Poll, defer, next_step
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
-from .engine import Done, Engine, NotYet, Polled, StepResult
+from .engine import Done, Engine, NotYet, Polled, StepResult, batch
 from .engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
 from .events import Paced
 from .fleet_defaults import DEFAULT_CONCURRENCY, LANES
 from .http import CredentialError, StatusClient, resolve_secret
 from .outbox import delivering
 from .store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
+from .worker_log import JsonLog as JsonLog
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter
@@ -77,6 +81,11 @@ class Metrics:
         )
         self.failures = Counter(
             "pollwarden_step_failures", "Polls that raised instead of ending in a record", registry=self.registry
+        )
+        self.aside = Counter(
+            "pollwarden_polls_aside",
+            "Status requests still unanswered when their batch moved on, finished on a thread of their own",
+            registry=self.registry,
         )
         self.lateness = Histogram(
             "pollwarden_scheduling_lateness_seconds",
@@ -191,51 +200,11 @@ class _FleetGauges:
         yield oldest
 
 
-_ENCODE = json.JSONEncoder(default=str).encode
-"""`json.dumps(entry, default=str)` without making an encoder for each line."""
-
-
-class JsonLog:
-    """One JSON object per line on stderr, with the operation id, so a fleet's logs can be joined."""
-
-    def __init__(self, stream: TextIO | None = None, *, worker: str) -> None:
-        self.stream = stream or sys.stderr
-        self.worker = worker
-        self._lock = threading.Lock()
-        self._held = threading.local()
-
-    def __call__(self, event: str, **fields: Any) -> None:
-        # RFC 3339 like every other time pollwarden writes (status, audit, MCP), so a log joins with them.
-        entry = {"ts": format_rfc3339(datetime.now(UTC)), "worker": self.worker, "event": event, **fields}
-        line = _ENCODE(entry) + "\n"
-        held: list[str] | None = getattr(self._held, "lines", None)
-        if held is not None:
-            held.append(line)
-            return
-        self._write(line)
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """The lines this thread logs inside are written together when it ends (each keeps its own time): a
-        write and a flush per batch of polls instead of per poll. Nothing is held across batches."""
-        lines: list[str] = []
-        self._held.lines = lines
-        try:
-            yield
-        finally:
-            self._held.lines = None
-            if lines:
-                self._write("".join(lines))
-
-    def _write(self, text: str) -> None:
-        with self._lock:
-            self.stream.write(text)
-            self.stream.flush()
-
-
 @dataclass
 class _ContractCache:
-    """Contracts travel with their operations; parse each distinct text once, keep its client open."""
+    """Contracts travel with their operations; parse each distinct text once, keep its client open. A client's
+    token command (if its contract has one) runs in the background from when the client is made (`token_source`),
+    never on the thread that made it."""
 
     clock: Callable[[], datetime]
     clients: dict[str, tuple[Contract, StatusClient] | str] = field(default_factory=dict)
@@ -268,7 +237,7 @@ class _ContractCache:
                 contract = runnable(store, text, operation_id=operation_id)
                 made: tuple[Contract, StatusClient] | str = (
                     contract,
-                    StatusClient(contract, resolve_secret(contract), clock=self.clock),
+                    StatusClient(contract, resolve_secret(contract, wait=False), clock=self.clock),
                 )
             except NotInstalled as exc:
                 log("contract_not_installed", operation=operation_id, digest=exc.digest)
@@ -279,10 +248,44 @@ class _ContractCache:
             self.clients[key] = made
             return made
 
+    def waiting(self) -> set[str]:
+        """The contracts whose credential is not in yet (a token command still running, off the lanes): the claims
+        pass their operations over until it is. Looking also starts each refresh that is due, ahead of need."""
+        with self.lock:
+            made = [one for one in self.clients.values() if not isinstance(one, str)]
+        return {contract.name for contract, client in made if not client.ready()}
+
     def close(self) -> None:
         for made in self.clients.values():
             if not isinstance(made, str):
                 made[1].close()
+
+
+class _Slots:
+    """The worker's `concurrency`: how many claimed operations it may hold at once, each from its claim until its
+    step has ended (on its lane, aside, or alone). A lane claims only as many as are free, so a silent provider
+    holds its own slots and nobody else's."""
+
+    def __init__(self, total: int) -> None:
+        self._free = total
+        self._changed = threading.Condition()
+
+    def take(self, most: int) -> int:
+        with self._changed:
+            taken = min(most, self._free)
+            self._free -= taken
+            return taken
+
+    def give(self, count: int) -> None:
+        if count:
+            with self._changed:
+                self._free += count
+                self._changed.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Until a slot is free (True), or `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._free > 0, timeout)
 
 
 SIGNAL_CHECK = 0.5
@@ -313,6 +316,10 @@ class Worker:
             name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
         }
         self.stop = threading.Event()
+        self._slots = _Slots(self.concurrency)
+        self._asides = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-aside")
+        """Where a batch's slow rest goes on (`batch.Aside`): each holds a slot at least, so never more of them."""
+        self._aside_done: list[threading.Event] = []
         self._local = threading.local()
         self._stores: list[Store] = []
         self._stores_lock = threading.Lock()
@@ -339,55 +346,112 @@ class Worker:
         return store
 
     def run_once(self, pool: ThreadPoolExecutor) -> int:
-        """One batch: claim up to `batch` due operations with their reservations, in one transaction, and poll
-        them together, with group commit; returns how many were claimed.
+        """One batch: claim up to `batch` due operations (as many as there are free slots) with their reservations,
+        in one transaction, and poll them together, with group commit; returns how many were claimed.
 
-        Only operations whose contract's client is made already are reserved in the claim's transaction
-        (`_ContractCache.ready`): making one may read a credential (a token command), which must hold neither
-        the database nor the batch's requests, whose leases are already counting. The others go to `pool` once
-        the claims commit, each stepped on its own (`_poll_one`, as a paced provider's poll, which waits for its
-        slot there): its client made, its lease given back if its contract is unusable."""
+        Only operations whose contract's client is made, and whose credential is in, are reserved in the claim's
+        transaction (`_ContractCache.ready`, `StatusClient.ready`): reading one may run a token command, which must
+        hold neither the database nor the batch's requests, whose leases are already counting. A contract whose
+        credential is being read is not claimed at all meanwhile (`skip`). The others go to `pool` once the claims
+        commit, each stepped on its own (`_poll_one`, as a paced provider's poll, which waits for its slot there;
+        one whose credential is not in is given back), and the lane does not wait for them. Answers still out
+        `batch.ASIDE` after the requests went out are waited for aside (`_finish_aside`), not here."""
+        taken = self._slots.take(self.batch)
+        if not taken:
+            return 0
         store = self._store()
         clock = self._clock = batch_clock(store.db_now())
         now = clock()
-        paced = store.paced_providers() | set(self.provider_intervals)
-        chosen: list[tuple[Contract, StatusClient, Claimed]] = []
-        futures: list[Future[None]] = []
+        claimed: list[Claimed] = []
+        try:
+            paced = store.paced_providers() | set(self.provider_intervals)
+            chosen: list[tuple[Contract, StatusClient, Claimed]] = []
 
-        def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
-            chosen.clear()
-            for one in [] if self.stop.is_set() else claimed:
-                found = self._contracts.ready(one.contract_text)
-                if found is None or isinstance(found, str):
-                    continue
-                if found[0].name in paced and isinstance(next_step(one.record, now), Poll):
-                    continue
-                chosen.append((*found, one))
-            return chosen
+            def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
+                chosen.clear()
+                for one in [] if self.stop.is_set() else claimed:
+                    found = self._contracts.ready(one.contract_text)
+                    if found is None or isinstance(found, str) or not found[1].ready():
+                        continue
+                    if found[0].name in paced and isinstance(next_step(one.record, now), Poll):
+                        continue
+                    chosen.append((*found, one))
+                return chosen
 
-        def alone(claimed: list[Claimed]) -> None:
-            stepping = {id(one) for _, _, one in chosen}
-            for one in claimed:
-                if id(one) in stepping:
-                    continue
-                try:
-                    futures.append(pool.submit(self._poll_one, one, clock))
-                except RuntimeError:  # the pool is shutting down: the worker is stopping
-                    self._give_back(store, one)
+            def alone(claimed: list[Claimed]) -> None:
+                stepping = {id(one) for _, _, one in chosen}
+                for one in claimed:
+                    if id(one) in stepping:
+                        continue
+                    try:
+                        pool.submit(self._poll_one, one, clock)
+                    except RuntimeError:  # the pool is shutting down: the worker is stopping
+                        self._give_back(store, one)
+                        self._slots.give(1)
 
-        engine = Engine(store, owner=self.owner, clock=clock)
-        claimed, results = engine.claim_due_many(now, CLAIM_TTL, self.batch, choose, pool, then=alone)
-        for row in store.take_set_aside():  # once per row: the claim that set it aside is the last to meet it
-            self.log("record_unreadable", operation=row.operation_id, why=row.why, inspect="pollwarden status")
-        with self.log.batch():
-            for (contract, _, one), result in results:
-                if isinstance(result, BaseException):
-                    self._failed(store, one, result)
-                else:
-                    self._observe(result, one.record, _lateness(now, one.record), contract.name)
-        for future in futures:
-            future.result()
+            moved: list[batch.Aside] = []
+
+            def aside(rest: batch.Aside) -> None:
+                done = threading.Event()
+                self._asides.submit(self._finish_aside, rest, clock, now, done)  # RuntimeError: finished in place
+                self.metrics.aside.inc(len(rest.lanes))
+                with self._stores_lock:
+                    self._aside_done = [*(one for one in self._aside_done if not one.is_set()), done]
+                moved.append(rest)
+
+            engine = Engine(store, owner=self.owner, clock=clock)
+            with self.log.batch():
+                skip = self._contracts.waiting()
+                claimed, lanes = engine.claim_due_many(
+                    now, CLAIM_TTL, taken, choose, pool, then=alone, skip=skip, aside=aside
+                )
+                for row in store.take_set_aside():  # once per row: the claim that set it aside is the last to meet it
+                    self.log("record_unreadable", operation=row.operation_id, why=row.why, inspect="pollwarden status")
+                elsewhere = {id(lane) for rest in moved for lane in rest.lanes}
+                here = [lane for lane in lanes if id(lane) not in elsewhere]
+                for lane in here:
+                    self._counted(store, lane, now)
+            self._slots.give(len(here))
+        finally:
+            self._slots.give(taken - len(claimed))
         return len(claimed)
+
+    def _counted(self, store: Store | None, lane: batch.Lane, now: datetime) -> None:
+        """A stepped operation's result, counted and logged (`store`: None for this thread's own)."""
+        contract, _, one = lane.of
+        result = lane.result
+        assert result is not None, "a lane is told its end before it is counted"
+        if isinstance(result, BaseException):
+            self._failed(store, one, result)
+        else:
+            self._observe(result, one.record, _lateness(now, one.record), contract.name)
+
+    def _finish_aside(
+        self, rest: batch.Aside, clock: Callable[[], datetime], now: datetime, done: threading.Event
+    ) -> None:
+        """A batch's requests that were still in flight, driven to their ends on this thread, with its store."""
+        try:
+            try:
+                store = self._store()
+            except Exception as exc:  # no store for this thread (no file descriptor left): the leases run out
+                for lane in rest.lanes:
+                    self._failed(None, lane.of[2], exc)
+                return
+            rest.finish(store, Engine(store, owner=self.owner, clock=clock)._perform)
+            with self.log.batch():
+                for lane in rest.lanes:
+                    self._counted(store, lane, now)
+        finally:
+            self._slots.give(len(rest.lanes))
+            done.set()
+
+    def _drain_asides(self) -> None:
+        """Until every batch's rest that went aside has ended (its requests answered or timed out, and recorded), as
+        each says itself: timed waits, through interrupts, as the lanes are waited for (`_wait_all`)."""
+        with self._stores_lock:
+            pending = list(self._aside_done)
+        _wait_all(pending, through_interrupts=True)
+        self._asides.shutdown(wait=False)
 
     def _give_back(self, store: Store, claimed: Claimed) -> None:
         try:
@@ -408,11 +472,13 @@ class Worker:
         self._give_back(store, claimed)
 
     def _poll_one(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
-        """One claimed operation of a paced provider, stepped on its own after its pacing slot."""
+        """One claimed operation of a paced provider, stepped on its own after its pacing slot (or given back)."""
         try:
             self._poll_claimed(claimed, clock)
         except Exception as exc:
             self._failed(None, claimed, exc)
+        finally:
+            self._slots.give(1)
 
     def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
         store = self._store()
@@ -430,6 +496,12 @@ class Worker:
             store.release(lease)
             return
         contract, client = found
+        if not client.ready():
+            # Its credential is being read, off the lanes (a token command): given back now, and its contract
+            # passed over by the claims until the credential is in.
+            store.release(lease)
+            self.log("credential_pending", operation=lease.operation_id, contract=contract.name)
+            return
         now = clock()
         if isinstance(next_step(record, now), Poll):
             paced = self._pace(store, lease, record, contract.name, now)
@@ -526,6 +598,7 @@ class Worker:
                     # behind a process that is leaving. Another interrupt meanwhile is raised once they have.
                     self.stop.set()
                     _wait_all(begun, through_interrupts=True)
+                    self._drain_asides()  # the requests still in flight aside end, and are recorded
         finally:
             self.close()
         if failures:
@@ -547,10 +620,13 @@ class Worker:
 
     def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException], ended: threading.Event) -> None:
         """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch
-        overlaps the work of the next instead of leaving the CPU idle."""
+        overlaps the work of the next instead of leaving the CPU idle. With every slot held (requests in flight
+        aside, steps alone), a lane waits for one to free."""
         try:
             while not self.stop.is_set():
-                if self.run_once(pool):
+                if not self._slots.wait(self.idle_sleep):
+                    continue
+                if self.run_once(pool) or not self._slots.wait(0):
                     continue
                 self.stop.wait(self._idle_for())
         except BaseException as exc:
@@ -562,13 +638,14 @@ class Worker:
     def _idle_for(self) -> float:
         store = self._store()
         now = store.db_now()
-        due = store.next_due(free_at=now)
+        due = store.next_due(free_at=now, skip=self._contracts.waiting())
         if due is None:
             return self.idle_sleep
         wait = (due - now).total_seconds()
         return min(self.idle_sleep, max(0.0, wait))
 
     def close(self) -> None:
+        self._drain_asides()
         self._contracts.close()
         with self._stores_lock:
             for store in self._stores:

@@ -16,7 +16,7 @@ from pollwarden.core.contract import load_contract
 from pollwarden.core.record import new_record
 from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator
-from pollwarden.store.owner import this_host
+from pollwarden.store.owner import OwnerKind, process_owner, this_host
 from tests.conftest import install, run_cli, write_contract
 from tests.console.conftest import decision, stop_operation
 from tests.console.test_console_http import csrf_of, flash_after
@@ -30,7 +30,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _late_operation(home: Path, contract_path: Path, operation_id: str, *, owner_kind: str) -> None:
+def _late_operation(home: Path, contract_path: Path, operation_id: str, *, owner_kind: OwnerKind) -> None:
     """An active operation due ten minutes ago whose last watcher (a process of this host) is gone."""
     contract = load_contract(contract_path)
     past = utcnow() - timedelta(minutes=10)
@@ -39,7 +39,7 @@ def _late_operation(home: Path, contract_path: Path, operation_id: str, *, owner
         record = new_record(contract, operation_id=operation_id, job_id=f"job-{operation_id}", now=past)
         install(store, contract)
         store.create(record, contract.source_text, record.summary())
-        claimed = store.claim(operation_id, f"{owner_kind}/{this_host()}:{_dead_pid()}:abcd", past, timedelta(1))
+        claimed = store.claim(operation_id, process_owner(owner_kind, pid=_dead_pid()), past, timedelta(1))
         assert claimed is not None
         store.release(claimed[0])
     finally:

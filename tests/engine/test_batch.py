@@ -258,7 +258,7 @@ def test_a_poll_the_batch_reaches_too_late_is_not_sent_and_the_others_are() -> N
 
             late, on_time = lane("late", now), lane("on-time", now + timedelta(seconds=1))
             flying: dict[batch.Lane, Any] = {}
-            batch._start([late, on_time], fetches, flying, lambda *_: None, lambda: now, io)
+            batch._start([late, on_time], fetches, flying, {}, lambda *_: None, lambda: now, io)
             assert list(flying) == [on_time]  # the late one ended at once: never in flight
             while flying:
                 batch._take(fetches.wait(batch.GATHER), flying)
@@ -278,18 +278,10 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     import time
 
     from pollwarden.http import StatusClient
-    from tests.test_http import RawServer
 
     reader = backend.open()
     release = threading.Event()
-
-    def answer(conn: Any, raw: bytes) -> None:
-        if raw.split(b" ", 2)[1].endswith(b"/never-0"):
-            assert release.wait(60), "never released (a guard)"
-        body = b'{"state": "running"}'
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-
-    server = RawServer(answer)
+    server = _holding_never_0(release)
     results: list[Any] = []
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
@@ -323,6 +315,19 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     assert all(isinstance(r, Polled) and r.decision.record.polls_completed == 1 for r in results), results
 
 
+def _holding_never_0(release: threading.Event) -> Any:
+    """A loopback provider (`RawServer`) that answers `running`, the job `never-0` only once `release` is set."""
+    from tests.test_http import RawServer
+
+    def answer(conn: Any, raw: bytes) -> None:
+        if raw.split(b" ", 2)[1].endswith(b"/never-0"):
+            assert release.wait(60), "never released (a guard)"
+        body = b'{"state": "running"}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    return RawServer(answer)
+
+
 def _admitted(store: Store, contract: Contract, count: int = COUNT) -> Engine:
     engine = Engine(store, owner="worker-1", clock=store.db_now)
     for n in range(count):
@@ -342,9 +347,9 @@ def test_a_workers_batch_claims_and_reserves_in_one_transaction(
     def counted(name: str) -> Any:
         real = getattr(store, name)
 
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             calls.append(name)
-            return real(*args)
+            return real(*args, **kwargs)
 
         return call
 
@@ -352,9 +357,10 @@ def test_a_workers_batch_claims_and_reserves_in_one_transaction(
         monkeypatch.setattr(store, name, counted(name))
     sizes = _count_transactions(store, monkeypatch)
     with ThreadPoolExecutor(COUNT) as io:
-        claimed, results = engine.claim_due_many(
+        claimed, lanes = engine.claim_due_many(
             store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io
         )
+    results = [(lane.of, lane.result) for lane in lanes]
     assert calls == ["claim_due_then_write"] and len(claimed) == COUNT
     assert sum(sizes) == COUNT and len(sizes) <= COUNT  # the records, as their answers came (one wave, mostly)
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}  # reserved before sent
@@ -377,10 +383,10 @@ def test_a_reservation_the_store_refuses_in_a_workers_claim_fails_only_its_own_o
     refuse_writes_of(store, "op-never-3", monkeypatch)
     provider = WatchingProvider(backend.open(), count=COUNT - 1)
     with ThreadPoolExecutor(COUNT) as io:
-        claimed, results = engine.claim_due_many(
+        claimed, lanes = engine.claim_due_many(
             store.db_now(), CLAIM_TTL, 10, lambda due: [(contract, provider, one) for one in due], io
         )
-    by_op = {one.lease.operation_id: result for (_, _, one), result in results}
+    by_op = {lane.of[2].lease.operation_id: lane.result for lane in lanes}
     assert isinstance(by_op.pop("op-never-3"), StoreError) and len(claimed) == COUNT
     assert all(isinstance(r, Polled) for r in by_op.values())
     assert "never-3" not in provider.committed_at_send
@@ -447,3 +453,44 @@ def test_a_worker_that_fails_after_its_claim_gives_every_reserved_lease_back(sto
     for n in range(COUNT):
         stored = store.get(f"op-never-{n}")
         assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1
+
+
+def test_a_request_still_in_flight_goes_aside_and_is_finished_on_a_thread_of_its_own(
+    store: Store, backend: Backend
+) -> None:
+    """A worker's lane waited for its batch's slowest request (a provider that accepts and never answers held it
+    for its whole timeout) before it claimed again. With `aside`, `run` returns once only requests in flight are
+    left, `batch.ASIDE` after they went out: the others are recorded, the held one is handed over, and `finish`
+    records it on another thread, with that thread's store."""
+    from pollwarden.engine import batch, flow
+    from pollwarden.http import StatusClient
+
+    release = threading.Event()
+    server = _holding_never_0(release)
+    handed: list[batch.Aside] = []
+    try:
+        contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
+        engine = Engine(store, owner="worker-1", clock=store.db_now)
+        claimed = _claim(store, contract, engine)
+        with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
+            now = store.db_now()
+            lanes = [batch.Lane(flow.step_claimed(contract, c.lease, c.record, now), contract, client) for c in claimed]
+            batch.run(lanes, store, engine._perform, engine.clock, io, aside=handed.append)
+            assert [rest.lanes for rest in handed] == [[lanes[0]]] and lanes[0].result is None
+            assert all(isinstance(lane.result, Polled) for lane in lanes[1:]), [lane.result for lane in lanes]
+            held = store.get("op-never-0")
+            assert held is not None and held.record.polls_completed == 0 and held.lease_owner == "worker-1"
+            release.set()
+            own = backend.open()
+            finishing = threading.Thread(
+                target=handed[0].finish, args=(own, Engine(own, owner="worker-1", clock=own.db_now)._perform)
+            )
+            finishing.start()
+            finishing.join(60)
+            assert not finishing.is_alive()
+    finally:
+        release.set()
+        server.close()
+    assert isinstance(lanes[0].result, Polled), lanes[0].result
+    stored = store.get("op-never-0")
+    assert stored is not None and stored.record.polls_completed == 1 and stored.lease_owner is None

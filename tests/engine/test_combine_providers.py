@@ -18,6 +18,7 @@ import pollwarden
 from pollwarden.engine.combine import combined
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.store.base import Store
+from tests.conftest import hanging_token, process_alive
 
 HANG_GUARD = 60.0
 """How long a watch may take before the test fails as stalled: a guard, not a measurement; the contracts'
@@ -135,3 +136,58 @@ def test_an_interrupted_watch_abandons_its_request_in_flight_and_gives_its_lease
     assert stored is not None and stored.lease_owner is None  # given back: a resume starts at once
     assert (stored.record.status_requests_used, stored.record.polls_completed) == (1, 0)  # counted, unanswered
     assert [e.kind for e in store.events("op-held")][-1] == "interrupted"
+
+
+def test_a_watch_whose_token_command_hangs_holds_up_no_other_watch_of_the_process(tmp_path: Path) -> None:
+    """Two Python API watches of one home in one process share their batches (`engine.combine`). A batch read each
+    client's credential on its own thread before its requests went out, so a refresh of one watch's token command
+    that hung held every other watch of the batch (30 s, the command's timeout). Now the command's wait is on the
+    batch's I/O pool (`batch._start`'s `preparing`): the other watch is polled meanwhile, counted here while the
+    command is still the same hung run."""
+    token = hanging_token(tmp_path)
+    home = tmp_path / "home"
+    with Simulator() as sim:
+        for job in ("healthy-1", "hanging-1"):
+            sim.add_job(job, [Step(body={"state": "running"}, times=100000)])
+        healthy, hanging = tmp_path / "healthy.toml", tmp_path / "hanging.toml"
+        for path, name, extra in ((healthy, "healthy", ""), (hanging, "hanging", token.extra)):
+            text = contract_text(sim.url, name=name, timeout="30s", base_delay="50ms", max_delay="100ms",
+                                 deadline="10m", max_requests=5000, extra=extra)  # fmt: skip
+            path.write_text(text)
+        watches = [pollwarden.Watch(healthy, "healthy-1", home=home), pollwarden.Watch(hanging, "hanging-1", home=home)]
+        ended: list[BaseException | object] = []
+
+        def run(watch: pollwarden.Watch) -> None:
+            try:
+                ended.append(watch.run())
+            except BaseException as exc:
+                ended.append(exc)
+
+        threads = [threading.Thread(target=run, args=(watch,)) for watch in watches]
+        for thread in threads:
+            thread.start()
+        try:
+            deadline = time.monotonic() + HANG_GUARD
+            while (command := token.hanging()) is None:
+                assert time.monotonic() < deadline, "the token command's refresh never started"
+                time.sleep(0.01)
+            start = sim.request_count("healthy-1")
+            while sim.request_count("healthy-1") < start + 20:
+                assert process_alive(command), (
+                    f"the hung command was given up on after {sim.request_count('healthy-1') - start} healthy polls"
+                )
+                assert time.monotonic() < deadline, "the healthy watch stopped being polled"
+                time.sleep(0.01)
+            assert process_alive(command)
+            hanging_polls = sim.request_count("hanging-1")
+            token.release.touch()
+            while sim.request_count("hanging-1") == hanging_polls:  # its command ended: it goes on
+                assert time.monotonic() < deadline, "the hanging watch never went on once its command ended"
+                time.sleep(0.01)
+        finally:
+            token.release.touch()
+            for watch in watches:
+                watch.cancel()
+            for thread in threads:
+                thread.join(HANG_GUARD)
+    assert all(isinstance(one, pollwarden.WatchCancelled) for one in ended), ended

@@ -70,6 +70,21 @@ def test_next_due_is_the_earliest_active_poll_time(store: AnyStore) -> None:
     assert store.next_due(free_at=T0 + timedelta(seconds=4) + TTL) == T0 + timedelta(seconds=3, microseconds=250)
 
 
+def test_a_claim_passes_over_the_contracts_it_is_told_to_skip_and_so_does_next_due(store: AnyStore) -> None:
+    """A worker still reading a contract's credential (its token command) does not claim that contract's operations,
+    nor wake for them: they stay due, for a worker that has the credential, or for this one once it has."""
+    other = CONTRACT.replace('name = "exports"', 'name = "reports"')
+    _create(store, "first", T0 - 2 * SECOND)
+    record = new_record(parse_contract(other), operation_id="other", job_id="job-other", now=T0 - timedelta(minutes=1))
+    store.create(record.deferred(T0 - 3 * SECOND), other, {})
+    assert store.next_due(skip={"reports"}) == T0 - 2 * SECOND
+    assert store.next_due(free_at=T0, skip={"exports", "reports"}) is None
+    assert _ids(store.claim_due("w1:1:a", T0, TTL, limit=10, skip={"reports"})) == ["first"]
+    assert store.claim_due("w1:1:a", T0, TTL, limit=10, skip={"reports"}) == []
+    claimed, written = store.claim_due_then_write("w2:2:b", T0, TTL, 10, lambda claimed: [], skip={"exports"})
+    assert (_ids(claimed), written) == (["other"], [])
+
+
 def test_the_limit_takes_the_most_overdue_first(store: AnyStore) -> None:
     for i in range(5):
         _create(store, f"op{i}", T0 - i * SECOND)

@@ -25,7 +25,7 @@ from pollwarden.store import agent_log_id
 from pollwarden.store.base import DecisionTaken, Grant, OperationExists, Store, StoreError, Submission
 from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
-from pollwarden.store.owner import this_host
+from pollwarden.store.owner import process_owner, this_host
 from pollwarden.store.postgres import PostgresStore, redact_url, upgrade_database
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -162,9 +162,9 @@ def test_a_dead_holder_on_this_host_is_not_waited_out(store: AnyStore) -> None:
     store.create(_record(), CONTRACT, {})
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(proc.stdout)
-    assert store.claim("op", f"{this_host()}:{dead_pid}:x", T0, TTL) is not None
-    # Still inside the ttl, but the holder's process is gone: take over now.
-    taken = store.claim("op", f"{this_host()}:999999999:y", T0 + timedelta(seconds=1), TTL)
+    assert store.claim("op", process_owner("watch", pid=dead_pid), T0, TTL) is not None
+    # Still inside the ttl, but the holder's process is gone (this host, boot and PID namespace): take over now.
+    taken = store.claim("op", process_owner("watch", pid=999999999), T0 + timedelta(seconds=1), TTL)
     assert taken is not None and taken[0].token == 2
 
 

@@ -172,14 +172,14 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
             assert store.keys is not None
             if args.operation:
                 # One operation's log: its own checkpoint, since the store's heads cover every other log too.
-                made = store.checkpoint_heads(utcnow(), [args.operation])
+                made = store.checkpoint_heads(store.db_now(), [args.operation])
                 checkpoints = store.audit_checkpoints(args.operation)
                 count = write_export(
                     temp,
                     store.audit_records(args.operation),
                     checkpoints,
                     store.keys.public_key,
-                    exported_at=format_rfc3339(utcnow()),
+                    exported_at=format_rfc3339(store.db_now()),
                 )
                 write_checkpoint_file(temp_checkpoint, max(made, key=lambda cp: cp.counter))
                 logs = len(made)
@@ -194,7 +194,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
                         snapshot.records(),
                         snapshot.checkpoints(),
                         store.keys.public_key,
-                        exported_at=format_rfc3339(utcnow()),
+                        exported_at=format_rfc3339(store.db_now()),
                         heads=heads,
                         rotations=snapshot.rotations(),
                     )

@@ -47,9 +47,9 @@ def _contract_of(store: Store, operation_id: str, by: str) -> tuple[Contract, Op
         raise UsageError(str(exc)) from None
 
 
-def _client(contract: Contract) -> StatusClient:
+def _client(contract: Contract, store: Store) -> StatusClient:
     try:
-        return status_client(contract)
+        return status_client(contract, store)
     except HomeError as exc:
         raise UsageError(str(exc)) from None
 
@@ -124,15 +124,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except (ValueError, RecursionError):  # json recurses once per nesting level
         sent = "a form of its fields" if contract.submit and contract.submit.encoding == "form" else "application/json"
         raise UsageError(f"--body {args.body}: not JSON; the submission body is sent as {sent}") from None
-    now = utcnow()
-    operation_id = args.operation or new_operation_id(contract.name, now, secrets.token_hex(3))
+    operation_id = args.operation or new_operation_id(contract.name, utcnow(), secrets.token_hex(3))
     if problem := operation_id_problem(operation_id):
         raise UsageError(f"--operation {shown(operation_id)!r}: {problem}")
     store = _open_store(args.home, keys="write")
     try:
+        now = store.db_now()
         # `submit` runs with its caller's own credential: the contract is installed as it starts (audited)
         install_as_caller(store, contract, via="submit", source=args.contract, now=now)
-        with _client(contract) as client:
+        with _client(contract, store) as client:
             try:
                 submitted = submit(
                     store,
@@ -173,13 +173,13 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
     try:
         contract, record = _contract_of(store, args.operation, "fetch-result")
         out = Path(args.out)
-        with _client(contract) as client, output_file(args.out, "--out") as temp:
+        with _client(contract, store) as client, output_file(args.out, "--out") as temp:
             try:
                 result = fetch_result(contract, client, record, temp)
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
         result = {**result, "out": str(out)}  # where it ends up, not the temporary file it was written to
-        store.append(args.operation, "action", result, utcnow())
+        store.append(args.operation, "action", result, store.db_now())
     finally:
         store.close()
     if result["url"] is None:
@@ -209,9 +209,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         done = [e for e in store.events(args.operation) if e.kind == "action" and e.data.get("action") == "cancel"]
         if any(e.data.get("ok") for e in done):
             raise UsageError(f"the job of {args.operation} was already cancelled at the provider; nothing was sent")
-        with _client(contract) as client:
+        with _client(contract, store) as client:
             result = cancel(contract, client, record)
-        store.append(args.operation, "action", {**result, "decision_id": approved[-1].request.decision_id}, utcnow())
+        decided = approved[-1].request.decision_id
+        store.append(args.operation, "action", {**result, "decision_id": decided}, store.db_now())
     finally:
         store.close()
     print("cancel sent" if result["ok"] else f"cancel failed: {shown(result)}")

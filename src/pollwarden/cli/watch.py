@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar, TextIO
 
@@ -113,8 +114,10 @@ class Progress:
     watching: ClassVar[str | None] = None
     """The operation the last step was about: an interrupted `watch` names it in its resume hint."""
 
-    def __init__(self, out: TextIO, *, live: bool, quiet: bool) -> None:
+    def __init__(self, out: TextIO, *, live: bool, quiet: bool, clock: Callable[[], datetime] = utcnow) -> None:
         self.out = out
+        self.clock = clock
+        """The store's, as the times it shows against are (a due time in the database's clock on PostgreSQL)."""
         self.live = live and not quiet
         self.quiet = quiet
         """No progress at all: `--json` prints one object at the end and nothing before it."""
@@ -130,7 +133,7 @@ class Progress:
         Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
-        now = utcnow()
+        now = self.clock()
         if not self.live:
             if isinstance(result, Polled):
                 self.out.write(_decision_line(result.decision, now) + "\n")
@@ -203,7 +206,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         engine = Engine(store, owner=process_owner("watch"))
         if request is not None:  # `--contract`: this watch runs with its caller's own credential, so what it is
             # given is installed as it starts (audited): a worker or a resume later runs exactly this version
-            install_as_caller(store, request.contract, via="watch --contract", source=args.contract, now=utcnow())
+            install_as_caller(store, request.contract, via="watch --contract", source=args.contract, now=engine.clock())
         if request is None:
             try:
                 contract = _contract(args, store)
@@ -248,9 +251,9 @@ def _watch(
             f" requests{how}\n"
         )
         out.flush()
-    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json)
+    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
     Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-    with StatusClient(contract, secret, clock=utcnow) as client:
+    with StatusClient(contract, secret, clock=engine.clock) as client:
         # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
         final = engine.run(
             contract,

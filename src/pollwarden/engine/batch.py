@@ -26,9 +26,10 @@ without answers, which is what the protocol allows (the provider never sees more
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -71,6 +72,8 @@ class Lane:
     interrupt: BaseException | None = None
     """Set from another thread (its watch was interrupted), with the batch's round rung: thrown into the flow
     instead of the answer of a request in flight or about to go out (the request abandoned, or never sent)."""
+    of: Any = None
+    """What its caller knows it by (a worker's lane: the claimed operation it steps, `Chosen`)."""
 
     def resume(self, answer: Any = None, failure: BaseException | None = None) -> None:
         try:
@@ -86,6 +89,16 @@ class Lane:
             self.on_end()
 
 
+@dataclass(eq=False)
+class Aside:
+    """The rest of a batch, moved off the thread that began it (`run`'s `aside`): the lanes still waiting on their
+    requests (or on their credentials), and `finish`, which drives them to their ends on the thread that calls
+    it, with that thread's store and performer (a SQLite connection serves one thread at a time)."""
+
+    lanes: list[Lane]
+    finish: Callable[[Store, Perform], None]
+
+
 def run(
     lanes: Sequence[Lane],
     store: Store,
@@ -97,6 +110,7 @@ def run(
     reserved: Callable[[], None] | None = None,
     gather: float = GATHER,
     begun: bool = False,
+    aside: Callable[[Aside], None] | None = None,
 ) -> None:
     """Drive every lane to its end; each lane's `result` is its StepResult or the exception it ended with.
 
@@ -105,51 +119,131 @@ def run(
     the lanes whose answers are in go on to their records, committed together, while the others stay in flight.
     `reserved` is told once, when no lane waits on a claim or a reservation any more (its requests are going
     out): the combined watches (`combine`) let the next batch form from then on. `begun`: the lanes are under
-    way already (`claim_due_and_run` began them inside its claim)."""
+    way already (`claim_due_and_run` began them inside its claim).
+
+    `aside` (a worker's lane): once nothing but requests in flight is left and `ASIDE` seconds have passed since
+    the last went out, the rest of the batch is handed to it (`Aside`; it runs `finish` on a thread of its own)
+    and `run` returns, so one silent provider holds only its own requests, never the lane that sent them. If it
+    cannot be handed (the worker is stopping), it is finished here."""
     if not begun:
         for lane in lanes:
             lane.resume()
     mine = fetches is None
-    fetches = Fetches() if fetches is None else fetches
-    flying: dict[Lane, Fetch | Future[Outcome]] = {}
+    drive = _Drive(list(lanes), store, perform, clock, io, Fetches() if fetches is None else fetches, reserved, gather)
+    handed = False
     try:
+        if drive.go(None if aside is None else ASIDE):
+            return
+
+        def finish(store: Store, perform: Perform) -> None:
+            drive.store, drive.perform = store, perform
+            try:
+                drive.go(None)
+            except Exception as exc:  # a defect, or the store gone: each lane still going ends with it, alone
+                drive.fail(exc)
+            finally:
+                if mine:
+                    drive.fetches.round.close()
+
+        assert aside is not None
+        try:
+            aside(Aside([lane for lane in lanes if lane.result is None], finish))
+        except RuntimeError:  # nowhere to hand it (the worker is stopping): it is finished here
+            drive.go(None)
+        else:
+            handed = True
+    finally:
+        if mine and not handed:
+            drive.fetches.round.close()
+
+
+ASIDE = 0.1
+"""Seconds a worker's lane waits for the answers of its batch once every request is out (answers in by then are
+recorded in its waves, as ever); what is still in flight then goes on in a thread of its own, and the lane claims
+again. On loopback a batch's answers take a few milliseconds; a silent provider takes its whole timeout."""
+
+
+@dataclass(eq=False)
+class _Drive:
+    """What `run` drives: the lanes, their requests in flight (`flying`) and the lanes waiting for a credential
+    (`preparing`: a token command run off this thread, by `io`). Driven by one thread at a time."""
+
+    lanes: list[Lane]
+    store: Store
+    perform: Perform
+    clock: Callable[[], datetime]
+    io: Executor
+    fetches: Fetches
+    reserved: Callable[[], None] | None
+    gather: float
+    flying: dict[Lane, Fetch | Future[Outcome]] = field(default_factory=dict)
+    preparing: dict[Lane, Future[None]] = field(default_factory=dict)
+    sent: float = 0.0
+    """When the latest requests went out (monotonic)."""
+
+    def go(self, aside_after: float | None) -> bool:
+        """On until every lane has ended (True), or, with `aside_after`, until nothing but requests in flight (and
+        credentials being read) is left that long after the last went out (False)."""
+        lanes, flying, preparing, fetches = self.lanes, self.flying, self.preparing, self.fetches
         while True:
             for lane in lanes:
                 while lane.effect is not None and not _gathered(lane):
-                    lane.resume(*_attempt(lane.perform or perform, lane.effect, lane))
+                    lane.resume(*_attempt(lane.perform or self.perform, lane.effect, lane))
             claiming = [lane for lane in lanes if isinstance(lane.effect, flow.Claim)]
             if claiming:
-                _claim_and_reserve(claiming, store, perform, clock())
+                _claim_and_reserve(claiming, self.store, self.perform, self.clock())
                 continue
             writing = [lane for lane in lanes if isinstance(lane.effect, flow.Write)]
             if writing:
                 writes = [lane.effect for lane in writing if isinstance(lane.effect, flow.Write)]
-                for lane, outcome in zip(writing, write_all(store, writes, clock()), strict=True):
+                for lane, outcome in zip(writing, write_all(self.store, writes, self.clock()), strict=True):
                     lane.resume(*outcome)
                 continue  # the flows that just committed may want I/O now: it goes out together
-            starting = [lane for lane in lanes if isinstance(lane.effect, _IO) and lane not in flying]
+            starting = [
+                lane for lane in lanes if isinstance(lane.effect, _IO) and lane not in flying and lane not in preparing
+            ]
             if starting:
-                _start(starting, fetches, flying, perform, clock, io)
+                _start(starting, fetches, flying, preparing, self.perform, self.clock, self.io)
+                self.sent = time.monotonic()
                 continue  # a request that ended before the wire (or too late to go) moved its flow on
-            if reserved is not None:
-                reserved()
-                reserved = None
-            if not flying:
-                return
+            if self.reserved is not None:
+                self.reserved()
+                self.reserved = None
+            if not flying and not preparing:
+                return True
+            until = None
+            if aside_after is not None:
+                until = self.sent + aside_after
+                if time.monotonic() >= until:
+                    return False
             try:
-                ended = fetches.wait(gather)
+                ended = fetches.wait(self.gather, until=until)
             except Exception as exc:  # the selector itself failed, not one request: nothing in flight is lost
-                _give_up(flying, fetches, exc)
+                _give_up(flying, preparing, fetches, exc)
                 continue
+            for lane, future in list(preparing.items()):
+                if future.done():  # its credential is in (or failed): it starts with the next round
+                    del preparing[lane]
             _take(ended, flying)
+            for lane in [lane for lane in preparing if lane.interrupt is not None]:
+                del preparing[lane]  # `_start` throws its interrupt in
             for lane, sent in [(lane, sent) for lane, sent in flying.items() if lane.interrupt is not None]:
                 if isinstance(sent, Fetch):  # a future runs to its end: its flow is told when it is done
                     fetches.abandon(sent)
                     del flying[lane]
                     lane.resume(None, lane.interrupt)
-    finally:
-        if mine:
-            fetches.round.close()
+
+    def fail(self, failure: Exception) -> None:
+        """The drive itself failed: every request in flight is abandoned, and each lane still going is handed the
+        failure and driven alone to its end (its flow gives back the lease it holds)."""
+        self.fetches.round.close()
+        self.flying.clear()
+        self.preparing.clear()
+        for lane in self.lanes:
+            if lane.result is None:
+                lane.resume(None, failure)
+                while lane.effect is not None:
+                    lane.resume(*_attempt(lane.perform or self.perform, lane.effect, lane))
 
 
 def _gathered(lane: Lane) -> bool:
@@ -167,6 +261,7 @@ def _start(
     lanes: Sequence[Lane],
     fetches: Fetches,
     flying: dict[Lane, Fetch | Future[Outcome]],
+    preparing: dict[Lane, Future[None]],
     perform: Perform,
     clock: Callable[[], datetime],
     io: Executor,
@@ -174,15 +269,13 @@ def _start(
     """Each lane's request on its way: a status poll on the selector (on the pool each was a
     thread, and handing the GIL between them cost more CPU than the requests: docs/performance.md), the rest on
     `io`. A poll reached too late (`flow.too_late`: other lanes' commits came first) is not sent, nor one whose
-    watch was interrupted before it went out. Each poll's client is prepared first (a token command it would
-    run), so the time limit is checked after that wait."""
-    prepared: set[int] = set()
-    for lane in lanes:
-        if isinstance(lane.effect, flow.Send) and _selects(lane.client) and id(lane.client) not in prepared:
-            prepared.add(id(lane.client))
-            lane.client.prepare()
+    watch was interrupted before it went out. A poll whose client would first wait for its credential (a token
+    command, `StatusClient.ready`) waits for it in `preparing`, the command's wait on `io`, never on this thread:
+    one contract's slow command holds up no other poll. It starts once that wait is over, its time limit checked
+    then."""
     now = clock()
     polls: list[tuple[Lane, flow.Send]] = []
+    prepares: dict[int, Future[None]] = {}
     for lane in lanes:
         effect = lane.effect
         if lane.interrupt is not None:
@@ -190,12 +283,18 @@ def _start(
         elif isinstance(effect, flow.Send) and _selects(lane.client):
             if (late := flow.too_late(effect, now)) is not None:
                 lane.resume(None, late)
-            else:
+            elif lane.client.ready():
                 polls.append((lane, effect))
+            else:
+                future = prepares.get(id(lane.client))
+                if future is None:
+                    future = prepares[id(lane.client)] = io.submit(lane.client.prepare)
+                    fetches.round.watch(future)
+                preparing[lane] = future
         elif effect is not None:
-            future = io.submit(_attempt, lane.perform or perform, effect, lane)
-            fetches.round.watch(future)
-            flying[lane] = future
+            attempt = io.submit(_attempt, lane.perform or perform, effect, lane)
+            fetches.round.watch(attempt)
+            flying[lane] = attempt
     try:
         started = fetches.start([(lane.client, send.job_id, send.headers, send.location) for lane, send in polls])
     except Exception as exc:  # as a pool thread's `_attempt` would: each flow is handed it, none stalls the batch
@@ -222,9 +321,15 @@ def _take(ended: tuple[list[Fetch], list[Future[Outcome]]], flying: dict[Lane, F
             lane.resume(*sent.result())
 
 
-def _give_up(flying: dict[Lane, Fetch | Future[Outcome]], fetches: Fetches, failure: Exception) -> None:
+def _give_up(
+    flying: dict[Lane, Fetch | Future[Outcome]],
+    preparing: dict[Lane, Future[None]],
+    fetches: Fetches,
+    failure: Exception,
+) -> None:
     """The selector failed: each poll in flight is abandoned and its flow handed the failure (as one request's
-    own failure would be); each future is waited for, so nothing is left to the broken selector."""
+    own failure would be), as is each poll still waiting for its credential; each future is waited for, so
+    nothing is left to the broken selector."""
     for lane, sent in list(flying.items()):
         del flying[lane]
         if isinstance(sent, Fetch):
@@ -232,6 +337,9 @@ def _give_up(flying: dict[Lane, Fetch | Future[Outcome]], fetches: Fetches, fail
             lane.resume(None, failure)
         else:
             lane.resume(*sent.result())
+    for lane in list(preparing):
+        del preparing[lane]
+        lane.resume(None, failure)
 
 
 def _outcome(result: Exchange | Exception) -> Outcome:
@@ -314,13 +422,17 @@ def claim_due_and_run(
     perform: Perform,
     clock: Callable[[], datetime],
     io: Executor,
+    *,
+    skip: Collection[str] = (),
+    aside: Callable[[Aside], None] | None = None,
 ) -> tuple[list[Claimed], list[tuple[Chosen, Lane]]]:
     """A worker's batch: up to `limit` due operations claimed, and the reservations of those `choose` picks
     (`flow.step_claimed` of each, up to its first write) committed in the same transaction, one commit fewer
     than claiming first; every chosen flow is then driven to its end (`run`). `choose` runs inside the
     transaction and must neither use the store nor wait; `then` is told everything claimed once the claims have
     committed, before the requests go out, and hands on at once what it does not step here (their leases are
-    its). Returns everything claimed and each chosen operation with its lane, ended.
+    its). Returns everything claimed and each chosen operation with its lane, ended unless `run` handed it to
+    `aside`. `skip`: contract names the claim passes over (`Store.claim_due`).
 
     If that transaction fails, nothing of it was written (the flows begun hold no lease, and are dropped): the
     batch is claimed again the way that gives each write its own fate, the claims first (`claim_due`), then
@@ -341,11 +453,11 @@ def claim_due_and_run(
         return _first_writes(begin(claimed), perform, planned)
 
     try:
-        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, reserve)
+        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, reserve, skip=skip)
     except Exception:
         if not lanes:
             raise
-        claimed = store.claim_due(owner, now, ttl, limit)
+        claimed = store.claim_due(owner, now, ttl, limit, skip=skip)
         begin(claimed)
     else:
         for i, done in zip(planned, written, strict=True):
@@ -358,13 +470,13 @@ def claim_due_and_run(
                 lane.resume(None, exc)
         raise
     finally:
-        run(lanes, store, perform, clock, io, begun=True)
+        run(lanes, store, perform, clock, io, begun=True, aside=aside)
     return claimed, list(zip(chosen, lanes, strict=True))
 
 
 def _lanes(chosen: Sequence[Chosen], now: datetime) -> list[Lane]:
     return [
-        Lane(flow.step_claimed(contract, one.lease, one.record, now), contract, client)
+        Lane(flow.step_claimed(contract, one.lease, one.record, now), contract, client, of=(contract, client, one))
         for contract, client, one in chosen
     ]
 

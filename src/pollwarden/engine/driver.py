@@ -11,14 +11,13 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..clock import utcnow
 from ..core.admission import (
     Admission,
     Create,
@@ -111,16 +110,18 @@ class Engine:
         store: Store,
         *,
         owner: str,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         combiner: Combiner | None = None,
     ) -> None:
         """`combiner`: this engine's steps join the batches of the other watches of this store in this process
-        (`engine.combine`: the Python API's); without one, each step is its own."""
+        (`engine.combine`: the Python API's); without one, each step is its own. `clock`: the store's
+        (`Store.db_now`, the database's on PostgreSQL) unless a test gives its own: every claim, lease and audit
+        time of every driver comes from that one clock."""
         self.store = store
         self._combiner = combiner
         self.owner = owner
-        self.clock = clock
+        self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
 
     # -- admission ---------------------------------------------------------------------------------------------
@@ -387,20 +388,20 @@ class Engine:
         io: Executor,
         *,
         then: Callable[[list[Claimed]], None] = lambda claimed: None,
-    ) -> tuple[list[Claimed], list[tuple[batch.Chosen, StepResult | BaseException]]]:
+        skip: Collection[str] = (),
+        aside: Callable[[batch.Aside], None] | None = None,
+    ) -> tuple[list[Claimed], list[batch.Lane]]:
         """The fleet's batch as this engine's owner (`batch.claim_due_and_run`): up to `limit` due operations
         claimed with the reservations of those `choose` picks, in one transaction, then stepped together;
         `then` is told everything claimed once the claims commit, and hands on at once what is not stepped here
-        (`choose` runs inside the transaction and must not use the store, nor wait). Returns everything
-        claimed, and each stepped operation with its result."""
+        (`choose` runs inside the transaction and must not use the store, nor wait). `skip`: contract names the
+        claim passes over; `aside`: where the batch's slow rest goes (`batch.run`). Returns everything claimed,
+        and the lane of each stepped operation (`Lane.of` is its `Chosen`; its `result` is set unless the lane
+        went aside)."""
         claimed, stepped = batch.claim_due_and_run(
-            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io
+            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io, skip=skip, aside=aside
         )
-        results: list[tuple[batch.Chosen, StepResult | BaseException]] = []
-        for chosen, lane in stepped:
-            assert lane.result is not None  # run() drives every lane to its end
-            results.append((chosen, lane.result))
-        return claimed, results
+        return claimed, [lane for _, lane in stepped]
 
     def run(
         self,

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..clock import utcnow
 from ..core.contract import Contract
 from ..errors import PollwardenError
 from ..operating import open_store
@@ -257,7 +256,7 @@ class BrokerService:
         try:
             store = open_store(self.home, keys="write")
             try:
-                store.append(BROKER_LOG, kind, dict(data), utcnow())
+                store.append(BROKER_LOG, kind, dict(data), store.db_now())
             finally:
                 store.close()
         except Exception:

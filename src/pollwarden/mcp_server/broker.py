@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..clock import utcnow
 from ..core.admission import operation_id_problem
 from ..core.contract import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
@@ -29,7 +28,7 @@ from ..core.scrub import Scrubber
 from ..engine import Engine, NotYet, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient
-from ..operating import HomeError, open_store
+from ..operating import HomeError, home_clock, open_store
 from ..progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, UnreadableRecord, agent_log_id
 from ..store.owner import process_owner
@@ -68,7 +67,7 @@ class Broker:
         *,
         environ: Mapping[str, str] | None = None,
         session_id: str | None = None,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
         problems: Iterable[str] = (),
         principal: Mapping[str, Any] | None = None,
         isolation: str = SAME_USER,
@@ -86,7 +85,9 @@ class Broker:
         `--connect SOCKET` (where the kernel names the person)."""
         self.contracts = dict(contracts)
         self.home = home
-        self.clock = clock
+        self.clock = home_clock(home) if clock is None else clock
+        """The store's clock (the database's on PostgreSQL) unless a test gives its own: every claim, lease and
+        audit time this session writes comes from it, as every other driver's does."""
         self.session_id = session_id or secrets.token_hex(6)
         self.log_id = agent_log_id(self.session_id)
         self._static_secrets = secret_values(self.contracts.values(), env)
@@ -128,7 +129,7 @@ class Broker:
             for name, contract in self.contracts.items():
                 try:
                     source = f"contracts directory: {name}"
-                    install_as_caller(store, contract, via="mcp server", source=source, now=clock())
+                    install_as_caller(store, contract, via="mcp server", source=source, now=self.clock())
                 except NotInstalled as exc:
                     self.not_ready[name] = str(exc)
 

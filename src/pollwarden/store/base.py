@@ -7,7 +7,7 @@ cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -569,8 +569,11 @@ class Store(Protocol):
 
     def installed_contracts(self, name: str | None = None) -> list[InstalledContract]: ...
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
-        """The fleet claim: due, active operations whose lease is free or expired, each with a new token."""
+    def claim_due(
+        self, owner: str, now: datetime, ttl: timedelta, limit: int, *, skip: Collection[str] = ()
+    ) -> list[Claimed]:
+        """The fleet claim: due, active operations whose lease is free or expired, each with a new token; none of
+        a contract named in `skip`."""
         ...
 
     def claim_due_then_write(
@@ -580,10 +583,12 @@ class Store(Protocol):
         ttl: timedelta,
         limit: int,
         then: Callable[[list[Claimed]], Sequence[FencedWrite]],
+        *,
+        skip: Collection[str] = (),
     ) -> tuple[list[Claimed], list[bool]]:
-        """`claim_due`, then `write_many` of the writes `then` makes of what it claimed, in one transaction: a
-        worker's claims and its reservations in one commit. `then` runs inside the transaction and must not use
-        the store; if the transaction fails, nothing of either is written."""
+        """`claim_due` (passing over the contracts in `skip`), then `write_many` of the writes `then` makes of what
+        it claimed, in one transaction: a worker's claims and its reservations in one commit. `then` runs inside
+        the transaction and must not use the store; if the transaction fails, nothing of either is written."""
         ...
 
     def paced_providers(self) -> set[str]:
@@ -604,9 +609,10 @@ class Store(Protocol):
         database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
         ...
 
-    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+    def next_due(self, free_at: datetime | None = None, *, skip: Collection[str] = ()) -> datetime | None:
         """The earliest next_poll_at among active operations: how long a worker may sleep. With `free_at`, only
-        among those a claim at that time could take (unleased, or the lease expired by then)."""
+        among those a claim at that time could take (unleased, or the lease expired by then); none of a contract
+        named in `skip`."""
         ...
 
     def db_now(self) -> datetime:

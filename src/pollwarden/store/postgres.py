@@ -11,9 +11,9 @@ the same method signatures and results (one store test suite runs against both).
   before reading the head, so two writers cannot both chain onto one head (a fork would look exactly like
   tampering to the verifier). Checkpoint counters come from a sequence, so logs never queue on each other.
 - Time: like the SQLite backend, every method takes `now` from its caller, so tests drive time explicitly
-  and one suite fits both. The fleet worker passes database time (`db_now()`, which is `SELECT now()`), so
-  machines whose clocks disagree still agree on when a lease expires (DESIGN.md: "time for leases comes
-  from the database clock where there is one").
+  and one suite fits both. Every driver (the worker, `watch`, the Python API, the MCP server, `decide`) passes
+  database time (`db_now()`: `SELECT now()`, carried forward for a second between queries), so machines whose
+  clocks disagree still agree on when a lease expires (docs/design.md: "one clock").
 - The schema is versioned (`migrations`); a store refuses a database that `pollwarden db upgrade` has not
   brought to this code's version, and one that a newer pollwarden has moved past.
 """
@@ -32,6 +32,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from ..audit import AuditKeys
+from ..clock import CarriedClock
 from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
@@ -58,6 +59,18 @@ def _connect_kwargs(url: str) -> dict[str, Any]:
             f"{redact_url(url)} is not a usable PostgreSQL URL; write it as postgresql://user@host:port/database"
         ) from None
     return kwargs
+
+
+def server_now(url: str) -> datetime:
+    """The database server's clock, on a connection of its own (`operating.home_clock`: for a process that opens
+    its store call by call, the MCP server)."""
+    try:
+        with psycopg.connect(url, **_connect_kwargs(url)) as conn:
+            row = conn.execute("SELECT now()").fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"the state database {redact_url(url)} is unavailable: {exc}") from None
+    assert row is not None
+    return _utc(row[0])
 
 
 def upgrade_database(url: str) -> list[int]:
@@ -149,6 +162,7 @@ class PostgresStore(SQLStore):
                 migrations.check(conn, self.path)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the state database {self.path}: {exc}") from None
+        self._clock = CarriedClock(self._server_now)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url,
             min_size=min_size,
@@ -225,7 +239,12 @@ class PostgresStore(SQLStore):
         self._committed(tx)
 
     def db_now(self) -> datetime:
-        """The database clock: the one time every worker of a fleet agrees on, for leases and due times."""
+        """The database clock: the one time every host of a fleet agrees on, for claims, leases, due times and the
+        audit. Asked of the server at most once a second and carried forward between (`clock.CarriedClock`): every
+        driver takes its time from here, several times per step."""
+        return self._clock()
+
+    def _server_now(self) -> datetime:
         row = self._row("SELECT now()")
         assert row is not None
         return _utc(row[0])

@@ -12,7 +12,7 @@ whose WHERE carries the token changes nothing when the token is stale (DESIGN.md
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -182,6 +182,8 @@ class _Operations(Reads):
         ttl: timedelta,
         limit: int,
         then: Callable[[list[Claimed]], Sequence[FencedWrite]],
+        *,
+        skip: Collection[str] = (),
     ) -> tuple[list[Claimed], list[bool]]:
         """`claim_due`, then the fenced writes `then` makes of what it claimed, in one transaction (one commit):
         the fleet's claims and the reservations they lead to. The claimed operations' logs are locked with the
@@ -189,7 +191,7 @@ class _Operations(Reads):
         if limit <= 0:
             return [], []
         with self._tx() as tx:
-            claimed = self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=True)
+            claimed = self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=True, skip=skip)
             writes = then(claimed)
             written = self._write_in(tx, writes, self._fenced_values(writes, now), now)
         return claimed, written

@@ -7,7 +7,7 @@ one write lock; PostgreSQL: FOR UPDATE, in id order), so each new token is the o
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,13 +35,16 @@ def chunks(values: Sequence[str]) -> list[list[str]]:
     return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
 
 
-def claim_due_query(dialect: Dialect) -> str:
-    """The fleet claim's SELECT (parameters: now, now, limit). Its ORDER BY is the order of the partial index
-    `operations_due_order` (schema 4), so the database reads the first `limit` due rows and stops instead of
-    sorting the whole backlog; tests/store/test_claim_plan.py fails if either backend's plan sorts."""
+def claim_due_query(dialect: Dialect, skipping: int = 0) -> str:
+    """The fleet claim's SELECT (parameters: now, now, the `skipping` contract names passed over, limit). Its ORDER
+    BY is the order of the partial index `operations_due_order` (schema 4), so the database reads the first
+    `limit` due rows and stops instead of sorting the whole backlog; tests/store/test_claim_plan.py fails if
+    either backend's plan sorts."""
+    passed_over = f" AND contract_name NOT IN ({marks(skipping)})" if skipping else ""
     return (
         f"SELECT {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
         " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) AND unreadable IS NULL"
+        f"{passed_over}"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
     )
 
@@ -131,24 +134,36 @@ class Leases(Outbox):
                 claimed.append((lease, stored.record))
         return claimed
 
-    def claim_due(self, owner: str, now: datetime, ttl: timedelta, limit: int) -> list[Claimed]:
+    def claim_due(
+        self, owner: str, now: datetime, ttl: timedelta, limit: int, *, skip: Collection[str] = ()
+    ) -> list[Claimed]:
         """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
-        due first. The rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL:
-        rows another claimer holds are skipped, not waited for), so no two claimers get one operation. A
-        lease of a dead holder is taken only once it expires: a process's death can only be seen from its
-        own host, which `claim` covers."""
+        due first, none of a contract named in `skip` (one whose credential the claimer is still reading). The
+        rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL: rows another claimer
+        holds are skipped, not waited for), so no two claimers get one operation. A lease of a dead holder is
+        taken only once it expires: a process's death can only be proved from its own host, which `claim`
+        covers."""
         if limit <= 0:
             return []
         with self._tx() as tx:
-            return self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=False)
+            return self._claim_due_in(tx, owner, now, ttl, limit, lock_logs=False, skip=skip)
 
     def _claim_due_in(
-        self, tx: Tx, owner: str, now: datetime, ttl: timedelta, limit: int, *, lock_logs: bool
+        self,
+        tx: Tx,
+        owner: str,
+        now: datetime,
+        ttl: timedelta,
+        limit: int,
+        *,
+        lock_logs: bool,
+        skip: Collection[str] = (),
     ) -> list[Claimed]:
         """`claim_due`'s body in the caller's transaction; `lock_logs`: every claimed operation's log is locked
         with the claim, in key order, for writes that follow in the same transaction (`claim_due_then_write`)."""
         at = self.dialect.stamp(now)
-        rows = tx.execute(claim_due_query(self.dialect), (at, at, limit)).fetchall()
+        passed_over = sorted(skip)
+        rows = tx.execute(claim_due_query(self.dialect, len(passed_over)), (at, at, *passed_over, limit)).fetchall()
         read = [stored_from_row(row, self.dialect.moment) for row in rows]
         due = [(one.record.operation_id, one) for one in read if isinstance(one, Stored)]
         unreadable = [one for one in read if isinstance(one, UnreadableRow)]

@@ -5,9 +5,10 @@ never fails for one row whose record cannot be read. A lookup of many skips it; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from .base import ContractCounts, Listing, Stored, UnreadableRecord, UnreadableRow
 from .common import STORED_COLUMNS, Row, marks, stored_from_row
@@ -75,17 +76,21 @@ class Reads(Leases):
                 found.setdefault(stored.record.job_id, []).append(stored)
         return found
 
-    def next_due(self, free_at: datetime | None = None) -> datetime | None:
+    def next_due(self, free_at: datetime | None = None, *, skip: Collection[str] = ()) -> datetime | None:
         """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
         then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
-        could not claim are in flight in its other lane, and waking for them would spin until they are recorded."""
+        could not claim are in flight in its other lane, and waking for them would spin until they are recorded.
+        `skip`: contract names the claim passes over (their operations would wake it for nothing, too)."""
         query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active' AND unreadable IS NULL"
-        if free_at is None:
-            row = self._row(query)
-        else:
-            at = self.dialect.stamp(free_at)
-            free = " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            row = self._row(query + free, (at,))
+        params: list[Any] = []
+        if free_at is not None:
+            query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            params.append(self.dialect.stamp(free_at))
+        if skip:
+            passed_over = sorted(skip)
+            query += f" AND contract_name NOT IN ({marks(len(passed_over))})"
+            params.extend(passed_over)
+        row = self._row(query, params) if params else self._row(query)
         return None if row is None or row[0] is None else self.dialect.moment(row[0])
 
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
