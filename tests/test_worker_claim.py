@@ -302,8 +302,8 @@ def test_a_request_a_provider_never_answers_waits_aside_and_the_lane_claims_agai
         )
         store = _store(tmp_path)
         engine = Engine(store, owner="enqueue")
-        engine.admit(WatchRequest(silent, "j-silent", "op-silent", by="enqueue"))
-        engine.admit(WatchRequest(fast, "j-fast", "op-fast", by="enqueue"))
+        _admit(engine, WatchRequest(silent, "j-silent", "op-silent", by="enqueue"))
+        _admit(engine, WatchRequest(fast, "j-fast", "op-fast", by="enqueue"))
         worker = Worker(
             lambda: _store(tmp_path), owner="worker-1", concurrency=4, log=JsonLog(io.StringIO(), worker="worker-1")
         )

@@ -286,6 +286,7 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
         install(store, contract)
+        install(store, contract)
         engine = Engine(store, owner="worker-1", clock=store.db_now)
         claimed = _claim(store, contract, engine)
         sizes = _count_transactions(store, monkeypatch)
@@ -470,6 +471,7 @@ def test_a_request_still_in_flight_goes_aside_and_is_finished_on_a_thread_of_its
     handed: list[batch.Aside] = []
     try:
         contract = parse_contract(contract_text(server.url, max_requests=3, timeout="60s"), source="test.toml")
+        install(store, contract)
         engine = Engine(store, owner="worker-1", clock=store.db_now)
         claimed = _claim(store, contract, engine)
         with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:

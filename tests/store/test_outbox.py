@@ -14,7 +14,7 @@ from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from pollwarden.store.delivery import queued_by
 from pollwarden.store.open import open_store
-from pollwarden.store.owner import this_host
+from pollwarden.store.owner import process_owner
 from pollwarden.store.witness import Witness
 
 from .conftest import AnyStore, Backend
@@ -84,8 +84,8 @@ def test_a_holder_that_died_on_this_host_is_not_waited_out(store: AnyStore) -> N
     _stop(store, "op", "d-1")
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     now = store.db_now()
-    assert _claim(store, f"outbox/{this_host()}:{int(proc.stdout)}:x", now)
-    ((taken, _),) = _claim(store, f"outbox/{this_host()}:999999999:y", now + timedelta(seconds=1), every=True)
+    assert _claim(store, process_owner("outbox", pid=int(proc.stdout)), now)  # a holder proved gone: its pid ended
+    ((taken, _),) = _claim(store, process_owner("outbox"), now + timedelta(seconds=1), every=True)
     assert taken.token == 2
 
 
