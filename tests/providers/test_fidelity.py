@@ -213,8 +213,8 @@ def case_problems(contract: Contract, case: Case) -> list[str]:
         problems.append(f"{case.shown()}: success, but {seen.result_problem}")
     if case.has_result and not _same(seen.result, case.result):
         problems.append(f"{case.shown()}: the result kept is {json.dumps(seen.result)}, not {json.dumps(case.result)}")
-    if case.counts is not None and not _same(getattr(seen, "counts", None), case.counts):
-        problems.append(f"{case.shown()}: the counts kept are {getattr(seen, 'counts', None)}, not {case.counts}")
+    if case.counts is not None and not _same(dict(seen.counts or ()), case.counts):
+        problems.append(f"{case.shown()}: the counts kept are {dict(seen.counts or ())}, not {case.counts}")
     return problems
 
 
