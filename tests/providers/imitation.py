@@ -451,11 +451,12 @@ def google_error(code: int, status: str, message: str, details: list[JSONValue] 
     return Answer(code, {"error": {"code": code, "message": message, "status": status, "details": details or []}})
 
 
-def google(token: str) -> Profile:
+def google(token: str, *, version: str = "v1") -> Profile:
     return Profile(
         name="google",
-        # api-core operations_v1 REST transport: `/v1/{name=**/operations/*}`, the name's slashes kept.
-        route=_path_route("GET", r"/v1/(?P<job>(?:[^/]+/)*operations/[^/]+)"),
+        # api-core operations_v1 REST transport: `/v1/{name=**/operations/*}`, the name's slashes kept; an API of
+        # another version serves its operations under its own (Cloud Run Admin v2: `v2/{+name}`).
+        route=_path_route("GET", rf"/{re.escape(version)}/(?P<job>(?:[^/]+/)*operations/[^/]+)"),
         check=bearer(
             token,
             google_error(
