@@ -189,6 +189,9 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
             rejections += (reset,)
         elif reset is not None:
             retry_after = reset if retry_after is None else max(retry_after, reset)
+        if matched.min_wait is not None:  # the signal's own minimum: a floor no reset or schedule lowers
+            floor = at + matched.min_wait
+            retry_after = floor if retry_after is None else max(retry_after, floor)
         return make(
             Kind.RATE_LIMITED,
             f"HTTP {status} matches [[rate_limit]] {number}",
