@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
+
 from .imitation import Answer, Imitation, JSONValue, anthropic, anthropic_error, ok
 from .support import assert_no_secret, fetch_result, tuned, watch
 
@@ -214,6 +216,8 @@ def test_a_batch_that_ended_with_some_requests_expired_is_a_success_whose_result
     assert fetched.code == 0, fetched.stderr
     assert (tmp_path / "results.jsonl").read_bytes() == RESULTS
     assert "the result covers: canceled 0, errored 0, expired 10, processing 0, succeeded 9990" in fetched.stdout
+    story = run_cli("story", "a9", home=home)
+    assert "the result covers: canceled 0, errored 0, expired 10, processing 0, succeeded 9990" in story.stdout
     assert_no_secret(KEY, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
 
 
