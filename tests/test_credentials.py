@@ -106,6 +106,35 @@ def test_sigv4_through_the_client_signs_exactly_what_the_transport_sends() -> No
     assert VECTOR_KEYS["secret_key"] not in repr(fake.requests[0])
 
 
+@pytest.mark.parametrize("unset", [None, "", "\n"])
+def test_an_optional_session_token_that_is_not_set_signs_with_the_key_pair_alone(unset: str | None) -> None:
+    contract = _contract(
+        'kind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\naccess_key_env = "AK"\n'
+        'secret_key_env = "SK"\nsession_token_env = "ST"\nsession_token_optional = true',
+        url="http://127.0.0.1:8443",
+    )
+    env = {"AK": "AKIDEXAMPLE", "SK": VECTOR_KEYS["secret_key"], **({} if unset is None else {"ST": unset})}
+    fake = FakeTransport(lambda request: Reply(200, {}, b'{"state": "running"}'))
+    with StatusClient(contract, resolve_secret(contract, env), clock=lambda: VECTOR_DATE, transport=fake) as client:
+        client.send("GET", "http://127.0.0.1:8443/v1/jobs/j-1")
+    sent = dict(fake.requests[0].headers)
+    assert "X-Amz-Security-Token" not in sent and sent["Authorization"].startswith("AWS4-HMAC-SHA256 ")
+    # ... and one that is set is sent and signed as before
+    with_token = resolve_secret(contract, {**env, "ST": SESSION_TOKEN})
+    with StatusClient(contract, with_token, clock=lambda: VECTOR_DATE, transport=fake) as client:
+        client.send("GET", "http://127.0.0.1:8443/v1/jobs/j-1")
+    assert dict(fake.requests[1].headers)["X-Amz-Security-Token"] == SESSION_TOKEN
+
+
+def test_a_required_session_token_that_is_not_set_is_refused_naming_it() -> None:
+    contract = _contract(
+        'kind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\naccess_key_env = "AK"\n'
+        'secret_key_env = "SK"\nsession_token_env = "ST"'
+    )
+    with pytest.raises(CredentialError, match="environment variable ST"):
+        resolve_secret(contract, {"AK": "AKIDEXAMPLE", "SK": VECTOR_KEYS["secret_key"]})
+
+
 def test_missing_botocore_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['botocore'] = None; sys.modules['botocore.auth'] = None\n"

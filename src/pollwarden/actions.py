@@ -22,8 +22,8 @@ from .core.contract_result import fetch_url, result_url_problem
 from .core.expr import json_type, lookup
 from .core.identity import canonical_job
 from .core.observe import BodyError, Response, TransportFailure, parse_document
-from .core.reasons import Phase
 from .core.record import OperationRecord, new_record
+from .core.result_part import no_result_problem, result_part
 from .engine.installed import not_installed
 from .errors import EXIT_ESCALATED, PollwardenError
 from .http import StatusClient, origin_of
@@ -296,12 +296,8 @@ def result_source(contract: Contract, record: OperationRecord) -> str | None:
     `[result].url` with the result in it, or the result itself when it is an absolute URL (never resolved against
     the status URL), on the contract's origin or a host `[result].hosts` names; the credential goes along only
     where `[result]` says so, and never off the contract's origin."""
-    if record.phase is not Phase.SUCCEEDED or record.result is None:
-        state = record.reason.value if record.reason else record.phase.value
-        raise ActionRefused(
-            f"operation {record.operation_id} has no validated result ({state}); fetching output is allowed only"
-            " after a validated success (R6, R17)"
-        )
+    if (problem := no_result_problem(record)) is not None:
+        raise ActionRefused(problem)
     spec = contract.result
     where, why = fetch_url(spec, record.result, record.job_id)
     if why is not None:
@@ -327,7 +323,7 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
     if url is None:  # the result is the output: written as the JSON it was received as
         data = (json.dumps(record.result, ensure_ascii=False) + "\n").encode("utf-8")
         out.write_bytes(data)
-        return _fetched(None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
+        return _fetched(record, None, len(data), hashlib.sha256(data).hexdigest(), "application/json", False, out)
     spec = contract.result
     same_origin = origin_of(url) == contract.origin
     # No [result] table: today's rule, the credential along to the contract's own origin only.
@@ -349,15 +345,22 @@ def fetch_result(contract: Contract, client: StatusClient, record: OperationReco
         out.unlink(missing_ok=True)  # a reader must never take a fragment for the result
         raise ActionError(f"{failed}; no result file was written")
     assert not isinstance(got, TransportFailure)
-    return _fetched(url, got.size, got.sha256, got.headers.get("content-type"), credential, out)
+    return _fetched(record, url, got.size, got.sha256, got.headers.get("content-type"), credential, out)
 
 
 def _fetched(
-    url: str | None, size: int, sha256: str, content_type: str | None, credential: bool, out: Path
+    record: OperationRecord,
+    url: str | None,
+    size: int,
+    sha256: str,
+    content_type: str | None,
+    credential: bool,
+    out: Path,
 ) -> dict[str, Any]:
     return {
         "action": "fetch_result",
         "ok": True,
+        **result_part(record),
         "url": None if url is None else _safe_url(url),
         "bytes": size,
         "sha256": sha256,

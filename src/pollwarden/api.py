@@ -90,6 +90,11 @@ class Succeeded:
     """Any JSON value the contract's `[result]` allows: a str for a string result (the default), as before."""
     record: OperationRecord
 
+    @property
+    def counts(self) -> dict[str, int | float] | None:
+        """What part of the job the result covers, as the provider counted it (`[fields].counts`), if it did."""
+        return None if self.record.counts is None else dict(self.record.counts)
+
 
 @dataclass(frozen=True)
 class Stopped:
@@ -104,6 +109,17 @@ class Stopped:
     @property
     def job_ended(self) -> bool:
         return self.reason.job_ended
+
+    @property
+    def partial_result(self) -> JSONValue:
+        """The finished part of a job the provider ended (an expired batch's output file), kept when the contract's
+        `[result].partial` says so; None otherwise. `pollwarden fetch-result` downloads it."""
+        return self.record.result if self.record is not None and self.record.partial else None
+
+    @property
+    def counts(self) -> dict[str, int | float] | None:
+        """The provider's counts when the job ended (what part `partial_result` covers), if it gave them."""
+        return None if self.record is None or self.record.counts is None else dict(self.record.counts)
 
 
 Outcome = Succeeded | Stopped

@@ -49,9 +49,15 @@ def clean(value: str | None, where: str) -> str:
     return value
 
 
+def _is_set(environ: Mapping[str, str], name: str) -> bool:
+    """A variable holds a value: unset, empty and a lone line ending are all "not set"."""
+    value = environ.get(name) or ""
+    return bool(value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value)
+
+
 def _from_env(environ: Mapping[str, str], name: str, contract: str) -> str:
     value = environ.get(name) or ""
-    if not (value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value):
+    if not _is_set(environ, name):
         raise CredentialError(
             f"contract {contract!r} needs the credential in environment variable {name}, which is not set;"
             " export it and run again"
@@ -177,8 +183,10 @@ class Credential:
                 "access_key": _from_env(self._environ, auth.access_key_env or "", name),
                 "secret_key": _from_env(self._environ, auth.secret_key_env or "", name),
             }
-            if auth.session_token_env is not None:
-                values["session_token"] = _from_env(self._environ, auth.session_token_env, name)
+            token_env = auth.session_token_env
+            # Long-term IAM keys have no session token: an optional one that is not set signs with the pair alone.
+            if token_env is not None and (not auth.session_token_optional or _is_set(self._environ, token_env)):
+                values["session_token"] = _from_env(self._environ, token_env, name)
             self._remember(values["secret_key"], None)
             if "session_token" in values:
                 self._remember(values["session_token"], None)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import events as ev
+from .core.contract_result import counts_text, result_text
 from .core.durations import DurationError, parse_rfc3339
 from .store.base import AGENT_LOG_PREFIX, CONTRACT_LOG_PREFIX, Event
 
@@ -82,10 +83,36 @@ def _words(reason: str | None) -> str:
     return _v(reason).replace("_", " ")
 
 
-@renders(ev.Reserved, ev.SucceededEvent, ev.JobEnded, ev.Escalated, ev.Observed)
+@renders(ev.Reserved, ev.Escalated, ev.Observed)
 def _silent(event: ev.AuditEvent, scene: Scene) -> None:
     """The decision line already tells these; `story --json` has them all."""
     return None
+
+
+@renders(ev.SucceededEvent)
+def _succeeded(e: ev.SucceededEvent, s: Scene) -> str | None:
+    """The decision line tells the success; the provider's counts, when it gave them, say what the result covers."""
+    told = counts_text(_counts(e.counts))
+    return None if told is None else f"{s.at}   the result covers: {told}"
+
+
+@renders(ev.JobEnded)
+def _job_ended(e: ev.JobEnded, s: Scene) -> str | None:
+    """The decision line tells the ending; a partial result kept with it (what finished first) is told here."""
+    summary = e.summary or {}
+    result = summary.get("result")
+    if result is None:
+        return None
+    told = counts_text(_counts(summary.get("counts")))
+    covers = f" ({told})" if told else ""
+    return f"{s.at}   kept the finished part as a partial result: {_v(result_text(result))[:300]}{covers}"
+
+
+def _counts(value: object) -> tuple[tuple[str, int | float], ...] | None:
+    """The counts of an event's payload, as `counts_text` reads them (a hand-edited payload may hold anything)."""
+    if not isinstance(value, Mapping):
+        return None
+    return tuple((str(k), v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool))
 
 
 def _observed(o: ev.Observed) -> str:

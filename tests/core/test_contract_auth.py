@@ -87,6 +87,19 @@ BAD = [
         "kind = 'header'",
     ),
     ('kind = "header"\nservice = "s3"', "[auth].service", "kind = 'sigv4'"),
+    (
+        'kind = "sigv4"\nservice = "s3"\nregion = "eu-west-1"\naccess_key_env = "A"\nsecret_key_env = "S"\n'
+        "session_token_optional = true",
+        "[auth].session_token_optional",
+        "name session_token_env too",
+    ),
+    (
+        'kind = "sigv4"\nservice = "s3"\nregion = "eu-west-1"\naccess_key_env = "A"\nsecret_key_env = "S"\n'
+        'session_token_env = "T"\nsession_token_optional = "yes"',
+        "[auth].session_token_optional",
+        "",
+    ),
+    ('secret_env = "T"\nsession_token_optional = true', "[auth].session_token_optional", "kind = 'sigv4'"),
     # The credential in a framing header would be sent as the Host (routing it to whatever virtual host that
     # names, and into every access log) or as a Transfer-Encoding / Content-Length (a smuggling-shaped request):
     # the same headers [headers] refuses.
@@ -103,3 +116,18 @@ def test_malformed_auth_is_refused_naming_the_key(auth: str, key: str, complaint
         parse_contract(_with(auth), source="auth.toml")
     message = str(info.value)
     assert message.startswith("auth.toml: ") and key in message and complaint in message, message
+
+
+def test_an_optional_session_token_says_so_in_the_account_only_when_used() -> None:
+    """Long-term IAM keys have no session token (issue 24): `session_token_optional = true` signs with the pair
+    alone when the variable is unset; a contract without the key keeps its account and fingerprint."""
+    sigv4 = (
+        'kind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\naccess_key_env = "A"\nsecret_key_env = "S"\n'
+        'session_token_env = "T"'
+    )
+    required = parse_contract(_with(sigv4), source="t.toml")
+    optional = parse_contract(_with(sigv4 + "\nsession_token_optional = true"), source="t.toml")
+    assert required.account == "sigv4:textract/us-east-1 env:A,env:S,env:T"
+    assert optional.account == "sigv4:textract/us-east-1 env:A,env:S,env:T if set"
+    assert optional.auth is not None and optional.auth.env_names == ("A", "S", "T")  # still scrubbed when set
+    assert required.fingerprint() != optional.fingerprint()

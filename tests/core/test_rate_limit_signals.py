@@ -243,3 +243,66 @@ def test_malformed_signals_are_refused_naming_the_key(extra: str, key: str, comp
 def test_schedule_retry_after_on_success_must_be_a_boolean() -> None:
     with pytest.raises(ContractError, match=r"\[schedule\].retry_after_on_success"):
         _contract("", schedule='retry_after_on_success = "yes"')
+
+
+SECONDARY = """
+[[rate_limit]]
+status = [403, 429]
+body = "type(message) == 'string' && contains(message, 'secondary rate limit')"
+min_wait = "60s"
+"""
+SECONDARY_BODY = b'{"message": "You have exceeded a secondary rate limit."}'
+
+
+def test_a_signal_min_wait_is_a_floor_that_a_shorter_schedule_does_not_lower() -> None:
+    """Issue 24: GitHub's secondary limit without Retry-After was retried after about 41 s; GitHub asks for at
+    least a minute. The minute is the signal's, so a `max_delay` of 100 ms (a `use` file) still waits it."""
+    contract = parse_contract(contract_text(base_delay="50ms", max_delay="100ms") + SECONDARY, source="use.toml")
+    seen = observe(contract, response(SECONDARY_BODY, status=403))
+    assert (seen.kind, seen.retry_after) == (Kind.RATE_LIMITED, T0 + timedelta(seconds=60))
+    for u in (0.0, 0.5, 0.999):
+        decision = poll(contract, make_record(contract), response(SECONDARY_BODY, status=403), u=u)
+        assert decision.action is Action.WAIT
+        assert decision.next_poll_at == T0 + timedelta(seconds=60)
+        assert decision.delay_source is DelaySource.PROVIDER_RETRY_AFTER
+
+
+def test_a_longer_reset_wins_over_min_wait_and_min_wait_over_a_shorter_one() -> None:
+    signal = SECONDARY + 'reset_header = "retry-after"\nreset = "seconds"\n'
+    contract = _contract(signal)
+    for header, expected in (("90", 90), ("5", 60)):
+        seen = observe(contract, response(SECONDARY_BODY, status=403, headers={"retry-after": header}))
+        assert seen.retry_after == T0 + timedelta(seconds=expected), header
+
+
+def test_a_min_wait_past_the_deadline_stops_rate_limited_at_once() -> None:
+    contract = _contract(SECONDARY)
+    record = make_record(contract, deadline=timedelta(seconds=30))
+    decision = poll(contract, record, response(SECONDARY_BODY, status=403))
+    assert (decision.action, decision.record.reason) == (Action.STOP, StopReason.RATE_LIMITED)
+
+
+def test_min_wait_joins_the_fingerprint_only_when_used() -> None:
+    without = _contract(SECONDARY.replace('min_wait = "60s"\n', ""))
+    assert "min_wait" not in json.dumps([s.to_json() for s in without.rate_limits])
+    assert _contract(SECONDARY).fingerprint() != without.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ('"0s"', "must be longer than zero"),
+        ('"2d"', "at most 24h"),
+        ("60", "must be a duration string"),
+    ],
+)
+def test_a_malformed_min_wait_is_refused_naming_it(value: str, words: str) -> None:
+    with pytest.raises(ContractError, match=r"min_wait") as raised:
+        _contract(SECONDARY.replace('"60s"', value))
+    assert words in str(raised.value)
+
+
+def test_a_min_wait_on_a_signal_that_stops_is_refused() -> None:
+    text = '\n[[rate_limit]]\nstatus = [429]\nmeans = "authorization_denied"\nmin_wait = "60s"\n'
+    with pytest.raises(ContractError, match="no next poll to delay"):
+        _contract(text)

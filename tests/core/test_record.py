@@ -37,6 +37,7 @@ ACTIVE = replace(
     last_request_id="req-before",
     provider_error="the provider error before",
     result="https://results.example/before",
+    counts=(("completed", 1),),
     finished_at=T0 + 2 * MINUTE,
 )
 STOPPED = replace(ACTIVE, phase=Phase.STOPPED)
@@ -91,12 +92,13 @@ CASES = [
     Case(
         "succeeded",
         ACTIVE,
-        lambda r: r.succeeded("https://results.example/now", "state succeeded", LATER),
+        lambda r: r.succeeded("https://results.example/now", "state succeeded", LATER, (("completed", 2),)),
         {
             "phase": Phase.SUCCEEDED,
             "result": "https://results.example/now",
             "detail": "state succeeded",
             "finished_at": LATER,
+            "counts": (("completed", 2),),
         },
     ),
     Case(
@@ -120,6 +122,25 @@ CASES = [
             "detail": "state failed",
             "finished_at": LATER,
             "provider_error": "quota exceeded",
+            "result": None,
+            "counts": None,
+        },
+    ),
+    # The provider ended the job with its finished part in the answer (an expired batch's output file).
+    Case(
+        "ended",
+        ACTIVE,
+        lambda r: r.ended(
+            StopReason.JOB_EXPIRED, "state expired", LATER, None, result="file-part", counts=(("completed", 9),)
+        ),
+        {
+            "phase": Phase.STOPPED,
+            "reason": StopReason.JOB_EXPIRED,
+            "detail": "state expired",
+            "finished_at": LATER,
+            "provider_error": None,
+            "result": "file-part",
+            "counts": (("completed", 9),),
         },
     ),
     Case(

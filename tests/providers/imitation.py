@@ -451,11 +451,12 @@ def google_error(code: int, status: str, message: str, details: list[JSONValue] 
     return Answer(code, {"error": {"code": code, "message": message, "status": status, "details": details or []}})
 
 
-def google(token: str) -> Profile:
+def google(token: str, *, version: str = "v1") -> Profile:
     return Profile(
         name="google",
-        # api-core operations_v1 REST transport: `/v1/{name=**/operations/*}`, the name's slashes kept.
-        route=_path_route("GET", r"/v1/(?P<job>(?:[^/]+/)*operations/[^/]+)"),
+        # api-core operations_v1 REST transport: `/v1/{name=**/operations/*}`, the name's slashes kept; an API of
+        # another version serves its operations under its own (Cloud Run Admin v2: `v2/{+name}`).
+        route=_path_route("GET", rf"/{re.escape(version)}/(?P<job>(?:[^/]+/)*operations/[^/]+)"),
         check=bearer(
             token,
             google_error(
@@ -541,7 +542,9 @@ def azure(key: str) -> Profile:
 
     def route(request: Incoming) -> str | None:
         path = request.path.lower()  # ASP.NET routing: a path is read without regard to case
-        if request.method != "GET" or ("/analyzeresults/" not in path and "/operations/" not in path):
+        # Document Intelligence analyzeResults, ARM and Speech operations, Translator batches, Language jobs.
+        monitors = ("/analyzeresults/", "/operations/", "/document/batches/", "/analyze-text/jobs/")
+        if request.method != "GET" or not any(monitor in path for monitor in monitors):
             return None
         return path
 
@@ -610,4 +613,19 @@ def delivery() -> Profile:
         route=lambda request: None,
         check=None,
         not_found=lambda path: Answer(404, {"detail": "Not found"}),
+    )
+
+
+def gitlab_error(status: int, message: str) -> Answer:
+    """GitLab's REST error body (lib/api/helpers.rb `render_api_error!`): `{"message": "<status> <reason>"}`."""
+    return Answer(status, {"message": message})
+
+
+def gitlab(token: str, *, project: str) -> Profile:
+    """GitLab REST v4 (docs.gitlab.com/api/pipelines): the token in PRIVATE-TOKEN, `GET .../pipelines/:id`."""
+    return Profile(
+        name="gitlab",
+        route=_path_route("GET", rf"/api/v4/projects/{re.escape(project)}/pipelines/(?P<job>[^/]+)"),
+        check=header_equals("private-token", token, gitlab_error(401, "401 Unauthorized")),
+        not_found=lambda job: gitlab_error(404, "404 Not found"),
     )

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
+
 from .imitation import Answer, Imitation, JSONValue, anthropic, anthropic_error, ok
 from .support import assert_no_secret, fetch_result, tuned, watch
 
@@ -128,10 +130,10 @@ def test_results_url_on_another_origin_never_gets_the_key(
         pytest.param(
             [batch("ended", cancel=True, succeeded=100)], 0, None, "ended", id="cancel-asked-nothing-canceled"
         ),
-        pytest.param(
-            [batch("ended", succeeded=90, expired=10)], 3, "job_expired", "ended_expired", id="partly-expired"
-        ),
+        pytest.param([batch("ended", succeeded=90, expired=10)], 0, None, "ended", id="partly-expired"),
+        pytest.param([batch("ended", succeeded=90, errored=5, expired=5)], 0, None, "ended", id="partly-errored"),
         pytest.param([batch("ended", expired=100)], 3, "job_expired", "ended_expired", id="all-expired"),
+        pytest.param([batch("ended", errored=5, expired=5)], 3, "job_expired", "ended_expired", id="none-succeeded"),
         pytest.param(
             [batch("ended", canceled=10)], 4, "unknown_state", "ended_unexplained", id="canceled-without-cancel"
         ),
@@ -196,3 +198,50 @@ def test_wrong_key_is_an_authorization_stop(provider: Imitation, contract: Path,
     watched = watch(contract, base_url=provider.url, home=home, env={"ANTHROPIC_API_KEY": "sk-ant-wrong"}, job=ID)
     assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")
     assert_no_secret("sk-ant-wrong", watched.ran.stdout, watched.ran.stderr)
+
+
+def test_a_batch_that_ended_with_some_requests_expired_is_a_success_whose_results_are_fetched(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    """Issue 24: 9,990 succeeded and 10 expired was `expired` (exit 3) and fetch-result refused the results file,
+    so a pipeline submitted the batch again and paid twice. Every request of an ended batch is succeeded, errored,
+    canceled or expired, and results_url covers them all: the succeeded ones are the output."""
+    provider.script(ID, batch("in_progress"), batch("ended", origin=provider.url, succeeded=9990, expired=10))
+    provider.file(f"/v1/messages/batches/{ID}/results", RESULTS, content_type="application/binary")
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a9")
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    counts = {"processing": 0, "succeeded": 9990, "errored": 0, "canceled": 0, "expired": 10}
+    assert watched.outcome["counts"] == counts
+    fetched = fetch_result("a9", tmp_path / "results.jsonl", home=home, env=ENV)
+    assert fetched.code == 0, fetched.stderr
+    assert (tmp_path / "results.jsonl").read_bytes() == RESULTS
+    assert "the result covers: canceled 0, errored 0, expired 10, processing 0, succeeded 9990" in fetched.stdout
+    story = run_cli("story", "a9", home=home)
+    assert "the result covers: canceled 0, errored 0, expired 10, processing 0, succeeded 9990" in story.stdout
+    assert_no_secret(KEY, watched.ran.stdout, watched.ran.stderr, fetched.stdout, fetched.stderr)
+
+
+def test_a_cancelled_batch_keeps_what_succeeded_before_the_cancel(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    provider.script(
+        ID, batch("canceling", cancel=True), batch("ended", cancel=True, origin=provider.url, succeeded=40, canceled=60)
+    )
+    provider.file(f"/v1/messages/batches/{ID}/results", RESULTS, content_type="application/binary")
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a10")
+    assert (watched.code, watched.outcome["reason"]) == (3, "job_cancelled"), watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["result"] == f"{provider.url}/v1/messages/batches/{ID}/results"
+    fetched = fetch_result("a10", tmp_path / "part.jsonl", home=home, env=ENV)
+    assert fetched.code == 0, fetched.stderr
+    assert "a partial result: the finished part of a job that ended (job cancelled)" in fetched.stdout
+    assert (tmp_path / "part.jsonl").read_bytes() == RESULTS
+
+
+def test_an_ended_batch_with_nothing_succeeded_has_nothing_to_fetch(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    provider.script(ID, batch("ended", origin=provider.url, errored=5, expired=5))
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID, operation="a11")
+    assert (watched.code, watched.outcome["reason"], watched.outcome["result"]) == (3, "job_expired", None)
+    fetched = fetch_result("a11", tmp_path / "none.jsonl", home=home, env=ENV)
+    assert fetched.code == 2 and provider.downloads(f"/v1/messages/batches/{ID}/results") == []

@@ -160,3 +160,26 @@ def test_region_is_required(provider: Imitation, contract: Path, home: Path) -> 
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=JOB)
     assert watched.code == 2 and "region" in watched.ran.stderr
     assert provider.seen() == []
+
+
+def test_long_term_iam_keys_without_a_session_token_are_signed_with_the_pair_alone(tmp_path: Path, home: Path) -> None:
+    """Issue 24: the contract's comment said AWS_SESSION_TOKEN was optional, but long-term IAM keys (no session
+    token) got exit 2 "needs the credential in environment variable AWS_SESSION_TOKEN"."""
+    contract = tuned(tmp_path / "contracts", "aws-textract-analysis")
+    long_term = {"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": ""}
+    with Imitation(textract(ACCESS, SECRET, region=REGION)) as provider:
+        provider.script(JOB, ok(IN_PROGRESS), ok(SUCCEEDED))
+        watched = tx_watch(contract, provider, home, env=long_term)
+        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+        seen = provider.seen(JOB)
+        assert len(seen) == 2 and all(s.credential_ok for s in seen)
+        assert all("x-amz-security-token" not in s.headers for s in seen)
+        assert_no_secret(SECRET, watched.ran.stdout, watched.ran.stderr)
+
+
+def test_the_key_pair_is_still_required(tmp_path: Path, home: Path) -> None:
+    contract = tuned(tmp_path / "contracts", "aws-textract-analysis")
+    with Imitation(textract(ACCESS, SECRET, region=REGION)) as provider:
+        watched = tx_watch(contract, provider, home, env={**ENV, "AWS_SECRET_ACCESS_KEY": ""})
+        assert watched.code == 2 and "AWS_SECRET_ACCESS_KEY" in watched.ran.stderr, watched.ran.stderr
+        assert provider.seen() == []

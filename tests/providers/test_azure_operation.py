@@ -1,4 +1,4 @@
-"""azure-operation against an imitation of an Azure AI (Document Intelligence) operation monitor, real CLI.
+"""azure-operation against an imitation of Azure AI operation monitors (Document Intelligence, Translator, Language).
 
 States and their case-insensitive reading: azure-core `sdk/core/azure-core/azure/core/polling/base_polling.py`
 (`_FINISHED`, `_FAILED`, `_SUCCEEDED`, compared with `str(status).lower()`; Retry-After honoured on every
@@ -6,6 +6,10 @@ poll, 200 included). Bodies: the Document Intelligence REST type `AnalyzeResultO
 (learn.microsoft.com/javascript/api/@azure-rest/ai-document-intelligence/analyzeresultoperationoutput): status,
 createdDateTime, lastUpdatedDateTime, error, analyzeResult; the values are illustrative (no verbatim example
 was found, docs/plans/part8-providers.md section 6). The 401 body is the Cognitive Services key refusal.
+Translator batches: azure-ai-translation-document `models/_enums.py` (Status) and `_polling.py` (ValidationFailed
+raises the body's error, innerError first), the TranslationStatus body (id, status, summary, error). Language jobs:
+azure-ai-textanalytics `_generated/v2022_05_01/models/_text_analytics_client_enums.py` (State) and `_lro.py` (the
+tasks counts; partiallycompleted counted among the successes); see tests/providers/fidelity/azure-operation.toml.
 """
 
 from __future__ import annotations
@@ -98,8 +102,9 @@ def test_a_429_waits_x_ms_retry_after_ms(provider: Imitation, tmp_path: Path, ho
     [
         pytest.param(status("failed", error=ERROR), 3, "job_failed", id="failed"),
         pytest.param(status("Canceled"), 3, "job_cancelled", id="canceled"),
-        pytest.param(status("cancelled"), 4, "unknown_state", id="two-Ls-is-not-theirs"),
-        pytest.param(status("skipped"), 4, "unknown_state", id="skipped"),
+        pytest.param(status("cancelled"), 3, "job_cancelled", id="two-Ls-is-Language-and-Translator"),
+        pytest.param(status("skipped"), 3, "job_cancelled", id="skipped"),
+        pytest.param(status("Completed"), 4, "unknown_state", id="undocumented"),
         pytest.param(status(""), 4, "unknown_state", id="empty-status"),
         pytest.param({"createdDateTime": "2024-03-27T17:09:11Z"}, 4, "invalid_response", id="no-status"),
         pytest.param({"status": 5}, 4, "invalid_response", id="status-a-number"),
@@ -136,3 +141,74 @@ def test_wrong_key(provider: Imitation, home: Path) -> None:
         flags=("--status-url", handle(provider)),
     )
     assert (watched.code, watched.outcome["reason"]) == (4, "authorization_denied")
+
+
+TRANSLATION = "/translator/document/batches/727bf148-f327-47a0-9481-abae6362f11e"
+TRANSLATOR_QUERY = "api-version=2024-05-01"
+
+
+def batch(value: str, **summary: int) -> dict[str, JSONValue]:
+    """A Translator TranslationStatus body: the batch's status and its documents' summary."""
+    counts: dict[str, JSONValue] = {
+        "total": 10, "failed": 0, "success": 0, "inProgress": 0, "notYetStarted": 0, "cancelled": 0,
+        "totalCharacterCharged": 0, **summary,
+    }  # fmt: skip
+    return {"id": TRANSLATION.rpartition("/")[2], **status(value), "summary": counts}
+
+
+def test_a_translation_cancelled_while_running_ends_cancelled_with_its_counts(
+    provider: Imitation, tmp_path: Path, home: Path
+) -> None:
+    """Issue 24: Cancelling and Cancelled stopped as unknown_state, so a cancelled translation never ended as one."""
+    contract = tuned(tmp_path / "c", "azure-operation", vars={"api_version": "2024-05-01"})
+    provider.script(
+        TRANSLATION,
+        ok(batch("NotStarted", notYetStarted=10)),
+        ok(batch("Running", inProgress=4, success=3, notYetStarted=3)),
+        ok(batch("Cancelling", success=3, inProgress=2, notYetStarted=5)),
+        ok(batch("Cancelled", success=3, cancelled=7)),
+    )
+    handle = f"{provider.url}{TRANSLATION}?{TRANSLATOR_QUERY}"
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle))
+    assert watched.code == 3, watched.ran.stdout + watched.ran.stderr
+    assert (watched.outcome["reason"], watched.outcome["last_state"]) == ("job_cancelled", "cancelled")
+    assert watched.outcome["counts"]["success"] == 3 and watched.outcome["counts"]["cancelled"] == 7
+    assert provider.status_requests(TRANSLATION) == 4
+
+
+def test_a_translation_that_fails_validation_keeps_its_error(provider: Imitation, tmp_path: Path, home: Path) -> None:
+    contract = tuned(tmp_path / "c", "azure-operation", vars={"api_version": "2024-05-01"})
+    error: dict[str, JSONValue] = {
+        "code": "InvalidRequest",
+        "message": "Cannot access source document location with the current permissions.",
+        "target": "Operation",
+        "innerError": {"code": "InvalidDocumentAccessLevel", "message": "Cannot access source document location."},
+    }
+    provider.script(TRANSLATION, ok(batch("NotStarted")), ok({**batch("ValidationFailed", total=0), "error": error}))
+    handle = f"{provider.url}{TRANSLATION}?{TRANSLATOR_QUERY}"
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle))
+    assert (watched.code, watched.outcome["reason"]) == (3, "job_failed"), watched.ran.stdout + watched.ran.stderr
+    assert json.loads(watched.outcome["provider_error"]) == error
+
+
+LANGUAGE = "/language/analyze-text/jobs/7a9a3a93-5a43-4bd3-8a8b-41c9c4a8bb1f"
+LANGUAGE_QUERY = "api-version=2023-04-01"
+
+
+def test_a_language_job_partly_completed_is_a_success_that_says_what_part(
+    provider: Imitation, tmp_path: Path, home: Path
+) -> None:
+    contract = tuned(tmp_path / "c", "azure-operation", vars={"api_version": "2023-04-01"})
+
+    def job(value: str, **tasks: JSONValue) -> dict[str, JSONValue]:
+        counts: dict[str, JSONValue] = {"completed": 0, "failed": 0, "inProgress": 0, "total": 2, "items": [], **tasks}
+        return {"jobId": LANGUAGE.rpartition("/")[2], **status(value), "tasks": counts}
+
+    items: list[JSONValue] = [{"kind": "KeyPhraseExtractionLROResults", "status": "succeeded", "results": {}}]
+    final = job("partiallyCompleted", completed=1, failed=1, items=items)
+    provider.script(LANGUAGE, ok(job("running", inProgress=2)), ok(final))
+    handle = f"{provider.url}{LANGUAGE}?{LANGUAGE_QUERY}"
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, flags=("--status-url", handle))
+    assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+    assert watched.outcome["result"] == final
+    assert watched.outcome["counts"] == {"completed": 1, "failed": 1, "inProgress": 0, "total": 2}

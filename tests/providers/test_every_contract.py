@@ -1,7 +1,7 @@
 """Every shipped contract through the worker fleet and through MCP, in one run each (issue 11, "Done when").
 
 Each provider's bodies, credentials and job ids are the ones its own module cites (test_NAME.py beside this
-one); here one real worker, and one real MCP session, watch all seven lifecycles at once against their
+one); here one real worker, and one real MCP session, watch all eight lifecycles at once against their
 imitations: pending, then the documented success, and the secret never in what a person or an agent sees.
 """
 
@@ -19,6 +19,7 @@ from . import test_anthropic_message_batch as an
 from . import test_aws_textract_analysis as tx
 from . import test_azure_operation as az
 from . import test_github_actions_run as gh
+from . import test_gitlab_pipeline as gl
 from . import test_google_operation as go
 from . import test_openai_batch as oa
 from . import test_replicate_prediction as rp
@@ -30,6 +31,7 @@ from .imitation import (
     anthropic,
     azure,
     github,
+    gitlab,
     google,
     ok,
     openai,
@@ -86,6 +88,10 @@ CASES = (
         tx.JOB, (ok(tx.IN_PROGRESS), ok(tx.SUCCEEDED)),
         {"pages": 3, "warnings": None, "model_version": "1.0", "more_blocks": True},
         (tx.SECRET, tx.SESSION), tx.ENV, {"region": tx.REGION},
+    ),
+    Case(
+        "gitlab-pipeline", lambda: gitlab(gl.TOKEN, project=gl.PROJECT), gl.PIPELINE,
+        (gl.pipeline("running"), gl.pipeline("success")), gl.WEB, (gl.TOKEN,), gl.ENV, {"project": gl.PROJECT},
     ),
 )  # fmt: skip
 

@@ -210,3 +210,29 @@ def test_a_respelt_run_id_is_the_same_run_never_a_second_budget(
         refused = gh_watch(contract, provider, home, operation="g3", job=bad)
         assert refused.code == 2 and "--job must be a whole number" in refused.ran.stderr, refused.ran.stderr
     assert len(provider.seen()) == 1
+
+
+SECONDARY = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [(403, SECONDARY), (429, SECONDARY), (429, "Too many requests")],
+    ids=["secondary-403", "secondary-429", "any-429"],
+)
+def test_a_secondary_rate_limit_without_retry_after_waits_a_minute_whatever_the_schedule(
+    provider: Imitation, tmp_path: Path, home: Path, status: int, message: str
+) -> None:
+    """Issue 24: GitHub asks for at least a minute and warns that integrations that keep retrying may be banned;
+    the contract retried after about 41 s, and a `use` file's shorter max_delay shortened it further. The minute
+    belongs to the signal (`min_wait`): with 100 ms delays and a 5 s deadline no second request fits, so the watch
+    stops rate_limited at once, one request sent, rather than ask again before the minute."""
+    contract = tuned(
+        tmp_path / "fast", "github-actions-run", vars={"repo": REPO}, limits={"deadline": "5s"},
+        schedule={"base_delay": "50ms", "max_delay": "100ms"},
+    )  # fmt: skip
+    provider.script(RUN, github_error(status, message), run("completed", "success"))
+    watched = gh_watch(contract, provider, home)
+    assert (watched.code, watched.outcome["reason"]) == (4, "rate_limited"), watched.ran.stdout + watched.ran.stderr
+    assert "leaves no request before" in watched.outcome["detail"]
+    assert provider.status_requests(RUN) == 1

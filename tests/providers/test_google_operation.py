@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from pollwarden.catalogue import shipped_contract
+from tests.conftest import run_cli
+
 from .imitation import Imitation, JSONValue, google, google_error, ok
 from .support import assert_no_secret, tuned, watch
 
@@ -169,3 +172,35 @@ def test_quota_429_waits_and_a_401_stops(provider: Imitation, contract: Path, ho
     assert (expired.code, expired.outcome.get("reason")) == (4, "authorization_denied"), (
         expired.ran.stdout + expired.ran.stderr
     )
+
+
+RUN_V2 = "projects/my-project/locations/europe-west1/operations/7c1d6a1e-5b1f-4f8a-9a1c-2e3f4a5b6c7d"
+
+
+def test_an_operation_of_a_v2_api_is_watched_with_api_version(tmp_path: Path, home: Path) -> None:
+    """Issue 24: `/v1/` was fixed in the status and cancel URLs, so a v2 API's operations (Cloud Run Admin v2:
+    `GET https://run.googleapis.com/v2/{name}`) could not be watched, and a `use` file could not change it."""
+    contract = tuned(tmp_path / "c", "google-operation", vars={"api_version": "v2"})
+    done: dict[str, JSONValue] = {
+        "name": RUN_V2,
+        "metadata": {"@type": "type.googleapis.com/google.cloud.run.v2.Service", "name": "projects/p/services/s"},
+        "done": True,
+        "response": {"@type": "type.googleapis.com/google.cloud.run.v2.Service", "name": "projects/p/services/s"},
+    }
+    with Imitation(google(TOKEN, version="v2")) as run_admin:
+        run_admin.script(RUN_V2, ok({"name": RUN_V2}), ok(done))
+        watched = watch(contract, base_url=run_admin.url, home=home, env=ENV, job=RUN_V2)
+        assert watched.code == 0, watched.ran.stdout + watched.ran.stderr
+        assert [seen.path for seen in run_admin.seen(RUN_V2)] == [f"/v2/{RUN_V2}"] * 2
+    cancel = shipped_contract("google-operation", {"api_version": "v2"}).cancel
+    assert cancel is not None and cancel.url_for(RUN_V2).endswith(f"/v2/{RUN_V2}:cancel")
+    assert shipped_contract("google-operation").status_url_for(RUN_V2).endswith(f"/v1/{RUN_V2}")
+
+
+@pytest.mark.parametrize("version", ["v1/../v2", "v1?alt=json", ""])
+def test_an_api_version_that_would_change_the_path_is_refused(version: str, home: Path) -> None:
+    ran = run_cli(
+        "watch", "--contract", "google-operation", "--var", f"api_version={version}", "--job", NAME, home=home
+    )
+    assert ran.code == 2 and "api_version" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
+
 from .imitation import Answer, Imitation, JSONValue, ok, openai, openai_insufficient_quota, openai_rate_limited
 from .support import assert_no_secret, fetch_result, tuned, watch
 
@@ -226,3 +228,52 @@ def test_unknown_batch_stops_after_the_grace(provider: Imitation, tmp_path: Path
     assert watched.code == 4
     assert watched.outcome["reason"] == "integration_failure"
     assert provider.status_requests("batch_nope") >= 2  # within the grace a 404 is "not visible yet"
+
+
+@pytest.mark.parametrize(
+    ("ending", "reason", "counts"),
+    [
+        pytest.param("expired", "job_expired", {"total": 10000, "completed": 9990, "failed": 0}, id="expired"),
+        pytest.param("cancelled", "job_cancelled", {"total": 100, "completed": 30, "failed": 2}, id="cancelled"),
+    ],
+)
+def test_the_finished_part_of_an_ended_batch_is_kept_and_fetched(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path, ending: str, reason: str, counts: dict[str, int]
+) -> None:
+    """Issue 24: an expired or cancelled batch's output file (its finished part) was dropped and could not be
+    fetched. It stays a stop (exit 3), with the output file and the provider's counts in the outcome."""
+    ended = state(VALIDATING, ending, output_file_id="file-part1", error_file_id=None, request_counts=counts)
+    provider.script("batch_abc123", state(VALIDATING, "in_progress", in_progress_at=NOW), ended)
+    provider.file("/v1/files/file-part1/content", OUTPUT_JSONL, content_type="application/octet-stream")
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job="batch_abc123", operation="p1")
+    assert watched.code == 3, watched.ran.stdout + watched.ran.stderr
+    assert (watched.outcome["reason"], watched.outcome["result"]) == (reason, "file-part1")
+    assert watched.outcome["counts"] == counts
+
+    out = tmp_path / "part.jsonl"
+    fetched = fetch_result("p1", out, home=home, env=ENV)
+    assert fetched.code == 0, fetched.stderr
+    assert out.read_bytes() == OUTPUT_JSONL
+    told = ", ".join(f"{name} {value}" for name, value in sorted(counts.items()))
+    assert f"a partial result: the finished part of a job that ended ({reason.replace('_', ' ')}): {told}" in (
+        fetched.stdout
+    )
+    (download,) = provider.downloads("/v1/files/file-part1/content")
+    assert download.headers["authorization"] == f"Bearer {KEY}"
+
+    status = run_cli("status", "p1", home=home)
+    assert "partial result" in status.stdout and told in status.stdout, status.stdout
+    story = run_cli("story", "p1", home=home)
+    assert f"kept the finished part as a partial result: file-part1 ({told})" in story.stdout, story.stdout
+    assert_no_secret(KEY, watched.ran.stdout, fetched.stdout, fetched.stderr, status.stdout, story.stdout)
+
+
+def test_an_ended_batch_without_an_output_file_has_nothing_to_fetch(
+    provider: Imitation, contract: Path, home: Path, tmp_path: Path
+) -> None:
+    provider.script("batch_abc123", state(VALIDATING, "expired", expired_at=NOW))
+    watched = watch(contract, base_url=provider.url, home=home, env=ENV, job="batch_abc123", operation="p2")
+    assert (watched.code, watched.outcome["result"]) == (3, None), watched.ran.stdout + watched.ran.stderr
+    fetched = fetch_result("p2", tmp_path / "none.jsonl", home=home, env=ENV)
+    assert fetched.code == 2 and "has no validated result (job_expired)" in fetched.stderr, fetched.stderr
+    assert not (tmp_path / "none.jsonl").exists() and provider.downloads("/v1/files/None/content") == []

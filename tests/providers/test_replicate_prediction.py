@@ -144,7 +144,9 @@ def test_output_urls_are_fetched_from_replicate_delivery_only(url: str, allowed:
         pytest.param(ok(CANCELED), 3, "job_cancelled", id="canceled"),
         pytest.param(with_(STARTING, status="aborted"), 3, "job_expired", id="aborted"),
         pytest.param(with_(STARTING, status="cancelled"), 4, "unknown_state", id="two-Ls-is-not-theirs"),
-        pytest.param(with_(SUCCEEDED, output=None, data_removed=True), 4, "result_invalid", id="output-removed"),
+        # Replicate removed the output after its retention hour: the result expired (docs/providers.md).
+        pytest.param(with_(SUCCEEDED, output=None, data_removed=True), 3, "job_expired", id="output-removed"),
+        pytest.param(with_(SUCCEEDED, output=None), 4, "result_invalid", id="output-null"),
         pytest.param(
             Answer(401, {"title": "Unauthenticated", "detail": "Invalid token", "status": 401}),
             4,

@@ -15,6 +15,7 @@ from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..core.contract import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
+from ..core.result_part import part_words
 from ..decisions import person_problem
 from ..engine.installed import install_as_caller
 from ..home import unknown_operation
@@ -186,6 +187,8 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
         print(f"wrote the result ({result['bytes']} bytes of JSON, sha256 {result['sha256']}) to {shown(out)}")
     else:
         print(f"fetched {result['bytes']} bytes (sha256 {result['sha256']}) to {shown(out)}")
+    if (part := part_words(record)) is not None:
+        print(shown(part))
     return EXIT_OK
 
 

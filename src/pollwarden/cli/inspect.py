@@ -6,8 +6,9 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from ..core.contract_result import result_text
+from ..core.contract_result import counts_text, result_text
 from ..core.durations import DurationError, parse_rfc3339
+from ..core.result_part import part_words
 from ..home import resolve_home, unknown_operation
 from ..operating import operation_known
 from ..shown import shown
@@ -48,7 +49,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if key in {"owner_since", "polling_now", "overdue", "orphaned"}:
                         continue  # said by `owner` and `flags` in words
                     # A result may be any JSON value: one line of compact JSON, never a Python repr.
-                    print(f"{key:26} {shown(result_text(value) if key == 'result' else value)}")
+                    if key == "result":
+                        value = result_text(value)
+                    elif key == "counts":
+                        value = counts_text(tuple(value.items()))
+                    print(f"{key:26} {shown(value)}")
+                if stored.record.partial:  # a stop that kept the finished part of the job: say what part
+                    print(f"{'partial result':26} {shown(part_words(stored.record))}")
                 for line in follow_up_lines(store, stored, resolve_home(args.home)):
                     print(f"{'follow-up':26} {shown(line)}")  # what became of each decision (followup.py)
             return EXIT_OK

@@ -267,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     home(sb)
     sb.set_defaults(func=Command("decide", "cmd_submit"))
 
-    fr = sub.add_parser("fetch-result", help="download the validated result (only after success)")
+    fr = sub.add_parser(
+        "fetch-result", help="download the validated result (after success, or the finished part a job that ended left)"
+    )
     fr.add_argument("operation")
     fr.add_argument("--out", required=True)
     home(fr)

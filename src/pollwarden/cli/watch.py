@@ -17,6 +17,7 @@ from ..core.decide import Decision
 from ..core.durations import format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..core.result_part import part_words
 from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
 from ..http import Credential, CredentialError, StatusClient, resolve_secret
@@ -283,8 +284,11 @@ def _report(args: argparse.Namespace, store: Store, final: OperationRecord, out:
 
 
 def _print_outcome(record: OperationRecord, out: TextIO) -> None:
+    part = part_words(record)
     if record.phase is Phase.SUCCEEDED:
         out.write(f"succeeded: job {shown(record.job_id)}, result {shown(result_text(record.result))}\n")
+        if part is not None:
+            out.write(f"  {shown(part)}\n")
         return
     reason = record.reason.value if record.reason else "?"
     label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
@@ -297,3 +301,5 @@ def _print_outcome(record: OperationRecord, out: TextIO) -> None:
     )
     if record.provider_error:
         out.write(f"  provider error: {shown(record.provider_error)}\n")
+    if record.partial:
+        out.write(f"  kept: {shown(result_text(record.result))}, {shown(part)}; `pollwarden fetch-result` gets it\n")

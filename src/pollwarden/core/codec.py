@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import PollwardenError
 from .contract import Schedule
+from .contract_result import Counts
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
 from .record import OperationRecord, Plan
@@ -67,6 +68,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         "finished_at": _dt(record.finished_at),
         "status_location": record.status_location,
     }
+    if record.counts is not None:  # written only when set, as token_refused_consecutive below
+        data["counts"] = dict(record.counts)
     if record.token_refused_consecutive:
         # Written only when set: every record stored before the counter existed, and every pinned golden record,
         # stays byte for byte what it was; an absent key reads back as 0.
@@ -117,9 +120,18 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         last_request_id=data.get("last_request_id"),
         provider_error=data.get("provider_error"),
         result=data.get("result"),
+        counts=_counts(data.get("counts")),
         finished_at=_pdt(data.get("finished_at")),
         status_location=data.get("status_location"),
     )
+
+
+def _counts(value: Any) -> Counts | None:
+    """Counts as `read_counts` kept them; anything else in a stored record (edited by hand) is no counts."""
+    if not isinstance(value, dict):
+        return None
+    kept = tuple((k, v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    return kept or None
 
 
 def observation_from_json(data: dict[str, Any]) -> Observation:
@@ -142,6 +154,7 @@ def observation_from_json(data: dict[str, Any]) -> Observation:
         rejections=tuple(Rejection(r["source"], r["value"], r["why"]) for r in data.get("rejections", ())),
         delivery_unknown=bool(data.get("delivery_unknown", False)),
         detail=data.get("detail", ""),
+        counts=_counts(data.get("counts")),
     )
 
 

@@ -190,7 +190,7 @@ def _build(r: Reader) -> Contract:
                 )
             seen[value] = category.value
     f = r.table("fields", required=True)
-    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at", "job_id_type"})
+    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at", "job_id_type", "counts"})
     fields = Fields(
         state=f.expression("state", required=True) or "state",
         result=f.expression("result"),
@@ -198,6 +198,7 @@ def _build(r: Reader) -> Contract:
         expires_at=f.expression("expires_at"),
         poll_after_seconds=f.expression("poll_after_seconds"),
         next_check_at=f.expression("next_check_at"),
+        counts=f.expression("counts"),
     )
     timestamps = Timestamps()
     if "timestamps" in r.data:

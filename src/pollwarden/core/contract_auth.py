@@ -49,6 +49,9 @@ class Auth:
     access_key_env: str | None = None
     secret_key_env: str | None = None
     session_token_env: str | None = None
+    session_token_optional: bool = False
+    """`session_token_optional = true`: long-term IAM keys have no session token; without the variable the request
+    is signed with the key pair alone (with it, the token is sent and signed as before)."""
 
     @property
     def refreshable(self) -> bool:
@@ -77,6 +80,8 @@ class Auth:
             return f"basic:env:{self.username_env},env:{self.password_env} via Authorization"
         if self.kind is AuthKind.SIGV4:
             token = f",env:{self.session_token_env}" if self.session_token_env else ""
+            if self.session_token_env and self.session_token_optional:
+                token += " if set"  # only when used, so the account (and fingerprint) of every older contract stays
             return f"sigv4:{self.service}/{self.region} env:{self.access_key_env},env:{self.secret_key_env}{token}"
         if self.token_command is not None:
             return f"command:{shlex.join(self.token_command)} via {self.header}"
@@ -89,7 +94,15 @@ _HEADER_SOURCES = ("secret_env", "token_command", "token_file")
 _KEYS = {
     AuthKind.HEADER: {"kind", "header", "scheme", *_HEADER_SOURCES, "token_ttl"},
     AuthKind.BASIC: {"kind", "username_env", "password_env"},
-    AuthKind.SIGV4: {"kind", "service", "region", "access_key_env", "secret_key_env", "session_token_env"},
+    AuthKind.SIGV4: {
+        "kind",
+        "service",
+        "region",
+        "access_key_env",
+        "secret_key_env",
+        "session_token_env",
+        "session_token_optional",
+    },
 }
 _SERVICE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}|\{[a-z][a-z0-9_]*\}")
@@ -195,7 +208,15 @@ def _sigv4(a: Reader) -> Auth:
         access_key_env=_env_name(a, "access_key_env", required=True),
         secret_key_env=_env_name(a, "secret_key_env", required=True),
         session_token_env=_env_name(a, "session_token_env") if "session_token_env" in a.data else None,
+        session_token_optional=_session_token_optional(a),
     )
+
+
+def _session_token_optional(a: Reader) -> bool:
+    optional = a.boolean("session_token_optional", False)
+    if optional and "session_token_env" not in a.data:
+        raise a.fail("session_token_optional", "says session_token_env may be unset; name session_token_env too")
+    return optional
 
 
 def _env_name(a: Reader, key: str, *, required: bool = False) -> str:

@@ -68,6 +68,16 @@ class Fields:
     expires_at: str | None = None
     poll_after_seconds: str | None = None
     next_check_at: str | None = None
+    counts: str | None = None
+    """What part of the job the result covers, as the provider counts it (`request_counts`): an object whose number
+    members are kept with the outcome, read on every answer that ends the waiting."""
+
+    def identity(self) -> dict[str, str | None]:
+        """For the fingerprint: `counts` only when used, so every older contract keeps its fingerprint."""
+        listed = dict(self.__dict__)
+        if self.counts is None:
+            del listed["counts"]
+        return listed
 
 
 @dataclass(frozen=True)
@@ -318,7 +328,7 @@ class Contract:
             "name": self.name,
             "status_url": self.status_url,
             "states": self.states.identity(),
-            "fields": self.fields.__dict__,
+            "fields": self.fields.identity(),
             "account": self.account,
         }
         if self.timestamps != Timestamps():  # only when used, so every older contract keeps its fingerprint

@@ -30,6 +30,10 @@ from .expr import json_type
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
 """One JSON value as `json.loads` returns it (the order matters to events.py's coercion: int before float)."""
 
+Counts = tuple[tuple[str, int | float], ...]
+"""The provider's tallies of a job that ended (`[fields].counts`), in its order: what part of it the result covers.
+Pairs, not a dict, so the record and the observation that hold them stay hashable values."""
+
 RESULT_TYPES = ("string", "object", "array", "any")
 
 MAX_RESULT_LENGTH = 4096
@@ -59,6 +63,10 @@ class ResultSpec:
     hosts: tuple[str, ...] = ()
     """Hosts besides the status URL's origin a result may be fetched from: `host` (the scheme's default port),
     `host:port`, or `*.domain` (its subdomains, not itself). Lower case."""
+    partial: tuple[str, ...] = ()
+    """The categories besides success ("failure", "cancelled", "expired") whose answer may carry the finished part
+    of the job (an expired OpenAI batch's output file): the result field is read there too, and a valid result
+    is kept with the stop (and fetched by `fetch-result`); an absent one is no result, never a problem."""
     declared: bool = False
 
     def identity(self) -> dict[str, object] | None:
@@ -66,7 +74,10 @@ class ResultSpec:
         an old contract's fingerprint is unchanged. The fetch keys do not change what a poll means."""
         if not self.declared:
             return None
-        return {"type": self.type, "non_empty": self.non_empty}
+        identity: dict[str, object] = {"type": self.type, "non_empty": self.non_empty}
+        if self.partial:  # only when used, so a contract without it keeps its fingerprint
+            identity["partial"] = list(self.partial)
+        return identity
 
 
 def compact(value: JSONValue) -> str:
@@ -79,6 +90,15 @@ def result_text(value: JSONValue) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) else compact(value)
+
+
+def counts_text(counts: Counts | None) -> str | None:
+    """The provider's tallies as a person reads them, by name ("completed 9990, failed 0, total 10000"): the same
+    line wherever it is read from, since a stored JSON object (the audit trail's) keeps no order."""
+    if not counts:
+        return None
+    pairs = sorted(counts)
+    return ", ".join(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}" for name, value in pairs)
 
 
 def check_result(spec: ResultSpec, path: str, found: bool, value: object) -> tuple[JSONValue, str | None]:
@@ -216,7 +236,7 @@ def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
     if "result" not in r.data:
         return ResultSpec()
     t = r.table("result")
-    t.only({"type", "non_empty", "url", "credential", "max_bytes", "hosts"})
+    t.only({"type", "non_empty", "url", "credential", "max_bytes", "hosts", "partial"})
     if result_field is None:
         raise t.fail("type", "a [result] table needs [fields].result, the field that holds the result")
     kind = t.text("type") or "string"
@@ -242,8 +262,31 @@ def parse_result(r: Reader, result_field: str | None) -> ResultSpec:
         credential=credential,
         max_bytes=_max_bytes(t),
         hosts=_hosts(t),
+        partial=_partial(t),
         declared=True,
     )
+
+
+PARTIAL_CATEGORIES = ("failure", "cancelled", "expired")
+"""The endings whose answer may still carry a result: the provider ended the job, and what finished is output."""
+
+
+def _partial(t: Reader) -> tuple[str, ...]:
+    raw = t.data.get("partial")
+    if raw is None:
+        return ()
+    words = ", ".join(repr(c) for c in PARTIAL_CATEGORIES)
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
+        raise t.fail("partial", f"must be a non-empty list of the categories whose answer keeps a result ({words})")
+    for category in raw:
+        if category not in PARTIAL_CATEGORIES:
+            raise t.fail(
+                "partial", f"{category!r} is not one of {words}: a success always keeps its result, and a job that"
+                " has not ended has no result to keep",
+            )  # fmt: skip
+    if len(set(raw)) != len(raw):
+        raise t.fail("partial", "lists a category twice")
+    return tuple(raw)
 
 
 def _check_template(t: Reader, url: str) -> None:
@@ -282,12 +325,15 @@ __all__ = [
     "FETCH_MAX_BYTES_DEFAULT",
     "MAX_RESULT_JSON_BYTES",
     "MAX_RESULT_LENGTH",
+    "PARTIAL_CATEGORIES",
     "RESULT_TYPES",
     "ContractError",
+    "Counts",
     "JSONValue",
     "ResultSpec",
     "check_result",
     "compact",
+    "counts_text",
     "fetch_url",
     "json_type",
     "parse_result",

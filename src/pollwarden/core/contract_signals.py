@@ -9,6 +9,7 @@ before its status-code table. Reading them is strict like every other table; eva
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -42,6 +43,9 @@ class RateLimitSignal:
     """A JMESPath expression over the JSON body naming the reset (Google: `error.details[].retryDelay`)."""
     reset: ResetFormat | None = None
     means: Meaning = Meaning.RATE_LIMITED
+    min_wait: timedelta | None = None
+    """The least the provider asks for after this answer ("wait for at least one minute before retrying", GitHub's
+    secondary limit): a floor under the next poll, with or without a reset, that no schedule shortens."""
 
     def to_json(self) -> dict[str, Any]:
         """For the fingerprint: what the signal means, in a stable form."""
@@ -54,11 +58,15 @@ class RateLimitSignal:
             **({"reset_body": self.reset_body} if self.reset_body is not None else {}),
             "reset": None if self.reset is None else self.reset.value,
             "means": self.means.value,
+            # Only when used, so every older signal (and the fingerprint it is part of) stays what it was.
+            **({"min_wait": self.min_wait.total_seconds()} if self.min_wait is not None else {}),
         }
 
 
-_KEYS = {"status", "header", "equals", "body", "reset_header", "reset_body", "reset", "means"}
+_KEYS = {"status", "header", "equals", "body", "reset_header", "reset_body", "reset", "means", "min_wait"}
 MAX_SIGNALS = 32
+MAX_MIN_WAIT = timedelta(days=1)
+"""Longer than any provider asks between two requests; a minimum past it is a typo, refused at load."""
 
 
 def parse_rate_limits(r: Reader) -> tuple[RateLimitSignal, ...]:
@@ -109,6 +117,11 @@ def _signal(s: Reader) -> RateLimitSignal:
     means = Meaning(means_text)
     if means is Meaning.AUTHORIZATION_DENIED and named:
         raise s.fail("reset_header", "a signal that means authorization_denied stops; it has no reset time")
+    min_wait = s.duration("min_wait", timedelta(0), positive=True) if "min_wait" in s.data else None
+    if min_wait is not None and means is Meaning.AUTHORIZATION_DENIED:
+        raise s.fail("min_wait", "a signal that means authorization_denied stops; there is no next poll to delay")
+    if min_wait is not None and min_wait > MAX_MIN_WAIT:
+        raise s.fail("min_wait", "must be at most 24h: it is the least wait between two requests")
     return RateLimitSignal(
         status=tuple(status),
         header=None if header is None else header.lower(),
@@ -118,4 +131,5 @@ def _signal(s: Reader) -> RateLimitSignal:
         reset_body=reset_body,
         reset=None if reset_text is None else ResetFormat(reset_text),
         means=means,
+        min_wait=min_wait,
     )

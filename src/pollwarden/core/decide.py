@@ -154,7 +154,9 @@ class _Ctx:
 
     def end(self, reason: StopReason) -> Decision:
         """The provider ended the job: its own error, if it gave one, is kept for the person who looks."""
-        final = self.record.ended(reason, self.obs.detail, self.now, self.obs.provider_error)
+        final = self.record.ended(
+            reason, self.obs.detail, self.now, self.obs.provider_error, result=self.obs.result, counts=self.obs.counts
+        )
         return self._stopped(final, reason, self.obs.detail)
 
     def _stopped(self, final: OperationRecord, reason: StopReason, detail: str) -> Decision:
@@ -253,7 +255,7 @@ Rule = Callable[[_Ctx], Decision]
 def _success(c: _Ctx) -> Decision:
     if c.obs.result_problem is not None:
         return c.stop(StopReason.RESULT_INVALID, f"{c.obs.detail}, but {c.obs.result_problem}")
-    final = c.record.succeeded(c.obs.result, c.obs.detail, c.now)
+    final = c.record.succeeded(c.obs.result, c.obs.detail, c.now, c.obs.counts)
     return Decision(record=final, action=Action.SUCCEED, rule=c.rule, rejections=c.obs.rejections, detail=c.obs.detail)
 
 

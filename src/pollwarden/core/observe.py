@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import EXIT_ESCALATED, PollwardenError
 from .contract import Contract
 from .contract_result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
-from .contract_result import JSONValue, check_result
+from .contract_result import Counts, JSONValue, check_result
 from .contract_signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
 from .expr import absent_words, described, json_type, lookup
@@ -102,9 +102,11 @@ class Observation:
     rejections: tuple[Rejection, ...] = field(default=())
     delivery_unknown: bool = False
     detail: str = ""
+    counts: Counts | None = None
+    """What part of the job the answer says is done (`[fields].counts`): number members only; None when unread."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        seen = {
             "kind": self.kind.value,
             "observed_at": format_rfc3339(self.observed_at),
             "http_status": self.http_status,
@@ -123,6 +125,9 @@ class Observation:
             "delivery_unknown": self.delivery_unknown,
             "detail": self.detail,
         }
+        if self.counts is not None:  # only when read, so every older observation keeps its audited shape
+            seen["counts"] = dict(self.counts)
+        return seen
 
 
 def _t(moment: datetime | None) -> str | None:
@@ -184,6 +189,9 @@ def observe(contract: Contract, exchange: Exchange) -> Observation:
             rejections += (reset,)
         elif reset is not None:
             retry_after = reset if retry_after is None else max(retry_after, reset)
+        if matched.min_wait is not None:  # the signal's own minimum: a floor no reset or schedule lowers
+            floor = at + matched.min_wait
+            retry_after = floor if retry_after is None else max(retry_after, floor)
         return make(
             Kind.RATE_LIMITED,
             f"HTTP {status} matches [[rate_limit]] {number}",
@@ -257,6 +265,13 @@ def _classify_body(
     category = contract.states.category(state)
     at = response.received_at
     result, result_problem = _result(contract, document) if category is Category.SUCCESS else (None, None)
+    if category.value in contract.result.partial:
+        result, kept = _partial_result(contract, document)
+        rejections += kept
+    counts = None
+    if fields.counts and category is not Category.PENDING:
+        counts, problem = read_counts(fields.counts, document)
+        rejections += problem
     expires_at = None
     if fields.expires_at:
         expires_at, problem = _moment(document, fields.expires_at, contract.timestamps.expires_at)
@@ -280,7 +295,48 @@ def _classify_body(
         hint_at=hint_at,
         hint_field=hint_field,
         rejections=rejections + hint_rejections,
+        counts=counts,
     )
+
+
+def _partial_result(contract: Contract, document: Any) -> tuple[JSONValue, tuple[Rejection, ...]]:
+    """The finished part of a job the provider ended (`[result].partial`): kept when present and valid. Absent or
+    null is no partial result, which is normal; a value `[result]` refuses is not kept, and the trail says why."""
+    path = contract.fields.result
+    assert path is not None, "a [result] table needs [fields].result"
+    found = lookup(path, document)
+    if found.problem is not None:
+        return None, (Rejection(path, "", found.problem),)
+    if not found.present:
+        return None, ()
+    result, problem = check_result(contract.result, path, True, found.value)
+    if problem is not None:
+        return None, (Rejection(path, _short(found.value), f"not kept as a partial result: {problem}"),)
+    return result, ()
+
+
+MAX_COUNTS = 32
+"""More tallies than any provider reports; the rest of a larger object is left out, never stored."""
+
+
+def read_counts(path: str, document: Any) -> tuple[Counts | None, tuple[Rejection, ...]]:
+    """The provider's tallies of the job (`request_counts`, Translator's `summary`, Language's `tasks`): the number
+    members of the object `path` names, at most MAX_COUNTS, names of at most 64 characters. Absent is none."""
+    found = lookup(path, document)
+    if found.problem is not None:
+        return None, (Rejection(path, "", found.problem),)
+    if not found.present:
+        return None, ()
+    value = found.value
+    if isinstance(value, dict):
+        numbers = {
+            key: number
+            for key, number in value.items()
+            if len(key) <= 64 and not isinstance(number, bool) and isinstance(number, int | float)
+        }
+        if numbers:
+            return tuple(numbers.items())[:MAX_COUNTS], ()
+    return None, (Rejection(path, _short(value), "not an object with numbers (counts)"),)
 
 
 def _error_text(value: Any) -> str:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .contract import Contract, Schedule
-from .contract_result import JSONValue
+from .contract_result import Counts, JSONValue
 from .durations import format_rfc3339
 from .reasons import DelaySource, Phase, StopReason
 
@@ -61,7 +61,10 @@ class OperationRecord:
     last_request_id: str | None = None
     provider_error: str | None = None
     result: JSONValue = None
-    """The validated result: any JSON value the contract's `[result]` allows (a string for older contracts)."""
+    """The validated result: any JSON value the contract's `[result]` allows (a string for older contracts). A
+    stopped record may carry one too: the finished part of a job the provider ended (`[result].partial`)."""
+    counts: Counts | None = None
+    """The provider's tallies when the job ended (`[fields].counts`): what part of it the result covers."""
     finished_at: datetime | None = None
     status_location: str | None = None
     """A status URL the provider returned on submission (R25); None means the contract's template."""
@@ -125,17 +128,38 @@ class OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
         return self._with(next_poll_at=next_poll_at)
 
-    def succeeded(self, result: JSONValue, detail: str, at: datetime) -> OperationRecord:
-        return self._with(phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at)
+    def succeeded(self, result: JSONValue, detail: str, at: datetime, counts: Counts | None = None) -> OperationRecord:
+        return self._with(phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at, counts=counts)
 
     def stopped(self, reason: StopReason, detail: str, at: datetime) -> OperationRecord:
         return self._with(phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=at)
 
-    def ended(self, reason: StopReason, detail: str, at: datetime, provider_error: str | None) -> OperationRecord:
-        """The provider ended the job (failed, cancelled, expired): stopped, with the provider's own error."""
+    def ended(
+        self,
+        reason: StopReason,
+        detail: str,
+        at: datetime,
+        provider_error: str | None,
+        *,
+        result: JSONValue = None,
+        counts: Counts | None = None,
+    ) -> OperationRecord:
+        """The provider ended the job (failed, cancelled, expired): stopped, with the provider's own error, and
+        the finished part of the job and its counts when the answer carried them (a partial result)."""
         return self._with(
-            phase=Phase.STOPPED, reason=reason, detail=detail, finished_at=at, provider_error=provider_error
+            phase=Phase.STOPPED,
+            reason=reason,
+            detail=detail,
+            finished_at=at,
+            provider_error=provider_error,
+            result=result,
+            counts=counts,
         )
+
+    @property
+    def partial(self) -> bool:
+        """A stop that keeps a result: what the provider finished before it ended the job (`fetch-result` gets it)."""
+        return self.phase is Phase.STOPPED and self.result is not None
 
     def extended(self, plan: Plan, next_poll_at: datetime) -> OperationRecord:
         """A person's approval: active again under a new plan; the budgets already spent stay spent (R41)."""
@@ -184,6 +208,7 @@ class OperationRecord:
             "result": self.result,
             "provider_error": self.provider_error,
             "finished_at": _t(self.finished_at),
+            **({"counts": dict(self.counts)} if self.counts is not None else {}),
         }
 
 

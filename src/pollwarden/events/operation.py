@@ -155,6 +155,8 @@ class SucceededEvent(AuditEvent):
     KIND = "succeeded"
     result: JSONValue = None
     state: str | None = None
+    counts: Mapping[str, Any] | None = None
+    """What part of the job the result covers, as the provider counted it (`[fields].counts`), when it did."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +179,8 @@ class Escalated(StopEvent):
 def outcome_events(record: OperationRecord) -> list[AuditEvent]:
     """The outcome a decision left, if it ended the waiting: succeeded, job_ended or escalated."""
     if record.phase is Phase.SUCCEEDED:
-        return [SucceededEvent(result=record.result, state=record.last_state)]
+        counts = None if record.counts is None else dict(record.counts)
+        return [SucceededEvent(result=record.result, state=record.last_state, counts=counts)]
     if record.phase is Phase.STOPPED and record.reason is not None:
         stop = JobEnded if record.reason.job_ended else Escalated
         return [stop(reason=record.reason.value, detail=record.detail, summary=record.summary())]

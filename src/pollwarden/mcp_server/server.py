@@ -50,7 +50,8 @@ call when you send a progress token (the server reports progress at least every 
 which calling again is free until the next check is due. check_operation never sends a request before then.
 When waiting stops, only a person can grant more: request_extension asks them, get_decision shows their answer.
 To have a job cancelled, request_cancel asks a person (you never cancel yourself; the watch goes on until they
-decide). fetch_result works only after a validated success. You never handle credentials: contracts are named
+decide). fetch_result works only after a validated success, or on the finished part a job that ended left (a
+stop with "partial": true says what part in "counts"). You never handle credentials: contracts are named
 by `name` and the server makes every provider call.
 """
 
@@ -279,8 +280,9 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     @server.tool(
         name="fetch_result",
         annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=True),
-        description="Retrieve the job's result, only after a validated success: the body as text (capped) and the"
-        " sha256 of the whole body.",
+        description="Retrieve the job's result, only after a validated success or from a stop that kept the finished"
+        " part of the job (partial, with the provider's counts): the body as text (capped) and the sha256 of the"
+        " whole body.",
     )
     async def fetch_result_tool(operation_id: OperationId, ctx: Context) -> CallToolResult:
         return await run(ctx, "fetch_result", operation_id=operation_id)

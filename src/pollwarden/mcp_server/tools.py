@@ -19,6 +19,7 @@ from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_
 from ..core.identity import canonical_job
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..core.result_part import no_result_problem, result_part
 from ..decisions import open_decision
 from ..engine import AdmissionError, lease_ttl, new_decision_id
 from ..progress import Progress, progress_of_record
@@ -424,13 +425,8 @@ def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, An
 def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
-        if record.phase is not Phase.SUCCEEDED or record.result is None:
-            state = record.reason.value if record.reason else record.phase.value
-            raise ToolFailure(
-                "no_result",
-                f"operation {operation_id} has no validated result ({state}); output may be fetched only after a"
-                " validated success (R6, R17). Nothing was sent",
-            )
+        if (problem := no_result_problem(record)) is not None:
+            raise ToolFailure("no_result", f"{problem}. Nothing was sent")
         try:  # a result that must not be fetched (another host, ...) is refused before a person is asked
             result_source(contract, record)
         except ActionRefused as exc:
@@ -464,6 +460,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
         "text": text[:RESULT_TEXT_CAP],
         "truncated": len(text) > RESULT_TEXT_CAP or len(body) < size,
         "url": fetched.get("url"),
+        **result_part(record),
     }
 
 

@@ -9,6 +9,7 @@ from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, stop_marker
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..core.result_part import part_words, result_part
 from ..engine import Busy, Done, NotYet, Polled, StepResult
 from ..store.base import Store
 
@@ -35,6 +36,7 @@ def view(record: OperationRecord, now: datetime) -> dict[str, Any]:
         "seconds_to_deadline": seconds_until(record.deadline_at, now),
         "next_check_at": None if final else format_rfc3339(record.next_poll_at),
         "result": record.result,
+        **result_part(record),
         "provider_error": record.provider_error,
     }
 
@@ -112,7 +114,10 @@ def final(store: Store, record: OperationRecord, now: datetime, *, polled: bool 
         "job_ended": job_ended,
         "decision": decision_view(decision) if decision is not None else None,
         "message": (
-            "the job ended at the provider without success"
+            f"the job ended at the provider without success; {part_words(record)}, which fetch_result(operation_id)"
+            " retrieves"
+            if record.partial
+            else "the job ended at the provider without success"
             if job_ended
             else "waiting stopped and needs a person's decision; you may ask for more with request_extension,"
             " but only a person can grant it"

@@ -10,6 +10,7 @@ from datetime import datetime
 from ...core.contract_result import result_text
 from ...core.reasons import Phase
 from ...core.record import OperationRecord
+from ...core.result_part import part_words
 from ...followup import FollowUp
 from ...ownership import Ownership
 from ...store.base import INSPECT_UNREADABLE, Event, StoredDecision, UnreadableRow
@@ -183,6 +184,8 @@ def operation_page(
     record = stored_record
     summary = record.summary()
     summary["result"] = result_text(record.result)  # any JSON value: compact JSON, never a Python repr
+    if record.counts is not None or record.partial:  # what part of the job the result is, in words
+        summary["counts"] = part_words(record)
     kv = "".join(f"<tr><th>{esc(key)}</th><td>{dash(value)}</td></tr>" for key, value in summary.items())
     if record.is_final:
         when = ended(record, now)
