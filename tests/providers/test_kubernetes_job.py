@@ -3,9 +3,10 @@
 Bodies: the Job docs' example (kubernetes.io/docs/concepts/workloads/controllers/job/, `kubectl get job pi -o
 yaml`, trimmed) with the conditions of kubernetes/api batch/v1/types.go (JobConditionType Suspended, Complete,
 Failed, FailureTarget, SuccessCriteriaMet; reasons BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy,
-MaxFailedIndexesExceeded, SuccessPolicy, CompletionsReached) @ kubernetes-1.36.3 (10b39a39). Errors are
+MaxFailedIndexesExceeded, SuccessPolicy, CompletionsReached) @ kubernetes-1.36.3 (157e3b39). Errors are
 metav1.Status bodies; the 429 of API Priority and Fairness is plain text with Retry-After (kubernetes/apiserver
-pkg/server/filters/priority-and-fairness.go @ kubernetes-1.36.3). The token is a file, as a service account's is.
+pkg/server/filters/priority-and-fairness.go @ kubernetes-1.36.3, fb3d3236). The token is a file, as a service
+account's is.
 """
 
 from __future__ import annotations
