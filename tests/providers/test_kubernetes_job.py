@@ -24,7 +24,7 @@ from tests.tls import certificates as certificates  # the fixture: a CA and leav
 
 from .imitation import Answer, Imitation, JSONValue, ok
 from .imitation_jobs import k8s_forbidden, k8s_throttled, kubernetes
-from .support import assert_no_secret, record_of, tuned, watch
+from .support import assert_no_secret, choose_cancel, record_of, tuned, watch
 
 TOKEN = "eyJhbGciOiJSUzI1NiIsImtpZCI6ImltaXRhdGlvbiJ9.c2VydmljZWFjY291bnQ.c2lnbmF0dXJl"
 NAMESPACE = "batch"
@@ -208,9 +208,7 @@ def test_cancel_is_a_foreground_delete(provider: Imitation, tmp_path: Path, home
     contract = tuned(tmp_path / "c", "kubernetes-job", limits={"max_requests": 1})
     watched = k8s_watch(contract, provider, home, token_file)
     assert (watched.code, watched.outcome["reason"]) == (4, "request_budget_exhausted"), watched.outcome
-    decision = watched.outcome["decision"]
-    option = next(i for i, o in enumerate(decision["options"], 1) if o["kind"] == "cancel")
-    decided = run_cli("decide", decision["decision_id"], "--option", str(option), "--by", "ops", home=home, env=ENV)
+    decided = choose_cancel(watched, home=home, env=ENV)
     assert decided.code == 0, decided.stdout + decided.stderr
     (delete,) = provider.actions("DELETE")
     assert (delete.path, delete.query) == (path, "propagationPolicy=Foreground")
