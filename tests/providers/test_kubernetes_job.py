@@ -244,3 +244,13 @@ def test_https_with_the_clusters_ca_bundle(
         shown = json.dumps(missing.outcome) + missing.ran.stderr
         assert "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt does not exist" in shown, shown
         assert len(provider.seen()) == 2  # neither the other CA's nor the missing bundle's watch sent a poll
+
+
+def test_the_catalogue_names_the_token_file_and_the_namespace_it_needs(home: Path) -> None:
+    listed = run_cli("contracts", "--json", home=home)
+    assert listed.code == 0, listed.stderr
+    (entry,) = [c for c in json.loads(listed.stdout) if c["name"] == "kubernetes-job"]
+    assert entry["credentials"] == ["file:/var/run/secrets/kubernetes.io/serviceaccount/token"]
+    assert entry["required_vars"] == ["namespace"]
+    table = run_cli("contracts", home=home).stdout
+    assert "file:/var/run/secrets/kubernetes.io/serviceaccount/token" in table and "--var namespace=..." in table
