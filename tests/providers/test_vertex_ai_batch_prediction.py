@@ -20,7 +20,7 @@ from tests.conftest import run_cli
 
 from .imitation import Answer, Imitation, JSONValue, google_error, ok
 from .imitation_jobs import vertex
-from .support import assert_no_secret, tuned, watch
+from .support import assert_no_secret, choose_cancel, tuned, watch
 from .test_google_operation import ENV as ENV  # one Google access token, as for every Google API
 from .test_google_operation import TOKEN as TOKEN
 
@@ -134,3 +134,16 @@ def test_the_job_id_is_the_number_at_the_end_of_its_name(provider: Imitation, co
     assert provider.seen() == []
     padded = vx_watch(contract, provider, home, job=f"0{JOB}")  # an integer: the same job
     assert padded.code == 0, padded.ran.stdout + padded.ran.stderr
+
+
+def test_cancel_is_the_jobs_cancel_method(provider: Imitation, tmp_path: Path, home: Path) -> None:
+    path = f"/v1/projects/{PROJECT}/locations/{LOCATION}/batchPredictionJobs/{JOB}:cancel"
+    provider.action("POST", path, ok({}))
+    provider.script(JOB, batch("JOB_STATE_RUNNING"))
+    contract = tuned(tmp_path / "c", "vertex-ai-batch-prediction", limits={"max_requests": 1})
+    watched = vx_watch(contract, provider, home)
+    assert watched.outcome["reason"] == "request_budget_exhausted", watched.outcome
+    decided = choose_cancel(watched, home=home, env=ENV)
+    assert decided.code == 0, decided.stdout + decided.stderr
+    (cancel,) = provider.actions("POST")
+    assert (cancel.path, cancel.headers["authorization"]) == (path, f"Bearer {TOKEN}")
