@@ -7,7 +7,7 @@ the batch. The hostile answers of tests/test_wire_select_hostile.py run over TLS
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from tests.test_http_keepalive import BODY, OK, KeepAliveServer, always, clock
 from tests.test_wire_select_hostile import PATHS
 from tests.tls import Certificates, Leaf, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
+from tests.tls import tls_server as tls_server  # the fixture: TLS servers with a leaf's certificate
 
 
 @dataclass
@@ -51,19 +52,6 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[Batch]:
     monkeypatch.setattr(wire_round.Round, "add", adding)
     monkeypatch.setattr(wire_round.Round, "close", closing)
     return seen
-
-
-@pytest.fixture
-def tls_server(certificates: Certificates) -> Iterator[Callable[[Leaf], TlsServer]]:
-    servers: list[TlsServer] = []
-
-    def start(leaf: Leaf) -> TlsServer:
-        servers.append(TlsServer(leaf, always(OK)))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def polls(url: str, path: str, count: int) -> list[Exchange]:

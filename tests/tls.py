@@ -10,7 +10,7 @@ import datetime as dt
 import ipaddress
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from pollwarden import wire
-from tests.test_http_keepalive import KeepAliveServer, Script
+from tests.test_http_keepalive import OK, KeepAliveServer, Script, always
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,17 @@ class TlsServer(KeepAliveServer):
         with self._lock:
             self.handshakes += 1
         super()._one(tls)
+
+
+@pytest.fixture
+def tls_server(certificates: Certificates) -> Iterator[Callable[[Leaf], TlsServer]]:
+    """Starts a `TlsServer` with a leaf's certificate that answers OK to every request; all closed at the end."""
+    servers: list[TlsServer] = []
+
+    def start(leaf: Leaf) -> TlsServer:
+        servers.append(TlsServer(leaf, always(OK)))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

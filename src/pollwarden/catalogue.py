@@ -40,7 +40,7 @@ class Shipped:
     provider: str
     docs: str
     credentials: tuple[str, ...]
-    """The environment variables [auth] reads (no value, ever)."""
+    """Where [auth] reads the credential: environment variables, and `file:PATH` for a token file (no value, ever)."""
     extra: str | None
     """The pip extra the contract needs (`aws` for SigV4), or None."""
     installed: bool
@@ -79,6 +79,12 @@ def _describe(name: str, data: Mapping[str, Any]) -> Shipped:
     extra = "aws" if auth.get("kind") == "sigv4" else None
     raw_vars = data.get("vars") if isinstance(data.get("vars"), dict) else {}
     assert isinstance(raw_vars, dict)
+    token_file = auth.get("token_file")
+    if isinstance(token_file, str):
+        # A file read at each request (a service account's token): its path, the var's default filled in.
+        credentials += (
+            "file:" + re.sub(r"\{([a-z][a-z0-9_]*)\}", lambda m: str(raw_vars.get(m[1], m[0])), token_file),
+        )
     return Shipped(
         name=name,
         provider=str(data.get("provider", name)),

@@ -22,6 +22,7 @@ import hashlib
 import io
 import math
 import re
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,6 +41,7 @@ from .credentials import Credential as Credential
 from .credentials import CredentialError as CredentialError
 from .credentials import resolve_secret as resolve_secret
 from .resolve import AddressGuard
+from .trust import ca_context
 from .wire import KEEPALIVE_IDLE as KEEPALIVE_IDLE
 from .wire import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .wire import MAX_HEADERS as MAX_HEADERS
@@ -311,11 +313,21 @@ class StatusClient:
             _check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
             _check_headers(headers)
+            trust = self._trust(url)
         except WireError as exc:
             return self._failure(exc.kind, exc.message, sent_at)
         cap = self._contract.max_body_bytes
-        request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse, body_cap=cap)
+        request = Request(method, url, tuple(headers.items()), body, deadline, reuse=reuse, body_cap=cap, trust=trust)
         return _Started(request, sent_at)
+
+    def _trust(self, url: str) -> ssl.SSLContext | None:
+        """The contract's CA bundle for an https request to its own origin ([tls] ca_file); None, the system's
+        store, for anything else (an http request, a result on another host). Raises WireError (local, nothing
+        sent) for a bundle that cannot be used."""
+        path, origin = self._contract.ca_file, self._contract.origin
+        if path is None or not origin.startswith("https://") or origin_of(url) != origin:
+            return None
+        return ca_context(path)
 
     def _finish(self, started: _Started, answer: Answer | WireError) -> Exchange:
         """The answer read under the caps, or what went wrong on the wire, as the core's Exchange."""
@@ -368,8 +380,9 @@ class StatusClient:
             # own status origin is loopback or private too (`core.addresses`).
             home = urlsplit(self._contract.origin)
             guard = AddressGuard((home.hostname or "", home.port or (443 if home.scheme == "https" else 80)))
+            request = Request("GET", url, tuple(headers.items()), None, deadline, guard=guard, trust=self._trust(url))
             try:
-                answer = self._transport.open(Request("GET", url, tuple(headers.items()), None, deadline, guard=guard))
+                answer = self._transport.open(request)
             except TimeoutError:
                 raise WireError(FailureKind.TIMEOUT, "no answer within the timeout") from None
             try:

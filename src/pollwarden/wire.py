@@ -82,6 +82,9 @@ class Request:
     (`wire_select`) stops one byte past it, which the reader takes for a body over its cap."""
     guard: AddressGuard | None = None
     """Which addresses the request may connect to (a result download): None for the contract's own requests."""
+    trust: ssl.SSLContext | None = None
+    """What verifies an https peer: the contract's own CA bundle for its origin ([tls] ca_file,
+    `pollwarden.trust`), None for the system's store."""
 
 
 class Answer(Protocol):
@@ -325,11 +328,13 @@ def _default_tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def wrap_tls(sock: socket.socket, host: str) -> ssl.SSLSocket:
+def wrap_tls(sock: socket.socket, host: str, trust: ssl.SSLContext | None = None) -> ssl.SSLSocket:
     """A connected socket as TLS to `host`, its handshake not started and the socket non-blocking: what both
     paths verify, one way (`_default_tls`: the system's CA store, the host name checked against the
-    certificate, SNI for a name, TLS 1.2 at least, as `ssl.create_default_context` sets it)."""
-    tls = _default_tls().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    certificate, SNI for a name, TLS 1.2 at least, as `ssl.create_default_context` sets it; `trust`, the
+    contract's own CA bundle made the same way, instead of the system's store)."""
+    context = _default_tls() if trust is None else trust
+    tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
     tls.setblocking(False)
     return tls
 
@@ -366,7 +371,9 @@ def looked_up(lookup: Future[list[AddrInfo]]) -> list[AddrInfo]:
     raise connect_failure(exc)
 
 
-Origin = tuple[str, str, int]
+Origin = tuple[str, str, int, ssl.SSLContext | None]
+"""A pool's key: scheme, host, port, and what verified the connection (a connection trusted by one contract's CA
+bundle is never handed to a request that trusts another, or the system's store)."""
 
 
 class SocketTransport:
@@ -400,10 +407,10 @@ class SocketTransport:
     def open(self, request: Request) -> Answer:
         parts = urlsplit(request.url)
         head = request_head(request, parts)
-        origin = origin_of_parts(parts)
+        origin = origin_of_parts(parts, request.trust)
         sock = self.take(origin) if request.reuse and request.guard is None else None
         if sock is None:
-            sock = self._connect(parts, request.deadline, request.guard)
+            sock = self._connect(parts, request.deadline, request.guard, request.trust)
         try:
             try:
                 sock.settimeout(_remaining(request.deadline, "send"))
@@ -458,7 +465,13 @@ class SocketTransport:
         """The host's addresses, looked up by this transport's resolver off this thread (`pollwarden.resolve`)."""
         return resolve.lookup(self._resolver, host, port)
 
-    def _connect(self, parts: SplitResult, deadline: float, guard: AddressGuard | None = None) -> socket.socket:
+    def _connect(
+        self,
+        parts: SplitResult,
+        deadline: float,
+        guard: AddressGuard | None = None,
+        trust: ssl.SSLContext | None = None,
+    ) -> socket.socket:
         host = parts.hostname or ""
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
@@ -472,7 +485,7 @@ class SocketTransport:
         if not tls:
             return sock
         try:
-            return self._handshake(sock, host, deadline)
+            return self._handshake(sock, host, deadline, trust)
         except BaseException:
             sock.close()
             raise
@@ -489,9 +502,11 @@ class SocketTransport:
         except WireError:
             return []  # the status origin cannot be resolved now: nothing but public addresses
 
-    def _handshake(self, sock: socket.socket, host: str, deadline: float) -> socket.socket:
+    def _handshake(
+        self, sock: socket.socket, host: str, deadline: float, trust: ssl.SSLContext | None
+    ) -> socket.socket:
         """Non-blocking, so a peer that drips its handshake is held to the deadline as well."""
-        tls = wrap_tls(sock, host)
+        tls = wrap_tls(sock, host, trust)
         try:
             while True:
                 try:
@@ -532,9 +547,9 @@ def _connect_any(addresses: Sequence[AddrInfo], deadline: float) -> socket.socke
     raise connect_failure(last)
 
 
-def origin_of_parts(parts: SplitResult) -> Origin:
+def origin_of_parts(parts: SplitResult, trust: ssl.SSLContext | None = None) -> Origin:
     tls = parts.scheme == "https"
-    return (parts.scheme, parts.hostname or "", parts.port or (443 if tls else 80))
+    return (parts.scheme, parts.hostname or "", parts.port or (443 if tls else 80), trust if tls else None)
 
 
 def _quiet(sock: socket.socket) -> bool:

@@ -237,7 +237,7 @@ class Exchanging:
     def start(self) -> None:
         parts = urlsplit(self.request.url)
         self._out = memoryview(request_head(self.request, parts) + (self.request.body or b""))
-        self._origin = origin_of_parts(parts)
+        self._origin = origin_of_parts(parts, self.request.trust)
         sock = self.transport.take(self._origin)
         if sock is not None:
             if sock.gettimeout() != 0.0:  # one the blocking path kept; the selector gives its own back non-blocking
@@ -331,7 +331,7 @@ class Exchanging:
             return
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls:
-            self.sock = wrap_tls(self.sock, self._host)
+            self.sock = wrap_tls(self.sock, self._host, self.request.trust)
             self._stage = _HANDSHAKE
             self._step(self._handshake)
             return

@@ -130,6 +130,8 @@ REFUSALS: list[tuple[str, str, str]] = [
     (_with("[limits]\nmax_requests = 0\n"), "[limits].max_requests", "between 1"),
     (_with("[limits]\nmax_transport_failures = 0\n"), "[limits].max_transport_failures", "between 1"),
     (_with("[limits]\nmax_rate_limited = 0\n"), "[limits].max_rate_limited", "between 1"),
+    (_top("max_body_bytes = 1023\n"), "max_body_bytes", "between 1024 and 268435456"),
+    (_top("max_body_bytes = 268435457\n"), "max_body_bytes", "between 1024 and 268435456"),
     (_with("[schedule]\nbase_delay = 5\n"), "[schedule].base_delay", "duration string"),
     (MINIMAL.replace('pending = ["running"]', 'pending = "running"'), "[states].pending", "list"),
     (MINIMAL.replace('pending = ["running"]', "pending = []"), "[states].pending", "at least one"),
@@ -223,6 +225,14 @@ def test_refusals_name_the_key(text: str, key: str, complaint: str) -> None:
     assert message.startswith("exports.toml: "), message
     assert key in message, message
     assert complaint in message, message
+
+
+def test_max_body_bytes_may_exceed_the_default_up_to_its_limit() -> None:
+    """A finished transcript carries every word in its status answer (assemblyai-transcript: 64 MiB); before
+    issue 24 the key took at most 1,000,000, less than its own 1 MiB default."""
+    assert parse_contract(MINIMAL).max_body_bytes == 1_048_576
+    assert parse_contract(_top("max_body_bytes = 67108864\n")).max_body_bytes == 64 * 1_048_576
+    assert parse_contract(_top("max_body_bytes = 268435456\n")).max_body_bytes == 256 * 1_048_576
 
 
 def test_duplicate_state_across_categories_is_refused() -> None:

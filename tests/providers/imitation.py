@@ -19,6 +19,7 @@ import hmac
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -26,8 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
-from typing import cast
+from typing import Any, cast
 
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
 _MAX_REQUEST_BODY = 1024 * 1024
@@ -212,9 +214,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, imitation: Imitation) -> None:
+    def __init__(self, imitation: Imitation, tls: ssl.SSLContext | None) -> None:
         self.imitation = imitation
+        self.tls = tls
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Over https, the handshake runs on the request's own thread, so a client that stalls in it holds only
+        that thread (a client that refuses the certificate ends it at once)."""
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+        super().finish_request(request, client_address)
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client hanging up mid-answer is not worth a traceback in the test output."""
@@ -253,22 +266,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = _dispatch
     do_POST = _dispatch
+    do_DELETE = _dispatch
 
 
 class Imitation:
     """The provider; a context manager so the server never outlives the test."""
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, *, tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: a certificate and its key, to answer over https (a cluster's API server signed by its own CA)."""
         self.profile = profile
+        self._tls = tls
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Answer]] = {}
         self._files: dict[str, tuple[bytes, str, bool]] = {}
+        self._actions: dict[tuple[str, str], Answer] = {}
         self._seen: list[Seen] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Imitation:
-        self._server = _Server(self)
+        context = None
+        if self._tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self._tls)
+        self._server = _Server(self, context)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self
@@ -287,7 +308,7 @@ class Imitation:
     def url(self) -> str:
         assert self._server is not None, "the imitation is not running"
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host!s}:{port}"
 
     @property
     def port(self) -> int:
@@ -307,6 +328,15 @@ class Imitation:
         """A download at `path` (exact); `credential` says whether the provider requires the credential there."""
         with self._lock:
             self._files[path] = (content, content_type, credential)
+
+    def action(self, method: str, path: str, answer: Answer) -> None:
+        """What a request that is neither a status poll nor a download is answered (a cancel: DELETE, POST)."""
+        with self._lock:
+            self._actions[(method, path)] = answer
+
+    def actions(self, method: str) -> list[Seen]:
+        with self._lock:
+            return [s for s in self._seen if s.job is None and s.method == method and s.method != "GET"]
 
     def seen(self, job: str | None = None) -> list[Seen]:
         key = None if job is None else self.profile.job_key(job)
@@ -350,6 +380,9 @@ class Imitation:
             return answer
 
     def _download(self, request: Incoming, refusal: Answer | None) -> Answer:
+        action = self._actions.get((request.method, request.path))
+        if action is not None:
+            return refusal if refusal is not None else action
         found = self._files.get(request.path)
         if request.method != "GET" or found is None:
             return self.profile.not_found(request.path)
@@ -562,9 +595,9 @@ def azure(key: str) -> Profile:
     )
 
 
-def aws_error(status: int, type_: str, message: str) -> Answer:
-    """botocore `parsers.py` (JSON protocol): `{"__type", "message"}`, in application/x-amz-json-1.1."""
-    return Answer(status, {"__type": type_, "message": message}, {}, "application/x-amz-json-1.1")
+def aws_error(status: int, type_: str, message: str, content_type: str = "application/x-amz-json-1.1") -> Answer:
+    """botocore `parsers.py` (JSON protocol): `{"__type", "message"}`, in the protocol's content type."""
+    return Answer(status, {"__type": type_, "message": message}, {}, content_type)
 
 
 def aws_throttled(*, namespaced: bool = False) -> Answer:
@@ -572,37 +605,61 @@ def aws_throttled(*, namespaced: bool = False) -> Answer:
     return aws_error(400, f"{prefix}ThrottlingException", "Rate exceeded")
 
 
+@dataclass(frozen=True)
+class AwsJson:
+    """One operation of an AWS JSON protocol service (botocore's service-2.json): POST / with X-Amz-Target, the job
+    named by one member of the JSON body, SigV4 for the service's signing name; errors in the protocol's type."""
+
+    service: str
+    target: str
+    member: str
+    content_type: str
+
+    def profile(
+        self,
+        access_key: str,
+        secret_key: str,
+        region: str,
+        session_token: str | None,
+        not_found: Callable[[str], Answer],
+    ) -> Profile:
+        def route(request: Incoming) -> str | None:
+            if request.method != "POST" or request.path != "/":
+                return None
+            if request.headers.get("x-amz-target") != self.target:
+                return "<unknown operation>"
+            if request.headers.get("content-type") != self.content_type:
+                return f"<not {self.content_type}>"
+            try:
+                body = json.loads(request.body)
+            except ValueError:
+                return "<not json>"
+            job = body.get(self.member) if isinstance(body, dict) else None
+            return job if isinstance(job, str) else f"<no {self.member}>"
+
+        signer = SigV4(
+            access_key,
+            secret_key,
+            region,
+            self.service,
+            session_token,
+            refusal=lambda kind, message: aws_error(
+                400 if kind != "MissingAuthenticationTokenException" else 403, kind, message, self.content_type
+            ),
+            must_sign=("host", "x-amz-date", "x-amz-target"),
+        )
+        return Profile(name=self.service, route=route, check=signer, not_found=not_found)
+
+
 def textract(access_key: str, secret_key: str, *, region: str, session_token: str | None = None) -> Profile:
     """Textract JSON 1.1 protocol (botocore `data/textract/2018-06-27/service-2.json`): POST / + X-Amz-Target."""
-
-    def route(request: Incoming) -> str | None:
-        if request.method != "POST" or request.path != "/":
-            return None
-        if request.headers.get("x-amz-target") != "Textract.GetDocumentAnalysis":
-            return "<unknown operation>"
-        try:
-            body = json.loads(request.body)
-        except ValueError:
-            return "<not json>"
-        job = body.get("JobId") if isinstance(body, dict) else None
-        return job if isinstance(job, str) else "<no JobId>"
-
-    signer = SigV4(
+    operation = AwsJson("textract", "Textract.GetDocumentAnalysis", "JobId", "application/x-amz-json-1.1")
+    return operation.profile(
         access_key,
         secret_key,
         region,
-        "textract",
         session_token,
-        refusal=lambda kind, message: aws_error(
-            400 if kind != "MissingAuthenticationTokenException" else 403, kind, message
-        ),
-        must_sign=("host", "x-amz-date", "x-amz-target"),
-    )
-    return Profile(
-        name="textract",
-        route=route,
-        check=signer,
-        not_found=lambda job: aws_error(400, "InvalidJobIdException", "An invalid job identifier was passed."),
+        lambda job: aws_error(400, "InvalidJobIdException", "An invalid job identifier was passed."),
     )
 
 

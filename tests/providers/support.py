@@ -147,3 +147,10 @@ def record_of(home: Path, operation: str) -> dict[str, Any]:
     assert ran.code == 0, ran.stderr
     value: dict[str, Any] = json.loads(ran.stdout)
     return value
+
+
+def choose_cancel(watched: Watched, *, home: Path, env: dict[str, str], by: str = "ops") -> Ran:
+    """The stop's decision answered with its "cancel at provider" option, as a person would (`pollwarden decide`)."""
+    decision = watched.outcome["decision"]
+    option = next(i for i, o in enumerate(decision["options"], 1) if o["kind"] == "cancel")
+    return run_cli("decide", decision["decision_id"], "--option", str(option), "--by", by, home=home, env=env)

@@ -26,6 +26,7 @@ from .contract_model import (
     FORBIDDEN_HEADERS,
     JOB_PATH,
     MAX_BODY_BYTES_DEFAULT,
+    MAX_BODY_BYTES_LIMIT,
     Endpoint,
     StateTable,
     StatusRequest,
@@ -151,6 +152,7 @@ _TOP_KEYS = {
     "headers",
     "status_url_handles",
     "allow_plain_http",
+    "tls",
 }
 
 
@@ -346,7 +348,7 @@ def _build(r: Reader) -> Contract:
         limits=limits,
         not_found_grace=grace,
         request_id_header=request_id_header,
-        max_body_bytes=r.integer("max_body_bytes", MAX_BODY_BYTES_DEFAULT, minimum=1024),
+        max_body_bytes=r.integer("max_body_bytes", MAX_BODY_BYTES_DEFAULT, minimum=1024, maximum=MAX_BODY_BYTES_LIMIT),
         escalation=escalation,
         cancel=cancel,
         submit=submit,
@@ -361,7 +363,19 @@ def _build(r: Reader) -> Contract:
         status_url_handles=status_url_handles,
         job_identity=parse_job_identity(r, status_url_handles=status_url_handles),
         allow_plain_http=allow_plain_http,
+        ca_file=_ca_file(r),
     )
+
+
+def _ca_file(r: Reader) -> str | None:
+    """`[tls] ca_file`: the PEM bundle that verifies the provider over https instead of the system's store (a
+    cluster's own CA, a gateway's private one). Read where the connection is made, never at load: the file is the
+    machine's that runs the operation (a worker's mounted service account), not the one that enqueued it."""
+    if "tls" not in r.data:
+        return None
+    t = r.table("tls")
+    t.only({"ca_file"})
+    return t.path("ca_file", required=True)
 
 
 def _submit_job_id(r: Reader) -> str:

@@ -155,9 +155,7 @@ def _header(a: Reader) -> Auth:
     if scheme:
         check_token(a, "scheme", scheme)
     command = _command(a) if "token_command" in a.data else None
-    token_file = a.text("token_file")
-    if token_file is not None and (not token_file.startswith("/") or any(ord(ch) < 32 for ch in token_file)):
-        raise a.fail("token_file", f"must be an absolute path on one line, got {token_file!r}")
+    token_file = a.path("token_file")
     if "token_ttl" in a.data and command is None and token_file is None:
         raise a.fail("token_ttl", "applies only to token_command or token_file; an environment variable is read once")
     ttl = a.duration("token_ttl", DEFAULT_TOKEN_TTL, positive=True)

@@ -20,6 +20,10 @@ from .contract_vars import text_digest
 from .reasons import Category, Jitter
 
 MAX_BODY_BYTES_DEFAULT = 1_048_576
+MAX_BODY_BYTES_LIMIT = 256 * 1_048_576
+"""The largest status answer a contract may accept (`max_body_bytes`): a finished transcript carries every word
+with its timings in the status answer itself (AssemblyAI), tens of MB for hours of audio. The default stays 1 MiB,
+and the body is held in memory while it is read, so only a contract that needs more says so."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,8 @@ class Contract:
     """The credential may go over plain http to an origin that is not the loopback (refused otherwise)."""
     vars: tuple[tuple[str, str], ...] = ()
     """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
+    ca_file: str | None = None
+    """`[tls] ca_file`: the CA bundle that verifies the contract's origin over https instead of the system's store."""
     source_text: str = field(default="", compare=False, repr=False)
 
     @property
@@ -348,6 +354,8 @@ class Contract:
             identity["job_identity"] = job_identity
         if self.allow_plain_http:  # issue 23: only when used, so every older contract keeps its fingerprint
             identity["allow_plain_http"] = True
+        if self.ca_file is not None:  # issue 24's [tls], only when used: whom the poll trusts to answer it
+            identity["tls"] = {"ca_file": self.ca_file}
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 

@@ -160,6 +160,14 @@ class Reader:
             raise self.fail(key, "must not be empty")
         return value
 
+    def path(self, key: str, required: bool = False) -> str | None:
+        """A file on this machine ([auth].token_file, [tls].ca_file): absolute, so it never depends on the directory a
+        worker or a resume happens to run in, and one line."""
+        value: str | None = self.text(key, required)
+        if value is not None and (not value.startswith("/") or any(ord(ch) < 32 or ord(ch) == 127 for ch in value)):
+            raise self.fail(key, f"must be an absolute path on one line, got {value!r}")
+        return value
+
     def expression(self, key: str, required: bool = False) -> str | None:
         """A JMESPath expression over a JSON body (a dotted path is one), compiled now so a typo stops start-up."""
         text: str | None = self.text(key, required)
@@ -194,14 +202,14 @@ class Reader:
             raise self.fail(key, "must be longer than zero")
         return parsed
 
-    def integer(self, key: str, default: int, minimum: int) -> int:
+    def integer(self, key: str, default: int, minimum: int, maximum: int = 1_000_000) -> int:
         value = self._get(key, False)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(key, f"must be a whole number, got {type(value).__name__}")
-        if value < minimum or value > 1_000_000:
-            raise self.fail(key, f"must be between {minimum} and 1000000, got {value}")
+        if value < minimum or value > maximum:
+            raise self.fail(key, f"must be between {minimum} and {maximum}, got {value}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:

@@ -3,7 +3,8 @@
 A contract may declare variables (`[vars] base_url = "https://api.openai.com"`) and reference them as `{name}`
 in exactly the keys listed in `EXPANDED`. The values are checked before they are substituted, so a var can
 never add a query, a fragment, userinfo, a dot segment or a header line: a `*_url` var is an origin plus an
-optional path, any other var a plain path of safe characters. Expansion happens on the parsed TOML, before the
+optional path, a `*_file` var an absolute path on this machine (used only where a file is named: `FILE_KEYS`),
+any other var a plain path of safe characters. Expansion happens on the parsed TOML, before the
 contract's own reader sees it, so every table's checks (origins, URL shape, JSON bodies) apply to the values
 that will actually be sent.
 
@@ -43,11 +44,20 @@ EXPANDED: tuple[tuple[str, str | None], ...] = (
     ("result", "url"),
     ("escalation", "console_url"),
     ("auth", "region"),
+    ("auth", "token_file"),
+    ("tls", "ca_file"),
 )
 """(table, key) pairs where `{var}` is substituted; (key, None) is a top-level key, (table, "*") every key."""
 
-USE_TABLES = frozenset({"schedule", "limits", "agent", "escalation", "not_found"})
-"""What a `use` file may tune, key by key: how often and how long, never what a state or a URL means."""
+FILE_KEYS = frozenset({("auth", "token_file"), ("tls", "ca_file")})
+"""The keys that name a file on this machine: the only places a `*_file` var may go (a path in a URL or a header
+would send where the machine keeps its secrets to the provider)."""
+
+USE_TABLES = frozenset({"schedule", "limits", "agent", "escalation", "not_found", "tls"})
+"""What a `use` file may tune, key by key: how often and how long, and which CA bundle verifies the provider;
+never what a state or a URL means."""
+
+MAX_FILE_VAR = 4096
 
 ENVELOPE_VERSION = 1
 
@@ -60,6 +70,10 @@ def var_value_problem(name: str, value: object) -> str | None:
         return "holds a control character"
     if ".." in value:
         return "holds '..'; a var may not climb out of the path it is placed in"
+    if is_file_var(name):
+        if not value.startswith("/") or len(value) > MAX_FILE_VAR:
+            return f"{value!r} must be an absolute path (starting with '/') of at most {MAX_FILE_VAR} characters"
+        return None
     if name.endswith("_url"):
         if not _URL_CHARS.fullmatch(value):
             return (
@@ -84,6 +98,11 @@ def var_value_problem(name: str, value: object) -> str | None:
     if any(segment in {".", ".."} for segment in value.split("/")):
         return f"{value!r} holds a dot segment"
     return None
+
+
+def is_file_var(name: str) -> bool:
+    """A var that names a file on this machine (`token_file`, `ca_file`): its value is an absolute path."""
+    return name.endswith("_file")
 
 
 def normal_value(name: str, value: str) -> str:
@@ -176,11 +195,20 @@ def expand(data: Mapping[str, Any], values: Mapping[str, str], source: str) -> d
         for name in keys:
             if isinstance(section.get(name), str):
                 where = f"[{table}].{name}"
-                section[name] = _substitute(section[name], values, source, where, json_literals=(table == "status"))
+                section[name] = _substitute(
+                    section[name],
+                    values,
+                    source,
+                    where,
+                    json_literals=(table == "status"),
+                    files=(table, name) in FILE_KEYS,
+                )
     return out
 
 
-def _substitute(text: str, values: Mapping[str, str], source: str, where: str, *, json_literals: bool) -> str:
+def _substitute(
+    text: str, values: Mapping[str, str], source: str, where: str, *, json_literals: bool, files: bool = False
+) -> str:
     def one(match: re.Match[str]) -> str:
         ref = match.group(1)
         if ref in RUNTIME:
@@ -190,6 +218,11 @@ def _substitute(text: str, values: Mapping[str, str], source: str, where: str, *
             raise ContractError(
                 f"{source}: {where}: {{{ref}}} names no declared var and no placeholder"
                 f" (job_id, job_id:path, result); declared vars: {declared}"
+            )
+        if is_file_var(ref) and not files:
+            raise ContractError(
+                f"{source}: {where}: {{{ref}}} names a file on this machine; a *_file var may be used only in"
+                " [auth].token_file and [tls].ca_file"
             )
         return json.dumps(values[ref]) if json_literals else values[ref]
 
