@@ -212,6 +212,12 @@ class StatusClient:
             with contextlib.suppress(Exception):
                 self._credential.prime()
 
+    def renew(self) -> None:
+        """Forget the credential held (a token fetched, a variable read once), so the next request reads the one
+        configured now: a person chose one check with it after a refusal."""
+        if self._credential is not None:
+            self._credential.renew()
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:

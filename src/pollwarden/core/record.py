@@ -151,6 +151,12 @@ class OperationRecord:
             token_refused_consecutive=0,
         )
 
+    def rechecking(self, plan: Plan, at: datetime) -> OperationRecord:
+        """A person's one check with the credential configured now, after a refusal: active again under `plan`,
+        due at once. Its sender reads the credential again for it (`delay_source`), so a 401 to it is a refusal of
+        that fresh credential: counted as the second in a row, it stops at once (one check, never two)."""
+        return self.extended(plan, at)._with(delay_source=DelaySource.CREDENTIAL_RECHECK, token_refused_consecutive=1)
+
     def with_plan(self, plan: Plan) -> OperationRecord:
         """Only the limits change (a resume that narrows them); nothing about the polling so far."""
         return self._with(plan=plan)

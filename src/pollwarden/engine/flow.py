@@ -19,7 +19,7 @@ from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, ne
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
 from ..core.observe import Exchange, Observation, observe
-from ..core.reasons import Phase, StopReason
+from ..core.reasons import DelaySource, Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..events import DecisionEvent, LeaseLost, RequestWithheld, Reserved, outcome_events, poll_events
@@ -95,6 +95,12 @@ class SendTooLate(PollwardenError):
 def too_late(send: Send, now: datetime) -> SendTooLate | None:
     """What a driver throws in instead of performing `send` at `now`: the one rule every driver keeps."""
     return SendTooLate(now) if send.not_after is not None and now >= send.not_after else None
+
+
+@dataclass(frozen=True)
+class Renew(Effect[None]):
+    """Drop the credential the driver's client holds, so the next request reads the one configured now (a person
+    chose one check with it after a refusal: `DelaySource.CREDENTIAL_RECHECK`)."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,8 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
         )
     ):
         return (yield from _lost(lease, record, now))
+    if reserved.delay_source is DelaySource.CREDENTIAL_RECHECK:
+        yield from ask(Renew())  # the check a person chose is sent with the credential configured now
     sending = yield from ask(Now())
     headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
     # Nothing goes out once the deadline has passed, nor so late that the lease could lapse before the bounded

@@ -352,10 +352,13 @@ def tool_request_extension(
                     raise ToolFailure("not_stopped", str(exc)) from None
             if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
                 reason_value = current.reason.value if current.reason else "?"
+                # The stop's own options (an agent's request would have left only close among them).
+                own = build_request(current, contract, now, decision_id=request.decision_id).options
+                choices = " or ".join(repr(o.label) for o in own)
                 raise ToolFailure(
                     "not_extendable",
-                    f"a stop for {reason_value} does not allow more waiting (R30); a person may inspect or close"
-                    " it. Nothing was requested",
+                    f"a stop for {reason_value} does not allow more waiting (R30); a person may choose {choices}."
+                    " Nothing was requested",
                 )
             # The operation's id is in the event itself: the story names the operation from it.
             event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
