@@ -218,3 +218,14 @@ def test_a_credential_fixed_after_a_401_is_checked_once_by_the_resumed_watch(
     resumed = Watch(contract, home=home, operation_id="api-401").run()
     assert isinstance(resumed, Succeeded) and resumed.result == "/r/api"
     assert resumed.record.status_requests_used == guarded.request_count("api-401") == 2
+
+
+def test_a_deadline_not_longer_than_the_first_check_is_a_watch_error_naming_both(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    text = contract.read_text(encoding="utf-8").replace("[schedule]\n", '[schedule]\nfirst_check = "30s"\n')
+    contract.write_text(text, encoding="utf-8")
+    with pytest.raises(WatchError, match=r"deadline 2s is not longer than contract 'exports''s first_check 30s"):
+        Watch(contract, "happy-9", home=home, deadline="2s")
+    assert sim.request_count("happy-9") == 0 and not (home / "pollwarden.db").exists()

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,7 @@ from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
+from pollwarden.core.record import new_record
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
 from pollwarden.http import FakeTransport, Reply, StatusClient
@@ -265,3 +267,28 @@ def test_a_step_from_a_stale_record_claims_and_follows_the_stored_one(store: Sto
     assert len(transport.requests) == 1  # only the other owner's poll went out
     stored = store.get("op-stale")
     assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1
+
+
+def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(store: Store) -> None:
+    """A record stored before every wait was bounded (first check 30 s, deadline 2 s) slept 30 s, then stopped: the
+    run now sleeps until the deadline and stops there, sending nothing."""
+    text = contract_text("http://127.0.0.1:9").replace("[schedule]\n", '[schedule]\nfirst_check = "30s"\n', 1)
+    contract = parse_contract(text, source="late.toml")
+    install(store, contract)
+    start = utcnow()
+    fresh = new_record(contract, operation_id="op-late", job_id="j", now=start, deadline=timedelta(seconds=2))
+    assert fresh.next_poll_at == start + timedelta(seconds=2)  # new records keep the bound themselves
+    stored = replace(fresh, next_poll_at=start + timedelta(seconds=30))
+    store.create(stored, contract.source_text, stored.summary())
+    clock = [start]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += timedelta(seconds=seconds)
+
+    engine = Engine(store, owner="late", clock=lambda: clock[0])
+    with StatusClient(contract, None, clock=utcnow) as client:
+        final = engine.run(contract, client, "op-late", sleep=sleep)
+    assert final.reason is StopReason.DEADLINE_EXCEEDED and final.status_requests_used == 0
+    assert sum(slept) == 2.0, slept

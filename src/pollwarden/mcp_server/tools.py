@@ -159,8 +159,8 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
         "deadline_at": format_rfc3339(record.deadline_at),
         "max_status_requests": record.plan.max_status_requests,
         "status_requests_used": record.status_requests_used,
-        "next_check_at": format_rfc3339(record.next_poll_at),
-        "retry_after_seconds": seconds_until(record.next_poll_at, now),
+        "next_check_at": format_rfc3339(record.due_at),
+        "retry_after_seconds": seconds_until(record.due_at, now),
         "approval": served.approval,
         "message": (
             f"{reused}watching job {record.job_id}: at most {record.plan.max_status_requests} status requests until"
@@ -513,7 +513,7 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
                 "status_requests_used": r.status_requests_used,
                 "max_status_requests": r.plan.max_status_requests,
                 "deadline_at": format_rfc3339(r.deadline_at),
-                "next_check_at": None if r.is_final else format_rfc3339(r.next_poll_at),
+                "next_check_at": None if r.is_final else format_rfc3339(r.due_at),
             }
             for r in rows
         ],
