@@ -192,8 +192,9 @@ class StatusClient:
     def _headers(
         self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
     ) -> dict[str, str]:
-        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere.
-        static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
+        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere. Those
+        # that name the status request ({reservation}, {lease}) come filled in with it, from the flow.
+        static = dict(self._contract.static_headers) if origin_of(url) == self._contract.origin else {}
         headers = {**self._base_headers, **static, **extra}
         if credential and self._sends and self._credential is not None:
             try:

@@ -25,6 +25,7 @@ from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
+from pollwarden.credentials import resolve_secret
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
 from pollwarden.http import FakeTransport, Reply, StatusClient
@@ -292,3 +293,30 @@ def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(s
         final = engine.run(contract, client, "op-late", sleep=sleep)
     assert final.reason is StopReason.DEADLINE_EXCEEDED and final.status_requests_used == 0
     assert sum(slept) == 2.0, slept
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_signed_status_request_carries_and_signs_only_the_contracts_headers(store: Store, asked: bool) -> None:
+    """The reservation and lease went out on every request, signed into SigV4, which no doc mentioned; now only
+    what the contract's [headers] ask for is sent (and signed), with status requests."""
+    auth = (
+        '[auth]\nkind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\n'
+        'access_key_env = "AK"\nsecret_key_env = "SK"\n'
+    )
+    text = contract_text("https://provider.test", max_requests=3).replace("[states]", auth + "[states]", 1)
+    if asked:
+        text += '\n[headers]\nX-Slot = "{reservation}"\n'
+    contract = parse_contract(text, source="signed.toml")
+    install(store, contract)
+    transport = FakeTransport(lambda request: Reply(body=b'{"state": "succeeded", "result_url": "/r"}'))
+    engine = Engine(store, owner="cli", clock=store.db_now)
+    op = engine.admit(WatchRequest(contract, "j-1")).record.operation_id
+    credential = resolve_secret(contract, {"AK": "AKIDEXAMPLE", "SK": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"})
+    with StatusClient(contract, credential, clock=store.db_now, transport=transport) as client:
+        final = engine.run(contract, client, op, sleep=lambda _: None)
+    assert final.result == "/r"
+    (sent,) = [dict(r.headers) for r in transport.requests]
+    signed = sent["Authorization"].partition("SignedHeaders=")[2].partition(",")[0].split(";")
+    assert not any(name.lower().startswith("x-pollwarden") for name in sent)
+    assert not any(name.startswith("x-pollwarden") for name in signed)
+    assert ("x-slot" in signed, sent.get("X-Slot")) == ((True, "1") if asked else (False, None))

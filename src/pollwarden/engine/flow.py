@@ -243,7 +243,8 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
     if reserved.delay_source is DelaySource.CREDENTIAL_RECHECK:
         yield from ask(Renew())  # the check a person chose is sent with the credential configured now
     sending = yield from ask(Now())
-    headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
+    # Nothing of pollwarden's own goes to the provider unless the contract's [headers] ask for it.
+    headers = contract.poll_headers(reservation=reserved.status_requests_used, lease=lease.token)
     # Nothing goes out once the deadline has passed, nor so late that the lease could lapse before the bounded
     # request ends (another owner could take the operation while this answer is on its way).
     # (`too_late` refuses from `not_after` on: a request may still start exactly at hold_until - timeout.)
