@@ -74,3 +74,15 @@ def test_a_resume_that_narrows_the_deadline_below_the_next_poll_stops_at_the_new
     assert result["reason"] == "deadline_exceeded" and result["status_requests_used"] == 0
     assert parse_rfc3339(result["finished_at"]) - created < timedelta(hours=1)
     assert sim.request_count("late-1") == 0
+
+
+def test_submit_refuses_such_a_deadline_before_anything_is_sent(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    contract = _late_contract(tmp_path / "c.toml", sim.url, "30s")
+    contract.write_text(contract.read_text() + f'\n[submit]\nurl = "{sim.url}/jobs"\njob_id = "job_id"\n')
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"scenario": "happy"}))
+    ran = run_cli("submit", "--contract", str(contract), "--body", str(body), "--deadline", "10s", home=home)
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert "--deadline 10s is not longer than contract 'exports''s first_check 30s" in ran.stderr
+    assert "nothing was sent" in ran.stderr
+    assert [r for r in sim.requests() if r.method == "POST"] == []
