@@ -177,7 +177,7 @@ def step(contract: Contract, record: OperationRecord, now: datetime) -> Flow[Ste
     claimed = yield from ask(Claim(record.operation_id, lease_ttl(contract)))
     if claimed is None:
         u = yield from ask(Draw())
-        return Busy(record, now + timedelta(milliseconds=200 + u * 300))
+        return Busy(record, _look_again(record, now, timedelta(milliseconds=200 + u * 300)))
     lease, current = claimed  # reloaded under the lease: another owner may have moved it on
     return (yield from step_claimed(contract, lease, current, now))
 
@@ -343,7 +343,14 @@ def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResu
     """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""
     lost = LeaseLost(owner=lease.owner, token=lease.token)
     yield from ask(Append(lease.operation_id, lost.KIND, lost.to_json()))
-    return Busy(record, now + timedelta(milliseconds=200))
+    return Busy(record, _look_again(record, now, timedelta(milliseconds=200)))
+
+
+def _look_again(record: OperationRecord, now: datetime, after: timedelta) -> datetime:
+    """When to look again at an operation another owner holds: after a short pause, but no later than the plan's
+    last moment while it is still ahead (no wait outlasts a limit); past it, the pause (the holder records the stop)."""
+    latest = record.plan.latest_poll
+    return min(now + after, latest) if now < latest else now + after
 
 
 def _words(exc: Exception) -> str:
