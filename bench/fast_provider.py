@@ -5,7 +5,8 @@ a worker can poll, so measuring a worker against it measures the simulator. This
 `Protocol` in a process of its own: it reads each request head and answers it at once, keeping the connection
 open for the next request unless the request asked for `Connection: close` (pollwarden's status polls keep
 their connections alive; its other requests ask for a close). It still checks what a provider can check: it
-counts requests, and it counts a (job, reservation number) pair seen twice, which would be a double poll.
+counts requests, and it counts a (job, reservation number) pair seen twice, which would be a double poll (the
+benchmark's contract asks pollwarden for the number in `X-Pollwarden-Reservation`; nothing is sent unasked).
 `GET /_stats` answers the counters and this process's CPU time, so the benchmark can say what the provider
 cost and what its ceiling is. `GET /_first` answers when each job's first status request arrived
 (`{"job": time.time(), ...}`: the wall clock, which the benchmark reads in its own process on the same machine).

@@ -231,8 +231,9 @@ def _seeding_store(target: str, home: Path) -> Store:
 
 def seed(target: str, home: Path, url: str, operations: int, *, delay: str, spread: float) -> None:
     """`operations` active operations; their first polls spread evenly over `spread` seconds from now."""
+    # The contract asks for each request's reservation number ([headers]): the provider counts a slot polled twice.
     text = contract_text(url, name="bench", timeout="5s", base_delay=delay, max_delay=delay, deadline="2h",
-                         max_requests=100_000, max_transport_failures=100)  # fmt: skip
+                         max_requests=100_000, max_transport_failures=100, reservation_header=True)  # fmt: skip
     contract = parse_contract(text)
     store = _seeding_store(target, home)
     try:

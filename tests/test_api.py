@@ -197,3 +197,35 @@ def test_useful_for_goes_through_admission_and_is_never_widened_on_resume(
     assert isinstance(first, Succeeded) and first.record.plan.useful_until is not None
     with pytest.raises(pollwarden.WatchError, match="cannot watch: useful_for 50s would move the usefulness window"):
         pollwarden.watch_sync(contract, home=home, operation_id="op-useful", useful_for="50s")
+
+
+def test_a_credential_fixed_after_a_401_is_checked_once_by_the_resumed_watch(
+    guarded: Simulator, secret: str, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guarded.add_job("api-401", [Step(body={"state": "succeeded", "result_url": "/r/api"})])
+    contract = write_contract(tmp_path / "c.toml", guarded.url, secret_env="API_RECHECK_TOKEN")
+    monkeypatch.setenv("API_RECHECK_TOKEN", "pw-wrong-key-3a")
+    denied = Watch(contract, "api-401", home=home, operation_id="api-401").run()
+    assert isinstance(denied, Stopped) and denied.reason is StopReason.AUTHORIZATION_DENIED
+    assert denied.decision is not None
+    recheck = denied.decision.option(1)
+    assert (recheck.kind.value, recheck.label) == ("recheck", "check once with the credential configured now")
+    # The person decides where no credential is configured: the check is left to the resumed watch.
+    monkeypatch.delenv("API_RECHECK_TOKEN")  # `decide` inherits this process's environment
+    decided = run_cli("decide", denied.decision.decision_id, "--option", "1", "--by", "alice", home=home)
+    assert decided.code == 0 and guarded.request_count("api-401") == 1, decided.stdout + decided.stderr
+    monkeypatch.setenv("API_RECHECK_TOKEN", secret)  # fixed where this code reads it
+    resumed = Watch(contract, home=home, operation_id="api-401").run()
+    assert isinstance(resumed, Succeeded) and resumed.result == "/r/api"
+    assert resumed.record.status_requests_used == guarded.request_count("api-401") == 2
+
+
+def test_a_deadline_not_longer_than_the_first_check_is_a_watch_error_naming_both(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    text = contract.read_text(encoding="utf-8").replace("[schedule]\n", '[schedule]\nfirst_check = "30s"\n')
+    contract.write_text(text, encoding="utf-8")
+    with pytest.raises(WatchError, match=r"deadline 2s is not longer than contract 'exports''s first_check 30s"):
+        Watch(contract, "happy-9", home=home, deadline="2s")
+    assert sim.request_count("happy-9") == 0 and not (home / "pollwarden.db").exists()

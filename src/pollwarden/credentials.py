@@ -157,6 +157,11 @@ class Credential:
         if key is not None and self._static is None:
             slot_of(key).drop()
 
+    def renew(self) -> None:
+        """Read every value again at the next request: the token, and the variables read once for the watch."""
+        self.invalidate()
+        self._fixed = None
+
     def _values(self) -> dict[str, str]:
         """The values this credential sends now, each remembered for the scrubber before it is used."""
         if self._fixed is not None:

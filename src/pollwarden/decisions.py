@@ -16,7 +16,14 @@ from . import events as ev
 from .actions import ActionError, cancel, submit
 from .core.contract import Contract
 from .core.durations import format_rfc3339
-from .core.escalation import DecisionError, DecisionRequest, OptionKind, apply_extension, stop_marker
+from .core.escalation import (
+    DecisionError,
+    DecisionRequest,
+    OptionKind,
+    apply_extension,
+    apply_recheck,
+    stop_marker,
+)
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
 from .engine.flow import lease_ttl
@@ -138,13 +145,16 @@ def apply_decision(
         if chosen.kind is OptionKind.CLOSE:
             _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
             return Outcome(f"closed: operation {request.operation_id} stays stopped as final", "decided")
-        if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE):
-            extended = apply_extension(record, chosen, now)
+        if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE, OptionKind.RECHECK):
+            recheck = chosen.kind is OptionKind.RECHECK
+            extended = apply_recheck(record, chosen, now) if recheck else apply_extension(record, chosen, now)
             detail = ev.Extended.after(event, extended, chosen.effect)
             _resolve(
                 store, lease, decision_id, "decided", by, note, chosen.number, extended,
                 [event.new_event(), detail.new_event()], now,
             )  # fmt: skip
+            if recheck:
+                return _recheck(store, contract, client, request, by)
             return Outcome(
                 f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
                 f" at most {extended.plan.max_status_requests} status requests in all",
@@ -207,6 +217,49 @@ def _cancel(
     state = "sent" if result.get("ok") else "FAILED (see `story`)"
     watch = "; the watch stopped" if stopped is not None else ""
     return Outcome(f"cancel at provider {state} for job {request.job_id}{watch}", "decided", result)
+
+
+def _recheck(
+    store: Store, contract: Contract, client: StatusClient | None, request: DecisionRequest, by: str
+) -> Outcome:
+    """The one check a person chose, sent here with the credential configured in this process when there is one
+    (`client`): one step of the engine, the same flow as any watch's, so it is reserved, counted, recorded, and a
+    refusal stops the operation again with a new decision. Without one, the next watch of the operation sends it."""
+    operation_id = request.operation_id
+
+    def left(why: str) -> Outcome:
+        said = f"operation {operation_id} is due for one check with the credential configured now; {why}"
+        return Outcome(said, "decided", {"action": "recheck", "ok": True, "sent": False}, resume=operation_id)
+
+    if client is None:
+        return left("no credential can be read here, so the next watch of the operation sends it")
+    from .engine import Busy, Engine, NotYet, Polled
+
+    result = Engine(store, owner=process_owner("decide")).step(contract, client, operation_id)
+    if isinstance(result, NotYet | Busy):  # a watcher came first: it sends the check (or has sent it)
+        return left("another watcher holds it and sends it")
+    polled = isinstance(result, Polled)
+    record = result.decision.record if isinstance(result, Polled) else result.record
+    action: dict[str, Any] = {
+        "action": "recheck",
+        "ok": record.phase is not Phase.STOPPED,
+        "sent": polled,
+        "http_status": record.last_http_status if polled else None,
+        "phase": record.phase.value,
+        "reason": record.reason.value if record.reason else None,
+        "by": by,
+    }
+    answered = f"HTTP {record.last_http_status}" if record.last_http_status is not None else "no answer"
+    said = f"checked once with the credential configured now ({answered})" if polled else "nothing was sent"
+    if record.phase is Phase.SUCCEEDED:
+        return Outcome(f"{said}: operation {operation_id} succeeded", "decided", action)
+    if record.phase is Phase.ACTIVE:
+        state = f", job {record.last_state}" if record.last_state else ""
+        return Outcome(f"{said}{state}: operation {operation_id} watches on", "decided", action, resume=operation_id)
+    reason = record.reason.value if record.reason else "stopped"
+    opened = open_decision(store, record)
+    asks = f"; decision {opened.request.decision_id} asks what next" if opened is not None else ""
+    return Outcome(f"{said}: operation {operation_id} stopped again ({reason}){asks}", "decided", action)
 
 
 def _rewrite(

@@ -195,8 +195,9 @@ class StatusClient:
     def _headers(
         self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
     ) -> dict[str, str]:
-        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere.
-        static = dict(self._contract.headers) if origin_of(url) == self._contract.origin else {}
+        # [headers] are the contract's origin's (an API version, a target operation): never sent elsewhere. Those
+        # that name the status request ({reservation}, {lease}) come filled in with it, from the flow.
+        static = dict(self._contract.static_headers) if origin_of(url) == self._contract.origin else {}
         headers = {**self._base_headers, **static, **extra}
         if credential and self._sends and self._credential is not None:
             if in_clear(url) and not self._contract.allow_plain_http:
@@ -225,6 +226,12 @@ class StatusClient:
         if self._sends and self._credential is not None:
             with contextlib.suppress(Exception):
                 self._credential.prime()
+
+    def renew(self) -> None:
+        """Forget the credential held (a token fetched, a variable read once), so the next request reads the one
+        configured now: a person chose one check with it after a refusal."""
+        if self._credential is not None:
+            self._credential.renew()
 
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None

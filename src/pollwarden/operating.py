@@ -182,9 +182,13 @@ def decide(
         contract, _ = contract_of(store, stored.request.operation_id, by=f"decide (by {by})")
     except NotInstalled as exc:  # a person's answer applies nothing of a contract nobody installed
         raise HomeError(f"{exc}; the decision was left open") from None
-    # Only an option that sends something needs the credential: extend, pause and close must work without it.
+    # Only an option that sends something needs the credential: extend, pause and close must work without it. A
+    # check with the credential configured now is sent here when it is configured here, else by the next watch.
     chosen = None if refuse or option is None else stored.request.option(option).kind
     client = status_client(contract, store) if chosen in (OptionKind.CANCEL, OptionKind.RESUBMIT) else None
+    if chosen is OptionKind.RECHECK:
+        with suppress(HomeError):
+            client = status_client(contract, store)
     try:
         return apply_decision(
             store,

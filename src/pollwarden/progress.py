@@ -102,17 +102,17 @@ def progress_of(result: StepResult) -> Progress:
 
     if isinstance(result, Polled):
         record = result.decision.record
-        return _of(record, record.next_poll_at, polled=True)
+        return _of(record, record.due_at, polled=True)
     if isinstance(result, NotYet):
         return _of(result.record, result.until, polled=False)
     if isinstance(result, Busy):
         return _of(result.record, result.retry_at, polled=False, busy=True)
-    return _of(result.record, result.record.next_poll_at, polled=False)
+    return _of(result.record, result.record.due_at, polled=False)
 
 
 def progress_of_record(record: OperationRecord, *, polled: bool = False) -> Progress:
     """The progress a stored record shows, for a waiter that did not step it (a task's status, a heartbeat)."""
-    return _of(record, record.next_poll_at, polled=polled)
+    return _of(record, record.due_at, polled=polled)
 
 
 def _of(record: OperationRecord, next_check: datetime, *, polled: bool, busy: bool = False) -> Progress:

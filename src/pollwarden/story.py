@@ -21,6 +21,7 @@ SOURCE_WORDS = {
     "provider_poll_hint": "provider hint",
     "local_backoff": "local backoff",
     "manual_extension": "manual extension",
+    "credential_recheck": "a check with the credential configured now",
 }
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
@@ -196,10 +197,10 @@ def _refused(e: ev.Refused, s: Scene) -> str:
 
 @renders(ev.Extended)
 def _extended(e: ev.Extended, s: Scene) -> str:
-    return (
-        f"{s.at} extended: deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)} requests,"
-        f" next poll {_clock_text(e.next_poll_at)} from manual extension"
-    )
+    limits = f"deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)} requests"
+    if e.delay_source == "credential_recheck":
+        return f"{s.at} one check with the credential configured now is due {_clock_text(e.next_poll_at)}: {limits}"
+    return f"{s.at} extended: {limits}, next poll {_clock_text(e.next_poll_at)} from manual extension"
 
 
 @renders(ev.DecisionExpired)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.contract import Contract, ContractError
 from .core.contract_vars import text_digest
-from .core.decide import Poll, defer, next_step
+from .core.decide import Poll, defer, next_step, paced_wait
 from .core.durations import format_rfc3339
 from .core.record import OperationRecord
 from .engine import Done, Engine, NotYet, Polled, StepResult, batch
@@ -521,9 +521,9 @@ class Worker:
             return now
         slot, taken = paced
         if taken:
-            wait = (slot - now).total_seconds()
+            wait = paced_wait(record, slot, now).total_seconds()
             if wait > 0:
-                time.sleep(wait)  # at most PACING_HORIZON, well inside the lease
+                time.sleep(wait)  # at most PACING_HORIZON, well inside the lease, and never past a limit
             return store.db_now()
         later = defer(record, slot)
         event = Paced(provider=provider, until=format_rfc3339(slot))

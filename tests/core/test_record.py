@@ -158,6 +158,22 @@ CASES = [
             "rate_limited_consecutive": 0,
         },
     ),
+    Case(
+        "rechecking",
+        STOPPED,
+        lambda r: r.rechecking(WIDER_PLAN, LATER),
+        {
+            "plan": WIDER_PLAN,
+            "phase": Phase.ACTIVE,
+            "reason": None,
+            "detail": None,
+            "finished_at": None,
+            "next_poll_at": LATER,
+            "delay_source": DelaySource.CREDENTIAL_RECHECK,
+            "rate_limited_consecutive": 0,
+            "token_refused_consecutive": 1,
+        },
+    ),
     Case("with_plan", ACTIVE, lambda r: r.with_plan(WIDER_PLAN), {"plan": WIDER_PLAN}),
 ]
 

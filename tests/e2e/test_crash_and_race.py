@@ -122,7 +122,9 @@ def test_concurrent_watchers_never_send_two_requests_for_one_slot(sim: Simulator
     sim.add_job(
         "job", [Step(body={"state": "running"}, times=12), Step(body={"state": "succeeded", "result_url": "/r"})]
     )
-    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms", max_requests=30)
+    contract = write_contract(
+        tmp_path / "c.toml", sim.url, reservation_header=True, base_delay="50ms", max_delay="100ms", max_requests=30
+    )
     procs = [_spawn(contract, home, "--job", "job") for _ in range(3)]
     outs = [p.communicate(timeout=60) for p in procs]
     codes = [p.returncode for p in procs]

@@ -96,7 +96,7 @@ def _both_polling(sim: Simulator, tmp_path: Path, home: Path, db: str, count: in
     """`count` jobs that run for ever (each answer `delay` seconds late), and a group of two once both its children
     poll them."""
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms",
-                              max_requests=100_000, deadline="30m")  # fmt: skip
+                              reservation_header=True, max_requests=100_000, deadline="30m")  # fmt: skip
     for n in range(count):
         sim.add_job(f"r{n}", [Step(body={"state": "running"}, delay=delay)])
     _enqueue(db, home, contract, [f"r{n}" for n in range(count)])
@@ -113,7 +113,9 @@ def test_two_processes_drain_the_queue_as_two_owners_and_one_metrics_page_sums_t
     db: str, sim: Simulator, home: Path, tmp_path: Path
 ) -> None:
     count = 120
-    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="100ms", max_delay="200ms", max_requests=5)
+    contract = write_contract(
+        tmp_path / "c.toml", sim.url, reservation_header=True, base_delay="100ms", max_delay="200ms", max_requests=5
+    )
     for n in range(count):
         sim.add_job(f"j{n}", [Step(body={"state": "running"}, times=2),
                               Step(body={"state": "succeeded", "result_url": "/r"})])  # fmt: skip
@@ -284,7 +286,7 @@ def test_sighup_stops_a_polling_worker_and_leaves_no_lease(db: str, sim: Simulat
     ended the command's wait while the lanes went on polling for ever behind it. Now the lanes stop too: each
     finishes its batch and gives its leases back, and the command says it was interrupted (exit 129)."""
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="100ms",
-                              max_requests=100_000, deadline="30m")  # fmt: skip
+                              reservation_header=True, max_requests=100_000, deadline="30m")  # fmt: skip
     for n in range(8):
         sim.add_job(f"h{n}", [Step(body={"state": "running"}, delay=0.02)])
     _enqueue(db, home, contract, [f"h{n}" for n in range(8)])

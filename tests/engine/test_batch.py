@@ -44,6 +44,9 @@ class WatchingProvider:
     def prepare(self) -> None:  # no credential to read
         pass
 
+    def renew(self) -> None:  # no credential to forget
+        pass
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange:

@@ -193,6 +193,9 @@ class SlowProvider:
     def prepare(self) -> None:  # no credential to read
         pass
 
+    def renew(self) -> None:  # no credential to forget
+        pass
+
     def fetch(self, job_id: str, extra_headers: Any = None, *, location: str | None = None) -> Any:
         if job_id == "never-0":
             assert self.release.wait(60), "never released (a guard)"

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,8 @@ from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
+from pollwarden.core.record import new_record
+from pollwarden.credentials import resolve_secret
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
 from pollwarden.http import FakeTransport, Reply, StatusClient
@@ -55,6 +58,9 @@ class SlowProvider:
         self.rival_claims: list[int] = []
 
     def prepare(self) -> None:  # no credential to read
+        pass
+
+    def renew(self) -> None:  # no credential to forget
         pass
 
     def fetch(
@@ -262,3 +268,55 @@ def test_a_step_from_a_stale_record_claims_and_follows_the_stored_one(store: Sto
     assert len(transport.requests) == 1  # only the other owner's poll went out
     stored = store.get("op-stale")
     assert stored is not None and stored.lease_owner is None and stored.record.status_requests_used == 1
+
+
+def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(store: Store) -> None:
+    """A record stored before every wait was bounded (first check 30 s, deadline 2 s) slept 30 s, then stopped: the
+    run now sleeps until the deadline and stops there, sending nothing."""
+    text = contract_text("http://127.0.0.1:9").replace("[schedule]\n", '[schedule]\nfirst_check = "30s"\n', 1)
+    contract = parse_contract(text, source="late.toml")
+    install(store, contract)
+    start = utcnow()
+    fresh = new_record(contract, operation_id="op-late", job_id="j", now=start, deadline=timedelta(seconds=2))
+    assert fresh.next_poll_at == start + timedelta(seconds=2)  # new records keep the bound themselves
+    stored = replace(fresh, next_poll_at=start + timedelta(seconds=30))
+    store.create(stored, contract.source_text, stored.summary())
+    clock = [start]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += timedelta(seconds=seconds)
+
+    engine = Engine(store, owner="late", clock=lambda: clock[0])
+    with StatusClient(contract, None, clock=utcnow) as client:
+        final = engine.run(contract, client, "op-late", sleep=sleep)
+    assert final.reason is StopReason.DEADLINE_EXCEEDED and final.status_requests_used == 0
+    assert sum(slept) == 2.0, slept
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_signed_status_request_carries_and_signs_only_the_contracts_headers(store: Store, asked: bool) -> None:
+    """The reservation and lease went out on every request, signed into SigV4, which no doc mentioned; now only
+    what the contract's [headers] ask for is sent (and signed), with status requests."""
+    auth = (
+        '[auth]\nkind = "sigv4"\nservice = "textract"\nregion = "us-east-1"\n'
+        'access_key_env = "AK"\nsecret_key_env = "SK"\n'
+    )
+    text = contract_text("https://provider.test", max_requests=3).replace("[states]", auth + "[states]", 1)
+    if asked:
+        text += '\n[headers]\nX-Slot = "{reservation}"\n'
+    contract = parse_contract(text, source="signed.toml")
+    install(store, contract)
+    transport = FakeTransport(lambda request: Reply(body=b'{"state": "succeeded", "result_url": "/r"}'))
+    engine = Engine(store, owner="cli", clock=store.db_now)
+    op = engine.admit(WatchRequest(contract, "j-1")).record.operation_id
+    credential = resolve_secret(contract, {"AK": "AKIDEXAMPLE", "SK": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"})
+    with StatusClient(contract, credential, clock=store.db_now, transport=transport) as client:
+        final = engine.run(contract, client, op, sleep=lambda _: None)
+    assert final.result == "/r"
+    (sent,) = [dict(r.headers) for r in transport.requests]
+    signed = sent["Authorization"].partition("SignedHeaders=")[2].partition(",")[0].split(";")
+    assert not any(name.lower().startswith("x-pollwarden") for name in sent)
+    assert not any(name.startswith("x-pollwarden") for name in signed)
+    assert ("x-slot" in signed, sent.get("X-Slot")) == ((True, "1") if asked else (False, None))

@@ -296,3 +296,26 @@ def test_a_refused_contract_whose_write_is_fenced_out_records_the_lost_lease() -
     script = Script(write_ok=False)
     result = script.run(flow.refuse_claimed(LEASE, record(), T0, "not installed", rule="contract_not_installed"))
     assert script.kinds() == ["NewDecisionId", "Write", "Append"] and isinstance(result, flow.Busy)
+
+
+@pytest.mark.parametrize("left_ms", [50, 250, 5000])
+def test_an_operation_another_owner_holds_is_looked_at_again_no_later_than_its_deadline(left_ms: int) -> None:
+    """The pause before looking again at a held operation (200-500 ms) never outlasts the deadline ahead of it."""
+    record = make_record(CONTRACT, deadline=timedelta(milliseconds=left_ms))
+    script = Script()
+    original = script.answer
+
+    def held(effect: flow.Effect[Any]) -> Any:
+        if isinstance(effect, flow.Claim):
+            script.asked.append(effect)
+            return None  # another owner holds the lease
+        if isinstance(effect, flow.Draw):
+            script.asked.append(effect)
+            return 0.99  # the longest pause the draw gives
+        return original(effect)
+
+    script.answer = held  # type: ignore[method-assign]
+    result = script.run(flow.step(CONTRACT, record, T0))
+    assert isinstance(result, flow.Busy)
+    assert result.retry_at == min(T0 + timedelta(milliseconds=200 + 0.99 * 300), record.deadline_at)
+    assert result.retry_at <= record.deadline_at

@@ -107,6 +107,9 @@ poll_after_seconds = "poll_after_seconds"
 base_delay = "50ms"
 max_delay = "100ms"
 
+[headers]
+X-Pollwarden-Reservation = "{{reservation}}"
+
 [limits]
 deadline = "30s"
 max_requests = {MAX_REQUESTS}

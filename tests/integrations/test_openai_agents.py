@@ -241,14 +241,15 @@ def test_a_second_stop_after_an_approval_is_asked_for_again_by_the_next_call(
 
 
 def test_a_stop_no_yes_can_mean_is_answered_without_an_interruption(sim: Simulator, contract: Path, home: Path) -> None:
-    """403: the same request with the same credential is never approved again, so there is nothing to extend."""
+    """403: the same request with the same credential is never approved again, so there is nothing to extend; a
+    check with a changed credential is a person's own choice of option, never what a yes to the run means."""
     waiter = openai_agents_tool(contract, home=home)
     model = ScriptedModel(tool_call("forbidden-1"), message("a person must look"))
     result = asyncio.run(Runner.run(agent_with(waiter, model), "wait", run_config=NO_TRACES))
     assert result.interruptions == [] and result.final_output == "a person must look"
     answer = tool_outputs(model)["call-1"]
     assert answer["status"] == "stopped" and answer["reason"] == "authorization_denied"
-    assert [o["kind"] for o in answer["decision"]["options"]] == ["close"]
+    assert [o["kind"] for o in answer["decision"]["options"]] == ["recheck", "close"]
     assert sim.request_count("forbidden-1") == 1
 
 

@@ -132,3 +132,20 @@ def test_a_numeric_job_id_is_its_string_and_a_wrong_type_is_a_json_refusal(sim: 
             assert extra.error == "invalid_argument" and "takes no argument 'url'" in extra.text
 
     run(body)
+
+
+def test_an_agents_deadline_not_longer_than_the_first_check_is_refused_naming_both(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    path = agent_contract(contracts, sim.url)
+    path.write_text(path.read_text().replace("[schedule]\n", '[schedule]\nfirst_check = "30s"\n'), encoding="utf-8")
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            refused = await agent.call("start_watch", contract="exports", job_id="happy-3", deadline="10s")
+            assert refused.error == "invalid_argument", refused.text
+            assert "10s is not longer than contract 'exports''s first_check 30s" in refused.data["message"]
+        assert sim.request_count("happy-3") == 0
+
+    run(body)

@@ -300,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _contracts_command(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -> None:
     c = sub.add_parser(
         "contracts",
-        help="list the shipped provider contracts (`contracts show NAME` prints one); install one into a store",
+        help="list the shipped provider contracts (`contracts show NAME` prints one, `contracts check` replays an"
+        " answer through one); install one into a store",
     )
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=Command("catalogue", "cmd_contracts"))
@@ -323,6 +324,21 @@ def _contracts_command(sub: Any, home: Callable[[argparse.ArgumentParser], None]
     install.add_argument("--json", action="store_true")
     home(install)
     install.set_defaults(func=Command("catalogue", "cmd_contracts_install"))
+    check = inner.add_parser(
+        "check",
+        help="replay one recorded answer through a contract: its meaning, fields and next wait; sends nothing",
+        description="Replay one recorded status answer through the contract as a watch's first check would read"
+        " it, and print its meaning, the fields the contract reads (the result among them, the error, the hints)"
+        " and the next wait with its source. Nothing is sent and no store is opened. --answer FILE is the JSON"
+        ' body, or {"status": 200, "headers": {...}, "body": ...} ("body_text" for a body that is not JSON), or'
+        " - for standard input. Exit 0 when a watch would act on it (wait, succeed, or end with the job), 4 when it"
+        " would stop for a person (unknown for what the contract does not document), 2 for a bad file.",
+    )
+    check.add_argument("contract", help="a shipped contract's name, or a contract file")
+    check.add_argument("--answer", required=True, metavar="FILE", help="the recorded answer (- for standard input)")
+    add_var_flag(check)
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=Command("check", "cmd_contracts_check"))
     listing = inner.add_parser(
         "installed", help="list the contract versions installed in the store (with who installed each, and when)"
     )

@@ -245,6 +245,12 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
                 " which would end the watch first; ask for a shorter window or a longer deadline",
             )
         )
+    if not bad:  # checked before any store is opened: a new watch, or a resume asking for such a deadline
+        bad.extend(
+            first_check_problems(
+                request.contract, deadline, limits.useful_for or request.contract.escalation.useful_for
+            )
+        )
     over: list[Problem] = []
     if request.agent:
         contract = request.contract
@@ -267,6 +273,25 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
                 )
             )
     return bad, over
+
+
+def first_check_problems(contract: Contract, deadline: timedelta, useful_for: timedelta | None) -> list[Problem]:
+    """Why a new operation with this deadline (and usefulness window) could never send its first status request:
+    `[schedule].first_check` falls at or after it, and no wait outlasts the deadline, so the watch would only wait
+    to stop. Refused before anything is created, naming both durations (docs/contracts.md, "first_check")."""
+    first = contract.schedule.first_check
+    problems: list[Problem] = []
+    for name, limit, what in (("deadline", deadline, "the deadline"), ("useful_for", useful_for, "the window")):
+        if limit is not None and limit <= first:
+            problems.append(
+                Problem(
+                    name,
+                    f"{format_duration(limit)} is not longer than contract {contract.name!r}'s first_check"
+                    f" {format_duration(first)} ([schedule]): its first status request would fall at or after"
+                    f" {what}, so nothing could be sent; ask for more than {format_duration(first)}",
+                )
+            )
+    return problems
 
 
 def narrow(record: OperationRecord, limits: Limits) -> OperationRecord:
@@ -542,6 +567,7 @@ __all__ = [
     "check",
     "check_many",
     "created_event",
+    "first_check_problems",
     "granted_limits",
     "held_secret",
     "job_id_problem",

@@ -54,7 +54,7 @@ from .contract_vars import (
     unwrap,
     wrap,
 )
-from .durations import TIMESTAMP_FORMATS, DurationError
+from .durations import TIMESTAMP_FORMATS, DurationError, format_duration
 from .identity import IDENTITY_KEYS, parse_job_identity
 from .reasons import Category, Jitter
 
@@ -328,6 +328,7 @@ def _build(r: Reader) -> Contract:
             approval_timeout=ag.duration("approval_timeout", agent.approval_timeout, positive=True),
             max_operations=ag.integer("max_operations", agent.max_operations, minimum=1),
         )
+    _first_check_fits(r, schedule.first_check, limits, agent, escalation)
     safe_status = r.boolean("safe_status", True)
     status = _status_request(r, safe_status)
     status_url_handles = r.boolean("status_url_handles", False)
@@ -430,6 +431,25 @@ def _status_request(r: Reader, safe_status: bool) -> StatusRequest:
     if any(not " " <= ch <= "~" for ch in content_type):
         raise st.fail("content_type", "must be printable ASCII")
     return StatusRequest(method=method, body=body, content_type=content_type)
+
+
+def _first_check_fits(
+    r: Reader, first_check: timedelta, limits: Limits, agent: AgentLimits, escalation: Escalation
+) -> None:
+    """No wait outlasts the deadline, so a first check at or after one of the contract's own bounds could never be
+    sent: such a contract is refused as it is read, naming both durations."""
+    bounds = (
+        ("[limits].deadline", limits.deadline),
+        ("[agent].max_deadline", agent.max_deadline),
+        ("[escalation].useful_for", escalation.useful_for),
+    )
+    for where, bound in bounds:
+        if bound is not None and first_check >= bound:
+            raise ContractError(
+                f"{r.source}: [schedule].first_check {format_duration(first_check)} is not shorter than {where}"
+                f" {format_duration(bound)}: the first status request would fall at or after it, so no watch could"
+                " send one; shorten first_check or lengthen the bound"
+            )
 
 
 def _headers(r: Reader, auth: Auth | None) -> tuple[tuple[str, str], ...]:

@@ -240,6 +240,10 @@ class StatusRequest:
         return self.body.replace("{job_id}", json.dumps(job_id)).encode("utf-8")
 
 
+def _poll_header(value: str) -> bool:
+    return "{reservation}" in value or "{lease}" in value
+
+
 FORBIDDEN_HEADERS = frozenset({"authorization", *FRAMING_HEADERS})
 """Static headers may not set these: the credential travels only through [auth], framing only through the client."""
 
@@ -270,7 +274,8 @@ class Contract:
     docs: str | None = None
     status: StatusRequest = field(default_factory=StatusRequest)
     headers: tuple[tuple[str, str], ...] = ()
-    """Static headers sent on every request to the contract's origin ([headers])."""
+    """The `[headers]` table: each sent on every request to the contract's origin, except one whose value holds
+    `{reservation}` or `{lease}`, sent filled in with status requests only (`poll_headers`)."""
     status_url_handles: bool = False
     """A status URL the provider returned may be given instead of a job id (`watch --status-url`)."""
     job_identity: JobIdentity = field(default_factory=JobIdentity)
@@ -293,6 +298,23 @@ class Contract:
     @property
     def agent_max_operations(self) -> int:
         return self.agent.max_operations
+
+    @cached_property
+    def static_headers(self) -> tuple[tuple[str, str], ...]:
+        """The `[headers]` sent as written, on every request to the contract's origin."""
+        return tuple((name, value) for name, value in self.headers if not _poll_header(value))
+
+    def poll_headers(self, *, reservation: int, lease: int) -> dict[str, str]:
+        """The `[headers]` that name the status request (`{reservation}`, `{lease}`), filled in for one: pollwarden
+        sends the provider nothing of its own unless the contract asks for it here."""
+        filled = {"{reservation}": str(reservation), "{lease}": str(lease)}
+        out: dict[str, str] = {}
+        for name, value in self.headers:
+            if _poll_header(value):
+                for placeholder, text in filled.items():
+                    value = value.replace(placeholder, text)
+                out[name] = value
+        return out
 
     def status_url_for(self, job_id: str) -> str:
         """`{job_id}` is quoted completely, so it can never add a path segment, query or host; `{job_id:path}`

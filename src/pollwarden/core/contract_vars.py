@@ -31,6 +31,9 @@ VAR_NAME = re.compile(r"[a-z][a-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z_]+)?)\}")
 RUNTIME = frozenset({"job_id", "job_id:path", "result"})
 """Placeholders filled per request, never by a var."""
+POLL_HEADER_PLACEHOLDERS = frozenset({"reservation", "lease"})
+"""Placeholders a `[headers]` value may hold, filled per status request: its reservation number and the fencing
+token of the lease it is sent under. Headers that hold one are sent with status requests only."""
 
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*")
 _URL_CHARS = re.compile(r"[A-Za-z0-9._~:/\[\]%-]+")
@@ -186,7 +189,7 @@ def expand(data: Mapping[str, Any], values: Mapping[str, str], source: str) -> d
     for table, key in EXPANDED:
         if key is None:
             if isinstance(out.get(table), str):
-                out[table] = _substitute(out[table], values, source, table, json_literals=False)
+                out[table] = _substitute(out[table], values, source, table, json_literals=False, runtime=RUNTIME)
             continue
         section = out.get(table)
         if not isinstance(section, dict):
@@ -195,29 +198,38 @@ def expand(data: Mapping[str, Any], values: Mapping[str, str], source: str) -> d
         for name in keys:
             if isinstance(section.get(name), str):
                 where = f"[{table}].{name}"
+                runtime = RUNTIME | POLL_HEADER_PLACEHOLDERS if table == "headers" else RUNTIME
                 section[name] = _substitute(
                     section[name],
                     values,
                     source,
                     where,
                     json_literals=(table == "status"),
+                    runtime=runtime,
                     files=(table, name) in FILE_KEYS,
                 )
     return out
 
 
 def _substitute(
-    text: str, values: Mapping[str, str], source: str, where: str, *, json_literals: bool, files: bool = False
+    text: str,
+    values: Mapping[str, str],
+    source: str,
+    where: str,
+    *,
+    json_literals: bool,
+    runtime: frozenset[str],
+    files: bool = False,
 ) -> str:
     def one(match: re.Match[str]) -> str:
         ref = match.group(1)
-        if ref in RUNTIME:
+        if ref in runtime:
             return match.group(0)
         if ref not in values:
             declared = ", ".join(sorted(values)) if values else "none"
             raise ContractError(
                 f"{source}: {where}: {{{ref}}} names no declared var and no placeholder"
-                f" (job_id, job_id:path, result); declared vars: {declared}"
+                f" ({', '.join(sorted(runtime))}); declared vars: {declared}"
             )
         if is_file_var(ref) and not files:
             raise ContractError(

@@ -96,8 +96,8 @@ def next_step(record: OperationRecord, now: datetime) -> Step:
             StopReason.REQUEST_BUDGET_EXHAUSTED,
             f"all {record.plan.max_status_requests} status requests are used",
         )
-    if now < record.next_poll_at:
-        return Wait(record.next_poll_at)
+    if now < record.due_at:
+        return Wait(record.due_at)
     return Poll()
 
 
@@ -111,10 +111,13 @@ def reserve(record: OperationRecord, now: datetime) -> OperationRecord:
 
 def defer(record: OperationRecord, until: datetime) -> OperationRecord:
     """Fleet pacing moves a poll later, never earlier (a Retry-After floor still holds), and never past a limit."""
-    latest = (
-        record.deadline_at if record.plan.useful_until is None else min(record.deadline_at, record.plan.useful_until)
-    )
-    return record.deferred(min(max(record.next_poll_at, until), latest))
+    return record.deferred(max(record.next_poll_at, until))  # `deferred` keeps it within `Plan.latest_poll`
+
+
+def paced_wait(record: OperationRecord, slot: datetime, now: datetime) -> timedelta:
+    """How long fleet pacing waits for a near slot before this operation's poll: until the slot, but never past the
+    plan's last moment (`Plan.latest_poll`), where the step stops the operation instead of sending."""
+    return max(timedelta(0), min(slot, record.plan.latest_poll) - now)
 
 
 def halt(record: OperationRecord, reason: StopReason, now: datetime, detail: str, rule: str) -> Decision:

@@ -29,6 +29,12 @@ class OptionKind(StrEnum):
     RESUBMIT = "resubmit"
     KEEP = "keep"
     """Keep watching an active operation within its limits: the answer "no" to an agent's cancel request."""
+    RECHECK = "recheck"
+    """One status request with the credential configured now, after a refusal: a changed credential, never the
+    same request approved again blindly (R27, R30). Chosen again after each refusal, never a loop."""
+
+
+RECHECK_LABEL = "check once with the credential configured now"
 
 
 class Topic(StrEnum):
@@ -49,8 +55,9 @@ ALLOWED: dict[StopReason, tuple[OptionKind, ...]] = {
     StopReason.AMBIGUOUS_DELIVERY: (OptionKind.EXTEND, OptionKind.INSPECT, OptionKind.CLOSE),
     # A person may allow one bounded look later while someone checks what changed at the provider.
     StopReason.UNKNOWN_STATE: (OptionKind.PAUSE, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
-    # The same request with the same credential is never approved again (R27, R30).
-    StopReason.AUTHORIZATION_DENIED: _LOOK_ONLY,
+    # The same request with the same credential is never approved again (R27, R30): a person who has changed the
+    # credential (or its quota) may have it checked once, read again where it is sent; refused, it stops again.
+    StopReason.AUTHORIZATION_DENIED: (OptionKind.RECHECK, OptionKind.INSPECT, OptionKind.CLOSE),
     StopReason.INVALID_RESPONSE: (OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
     StopReason.RESULT_INVALID: _LOOK_ONLY,
     StopReason.CONTRADICTORY_STATUS: (OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE),
@@ -391,6 +398,8 @@ def _option(
             effect += "; the watch stops (no more status requests)"
             return Option(number, kind, "cancel at provider and stop watching", effect, url=cancel_url)
         return Option(number, kind, "cancel at provider", effect, url=cancel_url)
+    if kind is OptionKind.RECHECK:
+        return Option(number, kind, RECHECK_LABEL, _recheck_effect(record))
     if kind is OptionKind.KEEP:
         effect = (
             f"nothing is sent; the watch goes on until {format_rfc3339(record.deadline_at)} with at most"
@@ -441,6 +450,37 @@ def apply_extension(record: OperationRecord, option: Option, now: datetime) -> O
         max_transport_failures=transport_max,
     )
     return record.extended(new_plan, next_poll)
+
+
+def _recheck_effect(record: OperationRecord) -> str:
+    used, most = record.status_requests_used, record.plan.max_status_requests
+    counted = f"of {most}" if used < most else f"of {most}: the budget grows by one for it"
+    margin = format_duration(contract_margin(record))
+    return (
+        f"sends one status request with the credential configured now, read again by whoever sends it (`pollwarden"
+        f" decide` itself where the credential is configured, else the next watch of the operation); it is status"
+        f" request {used + 1} {counted}, and a deadline less than {margin} away moves to {margin} after the decision"
+        f" so it can be sent; the answer decides what follows, and a refusal stops the operation again with a new"
+        f" decision"
+    )
+
+
+def apply_recheck(record: OperationRecord, option: Option, now: datetime) -> OperationRecord:
+    """A person's one check with the credential configured now (`OptionKind.RECHECK`): the operation is due at once
+    with room for exactly that request, counted (one more in the budget only when it is spent), and a deadline that
+    leaves time to send it. Nothing else widens: a refusal stops it again, and only a new decision checks again."""
+    if option.kind is not OptionKind.RECHECK:
+        raise DecisionError(f"option {option.number} ({option.kind.value}) is not a check with a new credential")
+    if record.phase is not Phase.STOPPED or record.reason is not StopReason.AUTHORIZATION_DENIED:
+        state = f"{record.phase.value}{', ' + record.reason.value if record.reason else ''}"
+        raise DecisionError(f"operation {record.operation_id} is {state}, not refused; there is nothing to check again")
+    plan = record.plan
+    new_plan = replace(
+        plan,
+        deadline_at=max(plan.deadline_at, now + contract_margin(record)),
+        max_status_requests=max(plan.max_status_requests, record.status_requests_used + 1),
+    )
+    return record.rechecking(new_plan, now)
 
 
 def contract_margin(record: OperationRecord) -> timedelta:

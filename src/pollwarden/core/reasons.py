@@ -56,6 +56,8 @@ class DelaySource(StrEnum):
     PROVIDER_POLL_HINT = "provider_poll_hint"
     LOCAL_BACKOFF = "local_backoff"
     MANUAL_EXTENSION = "manual_extension"
+    CREDENTIAL_RECHECK = "credential_recheck"
+    """A person chose one check with the credential configured now, after a refusal: its sender reads it again."""
 
 
 class Phase(StrEnum):

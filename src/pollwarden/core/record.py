@@ -32,6 +32,12 @@ class Plan:
     useful_until: datetime | None = None
     """The business deadline (R12, R33): after it the result is not worth waiting for, whatever the provider says."""
 
+    @property
+    def latest_poll(self) -> datetime:
+        """The last moment a poll may be due: the deadline, or the end of the usefulness window if that comes first.
+        No wait outlasts it; a poll due then is not sent, the operation stops there (`next_step`)."""
+        return self.deadline_at if self.useful_until is None else min(self.deadline_at, self.useful_until)
+
 
 @dataclass(frozen=True)
 class OperationRecord:
@@ -72,6 +78,13 @@ class OperationRecord:
     @property
     def deadline_at(self) -> datetime:
         return self.plan.deadline_at
+
+    @property
+    def due_at(self) -> datetime:
+        """When the next poll is due, never after the plan's last moment (`Plan.latest_poll`): every wait a driver
+        or an agent is told is this. The transitions keep `next_poll_at` within it; a record stored before they
+        did may not be, and is read through here."""
+        return min(self.next_poll_at, self.plan.latest_poll)
 
     @property
     def is_final(self) -> bool:
@@ -122,11 +135,12 @@ class OperationRecord:
         return self._with(transport_failures_used=self.transport_failures_used + 1)
 
     def waiting(self, next_poll_at: datetime, delay_source: DelaySource) -> OperationRecord:
-        return self._with(next_poll_at=next_poll_at, delay_source=delay_source)
+        """The next poll, never later than the plan's last moment (`Plan.latest_poll`): no wait outlasts a limit."""
+        return self._with(next_poll_at=min(next_poll_at, self.plan.latest_poll), delay_source=delay_source)
 
     def deferred(self, next_poll_at: datetime) -> OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
-        return self._with(next_poll_at=next_poll_at)
+        return self._with(next_poll_at=min(next_poll_at, self.plan.latest_poll))
 
     def succeeded(self, result: JSONValue, detail: str, at: datetime, counts: Counts | None = None) -> OperationRecord:
         return self._with(phase=Phase.SUCCEEDED, result=result, detail=detail, finished_at=at, counts=counts)
@@ -169,15 +183,22 @@ class OperationRecord:
             reason=None,
             detail=None,
             finished_at=None,
-            next_poll_at=next_poll_at,
+            next_poll_at=min(next_poll_at, plan.latest_poll),
             delay_source=DelaySource.MANUAL_EXTENSION,
             rate_limited_consecutive=0,
             token_refused_consecutive=0,
         )
 
+    def rechecking(self, plan: Plan, at: datetime) -> OperationRecord:
+        """A person's one check with the credential configured now, after a refusal: active again under `plan`,
+        due at once. Its sender reads the credential again for it (`delay_source`), so a 401 to it is a refusal of
+        that fresh credential: counted as the second in a row, it stops at once (one check, never two)."""
+        return self.extended(plan, at)._with(delay_source=DelaySource.CREDENTIAL_RECHECK, token_refused_consecutive=1)
+
     def with_plan(self, plan: Plan) -> OperationRecord:
-        """Only the limits change (a resume that narrows them); nothing about the polling so far."""
-        return self._with(plan=plan)
+        """Only the limits change (a resume that narrows them); nothing about the polling so far, except a poll due
+        after the new limits' last moment, which is then due at that moment (where `next_step` stops it)."""
+        return self._with(plan=plan, next_poll_at=min(self.next_poll_at, plan.latest_poll))
 
     def summary(self) -> dict[str, Any]:
         """The machine view shared by `status --json`, `watch --json` and the audit trail."""
@@ -266,6 +287,6 @@ def new_record(
         expected_terminal=contract.states.terminal(),
         created_at=now,
         plan=plan,
-        next_poll_at=now + schedule.first_check,
+        next_poll_at=min(now + schedule.first_check, plan.latest_poll),  # admission refuses a later first check
         status_location=status_location,
     )

@@ -53,6 +53,9 @@ class StatusSender(Protocol):
     def prepare(self) -> None:
         """Whatever slow work the next request would start with (a token command), done now."""
 
+    def renew(self) -> None:
+        """Forget the credential held, so the next request reads the one configured now."""
+
     def fetch(
         self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
     ) -> Exchange: ...
@@ -527,6 +530,10 @@ class Engine:
             if (late := flow.too_late(effect, self.clock())) is not None:
                 raise late
             return client.fetch(effect.job_id, effect.headers, location=effect.location)
+        if isinstance(effect, flow.Renew):
+            if client is not None:
+                client.renew()
+            return None
         if isinstance(effect, flow.Now):
             return self.clock()
         if isinstance(effect, flow.Draw):

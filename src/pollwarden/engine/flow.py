@@ -19,7 +19,7 @@ from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, ne
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
 from ..core.observe import Exchange, Observation, observe
-from ..core.reasons import Phase, StopReason
+from ..core.reasons import DelaySource, Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..events import DecisionEvent, LeaseLost, RequestWithheld, Reserved, outcome_events, poll_events
@@ -98,6 +98,12 @@ def too_late(send: Send, now: datetime) -> SendTooLate | None:
 
 
 @dataclass(frozen=True)
+class Renew(Effect[None]):
+    """Drop the credential the driver's client holds, so the next request reads the one configured now (a person
+    chose one check with it after a refusal: `DelaySource.CREDENTIAL_RECHECK`)."""
+
+
+@dataclass(frozen=True)
 class Now(Effect[datetime]):
     pass
 
@@ -171,7 +177,7 @@ def step(contract: Contract, record: OperationRecord, now: datetime) -> Flow[Ste
     claimed = yield from ask(Claim(record.operation_id, lease_ttl(contract)))
     if claimed is None:
         u = yield from ask(Draw())
-        return Busy(record, now + timedelta(milliseconds=200 + u * 300))
+        return Busy(record, _look_again(record, now, timedelta(milliseconds=200 + u * 300)))
     lease, current = claimed  # reloaded under the lease: another owner may have moved it on
     return (yield from step_claimed(contract, lease, current, now))
 
@@ -234,8 +240,11 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
         )
     ):
         return (yield from _lost(lease, record, now))
+    if reserved.delay_source is DelaySource.CREDENTIAL_RECHECK:
+        yield from ask(Renew())  # the check a person chose is sent with the credential configured now
     sending = yield from ask(Now())
-    headers = {"X-Pollwarden-Reservation": str(reserved.status_requests_used), "X-Pollwarden-Lease": str(lease.token)}
+    # Nothing of pollwarden's own goes to the provider unless the contract's [headers] ask for it.
+    headers = contract.poll_headers(reservation=reserved.status_requests_used, lease=lease.token)
     # Nothing goes out once the deadline has passed, nor so late that the lease could lapse before the bounded
     # request ends (another owner could take the operation while this answer is on its way).
     # (`too_late` refuses from `not_after` on: a request may still start exactly at hold_until - timeout.)
@@ -334,7 +343,14 @@ def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResu
     """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""
     lost = LeaseLost(owner=lease.owner, token=lease.token)
     yield from ask(Append(lease.operation_id, lost.KIND, lost.to_json()))
-    return Busy(record, now + timedelta(milliseconds=200))
+    return Busy(record, _look_again(record, now, timedelta(milliseconds=200)))
+
+
+def _look_again(record: OperationRecord, now: datetime, after: timedelta) -> datetime:
+    """When to look again at an operation another owner holds: after a short pause, but no later than the plan's
+    last moment while it is still ahead (no wait outlasts a limit); past it, the pause (the holder records the stop)."""
+    latest = record.plan.latest_poll
+    return min(now + after, latest) if now < latest else now + after
 
 
 def _words(exc: Exception) -> str:

@@ -72,7 +72,8 @@ class Inspected(ChosenEvent):
 
 @event
 class Extended(ChosenEvent):
-    """The new limits an extension gave, with the choice that gave them."""
+    """The new limits an extension (or a check with the credential configured now) gave, with the choice that gave
+    them; `delay_source` says which."""
 
     KIND = "extended"
     delay_source: str | None = None
@@ -87,7 +88,7 @@ class Extended(ChosenEvent):
         return cls.from_json(
             {
                 **chosen.to_json(),
-                "delay_source": "manual_extension",
+                "delay_source": extended.delay_source.value,
                 "deadline_at": format_rfc3339(extended.deadline_at),
                 "max_status_requests": extended.plan.max_status_requests,
                 "max_transport_failures": extended.plan.max_transport_failures,

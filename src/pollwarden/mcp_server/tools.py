@@ -161,8 +161,8 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
         "deadline_at": format_rfc3339(record.deadline_at),
         "max_status_requests": record.plan.max_status_requests,
         "status_requests_used": record.status_requests_used,
-        "next_check_at": format_rfc3339(record.next_poll_at),
-        "retry_after_seconds": seconds_until(record.next_poll_at, now),
+        "next_check_at": format_rfc3339(record.due_at),
+        "retry_after_seconds": seconds_until(record.due_at, now),
         "approval": served.approval,
         "message": (
             f"{reused}watching job {record.job_id}: at most {record.plan.max_status_requests} status requests until"
@@ -354,10 +354,13 @@ def tool_request_extension(
                     raise ToolFailure("not_stopped", str(exc)) from None
             if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
                 reason_value = current.reason.value if current.reason else "?"
+                # The stop's own options (an agent's request would have left only close among them).
+                own = build_request(current, contract, now, decision_id=request.decision_id).options
+                choices = " or ".join(repr(o.label) for o in own)
                 raise ToolFailure(
                     "not_extendable",
-                    f"a stop for {reason_value} does not allow more waiting (R30); a person may inspect or close"
-                    " it. Nothing was requested",
+                    f"a stop for {reason_value} does not allow more waiting (R30); a person may choose {choices}."
+                    " Nothing was requested",
                 )
             # The operation's id is in the event itself: the story names the operation from it.
             event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
@@ -515,7 +518,7 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
                 "status_requests_used": r.status_requests_used,
                 "max_status_requests": r.plan.max_status_requests,
                 "deadline_at": format_rfc3339(r.deadline_at),
-                "next_check_at": None if r.is_final else format_rfc3339(r.next_poll_at),
+                "next_check_at": None if r.is_final else format_rfc3339(r.due_at),
             }
             for r in rows
         ]

@@ -34,7 +34,7 @@ def view(record: OperationRecord, now: datetime) -> dict[str, Any]:
         "max_status_requests": record.plan.max_status_requests,
         "deadline_at": format_rfc3339(record.deadline_at),
         "seconds_to_deadline": seconds_until(record.deadline_at, now),
-        "next_check_at": None if final else format_rfc3339(record.next_poll_at),
+        "next_check_at": None if final else format_rfc3339(record.due_at),
         "result": record.result,
         **result_part(record),
         "provider_error": record.provider_error,
@@ -65,7 +65,7 @@ def reply(store: Store, result: StepResult, now: datetime) -> dict[str, Any]:
             "status": "polled",
             "state": record.last_state,
             "http_status": record.last_http_status,
-            "retry_after_seconds": seconds_until(record.next_poll_at, now),
+            "retry_after_seconds": seconds_until(record.due_at, now),
             "delay_source": record.delay_source.value,
             "operation": view(record, now),
         }

@@ -136,6 +136,9 @@ def scenario_for(job_id: str) -> str | None:
     return max(matches, key=len) if matches else None
 
 
+RESERVATION_HEADER = '\n[headers]\nX-Pollwarden-Reservation = "{reservation}"\n'
+"""A `[headers]` table that asks for each status request's reservation number (docs/contracts.md)."""
+
 _CONTRACT = """\
 name = "{name}"
 status_url = "{base}/jobs/{{job_id}}"
@@ -183,9 +186,16 @@ def contract_text(
     max_rate_limited: int = 3,
     secret_env: str | None = None,
     extra: str = "",
+    reservation_header: bool = False,
 ) -> str:
-    """The contract that reads this simulator's scenario bodies: the demo, the tests and the benchmarks use it."""
+    """The contract that reads this simulator's scenario bodies: the demo, the tests and the benchmarks use it.
+
+    `reservation_header`: its `[headers]` ask for each status request's reservation number in
+    `X-Pollwarden-Reservation` (pollwarden sends nothing of its own otherwise), so a provider can tell a slot
+    polled twice; the simulator itself counts requests per job (`Simulator.request_count`)."""
     auth = f'\n[auth]\nsecret_env = "{secret_env}"\n' if secret_env else ""
+    if reservation_header:
+        extra = RESERVATION_HEADER + extra
     return _CONTRACT.format(
         name=name,
         base=base_url,

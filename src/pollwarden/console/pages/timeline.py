@@ -37,6 +37,7 @@ SOURCE_COLOURS = {
     "provider_poll_hint": "#6a3fb5",
     "local_backoff": "#5d6875",
     "manual_extension": "#1d7a3a",
+    "credential_recheck": "#1d7a3a",
 }
 
 STOP_KINDS = {ev.SucceededEvent.KIND: "succeeded", ev.JobEnded.KIND: "job ended", ev.Escalated.KIND: "stopped"}
@@ -131,13 +132,15 @@ def picture_of(events: Sequence[Event], record: OperationRecord) -> Picture:
             words = STOP_KINDS[event.kind] + (f": {str(reason).replace('_', ' ')}" if reason else "")
             pic.marks.append(Mark(event.at, "stop", words))
         elif isinstance(typed, ev.Extended):
-            pic.marks.append(Mark(event.at, "extended", f"extended by {typed.by or '?'}"))
+            granted = "one check granted" if typed.delay_source == "credential_recheck" else "extended"
+            pic.marks.append(Mark(event.at, "extended", f"{granted} by {typed.by or '?'}"))
             if typed.max_status_requests is not None:
                 pic.budget.append((event.at, typed.max_status_requests))
             if typed.deadline_at:
                 pic.deadlines.append(_moment(typed.deadline_at, event.at))
             if typed.next_poll_at:
-                pic.waits.append(Wait(event.at, _moment(typed.next_poll_at, event.at), "manual_extension"))
+                source = typed.delay_source if typed.delay_source in SOURCE_COLOURS else "manual_extension"
+                pic.waits.append(Wait(event.at, _moment(typed.next_poll_at, event.at), source))
         elif isinstance(typed, ev.Decided):
             pic.marks.append(Mark(event.at, "decided", f"{typed.by or '?'} chose {typed.label or '?'}"))
         elif isinstance(typed, ev.Refused):
