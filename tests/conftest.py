@@ -7,6 +7,7 @@ import json
 import locale
 import os
 import secrets
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -134,6 +135,22 @@ def _text(data: bytes) -> str:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     prefork.shutdown()
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept() -> Iterator[None]:
+    """A test that leaves this process's stop signals handled otherwise than it found them fails, and they are put
+    back: a SIGINT left ignored made a later test's Ctrl-C do nothing (seen once, in another test of the worker)."""
+    before = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    yield
+    after = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    changed = [signal.Signals(signum).name for signum in _STOP_SIGNALS if after[signum] != before[signum]]
+    for signum, handler in before.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    assert not changed, f"the test left {', '.join(changed)} handled otherwise than it found them"
 
 
 @pytest.fixture
