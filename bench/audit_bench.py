@@ -50,8 +50,8 @@ from pollwarden.audit import (
     verify,
 )
 from pollwarden.audit.keys import load_or_create_keys
-from pollwarden.home import database_path, ensure_home, trusted_checkpoint_path
-from pollwarden.operating import verify_home
+from pollwarden.home.directory import database_path, ensure_home, trusted_checkpoint_path
+from pollwarden.home.operating import verify_home
 from pollwarden.store.common import AUDIT_RECORD_COLUMNS, REPLAYED_HEAD_COLUMNS
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -218,7 +218,7 @@ class Revision:
         subprocess.run(["tar", "-x", "-C", str(self.root)], input=archive, check=True)
         self.modules: dict[str, ModuleType] = {}
         with self.active():
-            self.verify_home: Callable[[Path], Any] = importlib.import_module("pollwarden.operating").verify_home
+            self.verify_home: Callable[[Path], Any] = importlib.import_module("pollwarden.home.operating").verify_home
 
     @staticmethod
     def _take() -> dict[str, ModuleType]:

@@ -746,8 +746,8 @@ def step_rate(target: str, home: Path, seconds: float) -> float:
     from pollwarden.clock import utcnow
     from pollwarden.core import new_record, parse_contract
     from pollwarden.engine import Engine, Polled
-    from pollwarden.http import StatusClient
     from pollwarden.store.open import open_store
+    from pollwarden.transport.http import StatusClient
 
     with Simulator() as sim:
         sim.add_job("j", [Step(body={"state": "running"})])

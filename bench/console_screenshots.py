@@ -19,13 +19,13 @@ from pathlib import Path
 
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.record import new_record
 from pollwarden.engine import Engine
-from pollwarden.http import StatusClient
-from pollwarden.operating import decide, open_store
+from pollwarden.home.operating import decide, open_store
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.store.owner import this_host
+from pollwarden.transport.http import StatusClient
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "screenshot-token-0123456789abcdef"

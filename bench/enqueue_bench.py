@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.engine import BATCH, Engine
 from pollwarden.engine.installed import install
 from pollwarden.simulator import contract_text

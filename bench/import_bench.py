@@ -73,8 +73,8 @@ CASES = (
         "what a watch's first run loads before its first request: the engine, the status client, and the store"
         " opened with its audit keys (cryptography)",
         "import pollwarden\nfrom pathlib import Path\nfrom pollwarden import Watch\n"
-        "from pollwarden.engine import Engine\nfrom pollwarden.http import StatusClient\n"
-        "from pollwarden.operating import open_store\nopen_store(Path(HOME_DIR)).close()",
+        "from pollwarden.engine import Engine\nfrom pollwarden.transport.http import StatusClient\n"
+        "from pollwarden.home.operating import open_store\nopen_store(Path(HOME_DIR)).close()",
     ),
     Case(
         "--help",
@@ -91,8 +91,8 @@ CASES = (
         "everything",
         "every module any command can load (the worker, PostgreSQL, MCP, the console, webhooks), all in one process",
         "import pollwarden.api, pollwarden.cli.fleet, pollwarden.cli.agents, pollwarden.cli.serve\n"
-        "import pollwarden.worker, pollwarden.store.postgres, pollwarden.mcp_server, pollwarden.console, httpx\n"
-        "pollwarden.worker.Metrics()",
+        "import pollwarden.fleet.worker, pollwarden.store.postgres, pollwarden.mcp_server, pollwarden.console, httpx\n"
+        "pollwarden.fleet.worker.Metrics()",
     ),
 )
 

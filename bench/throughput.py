@@ -35,7 +35,7 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.durations import parse_rfc3339
 from pollwarden.engine.installed import install
-from pollwarden.fleet_defaults import DEFAULT_CONCURRENCY, LANES, POSTGRES_CONCURRENCY
+from pollwarden.fleet.defaults import DEFAULT_CONCURRENCY, LANES, POSTGRES_CONCURRENCY
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pollwarden.core.contract import Contract
+from pollwarden.core.contract.parse import Contract
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store
 from tests import prefork

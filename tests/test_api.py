@@ -13,7 +13,7 @@ import pytest
 import pollwarden
 from pollwarden import Progress, Stopped, Succeeded, Watch, WatchError, watch, watch_sync
 from pollwarden.core.reasons import StopReason
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 

@@ -14,7 +14,7 @@ import pytest
 
 import pollwarden
 from pollwarden import Progress, Succeeded, Watch, WatchCancelled, watch
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
 

@@ -12,21 +12,21 @@ import pytest
 
 import pollwarden
 from pollwarden import errors
-from pollwarden.actions import ActionError, ActionRefused
+from pollwarden.actions.provider import ActionError, ActionRefused
 from pollwarden.api import WatchError
 from pollwarden.audit import AuditError
 from pollwarden.audit.crypto import AuditDecryptError, AuditKeyError
 from pollwarden.audit.export import ExportFormatError
 from pollwarden.cli.common import UsageError
-from pollwarden.core.contract import ContractError
+from pollwarden.core.contract.parse import ContractError
 from pollwarden.core.durations import DurationError
 from pollwarden.core.escalation import DecisionError
 from pollwarden.errors import PollwardenError, exit_code_for
-from pollwarden.http import CredentialError
+from pollwarden.home.operating import HomeError
 from pollwarden.mcp_server import ToolFailure
-from pollwarden.operating import HomeError
+from pollwarden.report.why import WhyError
 from pollwarden.store.base import DecisionTaken, OperationExists, StoreError
-from pollwarden.why import WhyError
+from pollwarden.transport.http import CredentialError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -61,7 +61,7 @@ def test_the_named_errors_keep_their_names_modules_and_old_bases() -> None:
     # Callers that catch ValueError (argument parsing, the MCP argument checks) must keep catching these.
     for cls in (ContractError, DurationError, DecisionError, WhyError, WatchError):
         assert issubclass(cls, PollwardenError) and issubclass(cls, ValueError), cls
-    assert ContractError.__module__ == "pollwarden.core.contract"
+    assert ContractError.__module__ == "pollwarden.core.contract.parse"
     assert DurationError.__module__ == "pollwarden.core.durations"
     assert issubclass(AuditKeyError, AuditError) and issubclass(ExportFormatError, AuditError)
     assert issubclass(OperationExists, StoreError) and issubclass(DecisionTaken, StoreError)

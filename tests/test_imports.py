@@ -27,7 +27,12 @@ from tests.conftest import write_contract
 
 CORE = Path(pollwarden.__file__).resolve().parent / "core"
 HEAVY = ("httpx", "cryptography", "psycopg", "psycopg_pool", "prometheus_client", "mcp", "anyio")
-CONSOLE_AND_AGENTS = ("pollwarden.console", "pollwarden.mcp_server", "pollwarden.worker", "pollwarden.store.postgres")
+CONSOLE_AND_AGENTS = (
+    "pollwarden.console",
+    "pollwarden.mcp_server",
+    "pollwarden.fleet.worker",
+    "pollwarden.store.postgres",
+)
 """Our own modules that carry a heavy dependency or a server: loaded only by the command that serves them."""
 
 
@@ -164,15 +169,15 @@ def test_status_on_sqlite_loads_the_crypto_and_nothing_it_does_not_use(tmp_path:
 
 def test_the_fleet_commands_load_prometheus_only_for_a_running_worker() -> None:
     loaded = _modules_after("import pollwarden.cli.fleet")
-    assert "pollwarden.worker" in loaded
+    assert "pollwarden.fleet.worker" in loaded
     assert _heavy(loaded, ("pollwarden.store.sqlite", *CONSOLE_AND_AGENTS[:2], "pollwarden.store.postgres")) == []
-    metrics = _modules_after("from pollwarden.worker import Metrics; Metrics()")
+    metrics = _modules_after("from pollwarden.fleet.worker import Metrics; Metrics()")
     assert "prometheus_client" in metrics and "psycopg" not in metrics
 
 
 def test_a_postgres_target_is_named_and_redacted_without_psycopg() -> None:
     loaded = _modules_after(
-        "from pollwarden.operating import watch_command\n"
+        "from pollwarden.home.operating import watch_command\n"
         "line = watch_command('op', db='postgresql://ana:s3cret@db/x')\n"
         "assert 's3cret' not in line and 'postgresql://ana@db/x' in line, line"
     )
@@ -210,7 +215,7 @@ def test_the_face_keeps_its_names() -> None:
         "names = sorted(pollwarden.__all__)\n"
         "from pollwarden import Progress, Succeeded, Stopped, Watch, WatchCancelled, WatchError, watch, watch_sync\n"
         "from pollwarden.api import Succeeded as S\n"
-        "from pollwarden.progress import Progress as P\n"
+        "from pollwarden.report.progress import Progress as P\n"
         "assert Succeeded is S and pollwarden.Succeeded is S and Progress is P\n"
         "print(json.dumps(names))"
     )
@@ -234,7 +239,13 @@ def test_the_progress_type_loads_with_the_core_alone() -> None:
     """An `on_progress` callback is typed with `pollwarden.Progress`: naming it loads no engine and no store."""
     loaded = _modules_after("from pollwarden import Progress")
     ours = {m for m in loaded if m.startswith("pollwarden") and not m.startswith("pollwarden.core")}
-    assert ours == {"pollwarden", "pollwarden.lazy", "pollwarden.errors", "pollwarden.progress"}
+    assert ours == {
+        "pollwarden",
+        "pollwarden.lazy",
+        "pollwarden.errors",
+        "pollwarden.report",
+        "pollwarden.report.progress",
+    }
     assert _heavy(loaded, ("asyncio",)) == []
 
 

@@ -1,5 +1,5 @@
 """Certificates made for a test (a CA of its own and leaves it signs) and a loopback TLS server: the keep-alive
-server of tests/test_http_keepalive.py behind TLS, so every script it runs can be served over https too.
+server of tests/transport/test_http_keepalive.py behind TLS, so every script it runs can be served over https too.
 
 `trusting` makes the process's verifying context (`wire._default_tls`, what both paths use) trust the test's CA
 and nothing else: the same `ssl.create_default_context` construction, with the CA file instead of the system's."""
@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pollwarden import wire
-from tests.test_http_keepalive import OK, KeepAliveServer, Script, always
+from pollwarden.transport import wire
+from tests.transport.test_http_keepalive import OK, KeepAliveServer, Script, always
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pollwarden.api import Succeeded, Watch
-from pollwarden.core.contract_result import result_text
-from pollwarden.operating import open_store
+from pollwarden.core.contract.result import result_text
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import contract_text as simulator_contract
 
 from .common import PeerConfig, PeerResult

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .api import Outcome, Stopped, Succeeded, Watch, WatchCancelled, WatchError, watch, watch_sync
-    from .progress import Progress
+    from .report.progress import Progress
 
 __all__ = [
     "Outcome",
@@ -32,5 +32,8 @@ __all__ = [
 
 __getattr__, __dir__ = lazy_face(
     __name__,
-    {".api": "Outcome Stopped Succeeded Watch WatchCancelled WatchError watch watch_sync", ".progress": "Progress"},
+    {
+        ".api": "Outcome Stopped Succeeded Watch WatchCancelled WatchError watch watch_sync",
+        ".report.progress": "Progress",
+    },
 )

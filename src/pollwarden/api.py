@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, cast
 
 from .catalogue import resolve_contract
 from .core.admission import Limits, WatchRequest, check, operation_id_problem
-from .core.contract import Contract, ContractError, load_contract
-from .core.contract_result import JSONValue
+from .core.contract.parse import Contract, ContractError, load_contract
+from .core.contract.result import JSONValue
 from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
@@ -53,7 +53,7 @@ from .errors import EXIT_INTERRUPTED, PollwardenError
 
 if TYPE_CHECKING:
     from .engine import StepResult
-    from .progress import Progress
+    from .report.progress import Progress
     from .store.base import Store
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchCancelled", "WatchError", "watch", "watch_sync"]
@@ -235,13 +235,13 @@ class Watch:
         from .engine import AdmissionError, Cancelled, Engine
         from .engine.combine import combined
         from .engine.installed import NotInstalled, install_as_caller
-        from .home import resolve_home
-        from .home_store import home_store
-        from .http import CredentialError, StatusClient, resolve_secret
-        from .operating import HomeError
-        from .outbox import delivering
-        from .progress import progress_of
+        from .home.directory import resolve_home
+        from .home.operating import HomeError
+        from .home.shared_store import home_store
+        from .report.progress import progress_of
         from .store.owner import process_owner
+        from .transport.http import CredentialError, StatusClient, resolve_secret
+        from .transport.outbox import delivering
 
         try:
             secret = resolve_secret(self.contract)

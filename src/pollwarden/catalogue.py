@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.contract import Contract, ContractError, load_contract, parse_contract
-from .core.contract_vars import shipped_names, shipped_text
+from .core.contract.parse import Contract, ContractError, load_contract, parse_contract
+from .core.contract.vars import shipped_names, shipped_text
 
 __all__ = ["Shipped", "is_path", "resolve_contract", "shipped", "shipped_contract", "shipped_names", "shipped_text"]
 

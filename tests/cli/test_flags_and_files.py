@@ -159,8 +159,8 @@ def test_audit_repair_mends_only_a_regular_file(tmp_path: Path, home: Path) -> N
 
 
 def test_a_witness_setting_that_never_ends_is_an_error_after_a_bounded_read(tmp_path: Path, home: Path) -> None:
-    from pollwarden.home import ensure_home, witness_config_path
-    from pollwarden.operating import MAX_WITNESS_SETTING_BYTES, configured_witness
+    from pollwarden.home.directory import ensure_home, witness_config_path
+    from pollwarden.home.operating import MAX_WITNESS_SETTING_BYTES, configured_witness
     from pollwarden.store.base import StoreError
 
     ensure_home(home)

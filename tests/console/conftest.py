@@ -11,13 +11,13 @@ import pytest
 
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
-from pollwarden.core.contract import Contract, load_contract
+from pollwarden.core.contract.parse import Contract, load_contract
 from pollwarden.core.record import new_record
 from pollwarden.engine import Engine
-from pollwarden.http import StatusClient
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.base import StoredDecision
+from pollwarden.transport.http import StatusClient
 from tests.conftest import install, write_contract
 
 TOKEN = "console-test-token-0123456789abcdef"

@@ -14,7 +14,7 @@ import pytest
 from pollwarden.cli import main as cli_main
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.store.base import Grant, agent_log_id
 
 from .test_console_http import CSRF

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 
 from pollwarden.core.reasons import Phase
+from pollwarden.home.operating import open_store
 from pollwarden.mcp_server import Broker, CallContext, load_contracts
-from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.mcp.support import agent_contract
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 
 from pollwarden.clock import utcnow
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.record import new_record
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator
 from pollwarden.store.owner import OwnerKind, process_owner, this_host
 from tests.conftest import install, run_cli, write_contract

@@ -16,11 +16,11 @@ import pytest
 
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer, is_loopback
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
-from pollwarden.home import database_path
-from pollwarden.operating import open_store
+from pollwarden.home.directory import database_path
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator
 from tests.conftest import install, run_cli
 

@@ -10,7 +10,7 @@ from typing import Any
 from pollwarden.console.pages.timeline import picture_of, timeline_svg
 from pollwarden.core.escalation import DecisionRequest, Option, OptionKind
 from pollwarden.core.reasons import Phase, StopReason
-from pollwarden.followup import follow_ups
+from pollwarden.report.followup import follow_ups
 from pollwarden.store.base import Event, StoredDecision
 from tests.core.support import T0, make_contract, make_record
 

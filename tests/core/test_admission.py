@@ -22,7 +22,7 @@ from pollwarden.core.admission import (
     new_operation_id,
     repeated,
 )
-from pollwarden.core.contract import AgentLimits
+from pollwarden.core.contract.parse import AgentLimits
 
 from .support import T0, make_contract, make_record
 

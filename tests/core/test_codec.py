@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pollwarden.core import DelaySource, FailureKind, Jitter, OperationRecord, Phase, Response, StopReason, observe
 from pollwarden.core.codec import observation_from_json, record_from_json, record_to_json
-from pollwarden.core.contract import Schedule
+from pollwarden.core.contract.parse import Schedule
 from pollwarden.core.record import Plan
 
 from .support import T0, body, failure, make_contract, make_record, poll, response

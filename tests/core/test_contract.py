@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from pollwarden.core import Category, ContractError, Jitter, load_contract, parse_contract
-from pollwarden.core.contract import MAX_CONTRACT_BYTES
+from pollwarden.core.contract.parse import MAX_CONTRACT_BYTES
 from tests.conftest import endless_file
 
 from .support import EXAMPLE_CONTRACT, contract_text, make_contract

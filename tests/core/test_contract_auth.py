@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.core import parse_contract
-from pollwarden.core.contract import ContractError
-from pollwarden.core.contract_auth import AuthKind
+from pollwarden.core.contract.auth import AuthKind
+from pollwarden.core.contract.parse import ContractError
 
 from .support import contract_text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pollwarden.core.contract import Contract, ContractError, parse_contract
+from pollwarden.core.contract.parse import Contract, ContractError, parse_contract
 from tests.conftest import run_cli
 
 PLAIN = """

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from pollwarden import events as ev
 from pollwarden.core.codec import record_from_json, record_to_json
-from pollwarden.core.contract import ContractError, parse_contract
-from pollwarden.core.contract_result import (
+from pollwarden.core.contract.parse import ContractError, parse_contract
+from pollwarden.core.contract.result import (
     FETCH_MAX_BYTES_DEFAULT,
     MAX_RESULT_JSON_BYTES,
     ResultSpec,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from pollwarden.catalogue import resolve_contract, shipped, shipped_contract
 from pollwarden.core.admission import Refuse, WatchRequest, check, status_location_problem
-from pollwarden.core.contract import Contract, ContractError, load_contract, parse_contract
-from pollwarden.core.contract_vars import dump_toml, shipped_text, var_value_problem
+from pollwarden.core.contract.parse import Contract, ContractError, load_contract, parse_contract
+from pollwarden.core.contract.vars import dump_toml, shipped_text, var_value_problem
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

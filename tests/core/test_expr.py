@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollwarden.core import Category, observe, parse_contract
-from pollwarden.core.contract import ContractError
+from pollwarden.core.contract.parse import ContractError
 from pollwarden.core.expr import ExpressionError, check, lookup
 from pollwarden.core.observe import Kind, Observation
 

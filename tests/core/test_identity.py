@@ -19,8 +19,8 @@ from pollwarden.core.admission import (
     check_many,
     status_location_problem,
 )
-from pollwarden.core.contract import Contract, ContractError, parse_contract
-from pollwarden.core.contract_vars import shipped_text
+from pollwarden.core.contract.parse import Contract, ContractError, parse_contract
+from pollwarden.core.contract.vars import shipped_text
 from pollwarden.core.identity import NotOneJob, canonical_job_id, canonical_status_url
 
 from .support import T0

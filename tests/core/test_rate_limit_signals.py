@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pollwarden.core import Action, Contract, DelaySource, StopReason, parse_contract
-from pollwarden.core.contract import ContractError
+from pollwarden.core.contract.parse import ContractError
 from pollwarden.core.observe import Kind, observe
 
 from .support import T0, body, contract_text, make_record, poll, response

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pollwarden.core import Jitter
-from pollwarden.core.contract import Schedule
+from pollwarden.core.contract.parse import Schedule
 from pollwarden.core.schedule import (
     MAX_RETRY_AFTER,
     RATE_LIMIT_GROWTH,

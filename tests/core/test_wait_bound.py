@@ -26,7 +26,7 @@ from pollwarden.core import (
     reserve,
 )
 from pollwarden.core.admission import Create, Limits, Refuse, WatchRequest, admit, narrow
-from pollwarden.core.contract import ContractError
+from pollwarden.core.contract.parse import ContractError
 from pollwarden.core.decide import Finished, Halt, Poll, Wait, defer, halt, paced_wait
 from pollwarden.core.escalation import OptionKind, apply_extension, apply_recheck, build_request
 from pollwarden.core.reasons import DelaySource, Phase

@@ -9,11 +9,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from pollwarden.clock import utcnow
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.reasons import DelaySource
 from pollwarden.core.record import new_record
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import install, run_cli, write_contract
 

@@ -20,7 +20,7 @@ import pytest
 
 from pollwarden.cli.app import main
 from pollwarden.core.admission import WatchRequest
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.engine import BATCH, Engine
 from pollwarden.store.base import Store
 from tests.conftest import Ran, install, run_cli, write_contract

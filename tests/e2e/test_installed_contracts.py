@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pollwarden.core.contract_vars import text_digest
+from pollwarden.core.contract.vars import text_digest
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, token_command_auth, write_contract

@@ -30,7 +30,7 @@ import pytest
 from tests.conftest import write_contract
 from tests.e2e.test_worker import _enqueue, _log_of, _spawn_worker
 from tests.namespaces import in_another_pid_namespace
-from tests.test_http_keepalive import holding
+from tests.transport.test_http_keepalive import holding
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ import httpx
 import psycopg
 import pytest
 
-from pollwarden.core.contract import load_contract
+from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.reasons import Phase
 from pollwarden.core.record import new_record
-from pollwarden.fleet_defaults import POSTGRES_POOL
+from pollwarden.fleet.defaults import POSTGRES_POOL
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import install, run_cli, write_contract
 from tests.e2e.conftest import store_of as _store

@@ -26,7 +26,7 @@ import pytest
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import hanging_token, process_alive, write_contract
 from tests.e2e.test_worker import _enqueue, _log_of, _spawn_worker
-from tests.test_http_keepalive import holding
+from tests.transport.test_http_keepalive import holding
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 
 from pollwarden.audit import AuditRecord
 from pollwarden.core.admission import Limits, Refusal, Refuse, WatchRequest
-from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.engine import AdmissionError, BatchAdmissionError, Engine
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store

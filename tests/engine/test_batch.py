@@ -18,13 +18,13 @@ import pytest
 from pollwarden.audit import verify
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import WatchRequest
-from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.engine import Busy, Engine, Polled
+from pollwarden.fleet.worker import CLAIM_TTL
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Claimed, FencedWrite, Store, StoreError
 from pollwarden.store.common import Tx
-from pollwarden.worker import CLAIM_TTL
 from tests.conftest import install
 from tests.store.conftest import Backend
 
@@ -197,8 +197,8 @@ def test_a_batch_of_plain_http_polls_goes_out_at_once_from_one_thread_after_its_
     """Real status clients: the K requests go on one selector in the calling thread (`http.fetch_all`), not the
     pool. The loopback provider answers none until all K are in (one request at a time would never get there),
     and at each request it reads, through a store of its own, that the reservation is already committed."""
-    from pollwarden.http import StatusClient
-    from tests.test_http import RawServer
+    from pollwarden.transport.http import StatusClient
+    from tests.transport.test_http import RawServer
 
     reader = backend.open()
     together = threading.Barrier(COUNT, timeout=10)
@@ -233,8 +233,8 @@ def test_a_poll_the_batch_reaches_too_late_is_not_sent_and_the_others_are() -> N
     """The batch's requests start after the other lanes' commits: a Send whose `not_after` has passed by then
     goes nowhere, and its flow is handed `SendTooLate` (it applies the deadline and lease rules again)."""
     from pollwarden.engine import batch, flow
-    from pollwarden.http import Fetches, StatusClient
-    from tests.test_http import RawServer
+    from pollwarden.transport.http import Fetches, StatusClient
+    from tests.transport.test_http import RawServer
 
     def answer(conn: Any, raw: bytes) -> None:
         body = b'{"state": "running"}'
@@ -280,7 +280,7 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
     the held one is recorded when its answer comes, in a transaction of its own."""
     import time
 
-    from pollwarden.http import StatusClient
+    from pollwarden.transport.http import StatusClient
 
     reader = backend.open()
     release = threading.Event()
@@ -321,7 +321,7 @@ def test_answers_are_recorded_in_waves_and_a_held_request_holds_up_no_other_reco
 
 def _holding_never_0(release: threading.Event) -> Any:
     """A loopback provider (`RawServer`) that answers `running`, the job `never-0` only once `release` is set."""
-    from tests.test_http import RawServer
+    from tests.transport.test_http import RawServer
 
     def answer(conn: Any, raw: bytes) -> None:
         if raw.split(b" ", 2)[1].endswith(b"/never-0"):
@@ -409,9 +409,9 @@ def test_a_selector_that_fails_ends_each_poll_in_its_own_flow_and_leaves_no_leas
     refused send, and records its stop; nothing escapes the batch, no lease stays held."""
     import errno
 
-    from pollwarden import http
-    from pollwarden.http import StatusClient
-    from tests.test_http import RawServer
+    from pollwarden.transport import http
+    from pollwarden.transport.http import StatusClient
+    from tests.transport.test_http import RawServer
 
     def answer(conn: Any, raw: bytes) -> None:
         conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"state": "running"}')
@@ -467,7 +467,7 @@ def test_a_request_still_in_flight_goes_aside_and_is_finished_on_a_thread_of_its
     left, `batch.ASIDE` after they went out: the others are recorded, the held one is handed over, and `finish`
     records it on another thread, with that thread's store."""
     from pollwarden.engine import batch, flow
-    from pollwarden.http import StatusClient
+    from pollwarden.transport.http import StatusClient
 
     release = threading.Event()
     server = _holding_never_0(release)

@@ -305,7 +305,7 @@ def test_a_batch_that_cannot_make_its_round_fails_each_step_alone_and_holds_no_l
     that error (nothing claimed, nothing sent), not an assertion, and nothing escapes the batch's thread."""
     import errno
 
-    from pollwarden import resolve
+    from pollwarden.transport import resolve
 
     escaped: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))

@@ -21,19 +21,19 @@ import pytest
 from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import Limits, WatchRequest
-from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
-from pollwarden.credentials import resolve_secret
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
 from pollwarden.engine.flow import lease_ttl
-from pollwarden.http import FakeTransport, Reply, StatusClient
-from pollwarden.outbox import delivering
+from pollwarden.fleet.worker import CLAIM_TTL, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
-from pollwarden.worker import CLAIM_TTL, Worker
+from pollwarden.transport.credentials import resolve_secret
+from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.outbox import delivering
 from tests.conftest import install
 
 

@@ -10,8 +10,8 @@ import pytest
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord
 from pollwarden.engine import flow
-from pollwarden.http import CredentialError
 from pollwarden.store.base import Lease
+from pollwarden.transport.http import CredentialError
 
 from ..core.support import T0, body, make_contract, make_record, response
 

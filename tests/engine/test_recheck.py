@@ -8,17 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from pollwarden.actions.decisions import apply_decision, open_decision
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import WatchRequest
-from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.escalation import OptionKind
 from pollwarden.core.reasons import Phase, StopReason
-from pollwarden.credentials import Credential
-from pollwarden.decisions import apply_decision, open_decision
 from pollwarden.engine import Engine
-from pollwarden.http import StatusClient
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.store.base import Store
+from pollwarden.transport.credentials import Credential
+from pollwarden.transport.http import StatusClient
 from tests.conftest import install
 
 KEY = "RECHECK_TOKEN"

@@ -15,12 +15,12 @@ import pytest
 from pollwarden.audit import load_or_create_keys
 from pollwarden.cli.interrupts import Interrupted
 from pollwarden.core.admission import WatchRequest
-from pollwarden.core.contract import Contract, parse_contract
+from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.engine import Cancelled, Engine, StepResult
-from pollwarden.http import FakeTransport, Reply, StatusClient
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
+from pollwarden.transport.http import FakeTransport, Reply, StatusClient
 from tests.conftest import install
 
 RUNNING = b'{"state": "running"}'

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from pollwarden.core.record import OperationRecord
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from tests.mcp.support import Agent, Reply, mcp_agent, run
 
 from .cases import CASES, SECRETS, Case, good_script, write_contract

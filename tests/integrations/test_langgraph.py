@@ -12,8 +12,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
+from pollwarden.home.operating import open_store
 from pollwarden.integrations.langgraph import decision_answer, langgraph_tool, operation_id
-from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import write_contract
 
@@ -176,7 +176,7 @@ def test_a_resume_value_that_is_no_persons_answer_changes_nothing(
 
 
 def test_an_answer_someone_else_overtook_is_reported_not_applied(sim: Simulator, contract: Path, home: Path) -> None:
-    from pollwarden.operating import decide
+    from pollwarden.home.operating import decide
 
     sim.add_job("job-6", [RUNNING])
     app = graph(langgraph_tool(contract, home=home, max_requests=1))

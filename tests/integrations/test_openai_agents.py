@@ -14,8 +14,8 @@ from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
+from pollwarden.home.operating import open_store
 from pollwarden.integrations.openai_agents import AgentsJobTool, openai_agents_tool
-from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import write_contract
 
@@ -177,7 +177,7 @@ def test_approve_refuses_without_a_name_or_once_the_decision_is_taken(
     sim: Simulator, contract: Path, home: Path
 ) -> None:
     from pollwarden.core.escalation import DecisionError
-    from pollwarden.operating import decide
+    from pollwarden.home.operating import decide
 
     sim.add_job("job-4", [Step(body={"state": "running"})])
     waiter = openai_agents_tool(contract, home=home, max_requests=1)

@@ -18,7 +18,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import TextContent
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from tests.conftest import Ran, run_cli, write_contract
 from tests.prefork import spawn_args
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from mcp.types import CallToolResult, TextContent
 
-from pollwarden.core.contract import Contract
+from pollwarden.core.contract.parse import Contract
 from pollwarden.core.observe import Exchange
-from pollwarden.http import StatusClient
 from pollwarden.mcp_server import Broker, CallContext, ToolFailure, load_contracts
 from pollwarden.simulator import Simulator, Step
+from pollwarden.transport.http import StatusClient
 from tests.conftest import run_cli
 
 from .support import agent_contract, mcp_agent, run

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from pollwarden.home.operating import open_store
 from pollwarden.mcp_server import Broker, CallContext, load_contracts
-from pollwarden.operating import open_store
 from tests.loopback import Answer, serving
 from tests.providers.imitation import Imitation, azure, github, ok
 

@@ -23,7 +23,7 @@ from pollwarden.mcp_server.base import (
     WAIT_WITHOUT_PROGRESS_ENV,
 )
 from pollwarden.mcp_server.reporting import Reporter, timing
-from pollwarden.progress import Progress
+from pollwarden.report.progress import Progress
 from pollwarden.simulator import Simulator
 
 from .support import Note, Reply, agent_contract, cli, mcp_agent, pending_grant, run

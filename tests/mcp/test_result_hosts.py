@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from pollwarden.home.operating import open_store
 from pollwarden.mcp_server import Broker, CallContext, load_contracts
-from pollwarden.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.loopback import Answer, Loopback, serving
 

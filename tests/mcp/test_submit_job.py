@@ -8,9 +8,9 @@ from pathlib import Path
 
 import anyio
 
-from pollwarden.actions import fingerprint
+from pollwarden.actions.provider import fingerprint
 from pollwarden.core.admission import submission_operation_id
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator
 from tests.loopback import Answer, Route, Seen, serving
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 
 from .support import Note, agent_contract, cli, mcp_agent, pending_grant, run

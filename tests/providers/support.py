@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pollwarden.operating import open_store
+from pollwarden.home.operating import open_store
 from tests.conftest import Ran, run_cli
 
 FAST_SCHEDULE = {"first_check": "0s", "base_delay": "50ms", "max_delay": "100ms"}

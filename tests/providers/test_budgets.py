@@ -18,7 +18,7 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.catalogue import shipped, shipped_contract, shipped_names
-from pollwarden.core.contract import Contract, Schedule
+from pollwarden.core.contract.parse import Contract, Schedule
 from pollwarden.core.reasons import Jitter
 from pollwarden.core.schedule import jittered, raw_delay
 

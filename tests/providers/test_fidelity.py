@@ -47,7 +47,7 @@ import pytest
 
 from pollwarden.catalogue import shipped_contract, shipped_names
 from pollwarden.core import Response, observe
-from pollwarden.core.contract import Contract
+from pollwarden.core.contract.parse import Contract
 from pollwarden.core.expr import lookup
 from pollwarden.core.observe import Kind, Observation
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pollwarden.catalogue import shipped_contract
-from pollwarden.core.contract_result import result_url_problem
+from pollwarden.core.contract.result import result_url_problem
 
 from .imitation import Answer, Imitation, JSONValue, ok, replicate
 from .support import assert_no_secret, fetch_result, tuned, watch

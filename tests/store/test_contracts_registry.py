@@ -11,8 +11,8 @@ import psycopg
 
 from pollwarden.audit import verify
 from pollwarden.audit.keys import load_or_create_keys
-from pollwarden.core.contract import parse_contract
-from pollwarden.core.contract_vars import text_digest
+from pollwarden.core.contract.parse import parse_contract
+from pollwarden.core.contract.vars import text_digest
 from pollwarden.core.record import new_record
 from pollwarden.store.migrations import ADOPTED_BY, LATEST, REGISTRY
 from pollwarden.store.postgres import PostgresStore, upgrade_database

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord, new_record

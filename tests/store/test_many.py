@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pollwarden.audit import verify
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import NewOperation, OperationExists
 from pollwarden.store.common import Tx

@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from pollwarden.store.delivery import queued_by

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pollwarden.ownership import ownership_of
+from pollwarden.report.ownership import ownership_of
 from pollwarden.store.owner import holder_dead, owner_alive, parse_owner, process_owner, this_host, this_place
 from tests.namespaces import run_there
 

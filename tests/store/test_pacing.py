@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import defer
 from pollwarden.core.record import new_record
 from tests.store.conftest import AnyStore, Backend, run_threads

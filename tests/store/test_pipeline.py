@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pollwarden.audit import load_or_create_keys
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import new_record
 from pollwarden.store.common import Tx
 from pollwarden.store.postgres import PostgresStore

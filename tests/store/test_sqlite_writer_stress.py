@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from pollwarden.audit import load_or_create_keys, verify
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import new_record
 from pollwarden.store.sqlite import SQLiteStore
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pollwarden.audit import HeadFile, StoredHeads, read_kept_file, verify
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.core.reasons import Phase, StopReason

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pollwarden.core.contract import parse_contract
+from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import StoreError, UnreadableRecord
 

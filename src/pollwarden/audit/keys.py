@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from pollwarden.audit.checkpoint import key_id_of, load_public_key_text, public_key_text
 from pollwarden.audit.crypto import KEY_BYTES, AuditKeyError
 from pollwarden.core.bounded import TooLarge, read_bounded
-from pollwarden.home import KEYS_DIR, tighten_own_dir
+from pollwarden.home.directory import KEYS_DIR, tighten_own_dir
 
 __all__ = [
     "AUDIT_KEY_ENV",

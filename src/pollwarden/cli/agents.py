@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..home import resolve_home
-from ..operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
+from ..home.directory import resolve_home
+from ..home.operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
 from ..store.base import Store
 from .common import UsageError
 

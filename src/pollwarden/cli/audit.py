@@ -30,11 +30,12 @@ from ..audit import (
 )
 from ..audit.export import head_file_text
 from ..audit.keys import install_signing_key, stage_signing_key, staged_signing_key, write_private_key_file
+from ..audit.witnessing import WITNESS_LOG, Kept, LocationError, read_location, reading_location
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..events import WitnessCleared, WitnessConfigured
-from ..home import ensure_home, resolve_home, trusted_checkpoint_path, unknown_operation, witness_config_path
-from ..operating import (
+from ..home.directory import ensure_home, resolve_home, trusted_checkpoint_path, unknown_operation, witness_config_path
+from ..home.operating import (
     HomeError,
     configured_witness,
     database_target,
@@ -45,7 +46,6 @@ from ..operating import (
 from ..shown import shown
 from ..store.base import StoreError
 from ..store.witness import Witness
-from ..witnessing import WITNESS_LOG, Kept, LocationError, read_location, reading_location
 from .common import (
     EXIT_OK,
     UsageError,
@@ -279,7 +279,7 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
 def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfigured | WitnessCleared) -> None:
     """The setting's event, in the store; its head is given to the witness at once (one attempt, at most
     `outbox.EXIT_WAIT` seconds): the location is tried as it is set, and holds this store's head from now on."""
-    from ..outbox import delivering
+    from ..transport.outbox import delivering
 
     store = _open_store(args.home, keys="write")
     try:

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..home import resolve_home
+from ..home.directory import resolve_home
 from ..isolation.checks import (
     contracts_problems,
     home_problems,
@@ -94,9 +94,9 @@ def _serve(
     secrets: dict[str, str],
 ) -> int:
     from ..foreground import stop_signals
+    from ..home.operating import HomeError, open_store
     from ..isolation.service import BrokerService, SocketError
     from ..mcp_server import load_contracts
-    from ..operating import HomeError, open_store
 
     contracts, problems = load_contracts(contracts_dir)
     if not contracts:

@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..catalogue import Shipped, shipped, shipped_text
-from ..core.contract import ContractError
+from ..core.contract.parse import ContractError
 from ..core.durations import format_rfc3339
 from ..shown import shown
 from .common import EXIT_OK, UsageError
@@ -40,8 +40,8 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 
 def cmd_contracts_install(args: argparse.Namespace) -> int:
     """Install one version into the store's registry, audited; the same text again changes nothing."""
+    from ..actions.decisions import person_problem
     from ..clock import utcnow
-    from ..decisions import person_problem
     from ..engine.installed import install, short
     from ..store.base import StoreError
     from .common import _load_contract, _open_store, vars_of
@@ -80,7 +80,7 @@ def cmd_contracts_install(args: argparse.Namespace) -> int:
 
 def cmd_contracts_installed(args: argparse.Namespace) -> int:
     """The registry: every installed version, who installed it and when, and where it sends its requests."""
-    from ..core.contract import parse_contract
+    from ..core.contract.parse import parse_contract
     from ..engine.installed import short
     from .common import _open_store
 

@@ -13,11 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from ..catalogue import resolve_contract
-from ..core.contract import Contract, ContractError
-from ..core.contract_vars import VAR_NAME
+from ..core.contract.parse import Contract, ContractError
+from ..core.contract.vars import VAR_NAME
 from ..core.durations import DurationError, parse_duration
 from ..errors import PollwardenError
-from ..home import resolve_home
+from ..home.directory import resolve_home
 from ..shown import has_control, shown
 from ..shown import shown_json as shown_json  # the commands' text output: in `shown`, which other interfaces share
 from ..shown import shown_request as shown_request
@@ -112,7 +112,7 @@ def typed(value: str | None, flag: str) -> str | None:
 
 def resume_hint(args: argparse.Namespace, operation_id: str) -> str:
     """The resume command for this operation, with the --home/--db this command was given."""
-    from ..operating import watch_command  # `operating` (with http, ssl) is not the parser's: imported by use
+    from ..home.operating import watch_command  # `operating` (with http, ssl) is not the parser's: imported by use
 
     return watch_command(operation_id, home=getattr(args, "home", None), db=getattr(args, "db", None))
 
@@ -154,7 +154,7 @@ def output_file(path: str, flag: str) -> Iterator[Path]:
 
 def _open_store(home_arg: str | None, *, keys: str = "write") -> Store:
     """keys: "write" loads or creates both audit keys, "read" needs the existing ones, "none" neither."""
-    from ..operating import HomeError, open_store
+    from ..home.operating import HomeError, open_store
 
     try:
         return open_store(resolve_home(home_arg), keys=keys)

@@ -8,21 +8,21 @@ import secrets
 import sys
 from pathlib import Path
 
-from ..actions import ActionError, ActionRefused, cancel, fetch_result, submit
+from ..actions.decisions import person_problem
+from ..actions.provider import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
 from ..core.admission import new_operation_id, operation_id_problem
 from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
-from ..decisions import person_problem
 from ..engine.installed import install_as_caller
-from ..home import unknown_operation
-from ..http import StatusClient
-from ..operating import HomeError, contract_of, decide, status_client
+from ..home.directory import unknown_operation
+from ..home.operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
 from ..store.base import Store
+from ..transport.http import StatusClient
 from .common import (
     EXIT_ESCALATED,
     EXIT_OK,

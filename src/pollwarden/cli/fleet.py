@@ -9,19 +9,19 @@ from pathlib import Path
 
 from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
-from ..fleet_defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
+from ..fleet.defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
+from ..fleet.worker import JsonLog, Metrics, Worker
 from ..foreground import stop_signals
-from ..home import database_path, ensure_home, resolve_home, trusted_checkpoint_path
-from ..http import CredentialError, resolve_secret
-from ..operating import configured_witness
+from ..home.directory import database_path, ensure_home, resolve_home, trusted_checkpoint_path
+from ..home.operating import configured_witness
 from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner
-from ..worker import JsonLog, Metrics, Worker
+from ..transport.http import CredentialError, resolve_secret
 from . import jobs_file
 from .common import UsageError, _duration, _load_contract, vars_of
 from .jobs_file import operation_ids, read_jobs_file
@@ -76,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 f"{SUPERVISOR_ENV} is set to {shown(supervisor[:24])!r}, which is no process id: only"
                 " `worker --processes N` sets it, for its children; unset it to run a worker"
             )
-        from ..fleet_supervisor import follow_supervisor
+        from ..fleet.supervisor import follow_supervisor
 
         if not follow_supervisor(supervisor):  # it died before this process could follow it: start nothing
             JsonLog(worker=process_owner("worker"))("supervisor_gone", supervisor=supervisor)
@@ -100,7 +100,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         provider_rates=rates,
     )
     if supervisor is not None:
-        from ..fleet_supervisor import watch_parent
+        from ..fleet.supervisor import watch_parent
 
         watch_parent(supervisor, worker.stop)
     with stop_signals(worker.stop, then_ignore=True):
@@ -136,7 +136,7 @@ def _serve_metrics(args: argparse.Namespace, log: JsonLog, serve: Callable[[int,
 def _supervise(args: argparse.Namespace) -> int:
     """`--processes N` (N > 1): the configuration is checked here, once, before any child starts; then N
     children run the same command with `--processes 1` (`fleet_supervisor`)."""
-    from ..fleet_supervisor import GroupMetrics, Supervisor, child_command
+    from ..fleet.supervisor import GroupMetrics, Supervisor, child_command
 
     factory = store_factory(args)  # bad --db or --home: exit 2, nothing started
     log = JsonLog(worker=process_owner("worker"))

@@ -6,15 +6,15 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from ..core.contract_result import counts_text, result_text
+from ..core.contract.result import counts_text, result_text
 from ..core.durations import DurationError, parse_rfc3339
 from ..core.result_part import part_words
-from ..home import resolve_home, unknown_operation
-from ..operating import operation_known
+from ..home.directory import resolve_home, unknown_operation
+from ..home.operating import operation_known
+from ..report.story import story_json, story_lines
+from ..report.why import WhyError, explain, pick
 from ..shown import shown
 from ..store.base import INSPECT_UNREADABLE, Store, UnreadableRow
-from ..story import story_json, story_lines
-from ..why import WhyError, explain, pick
 from .common import (
     EXIT_OK,
     UsageError,
@@ -26,8 +26,8 @@ from .common import (
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..followup import follow_up_lines
-    from ..ownership import ownership_of
+    from ..report.followup import follow_up_lines
+    from ..report.ownership import ownership_of
 
     store = _open_store(args.home, keys="none")
     try:
@@ -99,7 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _version(store: Store, text: str) -> dict[str, object]:
     """Which contract version the operation carries, and whether it is installed (nothing runs it otherwise)."""
-    from ..core.contract_vars import text_digest
+    from ..core.contract.vars import text_digest
 
     digest = text_digest(text)
     found = store.installed_contract(digest)

@@ -1,4 +1,5 @@
-"""`pollwarden outbox [--deliver]`: the deliveries waiting to go out, and sending them now (`pollwarden.outbox`)."""
+"""`pollwarden outbox [--deliver]`: the deliveries waiting to go out, and sending them now
+(`pollwarden.transport.outbox`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from datetime import datetime
 from typing import Any
 
 from ..core.durations import format_rfc3339
-from ..home import resolve_home
-from ..operating import configured_witness
-from ..outbox import Courier, Delivered
+from ..home.directory import resolve_home
+from ..home.operating import configured_witness
 from ..shown import shown
 from ..store.base import OutboxEntry
 from ..store.delivery import WEBHOOK
 from ..store.owner import parse_owner, process_owner
+from ..transport.outbox import Courier, Delivered
 from .common import EXIT_OK, _open_store
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .. import __version__
-from ..fleet_defaults import (
+from ..fleet.defaults import (
     AUTO_PROCESSES_CAP,
     DEFAULT_CONCURRENCY,
     LANES,

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
-from ..home import resolve_home
-from ..outbox import delivering_home
+from ..home.directory import resolve_home
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
+from ..transport.outbox import delivering_home
 from .common import (
     EXIT_ESCALATED,
     EXIT_INTERNAL,

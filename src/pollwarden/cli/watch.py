@@ -11,8 +11,8 @@ from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
 from ..core.admission import Limits, WatchRequest, check, operation_id_problem
-from ..core.contract import Contract
-from ..core.contract_result import result_text
+from ..core.contract.parse import Contract
+from ..core.contract.result import result_text
 from ..core.decide import Decision
 from ..core.durations import format_rfc3339
 from ..core.reasons import Phase
@@ -20,13 +20,13 @@ from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
-from ..http import Credential, CredentialError, StatusClient, resolve_secret
-from ..operating import HomeError, command_line, contract_of
-from ..outbox import delivering
-from ..progress import progress_of
+from ..home.operating import HomeError, command_line, contract_of
+from ..report.progress import progress_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.owner import process_owner
+from ..transport.http import Credential, CredentialError, StatusClient, resolve_secret
+from ..transport.outbox import delivering
 from .common import (
     EXIT_ESCALATED,
     EXIT_JOB_ENDED,

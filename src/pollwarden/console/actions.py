@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..actions.decisions import MAX_DECIDER, MAX_NOTE, person_problem
 from ..audit import AuditError
 from ..core.escalation import DecisionError
-from ..decisions import MAX_DECIDER, MAX_NOTE, person_problem
-from ..operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
+from ..home.operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
 from ..shown import shown
 from ..store.base import StoreError
 from .auth import AuthHandler

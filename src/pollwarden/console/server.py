@@ -38,9 +38,9 @@ from types import TracebackType
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from ..core.contract_reader import is_loopback as is_loopback
+from ..core.contract.reader import is_loopback as is_loopback
 from ..foreground import stop_signals, wait_for
-from ..operating import open_store
+from ..home.operating import open_store
 from ..shown import shown
 from ..store.base import Store
 from .handler import ConsoleHandler

@@ -7,11 +7,11 @@ from urllib.parse import parse_qs
 from ..audit import AuditError
 from ..clock import utcnow
 from ..core.record import OperationRecord
-from ..followup import follow_ups
-from ..operating import HomeError, open_store, verify_home
-from ..ownership import ownership_of
+from ..home.operating import HomeError, open_store, verify_home
+from ..report.followup import follow_ups
+from ..report.ownership import ownership_of
+from ..report.story import story_lines
 from ..store.base import Event, Store, StoreError, UnreadableRecord
-from ..story import story_lines
 from . import pages
 from .auth import AuthHandler
 from .pages import Chrome

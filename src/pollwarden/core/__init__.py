@@ -1,6 +1,6 @@
 """The sans-I/O core: contract, observation, schedule and decision, with no clock, socket or store."""
 
-from .contract import Contract, ContractError, load_contract, parse_contract
+from .contract.parse import Contract, ContractError, load_contract, parse_contract
 from .decide import Action, Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
 from .durations import DurationError, format_duration, format_rfc3339, parse_duration, parse_rfc3339
 from .observe import Exchange, FailureKind, Observation, Response, TransportFailure, observe

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from .contract import Contract, job_path_problem
+from .contract.parse import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
 from .identity import NotOneJob, canonical_job, canonical_status_url
 from .record import OPERATION_ID, OperationRecord, new_record
@@ -68,7 +68,8 @@ def _id_prefix(contract_name: str) -> str:
 
 
 class HeldSecret(Protocol):
-    """A credential the driver holds (`pollwarden.credentials.Credential`): the core only asks whether text holds it."""
+    """A credential the driver holds (`pollwarden.transport.credentials.Credential`): the core only asks whether text
+    holds it."""
 
     def found_in(self, text: str) -> bool: ...
 

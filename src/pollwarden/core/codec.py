@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import PollwardenError
-from .contract import Schedule
-from .contract_result import Counts
+from .contract.parse import Schedule
+from .contract.result import Counts
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
 from .record import OperationRecord, Plan

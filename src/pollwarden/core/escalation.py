@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import PollwardenError
-from .contract import Contract
+from .contract.parse import Contract
 from .durations import format_duration, format_rfc3339
 from .reasons import Phase, StopReason
 from .record import OperationRecord

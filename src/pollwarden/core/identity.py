@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..errors import PollwardenError
-from .contract_model import JOB_PATH, Contract, JobIdentity
-from .contract_reader import ASCII_LOWER, DEFAULT_PORTS, Reader, canonical_origin, origin_key
+from .contract.model import JOB_PATH, Contract, JobIdentity
+from .contract.reader import ASCII_LOWER, DEFAULT_PORTS, Reader, canonical_origin, origin_key
 
 IDENTITY_KEYS = frozenset({"identity_query", "path_case"})
 """The `[status]` keys read here (`[fields] job_id_type` is the third)."""

@@ -19,10 +19,10 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import EXIT_ESCALATED, PollwardenError
-from .contract import Contract
-from .contract_result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
-from .contract_result import Counts, JSONValue, check_result
-from .contract_signals import Meaning
+from .contract.parse import Contract
+from .contract.result import MAX_RESULT_LENGTH as MAX_RESULT_LENGTH
+from .contract.result import Counts, JSONValue, check_result
+from .contract.signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
 from .expr import absent_words, described, json_type, lookup
 from .ratelimit import matching, reset_at

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import expr
-from .contract_signals import RateLimitSignal, ResetFormat
+from .contract.signals import RateLimitSignal, ResetFormat
 from .schedule import MAX_RETRY_AFTER, Rejection, shorten
 
 _NUMBER = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .contract import Contract, Schedule
-from .contract_result import Counts, JSONValue
+from .contract.parse import Contract, Schedule
+from .contract.result import Counts, JSONValue
 from .durations import format_rfc3339
 from .reasons import DelaySource, Phase, StopReason
 

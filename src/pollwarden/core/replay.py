@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import PollwardenError
-from .contract import Contract
+from .contract.parse import Contract
 from .decide import Action, Decision, decide, reserve
 from .durations import format_duration
 from .expr import json_type

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .contract_result import counts_text
+from .contract.result import counts_text
 from .reasons import Phase
 from .record import OperationRecord
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .contract import Schedule
+from .contract.parse import Schedule
 from .reasons import Jitter
 
 MAX_RETRY_AFTER = timedelta(days=366)

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.observe import Exchange
-from ..http import Fetch, Fetches, StatusClient
 from ..store.base import Claimed, ClaimOf, Store
+from ..transport.http import Fetch, Fetches, StatusClient
 from . import flow
 from .flow import StepResult
 

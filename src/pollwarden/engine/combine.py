@@ -42,12 +42,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..core.admission import Refuse, WatchRequest
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.record import OperationRecord
-from ..http import Fetches
 from ..store.base import Store
 from ..store.shared import PerStore
-from ..wire_round import Round
+from ..transport.http import Fetches
+from ..transport.wire_round import Round
 from . import batch, flow
 from .driver import AdmissionError, Admitted
 from .flow import StepResult

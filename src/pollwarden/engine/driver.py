@@ -32,7 +32,7 @@ from ..core.admission import (
     check_many,
     narrow,
 )
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request

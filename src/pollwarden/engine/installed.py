@@ -18,8 +18,8 @@ import os
 from datetime import datetime
 
 from ..core.admission import Problem, Refusal, Refuse
-from ..core.contract import Contract, parse_contract
-from ..core.contract_vars import text_digest
+from ..core.contract.parse import Contract, parse_contract
+from ..core.contract.vars import text_digest
 from ..errors import PollwardenError
 from ..events import ContractInstalled
 from ..store.base import InstalledContract, Store, StoreError

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.admission import created_event
 from ..core.codec import record_to_json
-from ..core.contract_result import JSONValue
+from ..core.contract.result import JSONValue
 from ..core.decide import Decision
 from ..core.durations import format_rfc3339
 from ..core.observe import Observation

@@ -18,16 +18,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from ..actions.decisions import person_problem as decisions_person_problem
 from ..api import Outcome, Stopped, Succeeded, Watch
 from ..core.admission import operation_id_problem
-from ..core.contract import Contract
-from ..core.contract_result import JSONValue
+from ..core.contract.parse import Contract
+from ..core.contract.result import JSONValue
 from ..core.escalation import DecisionError, DecisionRequest, Option, OptionKind
-from ..decisions import person_problem as decisions_person_problem
 from ..shown import shown_request
 
 if TYPE_CHECKING:
-    from ..decisions import Outcome as Decided
+    from ..actions.decisions import Outcome as Decided
     from ..store.base import Store
 
 _PROBE_ID = "probe"
@@ -194,8 +194,8 @@ class JobTool:
 
     def open_store(self) -> Store:
         from ..api import WatchError
-        from ..home import resolve_home
-        from ..operating import HomeError, open_store
+        from ..home.directory import resolve_home
+        from ..home.operating import HomeError, open_store
 
         try:
             return open_store(resolve_home(str(self.home) if self.home is not None else None))
@@ -236,7 +236,7 @@ class JobTool:
     def decide(self, store: Store, answer: Answer) -> Decided:
         """The person's answer through `operating.decide`, what `pollwarden decide` and the console run: the same
         checks (no second answer, expired options), the same audit, the approver's name recorded."""
-        from ..operating import HomeError, decide
+        from ..home.operating import HomeError, decide
 
         try:
             return decide(

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..api import WatchError
-from ..core.contract import Contract
-from ..core.contract_result import JSONValue
+from ..core.contract.parse import Contract
+from ..core.contract.result import JSONValue
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind
 from ._common import (
     ANSWER_FORM,

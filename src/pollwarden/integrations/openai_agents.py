@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import WatchError
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.escalation import DecisionError, DecisionRequest
 from ..errors import PollwardenError
 from ._common import (

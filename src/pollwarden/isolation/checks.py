@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..home import PRIVATE_DIR
+from ..home.directory import PRIVATE_DIR
 from .peers import Who, user_name
 
 MAX_SECRETS_BYTES = 64 * 1024

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..errors import PollwardenError
-from ..operating import open_store
-from ..outbox import delivering_home
+from ..home.operating import open_store
+from ..transport.outbox import delivering_home
 from .peers import Peer, Who, peer_of, role_of, user_name
 from .people import answer_command
 from .protocol import HELLO_SECONDS, VERSION, ProtocolError, encode, read_message

@@ -21,17 +21,17 @@ from typing import Any
 
 from .. import __version__
 from ..core.admission import operation_id_problem
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
 from ..core.scrub import Scrubber
 from ..engine import Engine, NotYet, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
-from ..http import Credential, CredentialError, StatusClient
-from ..operating import HomeError, home_clock, open_store
-from ..progress import Progress, progress_of, progress_of_record
+from ..home.operating import HomeError, home_clock, open_store
+from ..report.progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, UnreadableRecord, agent_log_id
 from ..store.owner import process_owner
+from ..transport.http import Credential, CredentialError, StatusClient
 from .base import UNREADABLE_TO_AGENT, CallContext, ToolFailure, check_arguments, clean_text, log
 from .gates import RequestMade, gated_call
 from .reporting import timing

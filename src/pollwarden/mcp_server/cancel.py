@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
+from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
 from ..core.record import OperationRecord
-from ..decisions import open_decision
 from ..engine import lease_ttl, new_decision_id
 from ..store.base import Lease, Store
 from ..store.owner import process_owner

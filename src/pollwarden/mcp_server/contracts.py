@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.contract import Contract, ContractError, load_contract
+from ..core.contract.parse import Contract, ContractError, load_contract
 
 
 def load_contracts(directory: Path) -> tuple[dict[str, Contract], list[str]]:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
-from ..progress import Progress, progress_of_record
+from ..report.progress import Progress, progress_of_record
 from ..store.base import Grant, Store
 from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
 

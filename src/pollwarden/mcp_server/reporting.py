@@ -1,7 +1,7 @@
 """`notifications/progress` for one tool call: one per step of the controller, and a heartbeat between steps.
 
 Agent hosts reset their tool-call timer on each progress notification, so a long `wait_operation` stays alive
-only while it reports. Every notification describes the operation through `pollwarden.progress.Progress` (the
+only while it reports. Every notification describes the operation through `pollwarden.report.progress.Progress` (the
 one description every interface shows): progress = seconds since the operation was created, total = seconds from
 creation to its deadline, message = `Progress.message`. The spec wants the value to grow with every notification,
 so it is kept strictly increasing here even when two are computed within the same millisecond.
@@ -23,7 +23,7 @@ from datetime import datetime
 import anyio
 import anyio.from_thread
 
-from ..progress import Progress
+from ..report.progress import Progress
 from .base import HEARTBEAT_ENV, HEARTBEAT_SECONDS, MAX_WAIT_WITHOUT_PROGRESS, WAIT_WITHOUT_PROGRESS_ENV, log
 
 STEP = 0.001

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.scrub import Scrubber
-from ..http import CredentialError, resolve_secret
+from ..transport.http import CredentialError, resolve_secret
 
 
 class ScrubLogs(logging.Filter):

@@ -19,9 +19,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..actions import ActionError, ActionRefused, Submitted, fingerprint, submit
+from ..actions.provider import ActionError, ActionRefused, Submitted, fingerprint, submit
 from ..core.admission import WatchRequest, check, granted_limits, operations_refused, submission_operation_id
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..store.base import Store, Submission
 from .base import MAX_BODY_CHARS, CallContext, ToolFailure

@@ -50,10 +50,10 @@ from mcp_types import (
     TasksToolsCapability,
 )
 
+from ..actions.decisions import open_decision
 from ..core.durations import format_rfc3339
 from ..core.reasons import Phase, StopReason
-from ..decisions import open_decision
-from ..progress import progress_of_record
+from ..report.progress import progress_of_record
 from ..store.base import Store
 from .base import MAX_WAIT_SECONDS, CallContext, ToolFailure, client_of, log
 

@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import events as ev
-from ..actions import ActionError, ActionRefused, fetch_result, result_source
+from ..actions.decisions import open_decision
+from ..actions.provider import ActionError, ActionRefused, fetch_result, result_source
 from ..core.admission import Limits, Refusal, Refuse, WatchRequest
-from ..core.contract import Contract
+from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
-from ..decisions import open_decision
 from ..engine import AdmissionError, lease_ttl, new_decision_id
-from ..progress import Progress, progress_of_record
+from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
 from .base import (

@@ -619,7 +619,8 @@ class Store(Protocol):
         """The store's clock: the database's where there is one, so a fleet agrees on time."""
         ...
 
-    # -- the outbox (decision webhooks and witness heads, delivered off the polling path: `pollwarden.outbox`) --
+    # -- the outbox (decision webhooks and witness heads, delivered off the polling path:
+    # `pollwarden.transport.outbox`) --
 
     @property
     def witness(self) -> Witness | None:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from ..audit import AuditRecord
-from ..core.contract_vars import text_digest as contract_digest
+from ..core.contract.vars import text_digest as contract_digest
 from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord

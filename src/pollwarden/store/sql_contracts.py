@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..core.contract_vars import text_digest
+from ..core.contract.vars import text_digest
 from .base import CONTRACT_LOG_PREFIX, InstalledContract, StoreError
 from .common import Row, marks
 from .trail import AuditTrail

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..audit import AuditKeys
-from ..home import PRIVATE_DIR, PRIVATE_FILE, create_private, tighten
+from ..home.directory import PRIVATE_DIR, PRIVATE_FILE, create_private, tighten
 from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx

@@ -28,7 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from ..home import create_private
+from ..home.directory import create_private
 
 __all__ = ["MAX_PAUSE", "Turn"]
 

@@ -45,7 +45,7 @@ from ..audit.checkpoint import key_id_of
 from ..audit.rotation import Rotation, rotation_key_id, sign_rotation
 from ..audit.vouch import Vouch
 from ..core.durations import format_rfc3339, parse_rfc3339
-from ..home import PRIVATE_FILE, tighten
+from ..home.directory import PRIVATE_FILE, tighten
 from .base import Event, LogEntry, StoreError
 from .common import (
     AUDIT_RECORD_COLUMNS,

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..audit.vouch import Vouch, row_hash
-from ..core.contract_vars import text_digest
+from ..core.contract.vars import text_digest
 from .base import CONTRACT_LOG_PREFIX
 from .common import Moment
 

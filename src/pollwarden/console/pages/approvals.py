@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from ...operating import describe_grant
+from ...home.operating import describe_grant
 from ...store.base import Grant
 from .frame import (
     Chrome,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...operating import AuditCheck
+from ...home.operating import AuditCheck
 from .frame import Chrome, dash, esc, layout
 
 

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...core.contract_result import result_text
+from ...core.contract.result import result_text
 from ...core.reasons import Phase
 from ...core.record import OperationRecord
 from ...core.result_part import part_words
-from ...followup import FollowUp
-from ...ownership import Ownership
+from ...report.followup import FollowUp
+from ...report.ownership import Ownership
 from ...store.base import INSPECT_UNREADABLE, Event, StoredDecision, UnreadableRow
 from .decisions import decision_history
 from .frame import Chrome, budget, clock, dash, esc, layout, moment_span, operation_href, phase_badge, relative

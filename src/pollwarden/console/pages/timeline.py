@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from ... import events as ev
 from ...core.durations import DurationError, parse_rfc3339
 from ...core.record import OperationRecord
+from ...report.story import SOURCE_WORDS
 from ...store.base import Event
-from ...story import SOURCE_WORDS
 from .frame import esc
 
 WIDTH = 1000

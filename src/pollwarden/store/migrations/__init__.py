@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from ...core.contract_vars import text_digest
+from ...core.contract.vars import text_digest
 from ..base import StoreError
 
 if TYPE_CHECKING:

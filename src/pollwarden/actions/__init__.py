@@ -1,0 +1,1 @@
+"""Actions beside polling, each recorded: submit, cancel and fetch at the provider, a person's decision applied."""

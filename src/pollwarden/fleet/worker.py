@@ -1,0 +1,689 @@
+"""The fleet worker: many operations, one poll each when due, through the same core and store as `watch`.
+
+Each lane (two per process) claims a batch of due operations with fenced leases and steps them together
+through the engine's one flow with group commit (`Engine.claim_due_many`): the claims and the reservations
+they lead to in one transaction, the requests at once, the records as their answers come (on loopback, one
+transaction), so a batch of K polls costs two commits instead of 3K. Operations of a paced provider are
+stepped one by one (`Engine.step_claimed`) after their slot.
+Between batches a lane sleeps until the next due time with no lease held (R38). SIGTERM/SIGINT let in-flight
+requests finish and release the rest.
+
+Nothing slow happens on a lane. A batch's requests still in flight `batch.ASIDE` after they went out (a provider
+that accepts and never answers) go on in a thread of their own, holding only their own slots of `concurrency`,
+and the lane claims again. A token command runs off the lanes, ahead of need (`token_source`): a contract whose
+credential is not in yet is passed over by the claims until it is, so its command's hang holds up only its own
+operations. What is stepped alone (a paced provider's poll, an operation to give back) is never waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..core.contract.parse import Contract, ContractError
+from ..core.contract.vars import text_digest
+from ..core.decide import Poll, defer, next_step, paced_wait
+from ..core.durations import format_rfc3339
+from ..core.record import OperationRecord
+from ..engine import Done, Engine, NotYet, Polled, StepResult, batch
+from ..engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
+from ..events import Paced
+from ..store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
+from ..transport.http import CredentialError, StatusClient, resolve_secret
+from ..transport.outbox import delivering
+from .defaults import DEFAULT_CONCURRENCY, LANES
+from .log import JsonLog as JsonLog
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter
+
+PACING_HORIZON = timedelta(seconds=1)
+"""A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
+
+CLAIM_TTL = timedelta(seconds=10)
+"""How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
+the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+
+
+def batch_clock(start: datetime) -> Callable[[], datetime]:
+    """The store's time read once per batch and carried forward by this machine's monotonic clock: on
+    PostgreSQL every reading of the database clock was a query (four per poll). A batch lasts about one
+    bounded request, far too short for the two clocks to drift apart by anything a lease would notice."""
+    origin = time.monotonic()
+    return lambda: start + timedelta(seconds=time.monotonic() - origin)
+
+
+class Metrics:
+    """Prometheus metrics of one worker process; each instance has its own registry (tests run several).
+
+    prometheus_client is imported when a worker makes its metrics, not with this module: `enqueue` and
+    `db upgrade` share the fleet's command module, and only a running worker counts anything."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self._children: dict[tuple[Counter, str], Counter] = {}
+        self.polls = Counter(
+            "pollwarden_polls", "Status requests completed, by outcome", ["outcome"], registry=self.registry
+        )
+        self.escalations = Counter(
+            "pollwarden_escalations", "Operations stopped for a decision, by reason", ["reason"], registry=self.registry
+        )
+        self.requests = Counter(
+            "pollwarden_provider_requests", "Status requests sent, by provider", ["provider"], registry=self.registry
+        )
+        self.failures = Counter(
+            "pollwarden_step_failures", "Polls that raised instead of ending in a record", registry=self.registry
+        )
+        self.aside = Counter(
+            "pollwarden_polls_aside",
+            "Status requests still unanswered when their batch moved on, finished on a thread of their own",
+            registry=self.registry,
+        )
+        self.lateness = Histogram(
+            "pollwarden_scheduling_lateness_seconds",
+            "How long after next_poll_at a due operation was polled",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.budget = Histogram(
+            "pollwarden_budget_used_ratio",
+            "Status requests used of the budget when an operation ended",
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
+            registry=self.registry,
+        )
+
+    def count(self, family: Counter, label: str) -> None:
+        """One more in the family's child for this label value. The children are kept: `labels()` validates
+        its arguments and takes the family's lock, several times the cost of the increment, on every poll."""
+        child = self._children.get((family, label))
+        if child is None:  # two threads may both make it: `labels()` hands both the same child
+            child = self._children[(family, label)] = family.labels(label)
+        child.inc()
+
+    def count_fleet(self, store_factory: Callable[[], Store], *, fresh_for: float = 1.0) -> None:
+        """Gauges of the whole fleet, per contract, counted by the database when scraped (at most once per
+        `fresh_for` seconds, so many scrapers cost one query set): active, due, overdue, open decisions and
+        the oldest due operation's lag. Every worker reports the same numbers: aggregate them with max, not sum."""
+        count_fleet(self.registry, store_factory, fresh_for=fresh_for)
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve /metrics; returns the port (useful with port 0)."""
+        return serve_metrics(self.registry, port, host)
+
+
+def count_fleet(registry: CollectorRegistry, store_factory: Callable[[], Store], *, fresh_for: float = 1.0) -> None:
+    """The fleet gauges (`Metrics.count_fleet`) in `registry`: one worker's, or a supervisor's for all its processes."""
+    registry.register(_FleetGauges(store_factory, fresh_for))
+
+
+def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> int:
+    """Serve `registry` as /metrics on a thread of this process; returns the port (useful with port 0)."""
+    from prometheus_client import start_http_server
+
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)
+
+
+class _FleetGauges:
+    """A prometheus_client collector (duck-typed: `collect` yields metric families) over `Store.fleet_counts`."""
+
+    def __init__(self, store_factory: Callable[[], Store], fresh_for: float) -> None:
+        self._factory = store_factory
+        self._fresh_for = fresh_for
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._taken = (float("-inf"), datetime.now(UTC), list[ContractCounts](), list[OutboxCount]())
+
+    def _counts(self) -> tuple[datetime, list[ContractCounts], list[OutboxCount]]:
+        from ..report.ownership import lease_ttl_of
+
+        with self._lock:
+            taken, now, counts, outbox = self._taken
+            if time.monotonic() - taken >= self._fresh_for:
+                if self._store is None:
+                    self._store = self._factory()
+                now = self._store.db_now()
+                counts = self._store.fleet_counts(now, lease_ttl_of)
+                outbox = self._store.outbox_counts()
+                self._taken = (time.monotonic(), now, counts, outbox)
+            return now, counts, outbox
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            now, counts, outbox = self._counts()
+        except Exception:  # a scrape must answer while the database is away; the gauges are left out
+            return
+        gauges: dict[str, tuple[str, Callable[[ContractCounts], float]]] = {
+            "active": ("Active operations (waiting on their job)", lambda c: c.active),
+            "due": ("Active operations whose next check is due", lambda c: c.due),
+            "overdue": ("Due longer ago than the lease TTL with nobody polling", lambda c: c.overdue),
+            "open_decisions": ("Decision requests waiting for a person", lambda c: c.open_decisions),
+            "unreadable_rows": (
+                "Operations whose record cannot be read, set aside: no worker polls them until a person repairs them",
+                lambda c: c.unreadable,
+            ),
+            "oldest_due_lag_seconds": (
+                "How long the earliest due operation has been waiting to be polled",
+                lambda c: 0.0 if c.oldest_due is None else max(0.0, (now - c.oldest_due).total_seconds()),
+            ),
+        }
+        for name, (text, value) in gauges.items():
+            family = GaugeMetricFamily(f"pollwarden_fleet_{name}", text, labels=["contract"])
+            for c in counts:
+                family.add_metric([c.contract], float(value(c)))
+            yield family
+        # The outbox: webhooks and witness heads not delivered yet, by state (`retrying`: an attempt failed; a
+        # witness that stays there is one that cannot be written), and how long the oldest has waited.
+        waiting = GaugeMetricFamily(
+            "pollwarden_outbox_deliveries", "Deliveries in the outbox, by kind and state", labels=["kind", "state"]
+        )
+        oldest = GaugeMetricFamily(
+            "pollwarden_outbox_oldest_age_seconds",
+            "How long the oldest delivery of each kind and state has been in the outbox",
+            labels=["kind", "state"],
+        )
+        for o in outbox:
+            waiting.add_metric([o.kind, o.state], float(o.count))
+            age = 0.0 if o.oldest is None else max(0.0, (now - o.oldest).total_seconds())
+            oldest.add_metric([o.kind, o.state], age)
+        yield waiting
+        yield oldest
+
+
+@dataclass
+class _ContractCache:
+    """Contracts travel with their operations; parse each distinct text once, keep its client open. A client's
+    token command (if its contract has one) runs in the background from when the client is made (`token_source`),
+    never on the thread that made it."""
+
+    clock: Callable[[], datetime]
+    clients: dict[str, tuple[Contract, StatusClient] | str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    making: dict[str, threading.Lock] = field(default_factory=dict)
+    """One lock per contract text, held while its client is made (a token command may run for seconds): another
+    contract's client is made meanwhile, not after it."""
+
+    def ready(self, text: str) -> tuple[Contract, StatusClient] | str | None:
+        """The client of a text already seen, or None: never waits (not even for the lock a `client` holds while it
+        reads a credential), so a claim transaction may ask."""
+        return self.clients.get(text_digest(text))
+
+    def client(
+        self, store: Store, text: str, operation_id: str, log: JsonLog
+    ) -> tuple[Contract, StatusClient] | str | NotInstalled:
+        """The contract and client of a stored text, made once; only of an installed version (`runnable`, checked
+        before the text is parsed or a credential read). NotInstalled is not kept: an operator may install it."""
+        found = self.ready(text)
+        if found is not None:
+            return found
+        key = text_digest(text)
+        with self.lock:
+            one = self.making.setdefault(key, threading.Lock())
+        with one:
+            found = self.clients.get(key)
+            if found is not None:
+                return found
+            try:
+                contract = runnable(store, text, operation_id=operation_id)
+                made: tuple[Contract, StatusClient] | str = (
+                    contract,
+                    StatusClient(contract, resolve_secret(contract, wait=False), clock=self.clock),
+                )
+            except NotInstalled as exc:
+                log("contract_not_installed", operation=operation_id, digest=exc.digest)
+                return exc
+            except (ContractError, CredentialError) as exc:
+                made = str(exc)
+                log("contract_unusable", detail=made)
+            self.clients[key] = made
+            return made
+
+    def waiting(self) -> set[str]:
+        """The contracts whose credential is not in yet (a token command still running, off the lanes): the claims
+        pass their operations over until it is. Looking also starts each refresh that is due, ahead of need."""
+        with self.lock:
+            made = [one for one in self.clients.values() if not isinstance(one, str)]
+        return {contract.name for contract, client in made if not client.ready()}
+
+    def close(self) -> None:
+        for made in self.clients.values():
+            if not isinstance(made, str):
+                made[1].close()
+
+
+class _Slots:
+    """The worker's `concurrency`: how many claimed operations it may hold at once, each from its claim until its
+    step has ended (on its lane, aside, or alone). A lane claims only as many as are free, so a silent provider
+    holds its own slots and nobody else's."""
+
+    def __init__(self, total: int) -> None:
+        self._free = total
+        self._changed = threading.Condition()
+
+    def take(self, most: int) -> int:
+        with self._changed:
+            taken = min(most, self._free)
+            self._free -= taken
+            return taken
+
+    def give(self, count: int) -> None:
+        if count:
+            with self._changed:
+                self._free += count
+                self._changed.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Until a slot is free (True), or `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._free > 0, timeout)
+
+
+SIGNAL_CHECK = 0.5
+"""Seconds between the main thread's looks at the signals caught on other threads while it waits for the lanes."""
+
+
+class Worker:
+    def __init__(
+        self,
+        store_factory: Callable[[], Store],
+        *,
+        owner: str,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        metrics: Metrics | None = None,
+        log: JsonLog | None = None,
+        idle_sleep: float = 1.0,
+        provider_rates: dict[str, float] | None = None,
+    ) -> None:
+        self.store_factory = store_factory
+        self.owner = owner
+        self.concurrency = max(1, concurrency)
+        self.lanes = min(LANES, self.concurrency)
+        self.batch = -(-self.concurrency // self.lanes)
+        self.metrics = metrics or Metrics()
+        self.log = log or JsonLog(worker=owner)
+        self.idle_sleep = idle_sleep
+        self.provider_intervals = {
+            name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
+        }
+        self.stop = threading.Event()
+        self._slots = _Slots(self.concurrency)
+        self._asides = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-aside")
+        """Where a batch's slow rest goes on (`batch.Aside`): each holds a slot at least, so never more of them."""
+        self._aside_done: list[threading.Event] = []
+        self._local = threading.local()
+        self._stores: list[Store] = []
+        self._stores_lock = threading.Lock()
+        self._claim_store = store_factory()
+        self._clock = batch_clock(self._claim_store.db_now())
+        self._contracts = _ContractCache(clock=self._now)
+
+    def _now(self) -> datetime:
+        """The status clients' clock (when a request was sent, when its answer came): the latest batch's clock,
+        which reads the store's once per batch. Asking the store each time was two queries per poll on
+        PostgreSQL, from every request thread."""
+        return self._clock()
+
+    def _store(self) -> Store:
+        """A store that pools its own connections (PostgreSQL) is shared; a SQLite connection is per thread."""
+        if getattr(self._claim_store, "shared_across_threads", False):
+            return self._claim_store
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self.store_factory()
+            self._local.store = store
+            with self._stores_lock:
+                self._stores.append(store)
+        return store
+
+    def run_once(self, pool: ThreadPoolExecutor) -> int:
+        """One batch: claim up to `batch` due operations (as many as there are free slots) with their reservations,
+        in one transaction, and poll them together, with group commit; returns how many were claimed.
+
+        Only operations whose contract's client is made, and whose credential is in, are reserved in the claim's
+        transaction (`_ContractCache.ready`, `StatusClient.ready`): reading one may run a token command, which must
+        hold neither the database nor the batch's requests, whose leases are already counting. A contract whose
+        credential is being read is not claimed at all meanwhile (`skip`). The others go to `pool` once the claims
+        commit, each stepped on its own (`_poll_one`, as a paced provider's poll, which waits for its slot there;
+        one whose credential is not in is given back), and the lane does not wait for them. Answers still out
+        `batch.ASIDE` after the requests went out are waited for aside (`_finish_aside`), not here."""
+        taken = self._slots.take(self.batch)
+        if not taken:
+            return 0
+        store = self._store()
+        clock = self._clock = batch_clock(store.db_now())
+        now = clock()
+        claimed: list[Claimed] = []
+        try:
+            paced = store.paced_providers() | set(self.provider_intervals)
+            chosen: list[tuple[Contract, StatusClient, Claimed]] = []
+
+            def choose(claimed: list[Claimed]) -> list[tuple[Contract, StatusClient, Claimed]]:
+                chosen.clear()
+                for one in [] if self.stop.is_set() else claimed:
+                    found = self._contracts.ready(one.contract_text)
+                    if found is None or isinstance(found, str) or not found[1].ready():
+                        continue
+                    if found[0].name in paced and isinstance(next_step(one.record, now), Poll):
+                        continue
+                    chosen.append((*found, one))
+                return chosen
+
+            def alone(claimed: list[Claimed]) -> None:
+                stepping = {id(one) for _, _, one in chosen}
+                for one in claimed:
+                    if id(one) in stepping:
+                        continue
+                    try:
+                        pool.submit(self._poll_one, one, clock)
+                    except RuntimeError:  # the pool is shutting down: the worker is stopping
+                        self._give_back(store, one)
+                        self._slots.give(1)
+
+            moved: list[batch.Aside] = []
+
+            def aside(rest: batch.Aside) -> None:
+                done = threading.Event()
+                self._asides.submit(self._finish_aside, rest, clock, now, done)  # RuntimeError: finished in place
+                self.metrics.aside.inc(len(rest.lanes))
+                with self._stores_lock:
+                    self._aside_done = [*(one for one in self._aside_done if not one.is_set()), done]
+                moved.append(rest)
+
+            engine = Engine(store, owner=self.owner, clock=clock)
+            with self.log.batch():
+                skip = self._contracts.waiting()
+                claimed, lanes = engine.claim_due_many(
+                    now, CLAIM_TTL, taken, choose, pool, then=alone, skip=skip, aside=aside
+                )
+                for row in store.take_set_aside():  # once per row: the claim that set it aside is the last to meet it
+                    self.log("record_unreadable", operation=row.operation_id, why=row.why, inspect="pollwarden status")
+                elsewhere = {id(lane) for rest in moved for lane in rest.lanes}
+                here = [lane for lane in lanes if id(lane) not in elsewhere]
+                for lane in here:
+                    self._counted(store, lane, now)
+            self._slots.give(len(here))
+        finally:
+            self._slots.give(taken - len(claimed))
+        return len(claimed)
+
+    def _counted(self, store: Store | None, lane: batch.Lane, now: datetime) -> None:
+        """A stepped operation's result, counted and logged (`store`: None for this thread's own)."""
+        contract, _, one = lane.of
+        result = lane.result
+        assert result is not None, "a lane is told its end before it is counted"
+        if isinstance(result, BaseException):
+            self._failed(store, one, result)
+        else:
+            self._observe(result, one.record, _lateness(now, one.record), contract.name)
+
+    def _finish_aside(
+        self, rest: batch.Aside, clock: Callable[[], datetime], now: datetime, done: threading.Event
+    ) -> None:
+        """A batch's requests that were still in flight, driven to their ends on this thread, with its store."""
+        try:
+            try:
+                store = self._store()
+            except Exception as exc:  # no store for this thread (no file descriptor left): the leases run out
+                for lane in rest.lanes:
+                    self._failed(None, lane.of[2], exc)
+                return
+            rest.finish(store, Engine(store, owner=self.owner, clock=clock)._perform)
+            with self.log.batch():
+                for lane in rest.lanes:
+                    self._counted(store, lane, now)
+        finally:
+            self._slots.give(len(rest.lanes))
+            done.set()
+
+    def _drain_asides(self) -> None:
+        """Until every batch's rest that went aside has ended (its requests answered or timed out, and recorded), as
+        each says itself: timed waits, through interrupts, as the lanes are waited for (`_wait_all`)."""
+        with self._stores_lock:
+            pending = list(self._aside_done)
+        _wait_all(pending, through_interrupts=True)
+        self._asides.shutdown(wait=False)
+
+    def _give_back(self, store: Store, claimed: Claimed) -> None:
+        try:
+            store.release(claimed.lease)
+        except Exception as exc:  # the store itself is failing; the lease expires on its own
+            self.log("release_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
+
+    def _failed(self, store: Store | None, claimed: Claimed, exc: BaseException) -> None:
+        """One operation's poll raised instead of ending in a record; it stays here, never stalls the fleet.
+        `store`: None for this thread's own, which may be what failed (no file descriptor left to open it): the
+        lease then expires on its own."""
+        self.metrics.failures.inc()
+        self.log("poll_failed", operation=claimed.lease.operation_id, error=type(exc).__name__)
+        try:
+            store = self._store() if store is None else store
+        except Exception:
+            return
+        self._give_back(store, claimed)
+
+    def _poll_one(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
+        """One claimed operation of a paced provider, stepped on its own after its pacing slot (or given back)."""
+        try:
+            self._poll_claimed(claimed, clock)
+        except Exception as exc:
+            self._failed(None, claimed, exc)
+        finally:
+            self._slots.give(1)
+
+    def _poll_claimed(self, claimed: Claimed, clock: Callable[[], datetime]) -> None:
+        store = self._store()
+        lease, record = claimed.lease, claimed.record
+        if self.stop.is_set():
+            store.release(lease)
+            return
+        found = self._contracts.client(store, claimed.contract_text, lease.operation_id, self.log)
+        engine = Engine(store, owner=self.owner, clock=clock)
+        if isinstance(found, NotInstalled):  # recorded as a stop: claimed again and again it would hide nothing
+            refused = engine.refuse_claimed(lease, record, clock(), str(found), rule=NOT_INSTALLED_RULE)
+            self._observe(refused, record, 0.0, "")
+            return
+        if isinstance(found, str):
+            store.release(lease)
+            return
+        contract, client = found
+        if not client.ready():
+            # Its credential is being read, off the lanes (a token command): given back now, and its contract
+            # passed over by the claims until the credential is in.
+            store.release(lease)
+            self.log("credential_pending", operation=lease.operation_id, contract=contract.name)
+            return
+        now = clock()
+        if isinstance(next_step(record, now), Poll):
+            paced = self._pace(store, lease, record, contract.name, now)
+            if paced is None:
+                return
+            now = paced
+        result = engine.step_claimed(contract, client, lease, record, now)
+        self._observe(result, record, _lateness(now, record), contract.name)
+
+    def _pace(
+        self, store: Store, lease: Lease, record: OperationRecord, provider: str, now: datetime
+    ) -> datetime | None:
+        """The provider's fleet-wide slot: wait for one that is near, or defer the operation to a far one."""
+        interval = self.provider_intervals.get(provider)
+        paced = store.pace(provider, now, interval=interval, horizon=PACING_HORIZON)
+        if paced is None:
+            return now
+        slot, taken = paced
+        if taken:
+            wait = paced_wait(record, slot, now).total_seconds()
+            if wait > 0:
+                time.sleep(wait)  # at most PACING_HORIZON, well inside the lease, and never past a limit
+            return store.db_now()
+        later = defer(record, slot)
+        event = Paced(provider=provider, until=format_rfc3339(slot))
+        store.write(lease, later, [event.new_event()], now, release=True)
+        self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
+        return None
+
+    def _observe(self, result: StepResult, before: OperationRecord, lateness: float, provider: str) -> None:
+        if isinstance(result, Polled):
+            decision = result.decision
+            self.metrics.count(self.metrics.requests, provider)
+            self.metrics.lateness.observe(lateness)
+            self.metrics.count(self.metrics.polls, decision.action.value)
+            record = decision.record
+            self.log(
+                "polled",
+                operation=record.operation_id,
+                job=record.job_id,
+                state=record.last_state,
+                http_status=record.last_http_status,
+                action=decision.action.value,
+                reason=decision.reason.value if decision.reason else None,
+                next_poll_at=format_rfc3339(decision.next_poll_at) if decision.next_poll_at else None,
+                requests=f"{record.status_requests_used}/{record.plan.max_status_requests}",
+                lateness=round(lateness, 3),
+            )
+            self._ended(record)
+        elif isinstance(result, Done) and result.record.is_final and not before.is_final:
+            self.log("stopped", operation=result.record.operation_id, reason=_reason(result.record))
+            self._ended(result.record)
+        elif isinstance(result, NotYet):
+            self.log("not_due", operation=result.record.operation_id, until=format_rfc3339(result.until))
+
+    def _ended(self, record: OperationRecord) -> None:
+        if not record.is_final:
+            return
+        if record.reason is not None:
+            self.metrics.count(self.metrics.escalations, record.reason.value)
+        self.metrics.budget.observe(record.status_requests_used / max(1, record.plan.max_status_requests))
+
+    def run(self) -> None:
+        """Until stopped: each lane claims a batch, polls it, and sleeps until the next due time when nothing is
+        due (never holding a lease asleep). A lane that fails stops the worker, as a lone loop would."""
+        self.log("worker_started", concurrency=self.concurrency, lanes=self.lanes, batch=self.batch)
+        failures: list[BaseException] = []
+        try:
+            # Webhooks and witness heads go out from the outbox on a thread and a store of their own: a receiver
+            # that hangs holds none of the lanes.
+            with (
+                self._outbox_store() as outbox_store,
+                delivering(outbox_store, "worker", say=self.log),
+                ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
+            ):
+                begun: list[threading.Event] = []
+                try:
+                    for n in range(self.lanes):
+                        ended = threading.Event()
+                        lane = threading.Thread(
+                            target=self._lane, args=(pool, failures, ended), name=f"pollwarden-lane-{n}"
+                        )
+                        begun.append(ended)
+                        try:
+                            # An interrupt can end start()'s wait for the new thread: it runs, and is waited for.
+                            lane.start()
+                        except RuntimeError:  # no thread was made ("can't start new thread"): none to wait for
+                            begun.pop()
+                            raise
+                    _wait_all(begun)
+                finally:
+                    # Whatever ended the wait early (an interrupt the stop signals do not cover, SIGHUP) stops the
+                    # lanes too: they finish their batches and give their leases back, instead of polling on
+                    # behind a process that is leaving. Another interrupt meanwhile is raised once they have.
+                    self.stop.set()
+                    _wait_all(begun, through_interrupts=True)
+                    self._drain_asides()  # the requests still in flight aside end, and are recorded
+        finally:
+            self.close()
+        if failures:
+            raise failures[0]
+        self.log("worker_stopped")
+
+    @contextlib.contextmanager
+    def _outbox_store(self) -> Iterator[Store]:
+        """The delivery loop's store: the shared one where the store pools its connections (PostgreSQL: no
+        connection more), else one of its own (a SQLite store per thread)."""
+        if getattr(self._claim_store, "shared_across_threads", False):
+            yield self._claim_store
+            return
+        store = self.store_factory()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def _lane(self, pool: ThreadPoolExecutor, failures: list[BaseException], ended: threading.Event) -> None:
+        """While one lane waits on its commit, the other prepares or sends its batch: the fsync of one batch
+        overlaps the work of the next instead of leaving the CPU idle. With every slot held (requests in flight
+        aside, steps alone), a lane waits for one to free."""
+        try:
+            while not self.stop.is_set():
+                if not self._slots.wait(self.idle_sleep):
+                    continue
+                if self.run_once(pool) or not self._slots.wait(0):
+                    continue
+                self.stop.wait(self._idle_for())
+        except BaseException as exc:
+            failures.append(exc)
+            self.stop.set()
+        finally:
+            ended.set()
+
+    def _idle_for(self) -> float:
+        store = self._store()
+        now = store.db_now()
+        due = store.next_due(free_at=now, skip=self._contracts.waiting())
+        if due is None:
+            return self.idle_sleep
+        wait = (due - now).total_seconds()
+        return min(self.idle_sleep, max(0.0, wait))
+
+    def close(self) -> None:
+        self._drain_asides()
+        self._contracts.close()
+        with self._stores_lock:
+            for store in self._stores:
+                if store is not self._claim_store:
+                    store.close()
+            self._stores.clear()
+        self._claim_store.close()
+
+
+def _wait_all(ended: list[threading.Event], *, through_interrupts: bool = False) -> None:
+    """Until every lane has ended, as each says itself. Not `Thread.join`: on Python 3.11 a join that an interrupt
+    (SIGHUP) ends marks the thread it waited for as ended while it still runs its batch (CPython's
+    `_wait_for_tstate_lock` releases the running thread's lock), so the second wait, and the interpreter's own at
+    exit, did not wait for it, and the process left with its leases held."""
+    interrupted: BaseException | None = None
+    for done in ended:
+        # Timed: a stop signal the kernel hands to another thread (it does when the main thread has one pending
+        # already, as in a burst) runs its handler only once this thread runs Python code again, and an untimed
+        # wait never would: the worker waited for ever on its own stop.
+        while True:
+            try:
+                if done.wait(SIGNAL_CHECK):
+                    break
+            except BaseException as exc:  # a signal handler's exception (SIGHUP's `Interrupted`)
+                if not through_interrupts:
+                    raise
+                interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
+
+
+def _lateness(now: datetime, record: OperationRecord) -> float:
+    """Seconds after its due time that an operation's poll started (the scheduling lateness metric)."""
+    return max(0.0, (now - record.next_poll_at).total_seconds())
+
+
+def _reason(record: OperationRecord) -> str | None:
+    return record.reason.value if record.reason else None
+
+
+__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker", "count_fleet", "serve_metrics"]

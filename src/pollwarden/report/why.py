@@ -1,0 +1,96 @@
+"""`why`: one recorded decision, its inputs, the rule that fired, and a replay through today's core.
+
+Every decision event carries the core's inputs (the record before, the observation, `now` and the jitter
+draw), so a disputed decision is re-run exactly instead of argued about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..core.codec import observation_from_json, record_from_json
+from ..core.decide import Decision, Halt, decide, halt, next_step
+from ..errors import PollwardenError
+from ..store.base import Event
+
+COMPARED = ("action", "rule", "reason", "next_poll_at", "delay_source", "raw_delay", "jitter_u", "rejections", "detail")
+
+
+class WhyError(PollwardenError, ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Explanation:
+    event: Event
+    recorded: dict[str, Any]
+    replayed: dict[str, Any] | None
+    differences: tuple[str, ...]
+
+    @property
+    def same(self) -> bool:
+        return self.replayed is not None and not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.event.data)
+        return {
+            "seq": self.event.seq,
+            "at": self.event.at.isoformat(),
+            "rule": data.get("rule"),
+            "decision": self.recorded,
+            "inputs": data.get("inputs"),
+            "replay": self.replayed,
+            "same_today": self.same,
+            "differences": list(self.differences),
+        }
+
+
+def pick(events: Sequence[Event], *, seq: int | None = None, at: datetime | None = None) -> Event:
+    decisions = [e for e in events if e.kind == "decision"]
+    if not decisions:
+        raise WhyError("this operation has no recorded decision yet")
+    if seq is not None:
+        for event in decisions:
+            if event.seq == seq:
+                return event
+        seqs = ", ".join(str(e.seq) for e in decisions)
+        raise WhyError(f"record {seq} is not a decision; decisions are at seq {seqs}")
+    if at is not None:
+        before = [e for e in decisions if e.at <= at]
+        if not before:
+            raise WhyError(f"no decision was made at or before {at.isoformat()}")
+        return before[-1]
+    return decisions[-1]
+
+
+def replay(event: Event) -> dict[str, Any] | None:
+    inputs = event.data.get("inputs")
+    if not isinstance(inputs, dict):
+        return None
+    record = record_from_json(inputs["record"])
+    now = datetime.fromisoformat(inputs["now"])
+    decision: Decision
+    if "observation" in inputs:
+        decision = decide(record, observation_from_json(inputs["observation"]), now, float(inputs["u"]))
+    else:
+        step = next_step(record, now)
+        if not isinstance(step, Halt):
+            return {"action": "none", "rule": type(step).__name__.lower()}
+        decision = halt(record, step.reason, now, step.detail, rule=step.reason.value)
+    return decision.to_json()
+
+
+def explain(event: Event) -> Explanation:
+    recorded = {key: event.data.get(key) for key in COMPARED}
+    replayed = replay(event)
+    differences: tuple[str, ...] = ()
+    if replayed is not None:
+        differences = tuple(
+            f"{key}: recorded {recorded[key]!r}, today {replayed.get(key)!r}"
+            for key in COMPARED
+            if recorded[key] != replayed.get(key)
+        )
+    return Explanation(event, recorded, replayed, differences)

@@ -1,0 +1,88 @@
+"""The worker's fleet gauges, scraped from a real registry over a real SQLite store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from pollwarden.audit import load_or_create_keys
+from pollwarden.core import new_record, parse_contract
+from pollwarden.fleet.worker import Metrics
+from pollwarden.home.operating import open_store
+from pollwarden.store.base import Store
+from pollwarden.store.open import open_store as open_store_at
+from pollwarden.store.owner import process_owner
+from pollwarden.store.witness import Witness
+from pollwarden.transport.outbox import Courier
+from tests.loopback import Answer, serving
+
+from ..core.support import contract_text
+
+
+def test_a_scrape_reports_active_due_overdue_and_the_oldest_due_lag_per_contract(tmp_path: Path) -> None:
+    text = contract_text()  # timeout 30 s: a lease TTL of 65 s
+    contract = parse_contract(text)
+    home = tmp_path / "home"
+    now = datetime.now(UTC)
+    store = open_store(home)
+    try:
+        for op, due_in in (("late", -600), ("due", -5), ("later", 600)):
+            record = new_record(contract, operation_id=op, job_id=op, now=now)
+            store.create(replace(record, next_poll_at=now + timedelta(seconds=due_in)), text, {})
+    finally:
+        store.close()
+    opened: list[Store] = []
+
+    def factory() -> Store:
+        opened.append(open_store(home, keys="none"))
+        return opened[-1]
+
+    metrics = Metrics()
+    metrics.count_fleet(factory, fresh_for=60)
+    try:
+        scraped = generate_latest(metrics.registry).decode()
+        again = generate_latest(metrics.registry).decode()
+    finally:
+        for store in opened:
+            store.close()
+    assert 'pollwarden_fleet_active{contract="exports"} 3.0' in scraped
+    assert 'pollwarden_fleet_due{contract="exports"} 2.0' in scraped
+    assert 'pollwarden_fleet_overdue{contract="exports"} 1.0' in scraped
+    assert 'pollwarden_fleet_open_decisions{contract="exports"} 0.0' in scraped
+    lag = next(line for line in scraped.splitlines() if line.startswith("pollwarden_fleet_oldest_due_lag_seconds{"))
+    assert 600 <= float(lag.split()[-1]) < 700
+    assert again == scraped and len(opened) == 1  # within fresh_for: one store, one set of queries
+
+
+def test_a_scrape_while_the_database_is_away_still_answers(tmp_path: Path) -> None:
+    def factory() -> Store:
+        raise OSError("database unreachable")
+
+    metrics = Metrics()
+    metrics.count_fleet(factory)
+    scraped = generate_latest(metrics.registry).decode()
+    assert "# TYPE pollwarden_polls_total counter" in scraped  # the worker's own metrics still answer
+    assert "pollwarden_fleet_active" not in scraped
+
+
+def test_a_witness_that_cannot_be_written_shows_in_the_outbox_gauges(tmp_path: Path) -> None:
+    """A head the witness refused stays in the outbox, `retrying`: what an operator alerts on."""
+    with serving({("POST", "/heads"): Answer(503)}) as witness:
+        store = open_store_at(
+            tmp_path / "f.db",
+            keys=load_or_create_keys(tmp_path / "keys"),
+            witness=Witness.parse(f"{witness.url}/heads", "t"),
+        )
+        try:
+            store.append("op", "interrupted", {"by": "test"}, datetime.now(UTC))
+            Courier(store, owner=process_owner("outbox")).deliver_due()
+            metrics = Metrics()
+            metrics.count_fleet(lambda: store, fresh_for=0)
+            scraped = generate_latest(metrics.registry).decode()
+        finally:
+            store.close()
+    assert 'pollwarden_outbox_deliveries{kind="witness",state="retrying"} 1.0' in scraped
+    assert 'pollwarden_outbox_oldest_age_seconds{kind="witness",state="retrying"}' in scraped
