@@ -40,7 +40,7 @@ SKIPPED = ("hung-a", "hung-b")
 
 def _sqlite_plan(conn: sqlite3.Connection, skip: tuple[str, ...] = ()) -> str:
     query = SQLITE.sql(claim_due_query(SQLITE, len(skip)))
-    rows = conn.execute("EXPLAIN QUERY PLAN " + query, (50.0, 50.0, *skip, 16)).fetchall()
+    rows = conn.execute("EXPLAIN QUERY PLAN " + query, (50.0, 50.0, 50.0, *skip, 16)).fetchall()
     return "\n".join(str(row[-1]) for row in rows)
 
 
@@ -79,7 +79,7 @@ def _pg_plan(conn: psycopg.Connection[tuple[object, ...]], skip: tuple[str, ...]
     cursor = psycopg.ClientCursor(conn)  # EXPLAIN takes no server-side parameters: bound here
     at = "1970-01-01T00:00:50Z"
     query = POSTGRES.sql(claim_due_query(POSTGRES, len(skip)))
-    rows = cursor.execute("EXPLAIN " + query, (at, at, *skip, 16)).fetchall()
+    rows = cursor.execute("EXPLAIN " + query, (at, at, at, *skip, 16)).fetchall()
     return "\n".join(str(row[0]) for row in rows)
 
 

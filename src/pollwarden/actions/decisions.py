@@ -25,9 +25,10 @@ from ..core.escalation import (
 )
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
+from ..engine import changes
 from ..engine.flow import lease_ttl
 from ..shown import has_control
-from ..store.base import DecisionTaken, Lease, Store, StoredDecision
+from ..store.base import DecisionTaken, Store, StoredDecision
 from ..store.owner import process_owner
 from ..transport.http import StatusClient
 from .provider import ActionError, cancel, submit
@@ -79,18 +80,22 @@ def person_problem(by: object, note: object = None) -> tuple[str, str] | None:
     return None
 
 
-def _claim(store: Store, operation_id: str, contract: Contract, now: datetime) -> tuple[Lease, OperationRecord] | None:
+def _claim(store: Store, operation_id: str, contract: Contract, now: datetime) -> changes.Held:
     """The operation's lease for a person's answer. A watcher holds it only while one step runs (a request and
     its record, bounded by the contract's timeout), so the answer waits for that step instead of failing on
     it: an operation polled every few hundred milliseconds would otherwise refuse most answers."""
     ttl = lease_ttl(contract)
     started = time.monotonic()
-    while True:
-        waited = timedelta(seconds=time.monotonic() - started)
-        claimed = store.claim(operation_id, process_owner("decide"), now + waited, ttl)
-        if claimed is not None or waited >= ttl:
-            return claimed
-        time.sleep(0.05)
+
+    def clock() -> datetime:
+        return now + timedelta(seconds=time.monotonic() - started)
+
+    try:
+        return changes.claim(
+            store, operation_id, process_owner("decide"), ttl, clock, changes.Patience(ttl.total_seconds())
+        )
+    except changes.HeldElsewhere:
+        raise DecisionError(f"operation {operation_id} is busy in another process; try again in a moment") from None
 
 
 def apply_decision(
@@ -111,11 +116,9 @@ def apply_decision(
     stored = _load(store, decision_id)
     request = stored.request
     chosen = None if refuse else request.option(option if option is not None else -1)
-    claimed = _claim(store, request.operation_id, contract, now)
-    if claimed is None:
-        raise DecisionError(f"operation {request.operation_id} is busy in another process; try again in a moment")
-    lease, record = claimed
-    try:
+    held = _claim(store, request.operation_id, contract, now)
+    lease, record = held.lease, held.record
+    with changes.giving_back(held):
         if stop_marker(record) != request.stop_marker:
             store.resolve_decision(
                 lease,
@@ -169,9 +172,6 @@ def apply_decision(
         return _resubmit(
             store, contract, client, lease, request.operation_id, decision_id, chosen.number, event, by, note, now
         )
-    except BaseException:
-        store.release(lease)
-        raise
 
 
 def _cancel(
@@ -266,12 +266,15 @@ def _rewrite(
     store: Store, contract: Contract, record: OperationRecord, events: list[tuple[str, dict[str, Any]]], now: datetime
 ) -> None:
     """Replace a stop just written with what is now known, under a new lease; the events go in either way."""
-    claimed = store.claim(record.operation_id, process_owner("decide"), now, lease_ttl(contract))
-    if claimed is None or not store.write(claimed[0], record, events, now, release=True):
-        if claimed is not None:
-            store.release(claimed[0])
-        for kind, data in events:
-            store.append(record.operation_id, kind, data, now)
+    owner, ttl = process_owner("decide"), lease_ttl(contract)
+    try:
+        with changes.holding(store, record.operation_id, owner, ttl, lambda: now) as held:
+            held.write(record, events)
+            return
+    except changes.ChangeRefused:
+        pass
+    for kind, data in events:
+        store.append(record.operation_id, kind, data, now)
 
 
 def _resubmit(

@@ -38,7 +38,7 @@ from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
-from . import batch, flow, installed
+from . import batch, changes, flow, installed
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
 if TYPE_CHECKING:
@@ -310,19 +310,19 @@ class Engine:
             self.store.append_many(audited[start : start + batch], now)
 
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
-        now = self.clock()
-        claimed = self.store.claim(answer.record.operation_id, self.owner, now, lease_ttl(request.contract))
-        if claimed is None:
-            raise _conflict(f"operation {answer.record.operation_id} is busy in another process; try again in a moment")
-        lease, current = claimed
-        narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
-        if narrowed is current:
-            self.store.release(lease)
-            return current
-        event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
-        if not self.store.write(lease, narrowed, [event], now, release=True):
-            raise _conflict(f"operation {current.operation_id} was taken over by another process; try again")
-        return narrowed
+        ttl = lease_ttl(request.contract)
+        try:
+            with changes.holding(self.store, answer.record.operation_id, self.owner, ttl, self.clock) as held:
+                current = held.record
+                narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
+                if narrowed is current:
+                    held.release()
+                    return current
+                event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
+                held.write(narrowed, [event])
+                return narrowed
+        except changes.ChangeRefused as exc:
+            raise _conflict(str(exc)) from None
 
     # -- steps -----------------------------------------------------------------------------------------------------
 

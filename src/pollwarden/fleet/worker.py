@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.contract.parse import Contract, ContractError
 from ..core.contract.vars import text_digest
-from ..core.decide import Poll, defer, next_step, paced_wait
+from ..core.decide import Poll, next_step
 from ..core.durations import format_rfc3339
 from ..core.record import OperationRecord
-from ..engine import Done, Engine, NotYet, Polled, StepResult, batch
+from ..engine import Done, Engine, NotYet, Polled, StepResult, batch, changes
 from ..engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
-from ..events import Paced
 from ..store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from ..transport.outbox import delivering
@@ -42,9 +41,6 @@ from .log import JsonLog as JsonLog
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter
-
-PACING_HORIZON = timedelta(seconds=1)
-"""A pacing slot this close is waited for in place; a later one sends the operation back to the queue."""
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
@@ -514,22 +510,21 @@ class Worker:
     def _pace(
         self, store: Store, lease: Lease, record: OperationRecord, provider: str, now: datetime
     ) -> datetime | None:
-        """The provider's fleet-wide slot: wait for one that is near, or defer the operation to a far one."""
-        interval = self.provider_intervals.get(provider)
-        paced = store.pace(provider, now, interval=interval, horizon=PACING_HORIZON)
-        if paced is None:
-            return now
-        slot, taken = paced
-        if taken:
-            wait = paced_wait(record, slot, now).total_seconds()
-            if wait > 0:
-                time.sleep(wait)  # at most PACING_HORIZON, well inside the lease, and never past a limit
+        """The provider's fleet-wide slot: wait for one that is near (then the store's time), or None: the
+        operation was paced to a far one and given back."""
+        held = changes.Held(store, lease, record, lambda: now)
+        try:
+            slot = changes.pace_due(held, provider, self.provider_intervals.get(provider), now)
+        except changes.TakenOver:  # its lease ran out meanwhile: its new owner polls or paces it
+            self.log("lease_lost", operation=record.operation_id)
+            return None
+        if not slot.taken:
+            self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot.at))
+            return None
+        if slot.at > now:
+            time.sleep((slot.at - now).total_seconds())  # at most PACING_HORIZON, inside the lease, never past a limit
             return store.db_now()
-        later = defer(record, slot)
-        event = Paced(provider=provider, until=format_rfc3339(slot))
-        store.write(lease, later, [event.new_event()], now, release=True)
-        self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
-        return None
+        return now
 
     def _observe(self, result: StepResult, before: OperationRecord, lateness: float, provider: str) -> None:
         if isinstance(result, Polled):

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ..engine.changes import ChangeRefused, TakenOver
 from ..errors import PollwardenError
 
 if TYPE_CHECKING:
@@ -87,6 +88,14 @@ class ToolFailure(PollwardenError):
 
     def to_json(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message, **self.extra}
+
+
+def busy(exc: ChangeRefused) -> ToolFailure:
+    """An operation change the engine could not make (`engine.changes`: held elsewhere, or taken over), in the
+    agent's words: nothing was written, and trying again shortly may work."""
+    if isinstance(exc, TakenOver):
+        return ToolFailure("busy", f"operation {exc.operation_id} was taken over; try again shortly")
+    return ToolFailure("busy", f"operation {exc.operation_id} is busy in another process; try again shortly")
 
 
 def clean_text(text: str, limit: int) -> str:

@@ -9,18 +9,16 @@ contract's documented cancel once. `tasks/cancel` (tasks.py) calls the same func
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
 from ..core.record import OperationRecord
-from ..engine import lease_ttl, new_decision_id
-from ..store.base import Lease, Store
+from ..engine import changes, lease_ttl, new_decision_id
+from ..store.base import Store
 from ..store.owner import process_owner
-from .base import MAX_REASON_CHARS, CallContext, ToolFailure, clean_text, log
+from .base import MAX_REASON_CHARS, CallContext, ToolFailure, busy, clean_text, log
 from .views import decision_view
 
 if TYPE_CHECKING:
@@ -44,47 +42,48 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
         _cancellable(broker, record, store)
-        lease, current = _claim(store, operation_id, broker, lease_ttl(contract))
+        patience = changes.Patience(CLAIM_PATIENCE_SECONDS, broker.stopping)
+        owner, ttl = process_owner("mcp"), lease_ttl(contract)
         try:
-            opened = open_decision(store, current)
-            if opened is not None and _asked_by(store, opened.request, broker.requester):
-                store.release(lease)
-                return _answer(store, opened.request, already=True)
-            new: DecisionRequest | None = None
-            if opened is not None:
-                if not any(o.kind is OptionKind.CANCEL for o in opened.request.options):
-                    raise ToolFailure(
-                        "not_cancellable",
-                        f"the open decision {opened.request.decision_id} of operation {operation_id} offers no cancel"
-                        f" ({_why(current)}); a person decides it. Nothing was requested",
-                    )
-                request = opened.request
-            else:
-                try:
-                    request = new = build_cancel_request(
-                        current,
-                        contract,
-                        broker.clock(),
-                        decision_id=new_decision_id(),
-                        reason=why,
-                        requested_by=broker.requester,
-                    )
-                except DecisionError as exc:
-                    raise ToolFailure("not_cancellable", f"{exc}. Nothing was requested") from None
-            # The operation's id is in the event itself: the session's copy names the operation from it.
-            event = ev.CancelRequested(
-                operation=operation_id,
-                decision_id=request.decision_id,
-                reason=why,
-                requested_by=broker.requester,
-                added=new is None,
-            ).new_event()
-            now = broker.clock()
-            if not store.write(lease, current, [event], now, release=True, decision=new):
-                raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
-        except BaseException:
-            store.release(lease)
-            raise
+            with changes.holding(store, operation_id, owner, ttl, broker.clock, patience) as held:
+                current = held.record
+                opened = open_decision(store, current)
+                if opened is not None and _asked_by(store, opened.request, broker.requester):
+                    held.release()
+                    return _answer(store, opened.request, already=True)
+                new: DecisionRequest | None = None
+                if opened is not None:
+                    if not any(o.kind is OptionKind.CANCEL for o in opened.request.options):
+                        raise ToolFailure(
+                            "not_cancellable",
+                            f"the open decision {opened.request.decision_id} of operation {operation_id} offers no"
+                            f" cancel ({_why(current)}); a person decides it. Nothing was requested",
+                        )
+                    request = opened.request
+                else:
+                    try:
+                        request = new = build_cancel_request(
+                            current,
+                            contract,
+                            broker.clock(),
+                            decision_id=new_decision_id(),
+                            reason=why,
+                            requested_by=broker.requester,
+                        )
+                    except DecisionError as exc:
+                        raise ToolFailure("not_cancellable", f"{exc}. Nothing was requested") from None
+                # The operation's id is in the event itself: the session's copy names the operation from it.
+                event = ev.CancelRequested(
+                    operation=operation_id,
+                    decision_id=request.decision_id,
+                    reason=why,
+                    requested_by=broker.requester,
+                    added=new is None,
+                ).new_event()
+                now = broker.clock()
+                held.write(current, [event], decision=new)
+        except changes.ChangeRefused as exc:
+            raise busy(exc) from None
         try:
             store.append(broker.log_id, *event, now)
         except Exception:
@@ -108,17 +107,6 @@ def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
             "not_cancellable",
             f"the provider already ended job {record.job_id} ({record.reason.value}); there is nothing to cancel",
         )
-
-
-def _claim(store: Store, operation_id: str, broker: Broker, ttl: timedelta) -> tuple[Lease, OperationRecord]:
-    ends = time.monotonic() + CLAIM_PATIENCE_SECONDS
-    while True:
-        claimed = store.claim(operation_id, process_owner("mcp"), broker.clock(), ttl)
-        if claimed is not None:
-            return claimed
-        if time.monotonic() >= ends or broker.stopping.is_set():
-            raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
-        broker.stopping.wait(0.05)
 
 
 def _asked_by(store: Store, request: DecisionRequest, requester: str) -> bool:

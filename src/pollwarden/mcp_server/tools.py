@@ -21,7 +21,7 @@ from ..core.identity import canonical_job
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
-from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..engine import AdmissionError, changes, lease_ttl, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
@@ -35,6 +35,7 @@ from .base import (
     UNREADABLE_TO_AGENT,
     CallContext,
     ToolFailure,
+    busy,
     clean_text,
     log,
 )
@@ -326,49 +327,22 @@ def tool_request_extension(
         if already is not None:
             return already
         now = broker.clock()
-        claimed = store.claim(operation_id, process_owner("mcp"), now, lease_ttl(contract))
-        if claimed is None:
-            raise ToolFailure("busy", f"operation {operation_id} is busy in another process; try again shortly")
-        lease, current = claimed
         try:
-            if stop_marker(current) != marker:
-                raise ToolFailure("busy", f"operation {operation_id} moved on a moment ago; look at it again")
-            # Checked again under the lease: two requests racing for one stop must not both be added.
-            already = _already_asked(store, operation_id, marker)
-            if already is not None:
-                store.release(lease)
-                return already
-            opened = _open_decision(store, operation_id, marker)
-            if opened is not None:
-                request, new = opened.request, None
-            else:
-                try:
-                    request = new = build_request(
-                        current,
-                        contract,
-                        now,
-                        decision_id=new_decision_id(),
-                        requested=(timedelta(minutes=minutes), checks, why, broker.requester),
-                    )
-                except DecisionError as exc:
-                    raise ToolFailure("not_stopped", str(exc)) from None
-            if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
-                reason_value = current.reason.value if current.reason else "?"
-                # The stop's own options (an agent's request would have left only close among them).
-                own = build_request(current, contract, now, decision_id=request.decision_id).options
-                choices = " or ".join(repr(o.label) for o in own)
-                raise ToolFailure(
-                    "not_extendable",
-                    f"a stop for {reason_value} does not allow more waiting (R30); a person may choose {choices}."
-                    " Nothing was requested",
-                )
-            # The operation's id is in the event itself: the story names the operation from it.
-            event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
-            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=new):
-                raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
-        except BaseException:
-            store.release(lease)
-            raise
+            with changes.holding(store, operation_id, process_owner("mcp"), lease_ttl(contract), broker.clock) as held:
+                current = held.record
+                if stop_marker(current) != marker:
+                    raise ToolFailure("busy", f"operation {operation_id} moved on a moment ago; look at it again")
+                # Checked again under the lease: two requests racing for one stop must not both be added.
+                already = _already_asked(store, operation_id, marker)
+                if already is not None:
+                    held.release()
+                    return already
+                request, new = _extension_request(store, contract, current, marker, now, (minutes, checks, why, broker))
+                # The operation's id is in the event itself: the story names the operation from it.
+                event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
+                held.write(current, [("extension_requested", event)], decision=new)
+        except changes.ChangeRefused as exc:
+            raise busy(exc) from None
         # The request and its audit event are committed in the operation's log; this is the session's copy.
         try:
             store.append(broker.log_id, "extension_requested", event, now)
@@ -385,6 +359,46 @@ def tool_request_extension(
             " what they chose"
         ),
     }
+
+
+def _extension_request(
+    store: Store,
+    contract: Contract,
+    current: OperationRecord,
+    marker: str,
+    now: datetime,
+    asked: tuple[int, int, str, Broker],
+) -> tuple[DecisionRequest, DecisionRequest | None]:
+    """The decision an agent's request for more goes to: this stop's open one, or a new one (then returned
+    twice: it is written with the request, and its webhook queued with it, as every decision request's is)."""
+    minutes, checks, why, broker = asked
+    operation_id = current.operation_id
+    opened = _open_decision(store, operation_id, marker)
+    new: DecisionRequest | None
+    if opened is not None:
+        request, new = opened.request, None
+    else:
+        try:
+            request = new = build_request(
+                current,
+                contract,
+                now,
+                decision_id=new_decision_id(),
+                requested=(timedelta(minutes=minutes), checks, why, broker.requester),
+            )
+        except DecisionError as exc:
+            raise ToolFailure("not_stopped", str(exc)) from None
+    if not any(o.kind in (OptionKind.EXTEND, OptionKind.PAUSE) for o in request.options):
+        reason_value = current.reason.value if current.reason else "?"
+        # The stop's own options (an agent's request would have left only close among them).
+        own = build_request(current, contract, now, decision_id=request.decision_id).options
+        choices = " or ".join(repr(o.label) for o in own)
+        raise ToolFailure(
+            "not_extendable",
+            f"a stop for {reason_value} does not allow more waiting (R30); a person may choose {choices}."
+            " Nothing was requested",
+        )
+    return request, new
 
 
 def _open_decision(store: Store, operation_id: str, marker: str) -> StoredDecision | None:

@@ -604,6 +604,12 @@ class Store(Protocol):
         provider's spacing for every worker sharing the store."""
         ...
 
+    def defer_paced(self, lease: Lease, until: datetime, event: NewEvent, now: datetime) -> bool:
+        """Pacing as a due time: the leased operation stays due (every gauge and view counts it) but no claim takes
+        it before `until`; the lease is given back. `event` is appended only if it was not paced already since
+        its record last changed (any write of the record ends a pacing). False if the lease was lost."""
+        ...
+
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
         """Per contract name: active, due, overdue, open decisions and the oldest due time, counted by the
         database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""

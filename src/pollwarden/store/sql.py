@@ -319,7 +319,7 @@ class _Operations(Reads):
         return tx.execute(
             "UPDATE operations SET phase = v.column4, next_poll_at = v.column5, deadline_at = v.column6,"
             " status_requests_used = v.column7, max_status_requests = v.column8, record = v.column9,"
-            " updated_at = v.column10,"
+            " updated_at = v.column10, paced_until = NULL,"
             " lease_owner = CASE WHEN v.column11 THEN NULL ELSE operations.lease_owner END,"
             " lease_expires_at = CASE WHEN v.column11 THEN NULL"
             " ELSE COALESCE(v.column12, operations.lease_expires_at) END"

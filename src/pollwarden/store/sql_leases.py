@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .base import ClaimAnswer, Claimed, ClaimOf, Lease, Stored, StoreError, UnreadableRow
+from .base import ClaimAnswer, Claimed, ClaimOf, Lease, NewEvent, Stored, StoreError, UnreadableRow
 from .common import (
     STORED_COLUMNS,
     Dialect,
@@ -36,13 +36,15 @@ def chunks(values: Sequence[str]) -> list[list[str]]:
 
 
 def claim_due_query(dialect: Dialect, skipping: int = 0) -> str:
-    """The fleet claim's SELECT (parameters: now, now, the `skipping` contract names passed over, limit). Its ORDER
+    """The fleet claim's SELECT (parameters: now, now, now, the `skipping` contract names passed over, limit): an
+    operation paced to a later slot (`paced_until`) is due, but not claimed before its slot. Its ORDER
     BY is the order of the partial index `operations_due_order` (schema 4), so the database reads the first
     `limit` due rows and stops instead of sorting the whole backlog; tests/store/test_claim_plan.py fails if
     either backend's plan sorts."""
     passed_over = f" AND contract_name NOT IN ({marks(skipping)})" if skipping else ""
     return (
         f"SELECT {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
+        " AND (paced_until IS NULL OR paced_until <= ?)"
         " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) AND unreadable IS NULL"
         f"{passed_over}"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
@@ -163,7 +165,7 @@ class Leases(Outbox):
         with the claim, in key order, for writes that follow in the same transaction (`claim_due_then_write`)."""
         at = self.dialect.stamp(now)
         passed_over = sorted(skip)
-        rows = tx.execute(claim_due_query(self.dialect, len(passed_over)), (at, at, *passed_over, limit)).fetchall()
+        rows = tx.execute(claim_due_query(self.dialect, len(passed_over)), (at, at, at, *passed_over, limit)).fetchall()
         read = [stored_from_row(row, self.dialect.moment) for row in rows]
         due = [(one.record.operation_id, one) for one in read if isinstance(one, Stored)]
         unreadable = [one for one in read if isinstance(one, UnreadableRow)]
@@ -174,6 +176,28 @@ class Leases(Outbox):
         return [
             Claimed(lease, stored.record, stored.contract_text) for lease, (_, stored) in zip(leases, due, strict=True)
         ]
+
+    def defer_paced(self, lease: Lease, until: datetime, event: NewEvent, now: datetime) -> bool:
+        """Fenced: the operation stays due, is not claimed before `until`, and its lease is given back; `event` is
+        appended only when it was not paced already (its record has not changed since it last was), so a wait
+        for a provider's slot is one event however many times a claim meets it. False if the lease was lost."""
+        with self._tx() as tx:
+            row = tx.one(
+                "SELECT paced_until FROM operations WHERE operation_id = ? AND lease_token = ? AND lease_owner = ?"
+                f"{self.dialect.lock_row}",
+                (lease.operation_id, lease.token, lease.owner),
+            )
+            if row is None:
+                return False
+            tx.execute(
+                "UPDATE operations SET paced_until = ?, lease_owner = NULL, lease_expires_at = NULL"
+                " WHERE operation_id = ?",
+                (self.dialect.stamp(until), lease.operation_id),
+            )
+            if row[0] is None:
+                kind, data = event
+                self._append(tx, lease.operation_id, kind, data, now)
+            return True
 
     def _take_leases(self, tx: Tx, rows: Mapping[str, tuple[Stored, str, datetime]], now: datetime) -> list[Lease]:
         """The next token of each row (operation id: its row as read, the new owner, the new expiry) to its

@@ -80,18 +80,24 @@ class Reads(Leases):
         """The earliest next_poll_at among active operations, leased or not; with `free_at`, among those a claim
         then could take. A worker whose lane found nothing to claim asks the latter: the due operations it
         could not claim are in flight in its other lane, and waking for them would spin until they are recorded.
-        `skip`: contract names the claim passes over (their operations would wake it for nothing, too)."""
-        query = "SELECT MIN(next_poll_at) FROM operations WHERE phase = 'active' AND unreadable IS NULL"
-        params: list[Any] = []
-        if free_at is not None:
-            query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            params.append(self.dialect.stamp(free_at))
-        if skip:
-            passed_over = sorted(skip)
-            query += f" AND contract_name NOT IN ({marks(len(passed_over))})"
-            params.extend(passed_over)
-        row = self._row(query, params) if params else self._row(query)
-        return None if row is None or row[0] is None else self.dialect.moment(row[0])
+        `skip`: contract names the claim passes over (their operations would wake it for nothing, too). An operation
+        paced to a later slot counts at its slot (`paced_until`, never before its next_poll_at): two queries, each
+        served by its own index, rather than one over every active row."""
+        found: list[datetime] = []
+        for column, paced in (("next_poll_at", "paced_until IS NULL"), ("paced_until", "paced_until IS NOT NULL")):
+            query = f"SELECT MIN({column}) FROM operations WHERE phase = 'active' AND {paced} AND unreadable IS NULL"
+            params: list[Any] = []
+            if free_at is not None:
+                query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                params.append(self.dialect.stamp(free_at))
+            if skip:
+                passed_over = sorted(skip)
+                query += f" AND contract_name NOT IN ({marks(len(passed_over))})"
+                params.extend(passed_over)
+            row = self._row(query, params) if params else self._row(query)
+            if row is not None and row[0] is not None:
+                found.append(self.dialect.moment(row[0]))
+        return min(found, default=None)
 
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
         at = self.dialect.stamp(now)
