@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .catalogue import resolve_contract
-from .core.admission import Limits, WatchRequest, check, operation_id_problem
+from .core.admission import Limits, WatchRequest, check, operation_id_problem, watchable_problem
 from .core.contract.parse import Contract, ContractError, load_contract
 from .core.contract.result import JSONValue
 from .core.durations import DurationError, parse_duration
@@ -188,11 +188,8 @@ class Watch:
                 " in-process code holds the credential itself and cannot be gated, so watch it through"
                 ' `pollwarden mcp` (or set approval = "none" if a person\'s approval is not needed)'
             )
-        if not self.contract.safe_status:
-            raise WatchError(
-                f"contract {self.contract.name!r} declares safe_status = false: its status request is an action,"
-                " so pollwarden will not repeat it"
-            )
+        if (unwatchable := watchable_problem(self.contract)) is not None:
+            raise WatchError(unwatchable)
         if job_id is None and operation_id is None and status_url is None:
             raise WatchError("give a job_id (or a status_url) to start a watch, or the operation_id of one to resume")
         if operation_id is not None and (problem := operation_id_problem(operation_id)):

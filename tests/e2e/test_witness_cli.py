@@ -199,8 +199,11 @@ _SCHEMA_8 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
+    "DROP INDEX operations_paced",  # schema 9's
+    "ALTER TABLE operations DROP COLUMN paced_until",
 )
-"""What schema 8 added (rows the audit vouches for, key rotations, settings, unreadable rows), undone."""
+"""What schemas 8 and 9 added (rows the audit vouches for, key rotations, settings, unreadable rows; pacing's due
+time), undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:

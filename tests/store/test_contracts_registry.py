@@ -33,6 +33,8 @@ AFTER_SCHEMA_5 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
+    "DROP INDEX operations_paced",  # 9's
+    "ALTER TABLE operations DROP COLUMN paced_until",
 )
 """What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..audit.crypto import AuditError
-from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
+from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret, watchable_problem
 from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
@@ -170,8 +170,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     elif args.operation_prefix is not None:
         raise UsageError("--operation-prefix names the operations of a --jobs-file; for one job give --operation")
     contract = _load_contract(args.contract, vars_of(args))
-    if not contract.safe_status:
-        raise UsageError(f"contract {contract.name!r} declares safe_status = false; it will not be polled")
+    if (unwatchable := watchable_problem(contract)) is not None:
+        raise UsageError(unwatchable)
     deadline = _duration(args.deadline, "--deadline")
     credential = None
     # The worker holds the credential; when this shell has it too, a job id that contains it is refused. Only a

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
-from ..core.admission import Limits, WatchRequest, check, operation_id_problem
+from ..core.admission import Limits, WatchRequest, check, operation_id_problem, watchable_problem
 from ..core.contract.parse import Contract
 from ..core.contract.result import result_text
 from ..core.decide import Decision
@@ -172,11 +172,8 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
 
 def _ready(contract: Contract) -> Credential | None:
     """The contract may be watched here: its status request is safe to repeat and its credential is set."""
-    if not contract.safe_status:
-        raise UsageError(
-            f"contract {contract.name!r} declares safe_status = false: its status request is an action"
-            " (it changes state, charges or refreshes something), so pollwarden will not repeat it"
-        )
+    if (unwatchable := watchable_problem(contract)) is not None:
+        raise UsageError(unwatchable)
     try:
         return resolve_secret(contract)
     except CredentialError as exc:

@@ -398,10 +398,27 @@ def held_secret(contract: Contract, credential: str | HeldSecret | None) -> Held
     return credential or None
 
 
+UNSAFE_STATUS_RULE = "unsafe_status"
+"""The rule of the stop recorded when a worker claims an operation whose contract may not be polled at all."""
+
+
+def watchable_problem(contract: Contract) -> str | None:
+    """Why no operation of this contract may be polled, or None: its status request is an action (R22), which
+    pollwarden never repeats. The one rule every interface asks before a watch, and the worker before a poll."""
+    if contract.safe_status:
+        return None
+    return (
+        f"contract {contract.name!r} declares safe_status = false: its status request is an action (it changes"
+        " state, charges or refreshes something), so pollwarden will not repeat it"
+    )
+
+
 def check(request: WatchRequest) -> Refuse | None:
     """The part of admission that needs nothing stored: drivers call it before they open or query a store, so a
     malformed request creates nothing (not even a home) and never reaches a database as an unencodable string."""
     bad: list[Problem] = []
+    if (unwatchable := watchable_problem(request.contract)) is not None:
+        bad.append(Problem(None, unwatchable))
     if request.operation_id is not None and (problem := operation_id_problem(request.operation_id)):
         bad.append(Problem("operation_id", f"{request.operation_id}: {problem}"))
     if request.status_location is not None and not request.contract.status_url_handles:

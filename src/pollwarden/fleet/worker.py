@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..core.admission import UNSAFE_STATUS_RULE, watchable_problem
 from ..core.contract.parse import Contract, ContractError
 from ..core.contract.vars import text_digest
 from ..core.decide import Poll, next_step
@@ -196,6 +197,14 @@ class _FleetGauges:
         yield oldest
 
 
+@dataclass(frozen=True)
+class Unwatchable:
+    """A stored contract no operation of may be polled (`admission.watchable_problem`): its operations are stopped,
+    recorded, when claimed, never polled nor given back to be claimed again."""
+
+    why: str
+
+
 @dataclass
 class _ContractCache:
     """Contracts travel with their operations; parse each distinct text once, keep its client open. A client's
@@ -216,9 +225,10 @@ class _ContractCache:
 
     def client(
         self, store: Store, text: str, operation_id: str, log: JsonLog
-    ) -> tuple[Contract, StatusClient] | str | NotInstalled:
+    ) -> tuple[Contract, StatusClient] | str | NotInstalled | Unwatchable:
         """The contract and client of a stored text, made once; only of an installed version (`runnable`, checked
-        before the text is parsed or a credential read). NotInstalled is not kept: an operator may install it."""
+        before the text is parsed or a credential read) that admission lets be watched at all (`Unwatchable`:
+        enqueued from a shell that did not ask). NotInstalled is not kept: an operator may install it."""
         found = self.ready(text)
         if found is not None:
             return found
@@ -231,6 +241,9 @@ class _ContractCache:
                 return found
             try:
                 contract = runnable(store, text, operation_id=operation_id)
+                if (unwatchable := watchable_problem(contract)) is not None:
+                    log("contract_unwatchable", operation=operation_id, contract=contract.name)
+                    return Unwatchable(unwatchable)
                 made: tuple[Contract, StatusClient] | str = (
                     contract,
                     StatusClient(contract, resolve_secret(contract, wait=False), clock=self.clock),
@@ -486,6 +499,10 @@ class Worker:
         engine = Engine(store, owner=self.owner, clock=clock)
         if isinstance(found, NotInstalled):  # recorded as a stop: claimed again and again it would hide nothing
             refused = engine.refuse_claimed(lease, record, clock(), str(found), rule=NOT_INSTALLED_RULE)
+            self._observe(refused, record, 0.0, "")
+            return
+        if isinstance(found, Unwatchable):
+            refused = engine.refuse_claimed(lease, record, clock(), found.why, rule=UNSAFE_STATUS_RULE)
             self._observe(refused, record, 0.0, "")
             return
         if isinstance(found, str):

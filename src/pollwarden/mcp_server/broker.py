@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..core.admission import operation_id_problem
+from ..core.admission import operation_id_problem, watchable_problem
 from ..core.contract.parse import Contract
 from ..core.decide import Finished, Halt, Poll, Wait, next_step
 from ..core.record import OperationRecord
@@ -112,8 +112,8 @@ class Broker:
                 except CredentialError as exc:
                     self._secrets[name] = None
                     self.not_ready[name] = str(exc)
-            if not contract.safe_status:
-                self.not_ready[name] = f"contract {name!r} declares safe_status = false"
+            if (unwatchable := watchable_problem(contract)) is not None:
+                self.not_ready[name] = unwatchable
         self._lock = threading.Lock()
         self._agent_made: dict[str, bool] = {}
         self._created: dict[str, int] = {}
