@@ -223,3 +223,25 @@ def test_a_contract_nobody_installed_submits_nothing(provider: Loopback, store: 
     with StatusClient(c, None, clock=lambda: NOW) as client, pytest.raises(ActionRefused, match="not installed"):
         submit(store, c, client, operation_id="op", body=b"{}", now=NOW)
     assert provider.seen == [] and store.get_submission("op") is None and store.all() == []
+
+
+@pytest.mark.parametrize(
+    ("unsafe", "limits", "message"),
+    [
+        (True, {}, "safe_status = false"),
+        (False, {"max_requests": 0}, "--max-requests must be a whole number"),
+    ],
+)
+def test_a_submission_is_admitted_by_admissions_check_before_anything(
+    provider: Loopback, store: SQLiteStore, unsafe: bool, limits: dict[str, int], message: str
+) -> None:
+    """A submission creates an operation: the contract must be one that may be watched, the limits ones a watch
+    may ask for (`admission.check`), or nothing is recorded or sent, as for every watch."""
+    provider.routes[("POST", "/jobs")] = Answer(201, b'{"id": "j1", "state": "running"}')
+    c = contract(provider.url, 'job_id = "id"')
+    if unsafe:
+        c = parse_contract("safe_status = false\n" + c.source_text, source="jobs.toml")
+    install(store, c)
+    with StatusClient(c, None, clock=lambda: NOW) as client, pytest.raises(ActionRefused, match=message):
+        submit(store, c, client, operation_id="op", body=b"{}", now=NOW, **limits)  # type: ignore[arg-type]
+    assert provider.seen == [] and store.get_submission("op") is None and store.all() == []

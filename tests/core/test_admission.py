@@ -166,3 +166,23 @@ def test_an_agent_session_creates_at_most_max_operations_and_resumes_are_not_cou
     assert isinstance(admit(person, None, [], T0, token="t"), Create)
     capped = replace(CONTRACT, agent=AgentLimits(max_operations=1))
     assert isinstance(admit(WatchRequest(capped, "j", agent=True, created_before=1), None, [], T0, token="t"), Refuse)
+
+
+def test_one_check_owns_watchability_and_the_credential_in_the_job() -> None:
+    """Whether a contract may be watched at all, and whether the job as given carries the credential, are refused
+    by admission's one `check`, whoever asks (the interfaces only say its refusal in their words)."""
+    from pollwarden.core.admission import check, watchable_problem
+
+    unsafe = replace(CONTRACT, safe_status=False)
+    refused = check(WatchRequest(unsafe, "exp_71c"))
+    assert refused is not None and refused.kind is Refusal.INVALID
+    assert refused.message == watchable_problem(unsafe) and "safe_status = false" in refused.message
+    assert watchable_problem(CONTRACT) is None and check(ask()) is None
+    secret = "s3cr3t-token-0123456789"
+    in_job = check(WatchRequest(CONTRACT, f"exp-{secret}", credential=secret))
+    assert in_job is not None and in_job.message == "job_id contains the credential; give the provider's job id"
+    handles = replace(CONTRACT, status_url_handles=True)
+    url = f"{handles.origin}/jobs/{secret}"
+    in_url = check(WatchRequest(handles, None, status_location=url, credential=secret))
+    assert in_url is not None and "status_location contains the credential" in in_url.message
+    assert secret not in in_url.message

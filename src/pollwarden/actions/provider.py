@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from .. import events as ev
-from ..core.admission import first_check_problems, job_id_problem
+from ..core.admission import Limits, WatchRequest, check, job_id_problem
 from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
@@ -62,6 +62,9 @@ def _safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
+_FLAGS = {"deadline": "--deadline", "useful_for": "--useful-for", "max_requests": "--max-requests"}
+
+
 def submit(
     store: Store,
     contract: Contract,
@@ -82,10 +85,10 @@ def submit(
     if (uninstalled := not_installed(store, contract)) is not None:  # its operation is run by whoever runs it
         raise ActionRefused(f"{uninstalled}; nothing was sent")
     _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
-    useful = useful_for if useful_for is not None else contract.escalation.useful_for
-    if problems := first_check_problems(contract, deadline or contract.limits.deadline, useful):
-        names = {"deadline": "--deadline", "useful_for": "--useful-for"}
-        raise ActionRefused("; ".join(problem.render(names) for problem in problems) + "; nothing was sent")
+    # Admitted as every watch is (a contract that may be watched, limits it allows) before anything is recorded.
+    asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for)
+    if (refusal := check(WatchRequest(contract, None, limits=asked, by=by))) is not None:
+        raise ActionRefused(refusal.message_for(_FLAGS) + "; nothing was sent")
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False

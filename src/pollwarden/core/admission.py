@@ -425,6 +425,9 @@ def check(request: WatchRequest) -> Refuse | None:
         bad.append(Problem("status_location", _takes_no_status_url(request.contract)))
     else:
         bad.extend(problem for problem in request.identity_problems if problem.field == "status_location")
+    held = held_secret(request.contract, request.credential)
+    if request.status_location is not None and held and held.found_in(request.status_location):
+        bad.append(Problem("status_location", "contains the credential; give the URL the provider returned"))
     if request.job_id is not None and (problem := job_id_problem(request.job_id)):
         bad.append(Problem("job_id", problem))
     elif (
@@ -434,11 +437,7 @@ def check(request: WatchRequest) -> Refuse | None:
         and (problem := job_path_problem(request.job_id))
     ):
         bad.append(Problem("job_id", f"{problem} (contract {request.contract.name!r} places it in the path)"))
-    elif (
-        request.job_id is not None
-        and (held := held_secret(request.contract, request.credential))
-        and held.found_in(request.job_id)
-    ):
+    elif request.job_id is not None and held and held.found_in(request.job_id):
         bad.append(Problem("job_id", "contains the credential; give the provider's job id"))
     else:
         bad.extend(problem for problem in request.identity_problems if problem.field == "job_id")

@@ -97,11 +97,6 @@ def tool_start_watch(
     asked again gets its existing operation back (with what is left of its budget), never a fresh one."""
     served = broker.contract(contract)
     broker.ready(served)
-    if isinstance(job_id, str) and broker.scrubber.found_in(job_id):
-        # it would be stored and sent in the status URL: a credential is never a job id
-        raise ToolFailure("invalid_argument", "job_id holds a credential this server keeps; give the provider's job id")
-    if isinstance(status_url, str) and broker.scrubber.found_in(status_url):
-        raise ToolFailure("invalid_argument", "status_url holds a credential this server keeps; nothing was created")
     if status_url is not None and not isinstance(status_url, str):
         raise ToolFailure("invalid_argument", "status_url must be a string URL")
     if job_id is None and status_url is None:
@@ -116,6 +111,7 @@ def tool_start_watch(
             agent=True,
             status_location=status_url,
             created_before=creation.before,
+            credential=broker.scrubber,  # every credential this server keeps: none is a job id or in a status URL
         )
         try:
             admitted = broker.engine(store).admit(request)
