@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ..catalogue import resolve_contract
+from ..core.admission import MAX_COUNT
 from ..core.contract.parse import Contract, ContractError
 from ..core.contract.vars import VAR_NAME
 from ..core.durations import DurationError, parse_duration
@@ -81,7 +82,7 @@ def real_number(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-_positive = whole_number(1, 1_000_000)  # a budget of 0 would stop before the first request
+_positive = whole_number(1, MAX_COUNT)  # admission's cap; a budget of 0 would stop before the first request
 """A count or budget flag. 0 passes here so the command can say why it is not allowed where it is not."""
 port_number = whole_number(0, 65_535)
 
