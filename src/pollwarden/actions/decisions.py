@@ -25,6 +25,7 @@ from ..core.escalation import (
 )
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
+from ..core.transitions import Change
 from ..engine import changes
 from ..engine.flow import lease_ttl
 from ..shown import has_control
@@ -92,7 +93,7 @@ def _claim(store: Store, operation_id: str, contract: Contract, now: datetime) -
 
     try:
         return changes.claim(
-            store, operation_id, process_owner("decide"), ttl, clock, changes.Patience(ttl.total_seconds())
+            store, operation_id, process_owner("decide"), ttl, clock, changes.Patience.of(Change.ANSWER, ttl)
         )
     except changes.HeldElsewhere:
         raise DecisionError(f"operation {operation_id} is busy in another process; try again in a moment") from None

@@ -21,6 +21,7 @@ from ..core.decide import defer, paced_wait
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
+from ..core.transitions import Change, patience
 from ..errors import PollwardenError
 from ..events import Paced
 from ..store.base import Claimed, Lease, NewEvent, Store
@@ -58,6 +59,11 @@ class Patience:
 
     seconds: float = 0.0
     stopping: threading.Event | None = None
+
+    @classmethod
+    def of(cls, change: Change, ttl: timedelta, stopping: threading.Event | None = None) -> Patience:
+        """The patience the transitions table gives `change` (`ttl`: the contract's lease TTL)."""
+        return cls(patience(change, ttl).total_seconds(), stopping)
 
 
 AT_ONCE = Patience()

@@ -35,6 +35,7 @@ from ..core.admission import (
 from ..core.contract.parse import Contract
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
+from ..core.transitions import Change
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
@@ -312,7 +313,8 @@ class Engine:
     def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
         ttl = lease_ttl(request.contract)
         try:
-            with changes.holding(self.store, answer.record.operation_id, self.owner, ttl, self.clock) as held:
+            patience = changes.Patience.of(Change.NARROW, ttl)
+            with changes.holding(self.store, answer.record.operation_id, self.owner, ttl, self.clock, patience) as held:
                 current = held.record
                 narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
                 if narrowed is current:

@@ -15,6 +15,7 @@ from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
 from ..core.record import OperationRecord
+from ..core.transitions import Change, allowed
 from ..engine import changes, lease_ttl, new_decision_id
 from ..store.base import Store
 from ..store.owner import process_owner
@@ -23,10 +24,6 @@ from .views import decision_view
 
 if TYPE_CHECKING:
     from .broker import Broker
-
-CLAIM_PATIENCE_SECONDS = 5.0
-"""A running operation's lease is held only while one poll is sent (by this session's own task watch, say): the
-request waits that long for it rather than telling the agent to try again."""
 
 
 def tool_request_cancel(broker: Broker, call: CallContext, operation_id: str, reason: str) -> dict[str, Any]:
@@ -42,8 +39,8 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
         _cancellable(broker, record, store)
-        patience = changes.Patience(CLAIM_PATIENCE_SECONDS, broker.stopping)
         owner, ttl = process_owner("mcp"), lease_ttl(contract)
+        patience = changes.Patience.of(Change.REQUEST_CANCEL, ttl, broker.stopping)
         try:
             with changes.holding(store, operation_id, owner, ttl, broker.clock, patience) as held:
                 current = held.record
@@ -100,7 +97,7 @@ def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
             f"contract {contract.name!r} documents no cancel action ([cancel]), so nothing can be cancelled there"
             " through pollwarden; the watch ends by itself at its deadline or budget. Nothing was requested",
         )
-    if record.is_final and record.reason is None:
+    if not allowed(Change.REQUEST_CANCEL, record.phase):
         raise ToolFailure("not_cancellable", f"operation {record.operation_id} succeeded; there is nothing to cancel")
     if record.reason is not None and record.reason.job_ended:
         raise ToolFailure(

@@ -18,9 +18,9 @@ from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
-from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
+from ..core.transitions import Change, allowed
 from ..engine import AdmissionError, changes, lease_ttl, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
@@ -312,7 +312,7 @@ def tool_request_extension(
     asked = {"minutes": minutes, "checks": checks, "reason": why, "requested_by": broker.requester}
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
-        if record.phase is not Phase.STOPPED:
+        if not allowed(Change.REQUEST_EXTENSION, record.phase):
             raise ToolFailure(
                 "not_stopped",
                 f"operation {operation_id} is {record.phase.value}; more authority is asked for after a stop"
@@ -324,7 +324,9 @@ def tool_request_extension(
             return already
         now = broker.clock()
         try:
-            with changes.holding(store, operation_id, process_owner("mcp"), lease_ttl(contract), broker.clock) as held:
+            ttl = lease_ttl(contract)
+            patience = changes.Patience.of(Change.REQUEST_EXTENSION, ttl)
+            with changes.holding(store, operation_id, process_owner("mcp"), ttl, broker.clock, patience) as held:
                 current = held.record
                 if stop_marker(current) != marker:
                     raise ToolFailure("busy", f"operation {operation_id} moved on a moment ago; look at it again")
