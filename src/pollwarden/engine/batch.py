@@ -41,7 +41,7 @@ from . import flow
 from .flow import StepResult
 
 Perform = Callable[[flow.Effect[Any], Contract, Any], Any]
-"""How the engine performs one effect for one flow (`Engine._perform`)."""
+"""How the engine performs one effect for one flow (`Engine.perform`)."""
 
 Outcome = tuple[Any, BaseException | None]
 

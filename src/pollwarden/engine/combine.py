@@ -49,7 +49,7 @@ from ..store.shared import PerStore
 from ..transport.http import Fetches
 from ..transport.wire_round import Round
 from . import batch, flow
-from .driver import AdmissionError, Admitted
+from .admitting import AdmissionError, Admitted
 from .flow import StepResult
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ class Combiner:
                     ticket.contract,
                     ticket.client,
                     owner=engine.owner,
-                    perform=engine._perform,
+                    perform=engine.perform,
                     on_end=ticket.done.set,
                 )
                 ticket.begin(lane, fetches.round)
@@ -284,7 +284,7 @@ class Combiner:
             if lanes:
                 leader = tickets[0].engine
                 batch.run(
-                    lanes, self.store, leader._perform, leader.clock, self._pool(), fetches=fetches, reserved=reserved
+                    lanes, self.store, leader.perform, leader.clock, self._pool(), fetches=fetches, reserved=reserved
                 )
         except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
             if fetches is not None:

@@ -1,46 +1,33 @@
-"""The synchronous driver of the engine: admission and the step flow, executed against a store and a client.
+"""The synchronous driver of the engine: the step flow driven against a store and a client.
 
 Every interface goes through `Engine`: `watch` and the Python API (`run`), the worker (`step_claimed` after
 its batch claim), the MCP server (`admit`, `step`), `enqueue` (`admit`; `admit_many` for a jobs file). What
-each interface adds is parsing its own input and rendering its own output.
+each interface adds is parsing its own input and rendering its own output. The engine's three parts live apart:
+admission (`admitting`), stepping (here), and the effects every flow asks for (`effects`); the other changes of
+an operation are `changes`, under the table of `core.transitions`.
 """
 
 from __future__ import annotations
 
 import random
-import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.admission import (
-    Admission,
-    Create,
-    Narrow,
-    Problem,
-    Refusal,
-    Refuse,
-    Resume,
-    WatchRequest,
-    admit,
-    check,
-    check_many,
-    narrow,
-)
+from ..core.admission import WatchRequest
 from ..core.contract.parse import Contract
-from ..core.observe import Exchange
 from ..core.record import OperationRecord
-from ..core.transitions import Change
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
-from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
-from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
-from . import batch, changes, flow, installed
-from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+from ..events import WatchInterrupted
+from ..store.base import Claimed, Lease, Store
+from . import batch, flow, installed
+from .admitting import BATCH, AdmissionError, Admitted, Admitting, BatchAdmissionError
+from .effects import Effects, StatusSender, new_decision_id
+from .flow import Busy, Done, NotYet, Polled, StepResult
 
 if TYPE_CHECKING:
     from .combine import Combiner
@@ -48,65 +35,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class StatusSender(Protocol):
-    """What the engine needs of a status client: one bounded request, credential held inside."""
-
-    def prepare(self) -> None:
-        """Whatever slow work the next request would start with (a token command), done now."""
-
-    def renew(self) -> None:
-        """Forget the credential held, so the next request reads the one configured now."""
-
-    def fetch(
-        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
-    ) -> Exchange: ...
-
-
-class AdmissionError(PollwardenError, ValueError):
-    """A watch that cannot start or resume as asked; nothing was sent. The message says what to change."""
-
-    def __init__(self, refusal: Refuse) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
-
-    def message_for(self, names: Mapping[str, str]) -> str:
-        """The refusal with each field named as the caller's interface names it (a flag, an argument)."""
-        return self.refusal.message_for(names)
-
-    @property
-    def kind(self) -> Refusal:
-        return self.refusal.kind
-
-
-BATCH = 500
-"""Requests per write transaction in `admit_many`; why 500 is in docs/performance.md ("Bulk enqueue")."""
-
-
-@dataclass(frozen=True)
-class Admitted:
-    record: OperationRecord
-    created: bool
-    reused_job: bool = False
-    """The caller named no operation and got the job's existing one back (never a fresh budget)."""
-
-
-class BatchAdmissionError(PollwardenError, ValueError):
-    """Requests of a batch that cannot be admitted as asked. `refusals` are (index, refusal) in request order;
-    `admitted` is what had been admitted already: empty unless another process created one of the same
-    operations or jobs while the batch was written (every request is admitted before the first write)."""
-
-    def __init__(self, refusals: Sequence[tuple[int, Refuse]], admitted: Sequence[Admitted] = ()) -> None:
-        first = refusals[0][1].message if refusals else "nothing"
-        super().__init__(f"{len(refusals)} request(s) cannot be admitted; the first: {first}")
-        self.refusals = tuple(refusals)
-        self.admitted = tuple(admitted)
-
-
 REFUSAL_TTL = timedelta(seconds=30)
 """The lease of a refusal (`refuse_stored`): one write, no request; the stored contract's own timeout is not read."""
 
 
-class Engine:
+class Engine(Admitting, Effects):
     """One store, one owner name, one clock: admission and steps for any number of operations and contracts."""
 
     def __init__(
@@ -128,7 +61,7 @@ class Engine:
         self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
 
-    # -- admission ---------------------------------------------------------------------------------------------
+    # -- admission (`admitting.Admitting`) ------------------------------------------------------------------------
 
     def admit(self, request: WatchRequest) -> Admitted:
         """Create, resume or narrow the operation the request names, or raise AdmissionError (audited on the
@@ -141,190 +74,6 @@ class Engine:
         except BatchAdmissionError as exc:
             raise AdmissionError(exc.refusals[0][1]) from None
         return admitted
-
-    def admit_many(
-        self,
-        requests: Sequence[WatchRequest],
-        *,
-        batch: int = BATCH,
-        where: Callable[[int], str] = lambda index: f"request {index + 1}",
-    ) -> list[Admitted]:
-        """Admit each request by the one rule (`core.admission.admit`), one write transaction per `batch` of
-        them; each created operation gets its own record and `created` event, as if admitted alone.
-
-        Nothing is created unless every request can be admitted: all are checked (repeats within the requests
-        included, each place named by `where`) and admitted against the store before the first batch is
-        written; a refused resume is audited on its operation, as for one request. A crash leaves whole
-        batches, and admitting the same requests again resumes what exists (same id, same job) and creates
-        the rest. Raises BatchAdmissionError naming every refused request."""
-        refused = check_many(requests, where)
-        if refused:  # before any lookup: a malformed id never reaches the store
-            raise BatchAdmissionError(refused)
-        if len(requests) > batch:  # a single batch is validated by `_admit_batch` itself, before it writes
-            now, refusals = self.clock(), []
-            for start in range(0, len(requests), batch):  # batch by batch: only the refusals are kept
-                answers = self._answers(requests[start : start + batch], now, set())
-                refusals += [(start + i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
-            if refusals:
-                self._audit_refused(requests, refusals, now, batch)
-                raise BatchAdmissionError(refusals)
-        admitted: list[Admitted] = []
-        taken: set[str] = set()
-        for start in range(0, len(requests), batch):
-            try:
-                written = self._admit_batch(requests[start : start + batch], start, taken)
-            except BatchAdmissionError as exc:  # another process got in between: what was written is said
-                raise BatchAdmissionError(exc.refusals, [*admitted, *exc.admitted]) from None
-            admitted.extend(one for one in written if isinstance(one, Admitted))  # all of them: refusals raise
-        return admitted
-
-    def admit_each(
-        self, requests: Sequence[WatchRequest], narrowers: Sequence[Engine]
-    ) -> list[Admitted | Refuse | Exception]:
-        """Each request admitted on its own merits, the new operations of all of them in one write transaction:
-        a refusal, or a failure, is its own request's alone (`combine`: the watches of one process that start
-        together). No two requests may name one operation or one job (the caller admits such a one in a later
-        call, where it resumes). A request to narrow an existing operation is narrowed under the lease of its
-        own engine (`narrowers`), in a transaction of its own, as a refused resume is audited in one."""
-        results: list[Admitted | Refuse | Exception | None] = [check(request) for request in requests]
-        fine = [index for index, refused in enumerate(results) if refused is None]
-        if fine:
-            outcomes = self._admit_batch([requests[i] for i in fine], 0, set(), [narrowers[i] for i in fine])
-            for index, outcome in zip(fine, outcomes, strict=True):
-                results[index] = outcome
-        return [result for result in results if result is not None]
-
-    def _admit_batch(
-        self,
-        requests: Sequence[WatchRequest],
-        offset: int,
-        taken: set[str],
-        narrowers: Sequence[Engine] | None = None,
-    ) -> list[Admitted | Refuse | Exception]:
-        """One batch: looked up and admitted afresh (as one request is), then created in one transaction. With
-        `narrowers` (`admit_each`) a refusal, or a narrowing's failure, is returned in its request's place;
-        otherwise it stops the batch."""
-        for _ in range(3):  # a concurrent creator of the same id or job: look again, under the same rule
-            now = self.clock()
-            given = set(taken)
-            answers = self._answers(requests, now, taken)
-            refusals = [(i, answer) for i, answer in enumerate(answers) if isinstance(answer, Refuse)]
-            if refusals and narrowers is None:
-                self._audit_refused(requests, refusals, now, len(requests))
-                raise BatchAdmissionError([(offset + index, refusal) for index, refusal in refusals])
-            pairs = list(zip(requests, answers, strict=True))
-            try:
-                self.store.create_many(
-                    [(answer.record, request.contract.source_text, answer.event) for request, answer in pairs
-                     if isinstance(answer, Create)]
-                )  # fmt: skip
-            except OperationExists as exc:
-                self._refuse_unreadable(exc, [answer.record for answer in answers if isinstance(answer, Create)])
-                taken.intersection_update(given)  # the ids this attempt gave out were not written: free again
-                continue
-            self._audit_refused(requests, refusals, now, len(requests))  # once, for the attempt that stands
-            admitted: list[Admitted | Refuse | Exception] = []
-            for index, (request, answer) in enumerate(pairs):
-                if isinstance(answer, Create):
-                    admitted.append(Admitted(answer.record, created=True))
-                elif isinstance(answer, Resume):
-                    admitted.append(Admitted(answer.record, created=False, reused_job=answer.reused_job))
-                elif isinstance(answer, Refuse):
-                    admitted.append(answer)
-                else:
-                    assert isinstance(answer, Narrow)
-                    engine = self if narrowers is None else narrowers[index]
-                    try:
-                        narrowed = engine._narrow(request, answer)
-                    except AdmissionError as exc:
-                        if narrowers is not None:
-                            admitted.append(exc.refusal)
-                            continue
-                        done = [one for one in admitted if isinstance(one, Admitted)]
-                        raise BatchAdmissionError([(offset + index, exc.refusal)], done) from None
-                    except Exception as exc:  # the store failed this narrowing: this request's failure alone
-                        if narrowers is None:
-                            raise
-                        admitted.append(exc)
-                        continue
-                    admitted.append(Admitted(narrowed, created=False, reused_job=answer.reused_job))
-            return admitted
-        busy = _conflict("the operation is being created by another process; try again in a moment").refusal
-        if narrowers is not None:
-            return [busy] * len(requests)
-        raise BatchAdmissionError([(offset + index, busy) for index in range(len(requests))])
-
-    def _refuse_unreadable(self, exc: OperationExists, created: Sequence[OperationRecord]) -> None:
-        """A creation that met a row whose record cannot be read (the lookups before it skip such rows) is no race
-        to wait out: `UnreadableRecord` names the row and why, and nothing is created."""
-        ids = [exc.operation_id] if isinstance(exc, JobWatched) else [record.operation_id for record in created]
-        for operation_id in ids:
-            try:
-                self.store.get(operation_id)
-            except UnreadableRecord as unreadable:
-                raise unreadable from None
-
-    def _answers(self, requests: Sequence[WatchRequest], now: datetime, taken: set[str]) -> list[Admission]:
-        """The admission of each request against what the store holds now; `taken` are operation ids already
-        given out by this call, which a generated id must avoid (its random part is short)."""
-        stored = self.store.get_many([r.operation_id for r in requests if r.operation_id is not None])
-        jobs: dict[str, list[str]] = {}
-        for request in requests:
-            if request.job_id is not None and (request.operation_id is None or request.operation_id not in stored):
-                jobs.setdefault(request.contract.name, []).append(request.job_id)
-        same = {name: self.store.find_jobs(name, job_ids) for name, job_ids in jobs.items()}
-        contracts = {request.contract.digest: request.contract for request in requests}
-        uninstalled = {
-            digest: refused for digest, c in contracts.items() if (refused := installed.refusal(self.store, c))
-        }
-        answers: list[Admission] = []
-        for request in requests:
-            if (refused := uninstalled.get(request.contract.digest)) is not None:
-                answers.append(refused)
-                continue
-            found = stored.get(request.operation_id) if request.operation_id is not None else None
-            existing = found.record if found is not None else None
-            same_job = []
-            if existing is None and request.job_id is not None:
-                same_job = [s.record for s in same[request.contract.name].get(request.job_id, [])]
-            while True:
-                answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
-                if not isinstance(answer, Create) or answer.record.operation_id not in taken:
-                    break
-                assert request.operation_id is None  # a given id is taken only by a repeat, refused before
-            if isinstance(answer, Create):
-                taken.add(answer.record.operation_id)
-            answers.append(answer)
-        return answers
-
-    def _audit_refused(
-        self, requests: Sequence[WatchRequest], refusals: Sequence[tuple[int, Refuse]], now: datetime, batch: int
-    ) -> None:
-        """Each refused resume audited on its operation (index into `requests`), `batch` per transaction, as
-        `resume_refused`: the same event one refused request leaves."""
-        audited: list[LogEntry] = []
-        for index, refusal in refusals:
-            if refusal.operation_id is not None:
-                event = ResumeRefused(why=refusal.message, extra={"by": requests[index].by})
-                audited.append((refusal.operation_id, event.KIND, event.to_json()))
-        for start in range(0, len(audited), batch):
-            self.store.append_many(audited[start : start + batch], now)
-
-    def _narrow(self, request: WatchRequest, answer: Narrow) -> OperationRecord:
-        ttl = lease_ttl(request.contract)
-        try:
-            patience = changes.Patience.of(Change.NARROW, ttl)
-            with changes.holding(self.store, answer.record.operation_id, self.owner, ttl, self.clock, patience) as held:
-                current = held.record
-                narrowed = narrow(current, request.limits)  # re-applied to the record as it is under the lease
-                if narrowed is current:
-                    held.release()
-                    return current
-                event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
-                held.write(narrowed, [event])
-                return narrowed
-        except changes.ChangeRefused as exc:
-            raise _conflict(str(exc)) from None
 
     # -- steps -----------------------------------------------------------------------------------------------------
 
@@ -377,7 +126,7 @@ class Engine:
             batch.Lane(flow.step_claimed(contract, lease, record, now), contract, client)
             for contract, client, lease, record in claimed
         ]
-        batch.run(lanes, self.store, self._perform, self.clock, io)
+        batch.run(lanes, self.store, self.perform, self.clock, io)
         results: list[StepResult | BaseException] = []
         for lane in lanes:
             assert lane.result is not None  # run() drives every lane to its end
@@ -404,7 +153,7 @@ class Engine:
         and the lane of each stepped operation (`Lane.of` is its `Chosen`; its `result` is set unless the lane
         went aside)."""
         claimed, stepped = batch.claim_due_and_run(
-            self.store, self.owner, now, ttl, limit, choose, then, self._perform, self.clock, io, skip=skip, aside=aside
+            self.store, self.owner, now, ttl, limit, choose, then, self.perform, self.clock, io, skip=skip, aside=aside
         )
         return claimed, [lane for _, lane in stepped]
 
@@ -505,52 +254,9 @@ class Engine:
                     return result
             failure = None
             try:
-                answer = self._perform(effect, contract, client)
+                answer = self.perform(effect, contract, client)
             except BaseException as exc:  # handed to the flow, which gives its lease back and re-raises
                 answer, failure = None, exc
-
-    def _perform(self, effect: flow.Effect[Any], contract: Contract | None, client: StatusSender | None) -> Any:
-        """Carry out one effect; `contract` and `client` are None for a flow that sends and announces nothing
-        (`refuse_claimed`: the stored contract is not to be used)."""
-        store = self.store
-        if isinstance(effect, flow.Claim):
-            return store.claim(effect.operation_id, self.owner, self.clock(), effect.ttl)
-        if isinstance(effect, flow.Write):
-            return store.write(
-                effect.lease,
-                effect.record,
-                effect.events,
-                self.clock(),
-                release=effect.release,
-                decision=effect.decision,
-                hold_until=effect.hold_until,
-            )
-        if isinstance(effect, flow.Send):
-            if client is None:
-                raise TypeError("a flow without a status client asked to send")
-            client.prepare()  # a token command's wait counts before the time limit is checked, not after
-            if (late := flow.too_late(effect, self.clock())) is not None:
-                raise late
-            return client.fetch(effect.job_id, effect.headers, location=effect.location)
-        if isinstance(effect, flow.Renew):
-            if client is not None:
-                client.renew()
-            return None
-        if isinstance(effect, flow.Now):
-            return self.clock()
-        if isinstance(effect, flow.Draw):
-            return self.rng.random()
-        if isinstance(effect, flow.Release):
-            store.release(effect.lease)
-            return None
-        if isinstance(effect, flow.Append):
-            store.append(effect.operation_id, effect.kind, effect.data, self.clock())
-            return None
-        if isinstance(effect, flow.CanResubmit):
-            return store.get_submission(effect.operation_id) is not None
-        if isinstance(effect, flow.NewDecisionId):
-            return new_decision_id()
-        raise TypeError(f"unknown effect {effect!r}")
 
 
 class Cancelled(PollwardenError):
@@ -580,10 +286,13 @@ def _why(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _conflict(text: str) -> AdmissionError:
-    return AdmissionError(Refuse(Refusal.CONFLICT, (Problem(None, text),)))
-
-
-def new_decision_id() -> str:
-    """Short enough to type after `pollwarden decide`; random so two stops never share one."""
-    return "d" + secrets.token_hex(5)
+__all__ = [
+    "BATCH",
+    "AdmissionError",
+    "Admitted",
+    "BatchAdmissionError",
+    "Cancelled",
+    "Engine",
+    "StatusSender",
+    "new_decision_id",
+]

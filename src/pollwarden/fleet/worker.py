@@ -446,7 +446,7 @@ class Worker:
                 for lane in rest.lanes:
                     self._failed(None, lane.of[2], exc)
                 return
-            rest.finish(store, Engine(store, owner=self.owner, clock=clock)._perform)
+            rest.finish(store, Engine(store, owner=self.owner, clock=clock).perform)
             with self.log.batch():
                 for lane in rest.lanes:
                     self._counted(store, lane, now)
