@@ -42,6 +42,10 @@ class ActionRefused(ActionError):
     exit_code = PollwardenError.exit_code
 
 
+class NoResult(ActionRefused):
+    """A fetch asked before a validated success (or a finished part): there is nothing to fetch yet."""
+
+
 @dataclass(frozen=True)
 class Submitted:
     record: OperationRecord
@@ -304,7 +308,7 @@ def result_source(contract: Contract, record: OperationRecord) -> str | None:
     the status URL), on the contract's origin or a host `[result].hosts` names; the credential goes along only
     where `[result]` says so, and never off the contract's origin."""
     if (problem := no_result_problem(record)) is not None:
-        raise ActionRefused(problem)
+        raise NoResult(problem)
     spec = contract.result
     where, why = fetch_url(spec, record.result, record.job_id)
     if why is not None:

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import events as ev
 from ..actions.decisions import open_decision
-from ..actions.provider import ActionError, ActionRefused, fetch_result, result_source
+from ..actions.provider import ActionError, ActionRefused, NoResult, fetch_result, result_source
 from ..core.admission import Limits, Refusal, Refuse, WatchRequest
 from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
 from ..core.record import OperationRecord
-from ..core.result_part import no_result_problem, result_part
+from ..core.result_part import result_part
 from ..core.transitions import Change, allowed
 from ..engine import AdmissionError, changes, lease_ttl, new_decision_id
 from ..report.progress import Progress, progress_of_record
@@ -440,10 +440,10 @@ def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, An
 def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
-        if (problem := no_result_problem(record)) is not None:
-            raise ToolFailure("no_result", f"{problem}. Nothing was sent")
-        try:  # a result that must not be fetched (another host, ...) is refused before a person is asked
+        try:  # a result that must not be fetched (none yet, another host, ...) is refused before a person is asked
             result_source(contract, record)
+        except NoResult as exc:
+            raise ToolFailure("no_result", f"{exc}. Nothing was sent") from None
         except ActionRefused as exc:
             _fetch_failed(broker, store, operation_id, exc)
 
