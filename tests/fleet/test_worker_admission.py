@@ -8,26 +8,23 @@ import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 
-from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import UNSAFE_STATUS_RULE, WatchRequest, check
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import new_record
 from pollwarden.fleet.worker import JsonLog, Worker
 from pollwarden.simulator import contract_text
-from pollwarden.store.base import Store
-from pollwarden.store.open import open_store
 from tests.conftest import install
+from tests.store.conftest import AnyStore, Backend, backend, pg_url, store
 from tests.transport.test_http_keepalive import holding
 
-
-def _store(home: Path) -> Store:
-    return open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
+__all__ = ["backend", "pg_url", "store"]  # the store suite's fixtures: both backends
 
 
-def test_an_enqueued_operation_of_an_unsafe_status_contract_is_stopped_not_polled(tmp_path: Path) -> None:
+def test_an_enqueued_operation_of_an_unsafe_status_contract_is_stopped_not_polled(
+    store: AnyStore, backend: Backend
+) -> None:
     with holding(None, guard=60.0) as provider:
         text = contract_text(provider.url, name="unsafe").replace("safe_status = true", "safe_status = false")
         if "safe_status" not in text:
@@ -36,11 +33,10 @@ def test_an_enqueued_operation_of_an_unsafe_status_contract_is_stopped_not_polle
         assert not contract.safe_status
         refused = check(WatchRequest(contract, "j-1", "op-unsafe", by="enqueue"))
         assert refused is not None and "safe_status = false" in refused.message  # admission refuses it itself
-        store = _store(tmp_path)
         install(store, contract)
         store.create(new_record(contract, operation_id="op-unsafe", job_id="j-1", now=datetime.now(UTC)), text, {})
         log = io.StringIO()
-        worker = Worker(lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(log, worker="w"))
+        worker = Worker(backend.open, owner="worker-1", concurrency=2, log=JsonLog(log, worker="w"))
         try:
             with ThreadPoolExecutor(2) as pool:
                 assert worker.run_once(pool) == 1
@@ -57,4 +53,3 @@ def test_an_enqueued_operation_of_an_unsafe_status_contract_is_stopped_not_polle
     assert [d.status for d in store.decisions("op-unsafe")] == ["open"]
     events = [json.loads(line)["event"] for line in log.getvalue().splitlines()]
     assert "contract_unwatchable" in events and "stopped" in events
-    store.close()
