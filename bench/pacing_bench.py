@@ -28,7 +28,8 @@ from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.engine import Engine
 from pollwarden.engine.installed import install
-from pollwarden.fleet.worker import JsonLog, Metrics, Worker
+from pollwarden.fleet.metrics import Metrics
+from pollwarden.fleet.worker import JsonLog, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store

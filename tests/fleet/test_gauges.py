@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
-from pollwarden.fleet.worker import Metrics
+from pollwarden.fleet.metrics import Metrics
 from pollwarden.home.operating import open_store
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store as open_store_at

@@ -13,7 +13,8 @@ from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..fleet.defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
-from ..fleet.worker import JsonLog, Metrics, Worker
+from ..fleet.metrics import Metrics
+from ..fleet.worker import JsonLog, Worker
 from ..foreground import stop_signals
 from ..home.directory import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..home.operating import configured_witness

@@ -34,7 +34,8 @@ from ..errors import EXIT_USAGE
 from ..foreground import SignalRelay
 from ..store.base import Store
 from .defaults import SUPERVISOR_ENV
-from .worker import JsonLog, count_fleet, serve_metrics
+from .log import JsonLog
+from .metrics import count_fleet, serve_metrics
 
 RESTART_FIRST = 0.1
 RESTART_MAX = 5.0
