@@ -129,3 +129,21 @@ def test_holding_gives_the_lease_back_on_any_error_and_waits_as_patient_as_asked
     stopping.set()  # a process that is leaving waits for nobody, however patient
     with pytest.raises(changes.HeldElsewhere):
         changes.claim(store, "a", "person", TTL, lambda: T0, changes.Patience(3600, stopping))
+
+
+def test_a_write_of_the_record_ends_the_wait_and_the_next_wait_is_told_again(store: AnyStore) -> None:
+    """One event per wait, not one per operation for ever: any write of the record (a poll, a person's answer)
+    ends the wait, and pacing it again is a new wait with its own event."""
+    _create(store, "a", T0)
+    _create(store, "b", T0)
+    first, second = store.claim_due("w", T0, TTL, limit=10)
+    changes.pace_due(changes.Held.of(store, first, lambda: T0), "deploys", 60 * SECOND, T0)  # takes the free slot
+    assert not changes.pace_due(changes.Held.of(store, second, lambda: T0), "deploys", None, T0).taken
+    # A person's answer (here: narrowed limits, any fenced write) claims it by name, paced or not.
+    with changes.holding(store, "b", "person", TTL, lambda: T0) as held:
+        held.write(held.record, [("interrupted", {"by": "person", "why": "a write of the record"})])
+    assert store.claim_due("w", T0 + SECOND, TTL, limit=10)[0].lease.operation_id == "b"  # due at once again
+    (again,) = [c for c in store.claim_due("w2", T0 + 20 * SECOND, TTL, limit=10) if c.lease.operation_id == "b"]
+    later = T0 + 20 * SECOND
+    assert not changes.pace_due(changes.Held.of(store, again, lambda: later), "deploys", None, later).taken
+    assert [e.kind for e in store.events("b")].count("paced") == 2
