@@ -17,11 +17,12 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..core import transitions
 from ..core.decide import defer, paced_wait
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from ..core.transitions import Change, patience
+from ..core.transitions import Change
 from ..errors import PollwardenError
 from ..events import Paced
 from ..store.base import Claimed, Lease, NewEvent, Store
@@ -63,7 +64,7 @@ class Patience:
     @classmethod
     def of(cls, change: Change, ttl: timedelta, stopping: threading.Event | None = None) -> Patience:
         """The patience the transitions table gives `change` (`ttl`: the contract's lease TTL)."""
-        return cls(patience(change, ttl).total_seconds(), stopping)
+        return cls(transitions.patience(change, ttl).total_seconds(), stopping)
 
 
 AT_ONCE = Patience()
@@ -160,8 +161,8 @@ def holding(
     patience: Patience = AT_ONCE,
 ) -> Iterator[Held]:
     """`claim`, then the caller's change; on any error (its own refusal, a store failure, an interrupt) the
-    lease is given back before the error goes on. A change that wrote has given it back already: the release
-    is fenced and then changes nothing."""
+    lease is given back before the error goes on. On a normal exit nothing more is done: a change that wrote gave
+    the lease back with its write (`Held.write`), one that found nothing to do calls `Held.release`."""
     held = claim(store, operation_id, owner, ttl, clock, patience)
     with giving_back(held):
         yield held

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ..core.admission import UNSAFE_STATUS_RULE, watchable_problem
 from ..core.contract.parse import Contract, ContractError
@@ -42,9 +41,6 @@ from .log import JsonLog as JsonLog
 from .metrics import Metrics as Metrics
 from .metrics import count_fleet as count_fleet
 from .metrics import serve_metrics as serve_metrics
-
-if TYPE_CHECKING:
-    pass
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
