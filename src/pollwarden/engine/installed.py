@@ -61,7 +61,7 @@ def install(
         origin=contract.origin,
         account=contract.account,
     )
-    return store.install_contract(contract.name, contract.source_text, by=by, at=now, event=event.to_json())
+    return store.install_contract(contract.name, contract.source_text, by=by, at=now, event=event)
 
 
 def install_as_caller(store: Store, contract: Contract, *, via: str, source: str, now: datetime) -> None:

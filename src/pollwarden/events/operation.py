@@ -16,7 +16,7 @@ from ..core.observe import Observation
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.schedule import Rejection
-from .base import AuditEvent, Payload, event
+from .base import AuditEvent, NewEvent, Payload, event
 
 # -- an operation is created, polled and stopped --------------------------------------------------------
 
@@ -189,16 +189,16 @@ def outcome_events(record: OperationRecord) -> list[AuditEvent]:
 
 def poll_events(
     before: OperationRecord, observation: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
-) -> list[tuple[str, Payload]]:
-    """What one poll leaves in the trail, as the store takes it: the observation, the decision with its inputs,
-    and the outcome. The payloads are built directly: these are the shapes `Observed.of`, `DecisionEvent.of`
-    parse, and a poll writes them without a typed event in between."""
+) -> list[NewEvent]:
+    """What one poll leaves in the trail: the observation, the decision with its inputs, and the outcome. The
+    first two are prepared in their stored shapes (`Observed.of`, `DecisionEvent.of` parse the same), not
+    typed field by field, since a poll writes them and nothing reads them back on the way."""
     seen = observation.to_json()
     return [
-        (Observed.KIND, Observed.payload(seen, sent_at)),
-        (DecisionEvent.KIND, DecisionEvent.payload(before, seen, decision, now, u)),
-        *(GuidanceRejected.of(r).new_event() for r in decision.rejections),
-        *(outcome.new_event() for outcome in outcome_events(decision.record)),
+        Observed.prepared(Observed.payload(seen, sent_at)),
+        DecisionEvent.prepared(DecisionEvent.payload(before, seen, decision, now, u)),
+        *(GuidanceRejected.of(r) for r in decision.rejections),
+        *outcome_events(decision.record),
     ]
 
 

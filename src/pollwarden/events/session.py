@@ -73,6 +73,14 @@ class GrantRequested(AuditEvent):
     kind: str | None = None
     scope: str | None = None
 
+    @staticmethod
+    def of_kind(kind: str) -> type[GrantRequested]:
+        """The kind of event that asks for a grant of this kind ("session" or "call")."""
+        found = _REQUESTED.get(kind)
+        if found is None:
+            raise ValueError(f"no grant of kind {kind!r} is asked for")
+        return found
+
 
 @event
 class SessionApprovalRequested(GrantRequested):
@@ -89,6 +97,14 @@ class GrantAnswered(AuditEvent):
     grant_id: str | None = None
     by: str | None = None
     note: str | None = None
+
+    @staticmethod
+    def of_status(status: str) -> type[GrantAnswered]:
+        """The kind of event that moves a grant to this status ("approved", "refused", "revoked", "expired")."""
+        found = _ANSWERED.get(status)
+        if found is None:
+            raise ValueError(f"a grant cannot become {status!r}")
+        return found
 
 
 @event
@@ -116,6 +132,15 @@ class ApprovalRevoked(GrantAnswered):
 @event
 class ApprovalExpired(GrantAnswered):
     KIND = "approval_expired"
+
+
+_REQUESTED: dict[str, type[GrantRequested]] = {"session": SessionApprovalRequested, "call": CallApprovalRequested}
+_ANSWERED: dict[str, type[GrantAnswered]] = {
+    "approved": ApprovalApproved,
+    "refused": ApprovalRefused,
+    "revoked": ApprovalRevoked,
+    "expired": ApprovalExpired,
+}
 
 
 @event

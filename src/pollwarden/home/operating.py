@@ -142,7 +142,7 @@ def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Con
         if by is not None:
             refused = ContractRefused(digest=exc.digest, by=by)
             with suppress(StoreError):  # a read-only home still refuses; the refusal itself is what matters
-                store.append(operation_id, refused.KIND, refused.to_json(), store.db_now())
+                store.append(operation_id, refused, store.db_now())
         raise
     except ContractError as exc:
         raise HomeError(str(exc)) from None

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
+from ..events import ContractInstalled, DeliveryEvent, SubmissionIntent, SubmissionMarked, Submitted
+from ..events.base import AuditEvent
+from ..events.base import NewEvent as NewEvent  # what `write` takes, importable from the store as before
 
 if TYPE_CHECKING:  # the protocol only names them: the engine and the API import this module with no crypto
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -164,13 +167,11 @@ class Event:
     data: Mapping[str, Any]
 
 
-NewEvent = tuple[str, Mapping[str, Any]]
-
-NewOperation = tuple[OperationRecord, str, Mapping[str, Any]]
+NewOperation = tuple[OperationRecord, str, NewEvent]
 """An operation to create: its record, the contract text it was admitted under, and its `created` event."""
 
-LogEntry = tuple[str, str, Mapping[str, Any]]
-"""An event that changes no record, for `append_many`: the log, the kind, the data."""
+LogEntry = tuple[str, NewEvent]
+"""An event that changes no record, for `append_many`: the log, and the event."""
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,7 @@ class Attempted:
     error: str | None = None
     head: int | None = None
     """The head a witness took."""
-    event: NewEvent | None = None
+    event: DeliveryEvent | None = None
     """What the delivery's operation log records of it (a webhook's `notified` or `notify_failed`)."""
 
 
@@ -389,7 +390,9 @@ class Store(Protocol):
         the Python API's watches of one home share one store); see each backend for why it does or not."""
         ...
 
-    def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None: ...
+    def create(self, record: OperationRecord, contract_text: str, event: NewEvent) -> None:
+        """`create_many` of one operation; `event` is its `created` (`Created`, or prepared by admission)."""
+        ...
 
     def create_many(self, operations: Sequence[NewOperation]) -> None:
         """Every operation with its `created` event in one transaction, or none of them: OperationExists when
@@ -493,19 +496,21 @@ class Store(Protocol):
         """Fenced and once only: False if the lease was lost; DecisionTaken if someone decided first."""
         ...
 
-    def record_submission(self, submission: Submission, event: Mapping[str, Any]) -> None:
+    def record_submission(self, submission: Submission, event: SubmissionIntent) -> None:
         """Persist a submission (fingerprint, idempotency token) before it is sent (R34)."""
         ...
 
     def get_submission(self, operation_id: str) -> Submission | None: ...
 
     def accept_submission(
-        self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
+        self, submission: Submission, record: OperationRecord, contract_text: str, event: Submitted
     ) -> None:
         """Create the operation from an accepted submission, in the transaction that marks it accepted."""
         ...
 
-    def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None: ...
+    def mark_submission(self, operation_id: str, event: SubmissionMarked, at: datetime) -> None:
+        """The submission ends in the state its event's kind names (`SubmissionMarked.state`), with that event."""
+        ...
 
     def request_grant(self, grant: Grant, log_id: str) -> None:
         """Record a pending approval request and its audit event (in `log_id`) in one transaction."""
@@ -541,7 +546,7 @@ class Store(Protocol):
         """Records, heads and checkpoints as one read transaction sees them."""
         ...
 
-    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+    def set_setting(self, log_id: str, value: str, event: AuditEvent, at: datetime) -> None:
         """A setting the log vouches for (the witness location, `@audit/witness`), with its event, in one commit."""
         ...
 
@@ -557,7 +562,7 @@ class Store(Protocol):
     def release(self, lease: Lease) -> None: ...
 
     def install_contract(
-        self, name: str, text: str, *, by: str, at: datetime, event: Mapping[str, Any]
+        self, name: str, text: str, *, by: str, at: datetime, event: ContractInstalled
     ) -> tuple[InstalledContract, bool]:
         """Add this contract text to the registry under its digest, audited in `@contract/<digest>`, once: (the
         row, whether this call added it). StoreError when this database role may not (PostgreSQL grants)."""
@@ -661,7 +666,7 @@ class Store(Protocol):
         """The signed head of that counter (what a witness is sent)."""
         ...
 
-    def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+    def append(self, log_id: str, event: NewEvent, at: datetime) -> None:
         """An event that changes no record: a refused resume, a lost lease, or (with `agent_log_id`) an
         agent session's start, approval or call, each sealed and chained like an operation's events."""
         ...

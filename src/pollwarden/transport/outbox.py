@@ -93,13 +93,13 @@ def after_webhook(entry: OutboxEntry, made: Attempt, now: datetime, u: float) ->
         later = now + timedelta(seconds=WEBHOOK_BACKOFF * 2 ** (attempts - 1) * (0.5 + u / 2))
         return Attempted(attempts, False, later, made.status, made.error)
     told = delivery_event(entry.subject, ok=made.ok, attempts=attempts, status=made.status, error=made.error)
-    return Attempted(attempts, made.ok, None, made.status, made.error, event=told.new_event())
+    return Attempted(attempts, made.ok, None, made.status, made.error, event=told)
 
 
 def given_up(entry: OutboxEntry, why: str) -> Attempted:
     """A webhook that cannot be attempted at all (too old, its request or contract gone), audited as failed."""
     told = delivery_event(entry.subject, ok=False, attempts=entry.attempts, status=None, error=why)
-    return Attempted(entry.attempts, False, None, error=why, event=told.new_event())
+    return Attempted(entry.attempts, False, None, error=why, event=told)
 
 
 def after_witness(entry: OutboxEntry, error: str | None, head: int, now: datetime) -> Attempted:
