@@ -45,8 +45,12 @@ def _spelled_kinds(tree: ast.AST) -> list[tuple[int, str]]:
         return None
 
     for node in ast.walk(tree):
-        pair = isinstance(node, ast.Tuple) and len(node.elts) == 2
-        if pair and isinstance(node.elts[1], ast.Dict | ast.Call | ast.Name) and (kind := spelled(node.elts[0])):
+        if (
+            isinstance(node, ast.Tuple)
+            and len(node.elts) == 2
+            and isinstance(node.elts[1], ast.Dict | ast.Call | ast.Name)
+            and (kind := spelled(node.elts[0])) is not None
+        ):
             found.append((node.lineno, f"({kind}, ...)"))
         if not isinstance(node, ast.Call):
             continue

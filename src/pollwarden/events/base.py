@@ -8,7 +8,10 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, dataclass_transform
+
+if TYPE_CHECKING:
+    from .words import Scene
 
 Payload = dict[str, Any]
 """A JSON object as the audit log stores it: its values are whatever a provider or a person sent."""
@@ -26,6 +29,11 @@ class AuditEvent:
         for name in _coercers(type(self)):
             out[name] = _plain(getattr(self, name))
         return out
+
+    def line(self, scene: Scene) -> str | None:
+        """This event's line of the story (`pollwarden story`), in an operator's words; None when another line
+        tells it (a decision's line tells the observation before it). Every kind says, in its own class."""
+        raise NotImplementedError(f"{type(self).__name__} tells no line of the story")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
