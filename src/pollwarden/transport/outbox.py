@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from ..store.delivery import BELL, WEBHOOK, WITNESS, queued_by
 from ..store.owner import OwnerKind, process_owner
+from ..store.roles import Deliveries
 from ..store.shared import PerStore
 from .notify import Attempt, attempt, delivery_event, post, webhook_of
 
@@ -404,7 +405,7 @@ def delivering_home(home: Path, kind: OwnerKind, *, environ: Mapping[str, str] |
         store.close()
 
 
-def witness_notes(store: Store, witness: Witness | None) -> tuple[str, ...]:
+def witness_notes(store: Deliveries, witness: Witness | None) -> tuple[str, ...]:
     """What `audit verify` says of the deliveries to `witness` (the home's, configured; a reader's store holds
     none of its own): a head it has not taken, and why."""
     if witness is None:
