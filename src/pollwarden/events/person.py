@@ -141,6 +141,12 @@ class DeliveryEvent(AuditEvent):
     status: int | None = None
     error: str | None = None
 
+    @staticmethod
+    def of(decision_id: str, *, ok: bool, attempts: int, status: int | None, error: str | None) -> DeliveryEvent:
+        """What a webhook's delivery leaves in the operation's log: `notified`, or `notify_failed` with the error."""
+        kind = Notified if ok else NotifyFailed
+        return kind(decision_id=decision_id, ok=ok, attempts=attempts, status=status, error=error)
+
     def line(self, scene: Scene) -> str:
         state = "sent" if self.ok else f"FAILED ({said(self.error)})"
         return f"{scene.at} webhook for {said(self.decision_id)} {state} after {said(self.attempts)} attempt(s)"
