@@ -141,6 +141,15 @@ def test_coercion_keeps_right_types_and_drops_wrong_ones() -> None:
     assert ev.parse("no_such_kind", {"a": 1}) is None
 
 
+def test_a_prepared_event_is_sealed_as_its_producer_built_it() -> None:
+    """The poll path's shortcut: the kind is still the class's, and the payload is not typed and copied again."""
+    payload = {"provider": "exports", "until": "2025-04-18T10:20:40Z", "kept": [1]}
+    prepared = ev.Paced.prepared(payload)
+    assert prepared.KIND == "paced"
+    assert prepared.new_event() == ("paced", payload)
+    assert ev.parse(*prepared.new_event()) == ev.Paced.from_json(payload)
+
+
 def test_new_event_is_the_stores_tuple() -> None:
     event = ev.Paced(provider="exports", until="2025-04-18T10:20:40Z")
     assert event.new_event() == ("paced", {"provider": "exports", "until": "2025-04-18T10:20:40Z"})

@@ -67,9 +67,6 @@ class Prepared:
     def new_event(self) -> tuple[str, Payload]:
         return self.of.KIND, self.payload
 
-    def typed(self) -> AuditEvent:
-        return self.of.from_json(self.payload)
-
 
 NewEvent = AuditEvent | Prepared
 """What the store writes: an event object, whose class names its kind (no producer spells a kind)."""
