@@ -28,6 +28,7 @@ from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.engine import Engine
 from pollwarden.engine.installed import install
+from pollwarden.events import WatchInterrupted
 from pollwarden.fleet.metrics import Metrics
 from pollwarden.fleet.worker import JsonLog, Worker
 from pollwarden.simulator import Simulator, contract_text
@@ -67,7 +68,7 @@ def main() -> None:
         lease = store.claim("op-00", "bench", engine.clock(), timedelta(seconds=5))
         assert lease is not None
         late = replace(record, next_poll_at=engine.clock() - timedelta(minutes=7))
-        made_late = [("interrupted", {"by": "bench", "why": "made late"})]
+        made_late = [WatchInterrupted.of(record, by="bench", why="made late")]
         store.write(lease[0], late, made_late, engine.clock(), release=True)
         metrics = Metrics()
         metrics.count_fleet(opened, fresh_for=0.0)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.reasons import DelaySource
@@ -39,14 +40,14 @@ SECOND = timedelta(seconds=1)
 def _create(store: AnyStore, op: str, due: datetime) -> OperationRecord:
     record = new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0 - timedelta(minutes=10))
     record = record.waiting(due, DelaySource.LOCAL_BACKOFF)
-    store.create(record, CONTRACT, {})
+    store.create(record, CONTRACT, ev.Created.prepared({}))
     return record
 
 
 def _polled(held: changes.Held, now: datetime) -> None:
     """A poll as the flow writes its reservation, then the answer's wait: the record changes, so pacing ends."""
     reserved = reserve(held.record, now).waiting(now + timedelta(minutes=30), DelaySource.LOCAL_BACKOFF)
-    held.write(reserved, [(Reserved.KIND, Reserved.payload(reserved, held.lease.token))])
+    held.write(reserved, [Reserved.prepared(Reserved.payload(reserved, held.lease.token))])
 
 
 def test_pacing_keeps_the_backlog_due_and_writes_one_event_per_wait(store: AnyStore) -> None:
@@ -141,7 +142,7 @@ def test_a_write_of_the_record_ends_the_wait_and_the_next_wait_is_told_again(sto
     assert not changes.pace_due(changes.Held.of(store, second, lambda: T0), "deploys", None, T0).taken
     # A person's answer (here: narrowed limits, any fenced write) claims it by name, paced or not.
     with changes.holding(store, "b", "person", TTL, lambda: T0) as held:
-        held.write(held.record, [("interrupted", {"by": "person", "why": "a write of the record"})])
+        held.write(held.record, [ev.WatchInterrupted.of(held.record, by="person", why="a write of the record")])
     assert store.claim_due("w", T0 + SECOND, TTL, limit=10)[0].lease.operation_id == "b"  # due at once again
     (again,) = [c for c in store.claim_due("w2", T0 + 20 * SECOND, TTL, limit=10) if c.lease.operation_id == "b"]
     later = T0 + 20 * SECOND

@@ -9,6 +9,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from pollwarden import events as ev
 from pollwarden.core.admission import UNSAFE_STATUS_RULE, WatchRequest, check
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.reasons import Phase, StopReason
@@ -34,7 +35,11 @@ def test_an_enqueued_operation_of_an_unsafe_status_contract_is_stopped_not_polle
         refused = check(WatchRequest(contract, "j-1", "op-unsafe", by="enqueue"))
         assert refused is not None and "safe_status = false" in refused.message  # admission refuses it itself
         install(store, contract)
-        store.create(new_record(contract, operation_id="op-unsafe", job_id="j-1", now=datetime.now(UTC)), text, {})
+        store.create(
+            new_record(contract, operation_id="op-unsafe", job_id="j-1", now=datetime.now(UTC)),
+            text,
+            ev.Created.prepared({}),
+        )
         log = io.StringIO()
         worker = Worker(backend.open, owner="worker-1", concurrency=2, log=JsonLog(log, worker="w"))
         try:

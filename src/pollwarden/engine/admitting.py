@@ -26,7 +26,7 @@ from ..core.admission import (
 from ..core.record import OperationRecord
 from ..core.transitions import Change
 from ..errors import PollwardenError
-from ..events import LimitsNarrowed, ResumeRefused
+from ..events import Created, LimitsNarrowed, ResumeRefused
 from ..store.base import JobWatched, LogEntry, OperationExists, Store, UnreadableRecord
 from . import changes, installed
 from .flow import lease_ttl
@@ -152,8 +152,8 @@ class Admitting:
             pairs = list(zip(requests, answers, strict=True))
             try:
                 self.store.create_many(
-                    [(answer.record, request.contract.source_text, answer.event) for request, answer in pairs
-                     if isinstance(answer, Create)]
+                    [(answer.record, request.contract.source_text, Created.prepared(answer.event))
+                     for request, answer in pairs if isinstance(answer, Create)]
                 )  # fmt: skip
             except OperationExists as exc:
                 self._refuse_unreadable(exc, [answer.record for answer in answers if isinstance(answer, Create)])
@@ -243,7 +243,7 @@ class Admitting:
         for index, refusal in refusals:
             if refusal.operation_id is not None:
                 event = ResumeRefused(why=refusal.message, extra={"by": requests[index].by})
-                audited.append((refusal.operation_id, event.KIND, event.to_json()))
+                audited.append((refusal.operation_id, event))
         for start in range(0, len(audited), batch):
             self.store.append_many(audited[start : start + batch], now)
 
@@ -257,7 +257,7 @@ class Admitting:
                 if narrowed is current:
                     held.release()
                     return current
-                event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
+                event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by})
                 held.write(narrowed, [event])
                 return narrowed
         except changes.ChangeRefused as exc:

@@ -25,7 +25,8 @@ from ..core.record import OperationRecord
 from ..core.transitions import Change
 from ..errors import PollwardenError
 from ..events import Paced
-from ..store.base import Claimed, Lease, NewEvent, Store
+from ..events.base import NewEvent
+from ..store.base import Claimed, Lease, Store
 
 RETRY = 0.05
 """Seconds between claims while a change waits for a watcher's step to end."""
@@ -127,7 +128,7 @@ def pace_due(held: Held, provider: str, interval: timedelta | None, now: datetim
     if taken:
         return Slot(now + paced_wait(held.record, slot, now), taken=True)
     until = defer(held.record, slot).next_poll_at
-    if not held.defer_paced(until, Paced(provider=provider, until=format_rfc3339(until)).new_event()):
+    if not held.defer_paced(until, Paced(provider=provider, until=format_rfc3339(until))):
         raise TakenOver(held.lease.operation_id)
     return Slot(until, taken=False)
 

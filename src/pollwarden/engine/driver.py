@@ -224,7 +224,7 @@ class Engine(Admitting, Effects):
             stored = self.store.get(operation_id)
             if stored is not None and not stored.record.is_final:
                 event = WatchInterrupted.of(stored.record, by=by, why=why)
-                self.store.append(operation_id, event.KIND, event.to_json(), self.clock())
+                self.store.append(operation_id, event, self.clock())
 
     # -- executing effects --------------------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ class Effects:
             store.release(effect.lease)
             return None
         if isinstance(effect, flow.Append):
-            store.append(effect.operation_id, effect.kind, effect.data, self.clock())
+            store.append(effect.operation_id, effect.event, self.clock())
             return None
         if isinstance(effect, flow.CanResubmit):
             return store.get_submission(effect.operation_id) is not None

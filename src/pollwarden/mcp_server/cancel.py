@@ -76,13 +76,13 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
                     reason=why,
                     requested_by=broker.requester,
                     added=new is None,
-                ).new_event()
+                )
                 now = broker.clock()
                 held.write(current, [event], decision=new)
         except changes.ChangeRefused as exc:
             raise busy(exc) from None
         try:
-            store.append(broker.log_id, *event, now)
+            store.append(broker.log_id, event, now)
         except Exception:
             log.exception("the session record of cancel request %s could not be written", request.decision_id)
         return _answer(store, request, already=False)
