@@ -22,11 +22,11 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
+from pollwarden.core.lease import lease_ttl
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
-from pollwarden.engine.flow import lease_ttl
 from pollwarden.fleet.worker import CLAIM_TTL, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored

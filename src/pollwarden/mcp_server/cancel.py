@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
+from ..core.lease import lease_ttl
 from ..core.record import OperationRecord
-from ..engine import lease_ttl, new_decision_id
+from ..engine import new_decision_id
 from ..store.base import Lease, Store
 from ..store.owner import process_owner
 from .base import MAX_REASON_CHARS, CallContext, ToolFailure, clean_text, log

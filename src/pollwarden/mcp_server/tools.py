@@ -18,10 +18,11 @@ from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
-from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..engine import AdmissionError, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
