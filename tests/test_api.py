@@ -196,7 +196,7 @@ def test_a_misspelt_keyword_is_a_type_error_naming_it_and_nothing_is_sent(
     TypeError a misspelt keyword argument always raised, from all three entry points."""
     contract = write_contract(tmp_path / "c.toml", sim.url)
     wrong: dict[str, object] = {"home": home, "deadlin": "5m"}
-    with pytest.raises(TypeError, match="unexpected keyword argument 'deadlin'.*deadline"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'deadlin'.*deadline"):
         Watch(contract, "happy-8", **wrong)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="'deadlin'"):
         watch_sync(contract, "happy-8", **wrong)  # type: ignore[arg-type]
