@@ -22,8 +22,6 @@ MAX_PARAMETERS = 8
 
 PENDING_LONG: frozenset[str] = frozenset(
     {
-        "pollwarden.transport.http",
-        "pollwarden.transport.wire",
         "pollwarden.store.base",
         "pollwarden.fleet.worker",
     }

@@ -32,7 +32,8 @@ from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.transport.credentials import resolve_secret
-from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import StatusClient
 from pollwarden.transport.outbox import delivering
 from tests.conftest import install
 
