@@ -34,8 +34,6 @@ PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
         "store.base store.common store.trail store.vouching store.witness",
         "engine.combine engine.driver",
         "console.actions console.auth console.base console.handler console.server console.views",
-        "mcp_server.base mcp_server.reporting",
-        "mcp_server.broker mcp_server.cancel mcp_server.gates mcp_server.submit mcp_server.tools",
         "store.open store.postgres",
         "transport.credentials transport.token_source",
     )

@@ -14,7 +14,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from .base import UNREADABLE_TO_AGENT, CallContext, ToolFailure, check_arguments
 from .gates import RequestMade, gated_call
 from .reporting import timing
 from .scrub import secret_values, wire_safe
+from .session import Creation
 from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
@@ -46,15 +46,6 @@ ANY_PERSON = "anyone who can run pollwarden on this home"
 
 AGENT_REQUESTER = "agent session "
 """How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
-
-
-@dataclass
-class Creation:
-    """A session's reserved slot for one new operation (`Broker.creating`)."""
-
-    before: int
-    """Operations of the contract the session had created (or reserved) before this one."""
-    made: bool = False
 
 
 class Broker:
