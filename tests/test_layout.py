@@ -34,8 +34,6 @@ PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
         "store.base store.common store.trail store.vouching store.witness",
         "engine.combine engine.driver",
         "console.actions console.auth console.base console.handler console.server console.views",
-        "store.open store.postgres",
-        "transport.credentials transport.token_source",
     )
 )
 """Import circles (as the set of modules in one strongly connected group) not broken yet."""
