@@ -39,10 +39,8 @@ PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
 
 PENDING_WIDE: frozenset[str] = frozenset(
     {
-        "pollwarden.audit.verifier:verify",
         "pollwarden.core.record:new_record",
         "pollwarden.engine.batch:claim_due_and_run",
-        "pollwarden.simulator.scenarios:contract_text",
         "pollwarden.actions.decisions:_cancel",
         "pollwarden.actions.decisions:_resubmit",
         "pollwarden.actions.decisions:_resolve",
@@ -51,7 +49,6 @@ PENDING_WIDE: frozenset[str] = frozenset(
         "pollwarden.engine.driver:Engine.run",
         "pollwarden.mcp_server.broker:Broker.__init__",
         "pollwarden.actions.decisions:apply_decision",
-        "pollwarden.audit.verifier:_Verifier.__init__",
         "pollwarden.console.pages.operations:operation_page",
         "pollwarden.home.operating:answer_grant",
         "pollwarden.mcp_server.gates:_await_grant",
