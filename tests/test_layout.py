@@ -47,11 +47,8 @@ PENDING_WIDE: frozenset[str] = frozenset(
         "pollwarden.actions.provider:submit",
         "pollwarden.engine.batch:run",
         "pollwarden.engine.driver:Engine.run",
-        "pollwarden.mcp_server.broker:Broker.__init__",
         "pollwarden.actions.decisions:apply_decision",
         "pollwarden.console.pages.operations:operation_page",
-        "pollwarden.home.operating:answer_grant",
-        "pollwarden.mcp_server.gates:_await_grant",
         "pollwarden.store.base:Store.resolve_decision",
         "pollwarden.store.sql:_Operations.resolve_decision",
     }

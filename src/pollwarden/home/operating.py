@@ -15,7 +15,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..audit.crypto import AuditError
 from ..clock import CarriedClock, utcnow
@@ -248,21 +248,29 @@ def describe_grant(grant: Grant) -> str:
     return what
 
 
-def grant_step(answer: str, grant: Grant | None) -> tuple[str, str, str]:
-    """(expect, status, verb) of a person's answer: "approve", "refuse" or "revoke".
+class GrantStep(NamedTuple):
+    """What a person's answer does to an approval request: from `expect` to `status`, said with `verb`."""
+
+    expect: str
+    status: str
+    verb: str
+
+
+def grant_step(answer: str, grant: Grant | None) -> GrantStep:
+    """The step of a person's answer: "approve", "refuse" or "revoke".
 
     Approving and refusing answer a pending request. Revoking takes back an approved session; revoking one
     that was never approved is a refusal (`grant` is the request as last read), so the session gets no approval.
     """
     if answer == "approve":
-        return "pending", "approved", "approved"
+        return GrantStep("pending", "approved", "approved")
     if answer == "refuse":
-        return "pending", "refused", "refused"
+        return GrantStep("pending", "refused", "refused")
     if answer != "revoke":
         raise ValueError(f"unknown answer {answer!r}; one of {', '.join(GRANT_ANSWERS)}")
     if grant is not None and grant.kind == "session" and grant.status == "pending":
-        return "pending", "refused", "refused"
-    return "approved", "revoked", "revoked"
+        return GrantStep("pending", "refused", "refused")
+    return GrantStep("approved", "revoked", "revoked")
 
 
 @dataclass(frozen=True)
@@ -279,18 +287,18 @@ def answer_grant(
     grant_id: str,
     *,
     kind: str | None,
-    expect: str,
-    status: str,
-    verb: str,
+    step: GrantStep,
     by: str,
     note: str | None,
     now: datetime | None = None,
 ) -> GrantAnswer:
-    """Move an approval request from `expect` to `status` once, audited in its agent session's log with `by`.
+    """Move an approval request from `step.expect` to `step.status` once, audited in its agent session's log with
+    `by`.
 
     `kind` None accepts either kind. Raises HomeError, saying why nothing changed: no such request, the other
     kind, not in `expect` (already answered, revoked or expired), or answered by someone else a moment ago.
     """
+    expect, status, verb = step
     grant = store.get_grant(grant_id)
     if grant is None:
         raise HomeError(f"no approval request {grant_id!r}; `pollwarden approvals` lists the pending ones")

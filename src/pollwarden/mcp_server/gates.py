@@ -199,24 +199,29 @@ def _per_call_gate(
     if call.progress is not None:
         call.progress.awaiting(f"waiting for approval {grant.grant_id} by {broker.approvers}: {how}")
     try:
-        return _await_grant(broker, store, record, purpose, call, grant, timeout, ends, how)
+        return _await_grant(broker, store, record, call, _Waiting(grant, purpose, timeout, ends, how))
     finally:
         if call.progress is not None:
             call.progress.awaiting(None)
 
 
-def _await_grant(
-    broker: Session,
-    store: Store,
-    record: Subject,
-    purpose: str,
-    call: CallContext,
-    grant: Grant,
-    timeout: timedelta,
-    ends: float,
-    how: str,
-) -> str:
+@dataclass(frozen=True)
+class _Waiting:
+    """One call's wait on a person's answer to `grant`."""
+
+    grant: Grant
+    purpose: str
+    timeout: timedelta
+    """The contract's `[agent].approval_timeout`."""
+    ends: float
+    """The `time.monotonic()` at which the grant's time runs out (kept from when it was first asked for)."""
+    how: str
+    """The command that answers it, as a person reads it."""
+
+
+def _await_grant(broker: Session, store: Store, record: Subject, call: CallContext, waiting: _Waiting) -> str:
     """Until a person answers, the grant's time runs out, or the call must answer first (the grant stays open)."""
+    grant, purpose, timeout, ends, how = waiting.grant, waiting.purpose, waiting.timeout, waiting.ends, waiting.how
     while True:
         current = store.get_grant(grant.grant_id)
         status = current.status if current is not None else "missing"

@@ -22,7 +22,28 @@ from ..store.base import Store
 from ..transport.http import StatusClient
 from .base import CallContext
 
-__all__ = ["Creation", "Session"]
+__all__ = ["SAME_USER_SESSION", "Creation", "Separation", "Session"]
+
+SAME_USER = "none (the agent's user can read the credential and approve)"
+"""`pollwarden mcp` without --connect: said at start and by list_operations (docs/agents.md, "Isolation")."""
+ANY_PERSON = "anyone who can run pollwarden on this home"
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Who the agent is and who may answer for it: what a broker's session knows that a same-user one does not."""
+
+    principal: Mapping[str, Any] | None = None
+    """Who the agent is, as the kernel told the broker (uid, user, gid, pid); None in same-user mode."""
+    isolation: str = SAME_USER
+    approvers: str = ANY_PERSON
+    """Who may approve this session's calls, as a person reads it ("one of: alice, @ops")."""
+    person_flags: str = "--by NAME"
+    """What follows a person's command in the sentences an agent passes on: `--by NAME` here, a broker's
+    `--connect SOCKET` (where the kernel names the person)."""
+
+
+SAME_USER_SESSION = Separation()
 
 
 @dataclass
