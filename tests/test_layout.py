@@ -39,7 +39,6 @@ PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
 
 PENDING_WIDE: frozenset[str] = frozenset(
     {
-        "pollwarden.core.record:new_record",
         "pollwarden.engine.batch:claim_due_and_run",
         "pollwarden.actions.decisions:_cancel",
         "pollwarden.actions.decisions:_resubmit",
