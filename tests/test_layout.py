@@ -1,5 +1,6 @@
 """The package's layout shows its layers (issue 25): few modules loose at the top, none over 600 lines, no import
-circle between modules of one package, no function over 8 parameters.
+circle between modules of one package, each package importing only the layers below it (`LAYERS`, the order
+docs/design.md draws), no function over 8 parameters.
 
 Everything is computed with `ast` over src/pollwarden, never by importing it. An offender that could not be fixed
 yet is named in a PENDING set; each PENDING entry must still offend, so a fixed one is taken out of the set and
@@ -36,6 +37,41 @@ PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
     )
 )
 """Import circles (as the set of modules in one strongly connected group) not broken yet."""
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "lazy", "clock", "foreground"),
+    ("core",),
+    ("events", "catalogue", "shown"),
+    ("audit",),
+    ("store",),
+    ("transport",),
+    ("engine",),
+    ("actions",),
+    ("home",),
+    ("report",),
+    ("api", "fleet", "console", "mcp_server", "simulator"),
+    ("integrations", "isolation"),
+    ("cli",),
+    ("__main__",),
+)
+"""The packages (and loose modules) of pollwarden from the bottom up: each may import its own members and what
+is in a layer below its own, never a layer above or a neighbour in its own layer."""
+
+LOW_MODULES: dict[str, int] = {"home.directory": 1, "isolation.peers": 1}
+"""Modules of the standard library's reach only (the home's paths and file modes; who the kernel says a user is),
+in the core's layer, below the package they are kept in: the store and the audit keys write private files, the
+engine names the OS user who installs a contract."""
+
+PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("audit.witnessing", "store"),  # the witness's reading of a store: above both, kept beside the heads
+        ("isolation.child", "cli"),  # a person's command run for a broker's client is the CLI's own
+        ("isolation.people", "cli"),
+        ("transport.outbox", "engine"),  # the courier runs over a home's store: above transport
+        ("transport.outbox", "home"),
+    }
+)
+"""Imports (module, package it reaches up to) that go against `LAYERS` and are not fixed yet."""
 
 PENDING_WIDE: frozenset[str] = frozenset(
     {
@@ -205,6 +241,47 @@ def test_no_import_circle_between_modules_of_one_package() -> None:
     circles = _circles()
     assert sorted(map(sorted, circles - PENDING_CIRCLES)) == []
     assert sorted(map(sorted, PENDING_CIRCLES - circles)) == [], "fixed: take these out of PENDING_CIRCLES"
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("pollwarden.")
+
+
+def _layer(name: str) -> int:
+    """The layer of a module: its own (`LOW_MODULES`) or its top-level package's, or a loose module's."""
+    short = _short(name)
+    if short in LOW_MODULES:
+        return LOW_MODULES[short]
+    top = short.split(".")[0]
+    return next(i for i, layer in enumerate(LAYERS) if top in layer)
+
+
+def _upward() -> set[tuple[str, str]]:
+    """Every import of a module into a layer not below its own, as (module, the package it reaches)."""
+    found: set[tuple[str, str]] = set()
+    for name, module in MODULES.items():
+        if name == "pollwarden":
+            continue
+        top = _short(name).split(".")[0]
+        for other in _imports(module):
+            if other == "pollwarden" or _short(other).split(".")[0] == top:
+                continue
+            if _layer(other) >= _layer(name):
+                found.add((_short(name), _short(other).split(".")[0]))
+    return found
+
+
+def test_every_package_is_in_a_layer() -> None:
+    named = {p for layer in LAYERS for p in layer}
+    tops = {_short(n).split(".")[0] for n in MODULES if n != "pollwarden"}
+    assert sorted(tops - named) == [], "put each new package (or loose module) in a layer of LAYERS"
+    assert sorted(named - tops) == []
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    upward = _upward()
+    assert sorted(upward - PENDING_UPWARD) == []
+    assert sorted(PENDING_UPWARD - upward) == [], "fixed: take these out of PENDING_UPWARD"
 
 
 def test_no_function_over_eight_parameters() -> None:
