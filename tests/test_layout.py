@@ -10,6 +10,7 @@ the set only shrinks.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,6 +289,24 @@ def test_no_function_over_eight_parameters() -> None:
     wide = {name for name, count in _functions().items() if count > MAX_PARAMETERS}
     assert sorted(wide - PENDING_WIDE) == []
     assert sorted(PENDING_WIDE - wide) == [], "fixed: take these out of PENDING_WIDE"
+
+
+def test_the_parts_of_docs_design_md_that_code_cites_exist() -> None:
+    """A comment that says why by pointing at docs/design.md points at a heading or a bold term that is there."""
+    design = (PACKAGE.parent.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    parts = {m.group(1).casefold() for m in re.finditer(r"^#+ (.+)$", design, re.M)}
+    parts |= {m.group(1).casefold().rstrip(".:") for m in re.finditer(r"\*\*([^*]+)\*\*", design)}
+    cited = re.compile(r'(?:DESIGN|design)\.md[,:]? "([^"]+)"')
+    sources = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent.parent / "tests").rglob("*.py")]
+    missing = sorted(
+        f"{path.name}: {m.group(1)}"
+        for path in sources
+        for m in cited.finditer(path.read_text(encoding="utf-8"))
+        if m.group(1).casefold() not in parts
+    )
+    assert missing == []
+    outside = [path.name for path in sources if path.name != "test_layout.py" and "DESIGN.md" in path.read_text()]
+    assert outside == [], "there is no DESIGN.md in the repository: cite docs/design.md"
 
 
 def test_the_checks_see_what_they_check() -> None:
