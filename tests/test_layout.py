@@ -65,7 +65,6 @@ engine names the OS user who installs a contract."""
 
 PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        ("audit.witnessing", "store"),  # the witness's reading of a store: above both, kept beside the heads
         ("isolation.child", "cli"),  # a person's command run for a broker's client is the CLI's own
         ("isolation.people", "cli"),
         ("transport.outbox", "engine"),  # the courier runs over a home's store: above transport

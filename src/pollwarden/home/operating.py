@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
     from ..actions.decisions import Outcome
     from ..audit import Checkpoint, HeadFile, StoredHeads, VerifyReport
-    from ..audit.witnessing import Kept
     from ..store.witness import Witness
+    from ..store.witnessing import Kept
 
 # The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: most
 # commands, the console and a watch's first run import this module, and most of them never decide or verify, nor
@@ -345,7 +345,7 @@ def kept_elsewhere(
     one the log says was configured, `recorded`: (location, when)). A location that cannot be read is a finding
     of the report, never silence; a malformed head file given by hand is a HomeError (exit 2)."""
     from ..audit import Checkpoint, HeadFile
-    from ..audit.witnessing import Kept, read_location
+    from ..store.witnessing import Kept, read_location
 
     kept = Kept()
     found, name = trusted_checkpoint(explicit or trusted_checkpoint_path(home))
@@ -361,8 +361,8 @@ def kept_elsewhere(
 
 def _witness_locations(home: Path, witness: str | None, recorded: tuple[str, str] | None, kept: Kept) -> list[str]:
     """Where to read heads kept elsewhere, and what the home's setting and the log's disagree on."""
-    from ..audit.witnessing import LocationError, reading_location
     from ..store.witness import WITNESS_ENV
+    from ..store.witnessing import LocationError, reading_location
 
     try:
         if witness is not None:
@@ -430,7 +430,7 @@ def verify_home(
     `witness` is a witness location to check instead of the configured ones (`audit verify --witness`).
     """
     from ..audit import ALL_LOGS, Problem, key_id_of, load_public_key, refuse_private_key, verify
-    from ..audit.witnessing import WITNESS_LOG
+    from ..store.witnessing import WITNESS_LOG
     from ..transport.outbox import witness_notes
 
     target = database_target(home)
