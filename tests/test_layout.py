@@ -79,7 +79,6 @@ PENDING_WIDE: frozenset[str] = frozenset(
         "pollwarden.actions.decisions:_cancel",
         "pollwarden.actions.decisions:_resubmit",
         "pollwarden.actions.decisions:_resolve",
-        "pollwarden.actions.provider:submit",
         "pollwarden.engine.batch:run",
         "pollwarden.engine.driver:Engine.run",
         "pollwarden.actions.decisions:apply_decision",

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..actions.provider import ActionError, ActionRefused, Submitted, fingerprint, submit
-from ..core.admission import WatchRequest, check, granted_limits, operations_refused, submission_operation_id
+from ..core.admission import Limits, WatchRequest, check, granted_limits, operations_refused, submission_operation_id
 from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..store.base import Store, Submission
@@ -106,8 +106,7 @@ def tool_submit_job(
                         operation_id=operation_id,
                         body=data,
                         now=broker.clock(),
-                        deadline=granted_deadline,
-                        max_requests=granted_requests,
+                        limits=Limits(deadline=granted_deadline, max_requests=granted_requests),
                         by=broker.requester,
                     )
                 except ActionRefused as exc:
