@@ -13,6 +13,7 @@ import pytest
 
 from pollwarden.actions.provider import ActionError, ActionRefused, submit
 from pollwarden.audit import load_or_create_keys
+from pollwarden.core.admission import Limits
 from pollwarden.core.contract.parse import Contract, ContractError, parse_contract
 from pollwarden.store.sqlite import SQLiteStore
 from pollwarden.transport.http import StatusClient
@@ -228,12 +229,12 @@ def test_a_contract_nobody_installed_submits_nothing(provider: Loopback, store: 
 @pytest.mark.parametrize(
     ("unsafe", "limits", "message"),
     [
-        (True, {}, "safe_status = false"),
-        (False, {"max_requests": 0}, "--max-requests must be a whole number"),
+        (True, Limits(), "safe_status = false"),
+        (False, Limits(max_requests=0), "--max-requests must be a whole number"),
     ],
 )
 def test_a_submission_is_admitted_by_admissions_check_before_anything(
-    provider: Loopback, store: SQLiteStore, unsafe: bool, limits: dict[str, int], message: str
+    provider: Loopback, store: SQLiteStore, unsafe: bool, limits: Limits, message: str
 ) -> None:
     """A submission creates an operation: the contract must be one that may be watched, the limits ones a watch
     may ask for (`admission.check`), or nothing is recorded or sent, as for every watch."""
@@ -243,5 +244,5 @@ def test_a_submission_is_admitted_by_admissions_check_before_anything(
         c = parse_contract("safe_status = false\n" + c.source_text, source="jobs.toml")
     install(store, c)
     with StatusClient(c, None, clock=lambda: NOW) as client, pytest.raises(ActionRefused, match=message):
-        submit(store, c, client, operation_id="op", body=b"{}", now=NOW, **limits)  # type: ignore[arg-type]
+        submit(store, c, client, operation_id="op", body=b"{}", now=NOW, limits=limits)
     assert provider.seen == [] and store.get_submission("op") is None and store.all() == []

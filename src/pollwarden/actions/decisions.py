@@ -23,11 +23,11 @@ from ..core.escalation import (
     apply_recheck,
     stop_marker,
 )
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
 from ..core.transitions import Change
 from ..engine import changes
-from ..engine.flow import lease_ttl
 from ..shown import has_control
 from ..store.base import DecisionTaken, Store, StoredDecision
 from ..store.owner import process_owner

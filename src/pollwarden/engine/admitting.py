@@ -23,13 +23,13 @@ from ..core.admission import (
     check_many,
     narrow,
 )
+from ..core.lease import lease_ttl
 from ..core.record import OperationRecord
 from ..core.transitions import Change
 from ..errors import PollwardenError
 from ..events import Created, LimitsNarrowed, ResumeRefused
 from ..store.base import JobWatched, LogEntry, OperationExists, Store, UnreadableRecord
 from . import changes, installed
-from .flow import lease_ttl
 
 
 class AdmissionError(PollwardenError, ValueError):

@@ -44,7 +44,7 @@ from .metrics import serve_metrics as serve_metrics
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
-the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+the operation's own contract bound (`core.lease`), so a slow contract is never taken over mid-request."""
 
 
 def batch_clock(start: datetime) -> Callable[[], datetime]:

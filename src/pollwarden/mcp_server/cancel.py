@@ -9,31 +9,30 @@ contract's documented cancel once. `tasks/cancel` (tasks.py) calls the same func
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
+from ..core.lease import lease_ttl
 from ..core.record import OperationRecord
 from ..core.transitions import Change, allowed
-from ..engine import changes, lease_ttl, new_decision_id
+from ..engine import changes, new_decision_id
 from ..store.base import Store
 from ..store.owner import process_owner
 from .base import MAX_REASON_CHARS, CallContext, ToolFailure, busy, clean_text, log
+from .session import Session
 from .views import decision_view
 
-if TYPE_CHECKING:
-    from .broker import Broker
 
-
-def tool_request_cancel(broker: Broker, call: CallContext, operation_id: str, reason: str) -> dict[str, Any]:
+def tool_request_cancel(broker: Session, call: CallContext, operation_id: str, reason: str) -> dict[str, Any]:
     why = clean_text(str(reason), MAX_REASON_CHARS)
     if not why:
         raise ToolFailure("invalid_argument", "reason must say why the job should be cancelled, for the person")
     return request_cancel(broker, operation_id, why)
 
 
-def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any]:
+def request_cancel(broker: Session, operation_id: str, why: str) -> dict[str, Any]:
     """The one path for an agent's cancel request (the tool and `tasks/cancel`): an open decision, new or
     existing, with the request audited in the operation's log and the session's."""
     with broker.store() as store:
@@ -88,7 +87,7 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
         return _answer(store, request, already=False)
 
 
-def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
+def _cancellable(broker: Session, record: OperationRecord, store: Store) -> None:
     """Refusals that need no lease: a contract without a documented cancel, a job that is over."""
     contract = broker.contracts[record.contract_name]
     if contract.cancel is None:
