@@ -24,6 +24,8 @@ class DecisionRequested(AuditEvent):
     topic: str | None = None
     """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
     options: tuple[Mapping[str, Any], ...] = ()
+    provider_error: str | None = None
+    """The provider's own error text, when its answer carried one (absent in records before issue 28)."""
 
 
 @dataclass(frozen=True, kw_only=True)

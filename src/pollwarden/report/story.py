@@ -181,7 +181,8 @@ def _resume_refused(e: ev.ResumeRefused, s: Scene) -> str:
 def _requested(e: ev.DecisionRequested, s: Scene) -> str:
     labels = ", ".join(_v(o.get("label")) for o in e.options)
     about = "an agent's cancel request" if e.topic == "cancel_request" else _v(e.reason)
-    return f"{s.at} asked for a decision {_v(e.decision_id)} ({about}): {labels}"
+    error = f"; the provider said: {_v(e.provider_error)}" if e.provider_error else ""
+    return f"{s.at} asked for a decision {_v(e.decision_id)} ({about}): {labels}{error}"
 
 
 @renders(ev.Decided)

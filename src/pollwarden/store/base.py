@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the protocol only names them: the engine and the API import
 
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from ..audit.rotation import Rotation
+    from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
     from .trail import AuditSnapshot
     from .witness import Witness
 
@@ -618,6 +619,31 @@ class Store(Protocol):
     def db_now(self) -> datetime:
         """The store's clock: the database's where there is one, so a fleet agrees on time."""
         ...
+
+    # -- the console's pages (`store.paging`: paged, sorted and filtered in the database) --
+
+    def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
+        """One page of operations, most urgent first (`paging.URGENCY`), with the counts of each filter."""
+        ...
+
+    def active_owners(self) -> list[str]:
+        """The distinct owners of active operations: whose liveness `Urgency.gone` is made of."""
+        ...
+
+    def active_contracts(self) -> dict[str, str]:
+        """Contract name -> the text of its newest active operation (its lease TTL: `Urgency.ttl`)."""
+        ...
+
+    def contract_names(self) -> list[str]: ...
+
+    def decision_groups(self) -> list[DecisionGroup]:
+        """The open decisions counted by reason (the `reason` column: `DecisionRequest.why`)."""
+        ...
+
+    def open_decisions(self, reason: str | None = None, *, offset: int = 0, limit: int = 20) -> list[StoredDecision]:
+        ...
+
+    def recent_decisions(self, limit: int) -> list[StoredDecision]: ...
 
     # -- the outbox (decision webhooks and witness heads, delivered off the polling path:
     # `pollwarden.transport.outbox`) --
