@@ -91,13 +91,23 @@ class Pages(Reads):
             where, params = f"{where} AND {shown_sql}", [*params, *shown_params]
         rank = "CASE " + " ".join(f"WHEN {sql} THEN {n}" for n, (sql, _) in enumerate(ranks.values()))
         rank += f" WHEN phase = 'active' THEN {len(ranks)} ELSE {len(ranks) + 1} END"
-        rows = self._rows(
-            f"SELECT {STORED_COLUMNS} FROM operations WHERE {where}"
-            f" ORDER BY {rank}, CASE WHEN phase = 'active' THEN 0 ELSE 1 END,"
-            " CASE WHEN phase = 'active' THEN next_poll_at END, updated_at DESC, operation_id LIMIT ? OFFSET ?",
-            [*params, *count_params, max(query.limit, 0), max(query.offset, 0)],
+        # The ids first (the ranking reads `operations_console`, never a record), then only this page's rows.
+        ids = [
+            str(operation_id)
+            for (operation_id,) in self._rows(
+                f"SELECT operation_id FROM operations WHERE {where}"
+                f" ORDER BY {rank}, CASE WHEN phase = 'active' THEN 0 ELSE 1 END,"
+                " CASE WHEN phase = 'active' THEN next_poll_at END, updated_at DESC, operation_id LIMIT ? OFFSET ?",
+                [*params, *count_params, max(query.limit, 0), max(query.offset, 0)],
+            )
+        ]
+        order = {operation_id: n for n, operation_id in enumerate(ids)}
+        rows = (
+            self._rows(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(ids))})", ids)
+            if ids
+            else []
         )
-        found = tuple(self._readable(rows))
+        found = tuple(sorted(self._readable(rows), key=lambda s: order[s.record.operation_id]))
         return OperationsPage(
             rows=found,
             awaiting=self._open_of([s.record.operation_id for s in found]),
