@@ -18,7 +18,7 @@ from typing import Any
 
 from ..cli.parser import BROKERED
 from ..shown import shown
-from .child import DECIDES
+from .child import decides
 from .peers import Peer, Role
 from .protocol import MAX_LINE
 
@@ -71,7 +71,7 @@ def answer_command(
         served = ", ".join(sorted(BROKERED | {CONSOLE_LOGIN}))
         return refusal(f"`{shown(command)[:40]}` is not run by the broker; it runs: {served}")
     if role != "approver":
-        kind = "approval_refused" if command in DECIDES else "connection_refused"
+        kind = "approval_refused" if decides(words) else "connection_refused"
         why = (
             f"{peer.user} (uid {peer.uid}) is an agent of this broker"
             if role == "agent"
@@ -88,7 +88,7 @@ def answer_command(
             return refusal("this broker serves no console: a person starts it with `pollwarden broker --console-port`")
         return Answer(0, stdout=f"open this link within 5 minutes, once (it logs you in as {peer.user}):\n{link}\n")
     answer = _run_child(words, peer, home, environ)
-    if command in DECIDES:
+    if decides(words):
         audit("person_command", {"peer": peer.to_json(), "command": command, "subject": subject, "exit": answer.exit})
     return answer
 
