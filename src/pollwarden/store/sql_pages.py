@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import StoredDecision
-from .common import DECISION_COLUMNS, STORED_COLUMNS, decision_from_row, marks
+from .base import Stored, StoredDecision, UnreadableRow
+from .common import DECISION_COLUMNS, STORED_COLUMNS, decision_from_row, marks, stored_from_row
 from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
 from .sql_leases import chunks
 from .sql_reads import Reads
@@ -107,13 +107,17 @@ class Pages(Reads):
             if ids
             else []
         )
-        found = tuple(sorted(self._readable(rows), key=lambda s: order[s.record.operation_id]))
+        decoded = [stored_from_row(row, self.dialect.moment) for row in rows]
+        found = tuple(sorted((s for s in decoded if isinstance(s, Stored)), key=lambda s: order[s.record.operation_id]))
+        # Rows no claim has set aside yet but whose record cannot be read are named with those set aside.
+        broken = [u for u in decoded if isinstance(u, UnreadableRow)]
+        aside = self.unreadable_rows() if query.offset == 0 else []
         return OperationsPage(
             rows=found,
             awaiting=self._open_of([s.record.operation_id for s in found]),
             matched=counts.get(query.show, counts["all"]),
             counts=counts,
-            unreadable=tuple(self.unreadable_rows()) if query.offset == 0 else (),
+            unreadable=tuple(aside + [u for u in broken if u.operation_id not in {a.operation_id for a in aside}]),
         )
 
     def _open_of(self, operation_ids: Sequence[str]) -> dict[str, str]:

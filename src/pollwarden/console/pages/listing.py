@@ -86,7 +86,8 @@ def _operation_row(row: Row, now: datetime) -> str:
         f"<td>{phase_badge(r)} {flag_badges(row.ownership)}{reason}</td>"
         f'<td><span class="state" title="{esc(r.last_state or "")}">{cut(r.last_state) if r.last_state else dash(None)}'
         "</span></td>"
-        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}</td>'
+        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}'
+        f'<div class="detail muted">transport {r.transport_failures_used}/{r.plan.max_transport_failures}</div></td>'
         f'<td class="when"><span class="label">Deadline </span>{deadline}</td>'
         f'<td class="when"><span class="label">Next poll </span>{next_poll}</td>'
         f'<td class="owner">{owner}</td>'
