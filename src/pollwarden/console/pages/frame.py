@@ -122,6 +122,7 @@ progress { width:7rem; height:.8rem; vertical-align:middle; margin-right:.35rem;
 .card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1rem 1.2rem;
         margin:0 0 1.2rem; }
 .card h2 { margin-top:0; }
+.card p, .card h2, .card li { overflow-wrap:anywhere; }
 ul.r31 { list-style:none; padding:0; margin:0 0 .8rem; columns:2 22rem; column-gap:2rem; overflow-wrap:anywhere; }
 ul.r31 li { padding:.12rem 0; break-inside:avoid; }
 ul.r31 .k { color:var(--muted); display:inline-block; min-width:9.5rem; } ul.r31 .v { font-weight:500; }
