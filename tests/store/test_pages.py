@@ -9,7 +9,6 @@ from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
-from pollwarden.store.base import FencedWrite
 from pollwarden.store.paging import OperationsQuery, Urgency
 
 from .conftest import AnyStore
