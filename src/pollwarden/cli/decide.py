@@ -101,7 +101,7 @@ def _close_ended(args: argparse.Namespace) -> int:
         which, wrong = problem
         raise UsageError(f"--{which} {wrong}; nothing changed")
     if (bad := reason_problem(args.reason)) is not None:
-        raise UsageError(f"--reason {shown(args.reason)!r}: {bad}; nothing changed")
+        raise UsageError(f"--reason '{shown(args.reason)}': {bad}; nothing changed")
     store = _open_store(args.home, keys="write")
     try:
         done = close_ended(store, closable(store, args.reason), by=args.by.strip(), note=args.note)
