@@ -3,15 +3,20 @@ SQL on both backends; open decisions counted by their `reason` column and paged.
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
 
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
 from pollwarden.store.paging import OperationsQuery, Urgency
+from pollwarden.store.postgres import upgrade_database
 
-from .conftest import AnyStore
+from .conftest import AnyStore, Backend
 
 NOW = datetime(2026, 12, 2, 19, 33, tzinfo=UTC)
 TTL = timedelta(seconds=65)
@@ -135,3 +140,35 @@ def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyS
     first = store.open_decisions(limit=1)
     assert [d.request.decision_id for d in first] == ["d-op-0"] and first[0].request.provider_error == "boom"
     assert store.recent_decisions(5) == []
+
+
+SCHEMA_9 = (
+    "DROP INDEX operations_console",
+    "DROP INDEX operations_unreadable_contract",
+    "DROP INDEX decisions_open_reason",
+    "ALTER TABLE decisions DROP COLUMN reason",
+)
+"""What schema 9 added, undone: a store as a schema-8 pollwarden left it."""
+
+
+def test_schema_9_fills_the_reason_of_the_decisions_already_there(store: AnyStore, backend: Backend) -> None:
+    _create(store, "op-a", due=timedelta(0))
+    _create(store, "op-b", due=timedelta(0))
+    _stop(store, "op-a", StopReason.JOB_EXPIRED, at=timedelta(0))
+    _stop(store, "op-b", StopReason.RATE_LIMITED, at=timedelta(seconds=1))
+    backend.close_all()
+    if isinstance(backend.target, Path):
+        with sqlite3.connect(backend.target, isolation_level=None) as conn:
+            for statement in SCHEMA_9:
+                conn.execute(statement)
+            conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+        conn.close()
+    else:
+        with psycopg.connect(backend.target, autocommit=True) as pg:
+            for statement in SCHEMA_9:
+                pg.execute(statement.encode())
+            pg.execute("DELETE FROM schema_migrations WHERE version >= 9")
+        assert upgrade_database(backend.target)[0] == 9
+    reopened = backend.open()
+    assert [(g.reason, g.count) for g in reopened.decision_groups()] == [("job_expired", 1), ("rate_limited", 1)]
+    assert [d.request.decision_id for d in reopened.open_decisions("rate_limited")] == ["d-op-b"]
