@@ -4,12 +4,13 @@ Builds the fleet straight through the store (no provider: what is measured is th
 console on loopback and fetches each page a few times; reports the server's time per page (the median of the
 fetches, on a warm store) and the page's size. Results go in docs/benchmarks.md. Run from the repository root:
 
-    python -m bench.console [--operations 10000] [--decisions 2000] [--db postgresql://...]
+    python -m bench.console [--operations 10000] [--decisions 2000] [--rounds 5] [--db postgresql://...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
+import psycopg
 
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
@@ -137,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--decisions", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--db", help="a PostgreSQL database upgraded with `pollwarden db upgrade` (emptied first)")
     args = parser.parse_args(argv)
+    if args.db:
+        os.environ["POLLWARDEN_DB"] = args.db
+        with psycopg.connect(args.db, autocommit=True) as conn:
+            conn.execute("TRUNCATE operations, decisions, audit_records, audit_heads, audit_heads_pending, outbox")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         store = open_store(home)
@@ -147,10 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             built = time.perf_counter() - started
         finally:
             store.close()
+        if args.db:  # the statistics autovacuum would gather within a minute of so many new rows
+            with psycopg.connect(args.db, autocommit=True) as conn:
+                conn.execute("ANALYZE")
         with ConsoleServer(home, token=TOKEN, log=open("/dev/null", "w")) as console:
             paths = ["/", "/?page=20", "/?show=overdue", "/?q=00abc", "/decisions", "/decisions?reason=job_failed"]
             results = fetch(console, paths, args.rounds)
-    print(f"fleet: {args.operations} operations, {args.decisions} open decisions (built in {built:.1f} s), SQLite")
+    backend = "PostgreSQL" if args.db else "SQLite"
+    print(f"fleet: {args.operations} operations, {args.decisions} open decisions (built in {built:.1f} s), {backend}")
     for path, (ms, size) in results.items():
         print(f"  {path:32} {ms:7.1f} ms  {size / 1024:7.1f} KiB")
     return 0

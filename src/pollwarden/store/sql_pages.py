@@ -21,6 +21,13 @@ MAX_GONE = 1000
 limits. More than this many dead watch processes at once is a fleet to restart, not to read row by row."""
 
 Clause = tuple[str, list[Any]]
+
+_FROM = (
+    "operations LEFT JOIN (SELECT DISTINCT operation_id FROM decisions WHERE status = 'open') AS awaiting"
+    " ON awaiting.operation_id = operations.operation_id"
+)
+"""Every operation with its open decision's mark: one join (a hash join on PostgreSQL) rather than a lookup per
+row, which a database whose statistics are not yet gathered may plan as a scan of the decisions per row."""
 """A piece of SQL and its parameters, in placeholder order."""
 
 
@@ -42,10 +49,7 @@ class Pages(Reads):
     def _urgency(self, urgency: Urgency) -> dict[str, Clause]:
         """Each of the first three ranks as a condition on a row (`report.ownership`'s rules, in SQL)."""
         held, held_params = self._held(urgency.now)
-        awaiting: Clause = (
-            "EXISTS (SELECT 1 FROM decisions d WHERE d.operation_id = operations.operation_id AND d.status = 'open')",
-            [],
-        )
+        awaiting: Clause = ("awaiting.operation_id IS NOT NULL", [])  # joined in `_FROM`
         late: list[str] = []
         late_params: list[Any] = []
         for name, ttl in sorted(urgency.ttl.items()):
@@ -67,7 +71,7 @@ class Pages(Reads):
         where = ["unreadable IS NULL"]
         params: list[Any] = []
         if query.search:
-            where.append("(lower(operation_id) LIKE ? ESCAPE '\\' OR lower(job_id) LIKE ? ESCAPE '\\')")
+            where.append("(lower(operations.operation_id) LIKE ? ESCAPE '\\' OR lower(job_id) LIKE ? ESCAPE '\\')")
             params += [like_pattern(query.search)] * 2
         for column, value in (("contract_name", query.contract), ("phase", query.phase)):
             if value is not None:
@@ -83,7 +87,7 @@ class Pages(Reads):
         where, params = self._filters(query)
         counted = ", ".join(f"SUM(CASE WHEN {sql} THEN 1 ELSE 0 END)" for sql, _ in ranks.values())
         count_params = [p for _, ps in ranks.values() for p in ps]
-        row = self._row(f"SELECT COUNT(*), {counted} FROM operations WHERE {where}", [*count_params, *params])
+        row = self._row(f"SELECT COUNT(*), {counted} FROM {_FROM} WHERE {where}", [*count_params, *params])
         numbers = [int(n or 0) for n in (row or (0, 0, 0, 0))]
         counts = dict(zip(("all", *ranks), numbers, strict=True))
         if query.show in ranks:
@@ -95,9 +99,10 @@ class Pages(Reads):
         ids = [
             str(operation_id)
             for (operation_id,) in self._rows(
-                f"SELECT operation_id FROM operations WHERE {where}"
+                f"SELECT operations.operation_id FROM {_FROM} WHERE {where}"
                 f" ORDER BY {rank}, CASE WHEN phase = 'active' THEN 0 ELSE 1 END,"
-                " CASE WHEN phase = 'active' THEN next_poll_at END, updated_at DESC, operation_id LIMIT ? OFFSET ?",
+                " CASE WHEN phase = 'active' THEN next_poll_at END, updated_at DESC, operations.operation_id"
+                " LIMIT ? OFFSET ?",
                 [*params, *count_params, max(query.limit, 0), max(query.offset, 0)],
             )
         ]
@@ -146,9 +151,10 @@ class Pages(Reads):
         as `fleet_counts` counts it)."""
         found: dict[str, str] = {}
         for (name,) in self._rows("SELECT DISTINCT contract_name FROM operations WHERE phase = 'active'"):
+            # The newest one's id from `operations_console`, then its one contract text: no sort of texts.
             newest = self._row(
-                "SELECT contract FROM operations WHERE contract_name = ? AND phase = 'active'"
-                " ORDER BY created_at DESC LIMIT 1",
+                "SELECT contract FROM operations WHERE operation_id = (SELECT operation_id FROM operations"
+                " WHERE contract_name = ? AND phase = 'active' ORDER BY created_at DESC, operation_id DESC LIMIT 1)",
                 (name,),
             )
             if newest is not None:
