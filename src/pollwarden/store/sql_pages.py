@@ -85,27 +85,31 @@ class Pages(Reads):
     def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
         ranks = self._urgency(urgency)
         where, params = self._filters(query)
-        counted = ", ".join(f"SUM(CASE WHEN {sql} THEN 1 ELSE 0 END)" for sql, _ in ranks.values())
-        count_params = [p for _, ps in ranks.values() for p in ps]
-        row = self._row(f"SELECT COUNT(*), {counted} FROM {_FROM} WHERE {where}", [*count_params, *params])
-        numbers = [int(n or 0) for n in (row or (0, 0, 0, 0))]
+        flags = ", ".join(f"CASE WHEN {sql} THEN 1 ELSE 0 END AS f_{key}" for key, (sql, _) in ranks.items())
+        flag_params = [p for _, ps in ranks.values() for p in ps]
+        rank = " ".join(f"WHEN f_{key} = 1 THEN {n}" for n, key in enumerate(ranks))
+        shown = f"WHERE f_{query.show} = 1" if query.show in ranks else ""
+        totals = ", ".join(["(SELECT COUNT(*) FROM ranked)", *(f"(SELECT SUM(f_{key}) FROM ranked)" for key in ranks)])
+        # One pass over the rows (`operations_console`, never a record): each row's flags once, then the counts and
+        # this page's ids from them; then only this page's records.
+        found_ids = self._rows(
+            f"WITH ranked AS (SELECT operations.operation_id AS id, {flags},"
+            " CASE WHEN phase = 'active' THEN 0 ELSE 1 END AS ended,"
+            " CASE WHEN phase = 'active' THEN next_poll_at END AS due, updated_at AS at"
+            f" FROM {_FROM} WHERE {where})"
+            f" SELECT id, {totals} FROM ranked {shown}"
+            f" ORDER BY CASE {rank} WHEN ended = 0 THEN {len(ranks)} ELSE {len(ranks) + 1} END, ended, due, at DESC, id"
+            " LIMIT ? OFFSET ?",
+            [*flag_params, *params, max(query.limit, 0), max(query.offset, 0)],
+        )
+        if found_ids:
+            numbers = [int(n or 0) for n in found_ids[0][1:]]
+        else:  # past the last page, or nothing shown: the counts alone
+            counted = ", ".join(f"SUM(CASE WHEN {sql} THEN 1 ELSE 0 END)" for sql, _ in ranks.values())
+            row = self._row(f"SELECT COUNT(*), {counted} FROM {_FROM} WHERE {where}", [*flag_params, *params])
+            numbers = [int(n or 0) for n in (row or (0,) * (len(ranks) + 1))]
         counts = dict(zip(("all", *ranks), numbers, strict=True))
-        if query.show in ranks:
-            shown_sql, shown_params = ranks[query.show]
-            where, params = f"{where} AND {shown_sql}", [*params, *shown_params]
-        rank = "CASE " + " ".join(f"WHEN {sql} THEN {n}" for n, (sql, _) in enumerate(ranks.values()))
-        rank += f" WHEN phase = 'active' THEN {len(ranks)} ELSE {len(ranks) + 1} END"
-        # The ids first (the ranking reads `operations_console`, never a record), then only this page's rows.
-        ids = [
-            str(operation_id)
-            for (operation_id,) in self._rows(
-                f"SELECT operations.operation_id FROM {_FROM} WHERE {where}"
-                f" ORDER BY {rank}, CASE WHEN phase = 'active' THEN 0 ELSE 1 END,"
-                " CASE WHEN phase = 'active' THEN next_poll_at END, updated_at DESC, operations.operation_id"
-                " LIMIT ? OFFSET ?",
-                [*params, *count_params, max(query.limit, 0), max(query.offset, 0)],
-            )
-        ]
+        ids = [str(found[0]) for found in found_ids]
         order = {operation_id: n for n, operation_id in enumerate(ids)}
         rows = (
             self._rows(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(ids))})", ids)
