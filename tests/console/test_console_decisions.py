@@ -68,3 +68,19 @@ def test_ended_jobs_decisions_close_in_bulk_after_one_confirmation(
     assert decision(home, budget.decision_id).status == "open"
     after = client.get("/decisions").text
     assert "Close the" not in after and "all (1)" in after
+
+
+def test_the_lists_decide_link_opens_that_decision_whatever_page_it_is_on(
+    home: Path, sim: Simulator, contract_path: Path, client: httpx.Client
+) -> None:
+    first = stop_operation(home, sim, contract_path, "op-one", "exp_1")
+    second = stop_operation(home, sim, contract_path, "op-two", "exp_2")
+    listed = client.get("/").text
+    link = re.search(r'<tr data-operation="op-two".*?<a href="([^"]+)">decide</a>', listed)
+    assert (
+        link is not None and link.group(1) == f"/decisions?decision={second.decision_id}#decision-{second.decision_id}"
+    )
+    page = client.get(link.group(1).replace("&amp;", "&").split("#")[0]).text
+    assert page.count('<section class="card decision"') == 1 and f'id="decision-{second.decision_id}"' in page
+    assert f'id="decision-{first.decision_id}"' not in page
+    assert client.get("/decisions?decision=nonesuch").status_code == 200

@@ -126,6 +126,11 @@ class PageViews(AuthHandler):
                 reason = wanted if wanted in {g.reason for g in groups} else None
                 offset = (page - 1) * pages.DECISIONS_PAGE
                 cards = store.open_decisions(reason, offset=offset, limit=pages.DECISIONS_PAGE)
+                one = (params.get("decision") or [""])[0]
+                if one:  # a link to one decision (from the list, a history): its card alone, if still open
+                    found = store.get_decision(one[:200])
+                    cards = [found] if found is not None and found.status == "open" else []
+                    reason, page = (found.request.why, 1) if found is not None else (reason, 1)
                 recent = store.recent_decisions(RECENT_DECISIONS)
                 pending = _pending_approvals(store)
         except (HomeError, StoreError) as exc:

@@ -11,7 +11,19 @@ from ...core.escalation import OptionKind
 from ...home.closing import BULK_REASONS
 from ...store.base import StoredDecision
 from ...store.paging import DecisionGroup
-from .frame import Chrome, by_attributes, cut, dash, decide_href, esc, layout, operation_href, pager, status_badge
+from .frame import (
+    Chrome,
+    by_attributes,
+    cut,
+    dash,
+    decide_href,
+    decision_href,
+    esc,
+    layout,
+    operation_href,
+    pager,
+    status_badge,
+)
 
 
 def r31_lines(stored: StoredDecision) -> list[tuple[str, str]]:
@@ -98,7 +110,7 @@ def decision_history(decisions: Iterable[StoredDecision], *, with_operation: boo
         href = esc(operation_href(request.operation_id))
         operation = f'<td><a class="mono" href="{href}">{esc(request.operation_id)}</a></td>' if with_operation else ""
         link = (
-            f'<a class="mono" href="/decisions#decision-{esc(request.decision_id)}">{esc(request.decision_id)}</a>'
+            f'<a class="mono" href="{esc(decision_href(request.decision_id))}">{esc(request.decision_id)}</a>'
             if d.status == "open"
             else f'<span class="mono">{esc(request.decision_id)}</span>'
         )
@@ -225,7 +237,7 @@ def confirm_cancel_page(stored: StoredDecision, option: int, note: str | None, *
         f'<input type="hidden" name="option" value="{option}"><input type="hidden" name="confirm" value="yes">'
         f"{_person_fields(by_attributes(by, chrome), note)}"
         '<button class="option refuse" type="submit" name="send" value="cancel">Yes, cancel the job at the provider'
-        f'</button> <a href="/decisions#decision-{esc(request.decision_id)}">No, go back</a></form></section>'
+        f'</button> <a href="{esc(decision_href(request.decision_id))}">No, go back</a></form></section>'
     )
     return layout("Confirm the cancel", body, here="decisions", chrome=chrome)
 

@@ -9,7 +9,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from ...core.durations import format_duration, format_rfc3339
 from ...core.record import OperationRecord
@@ -25,6 +25,11 @@ def esc(value: object) -> str:
 
 def operation_href(operation_id: str) -> str:
     return "/operations/" + quote(operation_id, safe="")
+
+
+def decision_href(decision_id: str) -> str:
+    """One open decision's card alone (`/decisions` pages them: the card of a link may be on any page)."""
+    return "/decisions?" + urlencode({"decision": decision_id}) + "#decision-" + quote(decision_id, safe="")
 
 
 def decide_href(decision_id: str) -> str:

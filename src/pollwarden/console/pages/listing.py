@@ -11,7 +11,20 @@ from urllib.parse import urlencode
 from ...core.reasons import Phase, StopReason
 from ...store.base import INSPECT_UNREADABLE, ContractCounts, UnreadableRow
 from ...store.paging import PAGE_SIZE, SHOWS, OperationsQuery
-from .frame import Chrome, budget, clock, cut, dash, esc, layout, moment_span, operation_href, pager, phase_badge
+from .frame import (
+    Chrome,
+    budget,
+    clock,
+    cut,
+    dash,
+    decision_href,
+    esc,
+    layout,
+    moment_span,
+    operation_href,
+    pager,
+    phase_badge,
+)
 from .operations import Row, ended, flag_badges
 
 FILTERS = {"all": "all", "awaiting": "awaiting a decision", "overdue": "overdue", "orphaned": "orphaned"}
@@ -76,7 +89,7 @@ def _operation_row(row: Row, now: datetime) -> str:
     deadline = moment_span(r.deadline_at, now) if active else ended(r, now)
     next_poll = moment_span(r.next_poll_at, now) if active else dash(None)
     owner = esc(row.ownership.describe(now)) if active else dash(None)
-    decide = f'<a href="/decisions#decision-{esc(row.decision)}">decide</a>' if row.decision else ""
+    decide = f'<a href="{esc(decision_href(row.decision))}">decide</a>' if row.decision else ""
     reason = f'<div class="detail reason">{esc(r.reason.value)}</div>' if r.reason else ""
     href = esc(operation_href(r.operation_id))
     return (
