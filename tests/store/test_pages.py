@@ -126,6 +126,8 @@ def test_search_finds_part_of_an_operation_or_a_job_id_in_any_case_and_wildcards
     assert _ids(store, search="%") == ["op-failed"]
     assert _ids(store, search="_") == ["op-failed"]  # no operation id has an underscore: only that job id
     assert _ids(store, search="nothing-like-it") == []
+    assert _ids(store, search="wor\x00se") == ["op-late-worse"]  # a NUL is in no id: left out of the search
+    assert _ids(store, contract="deploys\x00") == [] and _ids(store, reason="\x00") == []
 
 
 def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyStore) -> None:

@@ -11,6 +11,7 @@ from ..home.operating import HomeError, open_store, verify_home
 from ..report.followup import follow_ups
 from ..report.ownership import lease_ttl_of, ownership_of, urgency_of
 from ..report.story import story_lines
+from ..shown import has_control
 from ..store.base import Event, Store, StoreError, UnreadableRecord
 from . import pages
 from .auth import AuthHandler
@@ -127,7 +128,9 @@ class PageViews(AuthHandler):
                 offset = (page - 1) * pages.DECISIONS_PAGE
                 cards = store.open_decisions(reason, offset=offset, limit=pages.DECISIONS_PAGE)
                 one = (params.get("decision") or [""])[0]
-                if one:  # a link to one decision (from the list, a history): its card alone, if still open
+                if one and not has_control(
+                    one
+                ):  # a link to one decision (from the list, a history): its card alone, if still open
                     found = store.get_decision(one[:200])
                     cards = [found] if found is not None and found.status == "open" else []
                     reason, page = (found.request.why, 1) if found is not None else (reason, 1)

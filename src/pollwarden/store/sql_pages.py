@@ -33,7 +33,8 @@ row, which a database whose statistics are not yet gathered may plan as a scan o
 
 def like_pattern(text: str) -> str:
     """`text` anywhere, as a LIKE pattern escaped with a backslash: a `%` or `_` a person types is only itself."""
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    # A NUL is in no id (and PostgreSQL refuses one in a parameter): searched for, it is left out.
+    escaped = text.replace("\x00", "").lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
 
 
@@ -73,13 +74,15 @@ class Pages(Reads):
         if query.search:
             where.append("(lower(operations.operation_id) LIKE ? ESCAPE '\\' OR lower(job_id) LIKE ? ESCAPE '\\')")
             params += [like_pattern(query.search)] * 2
-        for column, value in (("contract_name", query.contract), ("phase", query.phase)):
+        for column, value in (
+            ("contract_name", query.contract),
+            ("phase", query.phase),
+            (self.dialect.record_reason, query.reason),
+        ):
             if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if query.reason is not None:
-            where.append(f"{self.dialect.record_reason} = ?")
-            params.append(query.reason)
+                # No stored value holds a NUL, and PostgreSQL refuses one in a parameter: it matches nothing.
+                where.append("1 = 0" if "\x00" in value else f"{column} = ?")
+                params.extend([] if "\x00" in value else [value])
         return " AND ".join(where), params
 
     def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:

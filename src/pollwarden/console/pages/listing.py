@@ -9,6 +9,7 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from ...core.reasons import Phase, StopReason
+from ...shown import has_control
 from ...store.base import INSPECT_UNREADABLE, ContractCounts, UnreadableRow
 from ...store.paging import PAGE_SIZE, SHOWS, OperationsQuery
 from .frame import (
@@ -48,8 +49,10 @@ class ListView:
     @classmethod
     def parse(cls, params: Mapping[str, Sequence[str]]) -> ListView:
         def one(key: str) -> str:
+            """The first value given, or "" when none was, or when it holds a control or bidi character (no id or
+            name can; PostgreSQL would refuse a NUL outright)."""
             values = params.get(key) or [""]
-            return values[0].strip()
+            return "" if has_control(values[0]) else values[0].strip()
 
         show = one("show") if one("show") in SHOWS else "all"
         phase = one("phase") if one("phase") in {p.value for p in Phase} else None
