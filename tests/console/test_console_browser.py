@@ -302,7 +302,7 @@ def test_the_list_the_decisions_and_an_operation_fit_the_screen_with_no_horizont
     link = row.locator("a.trunc")
     assert link.get_attribute("title") == LONG_OPERATION
     shown = link.inner_text()
-    assert shown.startswith(LONG_OPERATION[:13]) and shown.endswith(LONG_OPERATION[-6:]) and "…" in shown
+    assert shown.startswith(LONG_OPERATION[:14]) and shown.endswith(LONG_OPERATION[-8:]) and "…" in shown
     screen.keyboard.press("Tab")  # every link and control is reachable with the keyboard: no script, plain links
     assert screen.locator('meta[http-equiv="refresh"]').count() == 1
     screen.get_by_role("link", name="turn off").click()

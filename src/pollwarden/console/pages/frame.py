@@ -91,6 +91,7 @@ table.operations td .detail { overflow-wrap:normal; }
 .trunc.state { max-width:9rem; }
 td.when { font-variant-numeric:tabular-nums; min-width:6.5rem; }
 .reason { white-space:nowrap; }  /* one token to read and grep: never broken inside */
+td .state { overflow-wrap:break-word; }  /* a state word wraps only if it cannot fit at all */
 .flag-overdue { color:var(--warn); } .flag-orphaned { color:var(--bad); }
 nav.filters { margin:.4rem 0 .8rem; }
 table.fleet { width:auto; min-width:30rem; margin-bottom:.6rem; }
@@ -275,12 +276,12 @@ def message_page(title: str, text: str, *, csrf: str | None) -> str:
     return layout(title, body, here="", chrome=None if csrf is None else Chrome(csrf))
 
 
-CUT_AT = 22
+CUT_AT = 28
 """Ids longer than this are cut in the middle: generated ones share a long prefix and differ at the end."""
 
 
-def cut(text: str, *, head: int = 13, tail: int = 6) -> str:
-    """`deploys-20261…3332-04a1`: the start and the distinct end of a long id, escaped; the caller puts the whole
+def cut(text: str, *, head: int = 14, tail: int = 8) -> str:
+    """`deploys-202612…2-04a1f0`: the start and the distinct end of a long id, escaped; the caller puts the whole
     id in a title (hover) and a link. Short ids are shown whole."""
     if len(text) <= max(CUT_AT, head + tail + 1):
         return esc(text)
