@@ -47,6 +47,7 @@ def contract_text(name: str) -> str:
     return (
         f'name = "{name}"\nstatus_url = "http://127.0.0.1:9/jobs/{{job_id}}"\n'
         '[states]\npending = ["running"]\nsuccess = ["succeeded"]\nfailure = ["failed"]\n[fields]\nstate = "state"\n'
+        '[limits]\ndeadline = "24h"\n'
     )
 
 
@@ -62,7 +63,7 @@ def _id(n: int) -> str:
 def build_fleet(store: Store, *, operations: int, decisions: int, now: datetime) -> None:
     """`operations` operations over three contracts: the first `decisions` stopped with an open decision (a mix of
     reasons, with the provider's error where the provider ended the job), a tenth of the rest succeeded, a tenth
-    overdue by ten minutes, the others active and due within the hour."""
+    overdue by half an hour, the others active and due in one to two hours."""
     texts = {name: contract_text(name) for name in CONTRACTS}
     parsed = {name: parse_contract(text) for name, text in texts.items()}
     for start in range(0, operations, BATCH):
@@ -72,8 +73,8 @@ def build_fleet(store: Store, *, operations: int, decisions: int, now: datetime)
             late = n >= decisions and n % 10 == 1
             created = now - timedelta(minutes=30 if late else 1, seconds=n % 600)
             record = new_record(parsed[name], operation_id=operation_id(name, n), job_id=f"job-{n:06d}", now=created)
-            if not late:
-                record = record.deferred(now + timedelta(seconds=n % 3600))
+            if not late:  # due an hour or two from now: none turns overdue while a test or a measurement reads
+                record = record.deferred(now + timedelta(hours=1, seconds=n % 3600))
             batch.append((record, texts[name], record.summary()))
         store.create_many(batch)
     _stop(store, parsed, list(range(decisions)), now)
