@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
 from pollwarden.core.contract.parse import Contract, parse_contract
@@ -75,7 +76,7 @@ def build_fleet(store: Store, *, operations: int, decisions: int, now: datetime)
             record = new_record(parsed[name], operation_id=operation_id(name, n), job_id=f"job-{n:06d}", now=created)
             if not late:  # due an hour or two from now: none turns overdue while a test or a measurement reads
                 record = record.deferred(now + timedelta(hours=1, seconds=n % 3600))
-            batch.append((record, texts[name], record.summary()))
+            batch.append((record, texts[name], ev.Created.prepared(record.summary())))
         store.create_many(batch)
     _stop(store, parsed, list(range(decisions)), now)
     _finish(store, [n for n in range(decisions, operations) if n % 10 == 2], now)
@@ -98,7 +99,8 @@ def _stop(store: Store, parsed: dict[str, Contract], numbers: Sequence[int], now
             )
             contract = parsed[CONTRACTS[n % len(CONTRACTS)]]
             request = build_request(stopped, contract, at, decision_id=f"dec-{n:06d}")
-            writes.append(FencedWrite(lease, stopped, [("stopped", {"reason": reason.value})], True, request))
+            stop = (ev.JobEnded if reason.job_ended else ev.Escalated).prepared({"reason": reason.value})
+            writes.append(FencedWrite(lease, stopped, [stop], True, request))
         store.write_many(writes, now)
 
 
@@ -113,7 +115,7 @@ def _finish(store: Store, numbers: Sequence[int], now: datetime) -> None:
             assert answer is not None
             lease, record = answer
             done = record.succeeded({"ok": True}, "succeeded", now)
-            writes.append(FencedWrite(lease, done, [("succeeded", {"state": "succeeded"})], True))
+            writes.append(FencedWrite(lease, done, [ev.SucceededEvent.prepared({"state": "succeeded"})], True))
         store.write_many(writes, now)
 
 

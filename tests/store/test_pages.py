@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import StopReason
@@ -33,7 +34,7 @@ def _create(store: AnyStore, op: str, *, contract: str = "deploys", due: timedel
     text = _text(contract)
     # Created when it is first due: its next poll is then (a deferral could not pass its deadline).
     record = new_record(parse_contract(text), operation_id=op, job_id=job or f"job-{op}", now=NOW + due)
-    store.create(record, text, {"job": record.job_id})
+    store.create(record, text, ev.Created.prepared({"job": record.job_id}))
 
 
 def _stop(store: AnyStore, op: str, reason: StopReason, *, at: timedelta, error: str | None = None) -> str:
@@ -43,7 +44,8 @@ def _stop(store: AnyStore, op: str, reason: StopReason, *, at: timedelta, error:
     when = NOW + at
     stopped = record.ended(reason, "ended", when, error) if reason.job_ended else record.stopped(reason, "x", when)
     request = build_request(stopped, None, when, decision_id=f"d-{op}")
-    assert store.write(lease, stopped, [("stopped", {"reason": reason.value})], when, release=True, decision=request)
+    stop = (ev.JobEnded if reason.job_ended else ev.Escalated).prepared({"reason": reason.value})
+    assert store.write(lease, stopped, [stop], when, release=True, decision=request)
     return request.decision_id
 
 
@@ -52,7 +54,7 @@ def _succeed(store: AnyStore, op: str, *, at: timedelta) -> None:
     assert claimed is not None
     lease, record = claimed
     done = record.succeeded(None, "done", NOW + at)
-    assert store.write(lease, done, [("succeeded", {})], NOW + at, release=True)
+    assert store.write(lease, done, [ev.SucceededEvent.prepared({})], NOW + at, release=True)
 
 
 def _fleet(store: AnyStore) -> None:

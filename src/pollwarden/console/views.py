@@ -12,7 +12,8 @@ from ..report.followup import follow_ups
 from ..report.ownership import lease_ttl_of, ownership_of, urgency_of
 from ..report.story import story_lines
 from ..shown import has_control
-from ..store.base import Event, Store, StoreError, UnreadableRecord
+from ..store.base import Event, StoreError, UnreadableRecord
+from ..store.roles import Grants, Operations, Pages
 from . import pages
 from .auth import AuthHandler
 from .sessions import Session
@@ -21,16 +22,16 @@ RECENT_DECISIONS = 10
 RECENT_APPROVALS = 10
 
 
-def _open_count(store: Store) -> int:
+def _open_count(store: Pages) -> int:
     """Open decisions, counted by the database (a page never reads 2,000 requests to count them)."""
     return sum(group.count for group in store.decision_groups())
 
 
-def _pending_approvals(store: Store) -> int:
+def _pending_approvals(store: Grants) -> int:
     return len(store.grants(status="pending"))
 
 
-def _record_of(store: Store, operation_id: str) -> OperationRecord | None:
+def _record_of(store: Operations, operation_id: str) -> OperationRecord | None:
     stored = store.get(operation_id)
     return None if stored is None else stored.record
 

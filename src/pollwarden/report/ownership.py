@@ -26,9 +26,10 @@ from datetime import datetime, timedelta
 from ..core.contract.parse import ContractError, parse_contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
-from ..store.base import Store, Stored
+from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
 from ..store.paging import Urgency
+from ..store.roles import Pages
 
 __all__ = ["Ownership", "lease_ttl_of", "ownership_of", "urgency_of"]
 
@@ -113,7 +114,7 @@ def ownership_of(stored: Stored, now: datetime, *, alive: Alive = owner_alive) -
     return Ownership(owner, since, leased, living, overdue, orphaned, late, record.last_observed_at)
 
 
-def urgency_of(store: Store, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
+def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
     """What the store needs to rank a page of operations as `ownership_of` would flag each one: every contract's
     lease TTL (overdue) and the owners known gone that are not workers (orphaned), asked of the few distinct owners
     rather than of each row."""

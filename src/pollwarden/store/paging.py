@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .base import Stored, UnreadableRow
+from .records import Stored, UnreadableRow
 
 SHOWS = ("all", "awaiting", "overdue", "orphaned")
 """The console's `show` filters: everything, or only what needs a person for one reason."""

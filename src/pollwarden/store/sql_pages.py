@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .base import Stored, StoredDecision, UnreadableRow
 from .common import DECISION_COLUMNS, STORED_COLUMNS, decision_from_row, marks, stored_from_row
 from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
+from .records import Stored, StoredDecision, UnreadableRow
 from .sql_leases import chunks
 from .sql_reads import Reads
 
