@@ -37,11 +37,6 @@ def ended(record: OperationRecord, now: datetime) -> str:
     return f'<span class="muted" title="{ago}">{verb} at</span> {clock(record.finished_at)}'
 
 
-def trunc(text: str, *, cls: str = "mono") -> str:
-    """A long id cut with an ellipsis by CSS; the whole of it in the title (hover) and in the copy."""
-    return f'<span class="{cls} trunc" title="{esc(text)}">{esc(text)}</span>'
-
-
 def flag_badges(owned: Ownership) -> str:
     return "".join(f'<span class="badge flag-{esc(flag)}">{esc(flag)}</span> ' for flag in owned.flags)
 
