@@ -197,16 +197,20 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 
 _SCHEMA_8 = (
+    "DROP INDEX operations_paced",  # schema 10's
+    "ALTER TABLE operations DROP COLUMN paced_until",
+    "DROP INDEX operations_console",  # schema 9's
+    "DROP INDEX operations_unreadable_contract",
+    "DROP INDEX decisions_open_reason",
+    "ALTER TABLE decisions DROP COLUMN reason",
     "DROP TABLE audit_vouches_pending",
     "DROP TABLE audit_key_rotations",
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
-    "DROP INDEX operations_paced",  # schema 9's
-    "ALTER TABLE operations DROP COLUMN paced_until",
 )
-"""What schemas 8 and 9 added (rows the audit vouches for, key rotations, settings, unreadable rows; pacing's due
-time), undone."""
+"""What schemas 10 (pacing's due time), 9 (the console's indexes, decisions.reason) and 8 (rows the audit vouches
+for, key rotations, settings, unreadable rows) added, undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:

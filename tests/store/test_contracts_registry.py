@@ -26,6 +26,12 @@ from .test_store import CONTRACT
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
 AFTER_SCHEMA_5 = (
+    "DROP INDEX operations_paced",  # schema 10's
+    "ALTER TABLE operations DROP COLUMN paced_until",
+    "DROP INDEX operations_console",  # schema 9's
+    "DROP INDEX operations_unreadable_contract",
+    "DROP INDEX decisions_open_reason",
+    "ALTER TABLE decisions DROP COLUMN reason",
     "DROP TABLE contracts",  # schema 6's
     "DROP TABLE outbox",  # 7's
     "ALTER TABLE audit_heads DROP COLUMN vouches",  # 8's
@@ -34,8 +40,6 @@ AFTER_SCHEMA_5 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
-    "DROP INDEX operations_paced",  # 9's
-    "ALTER TABLE operations DROP COLUMN paced_until",
 )
 """What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
 
