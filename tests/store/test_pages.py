@@ -147,12 +147,14 @@ def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyS
 
 
 SCHEMA_9 = (
+    "DROP INDEX operations_paced",  # schema 10's
+    "ALTER TABLE operations DROP COLUMN paced_until",
     "DROP INDEX operations_console",
     "DROP INDEX operations_unreadable_contract",
     "DROP INDEX decisions_open_reason",
     "ALTER TABLE decisions DROP COLUMN reason",
 )
-"""What schema 9 added, undone: a store as a schema-8 pollwarden left it."""
+"""What schemas 9 and 10 added, undone: a store as a schema-8 pollwarden left it."""
 
 
 def test_schema_9_fills_the_reason_of_the_decisions_already_there(store: AnyStore, backend: Backend) -> None:
