@@ -44,6 +44,7 @@ from .operation import (
     Submitted,
     SucceededEvent,
     WatchInterrupted,
+    WokenByPush,
     outcome_events,
     poll_events,
 )
@@ -145,6 +146,7 @@ __all__ = [
     "SucceededEvent",
     "TaskCancelled",
     "WatchInterrupted",
+    "WokenByPush",
     "WatchRejoined",
     "WatchStarted",
     "WitnessCleared",

@@ -291,6 +291,17 @@ class Paced(AuditEvent):
     until: str | None = None
 
 
+@event
+class WokenByPush(AuditEvent):
+    """A signed push from the provider made the operation due (issue 27): which delivery, which event type, and
+    when the check it causes is due. Never the push's body: the status request that follows decides."""
+
+    KIND = "woken_by_push"
+    delivery: str | None = None
+    event_type: str | None = None
+    due_at: str | None = None
+
+
 # -- submissions ----------------------------------------------------------------------------------------
 
 

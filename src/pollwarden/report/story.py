@@ -22,6 +22,7 @@ SOURCE_WORDS = {
     "local_backoff": "local backoff",
     "manual_extension": "manual extension",
     "credential_recheck": "a check with the credential configured now",
+    "provider_push": "a provider push",
 }
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
@@ -348,6 +349,12 @@ def _interrupted(e: ev.WatchInterrupted, s: Scene) -> str:
 @renders(ev.Paced)
 def _paced(e: ev.Paced, s: Scene) -> str:
     return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next poll not before {_clock_text(e.until)}"
+
+
+@renders(ev.WokenByPush)
+def _woken(e: ev.WokenByPush, s: Scene) -> str:
+    what = f", {_v(e.event_type)}" if e.event_type else ""
+    return f"{s.at} woken by provider push (delivery {_v(e.delivery)}{what}): check due {_clock_text(e.due_at)}"
 
 
 @renders(ev.LimitsNarrowed)
