@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the protocol only names them: the engine and the API import
 
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from ..audit.rotation import Rotation
+    from .bell import Bell
     from .trail import AuditSnapshot
     from .witness import Witness
 
@@ -372,6 +373,11 @@ def agent_log_id(session_id: str) -> str:
     return AGENT_LOG_PREFIX + session_id
 
 
+PUSH_MEMORY = timedelta(days=3)
+"""How long a push's delivery id is remembered: GitHub lets a person redeliver for 3 days; a Standard Webhooks
+delivery older than 5 minutes is refused as stale anyway, and GitLab retries within hours."""
+
+
 class Store(Protocol):
     """What every interface may use of a store, whichever backend `open_store` gave it."""
 
@@ -591,6 +597,11 @@ class Store(Protocol):
         the transaction and must not use the store; if the transaction fails, nothing of either is written."""
         ...
 
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        """Note a provider push's delivery: False when it was seen before (a replay, answered and ignored), within
+        `PUSH_MEMORY`; older deliveries are forgotten as new ones come."""
+        ...
+
     def paced_providers(self) -> set[str]:
         """The providers some worker of the fleet paces (`pace` with an interval made them so)."""
         ...
@@ -613,6 +624,10 @@ class Store(Protocol):
         """The earliest next_poll_at among active operations: how long a worker may sleep. With `free_at`, only
         among those a claim at that time could take (unleased, or the lease expired by then); none of a contract
         named in `skip`."""
+        ...
+
+    def bell(self) -> Bell:
+        """What wakes this store's waiters in every process when an operation is made due early (`store.bell`)."""
         ...
 
     def db_now(self) -> datetime:

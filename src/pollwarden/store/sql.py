@@ -32,6 +32,7 @@ from .base import (
     Lease,
     NewEvent,
     NewOperation,
+    PUSH_MEMORY,
     OperationExists,
     StoredDecision,
     Submission,
@@ -525,6 +526,19 @@ class SQLStore(_Operations, ContractRegistry):
                 return False
             self._append(tx, log_id, f"approval_{status}", {"grant_id": grant_id, "by": by, "note": note}, at)
             return True
+
+    # -- provider pushes (schema 9) ----------------------------------------------------------------------
+
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        stamp = self.dialect.stamp
+        with self._tx() as tx:
+            tx.execute("DELETE FROM push_deliveries WHERE received_at < ?", (stamp(now - PUSH_MEMORY),))
+            added = tx.execute(
+                "INSERT INTO push_deliveries (contract_name, delivery_id, received_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (contract_name, delivery_id) DO NOTHING",
+                (contract_name, delivery_id, stamp(now)),
+            )
+            return added.rowcount == 1
 
     # -- pacing -------------------------------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ def parse_push(r: Reader) -> Push | None:
         if (value := p.text(key)) is not None:
             check_token(p, key, value)
     event_type = p.text("event_type") or _EVENT_TYPE.get(kind)
-    if "event_type" in p.data and not event_type.startswith("header:"):
+    if "event_type" in p.data and event_type is not None and not event_type.startswith("header:"):
         p.expression("event_type")  # checked now, so a typo stops the load
     events = p.strings("events") if "events" in p.data else None
     if events is not None and event_type is None:
