@@ -1,0 +1,93 @@
+"""A provider's push, received: verified, remembered, and the matching operations made due now (issue 27).
+
+Every receiver (`pollwarden hooks`, the worker's `--hooks-port`, the broker's) calls `receive`; it sends
+nothing to the provider. What it may change is one thing: an active operation's next check, moved to now
+(`core.push.woken`: no earlier than `[push] min_interval` after the last answer), under a short lease, with
+a `woken_by_push` event naming the delivery and the event type, never the body. Then the store's bell rings,
+so the waiter of that operation, in whatever process, starts the check at once. The check is an ordinary
+one: reserved in the budget, bounded by the deadline, and its answer decides.
+
+A refused delivery (bad signature, stale, too large, malformed) changes nothing and leaves no trace in any
+operation's story: the receiver counts and logs it. A replay (a delivery id seen before) is answered like
+the first and changes nothing. A push naming no operation is answered exactly as one that woke one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ..core.contract.parse import Contract
+from ..core.identity import NotOneJob, canonical_job_id
+from ..core.push import Ignore, Wake, read_event, woken, woken_payload
+from ..core.push_signature import Refused, verify
+from ..events import WokenByPush
+from ..store.base import Store
+
+PUSH_LEASE = timedelta(seconds=10)
+"""The lease a wake holds: one read and one write, no request."""
+
+ACCEPTED = 202
+"""What every verified delivery is answered, woken, replayed, ignored or naming no job: no oracle."""
+
+
+@dataclass(frozen=True)
+class Received:
+    status: int
+    outcome: str
+    """For the receiver's metrics and log: woken, accepted (verified, nothing to wake), replayed, ignored, or
+    the refusal (bad_signature, stale, too_large, malformed, no_secret)."""
+    detail: str = ""
+    woken: tuple[str, ...] = ()
+    """The operations made due now."""
+
+
+def receive(
+    store: Store, contract: Contract, headers: Mapping[str, str], body: bytes, *, secret: str | None, owner: str
+) -> Received:
+    """One delivery for `contract` (which has a `[push]` table); `headers` keyed by lower-case name."""
+    push = contract.push
+    if push is None:
+        raise ValueError(f"contract {contract.name} has no [push] table")
+    now = store.db_now()
+    verdict = verify(push, secret, headers, body, now)
+    if isinstance(verdict, Refused):
+        return Received(verdict.status, verdict.why.value, verdict.detail)
+    event = read_event(push, headers, body)
+    if isinstance(event, Ignore):
+        return Received(ACCEPTED, "ignored", event.why)
+    if not store.remember_push(contract.name, verdict.delivery_id, now):
+        return Received(ACCEPTED, "replayed", f"delivery {verdict.delivery_id} was seen before")
+    try:
+        job_id = canonical_job_id(contract, event.job_id)
+    except NotOneJob:
+        return Received(ACCEPTED, "ignored", "the event's job id is not one of this contract's")
+    done = wake(store, contract, Wake(job_id, event.event_type), verdict.delivery_id, owner=owner)
+    if done:
+        store.bell().ring()
+    return Received(ACCEPTED, "woken" if done else "accepted", "", tuple(done))
+
+
+def wake(store: Store, contract: Contract, event: Wake, delivery_id: str, *, owner: str) -> list[str]:
+    """Make each active operation of the job due now, as `core.push.woken` allows; the ids of those moved."""
+    push = contract.push
+    assert push is not None
+    moved: list[str] = []
+    for stored in store.find_job(contract.name, event.job_id):
+        now = store.db_now()
+        if woken(push, stored.record, now) is None:  # a read spares the write of a storm's later pushes
+            continue
+        claimed = store.claim(stored.record.operation_id, owner, now, PUSH_LEASE)
+        if claimed is None:
+            continue  # a check is in flight this very moment: its answer is the news
+        lease, current = claimed
+        change = woken(push, current, now)
+        if change is None:
+            store.release(lease)
+            continue
+        payload = woken_payload(delivery_id, event.event_type, change.due_at)
+        written = store.write(lease, change.record, [WokenByPush.from_json(payload).new_event()], now, release=True)
+        if written:
+            moved.append(current.operation_id)
+    return moved
