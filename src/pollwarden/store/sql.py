@@ -22,6 +22,7 @@ from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from .base import (
+    PUSH_MEMORY,
     ClaimAnswer,
     Claimed,
     ClaimOf,
@@ -32,7 +33,6 @@ from .base import (
     Lease,
     NewEvent,
     NewOperation,
-    PUSH_MEMORY,
     OperationExists,
     StoredDecision,
     Submission,

@@ -43,9 +43,9 @@ from .model import Limits as Limits
 from .model import Schedule as Schedule
 from .model import Submit as Submit
 from .model import job_path_problem as job_path_problem
+from .push import parse_push
 from .reader import PLAIN_HTTP_FIX, Reader, check_token, check_url, in_clear
 from .reader import ContractError as ContractError
-from .push import parse_push
 from .result import parse_result
 from .signals import parse_rate_limits
 from .vars import (

@@ -74,7 +74,7 @@ def parse_push(r: Reader) -> Push | None:
     if kind == "hmac-sha256" and header is None:
         raise p.fail("header", 'required for kind = "hmac-sha256": the header holding the body\'s HMAC')
     if kind != "hmac-sha256" and header is not None:
-        raise p.fail("header", f"only for kind = \"hmac-sha256\"; {kind} names its own signature header")
+        raise p.fail("header", f'only for kind = "hmac-sha256"; {kind} names its own signature header')
     for key in ("header", "delivery_header"):
         if (value := p.text(key)) is not None:
             check_token(p, key, value)
