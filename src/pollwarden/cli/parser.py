@@ -406,8 +406,25 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         metavar="NAME=RPS",
         help="fleet-wide cap of status requests per second for a contract, shared through the database",
     )
+    w.add_argument(
+        "--hooks-port", type=port_number, help="also receive provider pushes (POST /hooks/CONTRACT) on this port"
+    )
+    w.add_argument("--hooks-host", type=host_name, default="127.0.0.1")
     db(w)
     w.set_defaults(func=Command("fleet", "cmd_worker"))
+
+    hk = sub.add_parser(
+        "hooks",
+        help="receive the providers' signed pushes (POST /hooks/CONTRACT): each makes its operation due now",
+        description="Serve POST /hooks/CONTRACT for every installed contract with a [push] table, meant to sit"
+        " behind your HTTPS proxy. Each webhook secret is read from this process's environment, by the"
+        " contract's [push] secret_env. A verified push makes the job's operation due now (its waiter, in"
+        " any process, checks at once); it sends the provider nothing. GET /metrics counts the outcomes.",
+    )
+    hk.add_argument("--port", type=port_number, required=True)
+    hk.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
+    db(hk)
+    hk.set_defaults(func=Command("fleet", "cmd_hooks"))
 
     e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
     e.add_argument("--contract", required=True)

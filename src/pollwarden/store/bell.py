@@ -18,7 +18,7 @@ import os
 import secrets
 import select
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -158,3 +158,19 @@ class PostgresBell:
                     pass
 
         return _Waiter(conn.pgconn.socket, drain, conn.close)
+
+
+@contextlib.contextmanager
+def listening(bell: Callable[[], Bell], wanted: bool) -> Iterator[Listener | None]:
+    """A listener for the block when `wanted` (the contract has a `[push]` table), else None; None too when
+    one cannot be made (a home that is not writable, a database that refuses LISTEN): the waiter then keeps
+    its schedule, which was always the bound."""
+    listener: Listener | None = None
+    if wanted:
+        with contextlib.suppress(Exception):
+            listener = bell().listen()
+    try:
+        yield listener
+    finally:
+        if listener is not None:
+            listener.close()
