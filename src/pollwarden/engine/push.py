@@ -41,6 +41,10 @@ class Received:
     detail: str = ""
     woken: tuple[str, ...] = ()
     """The operations made due now."""
+    busy: tuple[str, ...] = ()
+    """The operations whose lease was held: for `wake_one` again once their check is recorded."""
+    wake: Wake | None = None
+    delivery_id: str = ""
 
 
 def receive(
@@ -63,31 +67,43 @@ def receive(
         job_id = canonical_job_id(contract, event.job_id)
     except NotOneJob:
         return Received(ACCEPTED, "ignored", "the event's job id is not one of this contract's")
-    done = wake(store, contract, Wake(job_id, event.event_type), verdict.delivery_id, owner=owner)
+    wanted = Wake(job_id, event.event_type)
+    done, busy = wake(store, contract, wanted, verdict.delivery_id, owner=owner)
     if done:
         store.bell().ring()
-    return Received(ACCEPTED, "woken" if done else "accepted", "", tuple(done))
+    return Received(
+        ACCEPTED, "woken" if done else "accepted", "", tuple(done), tuple(busy), wanted, verdict.delivery_id
+    )
 
 
-def wake(store: Store, contract: Contract, event: Wake, delivery_id: str, *, owner: str) -> list[str]:
-    """Make each active operation of the job due now, as `core.push.woken` allows; the ids of those moved."""
+def wake(store: Store, contract: Contract, event: Wake, delivery_id: str, *, owner: str) -> tuple[list[str], list[str]]:
+    """Make each active operation of the job due now, as `core.push.woken` allows: the ids of those moved, and
+    of those whose lease another holder had (a check in flight: its answer may predate the job's end, so the
+    caller tries `wake_one` again once that holder is done)."""
+    moved: list[str] = []
+    busy: list[str] = []
+    for stored in store.find_job(contract.name, event.job_id):
+        outcome = wake_one(store, contract, stored.record.operation_id, event, delivery_id, owner=owner)
+        (moved if outcome == "moved" else busy if outcome == "busy" else []).append(stored.record.operation_id)
+    return moved, busy
+
+
+def wake_one(store: Store, contract: Contract, operation_id: str, event: Wake, delivery_id: str, *, owner: str) -> str:
+    """ "moved", "unchanged" (nothing for a push to do, or the operation is gone) or "busy" (its lease is held)."""
     push = contract.push
     assert push is not None
-    moved: list[str] = []
-    for stored in store.find_job(contract.name, event.job_id):
-        now = store.db_now()
-        if woken(push, stored.record, now) is None:  # a read spares the write of a storm's later pushes
-            continue
-        claimed = store.claim(stored.record.operation_id, owner, now, PUSH_LEASE)
-        if claimed is None:
-            continue  # a check is in flight this very moment: its answer is the news
-        lease, current = claimed
-        change = woken(push, current, now)
-        if change is None:
-            store.release(lease)
-            continue
-        payload = woken_payload(delivery_id, event.event_type, change.due_at)
-        written = store.write(lease, change.record, [WokenByPush.from_json(payload).new_event()], now, release=True)
-        if written:
-            moved.append(current.operation_id)
-    return moved
+    stored = store.get(operation_id)
+    now = store.db_now()
+    if stored is None or woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
+        return "unchanged"
+    claimed = store.claim(operation_id, owner, now, PUSH_LEASE)
+    if claimed is None:
+        return "busy"
+    lease, current = claimed
+    change = woken(push, current, now)
+    if change is None:
+        store.release(lease)
+        return "unchanged"
+    payload = woken_payload(delivery_id, event.event_type, change.due_at)
+    written = store.write(lease, change.record, [WokenByPush.from_json(payload).new_event()], now, release=True)
+    return "moved" if written else "busy"

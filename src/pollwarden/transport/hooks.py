@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,13 +23,17 @@ from typing import Any
 
 from ..core.contract.parse import Contract, ContractError, parse_contract
 from ..core.push_signature import MAX_BODY_BYTES, STATUS, Refusal
-from ..engine.push import Received, receive
+from ..engine.flow import lease_ttl
+from ..engine.push import Received, receive, wake_one
 from ..store.base import Store, StoreError
 
 PATH = "/hooks/"
 
 READ_TIMEOUT = 5.0
 """Seconds a connection may take to send its request: a slow sender holds one thread, never the receiver."""
+
+RETRY = 0.05
+"""Seconds between tries to wake an operation whose check was in flight when its push came."""
 
 Log = Callable[..., None]
 """Where refusals and wakes are told: `log(event, **fields)` (the worker's `JsonLog`), never a body or secret."""
@@ -76,6 +81,7 @@ class Receiver:
         self._environ = os.environ if environ is None else environ
         self._lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.closing = threading.Event()
 
     def count(self, contract: str, outcome: str) -> None:
         with self._lock:
@@ -86,7 +92,32 @@ class Receiver:
         if contract is None or contract.push is None:
             return Received(404, "unknown_contract", "no installed contract of that name has a [push] table")
         secret = self._environ.get(contract.push.secret_env)
-        return receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
+        received = receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
+        if received.busy:
+            threading.Thread(
+                target=self._wake_after, args=(contract, received), name="pollwarden-push-retry", daemon=True
+            ).start()
+        return received
+
+    def _wake_after(self, contract: Contract, received: Received) -> None:
+        """A push that met a check in flight wakes its operation once that check is recorded (its answer may be
+        from before the job ended): tried again every `RETRY` until the holder's lease would have expired."""
+        assert received.wake is not None
+        ends = time.monotonic() + lease_ttl(contract).total_seconds() + 1.0
+        waiting = list(received.busy)
+        while waiting and time.monotonic() < ends and not self.closing.wait(RETRY):
+            for operation_id in list(waiting):
+                try:
+                    outcome = wake_one(
+                        self.store, contract, operation_id, received.wake, received.delivery_id, owner=self.owner
+                    )
+                except StoreError:
+                    continue
+                if outcome != "busy":
+                    waiting.remove(operation_id)
+                if outcome == "moved":
+                    self.store.bell().ring()
+                    self.log("push_woke", contract=contract.name, operations=[operation_id])
 
     def metrics(self) -> str:
         with self._lock:
@@ -207,6 +238,7 @@ class HooksServer:
         return self
 
     def stop(self) -> None:
+        self.receiver.closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
