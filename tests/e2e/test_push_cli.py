@@ -1,0 +1,130 @@
+"""Woken by the provider (issue 27), end to end: `pollwarden hooks` receives a signed push from a loopback
+provider, and a `pollwarden watch` in another process, asleep for ten minutes by its schedule, checks at once;
+every bad push is refused and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pollwarden.core.push_signature import standard_key, standard_signature
+from pollwarden.simulator import Simulator, Step
+from tests.conftest import run_cli, write_contract
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+PUSH = '\n[push]\nkind = "standard-webhooks"\nsecret_env = "EXPORTS_HOOK"\njob_id = "data.id"\n'
+
+
+def signed(job_id: str, delivery: str, *, stamp: int | None = None) -> tuple[dict[str, str], bytes]:
+    """A Standard Webhooks delivery as the provider sends it."""
+    body = json.dumps({"type": "export.done", "data": {"id": job_id}}).encode()
+    moment = int(time.time()) if stamp is None else stamp
+    key = standard_key(SECRET)
+    assert key is not None
+    headers = {
+        "webhook-id": delivery,
+        "webhook-timestamp": str(moment),
+        "webhook-signature": standard_signature(key, delivery, moment, body),
+        "Content-Type": "application/json",
+    }
+    return headers, body
+
+
+def post(url: str, headers: dict[str, str], body: bytes) -> int:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _spawn(home: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pollwarden", *args],
+        env={**os.environ, "POLLWARDEN_HOME": str(home), "EXPORTS_HOOK": SECRET},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+@pytest.fixture
+def hooks(home: Path) -> Iterator[str]:
+    """`pollwarden hooks --port 0` in its own process; its base URL, read from the line it prints."""
+    proc = _spawn(home, "hooks", "--port", "0")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "receiving provider pushes on " in line, proc.stderr.read() if proc.stderr else line
+        yield line.split(" on ", 1)[1].split("/hooks/", 1)[0]
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert SECRET not in out + err
+
+
+def _wait_for_request(sim: Simulator, job_id: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while sim.request_count(job_id) < count:
+        assert time.monotonic() < deadline, "the watch never sent its first request"
+        time.sleep(0.01)
+
+
+def test_a_watch_in_another_process_is_woken_by_a_signed_push(
+    sim: Simulator, home: Path, tmp_path: Path, hooks: str
+) -> None:
+    sim.add_job("exp-1", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/1"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="10m", max_delay="10m", deadline="1h",
+                              extra=PUSH)  # fmt: skip
+    watch = _spawn(home, "watch", "--contract", str(contract), "--job", "exp-1", "--json")
+    try:
+        _wait_for_request(sim, "exp-1", 1)  # asleep for ten minutes from here, but for the push
+        bad_headers, body = signed("exp-1", "msg_forged")
+        bad_headers["webhook-signature"] = bad_headers["webhook-signature"][:-2] + "A="
+        assert post(f"{hooks}/hooks/exports", bad_headers, body) == 401
+        assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_stale", stamp=int(time.time()) - 600)) == 401
+        assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_2Kx9")) == 202
+        out, err = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.communicate()
+    assert watch.returncode == 0, err
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["phase"] == "succeeded" and final["status_requests_used"] == 2
+    assert sim.request_count("exp-1") == 2
+    story = run_cli("story", final["operation"], home=home).stdout
+    assert "woken by provider push (delivery msg_2Kx9" in story
+    assert "msg_forged" not in story and "msg_stale" not in story  # a refused delivery leaves no trace
+    woke, checked = story.index("woken by provider push"), story.rindex("succeeded")
+    assert woke < checked
+    events = json.loads(run_cli("story", final["operation"], "--json", home=home).stdout)
+    assert [e["kind"] for e in events].count("woken_by_push") == 1
+    # The same delivery again: answered alike, nothing changes.
+    assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_2Kx9")) == 202
+    again = json.loads(run_cli("story", final["operation"], "--json", home=home).stdout)
+    assert len(again) == len(events)
+
+
+def test_the_receiver_refuses_what_is_not_a_push(home: Path, hooks: str, tmp_path: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9", extra=PUSH)
+    assert run_cli("contracts", "install", str(contract), "--by", "alice", home=home).code == 0
+    headers, body = signed("exp-1", "msg_big")
+    assert post(f"{hooks}/hooks/nothing-here", headers, body) == 404
+    assert post(f"{hooks}/hooks/exports", headers, b"x" * (256 * 1024 + 1)) == 413
+    assert post(f"{hooks}/hooks/exports", *signed("no-such-job", "msg_x")) == 202  # as for a known job
+    with urllib.request.urlopen(f"{hooks}/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    assert 'outcome="too_large"' in metrics and 'outcome="accepted"' in metrics
