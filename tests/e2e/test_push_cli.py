@@ -128,3 +128,50 @@ def test_the_receiver_refuses_what_is_not_a_push(home: Path, hooks: str, tmp_pat
     with urllib.request.urlopen(f"{hooks}/metrics", timeout=10) as answer:
         metrics = answer.read().decode()
     assert 'outcome="too_large"' in metrics and 'outcome="accepted"' in metrics
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
+    """Where the fleet's store is: the home's SQLite file, or a PostgreSQL database of the test's own."""
+    if request.param == "sqlite":
+        yield ()
+        return
+    from tests.store.conftest import create_database, drop_database
+
+    url = create_database(upgraded=True)
+    try:
+        yield ("--db", url)
+    finally:
+        drop_database(url)
+
+
+def _serving(proc: subprocess.Popen[str]) -> str:
+    """The receiver's base URL, from the worker's `hooks_serving` log line."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        entry = json.loads(line)
+        if entry.get("event") == "hooks_serving":
+            return str(entry["url"]).split("/hooks/", 1)[0]
+    raise AssertionError("the worker never said where it receives pushes")
+
+
+def test_a_worker_is_woken_by_a_signed_push_to_its_hooks_port(
+    sim: Simulator, home: Path, tmp_path: Path, db_args: tuple[str, ...]
+) -> None:
+    sim.add_job("exp-2", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/2"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="10m", max_delay="10m", deadline="1h",
+                              extra=PUSH)  # fmt: skip
+    installed = run_cli("contracts", "install", str(contract), "--by", "operator", *db_args, home=home)
+    assert installed.code == 0, installed.stderr
+    enqueued = run_cli("enqueue", "--contract", str(contract), "--job", "exp-2", *db_args, home=home)
+    assert enqueued.code == 0, enqueued.stderr
+    worker = _spawn(home, "worker", "--processes", "1", "--hooks-port", "0", *db_args)
+    try:
+        url = _serving(worker)
+        _wait_for_request(sim, "exp-2", 1)  # then nothing for ten minutes, but for the push
+        assert post(f"{url}/hooks/exports", *signed("exp-2", "msg_worker")) == 202
+        _wait_for_request(sim, "exp-2", 2)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert sim.request_count("exp-2") == 2

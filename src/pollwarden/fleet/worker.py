@@ -35,6 +35,7 @@ from ..engine import Done, Engine, NotYet, Polled, StepResult, batch
 from ..engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
 from ..events import Paced
 from ..store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
+from ..store.bell import Listener, listening
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from ..transport.outbox import delivering
 from .defaults import DEFAULT_CONCURRENCY, LANES
@@ -312,6 +313,7 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.log = log or JsonLog(worker=owner)
         self.idle_sleep = idle_sleep
+        self._bells: list[Listener] = []
         self.provider_intervals = {
             name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
         }
@@ -578,6 +580,7 @@ class Worker:
                 ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
             ):
                 begun: list[threading.Event] = []
+                threading.Thread(target=self._poke_on_stop, name="pollwarden-bell-stop", daemon=True).start()
                 try:
                     for n in range(self.lanes):
                         ended = threading.Event()
@@ -605,6 +608,12 @@ class Worker:
             raise failures[0]
         self.log("worker_stopped")
 
+    def _poke_on_stop(self) -> None:
+        """A stop ends the lanes' waits on the bell as it ends a wait on `stop` itself."""
+        self.stop.wait()
+        for bell in list(self._bells):
+            bell.poke()
+
     @contextlib.contextmanager
     def _outbox_store(self) -> Iterator[Store]:
         """The delivery loop's store: the shared one where the store pools its connections (PostgreSQL: no
@@ -623,12 +632,21 @@ class Worker:
         overlaps the work of the next instead of leaving the CPU idle. With every slot held (requests in flight
         aside, steps alone), a lane waits for one to free."""
         try:
-            while not self.stop.is_set():
-                if not self._slots.wait(self.idle_sleep):
-                    continue
-                if self.run_once(pool) or not self._slots.wait(0):
-                    continue
-                self.stop.wait(self._idle_for())
+            # The store's bell ends an idle wait at once when a provider's push made an operation due.
+            with listening(self._store().bell, True) as bell:
+                if bell is not None:
+                    self._bells.append(bell)
+                    if self.stop.is_set():
+                        bell.poke()
+                while not self.stop.is_set():
+                    if not self._slots.wait(self.idle_sleep):
+                        continue
+                    if self.run_once(pool) or not self._slots.wait(0):
+                        continue
+                    if bell is None:
+                        self.stop.wait(self._idle_for())
+                    else:
+                        bell.wait(self._idle_for())
         except BaseException as exc:
             failures.append(exc)
             self.stop.set()
