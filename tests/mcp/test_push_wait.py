@@ -1,0 +1,58 @@
+"""An MCP wait woken by the provider (issue 27): a `wait_operation` pausing ten minutes for its next check
+polls at once when a signed push reaches the receiver, through the store's bell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from pollwarden.home.operating import open_store
+from pollwarden.simulator import Simulator, Step
+from pollwarden.store.owner import process_owner
+from pollwarden.transport.hooks import HooksServer, Receiver
+from tests.e2e.test_push_cli import PUSH, SECRET, post, signed
+
+from .support import Note, agent_contract, mcp_agent, run
+
+
+def test_a_wait_operation_is_woken_by_a_signed_push(sim: Simulator, tmp_path: Path) -> None:
+    contracts, home = tmp_path / "contracts", tmp_path / "home"
+    agent_contract(contracts, sim.url, agent=PUSH, base_delay="10m", max_delay="10m", deadline="1h")
+    sim.add_job("exp-3", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/3"})])
+
+    async def body() -> None:
+        async with mcp_agent(contracts, home, tmp_path / "stderr.txt") as agent:
+            op = (await agent.call("start_watch", contract="exports", job_id="exp-3")).data["operation_id"]
+            first = await agent.call("check_operation", operation_id=op)
+            assert sim.request_count("exp-3") == 1, first.text
+            store = open_store(home, keys="write")
+            server = HooksServer(Receiver(store, owner=process_owner("hooks"), environ={"EXPORTS_HOOK": SECRET}))
+            server.start()
+            try:
+                notes: list[Note] = []
+                waited: dict[str, object] = {}
+
+                async def wait() -> None:
+                    reply = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=300)
+                    waited.update(reply.data)
+
+                async def push_once_it_pauses() -> None:
+                    while not notes:  # the wait's first look found nothing due: it pauses until the next check
+                        await anyio.sleep(0.01)
+                    status = await anyio.to_thread.run_sync(
+                        lambda: post(f"{server.url}/hooks/exports", *signed("exp-3", "msg_mcp"))
+                    )
+                    assert status == 202
+
+                with anyio.fail_after(120):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(wait)
+                        tg.start_soon(push_once_it_pauses)
+            finally:
+                server.stop()
+                store.close()
+            assert waited["status"] == "succeeded", waited
+            assert sim.request_count("exp-3") == 2
+
+    run(body)
