@@ -25,7 +25,7 @@ from ..core.result_part import no_result_problem, result_part
 from ..engine import AdmissionError, lease_ttl, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
-from ..store.bell import Listener, listening
+from ..store.bell import Listener, listening, pause
 from ..store.owner import process_owner
 from .base import (
     ANSWER_MARGIN_SECONDS,
@@ -252,18 +252,11 @@ def tool_wait_operation(
     return reply
 
 
-BELL_SLICE = 0.25
-"""At most this long on the bell before a wait looks at its call's cancellation again (the bell cannot hear it)."""
-
-
 def _pause(cancelled: threading.Event, bell: Listener | None, seconds: float) -> bool:
     """Wait `seconds`, ended early by a ring of the store's bell; True when the call was cancelled meanwhile."""
     if bell is None:
         return cancelled.wait(seconds)
-    ends = time.monotonic() + seconds
-    while not cancelled.is_set() and (left := ends - time.monotonic()) > 0:
-        if bell.wait(min(left, BELL_SLICE)):
-            break
+    pause(bell, seconds, cancelled)
     return cancelled.is_set()
 
 

@@ -18,6 +18,8 @@ import os
 import secrets
 import select
 import stat
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -174,3 +176,18 @@ def listening(bell: Callable[[], Bell], wanted: bool) -> Iterator[Listener | Non
     finally:
         if listener is not None:
             listener.close()
+
+
+STOP_SLICE = 0.25
+"""At most this long on the bell before a wait looks at its stop event again (the bell cannot hear an event)."""
+
+
+def pause(bell: Listener, seconds: float, stop: threading.Event | None = None) -> bool:
+    """Wait `seconds` on the bell; True when it rang, or when `stop` was set meanwhile (seen within `STOP_SLICE`)."""
+    ends = time.monotonic() + seconds
+    while (left := ends - time.monotonic()) > 0:
+        if stop is not None and stop.is_set():
+            return True
+        if bell.wait(left if stop is None else min(left, STOP_SLICE)):
+            return True
+    return stop is not None and stop.is_set()
