@@ -44,7 +44,12 @@ def test_a_cancel_still_ends_a_wait_on_the_bell(sim: Simulator, home: Path, tmp_
                               extra=PUSH)  # fmt: skip
     first = threading.Event()
     watch = Watch(contract, "exp-5", home=home, on_progress=lambda progress: first.set())
-    canceller = threading.Thread(target=lambda: (first.wait(30), watch.cancel()))
+
+    def cancel_once_asleep() -> None:
+        first.wait(30)
+        watch.cancel()
+
+    canceller = threading.Thread(target=cancel_once_asleep)
     canceller.start()
     with pytest.raises(WatchCancelled):
         watch.run()
