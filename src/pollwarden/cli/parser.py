@@ -142,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-scale", type=real_number(0, 1000), default=1.0, help="scale scenario times (0.1 = ten times faster)"
     )
     sim.add_argument("--quiet", action="store_true", help="print only the listening line")
+    sim.add_argument(
+        "--push-to",
+        metavar="URL",
+        help="at each scripted job's end post a signed push (Standard Webhooks) here, e.g. a receiver's"
+        " http://127.0.0.1:PORT/hooks/CONTRACT",
+    )
+    sim.add_argument("--push-secret-env", metavar="NAME", help="the environment variable holding the whsec_ secret")
+    sim.add_argument(
+        "--push-lost", type=real_number(0, 1), default=0.0, help="the fraction of pushes lost on purpose (default 0)"
+    )
     sim.set_defaults(func=Command("serve", "cmd_simulate"))
 
     audit = sub.add_parser("audit", help="verify, export or repair the encrypted, hash-chained audit log")
