@@ -129,3 +129,12 @@ def test_a_final_operation_is_never_woken() -> None:
 
     record = _record(next_poll_at=T0 + timedelta(minutes=2)).stopped(StopReason.DEADLINE_EXCEEDED, "late", T0)
     assert woken(PUSH, record, T0) is None
+
+
+def test_a_use_file_tunes_a_shipped_push_table_key_by_key() -> None:
+    tuned = parse_contract(
+        'use = "openai-batch"\n[push]\nsecret_env = "MY_OPENAI_HOOK"\nmin_interval = "5s"\n', source="mine.toml"
+    )
+    assert tuned.push is not None
+    assert (tuned.push.secret_env, tuned.push.min_interval) == ("MY_OPENAI_HOOK", timedelta(seconds=5))
+    assert tuned.push.kind == "standard-webhooks" and tuned.push.job_id == "data.id"  # the rest is shipped
