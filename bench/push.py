@@ -212,10 +212,11 @@ def render(rows: list[Row], bad: Hostile, command: str, seconds: float) -> str:
         "## Woken by the provider: signed pushes (issue 27)",
         "",
         f"`{command}` ({seconds:.0f} s; `make bench-push`). {rows[0].jobs} callers, each a Python API `Watch` on its"
-        " own thread over one SQLite home, each job running 3-6 s on the loopback simulator. Polling only: the",
-        " contract polls at 250 ms doubling to 2 s. With push: the simulator posts a Standard Webhooks push at each"
-        " job's end to `pollwarden hooks`' receiver (in process), and the contract's schedule (15 s) is only the"
-        " safety net. Lag: from the job's end to the watch's return.",
+        " own thread over one SQLite home, each job running 3-6 s on the loopback simulator. Polling only: the"
+        " contract polls at 250 ms doubling to 2 s, to detect ends quickly. With push: the simulator posts a"
+        " Standard Webhooks push at each job's end to the receiver (`transport.hooks`, in process), and the"
+        " contract's schedule (15 s) is only the safety net: a lost push is detected by it, later but within the"
+        " bound. Lag: from the job's end at the provider to the watch's return.",
         "",
         "| scenario | detected | status requests per job (mean) | max | p50 lag | p95 lag | max lag |",
         "|---|---|---|---|---|---|---|",
