@@ -59,10 +59,25 @@ def _spawn(home: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
+    """Where the fleet's store is: the home's SQLite file, or a PostgreSQL database of the test's own."""
+    if request.param == "sqlite":
+        yield ()
+        return
+    from tests.store.conftest import create_database, drop_database
+
+    url = create_database(upgraded=True)
+    try:
+        yield ("--db", url)
+    finally:
+        drop_database(url)
+
+
 @pytest.fixture
-def hooks(home: Path) -> Iterator[str]:
+def hooks(home: Path, db_args: tuple[str, ...]) -> Iterator[str]:
     """`pollwarden hooks --port 0` in its own process; its base URL, read from the line it prints."""
-    proc = _spawn(home, "hooks", "--port", "0")
+    proc = _spawn(home, "hooks", "--port", "0", *db_args)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -83,12 +98,12 @@ def _wait_for_request(sim: Simulator, job_id: str, count: int) -> None:
 
 
 def test_a_watch_in_another_process_is_woken_by_a_signed_push(
-    sim: Simulator, home: Path, tmp_path: Path, hooks: str
+    sim: Simulator, home: Path, tmp_path: Path, hooks: str, db_args: tuple[str, ...]
 ) -> None:
     sim.add_job("exp-1", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/1"})])
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="10m", max_delay="10m", deadline="1h",
                               extra=PUSH)  # fmt: skip
-    watch = _spawn(home, "watch", "--contract", str(contract), "--job", "exp-1", "--json")
+    watch = _spawn(home, "watch", "--contract", str(contract), "--job", "exp-1", "--json", *db_args)
     try:
         _wait_for_request(sim, "exp-1", 1)  # asleep for ten minutes from here, but for the push
         bad_headers, body = signed("exp-1", "msg_forged")
@@ -105,22 +120,24 @@ def test_a_watch_in_another_process_is_woken_by_a_signed_push(
     final = json.loads(out.strip().splitlines()[-1])
     assert final["phase"] == "succeeded" and final["status_requests_used"] == 2
     assert sim.request_count("exp-1") == 2
-    story = run_cli("story", final["operation"], home=home).stdout
+    story = run_cli("story", final["operation"], *db_args, home=home).stdout
     assert "woken by provider push (delivery msg_2Kx9" in story
     assert "msg_forged" not in story and "msg_stale" not in story  # a refused delivery leaves no trace
     woke, checked = story.index("woken by provider push"), story.rindex("succeeded")
     assert woke < checked
-    events = json.loads(run_cli("story", final["operation"], "--json", home=home).stdout)
+    events = json.loads(run_cli("story", final["operation"], "--json", *db_args, home=home).stdout)
     assert [e["kind"] for e in events].count("woken_by_push") == 1
     # The same delivery again: answered alike, nothing changes.
     assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_2Kx9")) == 202
-    again = json.loads(run_cli("story", final["operation"], "--json", home=home).stdout)
+    again = json.loads(run_cli("story", final["operation"], "--json", *db_args, home=home).stdout)
     assert len(again) == len(events)
 
 
-def test_the_receiver_refuses_what_is_not_a_push(home: Path, hooks: str, tmp_path: Path) -> None:
+def test_the_receiver_refuses_what_is_not_a_push(
+    home: Path, hooks: str, tmp_path: Path, db_args: tuple[str, ...]
+) -> None:
     contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9", extra=PUSH)
-    assert run_cli("contracts", "install", str(contract), "--by", "alice", home=home).code == 0
+    assert run_cli("contracts", "install", str(contract), "--by", "alice", *db_args, home=home).code == 0
     headers, body = signed("exp-1", "msg_big")
     assert post(f"{hooks}/hooks/nothing-here", headers, body) == 404
     assert post(f"{hooks}/hooks/exports", headers, b"x" * (256 * 1024 + 1)) == 413
@@ -128,21 +145,6 @@ def test_the_receiver_refuses_what_is_not_a_push(home: Path, hooks: str, tmp_pat
     with urllib.request.urlopen(f"{hooks}/metrics", timeout=10) as answer:
         metrics = answer.read().decode()
     assert 'outcome="too_large"' in metrics and 'outcome="accepted"' in metrics
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
-    """Where the fleet's store is: the home's SQLite file, or a PostgreSQL database of the test's own."""
-    if request.param == "sqlite":
-        yield ()
-        return
-    from tests.store.conftest import create_database, drop_database
-
-    url = create_database(upgraded=True)
-    try:
-        yield ("--db", url)
-    finally:
-        drop_database(url)
 
 
 def _serving(proc: subprocess.Popen[str]) -> str:

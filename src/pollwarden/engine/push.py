@@ -84,7 +84,10 @@ def wake(store: Store, contract: Contract, event: Wake, delivery_id: str, *, own
     busy: list[str] = []
     for stored in store.find_job(contract.name, event.job_id):
         outcome = wake_one(store, contract, stored.record.operation_id, event, delivery_id, owner=owner)
-        (moved if outcome == "moved" else busy if outcome == "busy" else []).append(stored.record.operation_id)
+        if outcome == "moved":
+            moved.append(stored.record.operation_id)
+        elif outcome == "busy":
+            busy.append(stored.record.operation_id)
     return moved, busy
 
 

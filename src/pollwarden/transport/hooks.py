@@ -48,6 +48,11 @@ class Contracts:
         self._lock = threading.Lock()
         self._by_name: dict[str, tuple[str, Contract]] = {}
 
+    def known(self, name: str) -> bool:
+        """Whether a `[push]` contract of this name has been met (no store read: a refusal before the body)."""
+        with self._lock:
+            return name in self._by_name
+
     def get(self, name: str) -> Contract | None:
         versions = self._store.installed_contracts(name)
         pushed = None
@@ -169,11 +174,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             received = receiver.deliver(name, headers, body)
         except StoreError as exc:
-            receiver.count(name, "store_unavailable")
+            receiver.count(name if receiver.contracts.known(name) else "-", "store_unavailable")
             receiver.log("push_failed", contract=name, why=str(exc))
             self._answer(503, "the store is unavailable; the provider may retry")
             return
-        receiver.count(name, received.outcome)
+        # A name with no [push] contract is counted under one label: made-up names must not grow the counters.
+        receiver.count(name if received.outcome != "unknown_contract" else "-", received.outcome)
         if received.status >= 400:
             receiver.log("push_refused", contract=name, outcome=received.outcome, why=received.detail)
             self._answer(received.status, "refused")
@@ -189,7 +195,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "POST /hooks/CONTRACT")
 
     def _refused(self, name: str, status: int, outcome: str, why: str) -> None:
-        self.server.receiver.count(name, outcome)
+        known = self.server.receiver.contracts.known(name)
+        self.server.receiver.count(name if known else "-", outcome)
         self.server.receiver.log("push_refused", contract=name, outcome=outcome, why=why)
         self.close_connection = True  # the unread body must not be taken for the next request
         self._answer(status, "refused")
