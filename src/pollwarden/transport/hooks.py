@@ -146,6 +146,8 @@ def _contract_name(path: str) -> str | None:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    server_version = "pollwarden-hooks"
+    sys_version = ""
     timeout = READ_TIMEOUT
 
     def do_POST(self) -> None:
