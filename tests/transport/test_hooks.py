@@ -42,6 +42,10 @@ def _raw(server: HooksServer, request: bytes) -> bytes:
     return b"".join(chunks)
 
 
+def _undated(answer: bytes) -> list[bytes]:
+    return [line for line in answer.split(b"\r\n") if not line.startswith(b"Date:")]
+
+
 def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
@@ -74,8 +78,7 @@ def test_answers_name_nothing_and_made_up_names_share_one_counter(receiver: tupl
     server, _ = receiver
     known = _raw(server, _post("/hooks/exports", *signed("exp-1", "msg_a")))
     unknown = _raw(server, _post("/hooks/exports", *signed("nobody", "msg_b")))
-    strip = lambda answer: [line for line in answer.split(b"\r\n") if not line.startswith(b"Date:")]  # noqa: E731
-    assert strip(known) == strip(unknown)  # byte for byte, but for the date
+    assert _undated(known) == _undated(unknown)  # byte for byte, but for the date
     for n in range(20):
         _raw(server, _post(f"/hooks/made-up-{n}", *signed("exp-1", f"msg_{n}")))
     keys = {contract for contract, _ in server.receiver.counts}
