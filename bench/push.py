@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import random
 import statistics
 import sys
@@ -26,17 +25,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pollwarden import Succeeded, Watch, WatchCancelled
 from pollwarden.core.contract.parse import load_contract
-from pollwarden.core.push_signature import standard_key, standard_signature
 from pollwarden.engine.installed import install
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step, contract_text
-from pollwarden.simulator.push import EVENT_TYPE, Pusher
+from pollwarden.simulator.push import Pusher, signed_push
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
 from pollwarden.transport.hooks import HooksServer, Receiver
@@ -77,41 +76,32 @@ def _contract(directory: Path, base_url: str, *, push: bool) -> Path:
 def fleet(name: str, callers: int, *, lost: float | None, seed: int) -> Row:
     """`lost` None: polling only; else the fraction of pushes lost."""
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="pollwarden-bench-push-") as tmp:
-        home = Path(tmp) / "home"
-        home.mkdir()
-        store = open_store(home, keys="write")
-        receiver = Receiver(store, owner=process_owner("hooks"), environ={"BENCH_HOOK": SECRET})
-        hooks = HooksServer(receiver).start()
+    with _receiving("pollwarden-bench-push-") as (home, _, hooks):
         pusher = None if lost is None else Pusher(f"{hooks.url}/hooks/exports", SECRET, lost=lost, rng=rng)
-        try:
-            with Simulator(pusher=pusher) as sim:
-                contract = _contract(Path(tmp), sim.url, push=lost is not None)
-                ends: dict[str, float] = {}
-                done: dict[str, float] = {}
-                outcomes: dict[str, object] = {}
-                for n in range(callers):
-                    job = f"job-{n}"
-                    seconds = rng.uniform(3.0, 6.0)
-                    ends[job] = time.time() + seconds
-                    sim.add_job(job, [Step(body={"state": "running"}, seconds=seconds),
-                                      Step(body={"state": "succeeded", "result_url": f"/r/{n}"})])  # fmt: skip
+        with Simulator(pusher=pusher) as sim:
+            contract = _contract(home.parent, sim.url, push=lost is not None)
+            ends: dict[str, float] = {}
+            done: dict[str, float] = {}
+            outcomes: dict[str, object] = {}
+            for n in range(callers):
+                job = f"job-{n}"
+                seconds = rng.uniform(3.0, 6.0)
+                ends[job] = time.time() + seconds
+                sim.add_job(job, [Step(body={"state": "running"}, seconds=seconds),
+                                  Step(body={"state": "succeeded", "result_url": f"/r/{n}"})])  # fmt: skip
 
-                def caller(job: str) -> None:
-                    outcomes[job] = Watch(contract, job, home=home).run()
-                    done[job] = time.time()
+            def caller(job: str) -> None:
+                outcomes[job] = Watch(contract, job, home=home).run()
+                done[job] = time.time()
 
-                threads = [threading.Thread(target=caller, args=(job,)) for job in ends]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                if pusher is not None:
-                    ends.update(pusher.ended)
-                requests = [sim.request_count(job) for job in ends]
-        finally:
-            hooks.stop()
-            store.close()
+            threads = [threading.Thread(target=caller, args=(job,)) for job in ends]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if pusher is not None:
+                ends.update(pusher.ended)
+            requests = [sim.request_count(job) for job in ends]
     detected = sum(isinstance(outcome, Succeeded) for outcome in outcomes.values())
     lags = [max(0.0, done[job] - ends[job]) for job in ends if job in done]
     return Row(name, callers, detected, requests, lags)
@@ -135,64 +125,66 @@ def _post(url: str, headers: dict[str, str], body: bytes) -> int:
 
 
 def _signed(job: str, delivery: str, stamp: int) -> tuple[dict[str, str], bytes]:
-    body = json.dumps({"type": EVENT_TYPE, "data": {"id": job}}).encode()
-    key = standard_key(SECRET)
-    assert key is not None
-    signature = standard_signature(key, delivery, stamp, body)
-    return {"webhook-id": delivery, "webhook-timestamp": str(stamp), "webhook-signature": signature}, body
+    return signed_push(SECRET, job, delivery, stamp=stamp)
+
+
+@contextlib.contextmanager
+def _receiving(prefix: str) -> Iterator[tuple[Path, Store, HooksServer]]:
+    """A fresh home, its store, and a push receiver on it (in this process)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        store = open_store(home, keys="write")
+        hooks = HooksServer(Receiver(store, owner=process_owner("hooks"), environ={"BENCH_HOOK": SECRET})).start()
+        try:
+            yield home, store, hooks
+        finally:
+            hooks.stop()
+            store.close()
 
 
 def hostile(callers: int) -> Hostile:
     """Forged, replayed, stale and oversized pushes for 50 running jobs whose next check is 15 s away."""
-    with tempfile.TemporaryDirectory(prefix="pollwarden-bench-hostile-") as tmp:
-        home = Path(tmp) / "home"
-        home.mkdir()
-        store = open_store(home, keys="write")
-        receiver = Receiver(store, owner=process_owner("hooks"), environ={"BENCH_HOOK": SECRET})
-        hooks = HooksServer(receiver).start()
+    with _receiving("pollwarden-bench-hostile-") as (home, store, hooks):
         url = f"{hooks.url}/hooks/exports"
         sent: dict[str, int] = {"forged": 0, "replayed": 0, "stale": 0, "oversized": 0}
         answers: dict[str, set[int]] = {kind: set() for kind in sent}
-        try:
-            with Simulator() as sim:
-                contract = _contract(Path(tmp), sim.url, push=True)
-                jobs = [f"run-{n}" for n in range(callers)]
-                for job in jobs:
-                    sim.add_job(job, [Step(body={"state": "running"})])
-                # Each job's delivery, seen once before any operation existed (it woke nothing): from now on a replay.
-                install(store, load_contract(contract), by="bench", via="bench", source="bench", now=datetime.now(UTC))
+        with Simulator() as sim:
+            contract = _contract(home.parent, sim.url, push=True)
+            jobs = [f"run-{n}" for n in range(callers)]
+            for job in jobs:
+                sim.add_job(job, [Step(body={"state": "running"})])
+            # Each job's delivery, seen once before any operation existed (it woke nothing): from now on a replay.
+            install(store, load_contract(contract), by="bench", via="bench", source="bench", now=datetime.now(UTC))
+            now = int(time.time())
+            for job in jobs:
+                _post(url, *_signed(job, f"msg_seen_{job}", now))
+            watches = [Watch(contract, job, home=home) for job in jobs]
+            threads = [threading.Thread(target=_quietly, args=(w,), daemon=True) for w in watches]
+            for thread in threads:
+                thread.start()
+            while sum(sim.request_count(job) for job in jobs) < len(jobs):
+                time.sleep(0.01)
+            time.sleep(0.5)  # every first answer recorded, every watch asleep for 15 s
+            before = sum(sim.request_count(job) for job in jobs)
+            for job in jobs:
                 now = int(time.time())
-                for job in jobs:
-                    _post(url, *_signed(job, f"msg_seen_{job}", now))
-                watches = [Watch(contract, job, home=home) for job in jobs]
-                threads = [threading.Thread(target=_quietly, args=(w,), daemon=True) for w in watches]
-                for thread in threads:
-                    thread.start()
-                while sum(sim.request_count(job) for job in jobs) < len(jobs):
-                    time.sleep(0.01)
-                time.sleep(0.5)  # every first answer recorded, every watch asleep for 15 s
-                before = sum(sim.request_count(job) for job in jobs)
-                for job in jobs:
-                    now = int(time.time())
-                    headers, body = _signed(job, f"msg_forged_{job}", now)
-                    headers["webhook-signature"] = headers["webhook-signature"][:-4] + "AAA="
-                    answers["forged"].add(_post(url, headers, body))
-                    answers["replayed"].add(_post(url, *_signed(job, f"msg_seen_{job}", now)))
-                    answers["stale"].add(_post(url, *_signed(job, f"msg_stale_{job}", now - 600)))
-                    headers, _ = _signed(job, f"msg_big_{job}", now)
-                    answers["oversized"].add(_post(url, headers, b" " * (300 * 1024)))
-                    for kind in sent:
-                        sent[kind] += 1
-                time.sleep(2.0)  # what a wake would have caused by now: a check within 1 s
-                caused = sum(sim.request_count(job) for job in jobs) - before
-                woken = sum(kind == "woken_by_push" for job in jobs for kind in _kinds(store, job))
-                for watch in watches:
-                    watch.cancel()
-                for thread in threads:
-                    thread.join(30)
-        finally:
-            hooks.stop()
-            store.close()
+                headers, body = _signed(job, f"msg_forged_{job}", now)
+                headers["webhook-signature"] = headers["webhook-signature"][:-4] + "AAA="
+                answers["forged"].add(_post(url, headers, body))
+                answers["replayed"].add(_post(url, *_signed(job, f"msg_seen_{job}", now)))
+                answers["stale"].add(_post(url, *_signed(job, f"msg_stale_{job}", now - 600)))
+                headers, _ = _signed(job, f"msg_big_{job}", now)
+                answers["oversized"].add(_post(url, headers, b" " * (300 * 1024)))
+                for kind in sent:
+                    sent[kind] += 1
+            time.sleep(2.0)  # what a wake would have caused by now: a check within 1 s
+            caused = sum(sim.request_count(job) for job in jobs) - before
+            woken = sum(kind == "woken_by_push" for job in jobs for kind in _kinds(store, job))
+            for watch in watches:
+                watch.cancel()
+            for thread in threads:
+                thread.join(30)
     return Hostile(sent, answers, caused, woken)
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pollwarden.core.push_signature import standard_key, standard_signature
 from pollwarden.simulator import Simulator, Step
+from pollwarden.simulator.push import signed_push
 from tests.conftest import run_cli, write_contract
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -26,17 +26,7 @@ PUSH = '\n[push]\nkind = "standard-webhooks"\nsecret_env = "EXPORTS_HOOK"\njob_i
 
 def signed(job_id: str, delivery: str, *, stamp: int | None = None) -> tuple[dict[str, str], bytes]:
     """A Standard Webhooks delivery as the provider sends it."""
-    body = json.dumps({"type": "export.done", "data": {"id": job_id}}).encode()
-    moment = int(time.time()) if stamp is None else stamp
-    key = standard_key(SECRET)
-    assert key is not None
-    headers = {
-        "webhook-id": delivery,
-        "webhook-timestamp": str(moment),
-        "webhook-signature": standard_signature(key, delivery, moment, body),
-        "Content-Type": "application/json",
-    }
-    return headers, body
+    return signed_push(SECRET, job_id, delivery, stamp=stamp, event="export.done")
 
 
 def post(url: str, headers: dict[str, str], body: bytes) -> int:

@@ -111,6 +111,18 @@ def standard_signature(key: bytes, delivery_id: str, timestamp: int, body: bytes
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+def standard_headers(secret: str, delivery_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The three headers a Standard Webhooks sender signs a delivery with (the simulator's pushes, the tests')."""
+    key = standard_key(secret)
+    if key is None:
+        raise ValueError("not a whsec_ base64 secret")
+    return {
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": standard_signature(key, delivery_id, timestamp, body),
+    }
+
+
 def _standard(secret: str, headers: Mapping[str, str], body: bytes, now: datetime) -> Refused | None:
     key = standard_key(secret)
     if key is None:

@@ -19,10 +19,20 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core.push_signature import standard_key, standard_signature
+from ..core.push_signature import standard_headers, standard_key
 from .script import Step
 
 EVENT_TYPE = "job.ended"
+
+
+def signed_push(
+    secret: str, job_id: str, delivery_id: str, *, stamp: int | None = None, event: str = EVENT_TYPE
+) -> tuple[dict[str, str], bytes]:
+    """A push naming `job_id` in `data.id`, signed per Standard Webhooks at `stamp` (default now)."""
+    body = json.dumps({"type": event, "data": {"id": job_id}}).encode()
+    moment = int(time.time()) if stamp is None else stamp
+    headers = standard_headers(secret, delivery_id, moment, body)
+    return {**headers, "Content-Type": "application/json"}, body
 
 
 @dataclass
@@ -63,16 +73,7 @@ class Pusher:
             lost = self.rng.random() < self.lost
         if lost:
             return
-        body = json.dumps({"type": EVENT_TYPE, "data": {"id": job_id}}).encode()
-        delivery, stamp = "msg_" + secrets.token_hex(12), int(time.time())
-        key = standard_key(self.secret)
-        assert key is not None
-        headers = {
-            "webhook-id": delivery,
-            "webhook-timestamp": str(stamp),
-            "webhook-signature": standard_signature(key, delivery, stamp, body),
-            "Content-Type": "application/json",
-        }
+        headers, body = signed_push(self.secret, job_id, "msg_" + secrets.token_hex(12))
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         status = 0
         try:
