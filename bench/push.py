@@ -53,6 +53,8 @@ class Row:
     detected: int
     requests: list[int]
     lags: list[float]
+    answers: list[float]
+    """Seconds the receiver took to answer each push sent."""
 
     @property
     def per_job(self) -> float:
@@ -102,9 +104,10 @@ def fleet(name: str, callers: int, *, lost: float | None, seed: int) -> Row:
             if pusher is not None:
                 ends.update(pusher.ended)
             requests = [sim.request_count(job) for job in ends]
+            answers = [] if pusher is None else list(pusher.answered_in.values())
     detected = sum(isinstance(outcome, Succeeded) for outcome in outcomes.values())
     lags = [max(0.0, done[job] - ends[job]) for job in ends if job in done]
-    return Row(name, callers, detected, requests, lags)
+    return Row(name, callers, detected, requests, lags, answers)
 
 
 @dataclass(frozen=True)
@@ -210,13 +213,15 @@ def render(rows: list[Row], bad: Hostile, command: str, seconds: float) -> str:
         " contract's schedule (15 s) is only the safety net: a lost push is detected by it, later but within the"
         " bound. Lag: from the job's end at the provider to the watch's return.",
         "",
-        "| scenario | detected | status requests per job (mean) | max | p50 lag | p95 lag | max lag |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | detected | status requests per job (mean) | max | p50 lag | p95 lag | max lag |"
+        " receiver's answer (max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        answered = f"{max(row.answers) * 1000:.0f} ms ({len(row.answers)} pushes)" if row.answers else "-"
         lines.append(
             f"| {row.name} | {row.detected}/{row.jobs} | {row.per_job:.2f} | {max(row.requests)} |"
-            f" {row.p(0.5):.3f} s | {row.p(0.95):.3f} s | {max(row.lags):.3f} s |"
+            f" {row.p(0.5):.3f} s | {row.p(0.95):.3f} s | {max(row.lags):.3f} s | {answered} |"
         )
     kinds = ", ".join(
         f"{n} {kind} (answered {'/'.join(map(str, sorted(bad.answers[kind])))})" for kind, n in bad.sent.items()
@@ -258,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for row in rows:
         print(f"{row.name:16} detected {row.detected}/{row.jobs} req/job {row.per_job:.2f} max {max(row.requests)}"
-              f" p95 lag {row.p(0.95):.3f} s max lag {max(row.lags):.3f} s")  # fmt: skip
+              f" p95 lag {row.p(0.95):.3f} s max lag {max(row.lags):.3f} s"
+              f" answered within {max(row.answers, default=0) * 1000:.0f} ms")  # fmt: skip
     bad = hostile(args.callers)
     print(f"hostile: sent {bad.sent} answers {bad.answers} requests caused {bad.requests_caused} woken {bad.woken}")
     command = " ".join(["python -m bench.push", *(argv if argv is not None else sys.argv[1:])]).strip()

@@ -47,6 +47,8 @@ class Pusher:
     """Each job's end, wall-clock seconds: what detection lag is measured from."""
     sent: dict[str, int] = field(default_factory=dict)
     """The receiver's answer to each push sent (a lost one is absent)."""
+    answered_in: dict[str, float] = field(default_factory=dict)
+    """Seconds from each push's sending to the receiver's answer."""
     _timers: list[threading.Timer] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,7 +77,7 @@ class Pusher:
             return
         headers, body = signed_push(self.secret, job_id, "msg_" + secrets.token_hex(12))
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        status = 0
+        status, started = 0, time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 status = int(answer.status)
@@ -85,6 +87,7 @@ class Pusher:
             status = 0
         with self._lock:
             self.sent[job_id] = status
+            self.answered_in[job_id] = time.monotonic() - started
 
     def stop(self) -> None:
         with self._lock:
