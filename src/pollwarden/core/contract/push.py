@@ -30,9 +30,10 @@ _EVENT_TYPE = {
 _DELIVERY_HEADER = {
     "standard-webhooks": "webhook-id",
     "github": "X-GitHub-Delivery",
-    "gitlab": "X-Gitlab-Event-UUID",
+    "gitlab": "Idempotency-Key",
 }
-"""The header each kind names its delivery with (what replays are recognised by)."""
+"""The header each kind names its delivery with, the same on the provider's retries (what replays are recognised
+by); GitLab sends `Idempotency-Key` from 17.4 on, and before it the body's SHA-256 names the delivery."""
 
 
 @dataclass(frozen=True)
