@@ -167,3 +167,27 @@ def test_a_worker_is_woken_by_a_signed_push_to_its_hooks_port(
         worker.terminate()
         worker.communicate(timeout=30)
     assert sim.request_count("exp-2") == 2
+
+
+@pytest.mark.parametrize("db_args", [()])
+def test_a_storm_of_signed_pushes_costs_one_check_per_min_interval(
+    sim: Simulator, home: Path, tmp_path: Path, hooks: str, db_args: tuple[str, ...]
+) -> None:
+    """1,000 signed pushes (each its own delivery) for one running job, while its watch waits: the provider sees
+    at most one check per second of the storm, plus the first."""
+    sim.add_job("exp-storm", [Step(body={"state": "running"})])
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="10m", max_delay="10m", deadline="1h",
+                              max_requests=100, extra=PUSH)  # fmt: skip
+    watch = _spawn(home, "watch", "--contract", str(contract), "--job", "exp-storm", "--json")
+    try:
+        _wait_for_request(sim, "exp-storm", 1)
+        began = time.monotonic()
+        answers = {post(f"{hooks}/hooks/exports", *signed("exp-storm", f"msg_storm_{n}")) for n in range(1000)}
+        _wait_for_request(sim, "exp-storm", 2)  # the storm woke a check (due a second after the first answer)
+        lasted = time.monotonic() - began
+        caused = sim.request_count("exp-storm") - 1
+    finally:
+        watch.terminate()
+        watch.communicate(timeout=30)
+    assert answers == {202}
+    assert 1 <= caused <= int(lasted) + 2, (caused, lasted)
