@@ -313,7 +313,8 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.log = log or JsonLog(worker=owner)
         self.idle_sleep = idle_sleep
-        self._bells: list[Listener] = []
+        self._wake = threading.Event()
+        """Set by a ring of the store's bell or a stop: ends a lane's idle wait."""
         self.provider_intervals = {
             name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
         }
@@ -578,9 +579,11 @@ class Worker:
                 self._outbox_store() as outbox_store,
                 delivering(outbox_store, "worker", say=self.log),
                 ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
+                # One listener for the process (on PostgreSQL one connection more, LISTENing): a ring wakes a lane.
+                listening(self._claim_store.bell, True) as bell,
             ):
                 begun: list[threading.Event] = []
-                threading.Thread(target=self._poke_on_stop, name="pollwarden-bell-stop", daemon=True).start()
+                threading.Thread(target=self._wake_on, args=(bell,), name="pollwarden-bell", daemon=True).start()
                 try:
                     for n in range(self.lanes):
                         ended = threading.Event()
@@ -608,10 +611,17 @@ class Worker:
             raise failures[0]
         self.log("worker_stopped")
 
-    def _poke_on_stop(self) -> None:
-        """A stop ends the lanes' waits on the bell as it ends a wait on `stop` itself."""
+    def _wake_on(self, bell: Listener | None) -> None:
+        """Relays the store's bell to the lanes' idle wait (`_wake`) until the worker stops; a stop wakes them too."""
+        threading.Thread(target=self._wake_at_stop, args=(bell,), name="pollwarden-bell-stop", daemon=True).start()
+        while bell is not None and not self.stop.is_set():
+            if bell.wait(self.idle_sleep):
+                self._wake.set()
+
+    def _wake_at_stop(self, bell: Listener | None) -> None:
         self.stop.wait()
-        for bell in list(self._bells):
+        self._wake.set()
+        if bell is not None:
             bell.poke()
 
     @contextlib.contextmanager
@@ -632,21 +642,14 @@ class Worker:
         overlaps the work of the next instead of leaving the CPU idle. With every slot held (requests in flight
         aside, steps alone), a lane waits for one to free."""
         try:
-            # The store's bell ends an idle wait at once when a provider's push made an operation due.
-            with listening(self._store().bell, True) as bell:
-                if bell is not None:
-                    self._bells.append(bell)
-                    if self.stop.is_set():
-                        bell.poke()
-                while not self.stop.is_set():
-                    if not self._slots.wait(self.idle_sleep):
-                        continue
-                    if self.run_once(pool) or not self._slots.wait(0):
-                        continue
-                    if bell is None:
-                        self.stop.wait(self._idle_for())
-                    else:
-                        bell.wait(self._idle_for())
+            while not self.stop.is_set():
+                if not self._slots.wait(self.idle_sleep):
+                    continue
+                if self.run_once(pool) or not self._slots.wait(0):
+                    continue
+                # Ended at once by a stop, or by the store's bell: a provider's push made an operation due.
+                if self._wake.wait(self._idle_for()) and not self.stop.is_set():
+                    self._wake.clear()
         except BaseException as exc:
             failures.append(exc)
             self.stop.set()
