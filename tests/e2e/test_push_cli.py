@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pollwarden.simulator import Simulator, Step
-from pollwarden.simulator.push import signed_push
+from pollwarden.simulator.push import Pusher, signed_push
 from tests.conftest import run_cli, write_contract
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -191,3 +191,30 @@ def test_a_storm_of_signed_pushes_costs_one_check_per_min_interval(
         watch.communicate(timeout=30)
     assert answers == {202}
     assert 1 <= caused <= int(lasted) + 2, (caused, lasted)
+
+
+@pytest.mark.parametrize("db_args", [()])
+def test_the_simulated_provider_pushes_at_the_jobs_end_and_the_worker_checks_at_once(
+    home: Path, tmp_path: Path, db_args: tuple[str, ...]
+) -> None:
+    """The loopback provider itself announces the end (`Simulator(pusher=...)`), as OpenAI or Replicate would."""
+    pusher = Pusher("http://127.0.0.1:9/unset", SECRET)
+    with Simulator(pusher=pusher) as sim:
+        contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="10m", max_delay="10m", deadline="1h",
+                                  extra=PUSH)  # fmt: skip
+        assert run_cli("contracts", "install", str(contract), "--by", "operator", *db_args, home=home).code == 0
+        worker = _spawn(home, "worker", "--processes", "1", "--hooks-port", "0", *db_args)
+        try:
+            pusher.url = f"{_serving(worker)}/hooks/exports"
+            # Running for 5 s from now, then done: the first check sees it running, the push says it ended.
+            sim.add_job("exp-6", [Step(body={"state": "running"}, seconds=5.0),
+                                  Step(body={"state": "succeeded", "result_url": "/r/6"})])  # fmt: skip
+            assert run_cli("enqueue", "--contract", str(contract), "--job", "exp-6", *db_args, home=home).code == 0
+            _wait_for_request(sim, "exp-6", 2)
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=30)
+        assert pusher.sent == {"exp-6": 202}
+        assert sim.request_count("exp-6") == 2
+    status = run_cli("status", "--json", *db_args, home=home)
+    assert '"succeeded"' in status.stdout, status.stdout
