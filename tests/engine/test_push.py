@@ -51,7 +51,7 @@ def _admitted(store: Store, contract: Contract, job_id: str = "exp-1") -> str:
     assert claimed is not None
     lease, record = claimed  # as a first check would leave it: next one in 10 minutes
     later = record.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
-    assert store.write(lease, later, [Paced(provider="test", until=None).new_event()], now, release=True)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
     return operation_id
 
 

@@ -108,5 +108,5 @@ def wake_one(store: Store, contract: Contract, operation_id: str, event: Wake, d
         store.release(lease)
         return "unchanged"
     payload = woken_payload(delivery_id, event.event_type, change.due_at)
-    written = store.write(lease, change.record, [WokenByPush.from_json(payload).new_event()], now, release=True)
+    written = store.write(lease, change.record, [WokenByPush.from_json(payload)], now, release=True)
     return "moved" if written else "busy"
