@@ -35,7 +35,7 @@ from pollwarden.core.contract.parse import load_contract
 from pollwarden.engine.installed import install
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step, contract_text
-from pollwarden.simulator.push import Pusher, signed_push
+from pollwarden.simulator.push import Pusher, forged, signed_push
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
 from pollwarden.transport.hooks import HooksServer, Receiver
@@ -173,7 +173,7 @@ def hostile(callers: int) -> Hostile:
             for job in jobs:
                 now = int(time.time())
                 headers, body = _signed(job, f"msg_forged_{job}", now)
-                headers["webhook-signature"] = headers["webhook-signature"][:-4] + "AAA="
+                headers["webhook-signature"] = forged(headers["webhook-signature"])
                 answers["forged"].add(_post(url, headers, body))
                 answers["replayed"].add(_post(url, *_signed(job, f"msg_seen_{job}", now)))
                 answers["stale"].add(_post(url, *_signed(job, f"msg_stale_{job}", now - 600)))

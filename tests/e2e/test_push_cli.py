@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pollwarden.simulator import Simulator, Step
-from pollwarden.simulator.push import Pusher, signed_push
+from pollwarden.simulator.push import Pusher, forged, signed_push
 from tests.conftest import run_cli, write_contract
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -97,7 +97,7 @@ def test_a_watch_in_another_process_is_woken_by_a_signed_push(
     try:
         _wait_for_request(sim, "exp-1", 1)  # asleep for ten minutes from here, but for the push
         bad_headers, body = signed("exp-1", "msg_forged")
-        bad_headers["webhook-signature"] = bad_headers["webhook-signature"][:-2] + "A="
+        bad_headers["webhook-signature"] = forged(bad_headers["webhook-signature"])
         assert post(f"{hooks}/hooks/exports", bad_headers, body) == 401
         assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_stale", stamp=int(time.time()) - 600)) == 401
         assert post(f"{hooks}/hooks/exports", *signed("exp-1", "msg_2Kx9")) == 202

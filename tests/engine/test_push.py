@@ -5,18 +5,18 @@ pushes wakes one check per min_interval."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import timedelta
 
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
-from pollwarden.core.push_signature import MAX_BODY_BYTES, standard_key, standard_signature
+from pollwarden.core.push_signature import MAX_BODY_BYTES
 from pollwarden.core.reasons import DelaySource
 from pollwarden.engine import Engine
 from pollwarden.engine.push import receive
 from pollwarden.events import Paced
 from pollwarden.simulator import contract_text
+from pollwarden.simulator.push import forged, signed_push
 from pollwarden.store.base import Store
 from tests.conftest import install
 
@@ -34,12 +34,8 @@ def _contract() -> Contract:
 def _signed(
     job_id: str, delivery: str, *, event: str = "export.done", stamp: int | None = None
 ) -> tuple[dict[str, str], bytes]:
-    body = json.dumps({"type": event, "data": {"id": job_id}}).encode()
-    moment = int(time.time()) if stamp is None else stamp
-    key = standard_key(SECRET)
-    assert key is not None
-    signature = standard_signature(key, delivery, moment, body)
-    return {"webhook-id": delivery, "webhook-timestamp": str(moment), "webhook-signature": signature}, body
+    headers, body = signed_push(SECRET, job_id, delivery, stamp=stamp, event=event)
+    return {name.lower(): value for name, value in headers.items()}, body
 
 
 def _admitted(store: Store, contract: Contract, job_id: str = "exp-1") -> str:
@@ -96,10 +92,10 @@ def test_forged_stale_and_oversized_pushes_change_nothing(store: Store) -> None:
     operation_id = _admitted(store, contract)
     before = store.get(operation_id)
     headers, body = _signed("exp-1", "msg_forged")
-    forged = {**headers, "webhook-signature": headers["webhook-signature"][:-2] + "A="}
+    bad = {**headers, "webhook-signature": forged(headers["webhook-signature"])}
     stale_headers, stale_body = _signed("exp-1", "msg_stale", stamp=int(time.time()) - 301)
     answers = [
-        receive(store, contract, forged, body, secret=SECRET, owner="hooks"),
+        receive(store, contract, bad, body, secret=SECRET, owner="hooks"),
         receive(store, contract, headers, body, secret="whsec_" + "A" * 32, owner="hooks"),
         receive(store, contract, stale_headers, stale_body, secret=SECRET, owner="hooks"),
         receive(store, contract, headers, b" " * (MAX_BODY_BYTES + 1), secret=SECRET, owner="hooks"),

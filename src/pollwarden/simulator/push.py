@@ -35,6 +35,12 @@ def signed_push(
     return {**headers, "Content-Type": "application/json"}, body
 
 
+def forged(signature: str) -> str:
+    """A `v1,` signature with its first byte's characters changed: never the one it was (a test's forgery)."""
+    scheme, _, value = signature.partition(",")
+    return f"{scheme},{'B' if value[:1] == 'A' else 'A'}{value[1:]}"
+
+
 @dataclass
 class Pusher:
     url: str
