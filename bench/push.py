@@ -7,7 +7,7 @@ Not a test: it prints a table and writes its section of docs/benchmarks.md (betw
     python -m bench.push [--callers 50] [--seed 7]
 
 Everything is real: the simulator on loopback (`Simulator(pusher=...)` posts Standard Webhooks pushes), the
-receiver (`transport.hooks` on the home's SQLite store, in this process), and one Python API `Watch` per caller
+receiver (`fleet.hooks` on the home's SQLite store, in this process), and one Python API `Watch` per caller
 on its own thread, waking on the store's bell. The polling-only contract polls fast (250 ms doubling to 2 s) to
 detect ends quickly; the push contract's schedule is only the safety net (15 s), since a push makes the check
 due at once. Each job runs 3-6 s. Detection lag: from the job's end at the provider to the watch's return.
@@ -33,12 +33,12 @@ from pathlib import Path
 from pollwarden import Succeeded, Watch, WatchCancelled
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.engine.installed import install
+from pollwarden.fleet.hooks import HooksServer, Receiver
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.simulator.push import Pusher, forged, signed_push
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
-from pollwarden.transport.hooks import HooksServer, Receiver
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- push:begin -->", "<!-- push:end -->"
@@ -209,7 +209,7 @@ def render(rows: list[Row], bad: Hostile, command: str, seconds: float) -> str:
         f"`{command}` ({seconds:.0f} s; `make bench-push`). {rows[0].jobs} callers, each a Python API `Watch` on its"
         " own thread over one SQLite home, each job running 3-6 s on the loopback simulator. Polling only: the"
         " contract polls at 250 ms doubling to 2 s, to detect ends quickly. With push: the simulator posts a"
-        " Standard Webhooks push at each job's end to the receiver (`transport.hooks`, in process), and the"
+        " Standard Webhooks push at each job's end to the receiver (`fleet.hooks`, in process), and the"
         " contract's schedule (15 s) is only the safety net: a lost push is detected by it, later but within the"
         " bound. Lag: from the job's end at the provider to the watch's return.",
         "",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from pollwarden import Succeeded, Watch, WatchCancelled
+from pollwarden.fleet.hooks import HooksServer, Receiver
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.owner import process_owner
-from pollwarden.transport.hooks import HooksServer, Receiver
 from tests.conftest import write_contract
 from tests.e2e.test_push_cli import PUSH, SECRET, post, signed
 

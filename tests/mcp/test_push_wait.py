@@ -10,10 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pollwarden.fleet.hooks import HooksServer, Receiver
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.owner import process_owner
-from pollwarden.transport.hooks import HooksServer, Receiver
 from tests.e2e.test_push_cli import PUSH, SECRET, post, signed
 from tests.store.conftest import create_database, drop_database
 

@@ -141,8 +141,8 @@ def _serve(
             service.console_login = console.login_link
         hooks = None
         if args.hooks_port is not None:  # the broker's environment holds the webhook secrets too
+            from ..fleet.hooks import HooksServer, Receiver
             from ..store.owner import process_owner
-            from ..transport.hooks import HooksServer, Receiver
 
             hooks_store = open_store(home, keys="write")
             receiver = Receiver(hooks_store, owner=process_owner("hooks"), environ=environ)

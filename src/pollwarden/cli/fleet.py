@@ -29,7 +29,7 @@ from .jobs_file import operation_ids, read_jobs_file
 from .watch import FLAGS
 
 if TYPE_CHECKING:
-    from ..transport.hooks import HooksServer
+    from ..fleet.hooks import HooksServer
 
 
 def db_target(args: argparse.Namespace) -> str | Path:
@@ -121,8 +121,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _serve_hooks(store: Store, host: str, port: int, log: JsonLog, owner: str) -> HooksServer:
-    """The push receiver on a thread of this process (`transport.hooks`), announced in the log."""
-    from ..transport.hooks import HooksServer, Receiver
+    """The push receiver on a thread of this process (`fleet.hooks`), announced in the log."""
+    from ..fleet.hooks import HooksServer, Receiver
 
     try:
         server = HooksServer(Receiver(store, owner=owner, log=log), host=host, port=port).start()

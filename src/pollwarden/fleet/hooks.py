@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..core.contract.parse import Contract, ContractError, parse_contract
+from ..core.lease import lease_ttl
 from ..core.push_signature import MAX_BODY_BYTES, STATUS, Refusal
-from ..engine.flow import lease_ttl
 from ..engine.push import Received, receive, wake_one
 from ..store.base import Store, StoreError
 

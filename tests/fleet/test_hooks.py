@@ -1,4 +1,4 @@
-"""The push receiver's HTTP side (`transport.hooks`), spoken to over a raw socket: what is not a well-formed
+"""The push receiver's HTTP side (`fleet.hooks`), spoken to over a raw socket: what is not a well-formed
 delivery is refused before the body is read or the store is asked, the answers tell nothing about which jobs
 exist, and made-up names cannot grow the counters."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from pollwarden.core.contract.parse import parse_contract
+from pollwarden.fleet.hooks import HooksServer, Receiver
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
-from pollwarden.transport.hooks import HooksServer, Receiver
 from tests.conftest import install
 from tests.e2e.test_push_cli import PUSH, SECRET, signed
 
