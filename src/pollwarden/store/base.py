@@ -49,12 +49,15 @@ from .roles import (
     FleetQueue,
     Grants,
     Operations,
+    Pages,
     Pushes,
     Submissions,
 )
 
 
-class Store(Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pushes, Protocol):
+class Store(
+    Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pages, Pushes, Protocol
+):
     """What every interface may use of a store, whichever backend `open_store` gave it: every role."""
 
 
