@@ -197,9 +197,10 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 
 _SCHEMA_8 = (
-    "DROP INDEX operations_paced",  # schema 10's
+    "DROP INDEX operations_paced",  # schema 11's
     "ALTER TABLE operations DROP COLUMN paced_until",
-    "DROP INDEX operations_console",  # schema 9's
+    "DROP TABLE push_deliveries",  # 10's
+    "DROP INDEX operations_console",  # 9's
     "DROP INDEX operations_unreadable_contract",
     "DROP INDEX decisions_open_reason",
     "ALTER TABLE decisions DROP COLUMN reason",
@@ -209,8 +210,8 @@ _SCHEMA_8 = (
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
 )
-"""What schemas 10 (pacing's due time), 9 (the console's indexes, decisions.reason) and 8 (rows the audit vouches
-for, key rotations, settings, unreadable rows) added, undone."""
+"""What schemas 11 (pacing's due time), 10 (push deliveries), 9 (the console's indexes, decisions.reason) and 8
+(rows the audit vouches for, key rotations, settings, unreadable rows) added, undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:

@@ -1,10 +1,12 @@
--- pollwarden schema 10: pacing is a due time, not an event per wake-up (issue 25). A worker that finds a
--- provider's next fleet-wide slot far away no longer moves the operation's next_poll_at (which hid it from the
--- due, overdue and oldest-lag gauges while it waited): it sets paced_until, the earliest moment a claim may
--- take it, and writes one `paced` event for the whole wait (`Store.defer_paced`). Any write of the record
--- (its poll, a person's answer) clears the column. Like the lease it is not vouched for: it changes no fact of
--- the operation, only when the fleet looks at it again.
-ALTER TABLE operations ADD COLUMN paced_until {time};
+-- pollwarden schema 10: the deliveries of provider pushes seen (issue 27), so a replayed push is known by its
+-- delivery id and changes nothing, across restarts and across the receivers of one fleet. A row is the id the
+-- provider gave the delivery (or the body's SHA-256) under the contract it came in for, and when it came; rows
+-- older than the receivers' memory (`store.base.PUSH_MEMORY`) are deleted as new ones come.
+CREATE TABLE push_deliveries (
+    contract_name {id} NOT NULL,
+    delivery_id {id} NOT NULL,
+    received_at {time} NOT NULL,
+    PRIMARY KEY (contract_name, delivery_id)
+){strict};
 
--- A worker's sleep (`next_due`) is the earliest of the unpaced due times and the paced ones: the paced are few.
-CREATE INDEX operations_paced ON operations (paced_until) WHERE paced_until IS NOT NULL;
+CREATE INDEX push_deliveries_received ON push_deliveries (received_at);
