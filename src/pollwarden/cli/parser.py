@@ -409,6 +409,18 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
     db(w)
     w.set_defaults(func=Command("fleet", "cmd_worker"))
 
+    mt = sub.add_parser(
+        "metrics",
+        help="serve the fleet's gauges on /metrics for Prometheus, read from the database: no worker needed",
+        description="Serve the fleet's gauges (active, due, overdue, orphaned, rate-limited operations, open"
+        " decisions by reason, the outbox) on http://HOST:PORT/metrics, read from the database at each scrape (at"
+        " most once a second). A database that cannot be read answers pollwarden_fleet_scrape_ok 0 and is logged.",
+    )
+    mt.add_argument("--port", dest="metrics_port", type=port_number, required=True, help="the port to serve on")
+    mt.add_argument("--host", dest="metrics_host", type=host_name, default="127.0.0.1", help="default 127.0.0.1")
+    db(mt)
+    mt.set_defaults(func=Command("fleet", "cmd_metrics"))
+
     e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
     e.add_argument("--contract", required=True)
     e.add_argument("--job", help="the provider's job id (required unless --status-url)")

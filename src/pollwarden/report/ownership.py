@@ -29,7 +29,7 @@ from ..core.reasons import Phase
 from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
 
-__all__ = ["Ownership", "lease_ttl_of", "ownership_of"]
+__all__ = ["Ownership", "lease_ttl_of", "orphaned_by", "ownership_of"]
 
 Alive = Callable[[str], "bool | None"]
 
@@ -107,9 +107,18 @@ def ownership_of(stored: Stored, now: datetime, *, alive: Alive = owner_alive) -
     active = record.phase is Phase.ACTIVE
     late = max(timedelta(0), now - record.next_poll_at) if active else timedelta(0)
     overdue = active and not leased and late > lease_ttl_of(stored.contract_text)
-    orphaned = active and not leased and living is False and owner is not None and owner.kind != "worker"
+    orphaned = active and not leased and text is not None and orphaned_by(text, alive=lambda _: living)
     since = stored.watcher_since if text == stored.watcher else None
     return Ownership(owner, since, leased, living, overdue, orphaned, late, record.last_observed_at)
+
+
+def orphaned_by(holder: str | None, *, alive: Alive = owner_alive) -> bool:
+    """Whether an active operation whose holder (the lease holder while its lease runs, else its last watcher) is
+    this one is orphaned: a process known to be gone that no worker of the fleet stands in for. The fleet's
+    gauges ask it once per holder (`Store.active_holders`), `ownership_of` once per operation."""
+    if holder is None or alive(holder) is not False:
+        return False
+    return parse_owner(holder).kind != "worker"
 
 
 def _ago(moment: datetime, now: datetime) -> str:

@@ -132,6 +132,32 @@ class ContractCounts:
     """Rows set aside because their record could not be read: no claim takes them, nor counts them above."""
     oldest_due: datetime | None = None
     """The earliest next_poll_at among the due ones: now minus this is how far behind the fleet is."""
+    rate_limited: int = 0
+    """Active operations whose last answer was the provider's rate limit (429 or a [[rate_limit]] signal)."""
+    budget_used: float = 0.0
+    """The largest share of its status-request budget any active operation has used (0 to 1)."""
+
+
+@dataclass(frozen=True)
+class DecisionCount:
+    """Open decision requests of one contract for one reason (`Store.open_decision_counts`)."""
+
+    contract: str
+    reason: str
+    """The stop reason (`job_failed`, `deadline_exceeded`, ...), or the topic of a question with none."""
+    count: int
+    oldest: datetime | None
+    """When the longest-waiting one was opened."""
+
+
+@dataclass(frozen=True)
+class HolderCount:
+    """Active operations of one contract by who holds their lease now, else who last watched them (None: nobody
+    yet): `ownership.orphaned_by` tells from this whether they are orphaned (`Store.active_holders`)."""
+
+    contract: str
+    holder: str | None
+    count: int
 
 
 @dataclass(frozen=True)
@@ -607,6 +633,15 @@ class Store(Protocol):
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
         """Per contract name: active, due, overdue, open decisions and the oldest due time, counted by the
         database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
+        ...
+
+    def open_decision_counts(self) -> list[DecisionCount]:
+        """Open decision requests by contract and reason, with when the oldest of each was opened."""
+        ...
+
+    def active_holders(self, now: datetime) -> list[HolderCount]:
+        """Active, readable operations counted by contract and holder (the lease holder while its lease runs at
+        `now`, else the last watcher): few rows, one per process that watched."""
         ...
 
     def next_due(self, free_at: datetime | None = None, *, skip: Collection[str] = ()) -> datetime | None:
