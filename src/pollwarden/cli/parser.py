@@ -509,6 +509,11 @@ def _broker_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser
     b.add_argument("--secrets", metavar="FILE", help="KEY=VALUE lines for the contracts' secret_env (mode 0600)")
     b.add_argument("--socket-group", metavar="GROUP", help="the socket's group (default: the broker's primary group)")
     b.add_argument("--console-port", type=port_number, help="also serve the operator console on 127.0.0.1:PORT")
+    b.add_argument(
+        "--metrics-port",
+        type=port_number,
+        help="also serve the fleet's gauges for Prometheus on 127.0.0.1:PORT/metrics (as `pollwarden metrics`)",
+    )
     b.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit for this broker and exit")
     home_arg_adder(b)
     b.set_defaults(func=Command("broker", "cmd_broker"))
