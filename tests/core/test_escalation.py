@@ -71,15 +71,15 @@ def test_budget_exhausted_request_reads_like_r31() -> None:
         "Provider job: exp_71c",
         "Last state: running",
         "Elapsed time: 40 minutes",
-        "Status requests: 2 of 2",
-        "Last HTTP result: 200 at 10:20 UTC",
+        "Checks used: 2 of 2 checks",
+        "Last HTTP result: 200 at 2025-04-18T10:20:20Z",
         "Stopped because: request_budget_exhausted",
     ):
         assert line in text, line
     kinds = [o.kind for o in request.options]
     assert kinds == [OptionKind.EXTEND, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE]
     assert request.options[0].label == "extend by 15m with 4 additional checks"
-    assert "at most 4 more status requests (6 in all)" in request.options[0].effect
+    assert "at most 4 more checks (6 in all)" in request.options[0].effect
     assert request.options[2].url == "https://provider.example/console/exp_71c"
     assert DecisionRequest.from_json(request.to_json()) == request
 
@@ -133,7 +133,7 @@ def test_transport_stops_extend_the_transport_budget_too() -> None:
     stopped = poll(contract, record, failure(FailureKind.CONNECT)).record
     assert stopped.reason is StopReason.PROVIDER_FAILURE
     request = build_request(stopped, contract, T0, decision_id="d6")
-    assert request.options[0].label.endswith("and 1 more transport failures")
+    assert request.options[0].label.endswith("and 1 more transport failure")
     extended = apply_extension(stopped, request.options[0], T0)
     assert extended.transport_failures_used == 1 and extended.plan.max_transport_failures == 2
 
