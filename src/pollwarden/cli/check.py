@@ -21,14 +21,9 @@ from ..core.durations import format_duration, format_rfc3339
 from ..core.observe import Kind
 from ..core.reasons import Category, DelaySource, StopReason
 from ..core.replay import MAX_ANSWER_FILE_BYTES, Replay, ReplayError, read_answer, replay
+from ..core.words import delay_words
 from ..shown import shown
 from .common import EXIT_ESCALATED, EXIT_OK, UsageError, _load_contract, vars_of
-
-SOURCE_WORDS = {
-    "local_backoff": "backoff",
-    "provider_retry_after": "Retry-After",
-    "provider_poll_hint": "the provider's hint",
-}
 
 
 def cmd_contracts_check(args: argparse.Namespace) -> int:
@@ -114,7 +109,7 @@ def _next(result: Replay) -> str:
 
 
 def _source(source: DelaySource) -> str:
-    return SOURCE_WORDS.get(source.value, source.value)
+    return delay_words(source)
 
 
 def _moment(moment: datetime | None, now: datetime) -> str | None:

@@ -72,6 +72,8 @@ class Observed(AuditEvent):
     state: str | None = None
     retry_after_header: str | None = None
     detail: str | None = None
+    provider_error: str | None = None
+    """The provider's own error message, as compact JSON text when it was an object."""
 
     @classmethod
     def of(cls, observation: Observation, sent_at: datetime) -> Observed:

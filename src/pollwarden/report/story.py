@@ -13,16 +13,9 @@ from typing import Any, TypeVar
 
 from .. import events as ev
 from ..core.contract.result import counts_text, result_text
-from ..core.durations import DurationError, parse_rfc3339
+from ..core.durations import DurationError, format_moment, format_rfc3339, parse_rfc3339
+from ..core.words import delay_words, plural
 from ..store.base import AGENT_LOG_PREFIX, CONTRACT_LOG_PREFIX, Event
-
-SOURCE_WORDS = {
-    "provider_retry_after": "provider guidance",
-    "provider_poll_hint": "provider hint",
-    "local_backoff": "local backoff",
-    "manual_extension": "manual extension",
-    "credential_recheck": "a check with the credential configured now",
-}
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
 
@@ -62,13 +55,19 @@ def renders(*classes: type[E]) -> Callable[[Callable[[E, Scene], str | None]], C
     return register
 
 
+def _count(value: object, noun: str) -> str:
+    """`40 checks`, `1 check`: a count an older record may lack ("?")."""
+    return plural(value, noun) if isinstance(value, int) and not isinstance(value, bool) else f"{_v(value)} {noun}s"
+
+
 def _v(value: object) -> str:
     """A value for a sentence: a field an older record lacks reads "?", never "None"."""
     return "?" if value is None or value == "" else str(value)
 
 
 def _clock(moment: datetime) -> str:
-    return moment.strftime("%H:%M:%S")
+    """Every time the story tells, with its date and zone: what `why --at` takes back."""
+    return format_moment(moment)
 
 
 def _clock_text(text: str | None) -> str:
@@ -131,7 +130,7 @@ def _observed(o: ev.Observed) -> str:
 def _created(e: ev.Created, s: Scene) -> str:
     return (
         f"{s.at} watching job {_v(e.job)} ({_v(e.contract)}), deadline {_clock_text(e.deadline_at)},"
-        f" budget {_v(e.max_status_requests)} requests, {_v(e.max_transport_failures)} transport failures"
+        f" budget {_count(e.max_status_requests, 'check')}, {_count(e.max_transport_failures, 'transport failure')}"
     )
 
 
@@ -139,13 +138,13 @@ def _created(e: ev.Created, s: Scene) -> str:
 def _decision(e: ev.DecisionEvent, s: Scene) -> str:
     head = _observed(s.observed) if s.observed is not None else None
     if e.action == "wait":
-        source = SOURCE_WORDS.get(str(e.delay_source), _v(e.delay_source))
-        return f"{s.at} {_v(head)}, next poll {_clock_text(e.next_poll_at)} from {source}"
+        return f"{s.at} {_v(head)}, next check {_clock_text(e.next_poll_at)} ({delay_words(e.delay_source)})"
     if e.action == "succeed":
         return f"{s.at} {_v(head)}, result validated, succeeded"
     prefix = f"{s.at} {head}, " if head else f"{s.at} "
     if e.reason in JOB_ENDED_REASONS:
-        return f"{prefix}{_words(e.reason)}, stopped"
+        said = s.observed.provider_error if s.observed is not None else None
+        return f"{prefix}{_words(e.reason)}, stopped" + (f"; the provider said: {said}" if said else "")
     if head is None and e.rule not in (None, e.reason):  # a stop of its own rule, with no answer to tell it
         return f"{prefix}{_words(e.reason)} ({_v(e.rule)}), escalated: {_v(e.detail)}"
     return f"{prefix}{_words(e.reason)}, escalated"
@@ -197,10 +196,10 @@ def _refused(e: ev.Refused, s: Scene) -> str:
 
 @renders(ev.Extended)
 def _extended(e: ev.Extended, s: Scene) -> str:
-    limits = f"deadline {_clock_text(e.deadline_at)}, budget {_v(e.max_status_requests)} requests"
+    limits = f"deadline {_clock_text(e.deadline_at)}, budget {_count(e.max_status_requests, 'check')}"
     if e.delay_source == "credential_recheck":
         return f"{s.at} one check with the credential configured now is due {_clock_text(e.next_poll_at)}: {limits}"
-    return f"{s.at} extended: {limits}, next poll {_clock_text(e.next_poll_at)} from manual extension"
+    return f"{s.at} extended: {limits}, next check {_clock_text(e.next_poll_at)} ({delay_words(e.delay_source)})"
 
 
 @renders(ev.DecisionExpired)
@@ -269,7 +268,7 @@ def _watch_rejoined(e: ev.WatchRejoined, s: Scene) -> str:
 def _call_intent(e: ev.CallIntent, s: Scene) -> str:
     return (
         f"{s.at} call {_v(e.call)}: {_v(e.purpose)} for {_v(e.operation)} (approval {_v(e.approval)},"
-        f" requests {_v(e.status_requests_used)}/{_v(e.max_status_requests)})"
+        f" checks {_v(e.status_requests_used)}/{_v(e.max_status_requests)})"
         + (f" by agent {_principal(e.agent)}" if e.agent else "")
     )
 
@@ -347,7 +346,7 @@ def _interrupted(e: ev.WatchInterrupted, s: Scene) -> str:
 
 @renders(ev.Paced)
 def _paced(e: ev.Paced, s: Scene) -> str:
-    return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next poll not before {_clock_text(e.until)}"
+    return f"{s.at} paced by the fleet's cap for {_v(e.provider)}: next check not before {_clock_text(e.until)}"
 
 
 @renders(ev.LimitsNarrowed)
@@ -416,4 +415,4 @@ def story_lines(events: Sequence[Event]) -> list[str]:
 
 
 def story_json(events: Sequence[Event]) -> list[dict[str, Any]]:
-    return [{"seq": e.seq, "at": e.at.isoformat(), "kind": e.kind, "data": dict(e.data)} for e in events]
+    return [{"seq": e.seq, "at": format_rfc3339(e.at), "kind": e.kind, "data": dict(e.data)} for e in events]

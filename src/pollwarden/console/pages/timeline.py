@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from ... import events as ev
 from ...core.durations import DurationError, parse_rfc3339
 from ...core.record import OperationRecord
-from ...report.story import SOURCE_WORDS
+from ...core.words import DELAY_WORDS as SOURCE_WORDS
 from ...store.base import Event
 from .frame import esc
 
