@@ -105,8 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     shown(owned.describe(now)) if active else "-",
                 )
             )
-        for line in table(STATUS_COLUMNS, cells, table_width(sys.stdout)):
-            print(line)
+        table(STATUS_COLUMNS, cells, table_width(sys.stdout)).print(sys.stdout, more="`status OPERATION` or --json")
         _print_unreadable(unreadable)
         return EXIT_OK
     finally:

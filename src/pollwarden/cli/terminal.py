@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-__all__ = ["Column", "FittedOut", "cell_width", "fit", "fit_middle", "table", "table_width", "terminal_width"]
+__all__ = ["Column", "FittedOut", "Table", "cell_width", "fit", "fit_middle", "table", "table_width", "terminal_width"]
 
 MAX_TABLE_WIDTH = 100
 """A table wider than this is hard to read on any screen; `status` and `contracts` fit it."""
+
+CUT_TO = 16
+"""A table's last column is cut rather than dropped while this many of its columns still show."""
 
 _CONTROL = "\r\033[K"
 """What a redrawn line starts with: back to the first column, erase the rest."""
@@ -144,7 +147,20 @@ class Column:
         return fit_middle(cell, width) if self.middle else fit(cell, width)
 
 
-def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
+@dataclass(frozen=True)
+class Table:
+    lines: list[str]
+    hidden: list[str]
+    """The headings of the columns dropped to fit: a command says where to read them (`--json`)."""
+
+    def print(self, out: TextIO, *, more: str = "--json") -> None:
+        for line in self.lines:
+            out.write(line + "\n")
+        if self.hidden:
+            out.write(fit(f"({', '.join(self.hidden).lower()} left out to fit; {more} shows them)", 99) + "\n")
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> Table:
     """The rows (heading first) in aligned columns two spaces apart, no line wider than `width`: the columns of
     the highest `drop` go first until it fits; what still does not fit has its last column cut."""
     cells = [[c.cut(cell, c.limit) if c.limit else cell for cell, c in zip(row, columns, strict=True)] for row in rows]
@@ -156,11 +172,14 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) 
     def total(indices: list[int]) -> int:
         return sum(widths(indices)) + 2 * (len(indices) - 1)
 
+    def fits(indices: list[int]) -> bool:
+        """Within `width`, or near enough that the last column can give the rest and keep `CUT_TO` of its own."""
+        last = widths(indices)[-1]
+        return total(indices) - width <= max(0, last - max(CUT_TO, cell_width(columns[indices[-1]].heading)))
+
     for rank in sorted({c.drop for c in columns if c.drop}, reverse=True):
-        if total(kept) <= width:
-            break
         for i in [i for i in kept if columns[i].drop == rank][::-1]:
-            if total(kept) <= width:
+            if fits(kept):
                 break
             kept.remove(i)
     sizes = widths(kept)
@@ -175,4 +194,4 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) 
             cell = columns[i].cut(row[i], size)
             parts.append(cell if position == len(kept) - 1 else cell + " " * (size - cell_width(cell)))
         lines.append("  ".join(parts).rstrip())
-    return lines
+    return Table(lines, [c.heading for i, c in enumerate(columns) if i not in kept])
