@@ -67,7 +67,7 @@ def test_budget_exhausted_then_extended_then_succeeds(exhausted: tuple[Path, str
     assert [d["decision_id"] for d in listed] == [decision_id]
     assert [o["kind"] for o in listed[0]["options"]] == ["extend", "cancel", "inspect", "close"]
     text = run_cli("decisions", home=home).stdout
-    assert "Status requests: 2 of 2" in text and "Stopped because: request_budget_exhausted" in text
+    assert "Checks used: 2 of 2 checks" in text and "Stopped because: request_budget_exhausted" in text
     sim.add_job("exp_71c", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/1"})])
     ran = run_cli("decide", decision_id, "--option", "1", "--by", "alice", "--note", "export is large", home=home)
     assert ran.code == 0, ran.stderr
@@ -78,7 +78,7 @@ def test_budget_exhausted_then_extended_then_succeeds(exhausted: tuple[Path, str
     assert sim.request_count("exp_71c") == 4
     story = run_cli("story", "op", home=home).stdout
     assert f"alice chose [1] extend by 10m with 3 additional checks on {decision_id} (export is large)" in story
-    assert "extended: deadline" in story and "from manual extension" in story
+    assert "extended: deadline" in story and "(extension)" in story
     assert run_cli("audit", "verify", home=home).code == 0
     # Decided once: a second answer changes nothing.
     again = run_cli("decide", decision_id, "--option", "4", "--by", "bob", home=home)

@@ -33,7 +33,7 @@ STATUS_COLUMNS = (
     Column("CHECKS", drop=2),
     Column("FLAGS", drop=1),
     Column("JOB", drop=4, limit=24, middle=True),
-    Column("OWNER", drop=5, limit=40),
+    Column("OWNER", drop=5, limit=48),
 )
 """The status table's columns: on a narrow terminal the owner goes first, then the job, the state, the reason and
 the checks; the operation, its phase and its flags (overdue, orphaned) always show."""

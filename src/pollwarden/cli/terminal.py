@@ -24,8 +24,6 @@ MAX_TABLE_WIDTH = 100
 CUT_TO = 16
 """A table's last column is cut rather than dropped while this many of its columns still show."""
 
-_CONTROL = "\r\033[K"
-"""What a redrawn line starts with: back to the first column, erase the rest."""
 
 
 def cell_width(text: str) -> int:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
@@ -14,7 +14,7 @@ from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract.parse import Contract
 from ..core.contract.result import result_text
 from ..core.decide import Decision
-from ..core.durations import format_moment
+from ..core.durations import format_duration, format_moment
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
@@ -159,8 +159,8 @@ def _decision_line(decision: Decision, now: datetime) -> str:
     checks = checks_used(record.status_requests_used, record.plan.max_status_requests)
     stamp = format_moment(now)
     if decision.next_poll_at is not None and not record.is_final:
-        at = format_moment(decision.next_poll_at)
-        return f"{stamp} {seen} · {checks} · next check {at} ({delay_words(decision.delay_source)})"
+        wait = format_duration(timedelta(seconds=max(0, round((decision.next_poll_at - now).total_seconds()))))
+        return f"{stamp} {seen} · {checks} · next check in {wait} ({delay_words(decision.delay_source)})"
     if record.phase is Phase.SUCCEEDED:
         return f"{stamp} {seen} · {checks} · succeeded: {shown(result_text(record.result))}"
     return f"{stamp} {seen} · {checks} · stopped: {record.reason.value if record.reason else '?'}"

@@ -27,11 +27,11 @@ __all__ = [
 ]
 
 DELAY_WORDS: dict[str, str] = {
-    DelaySource.PROVIDER_RETRY_AFTER.value: "the provider's Retry-After",
-    DelaySource.PROVIDER_POLL_HINT.value: "the provider's poll hint",
-    DelaySource.LOCAL_BACKOFF.value: "the schedule",
-    DelaySource.MANUAL_EXTENSION.value: "a person's extension",
-    DelaySource.CREDENTIAL_RECHECK.value: "a check with the credential configured now",
+    DelaySource.PROVIDER_RETRY_AFTER.value: "provider's Retry-After",
+    DelaySource.PROVIDER_POLL_HINT.value: "provider's hint",
+    DelaySource.LOCAL_BACKOFF.value: "backoff",
+    DelaySource.MANUAL_EXTENSION.value: "extension",
+    DelaySource.CREDENTIAL_RECHECK.value: "credential recheck",
 }
 """Who chose a next check's time, by `DelaySource` value (a stored event carries the value as text)."""
 
@@ -43,7 +43,7 @@ _STOP_TITLES = {
 
 
 def delay_words(source: DelaySource | str | None) -> str:
-    """`the provider's Retry-After`: who chose the time of the next check. An unknown value (a newer
+    """`provider's Retry-After`: who chose the time of the next check. An unknown value (a newer
     version's, in an old log) reads as itself with spaces; None as `?`."""
     if source is None:
         return "?"

@@ -63,8 +63,8 @@ class Progress:
         return _seconds(self.deadline_at - self.created_at)
 
     def message(self, now: datetime) -> str:
-        """One line a person or an agent can read: `running · checks 3/20 · next check in 12s (the
-        provider's Retry-After) · deadline in 9m30s`."""
+        """One line a person or an agent can read: `running · checks 3/20 · next check in 12s (provider's
+        Retry-After) · deadline in 9m30s`."""
         state = self.state or "not yet seen"
         checks = checks_used(self.checks_used, self.checks_allowed)
         if self.final:
