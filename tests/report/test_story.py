@@ -109,4 +109,7 @@ def test_submission_outcomes_are_told_in_words() -> None:
             _e(2, "submission_rejected", http_status=409),
         ]
     )
-    assert lines == ["2025-04-18T10:20:31Z submission unknown: no answer in 5s", "2025-04-18T10:20:31Z submission rejected: HTTP 409"]
+    assert lines == [
+        "2025-04-18T10:20:31Z submission unknown: no answer in 5s",
+        "2025-04-18T10:20:31Z submission rejected: HTTP 409",
+    ]

@@ -25,7 +25,6 @@ CUT_TO = 16
 """A table's last column is cut rather than dropped while this many of its columns still show."""
 
 
-
 def cell_width(text: str) -> int:
     """Columns `text` takes on a terminal: wide (East Asian) characters two, combining marks none."""
     width = 0

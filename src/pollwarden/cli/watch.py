@@ -39,7 +39,7 @@ from .common import (
     shown_request,
     vars_of,
 )
-from .terminal import FittedOut
+from .terminal import FittedOut, fit_middle
 
 
 def exit_code(record: OperationRecord) -> int:
@@ -146,7 +146,8 @@ class Progress:
         if shown_now.final:
             self._clear()  # the outcome is printed next, on a line of its own
             return
-        self.out.write(f"\r\033[K{shown(shown_now.job_id)}: {shown(shown_now.message(now))}")
+        # The job id cut in the middle: a long one would leave no room for the progress the line is for.
+        self.out.write(f"\r\033[K{fit_middle(shown(shown_now.job_id), 32)}: {shown(shown_now.message(now))}")
         self.out.flush()
         self._dirty = True
 
