@@ -356,3 +356,26 @@ def test_an_answer_waits_for_a_step_in_flight_instead_of_failing(sim: Simulator,
     finally:
         store.close()
     assert ran.code == 0, ran.stderr
+
+
+def test_an_ended_job_says_what_happened_at_the_provider_and_its_error(
+    sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    """job_failed: "External job failed", never "needs a decision"; the provider's own error in the watch's
+    outcome, in `decisions` (text and JSON, as a value) and in `story`; and `why --at` takes the story's time."""
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    ran = run_cli("watch", "--contract", str(contract), "--job", "failed-2", "--operation", "op", home=home)
+    assert ran.code == 3
+    assert "External job failed: job_failed" in ran.stdout and "needs a decision" not in ran.stdout
+    listed = run_cli("decisions", home=home).stdout
+    assert listed.startswith("External job failed\n"), listed
+    assert 'Provider error: {"code": "E_QUOTA", "message": "export quota exceeded"}' in listed
+    as_json = json.loads(run_cli("decisions", "--json", home=home).stdout)
+    assert as_json[0]["provider_error"] == {"code": "E_QUOTA", "message": "export quota exceeded"}
+    story = run_cli("story", "op", home=home).stdout.splitlines()
+    stop = next(line for line in story if "job failed, stopped" in line)
+    assert stop.endswith('the provider said: {"code": "E_QUOTA", "message": "export quota exceeded"}'), stop
+    stamp = stop.split(" ", 1)[0]
+    assert len(stamp) == len("2026-12-06T18:40:00Z") and stamp.endswith("Z") and "T" in stamp
+    why = run_cli("why", "op", "--at", stamp, home=home)
+    assert why.code == 0 and "-> stop" in why.stdout, why.stdout + why.stderr
