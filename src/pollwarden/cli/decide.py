@@ -91,7 +91,8 @@ def _with_provider_errors(store: Store, rows: list[StoredDecision]) -> list[Stor
     filled = []
     for stored in rows:
         found = records.get(stored.request.operation_id)
-        if stored.request.decision_id in missing and found is not None and stop_marker(found.record) == stored.request.stop_marker:
+        same_stop = found is not None and stop_marker(found.record) == stored.request.stop_marker
+        if stored.request.decision_id in missing and found is not None and same_stop:
             stored = replace(stored, request=replace(stored.request, provider_error=found.record.provider_error))
         filled.append(stored)
     return filled
