@@ -138,7 +138,7 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
             "Operation: report-export-01",
             "Provider job: exp_71c",
             "Last state: running",
-            "Status requests: 2 of 2",
+            "Checks used: 2 of 2 checks",
             "Stopped because: request_budget_exhausted",
         ):
             assert line in context

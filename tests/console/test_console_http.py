@@ -174,7 +174,7 @@ def test_deciding_by_the_console_extends_once_and_a_second_decide_is_refused(
 ) -> None:
     stopped = stop_operation(home, sim, contract_path, "op-decide", "exp_decide")
     page = client.get("/decisions").text
-    assert 'Status requests:</span> <span class="v">2 of 2</span>' in page
+    assert 'Checks used:</span> <span class="v">2 of 2 checks</span>' in page
     assert "request_budget_exhausted" in page
     assert f'action="/decisions/{stopped.decision_id}/decide"' in page
     assert (

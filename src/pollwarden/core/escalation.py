@@ -465,9 +465,9 @@ def _recheck_effect(record: OperationRecord) -> str:
     counted = f"of {most}" if used < most else f"of {most}: the budget grows by one for it"
     margin = format_duration(contract_margin(record))
     return (
-        f"sends one status request with the credential configured now, read again by whoever sends it (`pollwarden"
-        f" decide` itself where the credential is configured, else the next watch of the operation); it is status"
-        f" request {used + 1} {counted}, and a deadline less than {margin} away moves to {margin} after the decision"
+        f"sends one check with the credential configured now, read again by whoever sends it (`pollwarden"
+        f" decide` itself where the credential is configured, else the next watch of the operation); it is check"
+        f" {used + 1} {counted}, and a deadline less than {margin} away moves to {margin} after the decision"
         f" so it can be sent; the answer decides what follows, and a refusal stops the operation again with a new"
         f" decision"
     )

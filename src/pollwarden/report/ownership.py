@@ -60,7 +60,7 @@ class Ownership:
             return "nobody yet"
         parts = [self.owner.describe()]
         if self.alive is False:
-            parts.append("gone" if self.last_poll is None else f"gone (last poll {_ago(self.last_poll, now)})")
+            parts.append("gone" if self.last_poll is None else f"gone (last check {_ago(self.last_poll, now)})")
             return ", ".join(parts)
         if self.since is not None:
             parts.append(f"since {_ago(self.since, now)}")

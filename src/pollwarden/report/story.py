@@ -340,7 +340,7 @@ def _interrupted(e: ev.WatchInterrupted, s: Scene) -> str:
         return line
     return (
         f"{line}; resume operation {_v(e.operation or s.operation)}: deadline {_clock_text(e.deadline_at)},"
-        f" {_v(e.status_requests_used)}/{_v(e.max_status_requests)} requests used, kept"
+        f" checks {_v(e.status_requests_used)}/{_v(e.max_status_requests)} used, kept"
     )
 
 

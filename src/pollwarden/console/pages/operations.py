@@ -73,7 +73,7 @@ def _operation_row(row: Row, now: datetime) -> str:
         f'<div class="detail">{trunc(r.job_id)}</div></td>'
         f"<td>{phase_badge(r)} {flag_badges(row.ownership)}{reason}</td>"
         f"<td>{trunc(r.last_state, cls='state') if r.last_state else dash(None)}</td>"
-        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}'
+        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "checks")}'
         f'<div class="detail muted">transport {r.transport_failures_used}/{r.plan.max_transport_failures}</div></td>'
         f'<td class="when">{deadline}</td>'
         f'<td class="when">{next_poll}</td>'
@@ -150,7 +150,7 @@ def _operations_body(rows: Sequence[Row], wanted: str, now: datetime) -> str:
         lines = "".join(_operation_row(row, now) for row in shown_rows)
         table = (
             '<table class="operations"><thead><tr><th>Operation / job</th><th>Phase</th><th>Last state</th>'
-            "<th>Status requests</th><th>Deadline</th><th>Next poll</th><th>Owner</th><th></th>"
+            "<th>Checks</th><th>Deadline</th><th>Next check</th><th>Owner</th><th></th>"
             f"</tr></thead><tbody>{lines}</tbody></table>"
             if shown_rows
             else f'<p class="muted">No operation is {esc(FILTERS[wanted])} right now.</p>'
@@ -195,8 +195,8 @@ def operation_page(
     if record.phase is Phase.ACTIVE:
         owner = f' &nbsp; <span class="muted">Owner</span> {esc(ownership.describe(now))} {flag_badges(ownership)}'
     bars = (
-        '<p><span class="muted">Status requests</span> '
-        f"{budget(record.status_requests_used, record.plan.max_status_requests, 'status requests')}"
+        '<p><span class="muted">Checks</span> '
+        f"{budget(record.status_requests_used, record.plan.max_status_requests, 'checks')}"
         ' &nbsp; <span class="muted">Transport failures</span> '
         f"{budget(record.transport_failures_used, record.plan.max_transport_failures, 'transport failures')}"
         f" &nbsp; {when}{owner}</p>"
