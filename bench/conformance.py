@@ -1383,6 +1383,10 @@ def main(argv: list[str] | None = None) -> int:
     plot_lag(rows, fleets, peers, DOCS / "bench-detection-lag.png")
     command = " ".join(["python -m bench.conformance", *(argv if argv is not None else sys.argv[1:])]).strip()
     text = render(rows, fleets, overheads, gets, audit, peers, command, time.time() - started, conformance_wall)
+    if args.out.exists():  # the metrics scrape's section is written by bench.metrics_bench: kept
+        from .metrics_bench import keep_section
+
+        text = keep_section(args.out.read_text(encoding="utf-8"), text)
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out} in {time.time() - started:.0f} s")
     return 0

@@ -1,18 +1,20 @@
 """What one scrape of the fleet gauges costs (`fleet.gauges`), at 10,000 operations, on SQLite and PostgreSQL.
 
-    python -m bench.metrics_bench [--operations 10000] [--decisions 2000] [--rounds 15] [--skip-postgres]
+    python -m bench.metrics_bench [--operations 10000] [--decisions 2000] [--rounds 15] [--skip-postgres] [--write]
 
 The store holds `--operations` operations over three contracts: most active (a tenth of them overdue, some rate
 limited, some whose watch process is gone) and `--decisions` stopped with a decision open (failed jobs and
 spent deadlines). A scrape is `generate_latest` of a registry holding only the fleet gauges, as
 `pollwarden metrics` answers it: "uncached" reads the database every time (`fresh_for` 0), "cached" answers
 from the last reading (within the second). The figure is the median of `--rounds` scrapes, after one to warm up.
-Not a test: it prints a table for docs/benchmarks.md.
+Not a test: it prints a table, and with `--write` puts it in docs/benchmarks.md ("Metrics scrape", between marks
+that `bench.conformance` keeps when it writes the rest of that file).
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import tempfile
 import time
@@ -30,6 +32,9 @@ from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 
 from .throughput import _seeding_store, database
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- metrics_bench -->", "<!-- /metrics_bench -->"
 
 CONTRACT = """
 name = "{name}"
@@ -94,16 +99,51 @@ def scrape_ms(store: Store, *, fresh_for: float, rounds: int) -> float:
     return statistics.median(times)
 
 
+def keep_section(old: str, new: str) -> str:
+    """`new` (a whole docs/benchmarks.md) with the metrics section of `old` appended, when `new` has none."""
+    if BEGIN in new or BEGIN not in old or END not in old:
+        return new
+    start, end = old.index(BEGIN), old.index(END) + len(END)
+    return new.rstrip("\n") + "\n\n" + old[start:end] + "\n"
+
+
+def write_section(table: list[str], command: str) -> None:
+    section = "\n".join(
+        [
+            BEGIN,
+            "## Metrics scrape",
+            "",
+            f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.platform()},"
+            f" Python {platform.python_version()}. One scrape of the fleet gauges (`fleet/gauges.py`, what"
+            " `pollwarden metrics` serves) over three contracts: uncached reads the database (a handful of grouped"
+            " queries), cached answers from the reading of the last second. Median of the rounds.",
+            "",
+            *table,
+            END,
+        ]
+    )
+    old = DOC.read_text(encoding="utf-8")
+    if BEGIN in old and END in old:
+        text = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) :]
+    else:
+        text = old.rstrip("\n") + "\n\n" + section + "\n"
+    DOC.write_text(text, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--decisions", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args(argv)
     backends = ["sqlite"] if args.skip_postgres else ["sqlite", "postgres"]
-    print("| backend | operations | open decisions | scrape, uncached (ms) | scrape, cached (ms) |")
-    print("|---|---:|---:|---:|---:|")
+    table = [
+        "| backend | operations | open decisions | scrape, uncached (ms) | scrape, cached (ms) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    print("\n".join(table))
     for backend in backends:
         with tempfile.TemporaryDirectory() as tmp, database(backend, Path(tmp)) as target:
             home = Path(tmp)
@@ -118,7 +158,10 @@ def main(argv: list[str] | None = None) -> None:
                 cached = scrape_ms(store, fresh_for=3600, rounds=args.rounds)
             finally:
                 store.close()
-        print(f"| {backend} | {args.operations:,} | {args.decisions:,} | {uncached:.1f} | {cached:.2f} |", flush=True)
+        table.append(f"| {backend} | {args.operations:,} | {args.decisions:,} | {uncached:.1f} | {cached:.2f} |")
+        print(table[-1], flush=True)
+    if args.write:
+        write_section(table, " ".join(["python -m bench.metrics_bench", *(argv if argv is not None else [])]))
 
 
 if __name__ == "__main__":
