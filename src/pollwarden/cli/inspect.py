@@ -31,12 +31,13 @@ STATUS_COLUMNS = (
     Column("REASON", drop=2, limit=24),
     Column("STATE", drop=3, limit=16),
     Column("CHECKS", drop=2),
-    Column("FLAGS", drop=1),
+    Column("FLAGS"),
     Column("JOB", drop=4, limit=24, middle=True),
     Column("OWNER", drop=5, limit=48),
 )
 """The status table's columns: on a narrow terminal the owner goes first, then the job, the state, the reason and
-the checks; the operation, its phase and its flags (overdue, orphaned) always show."""
+the checks; the operation, its phase and its flags (overdue, orphaned) always show, an id cut in the middle on a
+very narrow one."""
 
 # -- status and story ---------------------------------------------------------------------------------
 

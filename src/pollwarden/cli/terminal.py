@@ -184,6 +184,12 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) 
     if over > 0:  # the last column gives what is missing, down to its heading's width
         last = len(kept) - 1
         sizes[last] = max(cell_width(columns[kept[last]].heading), sizes[last] - over)
+    while (over := sum(sizes) + 2 * (len(kept) - 1) - width) > 0:  # then the widest, one column at a time
+        widest = max(range(len(kept)), key=lambda n: sizes[n])
+        floor = max(cell_width(columns[kept[widest]].heading), 4)
+        if sizes[widest] <= floor:
+            break  # narrower than its columns' headings: nothing more can go
+        sizes[widest] = max(floor, sizes[widest] - over)
     lines = []
     for row in [[c.heading for c in columns], *cells]:
         parts = []
