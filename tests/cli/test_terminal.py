@@ -57,16 +57,19 @@ def test_status_fits_every_width_and_keeps_its_columns_aligned(width: int) -> No
 
 def test_owner_text_cannot_break_the_alignment() -> None:
     """An owner's description as long as a host name allows is cut to its column, not pushed past the table."""
-    wide = list(STATUS_ROW[:-1]) + ["watch on db-1 \u4f5c\u4e1a (pid 4242), since 3m ago, polling now and more"]
+    wide = (*STATUS_ROW[:-1], "watch on db-1 \u4f5c\u4e1a (pid 4242), since 3m ago, polling now and more")
     for width in (80, 100):
-        drawn = table(STATUS_COLUMNS, [tuple(wide), STATUS_ROW], width)
+        drawn = table(STATUS_COLUMNS, [wide, STATUS_ROW], width)
         assert all(cell_width(line) <= width for line in drawn.lines)
         assert "OWNER" in drawn.hidden or all(line.endswith("…") for line in drawn.lines[1:])
 
 
 def test_contracts_fit_80_columns_dropping_the_docs_first() -> None:
-    rows = [["vertex-ai-batch-prediction", "Vertex AI batch prediction", "GOOGLE_TOKEN", "--var project=...",
-             "google (missing: pip install 'pollwarden[google]')", "https://cloud.google.com/vertex-ai/docs"]]  # fmt: skip
+    extra = "google (missing: pip install 'pollwarden[google]')"
+    docs = "https://cloud.google.com/vertex-ai/docs"
+    rows = [
+        ["vertex-ai-batch-prediction", "Vertex AI batch prediction", "GOOGLE_TOKEN", "--var project=...", extra, docs]
+    ]
     drawn = table(SHIPPED_COLUMNS, rows, 80)
     assert "DOCS" in drawn.hidden and all(cell_width(line) <= 80 for line in drawn.lines)
     assert "NEEDS" in drawn.lines[0]
