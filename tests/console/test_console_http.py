@@ -244,7 +244,7 @@ def test_operations_table_and_audit_page(home: Path, sim: Simulator, contract_pa
     stop_operation(home, sim, contract_path, "op-table", "exp_table")
     table = client.get("/").text
     assert '<a class="mono trunc" href="/operations/op-table" title="op-table">op-table</a>' in table
-    assert '<progress value="2" max="2" aria-label="status requests"></progress><span class="mono">2/2</span>' in table
+    assert '<progress value="2" max="2" aria-label="checks"></progress><span class="mono">2/2</span>' in table
     assert "transport 0/3" in table  # the second budget, in words under the first, so the table fits
     assert "request_budget_exhausted" in table and "Decisions (1 open)" in table
     assert "intact" in client.get("/audit").text

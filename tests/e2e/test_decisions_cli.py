@@ -71,7 +71,7 @@ def test_budget_exhausted_then_extended_then_succeeds(exhausted: tuple[Path, str
     sim.add_job("exp_71c", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/1"})])
     ran = run_cli("decide", decision_id, "--option", "1", "--by", "alice", "--note", "export is large", home=home)
     assert ran.code == 0, ran.stderr
-    assert "at most 5 status requests in all" in ran.stdout
+    assert "at most 5 checks in all" in ran.stdout
     assert _open_decisions(home) == []
     code, result = _watch_json(contract, home, "--operation", "op")
     assert code == 0 and result["status_requests_used"] == 4 and result["max_status_requests"] == 5
