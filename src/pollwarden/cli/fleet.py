@@ -14,7 +14,7 @@ from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..fleet.defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
 from ..fleet.worker import JsonLog, Metrics, Worker
-from ..foreground import stop_signals
+from ..foreground import stop_signals, wait_for
 from ..home.directory import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..home.operating import configured_witness
 from ..shown import shown
@@ -147,7 +147,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         with stop_signals(then_ignore=True) as stop:
             _serve_metrics(args, log, lambda port, host: serve_metrics(registry, port, host))
             gauges.reading()  # a database that cannot be read is logged now, not at the first scrape
-            stop.wait()
+            wait_for(stop)  # in slices: a signal delivered to another thread is run at the next one
     finally:
         gauges.close()
     log("metrics_stopped")
