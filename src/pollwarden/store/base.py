@@ -127,7 +127,6 @@ class ContractCounts:
     """Active and due now (next_poll_at has passed), leased or not."""
     overdue: int = 0
     """Active, nobody polling, due longer ago than the lease TTL (ownership.py's rule, in SQL)."""
-    open_decisions: int = 0
     unreadable: int = 0
     """Rows set aside because their record could not be read: no claim takes them, nor counts them above."""
     oldest_due: datetime | None = None
@@ -631,8 +630,9 @@ class Store(Protocol):
         ...
 
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
-        """Per contract name: active, due, overdue, open decisions and the oldest due time, counted by the
-        database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
+        """Per contract name: active, due, overdue, rate limited, unreadable, the largest budget share and the oldest
+        due time (open decisions: `open_decision_counts`), counted by the database. `ttl_of(contract_text)` is the
+        lease TTL of a contract (`ownership.lease_ttl_of`)."""
         ...
 
     def open_decision_counts(self) -> list[DecisionCount]:
