@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.escalation import build_request
@@ -64,7 +65,7 @@ def seed(store: Store, operations: int, decisions: int) -> None:
         due_in = -600 if n % 10 == 0 else 60 + n % 600
         record = replace(record, next_poll_at=now + timedelta(seconds=due_in), status_requests_used=n % 97,
                          rate_limited_consecutive=1 if n % 50 == 0 else 0)  # fmt: skip
-        batch.append((record, texts[which], {}))
+        batch.append((record, texts[which], ev.Created.prepared({})))
         if len(batch) == 1000:
             store.create_many(batch)
             batch = []
@@ -72,7 +73,9 @@ def seed(store: Store, operations: int, decisions: int) -> None:
     for n in range(decisions):
         which = n % 3
         op = f"stopped-{n:06d}"
-        store.create(new_record(contracts[which], operation_id=op, job_id=op, now=now), texts[which], {})
+        store.create(
+            new_record(contracts[which], operation_id=op, job_id=op, now=now), texts[which], ev.Created.prepared({})
+        )
         owner = gone if n % 5 == 0 else process_owner("worker")
         claimed = store.claim(op, owner, now, timedelta(seconds=30))
         assert claimed is not None
@@ -80,7 +83,7 @@ def seed(store: Store, operations: int, decisions: int) -> None:
         reason = StopReason.JOB_FAILED if n % 2 else StopReason.DEADLINE_EXCEEDED
         stopped = record.stopped(reason, "health check failed: 3/5 pods CrashLoopBackOff", now)
         request = build_request(stopped, contracts[which], now, decision_id=f"dec-{n:06d}")
-        assert store.write(lease, stopped, [("escalated", {})], now, release=True, decision=request)
+        assert store.write(lease, stopped, [ev.Escalated.prepared({})], now, release=True, decision=request)
 
 
 def scrape_ms(store: Store, *, fresh_for: float, rounds: int) -> float:

@@ -21,8 +21,9 @@ from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import DelaySource, StopReason
 from pollwarden.core.words import DELAY_WORDS, delay_words, plural, span_words, stop_title
 from pollwarden.engine import NotYet
+from pollwarden.events.base import EVENT_TYPES
 from pollwarden.report.progress import progress_of
-from pollwarden.report.story import RENDERERS, render_event
+from pollwarden.report.story import render_event
 from pollwarden.store.base import Event
 
 from .core.support import contract_text
@@ -41,7 +42,17 @@ OTHER_WORDS = [
 ]
 """What the old wordings looked like: none may come back."""
 
-OUTPUT_MODULES = ["cli", "report", "console", "mcp_server", "core/escalation.py", "core/words.py", "actions", "api.py"]
+OUTPUT_MODULES = [
+    "cli",
+    "report",
+    "events",
+    "console",
+    "mcp_server",
+    "core/escalation.py",
+    "core/words.py",
+    "actions",
+    "api.py",
+]
 """Where the strings people and agents read are written."""
 
 HELP_AND_CONTRACT_TERMS = re.compile(
@@ -78,7 +89,7 @@ def _sample(value: str | None) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("kind", sorted(RENDERERS))
+@pytest.mark.parametrize("kind", sorted(EVENT_TYPES))
 def test_every_story_line_speaks_the_one_vocabulary(kind: str) -> None:
     for data in ({}, *(_sample(source.value) for source in DelaySource)):
         line = render_event(Event("op", 1, T, kind, data))

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pollwarden import events as ev
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import StopReason
@@ -40,7 +41,9 @@ def fill(store: Store) -> None:
 
     def make(op: str, due_in: float = 600, **changes: Any) -> None:
         record = new_record(contract, operation_id=op, job_id=op, now=now)
-        store.create(replace(record, next_poll_at=now + timedelta(seconds=due_in), **changes), text, {})
+        store.create(
+            replace(record, next_poll_at=now + timedelta(seconds=due_in), **changes), text, ev.Created.prepared({})
+        )
 
     make("active")
     make("late", due_in=-600)
@@ -57,7 +60,7 @@ def fill(store: Store) -> None:
         lease, record = got
         stopped = record.stopped(reason, "health check failed", now)
         request = build_request(stopped, contract, now, decision_id=f"dec-{op}")
-        assert store.write(lease, stopped, [("escalated", {})], now, release=True, decision=request)
+        assert store.write(lease, stopped, [ev.Escalated.prepared({})], now, release=True, decision=request)
 
 
 @contextmanager
