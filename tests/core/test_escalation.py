@@ -210,3 +210,27 @@ def test_a_cancel_request_follows_the_stop_table_and_the_contract() -> None:
     done = make_record(contract).succeeded("/results/exp_71c", "succeeded", T0)
     with pytest.raises(DecisionError, match="nothing to cancel"):
         build_cancel_request(done, contract, T0, decision_id="d", reason="r", requested_by="a")
+
+
+def test_the_providers_error_travels_on_the_request_as_a_json_value() -> None:
+    from dataclasses import replace
+
+    from pollwarden.core.record import provider_error_text, provider_error_value
+
+    contract = make_contract(max_requests=5)
+    record = make_record(contract)
+    error = '{"code": "E_HEALTH", "message": "health check failed: 3/5 pods CrashLoopBackOff"}'
+    stopped = replace(record, provider_error=error).stopped(StopReason.JOB_FAILED, "state failed", T0)
+    request = build_request(stopped, contract, T0, decision_id="d9")
+    assert request.provider_error == error
+    assert request.to_json()["provider_error"] == {
+        "code": "E_HEALTH",
+        "message": "health check failed: 3/5 pods CrashLoopBackOff",
+    }
+    assert DecisionRequest.from_json(request.to_json()) == request  # back to the same text
+    text = request.render()
+    assert text.startswith("External job failed\n") and f"Provider error: {error}" in text
+    assert provider_error_value("plain words") == "plain words"
+    assert provider_error_value('{"cut": "at 2,000 charac') == '{"cut": "at 2,000 charac'
+    assert provider_error_value("[1, 2]") == [1, 2] and provider_error_text([1, 2]) == "[1, 2]"
+    assert provider_error_value(None) is None
