@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..core.contract.result import counts_text, result_text
 from ..core.durations import DurationError, moment_end
+from ..core.record import provider_error_text
 from ..core.result_part import part_words
 from ..core.words import delay_words
 from ..home.directory import resolve_home, unknown_operation
@@ -69,6 +70,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     # A result may be any JSON value: one line of compact JSON, never a Python repr.
                     if key == "result":
                         value = result_text(value)
+                    elif key == "provider_error":
+                        value = provider_error_text(value)  # its JSON, as the provider wrote it
                     elif key == "counts":
                         value = counts_text(tuple(value.items()))
                     print(f"{key:26} {shown(value)}")
