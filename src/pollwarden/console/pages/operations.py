@@ -184,6 +184,7 @@ def operation_page(
     record = stored_record
     summary = record.summary()
     summary["result"] = result_text(record.result)  # any JSON value: compact JSON, never a Python repr
+    summary["provider_error"] = record.provider_error  # its text: the value JSON carries would show as a repr
     if record.counts is not None or record.partial:  # what part of the job the result is, in words
         summary["counts"] = part_words(record)
     kv = "".join(f"<tr><th>{esc(key)}</th><td>{dash(value)}</td></tr>" for key, value in summary.items())
