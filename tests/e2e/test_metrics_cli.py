@@ -79,7 +79,13 @@ def metrics_command(*args: str, home: Path) -> Iterator[tuple[str, subprocess.Po
         yield first["url"], proc
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            stopped = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left running: then fail, since SIGTERM must stop it
+            proc.wait()
+            raise
+    assert stopped == 0
 
 
 def scrape(url: str) -> dict[str, float]:
