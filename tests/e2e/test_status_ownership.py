@@ -55,7 +55,7 @@ def test_a_live_watch_is_named_and_a_killed_one_is_orphaned(sim: Simulator, home
     assert gone["owner"]["alive"] is False and gone["orphaned"] is True and gone["phase"] == "active"
     orphans = json.loads(run_cli("status", "--orphaned", "--json", home=home).stdout)
     assert [o["operation"] for o in orphans] == ["op"]
-    assert "gone (last check" in run_cli("status", home=home, env=WIDE).stdout
+    assert "gone (last" in run_cli("status", home=home, env=WIDE).stdout  # the rest in `status op`
     one = run_cli("status", "op", home=home).stdout
     assert "flags                      orphaned" in one
     # A resume makes it watched again: the new process is its owner, and nothing is flagged.
