@@ -293,7 +293,7 @@ def test_webhook_is_signed_retried_and_idempotent(sim: Simulator, home: Path, tm
     assert payload["decision"]["reason"] == "unknown_state"
     assert "External job needs a decision" in payload["text"]
     assert "hook-secret-123" not in ran.stdout + ran.stderr
-    assert f"webhook for {decision_id} sent after 2 attempt(s)" in run_cli("story", "op", home=home).stdout
+    assert f"webhook for {decision_id} sent after 2 attempts" in run_cli("story", "op", home=home).stdout
     assert os.environ.get("PW_HOOK_SECRET") is None
     assert OptionKind.PAUSE.value in [o["kind"] for o in payload["decision"]["options"]]
 

@@ -151,7 +151,7 @@ class DeliveryEvent(AuditEvent):
 
     def line(self, scene: Scene) -> str:
         state = "sent" if self.ok else f"FAILED ({said(self.error)})"
-        return f"{scene.at} webhook for {said(self.decision_id)} {state} after {said(self.attempts)} attempt(s)"
+        return f"{scene.at} webhook for {said(self.decision_id)} {state} after {count_words(self.attempts, 'attempt')}"
 
 
 @event
