@@ -23,10 +23,10 @@ from ..core.escalation import (
     apply_recheck,
     stop_marker,
 )
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
 from ..core.words import plural
-from ..engine.flow import lease_ttl
 from ..shown import has_control
 from ..store.base import DecisionTaken, Lease, Store, StoredDecision
 from ..store.owner import process_owner

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..actions.decisions import person_problem
 from ..actions.provider import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
-from ..core.admission import new_operation_id, operation_id_problem
+from ..core.admission import Limits, new_operation_id, operation_id_problem
 from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..core.contract.parse import Contract
 from ..core.escalation import DecisionError, OptionKind, stop_marker
@@ -162,9 +162,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     operation_id=operation_id,
                     body=body,
                     now=now,
-                    deadline=_duration(args.deadline, "--deadline"),
-                    max_requests=args.max_requests,
-                    useful_for=_duration(args.useful_for, "--useful-for"),
+                    limits=Limits(
+                        deadline=_duration(args.deadline, "--deadline"),
+                        max_requests=args.max_requests,
+                        useful_for=_duration(args.useful_for, "--useful-for"),
+                    ),
                 )
             except ActionRefused as exc:
                 raise UsageError(str(exc)) from None

@@ -33,13 +33,14 @@ from ..core.admission import (
     narrow,
 )
 from ..core.contract.parse import Contract
+from ..core.lease import lease_ttl
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import Created, LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
 from . import batch, flow, installed
-from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+from .flow import Busy, Done, NotYet, Polled, StepResult
 
 if TYPE_CHECKING:
     from .combine import Combiner

@@ -49,7 +49,7 @@ PACING_HORIZON = timedelta(seconds=1)
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
-the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+the operation's own contract bound (`core.lease`), so a slow contract is never taken over mid-request."""
 
 
 def batch_clock(start: datetime) -> Callable[[], datetime]:

@@ -7,7 +7,7 @@ where checkpoint counters come from. Connections, the schema's version and the c
 backend (`sqlite.py`, `postgres.py`).
 
 Every write that changes authority or budgets is fenced by the lease token the writer holds: an UPDATE
-whose WHERE carries the token changes nothing when the token is stale (DESIGN.md, "lease protocol").
+whose WHERE carries the token changes nothing when the token is stale (docs/design.md, "The step (R37) and the lease").
 """
 
 from __future__ import annotations
@@ -267,7 +267,8 @@ class _Operations(Reads):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`. The row it changes is vouched for."""
+        """The fence for one write (docs/design.md, "The step (R37) and the lease", steps 3 and 5): see
+        `_update_fenced_many`. The row it changes is vouched for."""
         one = [FencedWrite(lease, record, (), release, None, hold_until)]
         fenced = self._fenced_values(one, now)
         if not self._update_fenced_many(tx, one, fenced).fetchall():
