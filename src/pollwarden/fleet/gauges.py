@@ -187,9 +187,15 @@ def _families(reading: FleetReading, orphaned: dict[str, int]) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     now = reading.now
+    # Every contract the fleet knows of has every gauge, a 0 included: a contract whose operations have all
+    # stopped for a person still shows active 0, and an alert on it compares a number, not an absent series.
+    known = {c.contract: c for c in reading.counts}
+    for contract in [d.contract for d in reading.decisions] + [h.contract for h in reading.holders]:
+        known.setdefault(contract, ContractCounts(contract))
+    counts = [known[name] for name in sorted(known)]
     for name, (text, value) in _CONTRACT_GAUGES.items():
         family = GaugeMetricFamily(f"pollwarden_fleet_{name}", text, labels=["contract"])
-        for c in reading.counts:
+        for c in counts:
             family.add_metric([c.contract], float(value(c, now)))
         yield family
     lost = GaugeMetricFamily(
@@ -197,7 +203,7 @@ def _families(reading: FleetReading, orphaned: dict[str, int]) -> Iterator[Any]:
         "Active operations whose watching process is known to be gone (nothing checks them until resumed)",
         labels=["contract"],
     )
-    for contract in sorted({c.contract for c in reading.counts} | set(orphaned)):
+    for contract in sorted(set(known) | set(orphaned)):
         lost.add_metric([contract], float(orphaned.get(contract, 0)))
     yield lost
     waiting = GaugeMetricFamily(
