@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         table.append(f"| {backend} | {args.operations:,} | {args.decisions:,} | {uncached:.1f} | {cached:.2f} |")
         print(table[-1], flush=True)
     if args.write:
-        write_section(table, " ".join(["python -m bench.metrics_bench", *(argv if argv is not None else [])]))
+        write_section(table, " ".join(["python -m bench.metrics_bench", *(argv if argv is not None else sys.argv[1:])]))
 
 
 if __name__ == "__main__":

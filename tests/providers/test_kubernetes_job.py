@@ -166,7 +166,7 @@ def test_documented_endings(
     assert (watched.outcome["reason"] or "succeeded") == reason, watched.outcome
     assert len(provider.seen(JOB)) == len(answers)
     if reason == "job_failed":
-        kept = json.loads(watched.outcome["provider_error"])
+        kept = watched.outcome["provider_error"]
         assert kept["conditions"][-1]["reason"] in {"BackoffLimitExceeded", "DeadlineExceeded"}, kept
 
 
