@@ -1342,6 +1342,21 @@ def print_rows(scenario_rows: list[list[Row]]) -> None:
             )
 
 
+def _with_kept_sections(text: str, out: Path) -> str:
+    """The sections other benchmarks write (`bench.push`, `bench.metrics_bench`, each between its markers) are kept
+    when this rewrites the file."""
+    from . import metrics_bench, push
+
+    if not out.exists():
+        return text
+    current = out.read_text(encoding="utf-8")
+    for begin, end in ((push.BEGIN, push.END), (metrics_bench.BEGIN, metrics_bench.END)):
+        if begin in current and end in current:
+            kept = begin + current.partition(begin)[2].partition(end)[0] + end
+            text = text.rstrip("\n") + "\n\n" + kept + "\n"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.conformance", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two compressed scenarios, three peers; no docs")
@@ -1384,11 +1399,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_lag(rows, fleets, peers, DOCS / "bench-detection-lag.png")
     command = " ".join(["python -m bench.conformance", *(argv if argv is not None else sys.argv[1:])]).strip()
     text = render(rows, fleets, overheads, gets, audit, peers, command, time.time() - started, conformance_wall)
-    if args.out.exists():  # the metrics scrape's section is written by bench.metrics_bench: kept
-        from .metrics_bench import keep_section
-
-        text = keep_section(args.out.read_text(encoding="utf-8"), text)
-    args.out.write_text(text, encoding="utf-8")
+    args.out.write_text(_with_kept_sections(text, args.out), encoding="utf-8")
     print(f"wrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

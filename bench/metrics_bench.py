@@ -103,14 +103,6 @@ def scrape_ms(store: Store, *, fresh_for: float, rounds: int) -> float:
     return statistics.median(times)
 
 
-def keep_section(old: str, new: str) -> str:
-    """`new` (a whole docs/benchmarks.md) with the metrics section of `old` appended, when `new` has none."""
-    if BEGIN in new or BEGIN not in old or END not in old:
-        return new
-    start, end = old.index(BEGIN), old.index(END) + len(END)
-    return new.rstrip("\n") + "\n\n" + old[start:end] + "\n"
-
-
 def write_section(table: list[str], command: str) -> None:
     section = "\n".join(
         [

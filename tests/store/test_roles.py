@@ -23,6 +23,8 @@ ROLES: list[type[Any]] = [
     roles.Contracts,
     roles.FleetQueue,
     roles.Deliveries,
+    roles.Pages,
+    roles.Pushes,
 ]
 
 
@@ -46,8 +48,10 @@ def _statically(sqlite: SQLiteStore, postgres: PostgresStore) -> None:
         contracts: roles.Contracts = store
         fleet: roles.FleetQueue = store
         deliveries: roles.Deliveries = store
+        pages: roles.Pages = store
+        pushes: roles.Pushes = store
         whole: Store = store
-        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, whole
+        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, pages, pushes, whole
 
 
 def test_every_member_of_the_store_belongs_to_exactly_one_role() -> None:

@@ -194,7 +194,7 @@ class DecisionRequest:
             "options": [o.to_json() for o in self.options],
             "requested_by": self.requested_by,
             "request_reason": self.request_reason,
-            **({"provider_error": provider_error_value(self.provider_error)} if self.provider_error else {}),
+            "provider_error": provider_error_value(self.provider_error),
         }
 
     @classmethod

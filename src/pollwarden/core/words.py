@@ -32,6 +32,7 @@ DELAY_WORDS: dict[str, str] = {
     DelaySource.LOCAL_BACKOFF.value: "backoff",
     DelaySource.MANUAL_EXTENSION.value: "extension",
     DelaySource.CREDENTIAL_RECHECK.value: "credential recheck",
+    DelaySource.PROVIDER_PUSH.value: "provider's push",
 }
 """Who chose a next check's time, by `DelaySource` value (a stored event carries the value as text)."""
 

@@ -29,8 +29,10 @@ from ..core.lease import lease_ttl, lease_ttl_for
 from ..core.reasons import Phase
 from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
+from ..store.paging import Urgency
+from ..store.roles import Pages
 
-__all__ = ["Ownership", "lease_ttl_of", "orphaned_by", "ownership_of"]
+__all__ = ["Ownership", "lease_ttl_of", "orphaned_by", "ownership_of", "urgency_of"]
 
 Alive = Callable[[str], "bool | None"]
 
@@ -118,6 +120,18 @@ def orphaned_by(holder: str | None, *, alive: Alive = owner_alive) -> bool:
     if holder is None or alive(holder) is not False:
         return False
     return parse_owner(holder).kind != "worker"
+
+
+def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
+    """What the store needs to rank a page of operations as `ownership_of` would flag each one: every contract's
+    lease TTL (overdue) and the owners known gone that are not workers (orphaned), asked of the few distinct owners
+    rather than of each row."""
+    ttl = {name: lease_ttl_of(text) for name, text in store.active_contracts().items()}
+    gone: set[str] = set()
+    for text in store.active_owners():
+        if orphaned_by(text, alive=alive):
+            gone.add(text)
+    return Urgency(now, ttl, frozenset(gone))
 
 
 def _ago(moment: datetime, now: datetime) -> str:

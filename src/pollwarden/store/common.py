@@ -65,6 +65,8 @@ class Dialect:
     json_field: str = "json_extract({column}, '$.{key}')"
     """One top-level field of a JSON text column, as SQL text (NULL when absent): `{column}` and `{key}` are filled
     in by the caller from names it wrote itself, never from input."""
+    record_reason: str = "json_extract(record, '$.reason')"
+    """The stop reason inside an operation's record, in SQL: the console's filter by reason reads no record here."""
 
     casts: Mapping[str, str] = field(default_factory=dict)
     """How a parameter is given a type where the database cannot infer one (a VALUES list): kind -> SQL type."""

@@ -124,6 +124,9 @@ class ContractCounts:
     """Active and due now (next_poll_at has passed), leased or not."""
     overdue: int = 0
     """Active, nobody polling, due longer ago than the lease TTL (ownership.py's rule, in SQL)."""
+    open_decisions: int = 0
+    """All of the contract's open decision requests (the console's fleet table; the gauges count them by reason,
+    `Store.open_decision_counts`)."""
     unreadable: int = 0
     """Rows set aside because their record could not be read: no claim takes them, nor counts them above."""
     oldest_due: datetime | None = None

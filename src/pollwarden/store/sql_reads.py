@@ -139,6 +139,12 @@ class Reads(Leases):
         ):
             known = counts.get(str(name), ContractCounts(str(name)))
             counts[str(name)] = replace(known, unreadable=int(aside))
+        for name, open_count in self._rows(
+            "SELECT o.contract_name, COUNT(*) FROM decisions d JOIN operations o ON o.operation_id = d.operation_id"
+            " WHERE d.status = 'open' GROUP BY o.contract_name"
+        ):
+            known = counts.get(str(name), ContractCounts(str(name)))
+            counts[str(name)] = replace(known, open_decisions=int(open_count))
         return [counts[name] for name in sorted(counts)]
 
     def open_decision_counts(self) -> list[DecisionCount]:
