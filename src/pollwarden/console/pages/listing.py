@@ -216,7 +216,7 @@ def operations_page(data: ListData, view: ListView, now: datetime, *, chrome: Ch
         f"{_refresh_note(view, now)}"
         f"{_filters(view, data.counts)}{_search(view, data.contracts)}"
         f'<p class="muted">{shown}, what needs a person first: awaiting a decision, overdue, orphaned, then active'
-        " by next poll, then ended, newest first.</p>"
+        " by next check, then ended, newest first.</p>"
         f"{table}{pager(view.page, pages, lambda n: view.href(page=n), 'pages of operations')}"
         f"{_unreadable_rows(data.unreadable)}"
     )
