@@ -27,6 +27,7 @@ from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
 from ..core.transitions import Change
+from ..core.words import plural
 from ..engine import changes
 from ..shown import has_control
 from ..store.base import DecisionTaken, Store, StoredDecision
@@ -161,7 +162,7 @@ def apply_decision(
                 return _recheck(store, contract, client, request, by)
             return Outcome(
                 f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
-                f" at most {extended.plan.max_status_requests} status requests in all",
+                f" at most {plural(extended.plan.max_status_requests, 'check')} in all",
                 "decided",
                 resume=request.operation_id,
             )

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
+from ..core.words import plural
 from ..home.directory import resolve_home
 from ..shown import shown
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
@@ -150,7 +151,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             code = cmd_watch(ns)
             codes.append(code)
-            print(f"(exit code {code}; the provider saw {sim.request_count(job)} status requests)\n")
+            print(f"(exit code {code}; the provider saw {plural(sim.request_count(job), 'check')})\n")
             print(f"$ pollwarden story demo-{job}")
             cmd_story(build_parser().parse_args(["story", f"demo-{job}", "--home", str(home)]))
             print()

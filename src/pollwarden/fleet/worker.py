@@ -40,8 +40,6 @@ from ..transport.outbox import delivering
 from .defaults import DEFAULT_CONCURRENCY, LANES
 from .log import JsonLog as JsonLog
 from .metrics import Metrics as Metrics
-from .metrics import count_fleet as count_fleet
-from .metrics import serve_metrics as serve_metrics
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
@@ -577,4 +575,4 @@ def _reason(record: OperationRecord) -> str | None:
     return record.reason.value if record.reason else None
 
 
-__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker", "count_fleet", "serve_metrics"]
+__all__ = ["CLAIM_TTL", "JsonLog", "Metrics", "Worker"]
