@@ -139,3 +139,35 @@ def test_a_postgresql_server_that_cannot_be_reached_answers_scrape_ok_0(home: Pa
     assert got["pollwarden_fleet_scrape_ok"] == 0.0
     assert logged["event"] == "metrics_database_unreadable"
     assert "s3cret-pw" not in logged["error"]
+
+
+def test_the_console_serves_the_gauges_on_metrics_to_a_scraper_that_never_logged_in(home: Path) -> None:
+    """A scraper cannot log in: /metrics on the console answers without a session (counts only), while every page
+    still asks for one."""
+    store = store_of(str(home / "pollwarden.db"), home)
+    try:
+        fill(store)
+    finally:
+        store.close()
+    env = {k: v for k, v in os.environ.items() if k not in ("POLLWARDEN_DB", "POLLWARDEN_HOME")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pollwarden", "console", "--port", "0", "--home", str(home)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("pollwarden console on "), first
+        base = first.split()[3].rstrip("/")
+        got = scrape(base + "/metrics")
+        with urllib.request.urlopen(base + "/", timeout=30) as page:
+            asked_to_log_in = "/login" in page.geturl() or "log in" in page.read().decode().lower()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert got["pollwarden_fleet_scrape_ok"] == 1.0
+    assert got['pollwarden_fleet_open_decisions{contract="exports",reason="job_failed"}'] == 2.0
+    assert asked_to_log_in

@@ -40,7 +40,15 @@ def cmd_console(args: argparse.Namespace) -> int:
             raise UsageError(f"--token-env {args.token_env}: the token must be at least 16 characters")
     home = resolve_home(args.home)
     _open_store(args.home, keys="none").close()  # a home that cannot be opened is reported here, not per page
-    server = ConsoleServer(home, host=args.host, port=args.port, token=token)
+    from ..fleet.gauges import fleet_registry, metrics_page
+    from ..fleet.log import JsonLog
+    from ..home.operating import open_store as open_home_store
+
+    # /metrics on the console too (issue 28): the same gauges `pollwarden metrics` serves, read at each scrape.
+    registry, gauges = fleet_registry(
+        lambda: open_home_store(home, keys="none"), log=JsonLog(worker=f"console/{os.getpid()}")
+    )
+    server = ConsoleServer(home, host=args.host, port=args.port, token=token, metrics=lambda: metrics_page(registry))
     if not is_loopback(args.host):
         print(
             f"pollwarden: warning: binding to {args.host}, not loopback: anyone who can reach this port can try"
@@ -63,6 +71,8 @@ def cmd_console(args: argparse.Namespace) -> int:
             serve_until_signalled(server, ready)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    finally:
+        gauges.close()
     print("console stopped")
     return EXIT_OK
 
