@@ -84,6 +84,8 @@ class Limits:
     base_delay: timedelta | None = None
     max_delay: timedelta | None = None
     useful_for: timedelta | None = None
+    lag_target: timedelta | None = None
+    """The p95 detection lag the contract's learnt schedule keeps for this operation (`[schedule] lag_target`)."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
         "base_delay": limits.base_delay,
         "max_delay": limits.max_delay,
         "useful_for": limits.useful_for,
+        "lag_target": limits.lag_target,
     }
     for name, duration in durations.items():
         if duration is not None and duration <= timedelta(0):
@@ -355,6 +358,7 @@ def widening(record: OperationRecord, limits: Limits) -> list[Problem]:
     delays = {
         "base_delay": (limits.base_delay, plan.schedule.base_delay),
         "max_delay": (limits.max_delay, plan.schedule.max_delay),
+        "lag_target": (limits.lag_target, plan.schedule.lag_target),
     }
     for name, (asked, stored) in delays.items():
         if asked is not None and asked != stored:
@@ -545,6 +549,7 @@ def admit(
         max_transport_failures=limits.max_transport_failures,
         base_delay=limits.base_delay,
         max_delay=limits.max_delay,
+        lag_target=limits.lag_target,
         request_fingerprint=request.request_fingerprint,
         useful_for=limits.useful_for or contract.escalation.useful_for,
         status_location=request.status_location,

@@ -55,6 +55,8 @@ class DelaySource(StrEnum):
     PROVIDER_RETRY_AFTER = "provider_retry_after"
     PROVIDER_POLL_HINT = "provider_poll_hint"
     LOCAL_BACKOFF = "local_backoff"
+    LEARNT = "learnt"
+    """Placed from the contract's history of job durations for its p95 lag target (`core.learnt`)."""
     MANUAL_EXTENSION = "manual_extension"
     CREDENTIAL_RECHECK = "credential_recheck"
     """A person chose one check with the credential configured now, after a refusal: its sender reads it again."""

@@ -127,6 +127,8 @@ class DecisionEvent(AuditEvent):
         inputs["now"] = now.isoformat()
         if seen is not None:
             inputs["u"] = u
+        if decision.learnt is not None:  # the model the decision was given: `why` replays with it
+            inputs["learnt"] = decision.learnt.to_json()
         return {
             **decision.to_json(),
             "request_no": before.status_requests_used,

@@ -20,6 +20,7 @@ SOURCE_WORDS = {
     "provider_retry_after": "provider guidance",
     "provider_poll_hint": "provider hint",
     "local_backoff": "local backoff",
+    "learnt": "the contract's learnt schedule",
     "manual_extension": "manual extension",
     "credential_recheck": "a check with the credential configured now",
 }
@@ -135,11 +136,21 @@ def _created(e: ev.Created, s: Scene) -> str:
     )
 
 
+def _learnt_words(e: ev.DecisionEvent) -> str | None:
+    """The learnt part of a decision's detail, as `core.learnt.Learnt.words` wrote it."""
+    detail = e.detail or ""
+    at = detail.find("next check in ")
+    return None if at < 0 else detail[at:].split("; ")[0]
+
+
 @renders(ev.DecisionEvent)
 def _decision(e: ev.DecisionEvent, s: Scene) -> str:
     head = _observed(s.observed) if s.observed is not None else None
     if e.action == "wait":
         source = SOURCE_WORDS.get(str(e.delay_source), _v(e.delay_source))
+        learnt = _learnt_words(e) if e.delay_source == "learnt" else None
+        if learnt is not None:  # the decision's own words: "next check in 42s: learnt from 312 ended jobs ..."
+            return f"{s.at} {_v(head)}, {_v(learnt)} (at {_clock_text(e.next_poll_at)})"
         return f"{s.at} {_v(head)}, next poll {_clock_text(e.next_poll_at)} from {source}"
     if e.action == "succeed":
         return f"{s.at} {_v(head)}, result validated, succeeded"
