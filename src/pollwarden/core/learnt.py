@@ -85,7 +85,8 @@ class Learnt:
     def words(self, delay: float) -> str:
         return (
             f"next check in {_say(delay)}: learnt from {self.count} ended jobs of {self.contract}"
-            f" (p5 {_say(self.p5)}, p50 {_say(self.p50)}, p95 {_say(self.p95)}) for a p95 lag of {_say(self.lag_target)}"
+            f" (p5 {_say(self.p5)}, p50 {_say(self.p50)}, p95 {_say(self.p95)})"
+            f" for a p95 lag of {_say(self.lag_target)}"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from ..core.codec import observation_from_json, record_from_json
-from ..core.learnt import Learnt
 from ..core.decide import Decision, Halt, decide, halt, next_step
+from ..core.learnt import Learnt
 from ..errors import PollwardenError
 from ..store.base import Event
 
