@@ -24,6 +24,8 @@ from datetime import timedelta
 from typing import Any
 
 from .durations import format_duration
+from .reasons import Phase
+from .record import OperationRecord
 
 MIN_ENDED = 20
 """Ended operations of a contract (and key) before its checks are placed by what they took."""
@@ -287,3 +289,20 @@ def expected_checks(est: Estimate, ages: Sequence[float]) -> float:
         if previous >= est.longest:
             break
     return total
+
+
+def sample_of(record: OperationRecord) -> Sample | None:
+    """What an operation whose waiting just ended says of its job's duration: an interval when a check saw the job
+    end (succeeded, or failed, cancelled or expired by the provider), censored when it stopped while the job still
+    ran, nothing when no check ever saw the job at all."""
+    if not record.is_final:
+        return None
+    seen_pending = record.pending_seen_at
+    lower = 0.0 if seen_pending is None else max(0.0, (seen_pending - record.created_at).total_seconds())
+    ended = record.phase is Phase.SUCCEEDED or (record.reason is not None and record.reason.job_ended)
+    if ended:
+        at = record.last_observed_at or record.finished_at
+        if at is None:
+            return None
+        return Sample(lower=lower, upper=max(lower, (at - record.created_at).total_seconds()))
+    return None if seen_pending is None else Sample(lower=lower, upper=None)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.escalation import DecisionRequest
+from ..core.learnt import Sample
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 
@@ -617,6 +618,16 @@ class Store(Protocol):
 
     def db_now(self) -> datetime:
         """The store's clock: the database's where there is one, so a fleet agrees on time."""
+        ...
+
+    # -- what each contract's jobs took (`core.learnt`): written by the write that ends an operation --
+
+    def learnt_samples(self, contract: str, since: datetime, limit: int) -> list[Sample]:
+        """The newest `limit` duration samples of `contract` that ended at or after `since`."""
+        ...
+
+    def learnt_contracts(self) -> list[tuple[str, int]]:
+        """Each contract with duration samples, and how many."""
         ...
 
     # -- the outbox (decision webhooks and witness heads, delivered off the polling path:
