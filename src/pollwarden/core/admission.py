@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from .contract.parse import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
 from .identity import NotOneJob, canonical_job, canonical_status_url
+from .learnt import Learnt, first_check
 from .record import OPERATION_ID, OperationRecord, new_record
 from .scrub import Scrubber
 
@@ -504,12 +505,15 @@ def admit(
     now: datetime,
     *,
     token: str,
+    learnt: Learnt | None = None,
+    u: float = 0.5,
 ) -> Admission:
     """The one admission rule.
 
     `existing` is the stored operation named by `request.operation_id` (None when there is none or no id was
     given); `same_job` are the stored operations of the same contract name and job id, newest first; `token` is
-    the random part of a new operation id (handed in, so this stays pure).
+    the random part of a new operation id (handed in, so this stays pure). `learnt`: the contract's learnt model
+    (`core.learnt`), which places a new operation's first check (jittered by the draw `u`) when it may learn.
     """
     refused = check(request)
     if refused is not None:
@@ -554,6 +558,7 @@ def admit(
         useful_for=limits.useful_for or contract.escalation.useful_for,
         status_location=request.status_location,
     )
+    record = first_check(record, learnt, u)
     return Create(record, created_event(record, request.by))
 
 

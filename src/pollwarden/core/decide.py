@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .durations import format_duration, format_rfc3339
-from .learnt import Learnt
+from .learnt import Learnt, usable
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, StopReason
 from .record import OperationRecord
@@ -219,11 +219,10 @@ class _Ctx:
     def _learnt_delay(self) -> timedelta | None:
         """The delay the contract's learnt plan places the next check at, or None for the plain backoff: learning
         off, no model yet, a job older than the plan's last check, or a rate limit being waited out."""
-        learnt, record = self.learnt, self.record
-        if learnt is None or not record.plan.schedule.learn or record.rate_limited_consecutive:
+        record = self.record
+        learnt = usable(self.learnt, record)
+        if learnt is None or record.rate_limited_consecutive:
             return None
-        if learnt.lag_target != record.plan.schedule.lag_target.total_seconds():
-            return None  # a model planned for another target: the driver asks for this one's
         delay = learnt.next_check((self.now - record.created_at).total_seconds(), self.u)
         return None if delay is None else timedelta(seconds=delay)
 

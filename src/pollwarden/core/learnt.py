@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from .durations import format_duration
-from .reasons import Phase
+from .reasons import DelaySource, Phase
 from .record import OperationRecord
 
 MIN_ENDED = 20
@@ -306,3 +306,21 @@ def sample_of(record: OperationRecord) -> Sample | None:
             return None
         return Sample(lower=lower, upper=max(lower, (at - record.created_at).total_seconds()))
     return None if seen_pending is None else Sample(lower=lower, upper=None)
+
+
+def usable(learnt: Learnt | None, record: OperationRecord) -> Learnt | None:
+    """The model, if this operation may use it: its plan learns, and the model was planned for its lag target."""
+    schedule = record.plan.schedule
+    if learnt is None or not schedule.learn or learnt.lag_target != schedule.lag_target.total_seconds():
+        return None
+    return learnt
+
+
+def first_check(record: OperationRecord, learnt: Learnt | None, u: float) -> OperationRecord:
+    """A new operation's first check, placed by the contract's learnt plan (its `first_check` is the plain
+    backoff's): no check where no job of the contract has ever ended."""
+    model = usable(learnt, record)
+    delay = None if model is None else model.next_check(0.0, u)
+    if delay is None:
+        return record
+    return record.waiting(record.created_at + timedelta(seconds=delay), DelaySource.LEARNT)

@@ -33,12 +33,13 @@ from ..core.admission import (
     narrow,
 )
 from ..core.contract.parse import Contract
+from ..core.learnt import Learnt
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
-from . import batch, flow, installed
+from . import batch, flow, installed, learning
 from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ class Engine:
         self.owner = owner
         self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
+        self.models = learning.Models(store, self.clock)
+        """The contracts' learnt schedules (`engine.learning`), kept for this engine's polls and admissions."""
 
     # -- admission ---------------------------------------------------------------------------------------------
 
@@ -287,7 +290,9 @@ class Engine:
             if existing is None and request.job_id is not None:
                 same_job = [s.record for s in same[request.contract.name].get(request.job_id, [])]
             while True:
-                answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
+                learnt = self._learnt_for(request) if existing is None and not same_job else None
+                token, u = secrets.token_hex(3), self.rng.random() if learnt is not None else 0.5
+                answer = admit(request, existing, same_job, now, token=token, learnt=learnt, u=u)
                 if not isinstance(answer, Create) or answer.record.operation_id not in taken:
                     break
                 assert request.operation_id is None  # a given id is taken only by a repeat, refused before
@@ -295,6 +300,13 @@ class Engine:
                 taken.add(answer.record.operation_id)
             answers.append(answer)
         return answers
+
+    def _learnt_for(self, request: WatchRequest) -> Learnt | None:
+        """The model a new operation's first check is placed by, when its contract learns."""
+        schedule = request.contract.schedule
+        if not schedule.learn:
+            return None
+        return self.models.model(request.contract.name, request.limits.lag_target or schedule.lag_target)
 
     def _audit_refused(
         self, requests: Sequence[WatchRequest], refusals: Sequence[tuple[int, Refuse]], now: datetime, batch: int
@@ -514,7 +526,7 @@ class Engine:
         if isinstance(effect, flow.Claim):
             return store.claim(effect.operation_id, self.owner, self.clock(), effect.ttl)
         if isinstance(effect, flow.Write):
-            return store.write(
+            written = store.write(
                 effect.lease,
                 effect.record,
                 effect.events,
@@ -523,6 +535,11 @@ class Engine:
                 decision=effect.decision,
                 hold_until=effect.hold_until,
             )
+            if written and effect.record.is_final:
+                self.models.ended(effect.record.contract_name)
+            return written
+        if isinstance(effect, flow.LearntModel):
+            return self.models.model(effect.contract, effect.lag_target)
         if isinstance(effect, flow.Send):
             if client is None:
                 raise TypeError("a flow without a status client asked to send")
