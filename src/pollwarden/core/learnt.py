@@ -75,13 +75,13 @@ class Learnt:
     """Expected checks per job under this plan (from the estimate); the tail past the longest seen excluded."""
 
     def next_check(self, age: float, u: float) -> float | None:
-        """The delay from `age` to the next planned check, jittered by `u` in [0, 1) within +-10 % of the target;
-        None past the last planned check (the plain backoff takes over)."""
+        """The delay from `age` to the next planned check, jittered by `u` in [0, 1) within +-5 % of the target;
+        None past the last planned check (the plain backoff takes over). A check whose jitter window holds `age`
+        is the one just made (its jitter drew it early or late), never made again a moment later."""
         spread = JITTER_SHARE * self.lag_target
         for check in self.checks:
-            at = check + (u - 0.5) * spread
-            if at > age:
-                return max(at - age, min(1.0, self.lag_target / 10))
+            if check - spread / 2 > age:
+                return max(check + (u - 0.5) * spread - age, min(1.0, self.lag_target / 10))
         return None
 
     def words(self, delay: float) -> str:
