@@ -33,6 +33,7 @@ AFTER_SCHEMA_5 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
+    "DROP TABLE learnt_samples",  # 9's
 )
 """What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
 
