@@ -156,6 +156,7 @@ class Watch:
         deadline: timedelta | str | None = None,
         max_requests: int | None = None,
         useful_for: timedelta | str | None = None,
+        lag_target: timedelta | str | None = None,
         operation_id: str | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         vars: Mapping[str, str] | None = None,
@@ -164,7 +165,8 @@ class Watch:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
         its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles).
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
-        operation was created, the watch stops (`usefulness_window_closed`), even before the deadline."""
+        operation was created, the watch stops (`usefulness_window_closed`), even before the deadline. `lag_target`
+        (as `--lag-target`) is the p95 detection lag the contract's learnt schedule keeps (`[schedule] lag_target`)."""
         if vars is not None and (
             not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
         ):
@@ -201,6 +203,7 @@ class Watch:
             deadline=_duration(deadline, "deadline"),
             max_requests=max_requests,
             useful_for=_duration(useful_for, "useful_for"),
+            lag_target=_duration(lag_target, "lag_target"),
         )
         self.status_url = status_url
         # Admission's own checks, before anything is opened: the same words as every other interface.
@@ -309,6 +312,7 @@ def watch_sync(
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
     useful_for: timedelta | str | None = None,
+    lag_target: timedelta | str | None = None,
     operation_id: str | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     vars: Mapping[str, str] | None = None,
@@ -323,6 +327,7 @@ def watch_sync(
         deadline=deadline,
         max_requests=max_requests,
         useful_for=useful_for,
+        lag_target=lag_target,
         operation_id=operation_id,
         on_progress=on_progress,
         vars=vars,
@@ -339,6 +344,7 @@ async def watch(
     deadline: timedelta | str | None = None,
     max_requests: int | None = None,
     useful_for: timedelta | str | None = None,
+    lag_target: timedelta | str | None = None,
     operation_id: str | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     vars: Mapping[str, str] | None = None,
@@ -362,6 +368,7 @@ async def watch(
         deadline=deadline,
         max_requests=max_requests,
         useful_for=useful_for,
+        lag_target=lag_target,
         operation_id=operation_id,
         on_progress=on_progress,
         vars=vars,
