@@ -123,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     connect_flag(s)
     s.set_defaults(func=Command("inspect", "cmd_status"))
 
+    sch = sub.add_parser(
+        "schedules",
+        help="each contract's learnt schedule: its jobs' durations, the checks it plans, requests per job saved",
+    )
+    sch.add_argument("--json", action="store_true")
+    home(sch)
+    sch.set_defaults(func=Command("schedules", "cmd_schedules"))
+
     st = sub.add_parser("story", help="an operation's decisions, told in order")
     st.add_argument("operation")
     st.add_argument("--json", action="store_true")

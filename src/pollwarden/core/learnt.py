@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .contract.parse import Schedule
 from .durations import format_duration
-from .reasons import DelaySource, Phase
+from .reasons import DelaySource, Jitter, Phase
 from .record import OperationRecord
+from .schedule import raw_delay
 
 MIN_ENDED = 20
 """Ended operations of a contract before its checks are placed by what they took."""
@@ -326,3 +328,47 @@ def first_check(record: OperationRecord, learnt: Learnt | None, u: float) -> Ope
     if delay is None:
         return record
     return record.waiting(record.created_at + timedelta(seconds=delay), DelaySource.LEARNT)
+
+
+def plain_ages(schedule: Schedule, until: float) -> list[float]:
+    """The plain backoff's check ages up to `until` seconds, each wait at its jitter's mean: what a contract that
+    does not learn would send, for comparing (`pollwarden schedules`)."""
+    mean = 0.75 if schedule.jitter is Jitter.BOUNDED else 0.5
+    ages, age, attempt = [], schedule.first_check.total_seconds(), 0
+    while True:
+        ages.append(age)
+        if age >= until or len(ages) >= 10_000:
+            return ages
+        age += raw_delay(schedule, attempt).total_seconds() * mean
+        attempt += 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One contract's learnt distribution as `pollwarden schedules` shows it."""
+
+    contract: str
+    samples: int
+    censored: int
+    model: Learnt | None
+    plain_expected: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "contract": self.contract,
+            "samples": self.samples,
+            "censored": self.censored,
+            "learnt": None if self.model is None else self.model.to_json(),
+            "requests_per_job_learnt": None if self.model is None else round(self.model.expected, 2),
+            "requests_per_job_plain": None if self.plain_expected is None else round(self.plain_expected, 2),
+        }
+
+
+def summary(contract: str, samples: Sequence[Sample], schedule: Schedule) -> Summary:
+    """What the samples teach and what the plan saves against the plain backoff, expected per job."""
+    lag = schedule.lag_target.total_seconds()
+    est = estimate(samples, lag)
+    model = learn(contract, samples, lag) if est is not None else None
+    plain = None if est is None else expected_checks(est, plain_ages(schedule, est.longest))
+    censored = sum(1 for s in samples if s.upper is None)
+    return Summary(contract, len(samples), censored, model, plain)

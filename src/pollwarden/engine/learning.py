@@ -12,10 +12,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..core.learnt import WINDOW, WINDOW_AGE, Learnt, learn
+from ..core.contract.parse import ContractError, Schedule, parse_contract
+from ..core.learnt import WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
 from ..store.base import Store
 
 REFRESH = 10.0
@@ -68,3 +70,18 @@ def _due(kept: _Kept, now: float) -> bool:
     if kept.stale and (kept.model is None or age >= SETTLE):
         return True
     return age >= REFRESH
+
+
+def summaries(store: Store) -> list[Summary]:
+    """Each contract's learnt distribution, planned for its newest installed version's schedule (the defaults
+    when none is installed, or its text no longer parses): what `pollwarden schedules` shows."""
+    found = []
+    since = store.db_now() - WINDOW_AGE
+    for name, _count in store.learnt_contracts():
+        schedule = Schedule()
+        versions = store.installed_contracts(name)
+        if versions:
+            with suppress(ContractError):  # a text that no longer parses: the defaults
+                schedule = parse_contract(versions[-1].text, source=f"contract {name}").schedule
+        found.append(summary(name, store.learnt_samples(name, since, WINDOW), schedule))
+    return found
