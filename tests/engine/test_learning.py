@@ -14,6 +14,7 @@ from pollwarden.core.learnt import MIN_ENDED
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import DelaySource, Phase
 from pollwarden.engine import Engine, Polled
+from pollwarden.report.story import story_lines
 from pollwarden.report.why import explain, pick
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
@@ -120,6 +121,8 @@ def test_a_learnt_decision_says_so_and_why_replays_it(store: Store) -> None:
     assert f"learnt from {MIN_ENDED} ended jobs of exports (p5 " in event.data["detail"]
     assert "for a p95 lag of 30s" in event.data["detail"]
     assert explain(event).same
+    told = [line for line in story_lines(store.events(operation)) if "learnt from" in line]
+    assert told and "next check in " in told[-1] and "for a p95 lag of 30s (at " in told[-1]
 
 
 def test_a_contract_that_does_not_learn_keeps_its_backoff(store: Store) -> None:
