@@ -127,8 +127,8 @@ class Engine:
         self.owner = owner
         self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
-        self.models = learning.Models(store, self.clock)
-        """The contracts' learnt schedules (`engine.learning`), kept for this engine's polls and admissions."""
+        self.models = learning.models_for(store, self.clock)
+        """The contracts' learnt schedules (`engine.learning`), kept for every engine on this store object."""
 
     # -- admission ---------------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ store learnt reaches it too.
 from __future__ import annotations
 
 import threading
+import weakref
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -63,6 +64,21 @@ class Models:
             for (name, _), kept in self._kept.items():
                 if name == contract:
                     kept.stale = True
+
+
+_SHARED: weakref.WeakKeyDictionary[Store, Models] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def models_for(store: Store, clock: Callable[[], datetime]) -> Models:
+    """The models of this store object, shared by every engine on it (a worker's lanes, the engine that finishes
+    a batch's slow rest): one read and one plan per contract for all of them. The first engine's clock dates
+    the window."""
+    with _SHARED_LOCK:
+        models = _SHARED.get(store)
+        if models is None:
+            models = _SHARED[store] = Models(store, clock)
+        return models
 
 
 def _due(kept: _Kept, now: float) -> bool:
