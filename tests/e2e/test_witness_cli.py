@@ -199,14 +199,16 @@ _SCHEMA_8 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
+    "DROP TABLE learnt_samples",  # schema 9's
 )
-"""What schema 8 added (rows the audit vouches for, key rotations, settings, unreadable rows), undone."""
+"""What schemas 8 and 9 added (rows the audit vouches for, key rotations, settings, unreadable rows; the learnt
+samples), undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
     (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), no outbox
-    (schema 7), nothing of schema 8, version 2."""
+    (schema 7), nothing of schemas 8 and 9, version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE contracts")
         conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")
