@@ -10,8 +10,8 @@ store learnt reaches it too.
 from __future__ import annotations
 
 import threading
-import weakref
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
