@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from .engine import StepResult
     from .report.progress import Progress
     from .store.base import Store
+    from .store.roles import Decisions
 
 __all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchCancelled", "WatchError", "watch", "watch_sync"]
 
@@ -295,7 +296,7 @@ class Watch:
             return outcome_of(store, final)
 
 
-def outcome_of(store: Store, record: OperationRecord) -> Outcome:
+def outcome_of(store: Decisions, record: OperationRecord) -> Outcome:
     if record.phase is Phase.SUCCEEDED:
         return Succeeded(record.operation_id, record.result, record)
     assert record.reason is not None, "a final record that did not succeed carries its stop reason"

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import Limits, WatchRequest
@@ -280,7 +281,7 @@ def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(s
     fresh = new_record(contract, operation_id="op-late", job_id="j", now=start, deadline=timedelta(seconds=2))
     assert fresh.next_poll_at == start + timedelta(seconds=2)  # new records keep the bound themselves
     stored = replace(fresh, next_poll_at=start + timedelta(seconds=30))
-    store.create(stored, contract.source_text, stored.summary())
+    store.create(stored, contract.source_text, ev.Created.prepared(stored.summary()))
     clock = [start]
     slept: list[float] = []
 

@@ -100,7 +100,7 @@ def submit(
                 idempotent=bool(token),
                 created_by=by,
             )
-            store.record_submission(submission, intent.to_json())
+            store.record_submission(submission, intent)
         except OperationExists:
             raise ActionRefused(f"operation {operation_id} already exists; choose another --operation") from None
     else:
@@ -140,7 +140,7 @@ def submit(
         # A refused connection proves the provider never saw it; anything later leaves the outcome unknown.
         marked = ev.SubmissionUnknown if exchange.delivery_unknown else ev.SubmissionNotSent
         lost = marked(failure=exchange.kind.value, detail=exchange.message)
-        store.mark_submission(operation_id, lost.state, lost.to_json(), now)
+        store.mark_submission(operation_id, lost, now)
         if not exchange.delivery_unknown:
             raise ActionError(f"the submission was not delivered ({exchange.message}); it is safe to run submit again")
         again = (
@@ -151,7 +151,7 @@ def submit(
         raise ActionError(f"the submission's outcome is unknown ({exchange.message}); {again}")
     if exchange.status not in (200, 201, 202, 204):
         rejected = ev.SubmissionRejected(http_status=exchange.status)
-        store.mark_submission(operation_id, rejected.state, rejected.to_json(), now)
+        store.mark_submission(operation_id, rejected, now)
         raise ActionError(f"the provider refused the submission with HTTP {exchange.status}; nothing will be watched")
     job_id, location = _accepted(contract, exchange)
     record = new_record(
@@ -170,11 +170,11 @@ def submit(
     )
     event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
     try:
-        store.accept_submission(accepted, record, contract.source_text, event.to_json())
+        store.accept_submission(accepted, record, contract.source_text, event)
     except JobWatched as exc:
         said = _duplicate(exc.operation_id)
         duplicate = ev.SubmissionDuplicate(http_status=exchange.status, watched_by=exc.operation_id, detail=said)
-        store.mark_submission(operation_id, duplicate.state, duplicate.to_json(), now)
+        store.mark_submission(operation_id, duplicate, now)
         raise ActionError(f"the provider accepted the submission: {said}") from None
     return Submitted(record, resent)
 

@@ -284,7 +284,7 @@ def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfi
     store = _open_store(args.home, keys="write")
     try:
         with delivering(store, "outbox"):
-            store.set_setting(WITNESS_LOG, location, event.KIND, event.to_json(), utcnow())
+            store.set_setting(WITNESS_LOG, location, event, utcnow())
     finally:
         store.close()
 

@@ -18,6 +18,7 @@ from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..engine.installed import install_as_caller
+from ..events import ActionEvent
 from ..home.directory import unknown_operation
 from ..home.operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
@@ -180,7 +181,7 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
         result = {**result, "out": str(out)}  # where it ends up, not the temporary file it was written to
-        store.append(args.operation, "action", result, store.db_now())
+        store.append(args.operation, ActionEvent.prepared(result), store.db_now())
     finally:
         store.close()
     if result["url"] is None:
@@ -215,7 +216,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         with _client(contract, store) as client:
             result = cancel(contract, client, record)
         decided = approved[-1].request.decision_id
-        store.append(args.operation, "action", {**result, "decision_id": decided}, store.db_now())
+        store.append(args.operation, ActionEvent.prepared({**result, "decision_id": decided}), store.db_now())
     finally:
         store.close()
     print("cancel sent" if result["ok"] else f"cancel failed: {shown(result)}")

@@ -527,7 +527,7 @@ class Worker:
             return store.db_now()
         later = defer(record, slot)
         event = Paced(provider=provider, until=format_rfc3339(slot))
-        store.write(lease, later, [event.new_event()], now, release=True)
+        store.write(lease, later, [event], now, release=True)
         self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
         return None
 

@@ -28,6 +28,7 @@ from ..shown import shown
 from ..store.base import Grant, Store, StoreError, UnreadableRecord, agent_log_id
 from ..store.open import is_postgres_url, redact_url
 from ..store.open import open_store as open_target
+from ..store.roles import Grants, Operations
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from .directory import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 
@@ -104,7 +105,7 @@ def witness_setting(home: Path) -> tuple[str, str] | None:
     return text, str(path)
 
 
-def operation_known(store: Store, operation_id: str) -> bool:
+def operation_known(store: Operations, operation_id: str) -> bool:
     """Whether the store holds the operation, readable or not: its log is there to tell (`story`, `why`, an
     export of it) even when its row cannot be decoded."""
     try:
@@ -142,7 +143,7 @@ def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Con
         if by is not None:
             refused = ContractRefused(digest=exc.digest, by=by)
             with suppress(StoreError):  # a read-only home still refuses; the refusal itself is what matters
-                store.append(operation_id, refused.KIND, refused.to_json(), store.db_now())
+                store.append(operation_id, refused, store.db_now())
         raise
     except ContractError as exc:
         raise HomeError(str(exc)) from None
@@ -275,7 +276,7 @@ class GrantAnswer:
 
 
 def answer_grant(
-    store: Store,
+    store: Grants,
     grant_id: str,
     *,
     kind: str | None,

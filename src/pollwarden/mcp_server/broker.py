@@ -27,6 +27,7 @@ from ..core.record import OperationRecord
 from ..core.scrub import Scrubber
 from ..engine import Engine, NotYet, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
+from ..events import NewEvent, SessionStarted
 from ..home.operating import HomeError, home_clock, open_store
 from ..report.progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, UnreadableRecord, agent_log_id
@@ -149,14 +150,14 @@ class Broker:
         finally:
             store.close()
 
-    def audit(self, store: Store, kind: str, data: Mapping[str, Any]) -> None:
+    def audit(self, store: Store, event: NewEvent) -> None:
         """A durable record in the session's audit chain; when it cannot be written, nothing happens."""
         try:
-            store.append(self.log_id, kind, dict(data), self.clock())
+            store.append(self.log_id, event, self.clock())
         except Exception as exc:
             raise ToolFailure(
                 "audit_unavailable",
-                f"the audit record ({kind}) could not be written, so nothing was done: {exc.__class__.__name__}",
+                f"the audit record ({event.KIND}) could not be written, so nothing was done: {exc.__class__.__name__}",
             ) from None
 
     def start_session(self, client: Mapping[str, Any] | None) -> None:
@@ -167,17 +168,18 @@ class Broker:
             with self.store() as store:
                 self.audit(
                     store,
-                    "session_started",
-                    {
-                        "session": self.session_id,
-                        "pid": os.getpid(),
-                        "isolation": self.isolation,
-                        "agent": self.principal,
-                        "server": f"pollwarden {__version__}",
-                        "client": dict(client) if client else None,
-                        "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},
-                        "contract_problems": self.problems,
-                    },
+                    SessionStarted.prepared(
+                        {
+                            "session": self.session_id,
+                            "pid": os.getpid(),
+                            "isolation": self.isolation,
+                            "agent": self.principal,
+                            "server": f"pollwarden {__version__}",
+                            "client": dict(client) if client else None,
+                            "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},
+                            "contract_problems": self.problems,
+                        }
+                    ),
                 )
             self._started = True
 

@@ -78,7 +78,7 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
                 reason=why,
                 requested_by=broker.requester,
                 added=new is None,
-            ).new_event()
+            )
             now = broker.clock()
             if not store.write(lease, current, [event], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
@@ -86,7 +86,7 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
             store.release(lease)
             raise
         try:
-            store.append(broker.log_id, *event, now)
+            store.append(broker.log_id, event, now)
         except Exception:
             log.exception("the session record of cancel request %s could not be written", request.decision_id)
         return _answer(store, request, already=False)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import events as ev
 from ..core.contract.parse import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
@@ -124,7 +125,7 @@ def gated_call(
         "max_status_requests": record.max_status_requests,
         "agent": broker.principal,
     }
-    broker.audit(store, "call_intent", intent)
+    broker.audit(store, ev.CallIntent.prepared(intent))
     try:
         value, outcome = send()
     except ToolFailure as failure:
@@ -143,14 +144,14 @@ def _result(broker: Broker, store: Store, data: Mapping[str, Any]) -> None:
     # The call has happened and its facts are in the operation's own log; a failed result record is
     # reported to the operator, not turned into a second call.
     try:
-        store.append(broker.log_id, "call_result", dict(data), broker.clock())
+        store.append(broker.log_id, ev.CallResult.prepared(dict(data)), broker.clock())
     except Exception:
         log.exception("the result record of call %s could not be written", data.get("call"))
 
 
 def _deny(broker: Broker, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
-        broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
+        broker.audit(store, ev.CallDenied(operation=record.operation_id, why=reason, grant_id=grant_id))
 
 
 def _per_call_gate(

@@ -145,7 +145,7 @@ def announce(broker: Broker, store: Store, served: Contract, record: OperationRe
     """The session's record that it watches (or watches again) an operation."""
     kind = ev.WatchStarted if created else ev.WatchRejoined
     started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
-    broker.audit(store, started.KIND, started.to_json())
+    broker.audit(store, started)
 
 
 def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, created: bool) -> dict[str, Any]:
@@ -365,15 +365,17 @@ def tool_request_extension(
                     " Nothing was requested",
                 )
             # The operation's id is in the event itself: the story names the operation from it.
-            event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
-            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=new):
+            event = ev.ExtensionRequested.prepared(
+                {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
+            )
+            if not store.write(lease, current, [event], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
         except BaseException:
             store.release(lease)
             raise
         # The request and its audit event are committed in the operation's log; this is the session's copy.
         try:
-            store.append(broker.log_id, "extension_requested", event, now)
+            store.append(broker.log_id, event, now)
         except Exception:
             log.exception("the session record of extension request %s could not be written", request.decision_id)
         shown = _with_agent_requests(store, request)
@@ -448,7 +450,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                 with out.open("rb") as written:  # a result file may be a GiB: the agent sees the head only
                     body = written.read(RESULT_TEXT_CAP * 4 + 4)
             info.pop("out", None)
-            store.append(operation_id, "action", {**info, "by": broker.requester}, broker.clock())
+            store.append(operation_id, ev.ActionEvent.prepared({**info, "by": broker.requester}), broker.clock())
             summary = {"outcome": "sent", "bytes": info["bytes"], "sha256": info["sha256"]}
             return {**info, "body": body}, summary
 
@@ -472,7 +474,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
 def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
     """A fetch that did not happen, or did not succeed: audited on the operation, and the agent told why."""
     detail = {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester}
-    store.append(operation_id, "action", detail, broker.clock())
+    store.append(operation_id, ev.ActionEvent.prepared(detail), broker.clock())
     raise ToolFailure("fetch_failed", str(exc)) from None
 
 
