@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from .catalogue import resolve_contract
 from .core.admission import Limits, WatchRequest, check, operation_id_problem
@@ -57,7 +57,17 @@ if TYPE_CHECKING:
     from .store.base import Store
     from .store.roles import Decisions
 
-__all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchCancelled", "WatchError", "watch", "watch_sync"]
+__all__ = [
+    "Outcome",
+    "Stopped",
+    "Succeeded",
+    "Watch",
+    "WatchCancelled",
+    "WatchError",
+    "WatchOptions",
+    "watch",
+    "watch_sync",
+]
 
 
 _NAMES = {"status_location": "status_url"}
@@ -126,6 +136,34 @@ class Stopped:
 Outcome = Succeeded | Stopped
 
 
+class WatchOptions(TypedDict, total=False):
+    """The keywords of `Watch`, `watch_sync` and `watch` beyond the contract and the job, declared once."""
+
+    home: str | Path | None
+    """The pollwarden home (default: $POLLWARDEN_HOME or ~/.local/state/pollwarden)."""
+    store: Store | None
+    """An open store to use instead of the home's (the caller closes it)."""
+    deadline: timedelta | str | None
+    max_requests: int | None
+    useful_for: timedelta | str | None
+    lag_target: timedelta | str | None
+    """The p95 detection lag the contract's learnt schedule keeps (as `--lag-target`, docs/schedules.md)."""
+    operation_id: str | None
+    on_progress: Callable[[Progress], None] | None
+    vars: Mapping[str, str] | None
+    status_url: str | None
+
+
+def _check_names(options: Mapping[str, object]) -> None:
+    """A keyword the API does not take is refused as a misspelt keyword argument always was (a TypeError),
+    for callers the type checker does not see."""
+    unknown = sorted(set(options) - WatchOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(WatchOptions.__annotations__)})"
+        )
+
+
 def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         parsed = value
@@ -151,23 +189,17 @@ class Watch:
         self,
         contract: Contract | str | Path,
         job_id: str | None = None,
-        *,
-        home: str | Path | None = None,
-        store: Store | None = None,
-        deadline: timedelta | str | None = None,
-        max_requests: int | None = None,
-        useful_for: timedelta | str | None = None,
-        lag_target: timedelta | str | None = None,
-        operation_id: str | None = None,
-        on_progress: Callable[[Progress], None] | None = None,
-        vars: Mapping[str, str] | None = None,
-        status_url: str | None = None,
+        **options: Unpack[WatchOptions],
     ) -> None:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
         its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles).
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
         operation was created, the watch stops (`usefulness_window_closed`), even before the deadline. `lag_target`
         (as `--lag-target`) is the p95 detection lag the contract's learnt schedule keeps (`[schedule] lag_target`)."""
+        _check_names(options)
+        vars = options.get("vars")
+        operation_id = options.get("operation_id")
+        status_url = options.get("status_url")
         if vars is not None and (
             not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
         ):
@@ -201,10 +233,10 @@ class Watch:
         if operation_id is not None and (problem := operation_id_problem(operation_id)):
             raise WatchError(f"operation_id {operation_id!r}: {problem}")
         self.limits = Limits(
-            deadline=_duration(deadline, "deadline"),
-            max_requests=max_requests,
-            useful_for=_duration(useful_for, "useful_for"),
-            lag_target=_duration(lag_target, "lag_target"),
+            deadline=_duration(options.get("deadline"), "deadline"),
+            max_requests=options.get("max_requests"),
+            useful_for=_duration(options.get("useful_for"), "useful_for"),
+            lag_target=_duration(options.get("lag_target"), "lag_target"),
         )
         self.status_url = status_url
         # Admission's own checks, before anything is opened: the same words as every other interface.
@@ -213,9 +245,9 @@ class Watch:
             raise WatchError(f"cannot watch: {refused.message_for(_NAMES)}")
         self.job_id = probe.job_id
         self.operation_id = operation_id
-        self._home = home
-        self._store = store
-        self._on_progress = on_progress
+        self._home = options.get("home")
+        self._store = options.get("store")
+        self._on_progress = options.get("on_progress")
         self._stop = threading.Event()
 
     def cancel(self) -> None:
@@ -243,6 +275,7 @@ class Watch:
         from .home.operating import HomeError
         from .home.shared_store import home_store
         from .report.progress import progress_of
+        from .store.bell import listening, pause
         from .store.owner import process_owner
         from .transport.http import CredentialError, StatusClient, resolve_secret
         from .transport.outbox import delivering
@@ -286,9 +319,15 @@ class Watch:
             if (on_progress := self._on_progress) is not None:
                 told = lambda result: on_progress(progress_of(result))  # noqa: E731
             try:
-                with StatusClient(self.contract, secret, clock=engine.clock) as client:
+                # With a [push] table, the store's bell ends a wait at once when a provider's push made it due.
+                with (
+                    StatusClient(self.contract, secret, clock=engine.clock) as client,
+                    listening(store.bell, self.contract.push is not None) as bell,
+                ):
+                    stop = self._stop
                     final = engine.run(
-                        self.contract, client, self.operation_id, on_progress=told, stop=self._stop,
+                        self.contract, client, self.operation_id, on_progress=told, stop=stop,
+                        sleep=None if bell is None else lambda seconds: pause(bell, seconds, stop),
                         by="python api", record=admitted.record,
                     )  # fmt: skip
             except Cancelled:
@@ -307,49 +346,16 @@ def outcome_of(store: Decisions, record: OperationRecord) -> Outcome:
 def watch_sync(
     contract: Contract | str | Path,
     job_id: str | None = None,
-    *,
-    home: str | Path | None = None,
-    store: Store | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    lag_target: timedelta | str | None = None,
-    operation_id: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    vars: Mapping[str, str] | None = None,
-    status_url: str | None = None,
+    **options: Unpack[WatchOptions],
 ) -> Outcome:
     """`Watch(...).run()` in one call."""
-    return Watch(
-        contract,
-        job_id,
-        home=home,
-        store=store,
-        deadline=deadline,
-        max_requests=max_requests,
-        useful_for=useful_for,
-        lag_target=lag_target,
-        operation_id=operation_id,
-        on_progress=on_progress,
-        vars=vars,
-        status_url=status_url,
-    ).run()
+    return Watch(contract, job_id, **options).run()
 
 
 async def watch(
     contract: Contract | str | Path,
     job_id: str | None = None,
-    *,
-    home: str | Path | None = None,
-    store: Store | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    lag_target: timedelta | str | None = None,
-    operation_id: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    vars: Mapping[str, str] | None = None,
-    status_url: str | None = None,
+    **options: Unpack[WatchOptions],
 ) -> Outcome:
     """The same watch without blocking the event loop: it runs on a worker thread and is awaited here.
 
@@ -361,20 +367,7 @@ async def watch(
     import asyncio  # here, not at the top: its caller runs a loop, so it is loaded; `watch_sync`'s caller may not
     import contextvars
 
-    prepared = Watch(
-        contract,
-        job_id,
-        home=home,
-        store=store,
-        deadline=deadline,
-        max_requests=max_requests,
-        useful_for=useful_for,
-        lag_target=lag_target,
-        operation_id=operation_id,
-        on_progress=on_progress,
-        vars=vars,
-        status_url=status_url,
-    )
+    prepared = Watch(contract, job_id, **options)
     # A thread of its own, not the loop's default executor: that one has min(32, cores + 4) threads, and a
     # watch holds its thread until its job ends, so the seventh watch on 2 cores would not send its first
     # request until another watch's job had ended. The context is copied, as `asyncio.to_thread` does.

@@ -23,17 +23,18 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
+from pollwarden.core.lease import lease_ttl
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
-from pollwarden.engine.flow import lease_ttl
 from pollwarden.fleet.worker import CLAIM_TTL, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.transport.credentials import resolve_secret
-from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import StatusClient
 from pollwarden.transport.outbox import delivering
 from tests.conftest import install
 

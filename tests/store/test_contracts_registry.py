@@ -26,6 +26,12 @@ from .test_store import CONTRACT
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
 AFTER_SCHEMA_5 = (
+    "DROP TABLE learnt_samples",  # schema 11's
+    "DROP TABLE push_deliveries",  # 10's
+    "DROP INDEX operations_console",  # 9's
+    "DROP INDEX operations_unreadable_contract",
+    "DROP INDEX decisions_open_reason",
+    "ALTER TABLE decisions DROP COLUMN reason",
     "DROP TABLE contracts",  # schema 6's
     "DROP TABLE outbox",  # 7's
     "ALTER TABLE audit_heads DROP COLUMN vouches",  # 8's
@@ -34,7 +40,6 @@ AFTER_SCHEMA_5 = (
     "DROP TABLE audit_settings",
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
-    "DROP TABLE learnt_samples",  # 9's
 )
 """What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
 

@@ -1,5 +1,5 @@
 """`claim_due`, the fleet claim, on both backends: due rows only, earliest first, never one row to two
-claimers, and fencing tokens that only grow (DESIGN.md, "lease protocol", step 1)."""
+claimers, and fencing tokens that only grow (docs/design.md, "The step (R37) and the lease", step 2)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ ROLES: list[type[Any]] = [
     roles.Learning,
     roles.FleetQueue,
     roles.Deliveries,
+    roles.Pages,
+    roles.Pushes,
 ]
 
 
@@ -48,8 +50,23 @@ def _statically(sqlite: SQLiteStore, postgres: PostgresStore) -> None:
         learning: roles.Learning = store
         fleet: roles.FleetQueue = store
         deliveries: roles.Deliveries = store
+        pages: roles.Pages = store
+        pushes: roles.Pushes = store
         whole: Store = store
-        del operations, decisions, submissions, grants, audit, contracts, learning, fleet, deliveries, whole
+        del (
+            operations,
+            decisions,
+            submissions,
+            grants,
+            audit,
+            contracts,
+            learning,
+            fleet,
+            deliveries,
+            pages,
+            pushes,
+            whole,
+        )
 
 
 def test_every_member_of_the_store_belongs_to_exactly_one_role() -> None:

@@ -23,9 +23,9 @@ from ..core.escalation import (
     apply_recheck,
     stop_marker,
 )
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
-from ..engine.flow import lease_ttl
 from ..shown import has_control
 from ..store.base import DecisionTaken, Lease, Store, StoredDecision
 from ..store.owner import process_owner

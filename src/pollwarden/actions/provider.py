@@ -10,13 +10,13 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from .. import events as ev
-from ..core.admission import first_check_problems, job_id_problem
+from ..core.admission import Limits, first_check_problems, job_id_problem
 from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
@@ -70,12 +70,12 @@ def submit(
     operation_id: str,
     body: bytes,
     now: datetime,
-    deadline: timedelta | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | None = None,
+    limits: Limits = Limits(),  # noqa: B008  (frozen: one shared default is safe)
     by: str = "cli",
 ) -> Submitted:
-    """Record the submission, send it once (again only under idempotency), and create the operation."""
+    """Record the submission, send it once (again only under idempotency), and create the operation with the
+    `limits` its caller asked for (the deadline, the budget and the usefulness window are the ones read here)."""
+    deadline, max_requests, useful_for = limits.deadline, limits.max_requests, limits.useful_for
     spec = contract.submit
     if spec is None:
         raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")

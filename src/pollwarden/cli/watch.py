@@ -24,6 +24,7 @@ from ..home.operating import HomeError, command_line, contract_of
 from ..report.progress import progress_of
 from ..shown import shown
 from ..store.base import Store
+from ..store.bell import listening
 from ..store.owner import process_owner
 from ..transport.http import Credential, CredentialError, StatusClient, resolve_secret
 from ..transport.outbox import delivering
@@ -109,7 +110,7 @@ def _contract(args: argparse.Namespace, store: Store) -> Contract:
     return contract
 
 
-class Progress:
+class ProgressLine:
     """What a person sees while `watch` waits. On a terminal: one line, redrawn in place every second and after
     every step (the state, checks used of allowed, the next check and who chose its time, the deadline), so a
     long wait never scrolls. Piped, or with `--quiet`: one plain line per decision, for logs. `--json`: none."""
@@ -133,7 +134,7 @@ class Progress:
             self._dirty = False
 
     def __call__(self, result: StepResult) -> None:
-        Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
+        ProgressLine.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
         now = self.clock()
@@ -254,15 +255,20 @@ def _watch(
             f" requests{how}\n"
         )
         out.flush()
-    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
-    Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-    with StatusClient(contract, secret, clock=engine.clock) as client:
+    progress = ProgressLine(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
+    ProgressLine.watching = record.operation_id  # an interrupt from here on names it in the resume hint
+    # With a [push] table, the store's bell ends a wait at once when a provider's push made the operation due.
+    with (
+        StatusClient(contract, secret, clock=engine.clock) as client,
+        listening(store.bell, contract.push is not None) as bell,
+    ):
         # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
         final = engine.run(
             contract,
             client,
             record.operation_id,
             on_progress=progress,
+            sleep=None if bell is None else bell.wait,
             tick=1.0 if progress.live else None,
             by="cli",
         )

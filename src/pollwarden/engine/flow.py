@@ -19,6 +19,7 @@ from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, ne
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
 from ..core.learnt import Learnt
+from ..core.lease import lease_ttl
 from ..core.observe import Exchange, Kind, Observation, observe
 from ..core.reasons import Category, DelaySource, Phase, StopReason
 from ..core.record import OperationRecord
@@ -28,12 +29,6 @@ from ..store.base import FencedWrite, Lease
 
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-def lease_ttl(contract: Contract) -> timedelta:
-    """Long enough for one bounded request (connect to last byte is bounded by `timeout`) and its record,
-    short enough that a crash is not waited out. Every claim and every reservation uses this, whoever drives."""
-    return contract.timeout * 2 + timedelta(seconds=5)
 
 
 # -- effects: what the flow asks its driver to do, and what each one answers ----------------------------------

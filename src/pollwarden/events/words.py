@@ -7,12 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.durations import DurationError, parse_rfc3339
-
-if TYPE_CHECKING:  # the observation is itself an event kind (`operation.py`, which imports this module)
-    from .operation import Observed
 
 SOURCE_WORDS = {
     "provider_retry_after": "provider guidance",
@@ -21,9 +18,24 @@ SOURCE_WORDS = {
     "learnt": "the contract's learnt schedule",
     "manual_extension": "manual extension",
     "credential_recheck": "a check with the credential configured now",
+    "provider_push": "a provider push",
 }
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
+
+
+class Exchange(Protocol):
+    """What the story tells of one HTTP exchange: an `operation.Observed` (an event kind itself, whose module
+    imports this one, so it is named here by shape)."""
+
+    @property
+    def http_status(self) -> int | None: ...
+    @property
+    def state(self) -> str | None: ...
+    @property
+    def retry_after_header(self) -> str | None: ...
+    @property
+    def detail(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class Scene:
 
     at: str
     operation: str | None
-    observed: Observed | None
+    observed: Exchange | None
 
 
 def said(value: object) -> str:
@@ -65,7 +77,7 @@ def counts_of(value: object) -> tuple[tuple[str, int | float], ...] | None:
     return tuple((str(k), v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool))
 
 
-def observed_words(o: Observed) -> str:
+def observed_words(o: Exchange) -> str:
     if o.http_status is None:
         return f"request failed ({o.detail or 'transport failure'})"
     if o.state is not None:

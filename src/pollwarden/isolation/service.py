@@ -220,6 +220,7 @@ class BrokerService:
             return
         from ..mcp_server.broker import Broker
         from ..mcp_server.server import serve_connection
+        from ..mcp_server.session import Separation
 
         with self._lock:
             held = sum(1 for b in self._sessions if b.principal and b.principal.get("uid") == peer.uid)
@@ -233,11 +234,13 @@ class BrokerService:
             self.home,
             environ=self.environ,
             problems=self.problems,
-            principal=peer.to_json(),
-            isolation=f"broker (the agent is {peer.user}, uid {peer.uid}; the credential, keys and approvals are"
-            f" held by {me}, and only one of {self.approvers} may approve)",
-            approvers=f"one of: {self.approvers}",
-            person_flags=f"--connect {self.socket_path}",
+            separation=Separation(
+                principal=peer.to_json(),
+                isolation=f"broker (the agent is {peer.user}, uid {peer.uid}; the credential, keys and approvals"
+                f" are held by {me}, and only one of {self.approvers} may approve)",
+                approvers=f"one of: {self.approvers}",
+                person_flags=f"--connect {self.socket_path}",
+            ),
         )
         with self._lock:
             self._sessions[broker] = conn

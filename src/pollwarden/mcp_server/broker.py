@@ -14,7 +14,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,25 +36,13 @@ from .base import UNREADABLE_TO_AGENT, CallContext, ToolFailure, check_arguments
 from .gates import RequestMade, gated_call
 from .reporting import timing
 from .scrub import secret_values, wire_safe
+from .session import SAME_USER_SESSION, Creation, Separation
 from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
-SAME_USER = "none (the agent's user can read the credential and approve)"
-"""`pollwarden mcp` without --connect: said at start and by list_operations (docs/agents.md, "Isolation")."""
-ANY_PERSON = "anyone who can run pollwarden on this home"
-
 AGENT_REQUESTER = "agent session "
 """How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
-
-
-@dataclass
-class Creation:
-    """A session's reserved slot for one new operation (`Broker.creating`)."""
-
-    before: int
-    """Operations of the contract the session had created (or reserved) before this one."""
-    made: bool = False
 
 
 class Broker:
@@ -70,20 +57,13 @@ class Broker:
         session_id: str | None = None,
         clock: Callable[[], datetime] | None = None,
         problems: Iterable[str] = (),
-        principal: Mapping[str, Any] | None = None,
-        isolation: str = SAME_USER,
-        approvers: str = ANY_PERSON,
-        person_flags: str = "--by NAME",
+        separation: Separation = SAME_USER_SESSION,
     ) -> None:
         env = os.environ if environ is None else environ
-        self.principal = dict(principal) if principal is not None else None
-        """Who the agent is, as the kernel told the broker (uid, user, gid, pid); None in same-user mode."""
-        self.isolation = isolation
-        self.approvers = approvers
-        """Who may approve this session's calls, as a person reads it ("one of: alice, @ops")."""
-        self.person_flags = person_flags
-        """What follows a person's command in the sentences an agent passes on: `--by NAME` here, a broker's
-        `--connect SOCKET` (where the kernel names the person)."""
+        self.principal = dict(separation.principal) if separation.principal is not None else None
+        self.isolation = separation.isolation
+        self.approvers = separation.approvers
+        self.person_flags = separation.person_flags
         self.contracts = dict(contracts)
         self.home = home
         self.clock = home_clock(home) if clock is None else clock

@@ -1,14 +1,15 @@
-"""The agent tools as plain functions over the `Broker` (submit_job in `submit`): each validates, then acts."""
+"""The agent tools as plain functions over the `Session` (submit_job in `submit`): each validates, then acts."""
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .. import events as ev
 from ..actions.decisions import open_decision
@@ -18,12 +19,14 @@ from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
-from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..engine import AdmissionError, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
+from ..store.bell import Listener, listening, pause
 from ..store.owner import process_owner
 from .base import (
     ANSWER_MARGIN_SECONDS,
@@ -38,11 +41,10 @@ from .base import (
     clean_text,
     log,
 )
+from .cancel import tool_request_cancel
 from .gates import gated_call
+from .session import Session
 from .views import decision_view, final, seconds_until
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
@@ -85,7 +87,7 @@ REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded"
 
 
 def tool_start_watch(
-    broker: Broker,
+    broker: Session,
     call: CallContext,
     contract: str,
     job_id: str | None = None,
@@ -141,7 +143,7 @@ def refused(refusal: Refuse) -> ToolFailure:
     return ToolFailure(REFUSALS[refusal.kind], f"{words}. Nothing was created", **extra)
 
 
-def announce(broker: Broker, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
+def announce(broker: Session, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
     """The session's record that it watches (or watches again) an operation."""
     kind = ev.WatchStarted if created else ev.WatchRejoined
     started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
@@ -175,7 +177,7 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
 
 
 def tool_start_own_watch(
-    broker: Broker, call: CallContext, contract: str, job_id: str | None = None, **limits: Any
+    broker: Session, call: CallContext, contract: str, job_id: str | None = None, **limits: Any
 ) -> dict[str, Any]:
     """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
     which would otherwise rejoin (or narrow) that operation for the agent."""
@@ -188,7 +190,7 @@ def tool_start_own_watch(
     return tool_start_watch(broker, call, contract, job_id, **limits)
 
 
-def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_check_operation(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         return broker.advance(store, operation_id, call)
 
@@ -200,7 +202,7 @@ NO_PROGRESS_CAP = (
 
 
 def tool_wait_operation(
-    broker: Broker, call: CallContext, operation_id: str, max_wait_seconds: float
+    broker: Session, call: CallContext, operation_id: str, max_wait_seconds: float
 ) -> dict[str, Any]:
     if isinstance(max_wait_seconds, bool) or not isinstance(max_wait_seconds, int | float) or max_wait_seconds < 0:
         raise ToolFailure("invalid_argument", "max_wait_seconds must be a number of seconds, 0 or more")
@@ -214,7 +216,8 @@ def tool_wait_operation(
         # What it starts (a poll, an approval) must end before the host gives up, however short the wait asked:
         # the bound is the host's, so a short wait may still make its one poll.
         call = replace(call, answer_by=started + broker.wait_without_progress + ANSWER_MARGIN_SECONDS)
-    with broker.store() as store:
+    # The store's bell ends a pause at once when a provider's push made the operation due (any process).
+    with broker.store() as store, listening(store.bell, True) as bell:
         polled = False
         while True:
             try:
@@ -239,7 +242,7 @@ def tool_wait_operation(
             # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
             # A cut call (tasks/cancel, a host's cancellation) stops waiting at once, before any further poll.
-            if call.cancelled.wait(max(0.01, pause)) or broker.stopping.is_set():
+            if _pause(call.cancelled, bell, max(0.01, pause)) or broker.stopping.is_set():
                 reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
@@ -249,6 +252,14 @@ def tool_wait_operation(
             f"at most {MAX_WAIT_SECONDS} s per call" if call.progress is not None else NO_PROGRESS_CAP
         )
     return reply
+
+
+def _pause(cancelled: threading.Event, bell: Listener | None, seconds: float) -> bool:
+    """Wait `seconds`, ended early by a ring of the store's bell; True when the call was cancelled meanwhile."""
+    if bell is None:
+        return cancelled.wait(seconds)
+    pause(bell, seconds, cancelled)
+    return cancelled.is_set()
 
 
 def _wait_ended(
@@ -276,7 +287,7 @@ def _wait_ended(
     }
 
 
-def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_get_decision(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         _, record = broker.operation(store, operation_id)
         rows = store.decisions(operation_id)
@@ -306,7 +317,7 @@ def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> d
 
 
 def tool_request_extension(
-    broker: Broker, call: CallContext, operation_id: str, minutes: int, checks: int, reason: str
+    broker: Session, call: CallContext, operation_id: str, minutes: int, checks: int, reason: str
 ) -> dict[str, Any]:
     for name, value, top in (("minutes", minutes, MAX_EXTENSION_MINUTES), ("checks", checks, MAX_EXTENSION_CHECKS)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
@@ -429,7 +440,7 @@ def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, An
     }
 
 
-def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_fetch_result(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
         if (problem := no_result_problem(record)) is not None:
@@ -471,14 +482,14 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
     }
 
 
-def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
+def _fetch_failed(broker: Session, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
     """A fetch that did not happen, or did not succeed: audited on the operation, and the agent told why."""
     detail = {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester}
     store.append(operation_id, ev.ActionEvent.prepared(detail), broker.clock())
     raise ToolFailure("fetch_failed", str(exc)) from None
 
 
-def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
+def tool_list_operations(broker: Session, call: CallContext) -> dict[str, Any]:
     now = broker.clock()
     with broker.store() as store:
         listing = store.listing()
@@ -530,8 +541,6 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
         "now": format_rfc3339(now),
     }
 
-
-from .cancel import tool_request_cancel  # noqa: E402  (its own module: it needs nothing of this one)
 
 TOOLS: dict[str, Tool] = {
     "start_watch": tool_start_own_watch,

@@ -25,16 +25,19 @@ from datetime import datetime, timedelta
 
 from ..core.contract.parse import ContractError, parse_contract
 from ..core.durations import format_duration, format_rfc3339
+from ..core.lease import lease_ttl, lease_ttl_for
 from ..core.reasons import Phase
 from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
+from ..store.paging import Urgency
+from ..store.roles import Pages
 
-__all__ = ["Ownership", "lease_ttl_of", "ownership_of"]
+__all__ = ["Ownership", "lease_ttl_of", "ownership_of", "urgency_of"]
 
 Alive = Callable[[str], "bool | None"]
 
-FALLBACK_TTL = timedelta(seconds=65)
-"""The lease TTL of the default 30 s request timeout, for a stored contract that no longer parses."""
+FALLBACK_TTL = lease_ttl_for(timedelta(seconds=30))
+"""For a stored contract that no longer parses: the lease of a 30 s request timeout, three times the default."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,7 @@ class Ownership:
 
 @functools.lru_cache(maxsize=256)
 def lease_ttl_of(contract_text: str) -> timedelta:
-    """The lease TTL of a stored contract (`engine.flow.lease_ttl`), parsed once per distinct text."""
-    from ..engine.flow import lease_ttl
-
+    """The lease TTL of a stored contract (`core.lease`), parsed once per distinct text."""
     try:
         return lease_ttl(parse_contract(contract_text, source="a stored contract"))
     except ContractError:
@@ -110,6 +111,18 @@ def ownership_of(stored: Stored, now: datetime, *, alive: Alive = owner_alive) -
     orphaned = active and not leased and living is False and owner is not None and owner.kind != "worker"
     since = stored.watcher_since if text == stored.watcher else None
     return Ownership(owner, since, leased, living, overdue, orphaned, late, record.last_observed_at)
+
+
+def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
+    """What the store needs to rank a page of operations as `ownership_of` would flag each one: every contract's
+    lease TTL (overdue) and the owners known gone that are not workers (orphaned), asked of the few distinct owners
+    rather than of each row."""
+    ttl = {name: lease_ttl_of(text) for name, text in store.active_contracts().items()}
+    gone: set[str] = set()
+    for text in store.active_owners():
+        if parse_owner(text).kind != "worker" and alive(text) is False:
+            gone.add(text)
+    return Urgency(now, ttl, frozenset(gone))
 
 
 def _ago(moment: datetime, now: datetime) -> str:

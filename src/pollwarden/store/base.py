@@ -41,6 +41,7 @@ from .records import (
     inspect_unreadable,
 )
 from .roles import (
+    PUSH_MEMORY,
     AuditLog,
     Contracts,
     Decisions,
@@ -49,12 +50,25 @@ from .roles import (
     Grants,
     Learning,
     Operations,
+    Pages,
+    Pushes,
     Submissions,
 )
 
 
 class Store(
-    Operations, Decisions, Submissions, Grants, AuditLog, Contracts, Learning, FleetQueue, Deliveries, Protocol
+    Operations,
+    Decisions,
+    Submissions,
+    Grants,
+    AuditLog,
+    Contracts,
+    Learning,
+    FleetQueue,
+    Deliveries,
+    Pages,
+    Pushes,
+    Protocol,
 ):
     """What every interface may use of a store, whichever backend `open_store` gave it: every role."""
 
@@ -63,6 +77,7 @@ __all__ = [
     "AGENT_LOG_PREFIX",
     "CONTRACT_LOG_PREFIX",
     "INSPECT_UNREADABLE",
+    "PUSH_MEMORY",
     "Attempted",
     "ClaimAnswer",
     "ClaimOf",

@@ -4,7 +4,7 @@ outbox entries and events, as frozen records, and the errors a store raises. The
 
 Every write that changes authority or budgets is fenced by the lease token the writer holds; a write
 with a stale token changes nothing and returns False, so a worker that lost its lease while paused
-cannot overwrite the newer owner's facts (DESIGN.md, "lease protocol").
+cannot overwrite the newer owner's facts (docs/design.md, "The step (R37) and the lease").
 """
 
 from __future__ import annotations

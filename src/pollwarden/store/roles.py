@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # the protocols only name them: the engine and the API import
 
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from ..audit.rotation import Rotation
+    from .bell import Bell
+    from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
     from .trail import AuditSnapshot
     from .witness import Witness
 
@@ -182,6 +184,36 @@ class Decisions(Opened, Protocol):
         now: datetime,
     ) -> bool:
         """Fenced and once only: False if the lease was lost; DecisionTaken if someone decided first."""
+        ...
+
+
+class Pages(Opened, Protocol):
+    """The console's pages (`store.paging`): paged, sorted, filtered and counted in the database."""
+
+    def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
+        """One page of operations, most urgent first (`paging.URGENCY`), with the counts of each filter."""
+        ...
+
+    def active_owners(self) -> list[str]:
+        """The distinct owners of active operations: whose liveness `Urgency.gone` is made of."""
+        ...
+
+    def active_contracts(self) -> dict[str, str]:
+        """Contract name -> the text of its newest active operation (its lease TTL: `Urgency.ttl`)."""
+        ...
+
+    def contract_names(self) -> list[str]: ...
+
+    def decision_groups(self) -> list[DecisionGroup]:
+        """The open decisions counted by reason (the `reason` column: `DecisionRequest.why`)."""
+        ...
+
+    def open_decisions(self, reason: str | None = None, *, offset: int = 0, limit: int = 20) -> list[StoredDecision]:
+        """Open decisions oldest first (one reason's, or all), a page at a time."""
+        ...
+
+    def recent_decisions(self, limit: int) -> list[StoredDecision]:
+        """The last `limit` decisions answered (decided, refused or expired), newest first."""
         ...
 
 
@@ -397,3 +429,21 @@ class Deliveries(Opened, Protocol):
         ...
 
     def outbox_counts(self) -> list[OutboxCount]: ...
+
+
+PUSH_MEMORY = timedelta(days=3)
+"""How long a push's delivery id is remembered: GitHub lets a person redeliver for 3 days; a Standard Webhooks
+delivery older than 5 minutes is refused as stale anyway, and GitLab retries within hours."""
+
+
+class Pushes(Opened, Protocol):
+    """Providers' pushes (issue 27): the deliveries seen, and the bell that wakes this store's waiters."""
+
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        """Note a provider push's delivery: False when it was seen before (a replay, answered and ignored), within
+        `PUSH_MEMORY`; older deliveries are forgotten as new ones come."""
+        ...
+
+    def bell(self) -> Bell:
+        """What wakes this store's waiters in every process when an operation is made due early (`store.bell`)."""
+        ...

@@ -7,7 +7,7 @@ where checkpoint counters come from. Connections, the schema's version and the c
 backend (`sqlite.py`, `postgres.py`).
 
 Every write that changes authority or budgets is fenced by the lease token the writer holds: an UPDATE
-whose WHERE carries the token changes nothing when the token is stale (DESIGN.md, "lease protocol").
+whose WHERE carries the token changes nothing when the token is stale (docs/design.md, "The step (R37) and the lease").
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..events.base import NewEvent
 from .base import (
+    PUSH_MEMORY,
     ClaimAnswer,
     Claimed,
     ClaimOf,
@@ -54,7 +55,7 @@ from .common import (
 )
 from .sql_contracts import ContractRegistry
 from .sql_leases import chunks
-from .sql_reads import Reads
+from .sql_pages import Pages
 from .trail import job_lock_key
 from .vouching import operation_identity, state_of_values
 
@@ -83,7 +84,7 @@ def _refuse_silent(write: FencedWrite) -> None:
         raise ValueError(f"a write of operation {write.lease.operation_id} changes its record without an event")
 
 
-class _Operations(Reads):
+class _Operations(Pages):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -308,7 +309,8 @@ class _Operations(Reads):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`. The row it changes is vouched for."""
+        """The fence for one write (docs/design.md, "The step (R37) and the lease", steps 3 and 5): see
+        `_update_fenced_many`. The row it changes is vouched for."""
         one = [FencedWrite(lease, record, (), release, None, hold_until)]
         fenced = self._fenced_values(one, now)
         if not self._update_fenced_many(tx, one, fenced).fetchall():
@@ -392,13 +394,15 @@ class _Operations(Reads):
         # stop, or an agent's cancel request on a running job that has since stopped), so the old ones are void.
         self._expire_open(tx, request.operation_id)
         tx.execute(
-            f"INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES ({marks(5)})",
+            "INSERT INTO decisions (decision_id, operation_id, status, created_at, request, reason)"
+            f" VALUES ({marks(6)})",
             (
                 request.decision_id,
                 request.operation_id,
                 "open",
                 self.dialect.stamp(now),
                 decision_request_text(request),
+                request.why,
             ),
         )
         self._append(tx, request.operation_id, ev.DecisionRequested.prepared(request.to_json()), now)
@@ -574,6 +578,19 @@ class SQLStore(_Operations, ContractRegistry):
                 at,
             )
             return True
+
+    # -- provider pushes (schema 10) ---------------------------------------------------------------------
+
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        stamp = self.dialect.stamp
+        with self._tx() as tx:
+            tx.execute("DELETE FROM push_deliveries WHERE received_at < ?", (stamp(now - PUSH_MEMORY),))
+            added = tx.execute(
+                "INSERT INTO push_deliveries (contract_name, delivery_id, received_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (contract_name, delivery_id) DO NOTHING",
+                (contract_name, delivery_id, stamp(now)),
+            )
+            return added.rowcount == 1
 
     # -- pacing -------------------------------------------------------------------------------------------
 

@@ -92,7 +92,8 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> t
     sent)."""
     # The socket layer is imported when something is really posted: every driver imports this module.
     from ..core.observe import FailureKind
-    from .wire import Request, SocketTransport, WireError
+    from .messages import Request, WireError
+    from .wire import SocketTransport
 
     transport = SocketTransport()
     try:
