@@ -33,7 +33,6 @@ from ..core.admission import (
     narrow,
 )
 from ..core.contract.parse import Contract
-from ..core.learnt import Learnt
 from ..core.lease import lease_ttl
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
@@ -128,8 +127,7 @@ class Engine:
         self.owner = owner
         self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
-        self.models = learning.models_for(store, self.clock)
-        """The contracts' learnt schedules (`engine.learning`), kept for every engine on this store object."""
+        self.models = learning.models_for(store, self.clock)  # the learnt schedules of this store's contracts
 
     # -- admission ---------------------------------------------------------------------------------------------
 
@@ -291,7 +289,7 @@ class Engine:
             if existing is None and request.job_id is not None:
                 same_job = [s.record for s in same[request.contract.name].get(request.job_id, [])]
             while True:
-                learnt = self._learnt_for(request) if existing is None and not same_job else None
+                learnt = self.models.for_new(request) if existing is None and not same_job else None
                 token, u = secrets.token_hex(3), self.rng.random() if learnt is not None else 0.5
                 answer = admit(request, existing, same_job, now, token=token, learnt=learnt, u=u)
                 if not isinstance(answer, Create) or answer.record.operation_id not in taken:
@@ -301,13 +299,6 @@ class Engine:
                 taken.add(answer.record.operation_id)
             answers.append(answer)
         return answers
-
-    def _learnt_for(self, request: WatchRequest) -> Learnt | None:
-        """The model a new operation's first check is placed by, when its contract learns."""
-        schedule = request.contract.schedule
-        if not schedule.learn:
-            return None
-        return self.models.model(request.contract.name, request.limits.lag_target or schedule.lag_target)
 
     def _audit_refused(
         self, requests: Sequence[WatchRequest], refusals: Sequence[tuple[int, Refuse]], now: datetime, batch: int
@@ -542,9 +533,7 @@ class Engine:
                 decision=effect.decision,
                 hold_until=effect.hold_until,
             )
-            if written and effect.record.is_final:
-                self.models.ended(effect.record.contract_name)
-            return written
+            return self.models.after(written, effect.record)
         if isinstance(effect, flow.LearntModel):
             return self.models.model(effect.contract, effect.lag_target)
         if isinstance(effect, flow.Send):

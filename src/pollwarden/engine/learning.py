@@ -17,8 +17,10 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..core.admission import WatchRequest
 from ..core.contract.parse import ContractError, Schedule, parse_contract
 from ..core.learnt import WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
+from ..core.record import OperationRecord
 from ..store.base import Store
 
 REFRESH = 10.0
@@ -57,6 +59,19 @@ class Models:
         with self._lock:
             self._kept[key] = _Kept(model, now)
         return model
+
+    def for_new(self, request: WatchRequest) -> Learnt | None:
+        """The model a new operation's first check is placed by, when its contract learns (`core.admission`)."""
+        schedule = request.contract.schedule
+        if not schedule.learn:
+            return None
+        return self.model(request.contract.name, request.limits.lag_target or schedule.lag_target)
+
+    def after(self, written: bool, record: OperationRecord) -> bool:
+        """A fenced write's answer, passed on: when it ended the operation, its contract's models are stale."""
+        if written and record.is_final:
+            self.ended(record.contract_name)
+        return written
 
     def ended(self, contract: str) -> None:
         """This process ended an operation of `contract`: its models are read again when next asked for."""

@@ -20,7 +20,6 @@ from .. import events as ev
 from ..audit import AuditRecord
 from ..core.contract.vars import text_digest as contract_digest
 from ..core.escalation import DecisionRequest
-from ..core.learnt import Sample, sample_of
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..events.base import NewEvent
@@ -54,6 +53,7 @@ from .common import (
     submission_from_row,
 )
 from .sql_contracts import ContractRegistry
+from .sql_learning import LearntSamples
 from .sql_leases import chunks
 from .sql_pages import Pages
 from .trail import job_lock_key
@@ -84,7 +84,7 @@ def _refuse_silent(write: FencedWrite) -> None:
         raise ValueError(f"a write of operation {write.lease.operation_id} changes its record without an event")
 
 
-class _Operations(Pages):
+class _Operations(Pages, LearntSamples):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -259,45 +259,6 @@ class _Operations(Pages):
         self._insert_records(tx, sealed)
         self._insert_samples(tx, [writes[i].record for i in order if written[i] and writes[i].record.is_final], now)
         return written
-
-    def _insert_samples(self, tx: Tx, ended: Sequence[OperationRecord], now: datetime) -> None:
-        """What each operation that just ended says of its job's duration (`core.learnt.sample_of`), in the write
-        that ended it: the contract's learnt schedule reads these, never the records themselves."""
-        rows = [(record, sample) for record in ended if (sample := sample_of(record)) is not None]
-        if not rows:
-            return
-        tx.execute(
-            "INSERT INTO learnt_samples (operation_id, contract, sample_key, lower_s, upper_s, ended_at) VALUES "
-            + ",".join([f"({marks(6)})"] * len(rows))
-            + " ON CONFLICT (operation_id) DO UPDATE SET lower_s = excluded.lower_s, upper_s = excluded.upper_s,"
-            " ended_at = excluded.ended_at",
-            [
-                value
-                for record, sample in rows
-                for value in (
-                    record.operation_id,
-                    record.contract_name,
-                    "",
-                    sample.lower,
-                    sample.upper,
-                    self.dialect.stamp(now),
-                )
-            ],
-        )
-
-    def learnt_samples(self, contract: str, since: datetime, limit: int) -> list[Sample]:
-        """The newest `limit` samples of `contract` that ended at or after `since` (an indexed read)."""
-        rows = self._rows(
-            "SELECT lower_s, upper_s FROM learnt_samples WHERE contract = ? AND sample_key = '' AND ended_at >= ?"
-            " ORDER BY ended_at DESC LIMIT ?",
-            (contract, self.dialect.stamp(since), limit),
-        )
-        return [Sample(float(low), None if high is None else float(high)) for low, high in rows]
-
-    def learnt_contracts(self) -> list[tuple[str, int]]:
-        """Each contract with samples, and how many it has."""
-        rows = self._rows("SELECT contract, COUNT(*) FROM learnt_samples GROUP BY contract ORDER BY contract")
-        return [(str(name), int(count)) for name, count in rows]
 
     def _update_fenced(
         self,
