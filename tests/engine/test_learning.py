@@ -122,7 +122,7 @@ def test_a_learnt_decision_says_so_and_why_replays_it(store: Store) -> None:
     assert "for a p95 lag of 30s" in event.data["detail"]
     assert explain(event).same
     told = [line for line in story_lines(store.events(operation)) if "learnt from" in line]
-    assert told and "next check in " in told[-1] and "for a p95 lag of 30s (at " in told[-1]
+    assert told and "(learnt schedule): learnt from " in told[-1] and told[-1].endswith("for a p95 lag of 30s")
 
 
 def test_a_contract_that_does_not_learn_keeps_its_backoff(store: Store) -> None:

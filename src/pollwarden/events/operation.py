@@ -19,13 +19,14 @@ from ..core.schedule import Rejection
 from .base import AuditEvent, NewEvent, Payload, event
 from .words import (
     JOB_ENDED_REASONS,
-    SOURCE_WORDS,
     Scene,
     clock_text,
+    count_words,
     counts_of,
     observed_words,
     reason_words,
     said,
+    wait_words,
 )
 
 # -- an operation is created, polled and stopped --------------------------------------------------------
@@ -50,7 +51,8 @@ class Created(AuditEvent):
         return (
             f"{scene.at} watching job {said(self.job)} ({said(self.contract)}),"
             f" deadline {clock_text(self.deadline_at)},"
-            f" budget {said(self.max_status_requests)} requests, {said(self.max_transport_failures)} transport failures"
+            f" budget {count_words(self.max_status_requests, 'check')},"
+            f" {count_words(self.max_transport_failures, 'transport failure')}"
         )
 
 
@@ -93,6 +95,8 @@ class Observed(AuditEvent):
     state: str | None = None
     retry_after_header: str | None = None
     detail: str | None = None
+    provider_error: str | None = None
+    """The provider's own error message, as compact JSON text when it was an object."""
 
     @classmethod
     def of(cls, observation: Observation, sent_at: datetime) -> Observed:
@@ -165,24 +169,24 @@ class DecisionEvent(AuditEvent):
         }
 
     def _learnt_words(self) -> str | None:
-        """The learnt part of the detail, as `core.learnt.Learnt.words` wrote it."""
+        """The learnt part of the detail, as `core.learnt.Learnt.words` wrote it (after its "next check in 42s: ")."""
         detail = self.detail or ""
-        at = detail.find("next check in ")
+        at = detail.find("learnt from ")
         return None if at < 0 else detail[at:].split("; ")[0]
 
     def line(self, scene: Scene) -> str:
         head = observed_words(scene.observed) if scene.observed is not None else None
         if self.action == "wait":
             learnt = self._learnt_words() if self.delay_source == "learnt" else None
-            if learnt is not None:  # the decision's own words: "next check in 42s: learnt from 312 ended jobs ..."
-                return f"{scene.at} {said(head)}, {learnt} (at {clock_text(self.next_poll_at)})"
-            source = SOURCE_WORDS.get(str(self.delay_source), said(self.delay_source))
-            return f"{scene.at} {said(head)}, next poll {clock_text(self.next_poll_at)} from {source}"
+            if learnt is not None:  # what the history said: "learnt from 312 ended jobs of exports (p5 ...) ..."
+                return f"{scene.at} {said(head)}, {wait_words(self.next_poll_at, self.delay_source)}: {learnt}"
+            return f"{scene.at} {said(head)}, {wait_words(self.next_poll_at, self.delay_source)}"
         if self.action == "succeed":
             return f"{scene.at} {said(head)}, result validated, succeeded"
         prefix = f"{scene.at} {head}, " if head else f"{scene.at} "
         if self.reason in JOB_ENDED_REASONS:
-            return f"{prefix}{reason_words(self.reason)}, stopped"
+            error = scene.observed.provider_error if scene.observed is not None else None
+            return f"{prefix}{reason_words(self.reason)}, stopped" + (f"; the provider said: {error}" if error else "")
         if head is None and self.rule not in (None, self.reason):  # a stop of its own rule, with no answer to tell it
             return f"{prefix}{reason_words(self.reason)} ({said(self.rule)}), escalated: {said(self.detail)}"
         return f"{prefix}{reason_words(self.reason)}, escalated"
@@ -387,7 +391,7 @@ class WatchInterrupted(AuditEvent):
         return (
             f"{line}; resume operation {said(self.operation or scene.operation)}:"
             f" deadline {clock_text(self.deadline_at)},"
-            f" {said(self.status_requests_used)}/{said(self.max_status_requests)} requests used, kept"
+            f" checks {said(self.status_requests_used)}/{said(self.max_status_requests)} used, kept"
         )
 
 
@@ -399,7 +403,7 @@ class Paced(AuditEvent):
 
     def line(self, scene: Scene) -> str:
         return (
-            f"{scene.at} paced by the fleet's cap for {said(self.provider)}: next poll not before"
+            f"{scene.at} paced by the fleet's cap for {said(self.provider)}: next check not before"
             f" {clock_text(self.until)}"
         )
 
