@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench bench-push clean
+.PHONY: demo test lint typecheck unit bench bench-learn bench-push clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: lint typecheck unit
 $(BIN)/.installed-bench: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
+
+# Learnt schedules (issue 26) on the sans-I/O core with a simulated clock: 10,000 jobs per workload, learning on
+# against off against a fixed delay tuned to the same p95 lag; its section of docs/benchmarks.md (a few minutes).
+bench-learn: $(BIN)/.installed
+	$(BIN)/python -m bench.learn --out docs/benchmarks.md
 
 bench: $(BIN)/.installed-bench
 	$(BIN)/python -m bench.conformance

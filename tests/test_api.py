@@ -189,6 +189,25 @@ def test_a_bad_useful_for_is_a_watch_error_naming_it(
     assert sim.request_count("happy-8") == 0
 
 
+@pytest.mark.parametrize(
+    ("lag_target", "words"), [("0s", "lag_target must be longer than zero"), ("-3s", "lag_target: ")]
+)
+def test_a_bad_lag_target_is_a_watch_error_naming_it(
+    lag_target: str, words: str, sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    with pytest.raises(pollwarden.WatchError, match=words):
+        Watch(contract, "happy-8", home=home, lag_target=lag_target)
+    assert sim.request_count("happy-8") == 0
+
+
+def test_a_lag_target_is_kept_in_the_operations_plan(sim: Simulator, tmp_path: Path, home: Path) -> None:
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    outcome = pollwarden.watch_sync(contract, "happy-10", home=home, lag_target="45s")
+    assert isinstance(outcome, Succeeded)
+    assert outcome.record.plan.schedule.lag_target == timedelta(seconds=45)
+
+
 def test_a_misspelt_keyword_is_a_type_error_naming_it_and_nothing_is_sent(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:

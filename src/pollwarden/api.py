@@ -146,6 +146,8 @@ class WatchOptions(TypedDict, total=False):
     deadline: timedelta | str | None
     max_requests: int | None
     useful_for: timedelta | str | None
+    lag_target: timedelta | str | None
+    """The p95 detection lag the contract's learnt schedule keeps (as `--lag-target`, docs/schedules.md)."""
     operation_id: str | None
     on_progress: Callable[[Progress], None] | None
     vars: Mapping[str, str] | None
@@ -192,7 +194,8 @@ class Watch:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
         its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles).
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
-        operation was created, the watch stops (`usefulness_window_closed`), even before the deadline."""
+        operation was created, the watch stops (`usefulness_window_closed`), even before the deadline. `lag_target`
+        (as `--lag-target`) is the p95 detection lag the contract's learnt schedule keeps (`[schedule] lag_target`)."""
         _check_names(options)
         vars = options.get("vars")
         operation_id = options.get("operation_id")
@@ -230,6 +233,7 @@ class Watch:
             deadline=_duration(options.get("deadline"), "deadline"),
             max_requests=options.get("max_requests"),
             useful_for=_duration(options.get("useful_for"), "useful_for"),
+            lag_target=_duration(options.get("lag_target"), "lag_target"),
         )
         self.status_url = status_url
         # Admission's own checks, before anything is opened: the same words as every other interface.

@@ -39,6 +39,7 @@ ACTIVE = replace(
     result="https://results.example/before",
     counts=(("completed", 1),),
     finished_at=T0 + 2 * MINUTE,
+    pending_seen_at=T0 + MINUTE / 2,
 )
 STOPPED = replace(ACTIVE, phase=Phase.STOPPED)
 WIDER_PLAN = replace(ACTIVE.plan, deadline_at=ACTIVE.plan.deadline_at + timedelta(hours=1), max_status_requests=99)
@@ -81,6 +82,7 @@ CASES = [
             "rate_limited_consecutive": 0,
         },
     ),
+    Case("seen_pending", ACTIVE, lambda r: r.seen_pending(LATER), {"pending_seen_at": LATER}),
     Case("transport_failed", ACTIVE, lambda r: r.transport_failed(), {"transport_failures_used": 3}),
     Case(
         "waiting",

@@ -34,6 +34,11 @@ def test_missing_contract_file(home: Path, tmp_path: Path) -> None:
         (lambda t: t.replace("max_requests = 12", 'max_requests = "12"'), "[limits].max_requests"),
         (lambda t: t.replace("[states]", "[states\n"), "not valid TOML"),
         (lambda t: t.replace('failure = ["failed"]', 'failure = ["running"]'), "listed under both"),
+        (
+            lambda t: t.replace('base_delay = "100ms"', 'base_delay = "100ms"\nlag_target = "-3s"'),
+            "[schedule].lag_target",
+        ),
+        (lambda t: t.replace('base_delay = "100ms"', 'base_delay = "100ms"\nlearn = "yes"'), "[schedule].learn"),
     ],
 )
 def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, home: Path, tmp_path: Path) -> None:
@@ -57,6 +62,8 @@ def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, h
         (("--job", ""), "--job must be the provider's job id"),
         (("--useful-for", "2h", "--deadline", "1h"), "--useful-for 2h is longer than the deadline 1h"),
         (("--useful-for", "3h"), "--useful-for 3h is longer than the deadline 1m"),  # the contract's deadline
+        (("--lag-target", "-3s"), "--lag-target: "),
+        (("--lag-target", "0s"), "--lag-target: must be longer than zero"),
     ],
 )
 def test_bad_flags(flags: tuple[str, ...], phrase: str, sim: Simulator, home: Path, tmp_path: Path) -> None:

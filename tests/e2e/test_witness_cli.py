@@ -198,6 +198,7 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 
 _SCHEMA_8 = (
+    "DROP TABLE learnt_samples",  # schema 12's
     "DROP INDEX operations_paced",  # schema 11's
     "ALTER TABLE operations DROP COLUMN paced_until",
     "DROP TABLE push_deliveries",  # 10's
@@ -211,14 +212,15 @@ _SCHEMA_8 = (
     "DROP INDEX operations_unreadable",
     "ALTER TABLE operations DROP COLUMN unreadable",
 )
-"""What schemas 11 (pacing's due time), 10 (push deliveries), 9 (the console's indexes, decisions.reason) and 8
-(rows the audit vouches for, key rotations, settings, unreadable rows) added, undone."""
+"""What schemas 12 (the learnt samples), 11 (pacing's due time), 10 (push deliveries), 9 (the console's
+indexes, decisions.reason) and 8 (rows the audit vouches for, key rotations, settings, unreadable rows) added,
+undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:
     """A store as schema 2 left it: today's records and checkpoints, no heads tables, schema 1's due index
     (schema 4 replaced it), no watcher columns (schema 5), no contracts registry nor its logs (schema 6), no outbox
-    (schema 7), nothing of schema 8, version 2."""
+    (schema 7), nothing of schemas 8 and 9, version 2."""
     with sqlite3.connect(db, isolation_level=None) as conn:
         conn.execute("DROP TABLE contracts")
         conn.execute("DELETE FROM audit_records WHERE log_id LIKE '@contract/%'")

@@ -78,7 +78,8 @@ CONTRACT_RECORD = make_record(CONTRACT)
 def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_releases_once() -> None:
     script = Script()
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
-    assert script.kinds() == ["Now", "Write", "Now", "Send", "Now", "Draw", "Write"]
+    # A pending answer asks for the contract's learnt model (None here: the plain backoff).
+    assert script.kinds() == ["Now", "Write", "Now", "Send", "Now", "Draw", "LearntModel", "Write"]
     reserve, final = script.asked[1], script.asked[-1]
     assert isinstance(reserve, flow.Write) and not reserve.release
     assert reserve.record.status_requests_used == 1 and reserve.events[0].KIND == "reserved"

@@ -162,3 +162,20 @@ def test_the_log_filter_asks_each_sessions_scrubber_at_each_line_until_its_sessi
     assert line("lazy-token-5678") == "[secret]"
     gone[0] = None  # that session ended: its source is dropped
     assert line("old-session-tok") == "old-session-tok" and len(first._sources) == 2
+
+
+def test_start_watch_takes_a_lag_target_and_refuses_a_bad_one_naming_it(sim: Simulator, tmp_path: Path) -> None:
+    agent_contract(tmp_path / "contracts", sim.url)
+    contracts, _ = load_contracts(tmp_path / "contracts")
+    broker = Broker(contracts, tmp_path / "home", environ={})
+    ok, started = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="happy-1", lag_target="45s")
+    assert ok, started
+    store = SQLiteStore(tmp_path / "home" / "pollwarden.db")
+    try:
+        stored = store.get(started["operation_id"])
+        assert stored is not None and stored.record.plan.schedule.lag_target.total_seconds() == 45
+    finally:
+        store.close()
+    for bad, words in (("-3s", "lag_target: "), (0, "lag_target must be longer than zero"), (True, "lag_target")):
+        ok, reply = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="happy-2", lag_target=bad)
+        assert not ok and reply["error"] == "invalid_argument" and words in reply["message"], reply

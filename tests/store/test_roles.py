@@ -21,6 +21,7 @@ ROLES: list[type[Any]] = [
     roles.Grants,
     roles.AuditLog,
     roles.Contracts,
+    roles.Learning,
     roles.FleetQueue,
     roles.Deliveries,
     roles.Pages,
@@ -46,12 +47,26 @@ def _statically(sqlite: SQLiteStore, postgres: PostgresStore) -> None:
         grants: roles.Grants = store
         audit: roles.AuditLog = store
         contracts: roles.Contracts = store
+        learning: roles.Learning = store
         fleet: roles.FleetQueue = store
         deliveries: roles.Deliveries = store
         pages: roles.Pages = store
         pushes: roles.Pushes = store
         whole: Store = store
-        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, pages, pushes, whole
+        del (
+            operations,
+            decisions,
+            submissions,
+            grants,
+            audit,
+            contracts,
+            learning,
+            fleet,
+            deliveries,
+            pages,
+            pushes,
+            whole,
+        )
 
 
 def test_every_member_of_the_store_belongs_to_exactly_one_role() -> None:

@@ -245,6 +245,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     if (unwatchable := watchable_problem(contract)) is not None:
         raise UsageError(unwatchable)
     deadline = _duration(args.deadline, "--deadline")
+    lag_target = _duration(args.lag_target, "--lag-target")
     credential = None
     # The worker holds the credential; when this shell has it too, a job id that contains it is refused. Only a
     # value that is read, never one that is made: a token command runs only where an installed contract is run.
@@ -253,7 +254,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             credential = held_secret(contract, resolve_secret(contract))
         except CredentialError:
             credential = None
-    limits = Limits(deadline=deadline, max_requests=args.max_requests)
+    limits = Limits(deadline=deadline, max_requests=args.max_requests, lag_target=lag_target)
     if args.jobs_file is not None:
         return _enqueue_file(args, contract, limits, credential)
     if args.job is None and args.status_url is None:

@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--base-delay", help="backoff base delay, e.g. 5s")
     w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
     w.add_argument("--useful-for", help="business deadline: stop with usefulness_window_closed after this, e.g. 20m")
+    w.add_argument("--lag-target", help="p95 detection lag the contract's learnt schedule keeps, e.g. 30s")
     w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     w.add_argument(
         "--quiet",
@@ -121,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     home(s)
     connect_flag(s)
     s.set_defaults(func=Command("inspect", "cmd_status"))
+
+    sch = sub.add_parser(
+        "schedules",
+        help="each contract's learnt schedule: its jobs' durations, the checks it plans, requests per job saved",
+    )
+    sch.add_argument("--json", action="store_true")
+    home(sch)
+    sch.set_defaults(func=Command("schedules", "cmd_schedules"))
 
     st = sub.add_parser("story", help="an operation's decisions, told in order")
     st.add_argument("operation")
@@ -481,6 +490,7 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
     )
     e.add_argument("--deadline")
     e.add_argument("--max-requests", type=_positive)
+    e.add_argument("--lag-target", help="p95 detection lag the contract's learnt schedule keeps, e.g. 30s")
     add_var_flag(e)
     db(e)
     e.set_defaults(func=Command("fleet", "cmd_enqueue"))

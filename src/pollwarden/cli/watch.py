@@ -63,6 +63,7 @@ FLAGS = {
     "base_delay": "--base-delay",
     "max_delay": "--max-delay",
     "useful_for": "--useful-for",
+    "lag_target": "--lag-target",
     "status_location": "--status-url",
 }
 """Admission's field names as this command's flags, so a refusal names what to change."""
@@ -77,6 +78,7 @@ def watch_request(args: argparse.Namespace, contract: Contract, credential: Cred
         base_delay=_duration(args.base_delay, "--base-delay"),
         max_delay=_duration(args.max_delay, "--max-delay"),
         useful_for=_duration(args.useful_for, "--useful-for"),
+        lag_target=_duration(args.lag_target, "--lag-target"),
     )
     return WatchRequest(
         contract,
@@ -191,7 +193,7 @@ def _checked(request: WatchRequest) -> WatchRequest:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    for flag in ("deadline", "base_delay", "max_delay", "useful_for"):
+    for flag in ("deadline", "base_delay", "max_delay", "useful_for", "lag_target"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
     request: WatchRequest | None = None
     secret: Credential | None = None

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from .contract.parse import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
 from .identity import NotOneJob, canonical_job, canonical_status_url
+from .learnt import Learnt, first_check
 from .record import OPERATION_ID, OperationRecord, new_record
 from .scrub import Scrubber
 
@@ -84,6 +85,8 @@ class Limits:
     base_delay: timedelta | None = None
     max_delay: timedelta | None = None
     useful_for: timedelta | None = None
+    lag_target: timedelta | None = None
+    """The p95 detection lag the contract's learnt schedule keeps for this operation (`[schedule] lag_target`)."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ def _limit_problems(request: WatchRequest) -> tuple[list[Problem], list[Problem]
         "base_delay": limits.base_delay,
         "max_delay": limits.max_delay,
         "useful_for": limits.useful_for,
+        "lag_target": limits.lag_target,
     }
     for name, duration in durations.items():
         if duration is not None and duration <= timedelta(0):
@@ -355,6 +359,7 @@ def widening(record: OperationRecord, limits: Limits) -> list[Problem]:
     delays = {
         "base_delay": (limits.base_delay, plan.schedule.base_delay),
         "max_delay": (limits.max_delay, plan.schedule.max_delay),
+        "lag_target": (limits.lag_target, plan.schedule.lag_target),
     }
     for name, (asked, stored) in delays.items():
         if asked is not None and asked != stored:
@@ -516,12 +521,15 @@ def admit(
     now: datetime,
     *,
     token: str,
+    learnt: Learnt | None = None,
+    u: float = 0.5,
 ) -> Admission:
     """The one admission rule.
 
     `existing` is the stored operation named by `request.operation_id` (None when there is none or no id was
     given); `same_job` are the stored operations of the same contract name and job id, newest first; `token` is
-    the random part of a new operation id (handed in, so this stays pure).
+    the random part of a new operation id (handed in, so this stays pure). `learnt`: the contract's learnt model
+    (`core.learnt`), which places a new operation's first check (jittered by the draw `u`) when it may learn.
     """
     refused = check(request)
     if refused is not None:
@@ -561,10 +569,12 @@ def admit(
         max_transport_failures=limits.max_transport_failures,
         base_delay=limits.base_delay,
         max_delay=limits.max_delay,
+        lag_target=limits.lag_target,
         request_fingerprint=request.request_fingerprint,
         useful_for=limits.useful_for or contract.escalation.useful_for,
         status_location=request.status_location,
     )
+    record = first_check(record, learnt, u)
     return Create(record, created_event(record, request.by))
 
 

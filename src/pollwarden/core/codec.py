@@ -29,7 +29,23 @@ def _req_dt(text: str) -> datetime:
 
 def record_to_json(record: OperationRecord) -> dict[str, Any]:
     plan = record.plan
-    data = {
+    plan_json: dict[str, Any] = {
+        "deadline_at": _dt(plan.deadline_at),
+        "max_status_requests": plan.max_status_requests,
+        "max_transport_failures": plan.max_transport_failures,
+        "max_rate_limited": plan.max_rate_limited,
+        "base_delay": plan.schedule.base_delay.total_seconds(),
+        "max_delay": plan.schedule.max_delay.total_seconds(),
+        "jitter": plan.schedule.jitter.value,
+        "first_check": plan.schedule.first_check.total_seconds(),
+        "not_found_grace": None if plan.not_found_grace is None else plan.not_found_grace.total_seconds(),
+        "useful_until": _dt(plan.useful_until),
+    }
+    if not plan.schedule.learn:  # the learning keys only when not the defaults: older records stay byte for byte
+        plan_json["learn"] = False
+    if plan.schedule.lag_target != Schedule().lag_target:
+        plan_json["lag_target"] = plan.schedule.lag_target.total_seconds()
+    data: dict[str, Any] = {
         "operation_id": record.operation_id,
         "job_id": record.job_id,
         "contract_name": record.contract_name,
@@ -38,18 +54,7 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         "request_fingerprint": record.request_fingerprint,
         "expected_terminal": list(record.expected_terminal),
         "created_at": _dt(record.created_at),
-        "plan": {
-            "deadline_at": _dt(plan.deadline_at),
-            "max_status_requests": plan.max_status_requests,
-            "max_transport_failures": plan.max_transport_failures,
-            "max_rate_limited": plan.max_rate_limited,
-            "base_delay": plan.schedule.base_delay.total_seconds(),
-            "max_delay": plan.schedule.max_delay.total_seconds(),
-            "jitter": plan.schedule.jitter.value,
-            "first_check": plan.schedule.first_check.total_seconds(),
-            "not_found_grace": None if plan.not_found_grace is None else plan.not_found_grace.total_seconds(),
-            "useful_until": _dt(plan.useful_until),
-        },
+        "plan": plan_json,
         "next_poll_at": _dt(record.next_poll_at),
         "delay_source": record.delay_source.value,
         "phase": record.phase.value,
@@ -68,6 +73,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         "finished_at": _dt(record.finished_at),
         "status_location": record.status_location,
     }
+    if record.pending_seen_at is not None:
+        data["pending_seen_at"] = _dt(record.pending_seen_at)
     if record.counts is not None:  # written only when set, as token_refused_consecutive below
         data["counts"] = dict(record.counts)
     if record.token_refused_consecutive:
@@ -90,6 +97,8 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
             max_delay=timedelta(seconds=p["max_delay"]),
             jitter=Jitter(p["jitter"]),
             first_check=timedelta(seconds=p["first_check"]),
+            learn=bool(p.get("learn", True)),
+            lag_target=timedelta(seconds=p["lag_target"]) if "lag_target" in p else Schedule().lag_target,
         ),
         not_found_grace=None if grace is None else timedelta(seconds=grace),
         useful_until=_pdt(p.get("useful_until")),
@@ -123,6 +132,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         counts=_counts(data.get("counts")),
         finished_at=_pdt(data.get("finished_at")),
         status_location=data.get("status_location"),
+        pending_seen_at=_pdt(data.get("pending_seen_at")),
     )
 
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .durations import format_duration, format_rfc3339
+from .learnt import Learnt, usable
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, StopReason
 from .record import OperationRecord
@@ -64,6 +65,8 @@ class Decision:
     jitter_u: float | None = None
     rejections: tuple[Rejection, ...] = field(default=())
     detail: str = ""
+    learnt: Learnt | None = None
+    """The contract's learnt model this decision was given (`why` replays with it); None: none was."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,8 +130,12 @@ def halt(record: OperationRecord, reason: StopReason, now: datetime, detail: str
     )
 
 
-def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -> Decision:
-    """Apply one observation to a record whose request was already reserved."""
+def decide(
+    record: OperationRecord, obs: Observation, now: datetime, u: float, learnt: Learnt | None = None
+) -> Decision:
+    """Apply one observation to a record whose request was already reserved. `learnt`: the contract's model
+    of its jobs' durations (`core.learnt`), which places the next check of a pending job when the plan lets it
+    learn; whatever it is, the decision carries it, so `why` replays the decision with the same model."""
     seen = record.observed(
         at=obs.observed_at,
         http_status=obs.http_status,
@@ -139,7 +146,8 @@ def decide(record: OperationRecord, obs: Observation, now: datetime, u: float) -
     )
     key = (obs.kind, obs.category if obs.kind is Kind.JOB_STATE else None)
     rule_name, rule = RULES[key]
-    return rule(_Ctx(seen, obs, now, u, rule_name))
+    decision = rule(_Ctx(seen, obs, now, u, rule_name, learnt))
+    return decision if learnt is None else replace(decision, learnt=learnt)
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,7 @@ class _Ctx:
     now: datetime
     u: float
     rule: str
+    learnt: Learnt | None = None
 
     def stop(self, reason: StopReason, detail: str) -> Decision:
         return self._stopped(self.record.stopped(reason, detail, self.now), reason, detail)
@@ -183,10 +192,18 @@ class _Ctx:
             reason, why = spent
             return self.stop(reason, f"{self.obs.detail}; {why}")
         schedule = record.plan.schedule
-        grow = record.rate_limited_consecutive if floor is None else 0
-        raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
-        when, source, rejections = self._when(self.now + jittered(schedule, raw, self.u), floor, use_hint)
-        when, detail = _within_limits(record, when, self.obs.detail)
+        learnt_delay = self._learnt_delay() if use_hint else None
+        if learnt_delay is not None:
+            raw = min(learnt_delay, schedule.max_delay)
+            when, source, rejections = self._when(self.now + raw, floor, use_hint, learnt=True)
+        else:
+            grow = record.rate_limited_consecutive if floor is None else 0
+            raw = raw_delay(schedule, record.polls_completed, rate_limited=grow)
+            when, source, rejections = self._when(self.now + jittered(schedule, raw, self.u), floor, use_hint)
+        detail = self.obs.detail
+        if source is DelaySource.LEARNT and self.learnt is not None:
+            detail += "; " + self.learnt.words((when - self.now).total_seconds())
+        when, detail = _within_limits(record, when, detail)
         return Decision(
             record=record.waiting(when, source),
             action=Action.WAIT,
@@ -199,16 +216,29 @@ class _Ctx:
             detail=detail,
         )
 
+    def _learnt_delay(self) -> timedelta | None:
+        """The delay the contract's learnt plan places the next check at, or None for the plain backoff: learning
+        off, no model yet, a job older than the plan's last check, or a rate limit being waited out."""
+        record = self.record
+        learnt = usable(self.learnt, record)
+        if learnt is None or record.rate_limited_consecutive:
+            return None
+        delay = learnt.next_check((self.now - record.created_at).total_seconds(), self.u)
+        return None if delay is None else timedelta(seconds=delay)
+
     def _when(
-        self, backoff: datetime, floor: datetime | None, use_hint: bool
+        self, backoff: datetime, floor: datetime | None, use_hint: bool, *, learnt: bool = False
     ) -> tuple[datetime, DelaySource, tuple[Rejection, ...]]:
-        """The provider's word over the local backoff: a valid hint replaces it, a Retry-After raises it."""
-        when, source, rejections = backoff, DelaySource.LOCAL_BACKOFF, self.obs.rejections
+        """The provider's word over the local backoff: a valid hint replaces it, a Retry-After raises it. Over a
+        learnt check, a valid hint is a floor too: the provider knows this job, the history only its kind."""
+        source = DelaySource.LEARNT if learnt else DelaySource.LOCAL_BACKOFF
+        when, rejections = backoff, self.obs.rejections
         hint_at = self.obs.hint_at
         if use_hint and hint_at is not None:
             why = _hint_problem(hint_at, self.now, self.record)
             if why is None:
-                when, source = hint_at, DelaySource.PROVIDER_POLL_HINT
+                if not learnt or hint_at >= when:
+                    when, source = hint_at, DelaySource.PROVIDER_POLL_HINT
             else:
                 rejections += (Rejection(self.obs.hint_field or "hint", format_rfc3339(hint_at), why),)
         if floor is not None and floor >= when:
@@ -271,6 +301,7 @@ def _pending(c: _Ctx) -> Decision:
         )
     # retry_after is set on a 2xx only when the contract says the provider means it ([schedule]
     # retry_after_on_success): then it is a floor under the hint and the backoff, as on a 429.
+    c = replace(c, record=c.record.seen_pending(c.obs.observed_at))
     return c.wait(use_hint=True, floor=c.obs.retry_after)
 
 

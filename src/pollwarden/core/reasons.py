@@ -55,6 +55,8 @@ class DelaySource(StrEnum):
     PROVIDER_RETRY_AFTER = "provider_retry_after"
     PROVIDER_POLL_HINT = "provider_poll_hint"
     LOCAL_BACKOFF = "local_backoff"
+    LEARNT = "learnt"
+    """Placed from the contract's history of job durations for its p95 lag target (`core.learnt`)."""
     MANUAL_EXTENSION = "manual_extension"
     CREDENTIAL_RECHECK = "credential_recheck"
     PROVIDER_PUSH = "provider_push"

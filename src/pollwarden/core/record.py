@@ -75,6 +75,9 @@ class OperationRecord:
     finished_at: datetime | None = None
     status_location: str | None = None
     """A status URL the provider returned on submission (R25); None means the contract's template."""
+    pending_seen_at: datetime | None = None
+    """When a check last found the job pending: with `finished_at`, the interval its duration lies in, which the
+    contract's learnt schedule is estimated from (`core.learnt`)."""
 
     @property
     def deadline_at(self) -> datetime:
@@ -130,6 +133,10 @@ class OperationRecord:
             rate_limited_consecutive=self.rate_limited_consecutive + 1 if rate_limited else 0,
             token_refused_consecutive=self.token_refused_consecutive + 1 if token_refused else 0,
         )
+
+    def seen_pending(self, at: datetime) -> OperationRecord:
+        """A check found the job still running at `at`: its duration is longer than that."""
+        return self._with(pending_seen_at=at)
 
     def transport_failed(self) -> OperationRecord:
         """The job state could not be learned: one more transport failure is spent (R14)."""
@@ -270,6 +277,7 @@ class Overrides(TypedDict, total=False):
     max_transport_failures: int | None
     base_delay: timedelta | None
     max_delay: timedelta | None
+    lag_target: timedelta | None
     request_fingerprint: str | None
     useful_for: timedelta | None
     status_location: str | None
@@ -282,7 +290,7 @@ def new_record(
     deadline, max_requests = overrides.get("deadline"), overrides.get("max_requests")
     max_transport_failures = overrides.get("max_transport_failures")
     base_delay, max_delay = overrides.get("base_delay"), overrides.get("max_delay")
-    useful_for = overrides.get("useful_for")
+    useful_for, lag_target = overrides.get("useful_for"), overrides.get("lag_target")
     if not job_id.strip():
         raise ValueError("a job id is required: an empty one would poll the collection, not a job")
     limits = contract.limits
@@ -293,6 +301,8 @@ def new_record(
             base_delay=base_delay if base_delay is not None else schedule.base_delay,
             max_delay=max_delay if max_delay is not None else schedule.max_delay,
         )
+    if lag_target is not None:
+        schedule = replace(schedule, lag_target=lag_target)
     plan = Plan(
         deadline_at=now + (deadline if deadline is not None else limits.deadline),
         max_status_requests=max_requests if max_requests is not None else limits.max_requests,

@@ -30,6 +30,7 @@ DELAY_WORDS: dict[str, str] = {
     DelaySource.PROVIDER_RETRY_AFTER.value: "provider's Retry-After",
     DelaySource.PROVIDER_POLL_HINT.value: "provider's hint",
     DelaySource.LOCAL_BACKOFF.value: "backoff",
+    DelaySource.LEARNT.value: "learnt schedule",
     DelaySource.MANUAL_EXTENSION.value: "extension",
     DelaySource.CREDENTIAL_RECHECK.value: "credential recheck",
     DelaySource.PROVIDER_PUSH.value: "provider's push",

@@ -4,6 +4,7 @@ together (`admit_each`). A narrowing is a change of the operation under its leas
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from ..core.transitions import Change
 from ..errors import PollwardenError
 from ..events import Created, LimitsNarrowed, ResumeRefused
 from ..store.base import JobWatched, LogEntry, OperationExists, Store, UnreadableRecord
-from . import changes, installed
+from . import changes, installed, learning
 
 
 class AdmissionError(PollwardenError, ValueError):
@@ -78,6 +79,8 @@ class Admitting:
     store: Store
     owner: str
     clock: Callable[[], datetime]
+    rng: random.Random
+    models: learning.Models
 
     def admit_many(
         self,
@@ -225,7 +228,9 @@ class Admitting:
             if existing is None and request.job_id is not None:
                 same_job = [s.record for s in same[request.contract.name].get(request.job_id, [])]
             while True:
-                answer = admit(request, existing, same_job, now, token=secrets.token_hex(3))
+                learnt = self.models.for_new(request) if existing is None and not same_job else None
+                token, u = secrets.token_hex(3), self.rng.random() if learnt is not None else 0.5
+                answer = admit(request, existing, same_job, now, token=token, learnt=learnt, u=u)
                 if not isinstance(answer, Create) or answer.record.operation_id not in taken:
                     break
                 assert request.operation_id is None  # a given id is taken only by a repeat, refused before

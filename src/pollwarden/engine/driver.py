@@ -24,7 +24,7 @@ from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
 from ..events import WatchInterrupted
 from ..store.base import Claimed, Lease, Store
-from . import batch, flow, installed
+from . import batch, flow, installed, learning
 from .admitting import BATCH, AdmissionError, Admitted, Admitting, BatchAdmissionError
 from .effects import Effects, StatusSender, new_decision_id
 from .flow import Busy, Done, NotYet, Polled, StepResult
@@ -60,6 +60,7 @@ class Engine(Admitting, Effects):
         self.owner = owner
         self.clock = store.db_now if clock is None else clock
         self.rng = rng or random.Random()
+        self.models = learning.models_for(store, self.clock)  # the learnt schedules of this store's contracts
 
     # -- admission (`admitting.Admitting`) ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ..core.contract.parse import Contract
 from ..core.observe import Exchange
 from ..store.base import Store
-from . import flow
+from . import flow, learning
 
 
 class StatusSender(Protocol):
@@ -37,6 +37,7 @@ class Effects:
     owner: str
     clock: Callable[[], datetime]
     rng: random.Random
+    models: learning.Models
 
     def perform(self, effect: flow.Effect[Any], contract: Contract | None, client: StatusSender | None) -> Any:
         """Carry out one effect; `contract` and `client` are None for a flow that sends and announces nothing
@@ -45,7 +46,7 @@ class Effects:
         if isinstance(effect, flow.Claim):
             return store.claim(effect.operation_id, self.owner, self.clock(), effect.ttl)
         if isinstance(effect, flow.Write):
-            return store.write(
+            written = store.write(
                 effect.lease,
                 effect.record,
                 effect.events,
@@ -54,6 +55,9 @@ class Effects:
                 decision=effect.decision,
                 hold_until=effect.hold_until,
             )
+            return self.models.after(written, effect.record)
+        if isinstance(effect, flow.LearntModel):
+            return self.models.model(effect.contract, effect.lag_target)
         if isinstance(effect, flow.Send):
             if client is None:
                 raise TypeError("a flow without a status client asked to send")

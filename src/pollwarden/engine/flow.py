@@ -18,9 +18,10 @@ from ..core.contract.parse import Contract
 from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
+from ..core.learnt import Learnt
 from ..core.lease import lease_ttl
-from ..core.observe import Exchange, Observation, observe
-from ..core.reasons import DelaySource, Phase, StopReason
+from ..core.observe import Exchange, Kind, Observation, observe
+from ..core.reasons import Category, DelaySource, Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..events import DecisionEvent, LeaseLost, NewEvent, RequestWithheld, Reserved, outcome_events, poll_events
@@ -105,6 +106,15 @@ class Now(Effect[datetime]):
 @dataclass(frozen=True)
 class Draw(Effect[float]):
     """One uniform draw in [0, 1) for the jitter, recorded so `why` can replay the decision."""
+
+
+@dataclass(frozen=True)
+class LearntModel(Effect[Learnt | None]):
+    """The contract's learnt model for this lag target (`engine.learning`), None while it has none: asked only for
+    a pending answer of an operation that may learn."""
+
+    contract: str
+    lag_target: timedelta
 
 
 @dataclass(frozen=True)
@@ -278,7 +288,10 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
         decision = halt(reserved, StopReason.INTEGRATION_FAILURE, after, problem or "no answer", rule="internal_error")
         return (yield from _record(contract, lease, reserved, None, decision, after, None))
     u = yield from ask(Draw())
-    decision = decide(reserved, observation, after, u)
+    learnt = None
+    if reserved.plan.schedule.learn and observation.kind is Kind.JOB_STATE and observation.category is Category.PENDING:
+        learnt = yield from ask(LearntModel(reserved.contract_name, reserved.plan.schedule.lag_target))
+    decision = decide(reserved, observation, after, u, learnt)
     return (yield from _record(contract, lease, reserved, observation, decision, after, u, exchange=exchange))
 
 

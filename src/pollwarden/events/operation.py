@@ -156,6 +156,8 @@ class DecisionEvent(AuditEvent):
         inputs["now"] = now.isoformat()
         if seen is not None:
             inputs["u"] = u
+        if decision.learnt is not None:  # the model the decision was given: `why` replays with it
+            inputs["learnt"] = decision.learnt.to_json()
         return {
             **decision.to_json(),
             "request_no": before.status_requests_used,
@@ -166,9 +168,18 @@ class DecisionEvent(AuditEvent):
             "inputs": inputs,
         }
 
+    def _learnt_words(self) -> str | None:
+        """The learnt part of the detail, as `core.learnt.Learnt.words` wrote it (after its "next check in 42s: ")."""
+        detail = self.detail or ""
+        at = detail.find("learnt from ")
+        return None if at < 0 else detail[at:].split("; ")[0]
+
     def line(self, scene: Scene) -> str:
         head = observed_words(scene.observed) if scene.observed is not None else None
         if self.action == "wait":
+            learnt = self._learnt_words() if self.delay_source == "learnt" else None
+            if learnt is not None:  # what the history said: "learnt from 312 ended jobs of exports (p5 ...) ..."
+                return f"{scene.at} {said(head)}, {wait_words(self.next_poll_at, self.delay_source)}: {learnt}"
             return f"{scene.at} {said(head)}, {wait_words(self.next_poll_at, self.delay_source)}"
         if self.action == "succeed":
             return f"{scene.at} {said(head)}, result validated, succeeded"

@@ -175,6 +175,13 @@ def build_server(broker: Broker) -> MCPServer[Any]:
                 " that accepts one; only on the contract's origin"
             ),
         ] = None,
+        lag_target: Annotated[
+            str | float | None,
+            Field(
+                description="how late, at the 95th percentile, learning that the job ended may be (a duration"
+                " like '30s', a number is seconds): the contract's learnt schedule keeps it; default: the contract's"
+            ),
+        ] = None,
     ) -> CallToolResult:
         return await run(
             ctx,
@@ -184,6 +191,7 @@ def build_server(broker: Broker) -> MCPServer[Any]:
             deadline=deadline,
             max_requests=max_requests,
             status_url=status_url,
+            lag_target=lag_target,
         )
 
     @server.tool(

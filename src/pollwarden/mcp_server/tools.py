@@ -60,8 +60,9 @@ def agent_limits(deadline: object, max_requests: object) -> Limits:
     return Limits(deadline=agent_deadline(deadline), max_requests=max_requests)
 
 
-def agent_deadline(deadline: object) -> timedelta | None:
-    """An agent's deadline: a bare number is seconds, a string is a duration ("20m")."""
+def agent_deadline(deadline: object, name: str = "deadline") -> timedelta | None:
+    """An agent's deadline (or another duration argument, `name`): a bare number is seconds, a string is a
+    duration ("20m")."""
     if deadline is None:
         return None
     try:
@@ -70,13 +71,13 @@ def agent_deadline(deadline: object) -> timedelta | None:
         if isinstance(deadline, str):
             return parse_duration(deadline)
     except DurationError as exc:
-        raise ToolFailure("invalid_argument", f"deadline: {exc}. Nothing was created") from None
+        raise ToolFailure("invalid_argument", f"{name}: {exc}. Nothing was created") from None
     except (OverflowError, ValueError):  # inf, nan, or beyond what a time span holds
         raise ToolFailure(
             "invalid_argument",
-            'deadline must be a finite number of seconds or a duration such as "20m". Nothing was created',
+            f'{name} must be a finite number of seconds or a duration such as "20m". Nothing was created',
         ) from None
-    raise ToolFailure("invalid_argument", 'deadline must be a number of seconds or a duration such as "20m"')
+    raise ToolFailure("invalid_argument", f'{name} must be a number of seconds or a duration such as "20m"')
 
 
 AGENT_CAPS = {
@@ -95,6 +96,7 @@ def tool_start_watch(
     deadline: str | float | None = None,
     max_requests: int | None = None,
     status_url: str | None = None,
+    lag_target: str | float | None = None,
 ) -> dict[str, Any]:
     """Admission through the engine, as for every interface: the agent's caps bound what it asks, and the same job
     asked again gets its existing operation back (with what is left of its budget), never a fresh one."""
@@ -104,7 +106,7 @@ def tool_start_watch(
         raise ToolFailure("invalid_argument", "status_url must be a string URL")
     if job_id is None and status_url is None:
         raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
-    limits = agent_limits(deadline, max_requests)
+    limits = replace(agent_limits(deadline, max_requests), lag_target=agent_deadline(lag_target, "lag_target"))
     with broker.store() as store, broker.creating(served) as creation:
         request = WatchRequest(
             served,

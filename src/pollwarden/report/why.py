@@ -14,6 +14,7 @@ from typing import Any
 from ..core.codec import observation_from_json, record_from_json
 from ..core.decide import Decision, Halt, decide, halt, next_step
 from ..core.durations import format_moment, format_rfc3339
+from ..core.learnt import Learnt
 from ..errors import PollwardenError
 from ..store.base import Event
 
@@ -75,7 +76,8 @@ def replay(event: Event) -> dict[str, Any] | None:
     now = datetime.fromisoformat(inputs["now"])
     decision: Decision
     if "observation" in inputs:
-        decision = decide(record, observation_from_json(inputs["observation"]), now, float(inputs["u"]))
+        learnt = Learnt.from_json(inputs["learnt"]) if "learnt" in inputs else None
+        decision = decide(record, observation_from_json(inputs["observation"]), now, float(inputs["u"]), learnt)
     else:
         step = next_step(record, now)
         if not isinstance(step, Halt):

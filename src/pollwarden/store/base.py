@@ -50,6 +50,7 @@ from .roles import (
     Deliveries,
     FleetQueue,
     Grants,
+    Learning,
     Operations,
     Pages,
     Pushes,
@@ -58,7 +59,18 @@ from .roles import (
 
 
 class Store(
-    Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pages, Pushes, Protocol
+    Operations,
+    Decisions,
+    Submissions,
+    Grants,
+    AuditLog,
+    Contracts,
+    Learning,
+    FleetQueue,
+    Deliveries,
+    Pages,
+    Pushes,
+    Protocol,
 ):
     """What every interface may use of a store, whichever backend `open_store` gave it: every role."""
 

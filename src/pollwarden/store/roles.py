@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.escalation import DecisionRequest
+from ..core.learnt import Sample
 from ..core.record import OperationRecord
 from ..events import ContractInstalled, SubmissionIntent, SubmissionMarked, Submitted
 from ..events.base import AuditEvent, NewEvent
@@ -332,6 +333,19 @@ class Contracts(Opened, Protocol):
         ...
 
     def installed_contracts(self, name: str | None = None) -> list[InstalledContract]: ...
+
+
+class Learning(Opened, Protocol):
+    """What each contract's jobs took (`core.learnt`): the samples the write that ends an operation leaves, read
+    for its learnt schedule (`engine.learning`)."""
+
+    def learnt_samples(self, contract: str, since: datetime, limit: int) -> list[Sample]:
+        """The newest `limit` duration samples of `contract` that ended at or after `since`."""
+        ...
+
+    def learnt_contracts(self) -> list[tuple[str, int]]:
+        """Each contract with duration samples, and how many."""
+        ...
 
 
 class FleetQueue(Opened, Protocol):

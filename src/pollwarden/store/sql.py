@@ -53,6 +53,7 @@ from .common import (
     submission_from_row,
 )
 from .sql_contracts import ContractRegistry
+from .sql_learning import LearntSamples
 from .sql_leases import chunks
 from .sql_pages import Pages
 from .trail import job_lock_key
@@ -83,7 +84,7 @@ def _refuse_silent(write: FencedWrite) -> None:
         raise ValueError(f"a write of operation {write.lease.operation_id} changes its record without an event")
 
 
-class _Operations(Pages):
+class _Operations(Pages, LearntSamples):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -256,6 +257,7 @@ class _Operations(Pages):
                 # A question about the running job (an agent's cancel request) has no answer left to give.
                 self._expire_open(tx, w.lease.operation_id)
         self._insert_records(tx, sealed)
+        self._insert_samples(tx, [writes[i].record for i in order if written[i] and writes[i].record.is_final], now)
         return written
 
     def _update_fenced(

@@ -101,6 +101,10 @@ class Schedule:
     first_check: timedelta = timedelta(0)
     retry_after_on_success: bool = False
     """The provider sends Retry-After on a 2xx pending answer (Azure) and means it: it raises the next poll time."""
+    learn: bool = True
+    """Checks placed from the contract's history once enough of its operations have ended (`core.learnt`)."""
+    lag_target: timedelta = timedelta(seconds=30)
+    """How late, at the 95th percentile, a person accepts learning that a job ended: what a learnt plan keeps."""
 
 
 @dataclass(frozen=True)

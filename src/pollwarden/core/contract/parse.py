@@ -218,7 +218,7 @@ def _build(r: Reader) -> Contract:
     schedule = Schedule()
     if "schedule" in r.data:
         sc = r.table("schedule")
-        sc.only({"base_delay", "max_delay", "jitter", "first_check", "retry_after_on_success"})
+        sc.only({"base_delay", "max_delay", "jitter", "first_check", "retry_after_on_success", "learn", "lag_target"})
         jitter_text = sc.text("jitter") or Jitter.BOUNDED.value
         if jitter_text not in {j.value for j in Jitter}:
             raise ContractError(f"{r.source}: [schedule].jitter: must be 'bounded' or 'full', got {jitter_text!r}")
@@ -228,6 +228,8 @@ def _build(r: Reader) -> Contract:
             jitter=Jitter(jitter_text),
             first_check=sc.duration("first_check", schedule.first_check),
             retry_after_on_success=sc.boolean("retry_after_on_success", False),
+            learn=sc.boolean("learn", schedule.learn),
+            lag_target=sc.duration("lag_target", schedule.lag_target, positive=True),
         )
         if schedule.max_delay < schedule.base_delay:
             raise ContractError(f"{r.source}: [schedule].max_delay must not be shorter than base_delay")

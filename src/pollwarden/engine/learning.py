@@ -1,0 +1,118 @@
+"""The driver's side of learnt schedules (`core.learnt`): each contract's model, from the store's samples.
+
+The samples are written by the store in the write that ends an operation (`learnt_samples`); here they are read
+and turned into a model, once per contract and lag target, and kept: a poll asks this cache, never the table.
+A model is read again when this process has ended an operation of its contract since (at most once a second, or
+at once while it has no model yet), and otherwise every `REFRESH` seconds, so what other processes sharing the
+store learnt reaches it too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..core.admission import WatchRequest
+from ..core.contract.parse import ContractError, Schedule, parse_contract
+from ..core.learnt import WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
+from ..core.record import OperationRecord
+from ..store.base import Store
+
+REFRESH = 10.0
+"""Seconds a contract's model is kept when this process ended none of its operations."""
+SETTLE = 1.0
+"""Seconds at least between two reads of one contract's model when this process keeps ending its operations."""
+
+
+@dataclass
+class _Kept:
+    model: Learnt | None
+    read_at: float
+    stale: bool = False
+
+
+class Models:
+    """One store's learnt models, by contract name and lag target; safe to share between threads."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], *, monotonic: Callable[[], float] = time.monotonic):
+        self._store = store
+        self._clock = clock
+        self._monotonic = monotonic
+        self._kept: dict[tuple[str, float], _Kept] = {}
+        self._lock = threading.Lock()
+
+    def model(self, contract: str, lag_target: timedelta) -> Learnt | None:
+        """The contract's model for this lag target, or None while too few of its operations have ended."""
+        key = (contract, lag_target.total_seconds())
+        now = self._monotonic()
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and not _due(kept, now):
+                return kept.model
+        samples = self._store.learnt_samples(contract, self._clock() - WINDOW_AGE, WINDOW)
+        model = learn(contract, samples, key[1])
+        with self._lock:
+            self._kept[key] = _Kept(model, now)
+        return model
+
+    def for_new(self, request: WatchRequest) -> Learnt | None:
+        """The model a new operation's first check is placed by, when its contract learns (`core.admission`)."""
+        schedule = request.contract.schedule
+        if not schedule.learn:
+            return None
+        return self.model(request.contract.name, request.limits.lag_target or schedule.lag_target)
+
+    def after(self, written: bool, record: OperationRecord) -> bool:
+        """A fenced write's answer, passed on: when it ended the operation, its contract's models are stale."""
+        if written and record.is_final:
+            self.ended(record.contract_name)
+        return written
+
+    def ended(self, contract: str) -> None:
+        """This process ended an operation of `contract`: its models are read again when next asked for."""
+        with self._lock:
+            for (name, _), kept in self._kept.items():
+                if name == contract:
+                    kept.stale = True
+
+
+_SHARED: weakref.WeakKeyDictionary[Store, Models] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def models_for(store: Store, clock: Callable[[], datetime]) -> Models:
+    """The models of this store object, shared by every engine on it (a worker's lanes, the engine that finishes
+    a batch's slow rest): one read and one plan per contract for all of them. The first engine's clock dates
+    the window."""
+    with _SHARED_LOCK:
+        models = _SHARED.get(store)
+        if models is None:
+            models = _SHARED[store] = Models(store, clock)
+        return models
+
+
+def _due(kept: _Kept, now: float) -> bool:
+    age = now - kept.read_at
+    if kept.stale and (kept.model is None or age >= SETTLE):
+        return True
+    return age >= REFRESH
+
+
+def summaries(store: Store) -> list[Summary]:
+    """Each contract's learnt distribution, planned for its newest installed version's schedule (the defaults
+    when none is installed, or its text no longer parses): what `pollwarden schedules` shows."""
+    found = []
+    since = store.db_now() - WINDOW_AGE
+    for name, _count in store.learnt_contracts():
+        schedule = Schedule()
+        versions = store.installed_contracts(name)
+        if versions:
+            with suppress(ContractError):  # a text that no longer parses: the defaults
+                schedule = parse_contract(versions[-1].text, source=f"contract {name}").schedule
+        found.append(summary(name, store.learnt_samples(name, since, WINDOW), schedule))
+    return found

@@ -1,0 +1,214 @@
+"""The learnt schedule's pure core (`core.learnt`): estimate, plan, and the bounds a learnt delay keeps in `decide`."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import timedelta
+
+import pytest
+
+from pollwarden.core import ContractError, Decision, decide, observe, reserve
+from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, sample_of
+from pollwarden.core.reasons import DelaySource, StopReason
+from pollwarden.core.record import OperationRecord
+from tests.core.support import T0, body, contract_text, make_contract, make_record, response
+
+LAG = 30.0
+
+
+def _lognormal(count: int, sigma: float, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [60 * math.exp(rng.gauss(0, sigma)) for _ in range(count)]
+
+
+def _samples(durations: list[float], width: float = 10.0) -> list[Sample]:
+    """Each duration as a check bracketed it: pending `width` before, ended at the duration rounded up."""
+    return [Sample(max(0.0, d - width), d) for d in durations]
+
+
+def _simulate(model: Learnt, durations: list[float], seed: int = 2) -> tuple[float, list[float]]:
+    """Requests per job and the sorted detection lags, placing every check as `decide` does (no backoff tail)."""
+    rng = random.Random(seed)
+    requests, lags = 0, []
+    for d in durations:
+        age = 0.0
+        while age < d:
+            delay = model.next_check(age, rng.random())
+            age += 60.0 if delay is None else delay
+            requests += 1
+        lags.append(age - d)
+    return requests / len(durations), sorted(lags)
+
+
+def test_fewer_than_twenty_ended_jobs_learn_nothing() -> None:
+    samples = _samples(_lognormal(MIN_ENDED - 1, 0.5)) + [Sample(30.0, None)] * 50
+    assert learn("exports", samples, LAG) is None
+    assert learn("exports", _samples(_lognormal(MIN_ENDED, 0.5)), LAG) is not None
+
+
+def test_the_plan_keeps_the_p95_lag_within_the_target_with_fewer_checks_than_a_fixed_delay() -> None:
+    model = learn("exports", _samples(_lognormal(500, 0.5)), LAG)
+    assert model is not None and model.count == 500
+    per_job, lags = _simulate(model, _lognormal(5000, 0.5, seed=9))
+    assert lags[int(0.95 * len(lags))] <= LAG
+    fixed = sum(math.ceil(d / LAG) for d in _lognormal(5000, 0.5, seed=9)) / 5000  # a fixed 30 s poller
+    assert per_job < 0.9 * fixed, (per_job, fixed)
+    assert model.p5 < model.p50 < model.p95 <= model.longest
+
+
+def test_no_check_is_placed_where_no_job_has_ever_ended() -> None:
+    model = learn("exports", [Sample(100.0, 110.0 + i / 10) for i in range(40)], LAG)
+    assert model is not None
+    assert model.checks[0] >= 100.0
+    assert model.next_check(0.0, 0.5) == pytest.approx(model.checks[0])
+
+
+def test_censored_jobs_move_the_estimate_later() -> None:
+    ended = _samples(_lognormal(100, 0.5))
+    plain = estimate(ended, LAG)
+    censored = estimate(ended + [Sample(90.0, None)] * 30, LAG)
+    assert plain is not None and censored is not None
+    assert censored.quantile(0.9) > plain.quantile(0.9)
+    assert censored.count == plain.count == 100  # a censored sample is not an ended job
+
+
+def test_past_the_longest_job_seen_the_plain_backoff_takes_over() -> None:
+    model = learn("exports", _samples(_lognormal(100, 0.5)), LAG)
+    assert model is not None
+    assert model.next_check(model.checks[-1] + LAG, 0.5) is None
+
+
+def test_the_jitter_spreads_a_check_within_a_twentieth_of_the_target_and_never_repeats_it() -> None:
+    model = learn("exports", _samples(_lognormal(200, 0.5)), LAG)
+    assert model is not None
+    low, high = model.next_check(0.0, 0.0), model.next_check(0.0, 0.999)
+    assert low is not None and high is not None
+    assert 0 < high - low <= 0.05 * LAG
+    made_at = model.checks[1] - 0.02 * LAG  # the check made early: the next is the one after, not this again
+    again = model.next_check(made_at, 0.9)
+    assert again is not None and again > 0.5 * (model.checks[2] - model.checks[1])
+
+
+def test_a_recorded_model_reads_back_and_a_damaged_one_is_refused() -> None:
+    model = learn("exports", _samples(_lognormal(50, 0.5)), LAG)
+    assert model is not None
+    assert Learnt.from_json(model.to_json()) == model
+    damaged_ones: list[object] = [[], {"checks": "x"}, {**model.to_json(), "count": "many"}]
+    for damaged in damaged_ones:
+        with pytest.raises(ValueError, match="learnt model"):
+            Learnt.from_json(damaged)
+
+
+# -- samples from records --------------------------------------------------------------------------------------
+
+
+def _ended(record: OperationRecord, pending_s: float | None, ended_s: float) -> OperationRecord:
+    if pending_s is not None:
+        record = record.seen_pending(T0 + timedelta(seconds=pending_s))
+    return record.succeeded("https://r.example/1", "done", T0 + timedelta(seconds=ended_s))
+
+
+def test_an_ended_operation_is_an_interval_and_a_stopped_one_is_censored() -> None:
+    record = make_record()
+    assert sample_of(record) is None  # still waiting
+    ended = _ended(record, 40.0, 55.0)
+    assert sample_of(ended) == Sample(40.0, 55.0)
+    assert sample_of(_ended(record, None, 12.0)) == Sample(0.0, 12.0)
+    stopped = record.seen_pending(T0 + timedelta(seconds=70)).stopped(
+        StopReason.DEADLINE_EXCEEDED, "deadline", T0 + timedelta(seconds=80)
+    )
+    assert sample_of(stopped) == Sample(70.0, None)
+    failed = record.ended(StopReason.JOB_FAILED, "failed", T0 + timedelta(seconds=30), None)
+    assert sample_of(failed) == Sample(0.0, 30.0)
+    never_seen = record.stopped(StopReason.INTEGRATION_FAILURE, "404", T0 + timedelta(seconds=5))
+    assert sample_of(never_seen) is None
+
+
+# -- decide with a learnt model --------------------------------------------------------------------------------
+
+
+def _model(**changes: object) -> Learnt:
+    model = learn("exports", _samples(_lognormal(200, 0.5)), LAG)
+    assert model is not None
+    data = {**model.to_json(), **changes}
+    return Learnt.from_json(data)
+
+
+def _pending_decision(record: OperationRecord, model: Learnt | None, payload: bytes, at_s: float) -> Decision:
+    at = T0 + timedelta(seconds=at_s)
+    reserved = reserve(record.waiting(at, record.delay_source), at)
+    return decide(reserved, observe(make_contract(), response(payload, at=at)), at, 0.5, model)
+
+
+def test_a_pending_answer_waits_for_the_next_learnt_check_and_says_why() -> None:
+    model = _model()
+    decision = _pending_decision(make_record(), model, body("running"), 1.0)
+    assert decision.delay_source is DelaySource.LEARNT
+    expected = model.next_check(1.0, 0.5)
+    assert expected is not None
+    assert decision.next_poll_at == T0 + timedelta(seconds=1.0 + expected)
+    assert f"learnt from {model.count} ended jobs of exports (p5 " in decision.detail
+    assert "for a p95 lag of 30s" in decision.detail
+    assert decision.learnt == model
+    assert decision.record.pending_seen_at == T0 + timedelta(seconds=1)
+
+
+def test_a_learnt_delay_keeps_max_delay_and_a_valid_hint_as_a_floor() -> None:
+    model = _model(checks=[600.0])
+    capped = _pending_decision(make_record(), model, body("running"), 1.0)
+    assert capped.next_poll_at == T0 + timedelta(seconds=121)  # max_delay 120 s
+    hinted = _pending_decision(make_record(), _model(checks=[20.0]), body("running", poll_after_seconds=90), 1.0)
+    assert hinted.delay_source is DelaySource.PROVIDER_POLL_HINT and hinted.next_poll_at == T0 + timedelta(seconds=91)
+    early_hint = _pending_decision(make_record(), _model(checks=[60.0]), body("running", poll_after_seconds=10), 1.0)
+    assert early_hint.delay_source is DelaySource.LEARNT  # the hint is a floor, not a reason to look sooner
+
+
+def test_a_learnt_delay_never_outlasts_the_deadline() -> None:
+    record = make_record(deadline=timedelta(seconds=50))
+    decision = _pending_decision(record, _model(checks=[100.0]), body("running"), 1.0)
+    assert decision.next_poll_at == record.deadline_at
+
+
+def test_a_model_for_another_target_or_a_plan_that_does_not_learn_uses_the_backoff() -> None:
+    other = _pending_decision(make_record(), _model(lag_target=60.0), body("running"), 1.0)
+    assert other.delay_source is DelaySource.LOCAL_BACKOFF
+    off = make_contract()
+    record = make_record(off, lag_target=timedelta(seconds=30))
+    plain = _pending_decision(record, None, body("running"), 1.0)
+    assert plain.delay_source is DelaySource.LOCAL_BACKOFF
+
+
+def test_the_first_check_is_placed_by_the_plan() -> None:
+    model = _model()
+    placed = first_check(make_record(), model, 0.5)
+    assert placed.delay_source is DelaySource.LEARNT
+    assert placed.next_poll_at == T0 + timedelta(seconds=model.checks[0])
+    assert first_check(make_record(), None, 0.5) == make_record()
+
+
+# -- the contract's keys ---------------------------------------------------------------------------------------
+
+
+def _schedule(extra: str) -> str:
+    return contract_text().replace('first_check = "0s"', f'first_check = "0s"\n{extra}')
+
+
+def test_learn_and_lag_target_are_read_from_the_schedule() -> None:
+    from pollwarden.core import parse_contract
+
+    contract = parse_contract(_schedule('learn = false\nlag_target = "2m"'), source="c.toml")
+    assert contract.schedule.learn is False and contract.schedule.lag_target == timedelta(minutes=2)
+    assert make_contract().schedule.learn is True
+    assert make_contract().schedule.lag_target == timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [('lag_target = "-3s"', "lag_target"), ('learn = "yes"', "learn"), ('lag_target = "0s"', "lag_target")],
+)
+def test_bad_learning_keys_name_the_field(extra: str, named: str) -> None:
+    from pollwarden.core import parse_contract
+
+    with pytest.raises(ContractError, match=rf"\[schedule\]\.{named}"):
+        parse_contract(_schedule(extra), source="c.toml")
