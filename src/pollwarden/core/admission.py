@@ -8,9 +8,6 @@ already has an operation gets that operation back, never a fresh budget (widenin
 
 from __future__ import annotations
 
-import hashlib
-import re
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -20,52 +17,19 @@ from typing import Any, Protocol
 from .contract.parse import Contract, job_path_problem
 from .durations import format_duration, format_rfc3339
 from .identity import NotOneJob, canonical_job, canonical_status_url
+from .ids import (
+    MAX_JOB_ID_CHARS,
+    job_id_problem,
+    new_operation_id,
+    operation_id_problem,
+    submission_operation_id,
+)
 from .learnt import Learnt, first_check
-from .record import OPERATION_ID, OperationRecord, new_record
+from .record import OperationRecord, new_record
 from .scrub import Scrubber
 
-MAX_JOB_ID_CHARS = 512
 MAX_COUNT = 1_000_000
 """The largest request or failure budget anyone may ask for: far beyond any real watch, far below overflow."""
-
-
-def job_id_problem(job_id: object) -> str | None:
-    """Why this cannot be a provider's job id, or None. The same words on every interface."""
-    if not isinstance(job_id, str) or not job_id.strip():
-        return "must be the provider's job id, not empty"
-    if len(job_id) > MAX_JOB_ID_CHARS:
-        return f"is {len(job_id)} characters long; at most {MAX_JOB_ID_CHARS} are accepted"
-    for ch in job_id:
-        # Cc: controls (forge lines on a terminal), Cs: lone surrogates (cannot be encoded), Cf: bidi overrides
-        # and other invisible formatting (make one id look like another).
-        if unicodedata.category(ch) in ("Cc", "Cs", "Cf", "Zl", "Zp"):
-            return (
-                f"contains the invisible or control character U+{ord(ch):04X}; give the id as the provider printed it"
-            )
-    return None
-
-
-def operation_id_problem(operation_id: object) -> str | None:
-    if not isinstance(operation_id, str) or not OPERATION_ID.match(operation_id):
-        return "use 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
-    return None
-
-
-def new_operation_id(contract_name: str, now: datetime, token: str) -> str:
-    """`<contract>-<UTC time>-<token>`: sortable, readable, and unique by the caller's random token."""
-    return f"{_id_prefix(contract_name)}-{now.strftime('%Y%m%d-%H%M%S')}-{token}"
-
-
-def submission_operation_id(contract_name: str, request_fingerprint: str) -> str:
-    """`<contract>-submit-<digest>`: the one operation a request (contract and fingerprint) may create, so the
-    same submission asked for again finds its operation instead of sending a second job."""
-    digest = hashlib.sha256(f"{contract_name}\n{request_fingerprint}".encode()).hexdigest()[:24]
-    return f"{_id_prefix(contract_name)}-submit-{digest}"
-
-
-def _id_prefix(contract_name: str) -> str:
-    prefix = re.sub(r"[^A-Za-z0-9._:-]", "-", contract_name)[:40].strip("-.:_")
-    return prefix if prefix and prefix[0].isalnum() else "op"
 
 
 class HeldSecret(Protocol):
