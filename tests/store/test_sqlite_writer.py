@@ -18,8 +18,8 @@ import pytest
 
 from pollwarden import events as ev
 from pollwarden.audit import AuditKeys, key_id_of, load_or_create_keys, verify
-from pollwarden.store.base import StoreError
 from pollwarden.store import sqlite_writer
+from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
 from pollwarden.store.sqlite_writer import GroupWriter
 
