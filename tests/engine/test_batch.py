@@ -7,6 +7,7 @@ point of the batch: K polls cost two store transactions, with the K requests in 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.engine import Busy, Engine, Polled
+from pollwarden.engine import batch as batch_module
 from pollwarden.fleet.worker import CLAIM_TTL
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Claimed, FencedWrite, Store, StoreError
@@ -29,6 +31,8 @@ from tests.conftest import install
 from tests.store.conftest import Backend
 
 COUNT = 6
+GUARD = 60.0
+"""Seconds a batch here waits for its answers: a guard against a hang, never reached while the code is right."""
 
 
 class WatchingProvider:
@@ -105,9 +109,17 @@ def _count_transactions(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[i
     return sizes
 
 
+def one_wave(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch records its answers once all are in, however the machine spreads them: `batch.GATHER` (10 ms)
+    is how long a batch waits for more answers after its first, and a loaded machine may run the threads that
+    return them further apart than that (the answers then come in two waves, recorded in two transactions)."""
+    monkeypatch.setattr(batch_module, "run", functools.partial(batch_module.run, gather=GUARD))
+
+
 def test_a_batch_reserves_everything_before_any_request_then_records_in_one_transaction(
     store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    one_wave(monkeypatch)
     contract, engine, claimed = _claimed(store)
     provider = WatchingProvider(backend.open())
     sizes = _count_transactions(store, monkeypatch)
@@ -130,6 +142,7 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
 def test_a_batch_inserts_its_audit_records_in_one_statement_per_transaction(
     store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    one_wave(monkeypatch)
     contract, engine, claimed = _claimed(store)
     provider = WatchingProvider(backend.open())
     inserts: list[int] = []

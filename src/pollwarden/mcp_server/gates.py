@@ -166,6 +166,7 @@ def _per_call_gate(
     grant = _open_grant(broker, store, record, purpose, number, timeout)
     if grant is not None and grant.status == "approved":
         return grant.grant_id
+    asking = grant is None
     if grant is None:
         grant = Grant(
             grant_id="c" + secrets.token_hex(5),
@@ -185,21 +186,24 @@ def _per_call_gate(
                 "expires_at": format_rfc3339(now + timeout),
             },
         )
-        try:
-            store.request_grant(grant, broker.log_id)
-        except Exception as exc:
-            raise ToolFailure(
-                "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
-            ) from None
     how = f"pollwarden approve-call {grant.grant_id} {broker.person_flags} (or --refuse)"
-    if call.notify is not None:
-        with contextlib.suppress(Exception):
-            call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
-    # A grant asked for by an earlier call keeps the time it was given then.
-    ends = time.monotonic() + (grant.requested_at + timeout - now).total_seconds()
+    # Said before the grant is recorded: once a person can see the grant, every note of this call names it (said
+    # after, a heartbeat between the two would still describe the operation, on a loaded machine).
     if call.progress is not None:
         call.progress.awaiting(f"waiting for approval {grant.grant_id} by {broker.approvers}: {how}")
     try:
+        if asking:
+            try:
+                store.request_grant(grant, broker.log_id)
+            except Exception as exc:
+                raise ToolFailure(
+                    "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+                ) from None
+        if call.notify is not None:
+            with contextlib.suppress(Exception):
+                call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
+        # A grant asked for by an earlier call keeps the time it was given then.
+        ends = time.monotonic() + (grant.requested_at + timeout - now).total_seconds()
         return _await_grant(broker, store, record, call, _Waiting(grant, purpose, timeout, ends, how))
     finally:
         if call.progress is not None:

@@ -274,7 +274,9 @@ class GroupWriter:
             if self._mutex.acquire(blocking=False):
                 try:
                     if self._batch is batch:
-                        self._commit(batch)
+                        # By the same rule as the last member's: a joiner still queued (a thread a loaded machine
+                        # has not run yet) is waited for while the batch is young, not left to the next batch.
+                        self._settle(batch)
                 finally:
                     self._mutex.release()
 
