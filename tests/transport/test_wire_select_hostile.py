@@ -16,7 +16,7 @@ from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.transport import wire_select
 from pollwarden.transport.http import StatusClient
-from pollwarden.transport.wire import Answer, Request, SocketTransport
+from pollwarden.transport.wire import Answer, Request, Transport
 from tests.tls import Certificates, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 from tests.transport.test_http_keepalive import OK, KeepAliveServer, Script, clock, contract_for, reusing
@@ -37,7 +37,7 @@ class Blocking:
 
 # Both keep an idle connection for an hour (`reusing`): with the default bound (1 s) a loaded machine's stall
 # between the two polls made the pooled connection too old, and a second connection failed `connections == 1`.
-PATHS = {"selector": reusing, "blocking": Blocking}
+PATHS: dict[str, Callable[[], Transport]] = {"selector": reusing, "blocking": Blocking}
 
 
 def client_sockets(port: int) -> int:
