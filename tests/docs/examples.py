@@ -71,7 +71,8 @@ def shell_script(text: str) -> str:
         if expected and not line.rstrip().endswith("\\") and not line.lstrip().startswith("#"):
             command = line[: line.index("#")].rstrip()
             out.append(f"set +e; {command}; rc=$?; set -e")
-            out.append(f'[ "$rc" -eq {expected.group(1)} ] || {{ echo "exit $rc, not {expected.group(1)}: {_quoted(command)}" >&2; exit 1; }}')  # fmt: skip
+            code = expected.group(1)
+            out.append(f'[ "$rc" -eq {code} ] || {{ echo "exit $rc, not {code}: {_quoted(command)}" >&2; exit 1; }}')
         else:
             out.append(line)
     return "\n".join(out) + "\n"
