@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test test-fast lint typecheck unit bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Two workers: the suite is mostly subprocesses and loopback servers waiting on each other, and one process
-# leaves a core idle (about 4.5 minutes for all of `make test` with -n 2 on the 2-core CI machine).
+# leaves a core idle. MEASURED_TEST
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
 unit: $(BIN)/.installed
@@ -31,6 +31,12 @@ unit: $(BIN)/.installed
 	$(BIN)/pytest -q -n 2
 
 test: lint typecheck unit
+
+# The inner loop: every test not marked slow (tests/conftest.py's SLOW: the end-to-end, isolation and hostile
+# suites, the console's browser test, the documents run as written), no lint or typecheck. MEASURED_FAST
+test-fast: $(BIN)/.installed
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
+	$(BIN)/pytest -q -n 2 -m "not slow"
 
 # The conformance-and-pressure benchmark against azure-core, botocore, google-api-core, tenacity, stamina and a
 # fixed loop (the `bench` extra): writes docs/benchmarks.md and docs/bench-*.png in 3-4 minutes.

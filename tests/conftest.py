@@ -137,6 +137,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     prefork.shutdown()
 
 
+SLOW = (
+    "tests/e2e/",
+    "tests/isolation/",
+    "tests/hostile/",
+    "tests/console/test_console_browser.py",
+    "tests/docs/test_examples.py::test_a_document_runs_as_written",
+)
+"""What `make test-fast` leaves out (`-m "not slow"`): the suites that run whole commands, fleets, users or a
+browser, where most of the suite's time goes; a module may also mark itself (`pytestmark = pytest.mark.slow`)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
