@@ -32,8 +32,9 @@ unit: $(BIN)/.installed
 
 test: lint typecheck unit
 
-# The inner loop: every test not marked slow (tests/conftest.py's SLOW: the end-to-end, isolation and hostile
-# suites, the console's browser test, the documents run as written), no lint or typecheck. MEASURED_FAST
+# The inner loop: every test not marked slow (tests/conftest.py's SLOW: the end-to-end, isolation, hostile,
+# providers, MCP and bench suites, the browser test, the documents run as written, ...), no lint or typecheck.
+# MEASURED_FAST
 test-fast: $(BIN)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
 	$(BIN)/pytest -q -n 2 -m "not slow"

@@ -141,11 +141,18 @@ SLOW = (
     "tests/e2e/",
     "tests/isolation/",
     "tests/hostile/",
+    "tests/providers/",
+    "tests/mcp/",
+    "tests/bench/",
     "tests/console/test_console_browser.py",
     "tests/docs/test_examples.py::test_a_document_runs_as_written",
+    "tests/engine/test_combine_providers.py",
+    "tests/transport/test_token_refresh.py",
+    "tests/test_prefork.py",
 )
-"""What `make test-fast` leaves out (`-m "not slow"`): the suites that run whole commands, fleets, users or a
-browser, where most of the suite's time goes; a module may also mark itself (`pytestmark = pytest.mark.slow`)."""
+"""What `make test-fast` leaves out (`-m "not slow"`): the suites that run whole commands, fleets, users, MCP
+sessions, every shipped contract or a browser, and single files of tests that wait seconds each; that is where
+most of the suite's time goes. A module may also mark itself (`pytestmark = pytest.mark.slow`)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
