@@ -36,7 +36,7 @@ test: lint typecheck unit
 
 # The inner loop: every test not marked slow (tests/conftest.py's SLOW: the end-to-end, isolation, hostile,
 # providers, MCP and bench suites, the browser test, the documents run as written, ...), no lint or typecheck.
-# Measured the same day, load average 10-18: 9m15s (2,422 tests); `make test` minus its slowest tenth of files.
+# Measured the same day, load average 10-18: 9m15s (2,422 tests).
 test-fast: $(BIN)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
 	$(BIN)/pytest -q -n 2 -m "not slow"
