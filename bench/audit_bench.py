@@ -36,6 +36,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from pollwarden import events as ev
 from pollwarden.audit import (
     GENESIS_HASH,
     AuditCipher,
@@ -52,6 +53,7 @@ from pollwarden.audit import (
 from pollwarden.audit.keys import load_or_create_keys
 from pollwarden.home.directory import database_path, ensure_home, trusted_checkpoint_path
 from pollwarden.home.operating import verify_home
+from pollwarden.store.base import LogEntry
 from pollwarden.store.common import AUDIT_RECORD_COLUMNS, REPLAYED_HEAD_COLUMNS
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -176,10 +178,11 @@ def build_store(home: Path, count: int, logs: int, per_commit: int = 1) -> float
     started = time.perf_counter()
     try:
         for first in range(0, count, per_commit):
-            entries = []
+            entries: list[LogEntry] = []
             for index in range(first, min(first + per_commit, count)):
                 seq = index // logs + 1
-                entries.append((f"op_{index % logs:05d}", "created" if seq == 1 else "decision", decision_event(seq)))
+                kind = ev.Created if seq == 1 else ev.DecisionEvent
+                entries.append((f"op_{index % logs:05d}", kind.prepared(decision_event(seq))))
             store.append_many(entries, START + timedelta(seconds=first))
     finally:
         store.close()

@@ -44,6 +44,7 @@ from bench.peers import LIBRARY_PEERS, PEERS
 from bench.peers.common import PeerConfig, PeerResult
 from bench.peers.schedules import MODELS, Schedule
 from bench.throughput import postgres_commit_rate, sqlite_commit_rate
+from pollwarden import events as ev
 from pollwarden.simulator import Simulator, Step, _Answer, _Handler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -756,7 +757,7 @@ def step_rate(target: str, home: Path, seconds: float) -> float:
         try:
             if store.get("op") is None:
                 record = new_record(contract, operation_id="op", job_id="j", now=utcnow())
-                store.create(record, contract.source_text, {})
+                store.create(record, contract.source_text, ev.Created.prepared({}))
             with StatusClient(contract, None, clock=utcnow) as client:
                 engine = Engine(store, owner="bench")
                 polls, end = 0, time.perf_counter() + seconds

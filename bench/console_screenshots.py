@@ -17,6 +17,7 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
 from pollwarden.core.contract.parse import load_contract
@@ -36,7 +37,7 @@ def _run(home: Path, contract_path: Path, operation_id: str, job_id: str, max_re
     store = open_store(home)
     try:
         record = new_record(contract, operation_id=operation_id, job_id=job_id, now=utcnow(), max_requests=max_requests)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
         with StatusClient(contract, None, clock=utcnow) as client:
             Engine(store, owner="screenshots").run(contract, client, operation_id)
     finally:
@@ -62,7 +63,7 @@ def _orphan(home: Path, contract_path: Path, operation_id: str) -> None:
     store = open_store(home)
     try:
         record = new_record(contract, operation_id=operation_id, job_id="exp_orphan_5d2", now=past)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
         claimed = store.claim(operation_id, f"watch/{this_host()}:{proc.pid}:0000", past, timedelta(seconds=60))
         if claimed is not None:
             store.release(claimed[0])

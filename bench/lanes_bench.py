@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.simulator import contract_text
@@ -102,7 +103,7 @@ def _add(target: str, home: Path, text: str, prefix: str, count: int) -> None:
         now = store.db_now()
         for n in range(count):
             record = new_record(contract, operation_id=f"{prefix}{n:03d}", job_id=f"{prefix}{n}", now=now)
-            store.create(record, contract.source_text, {"bench": True})
+            store.create(record, contract.source_text, ev.Created.prepared({"bench": True}))
     finally:
         store.close()
 

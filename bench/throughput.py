@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.durations import parse_rfc3339
@@ -243,7 +244,7 @@ def seed(target: str, home: Path, url: str, operations: int, *, delay: str, spre
             record = new_record(contract, operation_id=f"op{n:06d}", job_id=f"j{n}", now=now)
             if spread:
                 record = replace(record, next_poll_at=now + timedelta(seconds=spread * n / operations))
-            store.create(record, contract.source_text, {"bench": True})
+            store.create(record, contract.source_text, ev.Created.prepared({"bench": True}))
     finally:
         store.close()
 

@@ -190,6 +190,22 @@ def test_a_bad_useful_for_is_a_watch_error_naming_it(
     assert sim.request_count("happy-8") == 0
 
 
+def test_a_misspelt_keyword_is_a_type_error_naming_it_and_nothing_is_sent(
+    sim: Simulator, tmp_path: Path, home: Path
+) -> None:
+    """The keywords are declared once (`WatchOptions`); a caller the type checker does not see still gets the
+    TypeError a misspelt keyword argument always raised, from all three entry points."""
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    wrong: dict[str, object] = {"home": home, "deadlin": "5m"}
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'deadlin'.*deadline"):
+        Watch(contract, "happy-8", **wrong)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'deadlin'"):
+        watch_sync(contract, "happy-8", **wrong)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'deadlin'"):
+        asyncio.run(watch(contract, "happy-8", **wrong))  # type: ignore[arg-type]
+    assert sim.request_count("happy-8") == 0
+
+
 def test_useful_for_goes_through_admission_and_is_never_widened_on_resume(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from .catalogue import resolve_contract
 from .core.admission import Limits, WatchRequest, check, operation_id_problem
@@ -55,8 +55,19 @@ if TYPE_CHECKING:
     from .engine import StepResult
     from .report.progress import Progress
     from .store.base import Store
+    from .store.roles import Decisions
 
-__all__ = ["Outcome", "Stopped", "Succeeded", "Watch", "WatchCancelled", "WatchError", "watch", "watch_sync"]
+__all__ = [
+    "Outcome",
+    "Stopped",
+    "Succeeded",
+    "Watch",
+    "WatchCancelled",
+    "WatchError",
+    "WatchOptions",
+    "watch",
+    "watch_sync",
+]
 
 
 _NAMES = {"status_location": "status_url"}
@@ -125,6 +136,32 @@ class Stopped:
 Outcome = Succeeded | Stopped
 
 
+class WatchOptions(TypedDict, total=False):
+    """The keywords of `Watch`, `watch_sync` and `watch` beyond the contract and the job, declared once."""
+
+    home: str | Path | None
+    """The pollwarden home (default: $POLLWARDEN_HOME or ~/.local/state/pollwarden)."""
+    store: Store | None
+    """An open store to use instead of the home's (the caller closes it)."""
+    deadline: timedelta | str | None
+    max_requests: int | None
+    useful_for: timedelta | str | None
+    operation_id: str | None
+    on_progress: Callable[[Progress], None] | None
+    vars: Mapping[str, str] | None
+    status_url: str | None
+
+
+def _check_names(options: Mapping[str, object]) -> None:
+    """A keyword the API does not take is refused as a misspelt keyword argument always was (a TypeError),
+    for callers the type checker does not see."""
+    unknown = sorted(set(options) - WatchOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(WatchOptions.__annotations__)})"
+        )
+
+
 def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         parsed = value
@@ -150,21 +187,16 @@ class Watch:
         self,
         contract: Contract | str | Path,
         job_id: str | None = None,
-        *,
-        home: str | Path | None = None,
-        store: Store | None = None,
-        deadline: timedelta | str | None = None,
-        max_requests: int | None = None,
-        useful_for: timedelta | str | None = None,
-        operation_id: str | None = None,
-        on_progress: Callable[[Progress], None] | None = None,
-        vars: Mapping[str, str] | None = None,
-        status_url: str | None = None,
+        **options: Unpack[WatchOptions],
     ) -> None:
         """`contract` is a Contract, a path, or a shipped contract's name (`pollwarden contracts`); `vars` gives
         its [vars]; `status_url` is a status URL the provider returned (a contract with status_url_handles).
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
         operation was created, the watch stops (`usefulness_window_closed`), even before the deadline."""
+        _check_names(options)
+        vars = options.get("vars")
+        operation_id = options.get("operation_id")
+        status_url = options.get("status_url")
         if vars is not None and (
             not isinstance(vars, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in vars.items())
         ):
@@ -198,9 +230,9 @@ class Watch:
         if operation_id is not None and (problem := operation_id_problem(operation_id)):
             raise WatchError(f"operation_id {operation_id!r}: {problem}")
         self.limits = Limits(
-            deadline=_duration(deadline, "deadline"),
-            max_requests=max_requests,
-            useful_for=_duration(useful_for, "useful_for"),
+            deadline=_duration(options.get("deadline"), "deadline"),
+            max_requests=options.get("max_requests"),
+            useful_for=_duration(options.get("useful_for"), "useful_for"),
         )
         self.status_url = status_url
         # Admission's own checks, before anything is opened: the same words as every other interface.
@@ -209,9 +241,9 @@ class Watch:
             raise WatchError(f"cannot watch: {refused.message_for(_NAMES)}")
         self.job_id = probe.job_id
         self.operation_id = operation_id
-        self._home = home
-        self._store = store
-        self._on_progress = on_progress
+        self._home = options.get("home")
+        self._store = options.get("store")
+        self._on_progress = options.get("on_progress")
         self._stop = threading.Event()
 
     def cancel(self) -> None:
@@ -292,7 +324,7 @@ class Watch:
             return outcome_of(store, final)
 
 
-def outcome_of(store: Store, record: OperationRecord) -> Outcome:
+def outcome_of(store: Decisions, record: OperationRecord) -> Outcome:
     if record.phase is Phase.SUCCEEDED:
         return Succeeded(record.operation_id, record.result, record)
     assert record.reason is not None, "a final record that did not succeed carries its stop reason"
@@ -303,46 +335,16 @@ def outcome_of(store: Store, record: OperationRecord) -> Outcome:
 def watch_sync(
     contract: Contract | str | Path,
     job_id: str | None = None,
-    *,
-    home: str | Path | None = None,
-    store: Store | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    operation_id: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    vars: Mapping[str, str] | None = None,
-    status_url: str | None = None,
+    **options: Unpack[WatchOptions],
 ) -> Outcome:
     """`Watch(...).run()` in one call."""
-    return Watch(
-        contract,
-        job_id,
-        home=home,
-        store=store,
-        deadline=deadline,
-        max_requests=max_requests,
-        useful_for=useful_for,
-        operation_id=operation_id,
-        on_progress=on_progress,
-        vars=vars,
-        status_url=status_url,
-    ).run()
+    return Watch(contract, job_id, **options).run()
 
 
 async def watch(
     contract: Contract | str | Path,
     job_id: str | None = None,
-    *,
-    home: str | Path | None = None,
-    store: Store | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    operation_id: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    vars: Mapping[str, str] | None = None,
-    status_url: str | None = None,
+    **options: Unpack[WatchOptions],
 ) -> Outcome:
     """The same watch without blocking the event loop: it runs on a worker thread and is awaited here.
 
@@ -354,19 +356,7 @@ async def watch(
     import asyncio  # here, not at the top: its caller runs a loop, so it is loaded; `watch_sync`'s caller may not
     import contextvars
 
-    prepared = Watch(
-        contract,
-        job_id,
-        home=home,
-        store=store,
-        deadline=deadline,
-        max_requests=max_requests,
-        useful_for=useful_for,
-        operation_id=operation_id,
-        on_progress=on_progress,
-        vars=vars,
-        status_url=status_url,
-    )
+    prepared = Watch(contract, job_id, **options)
     # A thread of its own, not the loop's default executor: that one has min(32, cores + 4) threads, and a
     # watch holds its thread until its job ends, so the seventh watch on 2 cores would not send its first
     # request until another watch's job had ended. The context is copied, as `asyncio.to_thread` does.

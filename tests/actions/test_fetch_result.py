@@ -19,8 +19,9 @@ import pytest
 from pollwarden.actions.provider import ActionError, ActionRefused, fetch_result
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.record import OperationRecord, new_record
-from pollwarden.transport.http import SocketTransport, StatusClient
+from pollwarden.transport.http import StatusClient
 from pollwarden.transport.resolve import AddrInfo
+from pollwarden.transport.wire import SocketTransport
 from tests.loopback import Answer, Loopback, serving
 
 SECRET = "sk-loopback-secret-0123456789"

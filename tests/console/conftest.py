@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer
 from pollwarden.core.contract.parse import Contract, load_contract
@@ -46,7 +47,7 @@ def stop_operation(
     try:
         record = new_record(contract, operation_id=operation_id, job_id=job_id, now=utcnow(), max_requests=max_requests)
         install(store, contract)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
         with StatusClient(contract, None, clock=utcnow) as client:
             Engine(store, owner="console-test").run(contract, client, operation_id)
         decisions = store.decisions(operation_id, open_only=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.record import new_record
@@ -38,7 +39,7 @@ def _late_operation(home: Path, contract_path: Path, operation_id: str, *, owner
     try:
         record = new_record(contract, operation_id=operation_id, job_id=f"job-{operation_id}", now=past)
         install(store, contract)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
         claimed = store.claim(operation_id, process_owner(owner_kind, pid=_dead_pid()), past, timedelta(1))
         assert claimed is not None
         store.release(claimed[0])

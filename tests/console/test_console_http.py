@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.console import ConsoleServer, is_loopback
 from pollwarden.core.contract.parse import load_contract
@@ -152,7 +153,7 @@ def test_values_from_the_store_and_the_provider_are_escaped(
     try:
         record = new_record(contract, operation_id="op-xss", job_id=script, now=utcnow())
         install(store, contract)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
     finally:
         store.close()
     # A provider that answers with markup as its state: the stop, its decision and the story all carry it.

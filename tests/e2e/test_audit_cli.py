@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from pollwarden import events as ev
 from pollwarden.simulator import Simulator
 from tests.conftest import run_cli, write_contract
 
@@ -220,7 +221,7 @@ def test_why_detects_a_decision_todays_core_would_not_make(audited_home: Path) -
         events = store.events("op-a")
         decision = next(e for e in events if e.kind == "decision" and e.data["action"] == "wait")
         doctored = {**decision.data, "delay_source": "provider_poll_hint"}
-        store.append("op-x-doctored", "decision", doctored, decision.at)
+        store.append("op-x-doctored", ev.DecisionEvent.prepared(doctored), decision.at)
     finally:
         store.close()
     with _db(audited_home) as conn:

@@ -8,6 +8,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.clock import utcnow
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.durations import parse_rfc3339
@@ -64,7 +65,7 @@ def test_a_resume_that_narrows_the_deadline_below_the_next_poll_stops_at_the_new
         created = utcnow()
         record = new_record(contract, operation_id="late-op", job_id="late-1", now=created)
         record = record.waiting(created + timedelta(hours=1), DelaySource.PROVIDER_RETRY_AFTER)
-        store.create(record, contract.source_text, record.summary())
+        store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
     finally:
         store.close()
     ran = run_cli("watch", "--contract", str(contract_path), "--operation", "late-op", "--deadline", "3s", "--json",

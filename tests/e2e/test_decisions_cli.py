@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.escalation import OptionKind, apply_extension
@@ -105,7 +106,7 @@ def test_options_expire_when_the_operation_moves_on(exhausted: tuple[Path, str],
         assert claimed is not None
         lease, record = claimed
         moved = apply_extension(record, stored.request.option(1), utcnow())  # e.g. another approval path
-        assert store.write(lease, moved, [("extended", {"by": "test"})], utcnow(), release=True)
+        assert store.write(lease, moved, [ev.Extended.prepared({"by": "test"})], utcnow(), release=True)
     finally:
         store.close()
     ran = run_cli("decide", decision_id, "--option", "1", "--by", "dave", home=home)

@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.audit.keys import stage_signing_key
 from pollwarden.simulator import Simulator
@@ -77,7 +78,7 @@ def test_a_process_still_holding_the_old_key_is_refused(fresh: Place, sim: Simul
     try:
         assert fresh.run("audit", "rotate-key", "--by", "alice")[0] == 0
         with pytest.raises(StoreError, match="rotated"):
-            stale.append("op-a", "note", {}, stale.db_now())
+            stale.append("op-a", ev.Paced.prepared({}), stale.db_now())
     finally:
         stale.close()
     code, report = fresh.verify()

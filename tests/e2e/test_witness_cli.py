@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from pollwarden import events as ev
 from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write_head_file
 from pollwarden.clock import utcnow
 from pollwarden.simulator import Simulator
@@ -176,7 +177,9 @@ def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_
     store = open_store(tmp_path / "w.db", keys=load_or_create_keys(tmp_path / "keys"), witness=witness)
     try:
         with delivering(store, "watch") as courier:
-            store.append("op", "interrupted", {"by": "test"}, utcnow())  # a commit: its head is queued for the witness
+            store.append(
+                "op", ev.WatchInterrupted.prepared({"by": "test"}), utcnow()
+            )  # a commit: its head is queued for the witness
             draining = threading.Thread(target=courier.drain, args=(3600.0,), daemon=True)
             draining.start()
             draining.join(60)  # a guard: the refused connection ends it at once

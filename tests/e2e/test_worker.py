@@ -16,6 +16,7 @@ import httpx
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.reasons import Phase
@@ -39,7 +40,7 @@ def _enqueue(db: str, home: Path, contract_path: Path, jobs: list[str]) -> None:
         install(store, contract)
         for job in jobs:
             record = new_record(contract, operation_id=f"op-{job}", job_id=job, now=now)
-            store.create(record, contract.source_text, record.summary())
+            store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
     finally:
         store.close()
 

@@ -8,12 +8,13 @@ the rest, never a second operation for one job.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import AuditRecord
 from pollwarden.core.admission import Limits, Refusal, Refuse, WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
@@ -94,10 +95,10 @@ def test_a_crash_inside_a_batch_leaves_whole_batches_and_a_rerun_creates_each_jo
     real = store._seal_onto  # each event is sealed here, then a batch's records are inserted together
     calls = iter(range(1_000))
 
-    def dies_in_the_second_batch(tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> AuditRecord:
+    def dies_in_the_second_batch(tx: Tx, log_id: str, event: ev.NewEvent, at: datetime) -> AuditRecord:
         if next(calls) == 5:  # the second event of the second batch of four
             raise RuntimeError("killed")
-        return real(tx, log_id, kind, data, at)
+        return real(tx, log_id, event, at)
 
     monkeypatch.setattr(store, "_seal_onto", dies_in_the_second_batch)
     engine = Engine(store, owner="cli", clock=store.db_now)

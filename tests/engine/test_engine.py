@@ -18,21 +18,23 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
+from pollwarden.core.lease import lease_ttl
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
-from pollwarden.engine.flow import lease_ttl
 from pollwarden.fleet.worker import CLAIM_TTL, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.transport.credentials import resolve_secret
-from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import StatusClient
 from pollwarden.transport.outbox import delivering
 from tests.conftest import install
 
@@ -280,7 +282,7 @@ def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(s
     fresh = new_record(contract, operation_id="op-late", job_id="j", now=start, deadline=timedelta(seconds=2))
     assert fresh.next_poll_at == start + timedelta(seconds=2)  # new records keep the bound themselves
     stored = replace(fresh, next_poll_at=start + timedelta(seconds=30))
-    store.create(stored, contract.source_text, stored.summary())
+    store.create(stored, contract.source_text, ev.Created.prepared(stored.summary()))
     clock = [start]
     slept: list[float] = []
 

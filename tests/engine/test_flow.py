@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pollwarden.core.lease import lease_ttl
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord
 from pollwarden.engine import flow
@@ -80,11 +81,11 @@ def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_
     assert script.kinds() == ["Now", "Write", "Now", "Send", "Now", "Draw", "Write"]
     reserve, final = script.asked[1], script.asked[-1]
     assert isinstance(reserve, flow.Write) and not reserve.release
-    assert reserve.record.status_requests_used == 1 and reserve.events[0][0] == "reserved"
+    assert reserve.record.status_requests_used == 1 and reserve.events[0].KIND == "reserved"
     # Item 1: the lease covers the bounded request, whatever claimed it (the worker claims with a fixed TTL).
-    assert reserve.hold_until == T0 + flow.lease_ttl(CONTRACT)
+    assert reserve.hold_until == T0 + lease_ttl(CONTRACT)
     assert isinstance(final, flow.Write) and final.release
-    assert [kind for kind, _ in final.events] == ["observed", "decision"]
+    assert [event.KIND for event in final.events] == ["observed", "decision"]
     assert isinstance(result, flow.Polled) and result.decision.record.phase is Phase.ACTIVE
 
 
@@ -148,18 +149,18 @@ def test_the_reservation_extends_the_lease_from_when_it_is_written_not_from_the_
     script = Clocked(waited)
     script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     reserve = script.asked[1]
-    assert isinstance(reserve, flow.Write) and reserve.hold_until == waited + flow.lease_ttl(CONTRACT)
+    assert isinstance(reserve, flow.Write) and reserve.hold_until == waited + lease_ttl(CONTRACT)
     assert "Send" in script.kinds()
 
 
 def test_a_reservation_committed_too_late_for_its_lease_is_withheld_counted_and_the_lease_given_back() -> None:
-    hold_until = T0 + flow.lease_ttl(CONTRACT)
+    hold_until = T0 + lease_ttl(CONTRACT)
     script = Clocked(T0, hold_until - CONTRACT.timeout + timedelta(milliseconds=1))
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     assert "Send" not in script.kinds()
     final = script.asked[-1]
     assert isinstance(final, flow.Write) and final.release and final.record.status_requests_used == 1
-    assert [kind for kind, _ in final.events] == ["request_withheld"]
+    assert [event.KIND for event in final.events] == ["request_withheld"]
     assert isinstance(result, flow.Busy) and result.record.status_requests_used == 1
     # one reading earlier, the request still fits in the lease and goes out
     script = Clocked(T0, hold_until - CONTRACT.timeout)
@@ -234,7 +235,7 @@ def test_a_send_reached_too_late_by_its_driver_is_checked_again_and_not_sent() -
     """A batch driver performs other operations' effects (their commits) between a flow's last clock reading
     and its Send: the Send carries the moment from which nothing may go out, and a driver that reaches it later
     throws `SendTooLate` in, so the flow applies the same rules at that moment instead of sending."""
-    hold_until = T0 + flow.lease_ttl(CONTRACT)
+    hold_until = T0 + lease_ttl(CONTRACT)
 
     class LateDriver(Clocked):
         def __init__(self, at: datetime) -> None:
@@ -260,7 +261,7 @@ def test_a_send_reached_too_late_by_its_driver_is_checked_again_and_not_sent() -
     script = LateDriver(hold_until - CONTRACT.timeout + timedelta(microseconds=1))
     result = script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     final = script.asked[-1]
-    assert isinstance(final, flow.Write) and [kind for kind, _ in final.events] == ["request_withheld"]
+    assert isinstance(final, flow.Write) and [event.KIND for event in final.events] == ["request_withheld"]
     assert isinstance(result, flow.Busy)
     # Up to that moment the rule lets it go: the same edge as the flow's own check.
     assert send.not_after is not None and flow.too_late(send, send.not_after - timedelta(microseconds=1)) is None
@@ -282,8 +283,8 @@ def test_a_refused_contract_stops_in_one_fenced_write_with_only_close_and_announ
         StopReason.INTEGRATION_FAILURE,
         "not installed",
     )
-    assert write.events[0][0] == "decision"
-    assert write.events[0][1]["rule"] == "contract_not_installed"
+    assert write.events[0].KIND == "decision"
+    assert write.events[0].new_event()[1]["rule"] == "contract_not_installed"
 
 
 def test_a_refused_contract_of_a_final_operation_only_gives_the_lease_back() -> None:

@@ -20,7 +20,8 @@ from pollwarden.engine import Cancelled, Engine, StepResult
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
-from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import StatusClient
 from tests.conftest import install
 
 RUNNING = b'{"state": "running"}'

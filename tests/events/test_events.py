@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import fields
 from datetime import timedelta
@@ -18,46 +19,98 @@ from tests.core.support import T0, body, make_contract, make_record, poll, respo
 
 SRC = Path(pollwarden.__file__).resolve().parent
 
-# Kinds written through a format string: every value the producers can put in it.
-FORMATTED = {
-    "submission_{state}": ("unknown", "not_sent", "rejected"),
-    "{grant.kind}_approval_requested": ("session", "call"),
-    "approval_{status}": ("approved", "refused", "revoked", "expired"),
-}
+# What hands an event to the store (or to a driver that does): a kind spelled in their arguments is a kind the
+# type of the event no longer names.
+WRITERS = {
+    "append", "append_many", "write", "write_many", "resolve_decision", "create", "create_many",
+    "record_submission", "accept_submission", "mark_submission", "set_setting", "install_contract",
+    "_append", "_append_many", "_seal_onto", "FencedWrite", "Write", "Append", "Attempted", "audit",
+}  # fmt: skip
+KIND_LIKE = re.compile(r"[a-z]*_[a-z_]*")  # what is left of "submission_{state}" once its fields are out
 
 
-def _written_kinds() -> set[str]:
-    """Kinds that appear where the code hands an event to the store: `(kind, {` tuples and append calls."""
-    kinds: set[str] = set()
-    patterns = (
-        r"\[\s*\(\"([a-z_]+)\",",  # [("kind", payload), ...] as store.write takes them
-        r"\),\s*\(\"([a-z_]+)\",",  # ..., ("kind", payload)]
-        r"extend\(\(\"([a-z_]+)\",",  # events.extend(("kind", ...) for ...)
-        r"append\([^,()]+, *\"([a-z_]+)\"",  # store.append(op, "kind", ...)
-        r"_append\([^,()]+, *[^,()]+, *\"([a-z_]+)\"",  # self._append(tx, op, "kind", ...)
-        r"_audit\(\s*store,\s*\"([a-z_]+)\"",  # the MCP session log
-        r"kind = \"([a-z_]+)\" if [^\n]+ else \"[a-z_]+\"",
-        r"kind = \"[a-z_]+\" if [^\n]+ else \"([a-z_]+)\"",
-    )
-    for path in SRC.rglob("*.py"):
-        if path.parent.name == "simulator":  # the scripted provider writes no audit; its "kind" is a URL's
+def _spelled_kinds(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every kind spelled where an event is written: a registered kind, or a kind built by a
+    format string, among a writer's positional arguments (or in the tuples and lists they hold); a `(kind,
+    payload)` pair anywhere; and `new_event()`, which only the store calls."""
+    found: list[tuple[int, str]] = []
+
+    def spelled(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ev.EVENT_TYPES:
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+            if text and KIND_LIKE.fullmatch(text):
+                return ast.unparse(node)
+        return None
+
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Tuple)
+            and len(node.elts) == 2
+            and isinstance(node.elts[1], ast.Dict | ast.Call | ast.Name)
+            and (kind := spelled(node.elts[0])) is not None
+        ):
+            found.append((node.lineno, f"({kind}, ...)"))
+        if not isinstance(node, ast.Call):
             continue
-        if path.relative_to(SRC).parts[0] == "core":  # the pure core hands nothing to a store; its pairs are keys
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name == "new_event":
+            found.append((node.lineno, "new_event()"))
+        if name not in WRITERS:
             continue
-        # pairs iterated over (`for name, value in (("seq", seq), ...)`) are not events
-        text = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if " in ((" not in line)
-        for pattern in patterns:
-            kinds.update(re.findall(pattern, text))
-        for template, values in FORMATTED.items():
-            if template in text:
-                kinds.update(template.split("{")[0] + v + template.split("}")[1] for v in values)
-    return kinds
+        held = [*node.args, *(k.value for k in node.keywords if k.arg in ("event", "events"))]
+        for arg in held:
+            within = [
+                inner
+                for held_in in ast.walk(arg)
+                if isinstance(held_in, ast.Tuple | ast.List)
+                for inner in held_in.elts
+            ]
+            for inner in [arg, *within]:
+                if (kind := spelled(inner)) is not None:
+                    found.append((node.lineno, f"{name}(... {kind} ...)"))
+    return found
 
 
-def test_every_kind_the_code_writes_has_a_class() -> None:
-    written = _written_kinds()
-    assert {"lease_taken_over", "submission_unknown"} <= written  # the scanner works; the engine writes typed events
-    assert sorted(k for k in written if k not in ev.EVENT_TYPES) == []
+def test_no_producer_spells_a_kind() -> None:
+    """The store appends event objects: the kind is the class's. Only `events/` (which defines the kinds) and
+    the store's sealing (`new_event`) are exempt."""
+    spelled: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        where = path.relative_to(SRC)
+        if where.parts[0] in ("events", "simulator"):  # the simulator writes no audit; its "kind" is a URL's
+            continue
+        for line, what in _spelled_kinds(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (where.as_posix() == "store/trail.py" and what == "new_event()"):
+                spelled.append(f"{where}:{line}: {what}")
+    assert spelled == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'store.append(op, "paced", {"until": until}, now)',
+        'store.append_many([(op, "resume_refused", data)], now)',
+        'store.write(lease, record, [("decision", payload)], now, release=True)',
+        'store.mark_submission(op, state, f"submission_{state}", now)',
+        'self._append(tx, log_id, f"approval_{status}", data, at)',
+        "store.append(op, *event.new_event(), now)",
+    ],
+)
+def test_the_scan_finds_a_spelled_kind(source: str) -> None:
+    assert _spelled_kinds(ast.parse(source)) != []
+
+
+def test_the_scan_passes_typed_events_and_other_words() -> None:
+    typed = """
+store.append(op, ev.Paced(provider="exports", until=until), now)
+store.resolve_decision(lease, d, status="refused", by=by, note=None, option=None, record=None, events=[e], now=now)
+store.append(agent_log_id(session), ev.CallResult.prepared({"call": 1}), now)
+lines.append(f"{at} decided by {by}")
+"""
+    assert _spelled_kinds(ast.parse(typed)) == []
 
 
 def test_the_registry_is_one_class_per_kind() -> None:
@@ -86,6 +139,15 @@ def test_coercion_keeps_right_types_and_drops_wrong_ones() -> None:
     requested = ev.DecisionRequested.from_json({"options": [{"label": "close"}, "junk", 3]})
     assert requested.options == ({"label": "close"},)
     assert ev.parse("no_such_kind", {"a": 1}) is None
+
+
+def test_a_prepared_event_is_sealed_as_its_producer_built_it() -> None:
+    """The poll path's shortcut: the kind is still the class's, and the payload is not typed and copied again."""
+    payload = {"provider": "exports", "until": "2025-04-18T10:20:40Z", "kept": [1]}
+    prepared = ev.Paced.prepared(payload)
+    assert prepared.KIND == "paced"
+    assert prepared.new_event() == ("paced", payload)
+    assert ev.parse(*prepared.new_event()) == ev.Paced.from_json(payload)
 
 
 def test_new_event_is_the_stores_tuple() -> None:
@@ -173,6 +235,6 @@ def test_a_polls_payloads_built_directly_are_what_the_typed_events_write(
         *ev.outcome_events(decision.record),
     ]
     built = ev.poll_events(reserved, obs, decision, now, 0.25, sent_at=exchange.sent_at)
-    assert built == [event.new_event() for event in typed]
-    assert [kind for kind, _ in built][:2] == ["observed", "decision"]
-    assert [(ev.Reserved.KIND, ev.Reserved.payload(reserved, 7))] == [ev.Reserved.of(reserved, 7).new_event()]
+    assert [event.new_event() for event in built] == [event.new_event() for event in typed]
+    assert [event.KIND for event in built][:2] == ["observed", "decision"]
+    assert ev.Reserved.prepared(ev.Reserved.payload(reserved, 7)).new_event() == ev.Reserved.of(reserved, 7).new_event()

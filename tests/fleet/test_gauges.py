@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
 from pollwarden.fleet.worker import Metrics
@@ -31,7 +32,7 @@ def test_a_scrape_reports_active_due_overdue_and_the_oldest_due_lag_per_contract
     try:
         for op, due_in in (("late", -600), ("due", -5), ("later", 600)):
             record = new_record(contract, operation_id=op, job_id=op, now=now)
-            store.create(replace(record, next_poll_at=now + timedelta(seconds=due_in)), text, {})
+            store.create(replace(record, next_poll_at=now + timedelta(seconds=due_in)), text, ev.Created.prepared({}))
     finally:
         store.close()
     opened: list[Store] = []
@@ -77,7 +78,7 @@ def test_a_witness_that_cannot_be_written_shows_in_the_outbox_gauges(tmp_path: P
             witness=Witness.parse(f"{witness.url}/heads", "t"),
         )
         try:
-            store.append("op", "interrupted", {"by": "test"}, datetime.now(UTC))
+            store.append("op", ev.WatchInterrupted.prepared({"by": "test"}), datetime.now(UTC))
             Courier(store, owner=process_owner("outbox")).deliver_due()
             metrics = Metrics()
             metrics.count_fleet(lambda: store, fresh_for=0)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import parse_contract
@@ -130,7 +131,7 @@ def test_a_token_command_of_a_new_contract_runs_outside_the_claims_transaction(t
         with ThreadPoolExecutor(2) as pool:
             batch = pool.submit(worker.run_once, pool)
             _until(started.exists, "the token command never started")
-            store.append("op-1", "note", {"by": "test"}, store.db_now())  # would wait for the whole command
+            store.append("op-1", ev.Paced.prepared({"by": "test"}), store.db_now())  # would wait for the whole command
             assert batch.result(GUARD) == 1  # the batch did not wait for it either: the operation was given back
             assert not go.exists()  # the command is still waiting
             assert not _polled(store, "op-1")

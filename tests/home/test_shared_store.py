@@ -12,6 +12,7 @@ import pytest
 
 import pollwarden.home.shared_store as shared
 from pollwarden import Progress, Succeeded, Watch, watch_sync
+from pollwarden import events as ev
 from pollwarden.audit.keys import AUDIT_KEY_ENV
 from pollwarden.home.operating import HomeError, open_store, verify_home
 from pollwarden.home.shared_store import home_store
@@ -80,7 +81,7 @@ def test_a_watch_after_the_others_ended_opens_the_home_again(home: Path) -> None
 def test_two_homes_never_share(tmp_path: Path) -> None:
     with home_store(tmp_path / "a") as a, home_store(tmp_path / "b") as b:
         assert a is not b and a.path != b.path
-        a.create(_record("only-in-a"), CONTRACT, {})
+        a.create(_record("only-in-a"), CONTRACT, ev.Created.prepared({}))
         assert b.get("only-in-a") is None
 
 
@@ -99,7 +100,9 @@ def test_changed_keys_give_the_next_watch_a_store_of_its_own(home: Path, monkeyp
         replaced.replace(key_file)  # a person restored another key file
         with home_store(home) as by_file:
             assert by_file is not first and by_file.keys != first.keys
-        first.create(_record("still-open"), CONTRACT, {})  # the running watch keeps its store to the end
+        first.create(
+            _record("still-open"), CONTRACT, ev.Created.prepared({})
+        )  # the running watch keeps its store to the end
 
 
 def test_a_failing_watch_does_not_poison_the_shared_store(sim: Simulator, tmp_path: Path, home: Path) -> None:
@@ -146,7 +149,7 @@ def test_a_forked_child_opens_a_store_of_its_own(home: Path) -> None:
             code = 1
             try:
                 with home_store(home) as childs:
-                    childs.create(_record("from-the-child"), CONTRACT, {})
+                    childs.create(_record("from-the-child"), CONTRACT, ev.Created.prepared({}))
                     code = 0 if childs is not parents else 3
             finally:
                 os._exit(code)

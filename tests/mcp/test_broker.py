@@ -7,7 +7,6 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.mcp_server import Broker, CallContext, Scrubber, ScrubLogs, load_contracts, secret_values
 from pollwarden.mcp_server.base import ANSWER_MARGIN_SECONDS
 from pollwarden.simulator import Simulator, Step
@@ -39,10 +39,10 @@ def test_no_intent_record_means_no_provider_call(
     assert ok, started
     real_append = SQLiteStore.append
 
-    def failing(self: SQLiteStore, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
-        if kind == "call_intent":
+    def failing(self: SQLiteStore, log_id: str, event: ev.NewEvent, at: datetime) -> None:
+        if event.KIND == "call_intent":
             raise StoreError("disk full")
-        real_append(self, log_id, kind, data, at)
+        real_append(self, log_id, event, at)
 
     monkeypatch.setattr(SQLiteStore, "append", failing)
     ok, reply = broker.dispatch("check_operation", _call(), None, operation_id=started["operation_id"])

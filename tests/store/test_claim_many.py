@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.core.decide import reserve
 from pollwarden.store.base import ClaimAnswer, Claimed, FencedWrite, StoreError
 
@@ -17,7 +18,7 @@ from .test_store import CONTRACT, T0, TTL, _record
 
 def test_claim_many_answers_each_claim_as_claiming_them_one_by_one_would(store: AnyStore) -> None:
     for op in ("a", "b", "c"):
-        store.create(_record(op), CONTRACT, {})
+        store.create(_record(op), CONTRACT, ev.Created.prepared({}))
     assert store.claim("c", "hostC:3:c", T0, TTL) is not None
     answers = store.claim_many(
         [("b", "hostA:1:a", TTL), ("a", "hostA:1:x", TTL * 2), ("b", "hostB:2:b", TTL), ("c", "hostA:1:a", TTL)], T0
@@ -32,8 +33,8 @@ def test_claim_many_answers_each_claim_as_claiming_them_one_by_one_would(store: 
 
 
 def test_claim_many_takes_an_expired_lease_and_logs_the_takeover(store: AnyStore) -> None:
-    store.create(_record("a"), CONTRACT, {})
-    store.create(_record("b"), CONTRACT, {})
+    store.create(_record("a"), CONTRACT, ev.Created.prepared({}))
+    store.create(_record("b"), CONTRACT, ev.Created.prepared({}))
     assert store.claim("a", "hostA:1:a", T0, TTL) is not None
     later = T0 + TTL + timedelta(seconds=1)
     a, b = store.claim_many([("a", "hostB:2:b", TTL), ("b", "hostB:2:b", TTL)], later)
@@ -44,10 +45,10 @@ def test_claim_many_takes_an_expired_lease_and_logs_the_takeover(store: AnyStore
 
 def test_claim_then_write_commits_the_claims_and_their_writes_together(store: AnyStore) -> None:
     for op in ("a", "b"):
-        store.create(_record(op), CONTRACT, {})
+        store.create(_record(op), CONTRACT, ev.Created.prepared({}))
 
     def reserve_all(answers: list[ClaimAnswer]) -> list[FencedWrite]:
-        return [FencedWrite(lease, reserve(record, T0), [("reserved", {})], release=False) for lease, record in
+        return [FencedWrite(lease, reserve(record, T0), [ev.Reserved.prepared({})], release=False) for lease, record in
                 [answer for answer in answers if answer is not None]]  # fmt: skip
 
     answers, written = store.claim_then_write([("a", "hostA:1:a", TTL), ("b", "hostA:1:b", TTL)], T0, reserve_all)
@@ -59,7 +60,7 @@ def test_claim_then_write_commits_the_claims_and_their_writes_together(store: An
 
 
 def test_claim_then_write_that_fails_leaves_neither_claims_nor_writes(store: AnyStore) -> None:
-    store.create(_record("a"), CONTRACT, {})
+    store.create(_record("a"), CONTRACT, ev.Created.prepared({}))
 
     def failing(answers: list[ClaimAnswer]) -> list[FencedWrite]:
         raise StoreError("refused")
@@ -72,11 +73,11 @@ def test_claim_then_write_that_fails_leaves_neither_claims_nor_writes(store: Any
 
 def test_claim_due_then_write_commits_the_fleet_claim_and_its_writes_together(store: AnyStore) -> None:
     for op in ("a", "b", "c"):
-        store.create(_record(op), CONTRACT, {})
+        store.create(_record(op), CONTRACT, ev.Created.prepared({}))
     assert store.claim("b", "hostB:2:b", T0, TTL) is not None  # held: not due for the fleet
 
     def reserve_all(claimed: list[Claimed]) -> list[FencedWrite]:
-        return [FencedWrite(c.lease, reserve(c.record, T0), [("reserved", {})], release=False) for c in claimed]
+        return [FencedWrite(c.lease, reserve(c.record, T0), [ev.Reserved.prepared({})], release=False) for c in claimed]
 
     claimed, written = store.claim_due_then_write("worker/h:1:w", T0, TTL, 10, reserve_all)
     assert [c.lease.operation_id for c in claimed] == ["a", "c"] and written == [True, True]
@@ -89,7 +90,7 @@ def test_claim_due_then_write_commits_the_fleet_claim_and_its_writes_together(st
 
 
 def test_claim_due_then_write_that_fails_leaves_neither_claims_nor_writes(store: AnyStore) -> None:
-    store.create(_record("a"), CONTRACT, {})
+    store.create(_record("a"), CONTRACT, ev.Created.prepared({}))
     told: list[str] = []
 
     def failing(claimed: list[Claimed]) -> list[FencedWrite]:

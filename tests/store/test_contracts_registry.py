@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 
+from pollwarden import events as ev
 from pollwarden.audit import verify
 from pollwarden.audit.keys import load_or_create_keys
 from pollwarden.core.contract.parse import parse_contract
@@ -40,22 +41,30 @@ AFTER_SCHEMA_5 = (
 def test_a_version_is_installed_once_by_its_digest_with_one_audited_record(store: AnyStore) -> None:
     contract = parse_contract(CONTRACT)
     assert store.installed_contract(contract.digest) is None
-    first, added = store.install_contract("exports", contract.source_text, by="alice", at=T0, event={"by": "alice"})
+    first, added = store.install_contract(
+        "exports", contract.source_text, by="alice", at=T0, event=ev.ContractInstalled(by="alice")
+    )
     assert added and first.digest == contract.digest == text_digest(CONTRACT)
     assert (first.name, first.installed_by, first.installed_at, first.text) == ("exports", "alice", T0, CONTRACT)
-    again, added_again = store.install_contract("exports", CONTRACT, by="bob", at=T0, event={"by": "bob"})
+    again, added_again = store.install_contract(
+        "exports", CONTRACT, by="bob", at=T0, event=ev.ContractInstalled(by="bob")
+    )
     assert not added_again and again.installed_by == "alice"  # the first installer stays on record
     records = list(store.audit_records(contract_log_id(contract.digest)))
     assert [r.kind for r in records] == ["contract_installed"]
-    assert [e.data for e in store.events(contract_log_id(contract.digest))] == [{"by": "alice"}]
+    assert [ev.parse(e.kind, e.data) for e in store.events(contract_log_id(contract.digest))] == [
+        ev.ContractInstalled(by="alice")
+    ]
     assert store.installed_contract(contract.digest) == first
 
 
 def test_versions_are_listed_by_name_oldest_first(store: AnyStore) -> None:
     other = CONTRACT.replace('"running"', '"running", "queued"')
-    store.install_contract("exports", other, by="bob", at=T0.replace(hour=11), event={})
-    store.install_contract("exports", CONTRACT, by="alice", at=T0, event={})
-    store.install_contract("deploys", CONTRACT.replace("exports", "deploys"), by="carol", at=T0, event={})
+    store.install_contract("exports", other, by="bob", at=T0.replace(hour=11), event=ev.ContractInstalled())
+    store.install_contract("exports", CONTRACT, by="alice", at=T0, event=ev.ContractInstalled())
+    store.install_contract(
+        "deploys", CONTRACT.replace("exports", "deploys"), by="carol", at=T0, event=ev.ContractInstalled()
+    )
     assert [(c.name, c.installed_by) for c in store.installed_contracts()] == [
         ("deploys", "carol"),
         ("exports", "alice"),
@@ -66,7 +75,7 @@ def test_versions_are_listed_by_name_oldest_first(store: AnyStore) -> None:
 
 
 def test_an_install_is_covered_by_the_signed_heads(store: AnyStore, backend: Backend) -> None:
-    store.install_contract("exports", CONTRACT, by="alice", at=T0, event={"by": "alice"})
+    store.install_contract("exports", CONTRACT, by="alice", at=T0, event=ev.ContractInstalled(by="alice"))
     with store.audit_snapshot() as snapshot:
         report = verify(snapshot.rows(), snapshot.checkpoints(), backend.keys.public_key, heads=snapshot.stored_heads())
     assert report.ok, report
@@ -76,7 +85,7 @@ def test_a_sqlite_file_at_schema_5_adopts_the_contracts_of_its_operations(tmp_pa
     path = tmp_path / "state.db"
     store = SQLiteStore(path, keys=load_or_create_keys(tmp_path / "home"))
     record = new_record(parse_contract(CONTRACT), operation_id="op-1", job_id="exp-1", now=T0)
-    store.create(record, CONTRACT, {"created_by": "test"})
+    store.create(record, CONTRACT, ev.Created.prepared({"created_by": "test"}))
     store.close()
     with sqlite3.connect(path) as conn:  # as an older pollwarden left it: schema 5, no registry
         for statement in AFTER_SCHEMA_5:

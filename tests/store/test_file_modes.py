@@ -23,7 +23,8 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.store.sqlite import SQLiteStore
 home = Path(sys.argv[1])
 store = SQLiteStore(home / "pollwarden.db", keys=load_or_create_keys(home))
-store.append("probe", "note", {"n": 1}, store.db_now())  # a write: the -wal and -shm exist while open
+from pollwarden.events import Paced
+store.append("probe", Paced.prepared({"n": 1}), store.db_now())  # a write: the -wal and -shm exist while open
 modes = {s: oct(Path(f"{home}/pollwarden.db{s}").stat().st_mode & 0o777) for s in ("", "-wal", "-shm")}
 print(json.dumps(modes))
 store.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import new_record
 from pollwarden.store.base import OperationExists, StoreError
@@ -37,7 +38,7 @@ def _contract(name: str) -> str:
 def _create(store: AnyStore, contract: str, op: str, job: str, minutes: int) -> None:
     text = _contract(contract)
     record = new_record(parse_contract(text), operation_id=op, job_id=job, now=T0 + timedelta(minutes=minutes))
-    store.create(record, text, {"job": job})
+    store.create(record, text, ev.Created.prepared({"job": job}))
 
 
 def _create_unchecked(store: AnyStore, contract: str, op: str, job: str, minutes: int) -> None:
@@ -68,7 +69,11 @@ def test_a_second_operation_of_one_job_is_refused_by_the_transaction_that_writes
         _create(store, "exports", "op-second", "exp_71c", 1)
     text = _contract("exports")
     twice = [
-        (new_record(parse_contract(text), operation_id=op, job_id="exp_72d", now=T0), text, {"job": "exp_72d"})
+        (
+            new_record(parse_contract(text), operation_id=op, job_id="exp_72d", now=T0),
+            text,
+            ev.Created.prepared({"job": "exp_72d"}),
+        )
         for op in ("op-a", "op-b")
     ]
     with pytest.raises(OperationExists, match="job exp_72d of exports is given twice"):

@@ -1,5 +1,5 @@
 """`claim_due`, the fleet claim, on both backends: due rows only, earliest first, never one row to two
-claimers, and fencing tokens that only grow (DESIGN.md, "lease protocol", step 1)."""
+claimers, and fencing tokens that only grow (docs/design.md, "The step (R37) and the lease", step 2)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import reserve
 from pollwarden.core.reasons import Phase, StopReason
@@ -27,7 +28,7 @@ def _create(store: AnyStore, op: str, due: datetime, *, phase: Phase = Phase.ACT
     record = record.deferred(due)
     if phase is not Phase.ACTIVE:
         record = replace(record, phase=phase, reason=StopReason.JOB_FAILED, finished_at=T0)
-    store.create(record, CONTRACT, {})
+    store.create(record, CONTRACT, ev.Created.prepared({}))
     return record
 
 
@@ -76,7 +77,7 @@ def test_a_claim_passes_over_the_contracts_it_is_told_to_skip_and_so_does_next_d
     other = CONTRACT.replace('name = "exports"', 'name = "reports"')
     _create(store, "first", T0 - 2 * SECOND)
     record = new_record(parse_contract(other), operation_id="other", job_id="job-other", now=T0 - timedelta(minutes=1))
-    store.create(record.deferred(T0 - 3 * SECOND), other, {})
+    store.create(record.deferred(T0 - 3 * SECOND), other, ev.Created.prepared({}))
     assert store.next_due(skip={"reports"}) == T0 - 2 * SECOND
     assert store.next_due(free_at=T0, skip={"exports", "reports"}) is None
     assert _ids(store.claim_due("w1:1:a", T0, TTL, limit=10, skip={"reports"})) == ["first"]
@@ -106,8 +107,8 @@ def test_a_leased_operation_is_skipped_until_its_lease_expires_then_taken_over(s
     assert store.events("held")[-1].kind == "lease_taken_over"
     assert store.events("held")[-1].data == {"previous_owner": "w1:1:a", "owner": "w3:3:c", "token": 2}
     # The first holder woke up late: its write is fenced off.
-    assert not store.write(held[0], reserve(held[1], T0), [("reserved", {})], T0, release=True)
-    assert store.write(taken[0].lease, reserve(taken[0].record, T0), [("reserved", {})], T0, release=True)
+    assert not store.write(held[0], reserve(held[1], T0), [ev.Reserved.prepared({})], T0, release=True)
+    assert store.write(taken[0].lease, reserve(taken[0].record, T0), [ev.Reserved.prepared({})], T0, release=True)
     stored = store.get("held")
     assert stored is not None and stored.record.status_requests_used == 1 and stored.lease_owner is None
 
@@ -121,7 +122,7 @@ def test_tokens_grow_with_every_claim_and_a_released_row_is_claimed_without_a_ta
         lease, record = claimed.lease, claimed.record
         assert rest == []
         tokens.append(lease.token)
-        assert store.write(lease, record.deferred(now + SECOND), [("polled", {})], now, release=True)
+        assert store.write(lease, record.deferred(now + SECOND), [ev.Paced.prepared({})], now, release=True)
     assert tokens == [1, 2, 3]
     assert "lease_taken_over" not in [e.kind for e in store.events("op")]
 
@@ -145,7 +146,7 @@ def test_concurrent_claimers_never_share_an_operation_in_a_round(store: AnyStore
             # Finish the round as a worker would: one fenced write per claim, lease released.
             for c in claimed:
                 polled = reserve(c.record, now).deferred(now + timedelta(minutes=1))
-                assert mine.write(c.lease, polled, [("polled", {"round": round_})], now, release=True)
+                assert mine.write(c.lease, polled, [ev.Paced.prepared({"round": round_})], now, release=True)
             taken[index] = _ids(claimed)
 
         run_threads(claimers, work)

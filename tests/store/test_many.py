@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import verify
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import OperationRecord, new_record
@@ -26,12 +27,12 @@ def _record(n: int, *, job: str | None = None, minutes: int = 0) -> OperationRec
 
 
 def _new(records: list[OperationRecord]) -> list[NewOperation]:
-    return [(record, CONTRACT, {"operation": record.operation_id}) for record in records]
+    return [(record, CONTRACT, ev.Created.prepared({"operation": record.operation_id})) for record in records]
 
 
 def test_create_many_writes_every_record_and_its_created_event_or_nothing(store: AnyStore) -> None:
     records = [_record(n) for n in range(250)]  # three INSERT statements in one transaction
-    store.create(records[170], CONTRACT, {"first": True})
+    store.create(records[170], CONTRACT, ev.Created.prepared({"first": True}))
     with pytest.raises(OperationExists, match="job j170 of exports already has operation op-170"):
         store.create_many(_new(records))
     assert [s.record.operation_id for s in store.all()] == ["op-170"]
@@ -67,8 +68,8 @@ def test_get_many_and_find_jobs_answer_for_every_id_across_in_list_chunks(store:
 
 def test_append_many_chains_each_event_onto_its_own_log_in_one_transaction(store: AnyStore) -> None:
     store.create_many(_new([_record(n) for n in range(3)]))
-    store.append_many([("op-0", "resume_refused", {"n": 1}), ("op-2", "resume_refused", {"n": 2}),
-                       ("op-0", "resume_refused", {"n": 3})], T0)  # fmt: skip
+    store.append_many([("op-0", ev.ResumeRefused.prepared({"n": 1})), ("op-2", ev.ResumeRefused.prepared({"n": 2})),
+                       ("op-0", ev.ResumeRefused.prepared({"n": 3}))], T0)  # fmt: skip
     assert [(e.kind, dict(e.data)) for e in store.events("op-0")][1:] == [
         ("resume_refused", {"n": 1}),
         ("resume_refused", {"n": 3}),
@@ -94,7 +95,7 @@ def test_append_many_across_insert_chunks_keeps_every_record_in_order(
 
     monkeypatch.setattr(Tx, "execute", counted)
     count = 2 * INSERT_ROWS + 3
-    store.append_many([(f"op-{n % 2}", "resume_refused", {"n": n}) for n in range(count)], T0)
+    store.append_many([(f"op-{n % 2}", ev.ResumeRefused.prepared({"n": n})) for n in range(count)], T0)
     assert inserts == [INSERT_ROWS, INSERT_ROWS, 3]
     for log in (0, 1):
         events = store.events(f"op-{log}")
@@ -109,7 +110,7 @@ def test_create_many_reads_every_new_logs_head_in_one_statement(
     store: AnyStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bulk enqueue on PostgreSQL paid one round trip per operation to find that its new log was empty."""
-    store.append("op-7", "submission_intent", {"n": 1}, T0)  # a log that exists before its operation does
+    store.append("op-7", ev.SubmissionIntent.prepared({"n": 1}), T0)  # a log that exists before its operation does
     statements: list[str] = []
     real = Tx.execute
 

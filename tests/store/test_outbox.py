@@ -9,6 +9,7 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.store.base import Attempted, DeliveryLease, OutboxEntry, Store
@@ -24,11 +25,13 @@ HOOKED = CONTRACT + '\n[escalation]\nwebhook_url = "http://127.0.0.1:9/hook"\n'
 
 
 def _stop(store: Store, op: str, decision_id: str, contract: str = HOOKED) -> DecisionRequest:
-    store.create(_record(op), contract, {})
+    store.create(_record(op), contract, ev.Created.prepared({}))
     claimed = store.claim(op, "hostA:1:a", T0, TTL)
     assert claimed is not None
     request = build_request(_stopped(claimed[1]), parse_contract(contract), T0, decision_id=decision_id)
-    assert store.write(claimed[0], _stopped(claimed[1]), [("escalated", {})], T0, release=True, decision=request)
+    assert store.write(
+        claimed[0], _stopped(claimed[1]), [ev.Escalated.prepared({})], T0, release=True, decision=request
+    )
     return request
 
 
@@ -55,7 +58,7 @@ def test_a_contract_without_a_webhook_queues_nothing(store: AnyStore) -> None:
 
 
 def test_a_write_whose_lease_was_lost_queues_nothing(store: AnyStore) -> None:
-    store.create(_record("op"), HOOKED, {})
+    store.create(_record("op"), HOOKED, ev.Created.prepared({}))
     first = store.claim("op", "hostA:1:a", T0, TTL)
     assert first is not None
     assert store.claim("op", "hostB:1:b", T0 + TTL, TTL) is not None  # the first lease ran out: taken over
@@ -99,7 +102,7 @@ def test_what_came_of_an_attempt_is_written_once_with_its_audit_event(store: Any
     assert (entry.status, entry.attempts, entry.last_status, entry.next_attempt_at) == ("pending", 1, 500, later)
     assert _claim(store, "hostA:1:a", now) == [] and store.next_delivery(None) == later
     ((lease, entry),) = _claim(store, "hostA:1:a", later)
-    told = ("notify_failed", {"decision_id": "d-1", "ok": False, "attempts": 2, "status": 500, "error": "x"})
+    told = ev.NotifyFailed(decision_id="d-1", ok=False, attempts=2, status=500, error="x")
     assert store.finish_delivery(lease, Attempted(2, False, None, 500, "x", event=told), later)
     (failed,) = store.outbox()
     assert (failed.status, failed.attempts, failed.lease_owner) == ("failed", 2, None)
@@ -120,11 +123,11 @@ def test_each_head_is_queued_for_the_witness_in_its_commit_and_a_newer_one_repla
     witnessed = _with_witness(backend, tmp_path)
     key = Witness.parse(str(tmp_path), "test").key
     for n in range(3):
-        witnessed.append("op", "interrupted", {"n": n}, T0)
+        witnessed.append("op", ev.WatchInterrupted.prepared({"n": n}), T0)
     (entry,) = witnessed.outbox()
     assert (entry.kind, entry.subject, entry.head) == ("witness", key, witnessed.audit_heads()[-1].counter)
     assert str(tmp_path) not in repr(entry)  # the location is not stored: a URL's query may carry a token
-    store.append("op", "interrupted", {"n": 3}, T0)  # a store with no witness queues none
+    store.append("op", ev.WatchInterrupted.prepared({"n": 3}), T0)  # a store with no witness queues none
     assert [e.head for e in witnessed.outbox()] == [entry.head]
     # Only a loop of this witness claims its heads.
     now = witnessed.db_now()
@@ -133,14 +136,14 @@ def test_each_head_is_queued_for_the_witness_in_its_commit_and_a_newer_one_repla
     # Refused: tried again later; a newer head replaces the one waiting and keeps that schedule.
     retry = now + timedelta(seconds=5)
     assert witnessed.finish_delivery(lease, Attempted(1, False, retry, error="down", head=claimed.head), now)
-    witnessed.append("op", "interrupted", {"n": 4}, T0)
+    witnessed.append("op", ev.WatchInterrupted.prepared({"n": 4}), T0)
     (waiting,) = witnessed.outbox()
     assert waiting.head == witnessed.audit_heads()[-1].counter and (waiting.attempts, waiting.next_attempt_at) == (
         1, retry,
     )  # fmt: skip
     # Taken while a newer head came: it stays, for the newer head, due when the loop said.
     ((lease, claimed),) = _claim(witnessed, "hostA:1:a", retry, witness=key)
-    witnessed.append("op", "interrupted", {"n": 5}, T0)
+    witnessed.append("op", ev.WatchInterrupted.prepared({"n": 5}), T0)
     assert witnessed.finish_delivery(lease, Attempted(0, True, retry + TTL, head=claimed.head), retry)
     (left,) = witnessed.outbox()
     assert left.head == witnessed.audit_heads()[-1].counter and (left.attempts, left.next_attempt_at) == (

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.report.ownership import ownership_of
 from pollwarden.store.owner import holder_dead, owner_alive, parse_owner, process_owner, this_host, this_place
 from tests.namespaces import run_there
@@ -41,7 +42,7 @@ print(json.dumps({"taken": claimed is not None, "dead": holder_dead(holder), "pl
 
 
 def test_a_live_holder_is_not_taken_over_from_another_pid_namespace(store: AnyStore, backend: Backend) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     holder = process_owner("worker")  # this test's process: alive until the test ends
     assert store.claim("op", holder, T0, TTL) is not None
     later = (T0 + timedelta(seconds=1)).isoformat()
@@ -70,13 +71,13 @@ def test_a_dead_holder_of_this_namespace_is_taken_over_at_once_and_one_of_elsewh
         ]
     ):
         op = f"op-{n}"
-        store.create(_record(op), CONTRACT, {})
+        store.create(_record(op), CONTRACT, ev.Created.prepared({}))
         assert store.claim(op, owner, T0, TTL) is not None
         assert owner_alive(owner) is None and not holder_dead(owner), owner
         assert store.claim(op, process_owner("api"), T0 + timedelta(seconds=1), TTL) is None, owner
         assert store.claim(op, process_owner("api"), T0 + TTL, TTL) is not None, owner  # once it ran out
     provable = process_owner("watch", pid=dead)
-    store.create(_record("op-dead"), CONTRACT, {})
+    store.create(_record("op-dead"), CONTRACT, ev.Created.prepared({}))
     assert store.claim("op-dead", provable, T0, TTL) is not None
     assert owner_alive(provable) is False
     taken = store.claim("op-dead", process_owner("api"), T0 + timedelta(seconds=1), TTL)
@@ -100,7 +101,7 @@ def test_status_names_a_watcher_it_cannot_see_by_where_it_ran(store: AnyStore) -
     boot, pidns = this_place()
     if boot is None or pidns is None:
         pytest.skip("no /proc here")
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     there = f"watch/{this_host()}:{_dead_pid()}:aa:{boot}:{int(pidns) + 1}"
     claimed = store.claim("op", there, T0, TTL)
     assert claimed is not None

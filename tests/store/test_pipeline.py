@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import new_record
@@ -28,7 +29,11 @@ def _store(pg_url: str, tmp_path: Path) -> PostgresStore:
 
 
 def _create(store: PostgresStore, op: str) -> None:
-    store.create(new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0), CONTRACT, {})
+    store.create(
+        new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0),
+        CONTRACT,
+        ev.Created.prepared({}),
+    )
 
 
 def _job_ids(store: PostgresStore) -> list[str]:

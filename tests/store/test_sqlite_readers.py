@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
@@ -17,7 +18,7 @@ from tests.store.test_store import CONTRACT, _record
 def test_a_snapshot_on_one_thread_is_not_shared_with_another_threads_reads(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "state.db", keys=load_or_create_keys(tmp_path / "home"))
     try:
-        store.create(_record("before"), CONTRACT, {})
+        store.create(_record("before"), CONTRACT, ev.Created.prepared({}))
         inside, written, done = threading.Event(), threading.Event(), threading.Event()
         seen: dict[str, object] = {}
 
@@ -35,7 +36,7 @@ def test_a_snapshot_on_one_thread_is_not_shared_with_another_threads_reads(tmp_p
         thread = threading.Thread(target=snapshot)
         thread.start()
         assert inside.wait(30)
-        store.create(_record("after"), CONTRACT, {})  # while the other thread's snapshot is open
+        store.create(_record("after"), CONTRACT, ev.Created.prepared({}))  # while the other thread's snapshot is open
         # This thread's reads see the write (they are not inside the other thread's transaction), and a second
         # snapshot can begin (a shared connection refused it: "cannot start a transaction within a transaction").
         assert store.get("after") is not None
@@ -58,7 +59,7 @@ def test_many_threads_reading_and_writing_one_store(tmp_path: Path) -> None:
         try:
             start.wait(30)
             for i in range(10):
-                store.create(_record(f"op-{n}-{i}"), CONTRACT, {"n": n})
+                store.create(_record(f"op-{n}-{i}"), CONTRACT, ev.Created.prepared({"n": n}))
                 assert store.get(f"op-{n}-{i}") is not None
                 with store.audit_snapshot() as snap:
                     assert sum(1 for _ in snap.records()) >= i + 1

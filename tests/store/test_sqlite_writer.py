@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import AuditKeys, key_id_of, load_or_create_keys, verify
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
@@ -64,7 +65,7 @@ def test_transactions_that_wait_while_one_runs_commit_with_it_under_one_head(sto
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "log-0", "note", {"i": 0}, T0)
+            first._append(tx, "log-0", ev.Paced.prepared({"i": 0}), T0)
             inside.set()
             go.wait(GUARD)
 
@@ -72,7 +73,7 @@ def test_transactions_that_wait_while_one_runs_commit_with_it_under_one_head(sto
     threads[0].start()
     inside.wait(GUARD)
     for n, store in enumerate(others, start=1):
-        threads.append(threading.Thread(target=store.append, args=(f"log-{n}", "note", {"i": n}, T0)))
+        threads.append(threading.Thread(target=store.append, args=(f"log-{n}", ev.Paced.prepared({"i": n}), T0)))
         threads[-1].start()
     _queued(_writer(first), len(others))
     go.set()
@@ -91,14 +92,14 @@ def test_a_body_that_fails_in_a_batch_is_rolled_back_alone(stores: list[SQLiteSt
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "kept-1", "note", {"i": 1}, T0)
+            first._append(tx, "kept-1", ev.Paced.prepared({"i": 1}), T0)
             inside.set()
             go.wait(GUARD)
 
     def fails() -> None:
         try:
             with failing._tx() as tx:
-                failing._append(tx, "lost", "note", {"i": 2}, T0)
+                failing._append(tx, "lost", ev.Paced.prepared({"i": 2}), T0)
                 raise ValueError("this body fails after writing")
         except ValueError as exc:
             failures.append(exc)
@@ -106,7 +107,10 @@ def test_a_body_that_fails_in_a_batch_is_rolled_back_alone(stores: list[SQLiteSt
     threads = [threading.Thread(target=holds_the_writer)]
     threads[0].start()
     inside.wait(GUARD)
-    threads += [threading.Thread(target=fails), threading.Thread(target=third.append, args=("kept-3", "n", {}, T0))]
+    threads += [
+        threading.Thread(target=fails),
+        threading.Thread(target=third.append, args=("kept-3", ev.Paced.prepared({}), T0)),
+    ]
     for thread in threads[1:]:
         thread.start()
     _queued(_writer(first), 2)
@@ -132,14 +136,14 @@ def test_a_body_that_fails_in_a_batch_is_answered_once_what_it_failed_on_is_comm
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "kept", "note", {}, T0)
+            first._append(tx, "kept", ev.Paced.prepared({}), T0)
             inside.set()
             go.wait(10)
 
     def fails() -> None:
         try:
             with failing._tx() as tx:
-                failing._append(tx, "lost", "note", {}, T0)
+                failing._append(tx, "lost", ev.Paced.prepared({}), T0)
                 raise ValueError("conflicts with what the batch holds")
         except ValueError:
             seen.append(sorted({r.log_id for r in failing.audit_records()}))
@@ -186,11 +190,11 @@ def test_a_commit_that_fails_fails_every_caller_of_its_batch_and_keeps_nothing(s
     writer._conn = _FailingCommit(real)  # type: ignore[assignment]
     try:
         with pytest.raises(StoreError, match="could not commit: disk full"):
-            first.append("doomed", "note", {}, T0)
+            first.append("doomed", ev.Paced.prepared({}), T0)
     finally:
         writer._conn = real
     assert list(first.audit_records()) == [] and first.audit_heads() == []
-    first.append("after", "note", {}, T0)  # the writer is usable again
+    first.append("after", ev.Paced.prepared({}), T0)  # the writer is usable again
     assert [r.log_id for r in first.audit_records()] == ["after"]
 
 
@@ -199,11 +203,11 @@ def test_the_last_store_to_close_closes_the_writer(tmp_path: Path) -> None:
     a, b = SQLiteStore(tmp_path / "s.db", keys=keys), SQLiteStore(tmp_path / "s.db", keys=keys)
     writer = _writer(a)
     a.close()
-    b.append("still", "note", {}, T0)  # b's writer is the same and still open
+    b.append("still", ev.Paced.prepared({}), T0)  # b's writer is the same and still open
     b.close()
     assert writer.refs == 0
     with pytest.raises(StoreError, match="closed"):
-        b.append("late", "note", {}, T0)
+        b.append("late", ev.Paced.prepared({}), T0)
 
 
 # -- review: defects found in the group writer, each driven to its interleaving ---------------------------
@@ -232,10 +236,10 @@ def test_a_full_disk_in_a_lone_body_leaves_no_half_open_batch(stores: list[SQLit
     _limit_pages(first, 2)
     try:
         with pytest.raises(StoreError, match="full"):
-            first.append("huge", "note", {"blob": "x" * 200_000}, T0)
+            first.append("huge", ev.Paced.prepared({"blob": "x" * 200_000}), T0)
     finally:
         _unlimit_pages(first)
-    first.append("after", "note", {}, T0)  # a new batch with its own BEGIN, not the one SQLite rolled back
+    first.append("after", ev.Paced.prepared({}), T0)  # a new batch with its own BEGIN, not the one SQLite rolled back
     assert [r.log_id for r in first.audit_records()] == ["after"]
     assert [h.records for h in first.audit_heads()] == [1]
     _audit_ok(first)
@@ -249,7 +253,7 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
     def holds_the_writer() -> None:
         try:
             with first._tx() as tx:
-                first._append(tx, "small", "note", {}, T0)
+                first._append(tx, "small", ev.Paced.prepared({}), T0)
                 inside.set()
                 go.wait(GUARD)
         except BaseException as exc:
@@ -257,7 +261,7 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
 
     def too_big() -> None:
         try:
-            second.append("huge", "note", {"blob": "x" * 200_000}, T0)
+            second.append("huge", ev.Paced.prepared({"blob": "x" * 200_000}), T0)
         except BaseException as exc:
             errors["huge"] = exc
 
@@ -277,19 +281,19 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
     assert isinstance(errors.get("small"), StoreError) and isinstance(errors.get("huge"), StoreError), errors
     assert "full" in str(errors["small"]) and "full" in str(errors["huge"])  # each is told why
     assert list(first.audit_records()) == [] and first.audit_heads() == []
-    first.append("after", "note", {}, T0)
+    first.append("after", ev.Paced.prepared({}), T0)
     _audit_ok(first)
 
 
 def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQLiteStore]) -> None:
     first, second, *_ = stores
-    first.append("committed", "note", {}, T0)
+    first.append("committed", ev.Paced.prepared({}), T0)
     inside, go = threading.Event(), threading.Event()
     got: list[Any] = []
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "in-batch", "note", {}, T0)
+            first._append(tx, "in-batch", ev.Paced.prepared({}), T0)
             inside.set()
             go.wait(GUARD)
 
@@ -331,7 +335,7 @@ def test_stores_with_other_signing_keys_on_one_file_never_share_a_head(tmp_path:
     def holds_the_writer() -> None:
         try:
             with a._tx() as tx:
-                a._append(tx, "by-a", "note", {}, T0)
+                a._append(tx, "by-a", ev.Paced.prepared({}), T0)
                 inside.set()
                 go.wait(GUARD)
         except BaseException as exc:
@@ -340,7 +344,7 @@ def test_stores_with_other_signing_keys_on_one_file_never_share_a_head(tmp_path:
     def other() -> None:
         try:
             if other_signs:
-                b.append("by-b", "note", {}, T0)
+                b.append("by-b", ev.Paced.prepared({}), T0)
             else:
                 b.newest_head()  # a write transaction that appends nothing (a verifier's machine)
         except BaseException as exc:
@@ -382,7 +386,7 @@ def test_closing_the_last_store_while_a_body_runs_lets_its_batch_commit(stores: 
     def holds_the_writer() -> None:
         try:
             with first._tx() as tx:
-                first._append(tx, "in-flight", "note", {}, T0)
+                first._append(tx, "in-flight", ev.Paced.prepared({}), T0)
                 inside.set()
                 go.wait(GUARD)
         except BaseException as exc:
@@ -430,7 +434,7 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
     def holds_the_writer() -> None:
         try:
             with first._tx() as tx:
-                first._append(tx, "first", "note", {}, T0)
+                first._append(tx, "first", ev.Paced.prepared({}), T0)
                 inside.set()
                 go.wait(GUARD)
             outcome["first"] = None
@@ -439,7 +443,7 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
 
     def commits_last() -> None:
         try:
-            second.append("second", "note", {}, T0)
+            second.append("second", ev.Paced.prepared({}), T0)
             outcome["second"] = None
         except BaseException as exc:
             outcome["second"] = exc
@@ -460,7 +464,7 @@ def test_an_interrupt_as_the_commit_returns_tells_no_caller_its_durable_body_fai
     assert outcome["first"] is None and isinstance(outcome["second"], KeyboardInterrupt), outcome
     assert sorted(r.log_id for r in first.audit_records()) == ["first", "second"]
     _audit_ok(first)
-    first.append("after", "note", {}, T0)
+    first.append("after", ev.Paced.prepared({}), T0)
     _audit_ok(first)
 
 
@@ -492,11 +496,11 @@ def test_an_interrupt_just_after_taking_the_writer_leaves_it_free_and_the_queue_
     writer._count = _InterruptOnce(2)  # type: ignore[assignment]
     try:
         with pytest.raises(KeyboardInterrupt):
-            first.append("interrupted", "note", {}, T0)
+            first.append("interrupted", ev.Paced.prepared({}), T0)
     finally:
         writer._count = real
     assert writer._queued == 0  # or every later batch would wait for a joiner that never comes
-    after = threading.Thread(target=first.append, args=("after", "note", {}, T0), daemon=True)
+    after = threading.Thread(target=first.append, args=("after", ev.Paced.prepared({}), T0), daemon=True)
     after.start()
     after.join(GUARD)
     assert not after.is_alive(), "the writer's mutex was left held: every later write hangs"
@@ -514,7 +518,7 @@ def test_a_batch_whose_awaited_joiner_never_comes_is_committed_by_its_waiting_me
     def holds_the_writer() -> None:
         try:
             with first._tx() as tx:
-                first._append(tx, "waits", "note", {}, T0)
+                first._append(tx, "waits", ev.Paced.prepared({}), T0)
                 inside.set()
                 go.wait(GUARD)
         except BaseException as exc:
@@ -536,7 +540,7 @@ def test_a_batch_whose_awaited_joiner_never_comes_is_committed_by_its_waiting_me
 
 def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: list[SQLiteStore]) -> None:
     first, second, *_ = stores
-    first.append_many([("old", "note", {"i": 1}), ("old", "note", {"i": 2})], T0)
+    first.append_many([("old", ev.Paced.prepared({"i": 1})), ("old", ev.Paced.prepared({"i": 2}))], T0)
     with sqlite3.connect(first.path, isolation_level=None) as conn:  # as schema 2 left it: records, no heads
         conn.execute("DELETE FROM audit_heads")
         conn.execute("INSERT INTO audit_heads_pending (records) VALUES (2)")
@@ -547,7 +551,7 @@ def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: 
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "new", "note", {}, T0)
+            first._append(tx, "new", ev.Paced.prepared({}), T0)
             inside.set()
             go.wait(GUARD)
 
@@ -578,17 +582,19 @@ def test_a_forked_child_opens_a_writer_of_its_own(stores: list[SQLiteStore]) -> 
     inherited is refused with a clear message. (A fork while the parent is inside a write transaction also
     copies SQLite's own lock bookkeeping; SQLite forbids that, and it is no business of this module.)"""
     first = stores[0]
-    first.append("parent", "note", {}, T0)
+    first.append("parent", ev.Paced.prepared({}), T0)
     pid = os.fork()
     if pid == 0:  # the child
         code = 1
         try:
             child = SQLiteStore(first.path, keys=first.keys)
             code = 2 if child._writer is _writer(first) else 0
-            child.append("child", "note", {}, T0)
+            child.append("child", ev.Paced.prepared({}), T0)
             child.close()
             try:
-                first.append("inherited", "note", {}, T0)  # the parent's store: refused, not run on its writer
+                first.append(
+                    "inherited", ev.Paced.prepared({}), T0
+                )  # the parent's store: refused, not run on its writer
                 code = 3
             except StoreError as exc:
                 code = code if "another process" in str(exc) else 4
@@ -603,7 +609,7 @@ def test_a_forked_child_opens_a_writer_of_its_own(stores: list[SQLiteStore]) -> 
         pytest.fail("the forked child hung")
     assert os.waitstatus_to_exitcode(waited[1]) == 0
     assert sorted(r.log_id for r in first.audit_records()) == ["child", "parent"]
-    first.append("parent-again", "note", {}, T0)  # the parent's writer is untouched by the child
+    first.append("parent-again", ev.Paced.prepared({}), T0)  # the parent's writer is untouched by the child
     _audit_ok(first)
 
 
@@ -616,12 +622,12 @@ def test_a_lock_held_elsewhere_past_the_busy_timeout_is_a_store_error_and_leaves
     other.execute("BEGIN IMMEDIATE")  # another process's long write (an enqueue of a big file, a backup)
     try:
         with pytest.raises(StoreError, match="locked by another") as raised:
-            store.append("log-0", "note", {"i": 0}, T0)
+            store.append("log-0", ev.Paced.prepared({"i": 0}), T0)
         assert "nothing was written" in str(raised.value)
     finally:
         other.execute("ROLLBACK")
         other.close()
-    store.append("log-0", "note", {"i": 1}, T0)
+    store.append("log-0", ev.Paced.prepared({"i": 1}), T0)
     assert [e.data["i"] for e in store.events("log-0")] == [1]
 
 
@@ -633,7 +639,7 @@ def test_a_file_that_refuses_writes_is_a_store_error_naming_it_and_nothing_is_wr
     writer._conn.execute("PRAGMA query_only=ON")  # what a read-only file or volume answers: SQLITE_READONLY
     try:
         with pytest.raises(StoreError, match=r"refused the write .*readonly") as raised:
-            store.append("log-0", "note", {"i": 0}, T0)
+            store.append("log-0", ev.Paced.prepared({"i": 0}), T0)
         assert str(tmp_path / "state.db") in str(raised.value)
     finally:
         writer._conn.execute("PRAGMA query_only=OFF")
@@ -642,10 +648,10 @@ def test_a_file_that_refuses_writes_is_a_store_error_naming_it_and_nothing_is_wr
     with pytest.raises(StoreError, match=r"refused the write .*readonly"), store._tx() as tx:
         tx.execute("PRAGMA query_only=ON")
         try:
-            store._append(tx, "log-1", "note", {"i": 1}, T0)
+            store._append(tx, "log-1", ev.Paced.prepared({"i": 1}), T0)
         finally:
             tx.execute("PRAGMA query_only=OFF")
             inside.append("ran")
     assert inside == ["ran"]
-    store.append("log-2", "note", {"i": 2}, T0)
+    store.append("log-2", ev.Paced.prepared({"i": 2}), T0)
     assert [r.log_id for r in store.audit_records()] == ["log-2"]

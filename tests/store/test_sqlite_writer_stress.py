@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys, verify
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import new_record
@@ -39,17 +40,21 @@ def test_many_threads_over_many_stores_keep_exact_counts_and_a_verifiable_trail(
             shared = f"shared-{(t + i) % SHARED_LOGS}"
             if i % 6 == 0:
                 op = f"op-{t}-{i}"
-                store.create(new_record(contract, operation_id=op, job_id=op, now=T0), CONTRACT, {"t": t})
+                store.create(
+                    new_record(contract, operation_id=op, job_id=op, now=T0), CONTRACT, ev.Created.prepared({"t": t})
+                )
                 got[op] += 1
             else:
-                store.append_many([(shared, "note", {"t": t, "i": i}), (mine, "note", {"i": i})], T0)
+                store.append_many(
+                    [(shared, ev.Paced.prepared({"t": t, "i": i})), (mine, ev.Paced.prepared({"i": i}))], T0
+                )
                 got[shared] += 1
                 got[mine] += 1
             if i % 4 == 1:
                 try:
                     with store._tx() as tx:  # chained onto the heads of logs others in its batch append to
-                        store._append(tx, shared, "lost", {"t": t}, T0)
-                        store._append(tx, mine, "lost", {}, T0)
+                        store._append(tx, shared, ev.Paced.prepared({"t": t}), T0)
+                        store._append(tx, mine, ev.Paced.prepared({}), T0)
                         raise _Boom
                 except _Boom:
                     pass

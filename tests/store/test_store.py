@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import HeadFile, StoredHeads, read_kept_file, verify
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.decide import reserve
@@ -65,7 +66,7 @@ def test_both_backends_satisfy_the_store_protocol(store: AnyStore) -> None:
 
 def test_create_persists_before_any_poll(store: AnyStore, backend: Backend) -> None:
     record = _record()
-    store.create(record, CONTRACT, {"hello": 1})
+    store.create(record, CONTRACT, ev.Created.prepared({"hello": 1}))
     reopened = backend.open()
     stored = reopened.get("op")
     assert stored is not None
@@ -74,20 +75,20 @@ def test_create_persists_before_any_poll(store: AnyStore, backend: Backend) -> N
     assert stored.lease_owner is None and stored.lease_token == 0 and stored.lease_expires_at is None
     assert [e.kind for e in reopened.events("op")] == ["created"]
     with pytest.raises(OperationExists):
-        store.create(record, CONTRACT, {})
+        store.create(record, CONTRACT, ev.Created.prepared({}))
     assert [e.kind for e in store.events("op")] == ["created"]
 
 
 def test_get_of_a_missing_operation_is_none_and_all_lists_in_creation_order(store: AnyStore) -> None:
     assert store.get("ghost") is None
     assert store.all() == []
-    store.create(_record("later", now=T0 + timedelta(seconds=1)), CONTRACT, {})
-    store.create(_record("first"), CONTRACT, {})
+    store.create(_record("later", now=T0 + timedelta(seconds=1)), CONTRACT, ev.Created.prepared({}))
+    store.create(_record("first"), CONTRACT, ev.Created.prepared({}))
     assert [s.record.operation_id for s in store.all()] == ["first", "later"]
 
 
 def test_claim_is_exclusive_until_expiry_and_tokens_only_grow(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     first = store.claim("op", "hostA:1:a", T0, TTL)
     assert first is not None and first[0].token == 1
     assert first[0].expires_at == T0 + TTL
@@ -103,14 +104,14 @@ def test_claim_is_exclusive_until_expiry_and_tokens_only_grow(store: AnyStore) -
 
 
 def test_a_lease_expires_exactly_at_its_expiry_time(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     assert store.claim("op", "hostA:1:a", T0, TTL) is not None
     assert store.claim("op", "hostB:2:b", T0 + TTL - timedelta(microseconds=1), TTL) is None
     assert store.claim("op", "hostB:2:b", T0 + TTL, TTL) is not None
 
 
 def test_the_holder_may_claim_again_and_release_frees_the_row(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     first = store.claim("op", "hostA:1:a", T0, TTL)
     assert first is not None
     again = store.claim("op", "hostA:1:a", T0 + timedelta(seconds=1), TTL)
@@ -127,7 +128,7 @@ def test_the_holder_may_claim_again_and_release_frees_the_row(store: AnyStore) -
 
 def test_stale_token_write_changes_nothing(store: AnyStore) -> None:
     record = _record()
-    store.create(record, CONTRACT, {})
+    store.create(record, CONTRACT, ev.Created.prepared({}))
     claimed = store.claim("op", "hostA:1:a", T0, TTL)
     assert claimed is not None
     old_lease, current = claimed
@@ -135,31 +136,31 @@ def test_stale_token_write_changes_nothing(store: AnyStore) -> None:
     assert newer is not None
     events_before = store.events("op")
     reserved = reserve(current, T0)
-    assert not store.write(old_lease, reserved, [("reserved", {"n": 1})], T0, release=True)
+    assert not store.write(old_lease, reserved, [ev.Reserved.prepared({"n": 1})], T0, release=True)
     stored = store.get("op")
     assert stored is not None
     assert stored.record.status_requests_used == 0
     assert stored.lease_owner == "hostB:2:b"
     assert store.events("op") == events_before
-    assert store.write(newer[0], reserve(newer[1], T0), [("reserved", {"n": 1})], T0, release=True)
+    assert store.write(newer[0], reserve(newer[1], T0), [ev.Reserved.prepared({"n": 1})], T0, release=True)
     stored = store.get("op")
     assert stored is not None and stored.record.status_requests_used == 1 and stored.lease_owner is None
 
 
 def test_a_write_with_the_right_token_but_another_owner_is_refused(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     claimed = store.claim("op", "hostA:1:a", T0, TTL)
     assert claimed is not None
     lease, current = claimed
     forged = type(lease)(lease.operation_id, "hostZ:9:z", lease.token, lease.expires_at)
     assert not store.write(forged, reserve(current, T0), [], T0, release=False)
-    assert store.write(lease, reserve(current, T0), [("reserved", {})], T0, release=False)
+    assert store.write(lease, reserve(current, T0), [ev.Reserved.prepared({})], T0, release=False)
     stored = store.get("op")
     assert stored is not None and stored.lease_owner == "hostA:1:a" and stored.record.status_requests_used == 1
 
 
 def test_a_dead_holder_on_this_host_is_not_waited_out(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(proc.stdout)
     assert store.claim("op", process_owner("watch", pid=dead_pid), T0, TTL) is not None
@@ -169,14 +170,14 @@ def test_a_dead_holder_on_this_host_is_not_waited_out(store: AnyStore) -> None:
 
 
 def test_a_live_holder_elsewhere_is_respected(store: AnyStore) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     assert store.claim("op", "some-other-host:1:x", T0, TTL) is not None
     assert store.claim("op", f"{this_host()}:1:y", T0 + timedelta(seconds=1), TTL) is None
 
 
 def test_a_claim_records_its_owner_as_the_watcher_which_outlives_the_release(store: AnyStore) -> None:
     """Schema 5: between polls no lease is held, so the watcher and since when are what status shows."""
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     stored = store.get("op")
     assert stored is not None and (stored.watcher, stored.watcher_since) == (None, None)
     claimed = store.claim("op", "watch/hostA:1:a", T0, TTL)
@@ -199,11 +200,11 @@ def test_a_claim_records_its_owner_as_the_watcher_which_outlives_the_release(sto
 
 
 def test_event_sequence_is_per_operation_and_gapless(store: AnyStore) -> None:
-    store.create(_record("a"), CONTRACT, {})
-    store.create(_record("b"), CONTRACT, {})
+    store.create(_record("a"), CONTRACT, ev.Created.prepared({}))
+    store.create(_record("b"), CONTRACT, ev.Created.prepared({}))
     for i in range(3):
-        store.append("a", "note", {"i": i}, T0)
-    store.append("b", "note", {"i": 9}, T0)
+        store.append("a", ev.Paced.prepared({"i": i}), T0)
+    store.append("b", ev.Paced.prepared({"i": 9}), T0)
     assert [e.seq for e in store.events("a")] == [1, 2, 3, 4]
     assert [e.seq for e in store.events("b")] == [1, 2]
     assert [e.data.get("i") for e in store.events("a")][1:] == [0, 1, 2]
@@ -218,9 +219,9 @@ def test_claim_of_a_missing_operation_is_an_error(store: AnyStore) -> None:
 def test_agent_session_logs_are_chained_and_verifiable(store: AnyStore) -> None:
     # R49: an agent session's log is chained and verifies with the public key alone.
     log = agent_log_id("sess-1")
-    store.append(log, "session_started", {"client": "test-agent"}, T0)
-    store.append(log, "call", {"tool": "check_operation", "operation": "op"}, T0 + timedelta(seconds=1))
-    assert [e.kind for e in store.events(log)] == ["session_started", "call"]
+    store.append(log, ev.SessionStarted.prepared({"client": "test-agent"}), T0)
+    store.append(log, ev.CallResult.prepared({"tool": "check_operation", "operation": "op"}), T0 + timedelta(seconds=1))
+    assert [e.kind for e in store.events(log)] == ["session_started", "call_result"]
     assert store.events(log)[1].data == {"tool": "check_operation", "operation": "op"}
     assert store.keys is not None
     store.checkpoint_heads(T0 + timedelta(seconds=2))
@@ -234,11 +235,13 @@ def test_agent_session_logs_are_chained_and_verifiable(store: AnyStore) -> None:
 
 
 def _stop_with_decision(store: AnyStore, op: str, decision_id: str) -> DecisionRequest:
-    store.create(_record(op), CONTRACT, {})
+    store.create(_record(op), CONTRACT, ev.Created.prepared({}))
     claimed = store.claim(op, "hostA:1:a", T0, TTL)
     assert claimed is not None
     request = _request(claimed[1], decision_id)
-    assert store.write(claimed[0], _stopped(claimed[1]), [("escalated", {})], T0, release=True, decision=request)
+    assert store.write(
+        claimed[0], _stopped(claimed[1]), [ev.Escalated.prepared({})], T0, release=True, decision=request
+    )
     return request
 
 
@@ -246,7 +249,9 @@ def test_fleet_counts_per_contract_active_due_overdue_open_decisions_and_the_old
     """The worker's gauges: counted by the database, so a scrape of a 50,000-operation fleet reads no records."""
     ttl = timedelta(seconds=65)
     for op, due_in in (("a", -120.0), ("b", -10.0), ("c", 300.0)):
-        store.create(replace(_record(op), next_poll_at=T0 + timedelta(seconds=due_in)), CONTRACT, {})
+        store.create(
+            replace(_record(op), next_poll_at=T0 + timedelta(seconds=due_in)), CONTRACT, ev.Created.prepared({})
+        )
     _stop_with_decision(store, "stopped", "d-9")
     leased = store.claim("b", "worker/hostA:1:a", T0, TTL)
     assert leased is not None  # polling now: due, but not overdue however late
@@ -297,7 +302,15 @@ def test_a_decision_is_written_with_the_stop_and_decided_once(store: AnyStore) -
     assert second is not None
     with pytest.raises(DecisionTaken):
         store.resolve_decision(
-            second[0], "d-1", status="decided", by="bo", note=None, option=1, record=None, events=[("x", {})], now=at
+            second[0],
+            "d-1",
+            status="decided",
+            by="bo",
+            note=None,
+            option=1,
+            record=None,
+            events=[ev.Paced.prepared({})],
+            now=at,
         )
     # Rolled back whole: the lease the failed decider held is still held, no event was written.
     stored = store.get("op")
@@ -323,7 +336,15 @@ def test_a_new_record_from_a_decision_voids_the_other_open_questions(store: AnyS
     assert store.write(lease, current, [], T0, release=False, decision=_request(current, "d-2"))
     resumed = replace(current, phase=Phase.ACTIVE, reason=None, detail=None, finished_at=None)
     assert store.resolve_decision(
-        lease, "d-2", status="decided", by="ana", note=None, option=1, record=resumed, events=[("extended", {})], now=T0
+        lease,
+        "d-2",
+        status="decided",
+        by="ana",
+        note=None,
+        option=1,
+        record=resumed,
+        events=[ev.Extended.prepared({})],
+        now=T0,
     )
     statuses = {d.request.decision_id: d.status for d in store.decisions("op")}
     assert statuses == {request.decision_id: "expired", "d-2": "decided"}
@@ -340,13 +361,13 @@ def _submission(op: str = "sub", state: str = "sending") -> Submission:
 
 def test_a_submission_survives_and_becomes_an_operation_once_accepted(store: AnyStore, backend: Backend) -> None:
     submission = _submission()
-    store.record_submission(submission, {"fingerprint": "sha256:abc"})
+    store.record_submission(submission, ev.SubmissionIntent.from_json({"fingerprint": "sha256:abc"}))
     assert backend.open().get_submission("sub") == submission
     assert store.get_submission("ghost") is None
     with pytest.raises(OperationExists):
-        store.record_submission(submission, {})
+        store.record_submission(submission, ev.SubmissionIntent.from_json({}))
     record = replace(_record("sub"), job_id="exp_71c", status_location="http://127.0.0.1:9/jobs/j-1")
-    store.accept_submission(submission, record, CONTRACT, {"job": "exp_71c"})
+    store.accept_submission(submission, record, CONTRACT, ev.Submitted.from_json({"job": "exp_71c"}))
     accepted = store.get_submission("sub")
     assert accepted is not None
     assert (accepted.state, accepted.job_id, accepted.status_location) == (
@@ -360,15 +381,15 @@ def test_a_submission_survives_and_becomes_an_operation_once_accepted(store: Any
 
 
 def test_a_submission_cannot_reuse_an_operation_id(store: AnyStore) -> None:
-    store.create(_record("taken"), CONTRACT, {})
+    store.create(_record("taken"), CONTRACT, ev.Created.prepared({}))
     with pytest.raises(OperationExists):
-        store.record_submission(_submission("taken"), {})
+        store.record_submission(_submission("taken"), ev.SubmissionIntent.from_json({}))
     assert store.get_submission("taken") is None
 
 
 def test_an_unknown_submission_is_marked_and_logged(store: AnyStore) -> None:
-    store.record_submission(_submission(), {})
-    store.mark_submission("sub", "unknown", {"why": "timeout"}, T0 + timedelta(seconds=3))
+    store.record_submission(_submission(), ev.SubmissionIntent.from_json({}))
+    store.mark_submission("sub", ev.SubmissionUnknown.from_json({"why": "timeout"}), T0 + timedelta(seconds=3))
     marked = store.get_submission("sub")
     assert marked is not None and marked.state == "unknown"
     events = store.events("sub")
@@ -427,10 +448,10 @@ def test_every_commit_signs_one_head_over_every_log_and_outcomes_go_to_the_trust
 ) -> None:
     trusted = tmp_path / "trusted.json"
     writer = backend.open(trusted=trusted)
-    writer.create(_record(), CONTRACT, {})
+    writer.create(_record(), CONTRACT, ev.Created.prepared({}))
     for i in range(40):
-        writer.append("op", "note", {"i": i}, T0)
-    writer.append("other", "succeeded", {}, T0)
+        writer.append("op", ev.Paced.prepared({"i": i}), T0)
+    writer.append("other", ev.SucceededEvent.prepared({}), T0)
     heads = writer.audit_heads()
     # One head per transaction (the create, 40 appends, the outcome), dense, each over every log.
     assert [head.counter for head in heads] == list(range(1, 43))
@@ -462,8 +483,8 @@ def test_every_commit_signs_one_head_over_every_log_and_outcomes_go_to_the_trust
 
 def test_audit_records_come_in_log_then_seq_order(store: AnyStore) -> None:
     for name in ("b", "a", "B", "a-1"):
-        store.append(name, "note", {}, T0)
-        store.append(name, "note", {}, T0)
+        store.append(name, ev.Paced.prepared({}), T0)
+        store.append(name, ev.Paced.prepared({}), T0)
     order = [(r.log_id, r.seq) for r in store.audit_records()]
     assert order == sorted(order)  # byte order of the ids, as SQLite sorts, then seq
     assert [r.seq for r in store.audit_records("a")] == [1, 2]
@@ -471,7 +492,7 @@ def test_audit_records_come_in_log_then_seq_order(store: AnyStore) -> None:
 
 
 def test_a_store_without_keys_reads_records_but_neither_writes_nor_decrypts(store: AnyStore, backend: Backend) -> None:
-    store.create(_record(), CONTRACT, {})
+    store.create(_record(), CONTRACT, ev.Created.prepared({}))
     keyless = backend.open(keyless=True)
     assert keyless.get("op") is not None
     assert len(list(keyless.audit_records())) == 1
@@ -479,7 +500,7 @@ def test_a_store_without_keys_reads_records_but_neither_writes_nor_decrypts(stor
         keyless.events("op")
     assert "keys/audit.key" in str(caught.value)
     with pytest.raises(StoreError, match="no audit encryption key"):
-        keyless.append("op", "note", {}, T0)
+        keyless.append("op", ev.Paced.prepared({}), T0)
     assert len(list(store.audit_records())) == 1
 
 
@@ -489,7 +510,7 @@ def test_concurrent_writers_never_fork_one_log(store: AnyStore, backend: Backend
 
     def append_many(index: int) -> None:
         for i in range(50):
-            writers[index].append("shared", "note", {"writer": index, "i": i}, T0)
+            writers[index].append("shared", ev.Paced.prepared({"writer": index, "i": i}), T0)
 
     run_threads(4, append_many)
     records = list(store.audit_records("shared"))

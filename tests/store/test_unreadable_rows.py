@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import StoreError, UnreadableRecord
@@ -24,7 +25,7 @@ TTL = timedelta(seconds=30)
 
 def _create(store: AnyStore, op: str) -> OperationRecord:
     record = new_record(parse_contract(CONTRACT), operation_id=op, job_id=f"job-{op}", now=T0)
-    store.create(record, CONTRACT, {})
+    store.create(record, CONTRACT, ev.Created.prepared({}))
     return record
 
 
@@ -92,7 +93,7 @@ def test_the_fleet_claim_sets_an_unreadable_row_aside_once_and_claims_the_rest(
     for op in ("a-good", "b-bad", "c-good"):
         _create(store, op)
     later = new_record(parse_contract(CONTRACT), operation_id="d-later", job_id="job-d", now=T0).deferred(T0 + TTL)
-    store.create(later, CONTRACT, {})
+    store.create(later, CONTRACT, ev.Created.prepared({}))
     _edit(backend, "UPDATE operations SET record = '{not json' WHERE operation_id = 'b-bad'")
     claimed = store.claim_due("w1:1:a", T0, TTL, limit=10)
     assert sorted(c.lease.operation_id for c in claimed) == ["a-good", "c-good"]
@@ -126,7 +127,7 @@ def test_a_named_claim_of_an_unreadable_row_answers_none_and_sets_it_aside(store
 def test_a_worker_does_not_wake_for_a_row_set_aside(store: AnyStore, backend: Backend) -> None:
     _create(store, "b-bad")
     later = new_record(parse_contract(CONTRACT), operation_id="d-later", job_id="job-d", now=T0).deferred(T0 + TTL)
-    store.create(later, CONTRACT, {})
+    store.create(later, CONTRACT, ev.Created.prepared({}))
     _edit(backend, "UPDATE operations SET record = '{not json' WHERE operation_id = 'b-bad'")
     assert store.next_due() == T0  # not yet met by a claim
     assert store.claim_due("w1:1:a", T0, TTL, limit=10) == []

@@ -24,7 +24,8 @@ from pollwarden.core.contract.auth import Auth, AuthKind
 from pollwarden.core.contract.parse import Contract
 from pollwarden.core.observe import FailureKind, Response, TransportFailure
 from pollwarden.transport.credentials import Credential, CredentialError, resolve_secret, sign_sigv4
-from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import StatusClient
 from tests.conftest import process_alive
 from tests.core.support import contract_text
 

@@ -22,17 +22,11 @@ from pollwarden.core.contract.parse import Contract
 from pollwarden.core.observe import Exchange, Kind
 from pollwarden.simulator import contract_text
 from pollwarden.transport import wire_round, wire_select
-from pollwarden.transport.http import (
-    ACCEPT_ENCODING,
-    CredentialError,
-    FakeTransport,
-    Reply,
-    Request,
-    StatusClient,
-    WireError,
-    resolve_secret,
-)
-from pollwarden.transport.wire import Answer, SocketTransport
+from pollwarden.transport.decoding import ACCEPT_ENCODING
+from pollwarden.transport.fake import FakeTransport, Reply
+from pollwarden.transport.http import CredentialError, StatusClient, resolve_secret
+from pollwarden.transport.messages import Answer, Request, WireError
+from pollwarden.transport.wire import SocketTransport
 
 SECRET = "sk-live-hostile-7Q9w-ECHO"
 TIMEOUT = 1.0
@@ -564,7 +558,8 @@ def test_an_answer_whose_length_is_ambiguous_is_not_read(
 
 def test_static_headers_go_to_the_contracts_origin_only() -> None:
     from pollwarden.core.contract.parse import parse_contract
-    from pollwarden.transport.http import FakeTransport, Reply, StatusClient
+    from pollwarden.transport.fake import FakeTransport, Reply
+    from pollwarden.transport.http import StatusClient
 
     contract = parse_contract(
         'name = "h"\nstatus_url = "https://api.example/jobs/{job_id}"\n[headers]\nanthropic-version = "2023-06-01"\n'

@@ -20,7 +20,8 @@ import pytest
 from pollwarden.core import FailureKind, Response, TransportFailure, parse_contract
 from pollwarden.core.contract.parse import Contract
 from pollwarden.simulator import contract_text
-from pollwarden.transport.http import SocketTransport, StatusClient
+from pollwarden.transport.http import StatusClient
+from pollwarden.transport.wire import SocketTransport
 
 BODY = b'{"state": "running"}'
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)

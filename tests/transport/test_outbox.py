@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys, read_kept_file
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import build_request
@@ -45,7 +46,7 @@ def _hooked(url: str) -> str:
 
 def _stop(store: Store, contract: str, op: str = "op") -> str:
     install(store, parse_contract(contract))  # the outbox posts only to the webhook of an installed contract
-    store.create(_record(op), contract, {})
+    store.create(_record(op), contract, ev.Created.prepared({}))
     claimed = store.claim(op, "hostA:1:a", T0, TTL)
     assert claimed is not None
     request = build_request(_stopped(claimed[1]), parse_contract(contract), T0, decision_id=f"d-{op}")
@@ -199,7 +200,7 @@ def test_the_commit_keeps_the_homes_head_and_the_loop_writes_the_witness(tmp_pat
     elsewhere.mkdir()
     store = _witnessed(tmp_path, str(elsewhere))
     try:
-        store.append("op", "interrupted", {"by": "test"}, T0)
+        store.append("op", ev.WatchInterrupted.prepared({"by": "test"}), T0)
         newest = store.audit_heads()[-1]
         assert read_kept_file(tmp_path / "audit-head.checkpoint").head == newest  # type: ignore[union-attr]
         assert list(elsewhere.iterdir()) == []  # nothing written for the witness on the committing path
@@ -222,7 +223,7 @@ def test_a_witness_that_cannot_be_written_is_said_counted_and_noted_until_it_tak
     with serving({("POST", "/heads"): witness}) as server:
         store = _witnessed(tmp_path, f"{server.url}/heads")
         try:
-            store.append("op", "interrupted", {"by": "test"}, T0)
+            store.append("op", ev.WatchInterrupted.prepared({"by": "test"}), T0)
             head = store.audit_heads()[-1].counter
             clock = Clock(store.db_now())
             courier = _courier(store, clock, say=lambda event, **fields: said.append((event, fields)))

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from pollwarden.core import FailureKind, Response, TransportFailure
-from pollwarden.transport import wire, wire_round, wire_select
+from pollwarden.transport import http11, messages, wire, wire_round, wire_select
 from pollwarden.transport.http import StatusClient, fetch_all
-from pollwarden.transport.wire import WireError
+from pollwarden.transport.messages import WireError
 from tests.tls import Certificates, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 from tests.transport.test_http import RawServer, answer, clock, contract_for, failure_of, json_body, response_of, send
@@ -203,13 +203,13 @@ def test_malformed_heads_and_framing_are_refused(
 
 
 def test_a_folded_header_is_joined_with_a_space() -> None:
-    head = wire_select.parse_head(b"HTTP/1.1 200 OK\r\nX-A: one\r\n  two\r\n\r\n")
+    head = http11.parse_head(b"HTTP/1.1 200 OK\r\nX-A: one\r\n  two\r\n\r\n")
     assert head.headers == (("X-A", "one two"),)
 
 
 def test_garbage_is_refused_before_the_deadline_without_waiting_for_a_line_end() -> None:
     with pytest.raises(WireError) as caught:
-        wire_select._check_partial_head(bytearray(b"SSH-2.0"), -1, 0, 0)
+        http11.check_partial_head(bytearray(b"SSH-2.0"), -1, 0, 0)
     assert caught.value.kind is FailureKind.PROTOCOL
 
 
@@ -226,7 +226,7 @@ def test_https_polls_go_on_the_selector_beside_plain_http(
         selected.append(0)
         made(round_, **options)
 
-    def adding(round_: wire_round.Round, transport: wire.SocketTransport, request: wire.Request) -> Any:
+    def adding(round_: wire_round.Round, transport: wire.SocketTransport, request: messages.Request) -> Any:
         selected[-1] += 1
         return add(round_, transport, request)
 
@@ -274,9 +274,9 @@ def test_a_socket_that_cannot_be_made_is_a_connect_failure_of_its_own_request(
 # --- a batch's round across its commits: answers taken whole, nothing sent after its deadline ----------------------
 
 
-def _poll_request(url: str, deadline: float) -> wire.Request:
+def _poll_request(url: str, deadline: float) -> messages.Request:
     host = url.split("://", 1)[1]
-    return wire.Request("GET", f"{url}/jobs/a", (("Host", host),), None, deadline, reuse=True, body_cap=1 << 20)
+    return messages.Request("GET", f"{url}/jobs/a", (("Host", host),), None, deadline, reuse=True, body_cap=1 << 20)
 
 
 def test_a_request_whose_deadline_passed_while_the_batch_committed_is_never_sent() -> None:

@@ -21,8 +21,9 @@ from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.simulator import contract_text
 from pollwarden.transport import resolve, wire
 from pollwarden.transport.http import StatusClient, fetch_all
+from pollwarden.transport.messages import Answer, Request
 from pollwarden.transport.resolve import AddrInfo
-from pollwarden.transport.wire import Answer, Request, SocketTransport
+from pollwarden.transport.wire import SocketTransport
 from tests.transport.test_http import HANG_GUARD, TIMEOUT
 from tests.transport.test_http_keepalive import BODY, OK, KeepAliveServer, always, clock
 from tests.transport.test_wire_select_tls import Batch

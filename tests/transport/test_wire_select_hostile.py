@@ -14,9 +14,9 @@ import pytest
 
 from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
-from pollwarden.transport import wire_select
+from pollwarden.transport import http11
 from pollwarden.transport.http import StatusClient
-from pollwarden.transport.wire import Answer, Request, Transport
+from pollwarden.transport.messages import Answer, Request, Transport
 from tests.tls import Certificates, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 from tests.transport.test_http_keepalive import OK, KeepAliveServer, Script, clock, contract_for, reusing
@@ -240,7 +240,7 @@ def test_a_flood_of_interim_heads_is_searched_in_linear_time() -> None:
     buffer = CountingBuffer(data)
     heads = 0
     while buffer:
-        end = wire_select._head_end(buffer, 0)
+        end = http11.head_end(buffer, 0)
         assert end > 0
         del buffer[:end]
         heads += 1
@@ -253,4 +253,4 @@ def test_a_flood_of_interim_heads_is_searched_in_linear_time() -> None:
     [(b"A\r\n\r\nB\n\n", 5), (b"A\n\nB\r\n\r\n", 3), (b"A\n\r\n", 4), (b"A\r\n\n", 4), (b"A\r\nB\r\n", -1)],
 )
 def test_the_head_ends_at_its_first_blank_line_of_either_kind(data: bytes, end: int) -> None:
-    assert wire_select._head_end(bytearray(data), 0) == end
+    assert http11.head_end(bytearray(data), 0) == end

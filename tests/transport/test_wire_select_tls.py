@@ -17,7 +17,7 @@ from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.transport import wire, wire_round
 from pollwarden.transport.http import StatusClient, fetch_all
-from pollwarden.transport.wire import Request
+from pollwarden.transport.messages import Request
 from tests.tls import Certificates, Leaf, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 from tests.tls import tls_server as tls_server  # the fixture: TLS servers with a leaf's certificate

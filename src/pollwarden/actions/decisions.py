@@ -23,9 +23,9 @@ from ..core.escalation import (
     apply_recheck,
     stop_marker,
 )
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
-from ..engine.flow import lease_ttl
 from ..shown import has_control
 from ..store.base import DecisionTaken, Lease, Store, StoredDecision
 from ..store.owner import process_owner
@@ -125,7 +125,7 @@ def apply_decision(
                 note="the operation moved on",
                 option=None,
                 record=None,
-                events=[ev.DecisionExpired.of(request, by=by, note=note).new_event()],
+                events=[ev.DecisionExpired.of(request, by=by, note=note)],
                 now=now,
             )
             raise DecisionError(
@@ -133,17 +133,17 @@ def apply_decision(
                 f" (now {record.phase.value}{', ' + record.reason.value if record.reason else ''}); nothing changed"
             )
         if chosen is None:
-            refused = ev.Refused.of(request, by=by, note=note).new_event()
+            refused = ev.Refused.of(request, by=by, note=note)
             _resolve(store, lease, decision_id, "refused", by, note, None, None, [refused], now)
             stays = "stays stopped" if record.phase is Phase.STOPPED else "keeps watching within its limits"
             return Outcome(f"refused decision {decision_id}; operation {request.operation_id} {stays}", "refused")
         event = ev.Decided.chose(request, chosen, by=by, note=note)
         if chosen.kind is OptionKind.INSPECT:
             store.release(lease)
-            store.append(request.operation_id, *ev.Inspected.chose(request, chosen, by=by, note=note).new_event(), now)
+            store.append(request.operation_id, ev.Inspected.chose(request, chosen, by=by, note=note), now)
             return Outcome(f"open {chosen.url} to inspect the job; decision {decision_id} stays open", "open")
         if chosen.kind is OptionKind.CLOSE:
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event], now)
             return Outcome(f"closed: operation {request.operation_id} stays stopped as final", "decided")
         if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE, OptionKind.RECHECK):
             recheck = chosen.kind is OptionKind.RECHECK
@@ -151,7 +151,7 @@ def apply_decision(
             detail = ev.Extended.after(event, extended, chosen.effect)
             _resolve(
                 store, lease, decision_id, "decided", by, note, chosen.number, extended,
-                [event.new_event(), detail.new_event()], now,
+                [event, detail], now,
             )  # fmt: skip
             if recheck:
                 return _recheck(store, contract, client, request, by)
@@ -162,7 +162,7 @@ def apply_decision(
                 resume=request.operation_id,
             )
         if chosen.kind is OptionKind.KEEP:
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event.new_event()], now)
+            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event], now)
             return Outcome(f"kept: operation {request.operation_id} keeps watching within its limits", "decided")
         if chosen.kind is OptionKind.CANCEL:
             return _cancel(store, contract, client, lease, record, request, chosen.number, event, by, note, now)
@@ -198,7 +198,7 @@ def _cancel(
         stopped = record.stopped(
             StopReason.JOB_CANCELLED, f"cancelled at the provider on decision {decision_id} by {by}", now
         )
-    _resolve(store, lease, decision_id, "decided", by, note, option, stopped, [event.new_event()], now)
+    _resolve(store, lease, decision_id, "decided", by, note, option, stopped, [event], now)
     try:
         result = cancel(contract, client, record)
     except ActionError as exc:
@@ -211,9 +211,9 @@ def _cancel(
             " the job may still run at the provider, and it is no longer watched",
             now,
         )
-        _rewrite(store, contract, failed, [done.new_event()], now)
+        _rewrite(store, contract, failed, [done], now)
     else:
-        store.append(request.operation_id, *done.new_event(), now)
+        store.append(request.operation_id, done, now)
     state = "sent" if result.get("ok") else "FAILED (see `story`)"
     watch = "; the watch stopped" if stopped is not None else ""
     return Outcome(f"cancel at provider {state} for job {request.job_id}{watch}", "decided", result)
@@ -263,15 +263,15 @@ def _recheck(
 
 
 def _rewrite(
-    store: Store, contract: Contract, record: OperationRecord, events: list[tuple[str, dict[str, Any]]], now: datetime
+    store: Store, contract: Contract, record: OperationRecord, events: list[ev.NewEvent], now: datetime
 ) -> None:
     """Replace a stop just written with what is now known, under a new lease; the events go in either way."""
     claimed = store.claim(record.operation_id, process_owner("decide"), now, lease_ttl(contract))
     if claimed is None or not store.write(claimed[0], record, events, now, release=True):
         if claimed is not None:
             store.release(claimed[0])
-        for kind, data in events:
-            store.append(record.operation_id, kind, data, now)
+        for event in events:
+            store.append(record.operation_id, event, now)
 
 
 def _resubmit(
@@ -297,14 +297,14 @@ def _resubmit(
     listing = store.listing()  # an unreadable row's id is taken too
     taken = {s.record.operation_id for s in listing.operations} | {u.operation_id for u in listing.unreadable}
     new_id = next(f"{operation_id}.r{n}" for n in range(1, 1000) if f"{operation_id}.r{n}" not in taken)
-    _resolve(store, lease, decision_id, "decided", by, note, option, None, [event.new_event()], now)
+    _resolve(store, lease, decision_id, "decided", by, note, option, None, [event], now)
     try:
         submitted = submit(store, contract, client, operation_id=new_id, body=submission.body, now=now)
     except ActionError as exc:
-        store.append(operation_id, *ev.ActionEvent(action="resubmit", ok=False, detail=str(exc)).new_event(), now)
+        store.append(operation_id, ev.ActionEvent(action="resubmit", ok=False, detail=str(exc)), now)
         raise DecisionError(f"the resubmission failed: {exc}") from None
     result = {"action": "resubmit", "ok": True, "new_operation": new_id, "job": submitted.record.job_id, "by": by}
-    store.append(operation_id, *ev.ActionEvent.from_json(result).new_event(), now)
+    store.append(operation_id, ev.ActionEvent.from_json(result), now)
     return Outcome(
         f"resubmitted as operation {new_id} (job {submitted.record.job_id})",
         "decided",
@@ -322,7 +322,7 @@ def _resolve(
     note: str | None,
     option: int | None,
     record: Any,
-    events: list[tuple[str, dict[str, Any]]],
+    events: list[ev.NewEvent],
     now: datetime,
 ) -> None:
     try:

@@ -10,13 +10,13 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from .. import events as ev
-from ..core.admission import first_check_problems, job_id_problem
+from ..core.admission import Limits, first_check_problems, job_id_problem
 from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
@@ -70,12 +70,12 @@ def submit(
     operation_id: str,
     body: bytes,
     now: datetime,
-    deadline: timedelta | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | None = None,
+    limits: Limits = Limits(),  # noqa: B008  (frozen: one shared default is safe)
     by: str = "cli",
 ) -> Submitted:
-    """Record the submission, send it once (again only under idempotency), and create the operation."""
+    """Record the submission, send it once (again only under idempotency), and create the operation with the
+    `limits` its caller asked for (the deadline, the budget and the usefulness window are the ones read here)."""
+    deadline, max_requests, useful_for = limits.deadline, limits.max_requests, limits.useful_for
     spec = contract.submit
     if spec is None:
         raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
@@ -100,7 +100,7 @@ def submit(
                 idempotent=bool(token),
                 created_by=by,
             )
-            store.record_submission(submission, intent.to_json())
+            store.record_submission(submission, intent)
         except OperationExists:
             raise ActionRefused(f"operation {operation_id} already exists; choose another --operation") from None
     else:
@@ -140,7 +140,7 @@ def submit(
         # A refused connection proves the provider never saw it; anything later leaves the outcome unknown.
         marked = ev.SubmissionUnknown if exchange.delivery_unknown else ev.SubmissionNotSent
         lost = marked(failure=exchange.kind.value, detail=exchange.message)
-        store.mark_submission(operation_id, lost.state, lost.to_json(), now)
+        store.mark_submission(operation_id, lost, now)
         if not exchange.delivery_unknown:
             raise ActionError(f"the submission was not delivered ({exchange.message}); it is safe to run submit again")
         again = (
@@ -151,7 +151,7 @@ def submit(
         raise ActionError(f"the submission's outcome is unknown ({exchange.message}); {again}")
     if exchange.status not in (200, 201, 202, 204):
         rejected = ev.SubmissionRejected(http_status=exchange.status)
-        store.mark_submission(operation_id, rejected.state, rejected.to_json(), now)
+        store.mark_submission(operation_id, rejected, now)
         raise ActionError(f"the provider refused the submission with HTTP {exchange.status}; nothing will be watched")
     job_id, location = _accepted(contract, exchange)
     record = new_record(
@@ -170,11 +170,11 @@ def submit(
     )
     event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
     try:
-        store.accept_submission(accepted, record, contract.source_text, event.to_json())
+        store.accept_submission(accepted, record, contract.source_text, event)
     except JobWatched as exc:
         said = _duplicate(exc.operation_id)
         duplicate = ev.SubmissionDuplicate(http_status=exchange.status, watched_by=exc.operation_id, detail=said)
-        store.mark_submission(operation_id, duplicate.state, duplicate.to_json(), now)
+        store.mark_submission(operation_id, duplicate, now)
         raise ActionError(f"the provider accepted the submission: {said}") from None
     return Submitted(record, resent)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -89,19 +89,30 @@ def _public(text: str) -> Ed25519PublicKey | None:
         return None
 
 
+class Evidence(TypedDict, total=False):
+    """What `verify` checks the records against besides their checkpoints and key (each described there)."""
+
+    trusted_checkpoint: Checkpoint | None
+    pinned_key: Ed25519PublicKey | None
+    expected_heads: Mapping[str, LogHead] | None
+    heads: Sequence[Head] | StoredHeads | None
+    witness: HeadFile | None
+    witnesses: Sequence[HeadFile]
+    rotations: Sequence[Rotation]
+    rows: Iterable[Vouch] | None
+    findings: Sequence[Problem]
+
+
 class _Verifier(KeyChecks):
     def __init__(
-        self,
-        checkpoints: Sequence[Checkpoint],
-        public_key: Ed25519PublicKey | None,
-        trusted: Checkpoint | None,
-        pinned_key: Ed25519PublicKey | None,
-        expected_heads: Mapping[str, LogHead] | None,
-        heads: Sequence[Head] | StoredHeads | None,
-        witnesses: Sequence[HeadFile],
-        rotations: Sequence[Rotation],
-        rows: Iterable[Vouch] | None,
+        self, checkpoints: Sequence[Checkpoint], public_key: Ed25519PublicKey | None, evidence: Evidence
     ) -> None:
+        pinned_key = evidence.get("pinned_key")
+        trusted = evidence.get("trusted_checkpoint")
+        heads = evidence.get("heads")
+        witness = evidence.get("witness")
+        witnesses = [*([witness] if witness is not None else []), *evidence.get("witnesses", ())]
+        rotations = evidence.get("rotations", ())
         self.checkpoints = checkpoints
         # A pinned key replaces the one the log names as the root of trust: the keys it rotated to, and it alone
         # where there was no rotation, are the only ones trusted.
@@ -113,9 +124,9 @@ class _Verifier(KeyChecks):
         # The key the newest head must be signed by: the last rotation's, or the root's when none happened.
         self.public_key = _public(self.rotations[-1].new_public) if self.rotations else root
         self.trusted = trusted
-        self.expected_heads = expected_heads
+        self.expected_heads = evidence.get("expected_heads")
         self.witnesses = witnesses
-        self.rows = rows
+        self.rows = evidence.get("rows")
         self.problems: list[Problem] = []
         # None: a source from before signed heads (an older export, a store not written since its upgrade).
         self.journal: Journal | None = None
@@ -441,16 +452,7 @@ def verify(
     records: Iterable[AuditRecord] | StoredRows,
     checkpoints: Sequence[Checkpoint],
     public_key: Ed25519PublicKey | None,
-    *,
-    trusted_checkpoint: Checkpoint | None = None,
-    pinned_key: Ed25519PublicKey | None = None,
-    expected_heads: Mapping[str, LogHead] | None = None,
-    heads: Sequence[Head] | StoredHeads | None = None,
-    witness: HeadFile | None = None,
-    witnesses: Sequence[HeadFile] = (),
-    rotations: Sequence[Rotation] = (),
-    rows: Iterable[Vouch] | None = None,
-    findings: Sequence[Problem] = (),
+    **evidence: Unpack[Evidence],
 ) -> VerifyReport:
     """Check hash chains, signed heads, checkpoint signatures, truncation and rollback, with no decryption key.
 
@@ -474,10 +476,7 @@ def verify(
     `public_key` (the key the store or export names) that differs is a problem of its own (log ``"*"``).
     `expected_heads` is what an export's header lists per log; the records must match it.
     """
-    kept = [*([witness] if witness is not None else []), *witnesses]
-    verifier = _Verifier(
-        checkpoints, public_key, trusted_checkpoint, pinned_key, expected_heads, heads, kept, rotations, rows
-    )
-    verifier.problems.extend(findings)
+    verifier = _Verifier(checkpoints, public_key, evidence)
+    verifier.problems.extend(evidence.get("findings", ()))
     verifier.walk.add_rows(records.rows if isinstance(records, StoredRows) else map(record_fields, records))
     return verifier.finish()

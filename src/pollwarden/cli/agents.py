@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..home.directory import resolve_home
-from ..home.operating import HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
+from ..home.operating import GrantStep, HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
 from ..store.base import Store
 from .common import UsageError
 
@@ -81,14 +81,11 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _answer(args: argparse.Namespace, *, kind: str, step: tuple[str, str, str]) -> int:
+def _answer(args: argparse.Namespace, *, kind: str, step: GrantStep) -> int:
     by = _by(args)
-    expect, status, verb = step
     store = _store(args.home)
     try:
-        answer = answer_grant(
-            store, args.grant, kind=kind, expect=expect, status=status, verb=verb, by=by, note=args.note
-        )
+        answer = answer_grant(store, args.grant, kind=kind, step=step, by=by, note=args.note)
     except HomeError as exc:
         raise _usage(str(exc)) from None
     finally:

@@ -108,9 +108,9 @@ def _interrupted(args: argparse.Namespace, exc: Interrupted) -> str:
         )
     if args.command not in ("watch", "submit"):
         return f"pollwarden: interrupted by {exc}"
-    from .watch import Progress  # loaded already: both commands run through cli.watch
+    from .watch import ProgressLine  # loaded already: both commands run through cli.watch
 
-    operation = Progress.watching or args.operation
+    operation = ProgressLine.watching or args.operation
     if operation is None:
         return "interrupted before the operation was created; nothing to resume"
     return f"interrupted; the record is kept. Resume with: {resume_hint(args, operation)}"

@@ -30,7 +30,6 @@ from ..audit import (
 )
 from ..audit.export import head_file_text
 from ..audit.keys import install_signing_key, stage_signing_key, staged_signing_key, write_private_key_file
-from ..audit.witnessing import WITNESS_LOG, Kept, LocationError, read_location, reading_location
 from ..clock import utcnow
 from ..core.durations import format_rfc3339
 from ..events import WitnessCleared, WitnessConfigured
@@ -46,6 +45,7 @@ from ..home.operating import (
 from ..shown import shown
 from ..store.base import StoreError
 from ..store.witness import Witness
+from ..store.witnessing import WITNESS_LOG, Kept, LocationError, read_location, reading_location
 from .common import (
     EXIT_OK,
     UsageError,
@@ -284,7 +284,7 @@ def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfi
     store = _open_store(args.home, keys="write")
     try:
         with delivering(store, "outbox"):
-            store.set_setting(WITNESS_LOG, location, event.KIND, event.to_json(), utcnow())
+            store.set_setting(WITNESS_LOG, location, event, utcnow())
     finally:
         store.close()
 

@@ -11,13 +11,14 @@ from pathlib import Path
 from ..actions.decisions import person_problem
 from ..actions.provider import ActionError, ActionRefused, cancel, fetch_result, submit
 from ..clock import utcnow
-from ..core.admission import new_operation_id, operation_id_problem
+from ..core.admission import Limits, new_operation_id, operation_id_problem
 from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..core.contract.parse import Contract
 from ..core.escalation import DecisionError, OptionKind
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..engine.installed import install_as_caller
+from ..events import ActionEvent
 from ..home.directory import unknown_operation
 from ..home.operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
@@ -142,9 +143,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     operation_id=operation_id,
                     body=body,
                     now=now,
-                    deadline=_duration(args.deadline, "--deadline"),
-                    max_requests=args.max_requests,
-                    useful_for=_duration(args.useful_for, "--useful-for"),
+                    limits=Limits(
+                        deadline=_duration(args.deadline, "--deadline"),
+                        max_requests=args.max_requests,
+                        useful_for=_duration(args.useful_for, "--useful-for"),
+                    ),
                 )
             except ActionRefused as exc:
                 raise UsageError(str(exc)) from None
@@ -180,7 +183,7 @@ def cmd_fetch_result(args: argparse.Namespace) -> int:
             except ActionError as exc:
                 raise UsageError(str(exc)) from None
         result = {**result, "out": str(out)}  # where it ends up, not the temporary file it was written to
-        store.append(args.operation, "action", result, store.db_now())
+        store.append(args.operation, ActionEvent.prepared(result), store.db_now())
     finally:
         store.close()
     if result["url"] is None:
@@ -215,7 +218,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         with _client(contract, store) as client:
             result = cancel(contract, client, record)
         decided = approved[-1].request.decision_id
-        store.append(args.operation, "action", {**result, "decision_id": decided}, store.db_now())
+        store.append(args.operation, ActionEvent.prepared({**result, "decision_id": decided}), store.db_now())
     finally:
         store.close()
     print("cancel sent" if result["ok"] else f"cancel failed: {shown(result)}")

@@ -14,7 +14,8 @@ from ..home.operating import operation_known
 from ..report.story import story_json, story_lines
 from ..report.why import WhyError, explain, pick
 from ..shown import shown
-from ..store.base import INSPECT_UNREADABLE, Store, UnreadableRow
+from ..store.base import INSPECT_UNREADABLE, UnreadableRow
+from ..store.roles import Contracts
 from .common import (
     EXIT_OK,
     UsageError,
@@ -97,7 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _version(store: Store, text: str) -> dict[str, object]:
+def _version(store: Contracts, text: str) -> dict[str, object]:
     """Which contract version the operation carries, and whether it is installed (nothing runs it otherwise)."""
     from ..core.contract.vars import text_digest
 

@@ -107,7 +107,7 @@ def _contract(args: argparse.Namespace, store: Store) -> Contract:
     return contract
 
 
-class Progress:
+class ProgressLine:
     """What a person sees while `watch` waits. On a terminal: one line, redrawn in place every second and after
     every step (the state, checks used of allowed, the next check and who chose its time, the deadline), so a
     long wait never scrolls. Piped, or with `--quiet`: one plain line per decision, for logs. `--json`: none."""
@@ -131,7 +131,7 @@ class Progress:
             self._dirty = False
 
     def __call__(self, result: StepResult) -> None:
-        Progress.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
+        ProgressLine.watching = (result.decision.record if isinstance(result, Polled) else result.record).operation_id
         if self.quiet:
             return
         now = self.clock()
@@ -252,8 +252,8 @@ def _watch(
             f" requests{how}\n"
         )
         out.flush()
-    progress = Progress(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
-    Progress.watching = record.operation_id  # an interrupt from here on names it in the resume hint
+    progress = ProgressLine(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
+    ProgressLine.watching = record.operation_id  # an interrupt from here on names it in the resume hint
     with StatusClient(contract, secret, clock=engine.clock) as client:
         # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
         final = engine.run(

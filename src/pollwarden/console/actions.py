@@ -100,10 +100,7 @@ class FormActions(AuthHandler):
                 # Revoking is `revoke-session`: sessions only, and a still-pending one is refused instead.
                 step = grant_step(answer, store.get_grant(grant_id) if answer == "revoke" else None)
                 kind = "session" if answer == "revoke" else None
-                expect, status, verb = step
-                answered = answer_grant(
-                    store, grant_id, kind=kind, expect=expect, status=status, verb=verb, by=by, note=note
-                )
+                answered = answer_grant(store, grant_id, kind=kind, step=step, by=by, note=note)
         except (HomeError, StoreError, AuditError) as exc:
             self.console.log(
                 f"{self.client_address[0]} approval {shown(grant_id)} {answer} by {by!r} refused: {shown(exc)}"

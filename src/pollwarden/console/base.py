@@ -8,17 +8,41 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from contextlib import suppress
-from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, suppress
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from ..shown import shown
+from ..store.base import Store
 from . import pages
-from .sessions import Session
+from .logins import OneTimeLogins
+from .sessions import Session, Sessions
 
-if TYPE_CHECKING:
-    from .server import ConsoleHTTPServer, ConsoleServer
+
+class Console(Protocol):
+    """What a request's handler sees of the console serving it (`server.ConsoleServer`): named here, so the
+    handlers never import the server that imports them."""
+
+    home: Path
+    logins: OneTimeLogins | None
+    sessions: Sessions
+
+    def log(self, line: str) -> None: ...
+
+    def token_ok(self, candidate: str) -> bool: ...
+
+    def allowed_netlocs(self) -> set[str] | None: ...
+
+    def store(self, keys: str) -> AbstractContextManager[Store]: ...
+
+
+class Serving(ThreadingHTTPServer):
+    """The HTTP server a handler runs under: `server.ConsoleHTTPServer`, which sets `console`."""
+
+    console: Console
+
 
 MAX_BODY = 16 * 1024
 
@@ -38,13 +62,13 @@ class BaseHandler(BaseHTTPRequestHandler):
     server_version = "pollwarden-console"
     sys_version = ""
     timeout = 30
-    server: ConsoleHTTPServer
+    server: Serving
 
     def version_string(self) -> str:
         return self.server_version
 
     @property
-    def console(self) -> ConsoleServer:
+    def console(self) -> Console:
         return self.server.console
 
     # -- logging: the path without its query, so a login URL's token never reaches a log line -----------

@@ -32,7 +32,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -43,6 +42,7 @@ from ..foreground import stop_signals, wait_for
 from ..home.operating import open_store
 from ..shown import shown
 from ..store.base import Store
+from .base import Serving
 from .handler import ConsoleHandler
 from .logins import OneTimeLogins
 from .sessions import Sessions
@@ -172,7 +172,7 @@ class ConsoleServer:
             store.close()
 
 
-class ConsoleHTTPServer(ThreadingHTTPServer):
+class ConsoleHTTPServer(Serving):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], console: ConsoleServer) -> None:

@@ -11,7 +11,8 @@ from ..home.operating import HomeError, open_store, verify_home
 from ..report.followup import follow_ups
 from ..report.ownership import ownership_of
 from ..report.story import story_lines
-from ..store.base import Event, Store, StoreError, UnreadableRecord
+from ..store.base import Event, StoreError, UnreadableRecord
+from ..store.roles import Grants, Operations
 from . import pages
 from .auth import AuthHandler
 from .pages import Chrome
@@ -21,11 +22,11 @@ RECENT_DECISIONS = 10
 RECENT_APPROVALS = 10
 
 
-def _pending_approvals(store: Store) -> int:
+def _pending_approvals(store: Grants) -> int:
     return len(store.grants(status="pending"))
 
 
-def _record_of(store: Store, operation_id: str) -> OperationRecord | None:
+def _record_of(store: Operations, operation_id: str) -> OperationRecord | None:
     stored = store.get(operation_id)
     return None if stored is None else stored.record
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .contract.parse import Contract, Schedule
 from .contract.result import Counts, JSONValue
@@ -240,22 +240,28 @@ def _t(moment: datetime | None) -> str | None:
     return None if moment is None else format_rfc3339(moment)
 
 
+class Overrides(TypedDict, total=False):
+    """What a new record may take from its caller instead of its contract (None: the contract's), and what only
+    the caller knows (the request's fingerprint, a status URL the provider returned)."""
+
+    deadline: timedelta | None
+    max_requests: int | None
+    max_transport_failures: int | None
+    base_delay: timedelta | None
+    max_delay: timedelta | None
+    request_fingerprint: str | None
+    useful_for: timedelta | None
+    status_location: str | None
+
+
 def new_record(
-    contract: Contract,
-    *,
-    operation_id: str,
-    job_id: str,
-    now: datetime,
-    deadline: timedelta | None = None,
-    max_requests: int | None = None,
-    max_transport_failures: int | None = None,
-    base_delay: timedelta | None = None,
-    max_delay: timedelta | None = None,
-    request_fingerprint: str | None = None,
-    useful_for: timedelta | None = None,
-    status_location: str | None = None,
+    contract: Contract, *, operation_id: str, job_id: str, now: datetime, **overrides: Unpack[Overrides]
 ) -> OperationRecord:
     """The record as it is persisted before the first poll (R15); overrides may only come from the caller."""
+    deadline, max_requests = overrides.get("deadline"), overrides.get("max_requests")
+    max_transport_failures = overrides.get("max_transport_failures")
+    base_delay, max_delay = overrides.get("base_delay"), overrides.get("max_delay")
+    useful_for = overrides.get("useful_for")
     if not job_id.strip():
         raise ValueError("a job id is required: an empty one would poll the collection, not a job")
     limits = contract.limits
@@ -283,10 +289,10 @@ def new_record(
         contract_name=contract.name,
         contract_fingerprint=contract.fingerprint(),
         account=contract.account,
-        request_fingerprint=request_fingerprint,
+        request_fingerprint=overrides.get("request_fingerprint"),
         expected_terminal=contract.states.terminal(),
         created_at=now,
         plan=plan,
         next_poll_at=min(now + schedule.first_check, plan.latest_poll),  # admission refuses a later first check
-        status_location=status_location,
+        status_location=overrides.get("status_location"),
     )

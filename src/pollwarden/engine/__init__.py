@@ -1,5 +1,6 @@
 """One engine under every interface: admission and the poll step, written once (see `flow` and `driver`)."""
 
+from ..core.lease import lease_ttl
 from .driver import (
     BATCH,
     AdmissionError,
@@ -10,7 +11,7 @@ from .driver import (
     StatusSender,
     new_decision_id,
 )
-from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+from .flow import Busy, Done, NotYet, Polled, StepResult
 
 __all__ = [
     "BATCH",

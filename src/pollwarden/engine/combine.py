@@ -131,7 +131,7 @@ class Combiner:
         self.store = store
         self._lock = threading.Lock()
         self._forming: dict[timedelta, _Group[_Ticket]] = {}
-        """By request timeout: the steps of one batch share their leases' length (`flow.lease_ttl`)."""
+        """By request timeout: the steps of one batch share their leases' length (`core.lease`)."""
         self._turn = threading.Lock()
         """Held by a batch while it reads, claims and reserves: the next one forms meanwhile."""
         self._admitting: dict[None, _Group[_Admission]] = {}

@@ -33,13 +33,14 @@ from ..core.admission import (
     narrow,
 )
 from ..core.contract.parse import Contract
+from ..core.lease import lease_ttl
 from ..core.observe import Exchange
 from ..core.record import OperationRecord
 from ..errors import EXIT_INTERRUPTED, Interruption, PollwardenError
-from ..events import LimitsNarrowed, ResumeRefused, WatchInterrupted
+from ..events import Created, LimitsNarrowed, ResumeRefused, WatchInterrupted
 from ..store.base import Claimed, JobWatched, Lease, LogEntry, OperationExists, Store, UnreadableRecord
 from . import batch, flow, installed
-from .flow import Busy, Done, NotYet, Polled, StepResult, lease_ttl
+from .flow import Busy, Done, NotYet, Polled, StepResult
 
 if TYPE_CHECKING:
     from .combine import Combiner
@@ -214,8 +215,8 @@ class Engine:
             pairs = list(zip(requests, answers, strict=True))
             try:
                 self.store.create_many(
-                    [(answer.record, request.contract.source_text, answer.event) for request, answer in pairs
-                     if isinstance(answer, Create)]
+                    [(answer.record, request.contract.source_text, Created.prepared(answer.event))
+                     for request, answer in pairs if isinstance(answer, Create)]
                 )  # fmt: skip
             except OperationExists as exc:
                 self._refuse_unreadable(exc, [answer.record for answer in answers if isinstance(answer, Create)])
@@ -305,7 +306,7 @@ class Engine:
         for index, refusal in refusals:
             if refusal.operation_id is not None:
                 event = ResumeRefused(why=refusal.message, extra={"by": requests[index].by})
-                audited.append((refusal.operation_id, event.KIND, event.to_json()))
+                audited.append((refusal.operation_id, event))
         for start in range(0, len(audited), batch):
             self.store.append_many(audited[start : start + batch], now)
 
@@ -319,7 +320,7 @@ class Engine:
         if narrowed is current:
             self.store.release(lease)
             return current
-        event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by}).new_event()
+        event = LimitsNarrowed.from_json({**narrowed.summary(), "by": request.by})
         if not self.store.write(lease, narrowed, [event], now, release=True):
             raise _conflict(f"operation {current.operation_id} was taken over by another process; try again")
         return narrowed
@@ -473,7 +474,7 @@ class Engine:
             stored = self.store.get(operation_id)
             if stored is not None and not stored.record.is_final:
                 event = WatchInterrupted.of(stored.record, by=by, why=why)
-                self.store.append(operation_id, event.KIND, event.to_json(), self.clock())
+                self.store.append(operation_id, event, self.clock())
 
     # -- executing effects --------------------------------------------------------------------------------------
 
@@ -542,7 +543,7 @@ class Engine:
             store.release(effect.lease)
             return None
         if isinstance(effect, flow.Append):
-            store.append(effect.operation_id, effect.kind, effect.data, self.clock())
+            store.append(effect.operation_id, effect.event, self.clock())
             return None
         if isinstance(effect, flow.CanResubmit):
             return store.get_submission(effect.operation_id) is not None

@@ -18,21 +18,16 @@ from ..core.contract.parse import Contract
 from ..core.decide import Decision, Finished, Halt, Poll, Wait, decide, halt, next_step, reserve
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, build_request
+from ..core.lease import lease_ttl
 from ..core.observe import Exchange, Observation, observe
 from ..core.reasons import DelaySource, Phase, StopReason
 from ..core.record import OperationRecord
 from ..errors import PollwardenError
-from ..events import DecisionEvent, LeaseLost, RequestWithheld, Reserved, outcome_events, poll_events
+from ..events import DecisionEvent, LeaseLost, NewEvent, RequestWithheld, Reserved, outcome_events, poll_events
 from ..store.base import FencedWrite, Lease
 
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-def lease_ttl(contract: Contract) -> timedelta:
-    """Long enough for one bounded request (connect to last byte is bounded by `timeout`) and its record,
-    short enough that a crash is not waited out. Every claim and every reservation uses this, whoever drives."""
-    return contract.timeout * 2 + timedelta(seconds=5)
 
 
 # -- effects: what the flow asks its driver to do, and what each one answers ----------------------------------
@@ -66,8 +61,7 @@ class Append(Effect[None]):
     """An event that changes no record (a lost lease)."""
 
     operation_id: str
-    kind: str
-    data: dict[str, Any]
+    event: NewEvent
 
 
 @dataclass(frozen=True)
@@ -214,9 +208,7 @@ def refuse_claimed(lease: Lease, record: OperationRecord, now: datetime, detail:
     trail = [DecisionEvent.of(record, None, decision, now), *outcome_events(decision.record)]
     decision_id = yield from ask(NewDecisionId())
     request = build_request(decision.record, None, now, decision_id=decision_id)
-    written = yield from ask(
-        Write(lease, decision.record, [event.new_event() for event in trail], release=True, decision=request)
-    )
+    written = yield from ask(Write(lease, decision.record, list(trail), release=True, decision=request))
     if not written:
         return (yield from _lost(lease, record, now))
     return Done(decision.record)
@@ -233,7 +225,7 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
             Write(
                 lease,
                 reserved,
-                [(Reserved.KIND, Reserved.payload(reserved, lease.token))],
+                [Reserved.prepared(Reserved.payload(reserved, lease.token))],
                 release=False,
                 hold_until=hold_until,
             )
@@ -261,7 +253,7 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
             # One owner per operation wins over one request's cost.
             why = f"the reservation took until {format_rfc3339(sending)}; the lease would not cover the request"
             withheld = RequestWithheld(request_no=reserved.status_requests_used, why=why)
-            if not (yield from ask(Write(lease, reserved, [withheld.new_event()], release=True))):
+            if not (yield from ask(Write(lease, reserved, [withheld], release=True))):
                 return (yield from _lost(lease, record, sending))
             return Busy(reserved, sending)
         try:
@@ -307,7 +299,7 @@ def _record(
         events = poll_events(before, observation, decision, now, u, sent_at=exchange.sent_at)
     else:  # a stop without an answer to show: the decision and its outcome
         trail = [DecisionEvent.of(before, None, decision, now), *outcome_events(decision.record)]
-        events = [event.new_event() for event in trail]
+        events = list(trail)
     request = yield from _escalation(contract, decision.record, now)
     try:
         written = yield from ask(Write(lease, decision.record, events, release=True, decision=request))
@@ -342,7 +334,7 @@ def _escalation(contract: Contract, record: OperationRecord, now: datetime) -> F
 def _lost(lease: Lease, record: OperationRecord, now: datetime) -> Flow[StepResult]:
     """A fenced write changed nothing: a newer owner exists. Its facts win; ours are discarded."""
     lost = LeaseLost(owner=lease.owner, token=lease.token)
-    yield from ask(Append(lease.operation_id, lost.KIND, lost.to_json()))
+    yield from ask(Append(lease.operation_id, lost))
     return Busy(record, _look_again(record, now, timedelta(milliseconds=200)))
 
 

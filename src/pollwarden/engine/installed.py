@@ -23,6 +23,7 @@ from ..core.contract.vars import text_digest
 from ..errors import PollwardenError
 from ..events import ContractInstalled
 from ..store.base import InstalledContract, Store, StoreError
+from ..store.roles import Contracts
 
 INSTALL_COMMAND = "pollwarden contracts install"
 
@@ -44,7 +45,7 @@ def short(digest: str) -> str:
 
 
 def install(
-    store: Store, contract: Contract, *, by: str, via: str, source: str, now: datetime
+    store: Contracts, contract: Contract, *, by: str, via: str, source: str, now: datetime
 ) -> tuple[InstalledContract, bool]:
     """Install `contract`'s stored text (once: a version installed already is left as it was, first installer
     kept); audited in `@contract/<digest>` with who, how and what it does with a credential. Looked up first, so
@@ -61,7 +62,7 @@ def install(
         origin=contract.origin,
         account=contract.account,
     )
-    return store.install_contract(contract.name, contract.source_text, by=by, at=now, event=event.to_json())
+    return store.install_contract(contract.name, contract.source_text, by=by, at=now, event=event)
 
 
 def install_as_caller(store: Store, contract: Contract, *, via: str, source: str, now: datetime) -> None:
@@ -96,7 +97,7 @@ def refusal(store: Store, contract: Contract) -> Refuse | None:
     return None if why is None else Refuse(Refusal.NOT_INSTALLED, (Problem(None, why),))
 
 
-def runnable(store: Store, text: str, *, operation_id: str) -> Contract:
+def runnable(store: Contracts, text: str, *, operation_id: str) -> Contract:
     """The contract stored with an operation, parsed only once that exact text is installed: NotInstalled (before
     parsing, so nothing of it is read or run) or ContractError (an installed text this version cannot read)."""
     digest = text_digest(text)
@@ -111,7 +112,7 @@ def runnable(store: Store, text: str, *, operation_id: str) -> Contract:
     return parse_contract(text, source=f"the contract stored with {operation_id}")
 
 
-def _why(store: Store, name: str, digest: str, because: str) -> str:
+def _why(store: Contracts, name: str, digest: str, because: str) -> str:
     where = store.path
     others = store.installed_contracts(name)
     if others:

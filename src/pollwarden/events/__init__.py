@@ -4,8 +4,9 @@ Here rather than in `audit/`: an event describes an operation (its record, obser
 sealing, and `audit/` loads the crypto. This module needs only `core`, so the engine, the story and the
 tests build and read events without a store.
 
-Producers build an event and hand the store `event.new_event()`, the `(kind, payload)` tuple it has always
-taken. Readers call `parse(kind, data)`: `from_json` is tolerant, because records written by older versions
+Producers build an event and hand it to the store (`NewEvent`: the event, or `Kind.prepared(payload)` where
+the producer built the stored shape itself); the store takes its kind from the class, so no producer spells
+one. Readers call `parse(kind, data)`: `from_json` is tolerant, because records written by older versions
 must still render. A field that is missing or of the wrong type becomes None (or the type's empty value),
 and keys no field names are kept in `extra`, so `to_json` gives back what was read.
 
@@ -16,7 +17,7 @@ and re-exports every public name from where it has always been importable.
 
 from __future__ import annotations
 
-from .base import EVENT_TYPES, AuditEvent, Payload, event, parse
+from .base import EVENT_TYPES, AuditEvent, NewEvent, Payload, Prepared, event, parse
 from .contracts import ContractInstalled, ContractRefused
 from .keeping import SigningKeyRotated, WitnessCleared, WitnessConfigured
 from .operation import (
@@ -120,12 +121,14 @@ __all__ = [
     "LeaseLost",
     "LeaseTakenOver",
     "LimitsNarrowed",
+    "NewEvent",
     "Notified",
     "NotifyFailed",
     "Observed",
     "Paced",
     "Payload",
     "PersonCommand",
+    "Prepared",
     "RecordUnreadable",
     "Refused",
     "RequestWithheld",

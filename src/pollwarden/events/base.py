@@ -8,7 +8,10 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, dataclass_transform
+
+if TYPE_CHECKING:
+    from .words import Scene
 
 Payload = dict[str, Any]
 """A JSON object as the audit log stores it: its values are whatever a provider or a person sent."""
@@ -27,6 +30,11 @@ class AuditEvent:
             out[name] = _plain(getattr(self, name))
         return out
 
+    def line(self, scene: Scene) -> str | None:
+        """This event's line of the story (`pollwarden story`), in an operator's words; None when another line
+        tells it (a decision's line tells the observation before it). Every kind says, in its own class."""
+        raise NotImplementedError(f"{type(self).__name__} tells no line of the story")
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
         coercers = _coercers(cls)
@@ -34,8 +42,34 @@ class AuditEvent:
         return cls(**values, extra={k: v for k, v in data.items() if k not in coercers})
 
     def new_event(self) -> tuple[str, Payload]:
-        """What the store's write/append takes (`NewEvent`)."""
+        """The kind and payload the store seals: only the store calls this, producers hand it the event."""
         return self.KIND, self.to_json()
+
+    @classmethod
+    def prepared(cls, payload: Payload) -> Prepared:
+        """This kind with a payload its producer built in the stored shape (what `from_json` would read back):
+        the poll path writes its events so, since typing values the core just typed, then copying them back
+        out, was a third of building a poll's trail."""
+        return Prepared(cls, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An event of the kind `of`, its payload already in the stored shape (`AuditEvent.prepared`)."""
+
+    of: type[AuditEvent]
+    payload: Payload
+
+    @property
+    def KIND(self) -> str:
+        return self.of.KIND
+
+    def new_event(self) -> tuple[str, Payload]:
+        return self.of.KIND, self.payload
+
+
+NewEvent = AuditEvent | Prepared
+"""What the store writes: an event object, whose class names its kind (no producer spells a kind)."""
 
 
 def _plain(value: object) -> object:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from .base import AuditEvent, event
+from .words import (
+    Scene,
+    said,
+)
 
 
 @event
@@ -24,6 +28,13 @@ class ContractInstalled(AuditEvent):
     account: str | None = None
     """The credential context in words: which variable or command, sent how (`Contract.account`)."""
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} {said(self.by)} installed contract {said(self.name)} version {said(self.digest)[:12]}"
+            f" ({said(self.via)}, from"
+            f" {said(self.source)}): its requests and credential ({said(self.account)}) go to {said(self.origin)}"
+        )
+
 
 @event
 class ContractRefused(AuditEvent):
@@ -34,3 +45,10 @@ class ContractRefused(AuditEvent):
     digest: str | None = None
     by: str | None = None
     """What refused it: "decide", "fetch-result", "cancel", "console", ..."""
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} {said(self.by)} refused to run this operation: its contract"
+            f" (version {said(self.digest)[:12]}) is not"
+            " installed; nothing of it was used"
+        )

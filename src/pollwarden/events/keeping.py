@@ -4,6 +4,10 @@ appended in the transaction that makes the change, so a verifier sees it under a
 from __future__ import annotations
 
 from .base import AuditEvent, event
+from .words import (
+    Scene,
+    said,
+)
 
 
 @event
@@ -16,6 +20,12 @@ class SigningKeyRotated(AuditEvent):
     old_key_id: str | None = None
     new_key_id: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} signing key rotated by {said(self.by)}: {said(self.old_key_id)} signs this head last,"
+            f" {said(self.new_key_id)} next"
+        )
+
 
 @event
 class WitnessConfigured(AuditEvent):
@@ -25,6 +35,9 @@ class WitnessConfigured(AuditEvent):
     location: str | None = None
     by: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} witness set by {said(self.by)}: new heads are kept in {said(self.location)}"
+
 
 @event
 class WitnessCleared(AuditEvent):
@@ -32,3 +45,6 @@ class WitnessCleared(AuditEvent):
 
     KIND = "witness_cleared"
     by: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} witness cleared by {said(self.by)}: new heads are kept in the home only"

@@ -9,14 +9,24 @@ from typing import Any
 
 from ..core.admission import created_event
 from ..core.codec import record_to_json
-from ..core.contract.result import JSONValue
+from ..core.contract.result import JSONValue, counts_text, result_text
 from ..core.decide import Decision
 from ..core.durations import format_rfc3339
 from ..core.observe import Observation
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.schedule import Rejection
-from .base import AuditEvent, Payload, event
+from .base import AuditEvent, NewEvent, Payload, event
+from .words import (
+    JOB_ENDED_REASONS,
+    SOURCE_WORDS,
+    Scene,
+    clock_text,
+    counts_of,
+    observed_words,
+    reason_words,
+    said,
+)
 
 # -- an operation is created, polled and stopped --------------------------------------------------------
 
@@ -35,6 +45,13 @@ class Created(AuditEvent):
     def of(cls, record: OperationRecord, created_by: str) -> Created:
         """The one shape of `created`, whichever interface made the operation (admission builds it)."""
         return cls.from_json(created_event(record, created_by))
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} watching job {said(self.job)} ({said(self.contract)}),"
+            f" deadline {clock_text(self.deadline_at)},"
+            f" budget {said(self.max_status_requests)} requests, {said(self.max_transport_failures)} transport failures"
+        )
 
 
 @event
@@ -61,6 +78,10 @@ class Reserved(AuditEvent):
             "lease_token": lease_token,
         }
 
+    def line(self, scene: Scene) -> None:
+        """The decision line already tells this; `story --json` has it."""
+        return None
+
 
 @event
 class Observed(AuditEvent):
@@ -81,6 +102,10 @@ class Observed(AuditEvent):
     def payload(seen: Payload, sent_at: datetime) -> Payload:
         """`seen` is the observation's JSON (`Observation.to_json`), built once for this and the decision."""
         return {"sent_at": format_rfc3339(sent_at), **seen}
+
+    def line(self, scene: Scene) -> None:
+        """The decision line already tells this; `story --json` has it."""
+        return None
 
 
 @event
@@ -137,6 +162,20 @@ class DecisionEvent(AuditEvent):
             "inputs": inputs,
         }
 
+    def line(self, scene: Scene) -> str:
+        head = observed_words(scene.observed) if scene.observed is not None else None
+        if self.action == "wait":
+            source = SOURCE_WORDS.get(str(self.delay_source), said(self.delay_source))
+            return f"{scene.at} {said(head)}, next poll {clock_text(self.next_poll_at)} from {source}"
+        if self.action == "succeed":
+            return f"{scene.at} {said(head)}, result validated, succeeded"
+        prefix = f"{scene.at} {head}, " if head else f"{scene.at} "
+        if self.reason in JOB_ENDED_REASONS:
+            return f"{prefix}{reason_words(self.reason)}, stopped"
+        if head is None and self.rule not in (None, self.reason):  # a stop of its own rule, with no answer to tell it
+            return f"{prefix}{reason_words(self.reason)} ({said(self.rule)}), escalated: {said(self.detail)}"
+        return f"{prefix}{reason_words(self.reason)}, escalated"
+
 
 @event
 class GuidanceRejected(AuditEvent):
@@ -149,6 +188,10 @@ class GuidanceRejected(AuditEvent):
     def of(cls, rejection: Rejection) -> GuidanceRejected:
         return cls(source=rejection.source, value=rejection.value, why=rejection.why)
 
+    def line(self, scene: Scene) -> str:
+        value = "?" if self.value is None else repr(self.value)
+        return f"{scene.at}   rejected {said(self.source)} {value}: {said(self.why)}"
+
 
 @event
 class SucceededEvent(AuditEvent):
@@ -157,6 +200,11 @@ class SucceededEvent(AuditEvent):
     state: str | None = None
     counts: Mapping[str, Any] | None = None
     """What part of the job the result covers, as the provider counted it (`[fields].counts`), when it did."""
+
+    def line(self, scene: Scene) -> str | None:
+        """The decision line tells the success; the provider's counts, when it gave them, say what the result covers."""
+        told = counts_text(counts_of(self.counts))
+        return None if told is None else f"{scene.at}   the result covers: {told}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,10 +218,24 @@ class StopEvent(AuditEvent):
 class JobEnded(StopEvent):
     KIND = "job_ended"
 
+    def line(self, scene: Scene) -> str | None:
+        """The decision line tells the ending; a partial result kept with it (what finished first) is told here."""
+        summary = self.summary or {}
+        result = summary.get("result")
+        if result is None:
+            return None
+        told = counts_text(counts_of(summary.get("counts")))
+        covers = f" ({told})" if told else ""
+        return f"{scene.at}   kept the finished part as a partial result: {said(result_text(result))[:300]}{covers}"
+
 
 @event
 class Escalated(StopEvent):
     KIND = "escalated"
+
+    def line(self, scene: Scene) -> None:
+        """The decision line already tells this; `story --json` has it."""
+        return None
 
 
 def outcome_events(record: OperationRecord) -> list[AuditEvent]:
@@ -189,16 +251,16 @@ def outcome_events(record: OperationRecord) -> list[AuditEvent]:
 
 def poll_events(
     before: OperationRecord, observation: Observation, decision: Decision, now: datetime, u: float, *, sent_at: datetime
-) -> list[tuple[str, Payload]]:
-    """What one poll leaves in the trail, as the store takes it: the observation, the decision with its inputs,
-    and the outcome. The payloads are built directly: these are the shapes `Observed.of`, `DecisionEvent.of`
-    parse, and a poll writes them without a typed event in between."""
+) -> list[NewEvent]:
+    """What one poll leaves in the trail: the observation, the decision with its inputs, and the outcome. The
+    first two are prepared in their stored shapes (`Observed.of`, `DecisionEvent.of` parse the same), not
+    typed field by field, since a poll writes them and nothing reads them back on the way."""
     seen = observation.to_json()
     return [
-        (Observed.KIND, Observed.payload(seen, sent_at)),
-        (DecisionEvent.KIND, DecisionEvent.payload(before, seen, decision, now, u)),
-        *(GuidanceRejected.of(r).new_event() for r in decision.rejections),
-        *(outcome.new_event() for outcome in outcome_events(decision.record)),
+        Observed.prepared(Observed.payload(seen, sent_at)),
+        DecisionEvent.prepared(DecisionEvent.payload(before, seen, decision, now, u)),
+        *(GuidanceRejected.of(r) for r in decision.rejections),
+        *outcome_events(decision.record),
     ]
 
 
@@ -210,12 +272,21 @@ class RecordUnreadable(AuditEvent):
     KIND = "record_unreadable"
     why: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} its record could not be read ({said(self.why)}): set aside, no claim takes it until it is"
+            f" repaired"
+        )
+
 
 @event
 class LeaseLost(AuditEvent):
     KIND = "lease_lost"
     owner: str | None = None
     token: int | None = None
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} lost the lease (token {said(self.token)}); the response was discarded"
 
 
 @event
@@ -227,6 +298,9 @@ class RequestWithheld(AuditEvent):
     request_no: int | None = None
     why: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} did not send request {said(self.request_no)} (counted): {said(self.why)}"
+
 
 @event
 class LeaseTakenOver(AuditEvent):
@@ -235,11 +309,17 @@ class LeaseTakenOver(AuditEvent):
     owner: str | None = None
     token: int | None = None
 
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} took over the operation from {said(self.previous_owner)} (lease {said(self.token)})"
+
 
 @event
 class ResumeRefused(AuditEvent):
     KIND = "resume_refused"
     why: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} refused a resume: {said(self.why)}"
 
 
 @event
@@ -253,6 +333,12 @@ class LimitsNarrowed(AuditEvent):
     @classmethod
     def of(cls, narrowed: OperationRecord) -> LimitsNarrowed:
         return cls.from_json(narrowed.summary())
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} limits narrowed: deadline {clock_text(self.deadline_at)}, budget"
+            f" {said(self.max_status_requests)}"
+        )
 
 
 @event
@@ -283,12 +369,28 @@ class WatchInterrupted(AuditEvent):
             max_status_requests=record.plan.max_status_requests,
         )
 
+    def line(self, scene: Scene) -> str:
+        line = f"{scene.at} watch interrupted by {said(self.by)} ({said(self.why)})"
+        if not self.resumable:
+            return line
+        return (
+            f"{line}; resume operation {said(self.operation or scene.operation)}:"
+            f" deadline {clock_text(self.deadline_at)},"
+            f" {said(self.status_requests_used)}/{said(self.max_status_requests)} requests used, kept"
+        )
+
 
 @event
 class Paced(AuditEvent):
     KIND = "paced"
     provider: str | None = None
     until: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} paced by the fleet's cap for {said(self.provider)}: next poll not before"
+            f" {clock_text(self.until)}"
+        )
 
 
 # -- submissions ----------------------------------------------------------------------------------------
@@ -305,6 +407,9 @@ class SubmissionIntent(AuditEvent):
     idempotent: bool = False
     created_by: str | None = None
     """Who submits, as a `created` event names its creator ("cli", "agent session ...")."""
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} recorded a submission {said(self.fingerprint)[:19]}… before sending it"
 
 
 @event
@@ -329,6 +434,13 @@ class Submitted(AuditEvent):
             }
         )
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} submitted job {said(self.job)} ({said(self.contract)}),"
+            f" deadline {clock_text(self.deadline_at)},"
+            f" budget {said(self.max_status_requests)}"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class SubmissionMarked(AuditEvent):
@@ -342,6 +454,10 @@ class SubmissionMarked(AuditEvent):
     def state(self) -> str:
         """What `Store.mark_submission(operation_id, state, payload, at)` takes; it logs `submission_<state>`."""
         return self.KIND.removeprefix("submission_")
+
+    def line(self, scene: Scene) -> str:
+        why = self.detail or (f"HTTP {self.http_status}" if self.http_status is not None else None)
+        return f"{scene.at} submission {self.state.replace('_', ' ')}" + (f": {why}" if why else "")
 
 
 @event

@@ -10,6 +10,11 @@ from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, Option
 from ..core.record import OperationRecord
 from .base import AuditEvent, event
+from .words import (
+    Scene,
+    clock_text,
+    said,
+)
 
 # -- a person decides -------------------------------------------------------------------------------------
 
@@ -24,6 +29,11 @@ class DecisionRequested(AuditEvent):
     topic: str | None = None
     """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
     options: tuple[Mapping[str, Any], ...] = ()
+
+    def line(self, scene: Scene) -> str:
+        labels = ", ".join(said(o.get("label")) for o in self.options)
+        about = "an agent's cancel request" if self.topic == "cancel_request" else said(self.reason)
+        return f"{scene.at} asked for a decision {said(self.decision_id)} ({about}): {labels}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,10 +52,16 @@ class AnswerEvent(AuditEvent):
 class Refused(AnswerEvent):
     KIND = "refused"
 
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} {said(self.by)} refused {said(self.decision_id)}; the operation stays stopped"
+
 
 @event
 class DecisionExpired(AnswerEvent):
     KIND = "decision_expired"
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} decision {said(self.decision_id)} expired: the operation had moved on"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +80,20 @@ class ChosenEvent(AnswerEvent):
 class Decided(ChosenEvent):
     KIND = "decided"
 
+    def line(self, scene: Scene) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return (
+            f"{scene.at} {said(self.by)} chose [{said(self.option)}] {said(self.label)} on"
+            f" {said(self.decision_id)}{note}"
+        )
+
 
 @event
 class Inspected(ChosenEvent):
     KIND = "inspected"
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} {said(self.by)} opened the provider console for {said(self.decision_id)}"
 
 
 @event
@@ -97,6 +123,15 @@ class Extended(ChosenEvent):
             }
         )
 
+    def line(self, scene: Scene) -> str:
+        limits = f"deadline {clock_text(self.deadline_at)}, budget {said(self.max_status_requests)} requests"
+        if self.delay_source == "credential_recheck":
+            return (
+                f"{scene.at} one check with the credential configured now is due {clock_text(self.next_poll_at)}:"
+                f" {limits}"
+            )
+        return f"{scene.at} extended: {limits}, next poll {clock_text(self.next_poll_at)} from manual extension"
+
 
 @dataclass(frozen=True, kw_only=True)
 class DeliveryEvent(AuditEvent):
@@ -105,6 +140,16 @@ class DeliveryEvent(AuditEvent):
     attempts: int | None = None
     status: int | None = None
     error: str | None = None
+
+    @staticmethod
+    def of(decision_id: str, *, ok: bool, attempts: int, status: int | None, error: str | None) -> DeliveryEvent:
+        """What a webhook's delivery leaves in the operation's log: `notified`, or `notify_failed` with the error."""
+        kind = Notified if ok else NotifyFailed
+        return kind(decision_id=decision_id, ok=ok, attempts=attempts, status=status, error=error)
+
+    def line(self, scene: Scene) -> str:
+        state = "sent" if self.ok else f"FAILED ({said(self.error)})"
+        return f"{scene.at} webhook for {said(self.decision_id)} {state} after {said(self.attempts)} attempt(s)"
 
 
 @event
@@ -127,3 +172,7 @@ class ActionEvent(AuditEvent):
     by: str | None = None
     detail: str | None = None
     decision_id: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        state = "done" if self.ok else "FAILED"
+        return f"{scene.at} action {said(self.action)} {state}" + (f" by {self.by}" if self.by else "")

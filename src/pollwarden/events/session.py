@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import AuditEvent, event
+from .words import (
+    Scene,
+    principal,
+    said,
+)
 
 # -- an agent session's own log (@agent/<id>) -------------------------------------------------------------
 
@@ -21,6 +26,19 @@ class SessionStarted(AuditEvent):
     agent: Mapping[str, Any] | None = None
     """The agent's uid, user name and pid as the kernel told the broker; None in same-user mode."""
 
+    def line(self, scene: Scene) -> str:
+        who = (
+            f", agent {principal(self.agent)}"
+            if self.agent
+            else f", isolation {said(self.isolation)}"
+            if self.isolation
+            else ""
+        )
+        return (
+            f"{scene.at} agent session {said(self.session)} started ({said(self.server)}), client"
+            f" {said(self.client)}{who}"
+        )
+
 
 @event
 class WatchStarted(AuditEvent):
@@ -29,12 +47,24 @@ class WatchStarted(AuditEvent):
     job: str | None = None
     contract: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} the agent started operation {said(self.operation)} on job {said(self.job)}"
+            f" ({said(self.contract)})"
+        )
+
 
 @event
 class WatchRejoined(WatchStarted):
     """The agent asked to watch a job that already had an operation: it got that one back, never a fresh budget."""
 
     KIND = "watch_rejoined"
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} the agent asked again for job {said(self.job)} and got operation {said(self.operation)} back,"
+            f" budget kept"
+        )
 
 
 @event
@@ -48,6 +78,14 @@ class CallIntent(AuditEvent):
     max_status_requests: int | None = None
     agent: Mapping[str, Any] | None = None
 
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} call {said(self.call)}: {said(self.purpose)} for {said(self.operation)}"
+            f" (approval {said(self.approval)},"
+            f" requests {said(self.status_requests_used)}/{said(self.max_status_requests)})"
+            + (f" by agent {principal(self.agent)}" if self.agent else "")
+        )
+
 
 @event
 class CallResult(AuditEvent):
@@ -55,6 +93,9 @@ class CallResult(AuditEvent):
     call: int | None = None
     operation: str | None = None
     outcome: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} call {said(self.call)}: {self.outcome or 'done'}"
 
 
 @event
@@ -64,6 +105,9 @@ class CallDenied(AuditEvent):
     why: str | None = None
     grant_id: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} call for {said(self.operation)} denied: {said(self.why)}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class GrantRequested(AuditEvent):
@@ -72,6 +116,14 @@ class GrantRequested(AuditEvent):
     grant_id: str | None = None
     kind: str | None = None
     scope: str | None = None
+
+    @staticmethod
+    def of_kind(kind: str) -> type[GrantRequested]:
+        """The kind of event that asks for a grant of this kind ("session" or "call": the code makes no other)."""
+        return _REQUESTED[kind]
+
+    def line(self, scene: Scene) -> str:
+        return f"{scene.at} {self.KIND.split('_')[0]} approval {said(self.grant_id)} requested for {said(self.scope)}"
 
 
 @event
@@ -89,6 +141,19 @@ class GrantAnswered(AuditEvent):
     grant_id: str | None = None
     by: str | None = None
     note: str | None = None
+
+    @staticmethod
+    def of_status(status: str) -> type[GrantAnswered]:
+        """The kind of event that moves a grant to this status ("approved", "refused", "revoked", "expired")."""
+        return _ANSWERED[status]
+
+    def line(self, scene: Scene) -> str:
+        if isinstance(self, ApprovalRefused) and self.peer:  # the broker refused a command, no grant was answered
+            return (
+                f"{scene.at} {said(self.command)} {said(self.subject)} refused to {principal(self.peer)}:"
+                f" {said(self.why)}; nothing changed"
+            )
+        return f"{scene.at} approval {said(self.grant_id)} {self.KIND.removeprefix('approval_')} by {said(self.by)}"
 
 
 @event
@@ -118,6 +183,15 @@ class ApprovalExpired(GrantAnswered):
     KIND = "approval_expired"
 
 
+_REQUESTED: dict[str, type[GrantRequested]] = {"session": SessionApprovalRequested, "call": CallApprovalRequested}
+_ANSWERED: dict[str, type[GrantAnswered]] = {
+    "approved": ApprovalApproved,
+    "refused": ApprovalRefused,
+    "revoked": ApprovalRevoked,
+    "expired": ApprovalExpired,
+}
+
+
 @event
 class ExtensionRequested(AuditEvent):
     """An agent asked a person for more; in the operation's log the operation is the log itself."""
@@ -126,6 +200,12 @@ class ExtensionRequested(AuditEvent):
     operation: str | None = None
     reason: str | None = None
 
+    def line(self, scene: Scene) -> str:
+        # In the operation's own log the payload names no operation: the log is the operation.
+        operation = self.operation or scene.operation or "an operation"
+        line = f"{scene.at} the agent asked for more time for {operation}"
+        return f"{line}: {self.reason}" if self.reason else line
+
 
 @event
 class TaskCancelled(AuditEvent):
@@ -133,6 +213,12 @@ class TaskCancelled(AuditEvent):
 
     KIND = "task_cancelled"
     operation: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        return (
+            f"{scene.at} the agent cancelled its task on {said(self.operation)}: the server stopped waiting, the job"
+            f" goes on"
+        )
 
 
 @event
@@ -145,6 +231,13 @@ class CancelRequested(AuditEvent):
     reason: str | None = None
     requested_by: str | None = None
     added: bool | None = None
+
+    def line(self, scene: Scene) -> str:
+        operation = self.operation or scene.operation or "an operation"
+        line = (
+            f"{scene.at} the agent asked a person to cancel the job of {operation} (decision {said(self.decision_id)})"
+        )
+        return f"{line}: {self.reason}" if self.reason else line
 
 
 # -- the broker's own log (@broker): who connected, and what it refused them -------------------------------
@@ -159,6 +252,10 @@ class BrokerStarted(AuditEvent):
     approvers: str | None = None
     contracts: tuple[Mapping[str, Any], ...] = ()
 
+    def line(self, scene: Scene) -> str:
+        who = f"agents {said(self.agents)}, approvers {said(self.approvers)}"
+        return f"{scene.at} broker started as {said(self.user)} (pid {said(self.pid)}): {who}"
+
 
 @event
 class ConnectionRefused(AuditEvent):
@@ -168,6 +265,10 @@ class ConnectionRefused(AuditEvent):
     peer: Mapping[str, Any] | None = None
     mode: str | None = None
     why: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        who = principal(self.peer) if self.peer else "?"
+        return f"{scene.at} {said(self.mode)} connection of {who} refused: {said(self.why)}"
 
 
 @event
@@ -179,3 +280,10 @@ class PersonCommand(AuditEvent):
     command: str | None = None
     subject: str | None = None
     exit: int | None = None
+
+    def line(self, scene: Scene) -> str:
+        who = principal(self.peer) if self.peer else "?"
+        return (
+            f"{scene.at} {who} ran {said(self.command)} {said(self.subject)} through the broker (exit"
+            f" {said(self.exit)})"
+        )

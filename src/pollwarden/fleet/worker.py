@@ -48,7 +48,7 @@ PACING_HORIZON = timedelta(seconds=1)
 
 CLAIM_TTL = timedelta(seconds=10)
 """How long a batch claim holds an operation before its reservation: the reservation then extends the lease to
-the operation's own contract bound (`engine.lease_ttl`), so a slow contract is never taken over mid-request."""
+the operation's own contract bound (`core.lease`), so a slow contract is never taken over mid-request."""
 
 
 def batch_clock(start: datetime) -> Callable[[], datetime]:
@@ -527,7 +527,7 @@ class Worker:
             return store.db_now()
         later = defer(record, slot)
         event = Paced(provider=provider, until=format_rfc3339(slot))
-        store.write(lease, later, [event.new_event()], now, release=True)
+        store.write(lease, later, [event], now, release=True)
         self.log("paced", operation=record.operation_id, provider=provider, until=format_rfc3339(slot))
         return None
 

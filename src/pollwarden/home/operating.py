@@ -15,7 +15,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..audit.crypto import AuditError
 from ..clock import CarriedClock, utcnow
@@ -28,6 +28,7 @@ from ..shown import shown
 from ..store.base import Grant, Store, StoreError, UnreadableRecord, agent_log_id
 from ..store.open import is_postgres_url, redact_url
 from ..store.open import open_store as open_target
+from ..store.roles import Grants, Operations
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from .directory import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
 
     from ..actions.decisions import Outcome
     from ..audit import Checkpoint, HeadFile, StoredHeads, VerifyReport
-    from ..audit.witnessing import Kept
     from ..store.witness import Witness
+    from ..store.witnessing import Kept
 
 # The audit keys, heads, witness and verifier, and `decisions`, are imported by the functions that use them: most
 # commands, the console and a watch's first run import this module, and most of them never decide or verify, nor
@@ -104,7 +105,7 @@ def witness_setting(home: Path) -> tuple[str, str] | None:
     return text, str(path)
 
 
-def operation_known(store: Store, operation_id: str) -> bool:
+def operation_known(store: Operations, operation_id: str) -> bool:
     """Whether the store holds the operation, readable or not: its log is there to tell (`story`, `why`, an
     export of it) even when its row cannot be decoded."""
     try:
@@ -142,7 +143,7 @@ def contract_of(store: Store, operation_id: str, *, by: str | None) -> tuple[Con
         if by is not None:
             refused = ContractRefused(digest=exc.digest, by=by)
             with suppress(StoreError):  # a read-only home still refuses; the refusal itself is what matters
-                store.append(operation_id, refused.KIND, refused.to_json(), store.db_now())
+                store.append(operation_id, refused, store.db_now())
         raise
     except ContractError as exc:
         raise HomeError(str(exc)) from None
@@ -248,21 +249,29 @@ def describe_grant(grant: Grant) -> str:
     return what
 
 
-def grant_step(answer: str, grant: Grant | None) -> tuple[str, str, str]:
-    """(expect, status, verb) of a person's answer: "approve", "refuse" or "revoke".
+class GrantStep(NamedTuple):
+    """What a person's answer does to an approval request: from `expect` to `status`, said with `verb`."""
+
+    expect: str
+    status: str
+    verb: str
+
+
+def grant_step(answer: str, grant: Grant | None) -> GrantStep:
+    """The step of a person's answer: "approve", "refuse" or "revoke".
 
     Approving and refusing answer a pending request. Revoking takes back an approved session; revoking one
     that was never approved is a refusal (`grant` is the request as last read), so the session gets no approval.
     """
     if answer == "approve":
-        return "pending", "approved", "approved"
+        return GrantStep("pending", "approved", "approved")
     if answer == "refuse":
-        return "pending", "refused", "refused"
+        return GrantStep("pending", "refused", "refused")
     if answer != "revoke":
         raise ValueError(f"unknown answer {answer!r}; one of {', '.join(GRANT_ANSWERS)}")
     if grant is not None and grant.kind == "session" and grant.status == "pending":
-        return "pending", "refused", "refused"
-    return "approved", "revoked", "revoked"
+        return GrantStep("pending", "refused", "refused")
+    return GrantStep("approved", "revoked", "revoked")
 
 
 @dataclass(frozen=True)
@@ -275,22 +284,22 @@ class GrantAnswer:
 
 
 def answer_grant(
-    store: Store,
+    store: Grants,
     grant_id: str,
     *,
     kind: str | None,
-    expect: str,
-    status: str,
-    verb: str,
+    step: GrantStep,
     by: str,
     note: str | None,
     now: datetime | None = None,
 ) -> GrantAnswer:
-    """Move an approval request from `expect` to `status` once, audited in its agent session's log with `by`.
+    """Move an approval request from `step.expect` to `step.status` once, audited in its agent session's log with
+    `by`.
 
     `kind` None accepts either kind. Raises HomeError, saying why nothing changed: no such request, the other
     kind, not in `expect` (already answered, revoked or expired), or answered by someone else a moment ago.
     """
+    expect, status, verb = step
     grant = store.get_grant(grant_id)
     if grant is None:
         raise HomeError(f"no approval request {grant_id!r}; `pollwarden approvals` lists the pending ones")
@@ -337,7 +346,7 @@ def kept_elsewhere(
     one the log says was configured, `recorded`: (location, when)). A location that cannot be read is a finding
     of the report, never silence; a malformed head file given by hand is a HomeError (exit 2)."""
     from ..audit import Checkpoint, HeadFile
-    from ..audit.witnessing import Kept, read_location
+    from ..store.witnessing import Kept, read_location
 
     kept = Kept()
     found, name = trusted_checkpoint(explicit or trusted_checkpoint_path(home))
@@ -353,8 +362,8 @@ def kept_elsewhere(
 
 def _witness_locations(home: Path, witness: str | None, recorded: tuple[str, str] | None, kept: Kept) -> list[str]:
     """Where to read heads kept elsewhere, and what the home's setting and the log's disagree on."""
-    from ..audit.witnessing import LocationError, reading_location
     from ..store.witness import WITNESS_ENV
+    from ..store.witnessing import LocationError, reading_location
 
     try:
         if witness is not None:
@@ -422,7 +431,7 @@ def verify_home(
     `witness` is a witness location to check instead of the configured ones (`audit verify --witness`).
     """
     from ..audit import ALL_LOGS, Problem, key_id_of, load_public_key, refuse_private_key, verify
-    from ..audit.witnessing import WITNESS_LOG
+    from ..store.witnessing import WITNESS_LOG
     from ..transport.outbox import witness_notes
 
     target = database_target(home)

@@ -29,6 +29,7 @@ from ..shown import shown_request
 if TYPE_CHECKING:
     from ..actions.decisions import Outcome as Decided
     from ..store.base import Store
+    from ..store.roles import Decisions
 
 _PROBE_ID = "probe"
 """The operation id a tool's settings are checked with when it is built: nothing is opened or stored then."""
@@ -229,7 +230,7 @@ class JobTool:
         limits = self._limits(await asyncio.to_thread(is_new))
         return await watch(self.contract, job_id, home=self.home, operation_id=operation_id, **limits)
 
-    def open_decision(self, store: Store, operation_id: str) -> DecisionRequest | None:
+    def open_decision(self, store: Decisions, operation_id: str) -> DecisionRequest | None:
         found = store.decisions(operation_id, open_only=True)
         return found[-1].request if found else None
 

@@ -48,7 +48,7 @@ from ._common import (
 from ._common import parse_answer as parse_answer
 
 if TYPE_CHECKING:
-    from ..store.base import Store
+    from ..store.roles import Decisions
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -174,7 +174,7 @@ def _wait(job: JobTool, operation: str, job_id: str) -> dict[str, JSONValue]:
         store.close()
 
 
-def _other_decision(store: Store, answer: Answer, open_one: DecisionRequest) -> str | None:
+def _other_decision(store: Decisions, answer: Answer, open_one: DecisionRequest) -> str | None:
     """None (skip it) for an earlier answer of this node that LangGraph replays: its decision was answered by
     this very answer. Otherwise the problem: a decision someone else answered meanwhile, or an id this operation
     never had."""

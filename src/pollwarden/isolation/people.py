@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli.parser import BROKERED
+from ..events import ApprovalRefused, AuditEvent, ConnectionRefused, NewEvent, PersonCommand
 from ..shown import shown
 from .child import DECIDES
 from .peers import Peer, Role
@@ -41,7 +42,7 @@ def refusal(message: str) -> Answer:
     return Answer(2, stderr=f"pollwarden: error: {message}\n")
 
 
-Audit = Callable[[str, Mapping[str, Any]], None]
+Audit = Callable[[NewEvent], None]
 
 
 def subject_of(words: list[str]) -> str | None:
@@ -71,13 +72,17 @@ def answer_command(
         served = ", ".join(sorted(BROKERED | {CONSOLE_LOGIN}))
         return refusal(f"`{shown(command)[:40]}` is not run by the broker; it runs: {served}")
     if role != "approver":
-        kind = "approval_refused" if command in DECIDES else "connection_refused"
+        kind: type[AuditEvent] = ApprovalRefused if command in DECIDES else ConnectionRefused
         why = (
             f"{peer.user} (uid {peer.uid}) is an agent of this broker"
             if role == "agent"
             else f"{peer.user} (uid {peer.uid}) is neither an agent nor an approver of this broker"
         )
-        audit(kind, {"peer": peer.to_json(), "command": command, "subject": subject, "why": why, "mode": "command"})
+        audit(
+            kind.prepared(
+                {"peer": peer.to_json(), "command": command, "subject": subject, "why": why, "mode": "command"}
+            )
+        )
         return refusal(
             f"refused: {why}; only an approver ({approvers}) may run `{command}` here. Nothing changed"
             + (" (agents use the MCP tools, through pollwarden mcp --connect)" if role == "agent" else "")
@@ -89,7 +94,11 @@ def answer_command(
         return Answer(0, stdout=f"open this link within 5 minutes, once (it logs you in as {peer.user}):\n{link}\n")
     answer = _run_child(words, peer, home, environ)
     if command in DECIDES:
-        audit("person_command", {"peer": peer.to_json(), "command": command, "subject": subject, "exit": answer.exit})
+        audit(
+            PersonCommand.prepared(
+                {"peer": peer.to_json(), "command": command, "subject": subject, "exit": answer.exit}
+            )
+        )
     return answer
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from .. import __version__
 from ..core.contract.parse import Contract
 from ..errors import PollwardenError
+from ..events import BrokerStarted, ConnectionRefused, NewEvent
 from ..home.operating import open_store
 from ..transport.outbox import delivering_home
 from .peers import Peer, Who, peer_of, role_of, user_name
@@ -100,16 +101,17 @@ class BrokerService:
         listener = self._listener
         assert listener is not None, "bind() first"
         self.audit(
-            "broker_started",
-            {
-                "user": user_name(os.geteuid()),
-                "pid": os.getpid(),
-                "server": f"pollwarden {__version__}",
-                "agents": str(self.agents),
-                "approvers": str(self.approvers),
-                "socket": str(self.socket_path),
-                "contracts": [{"name": n, "approval": c.approval} for n, c in sorted(self.contracts.items())],
-            },
+            BrokerStarted.prepared(
+                {
+                    "user": user_name(os.geteuid()),
+                    "pid": os.getpid(),
+                    "server": f"pollwarden {__version__}",
+                    "agents": str(self.agents),
+                    "approvers": str(self.approvers),
+                    "socket": str(self.socket_path),
+                    "contracts": [{"name": n, "approval": c.approval} for n, c in sorted(self.contracts.items())],
+                }
+            )
         )
         # The webhooks of the decisions its sessions open, and the witness's heads, go out from the outbox (with the
         # broker's environment: the webhook's secret is the broker's, like the credential).
@@ -213,11 +215,12 @@ class BrokerService:
                 if role == "approver"
                 else f"{peer.user} (uid {peer.uid}) is not an agent of this broker (agents: {self.agents})"
             )
-            self.audit("connection_refused", {"peer": peer.to_json(), "mode": "mcp", "why": why})
+            self.audit(ConnectionRefused.prepared({"peer": peer.to_json(), "mode": "mcp", "why": why}))
             self._reply(conn, 2, f"refused: {why}")
             return
         from ..mcp_server.broker import Broker
         from ..mcp_server.server import serve_connection
+        from ..mcp_server.session import Separation
 
         with self._lock:
             held = sum(1 for b in self._sessions if b.principal and b.principal.get("uid") == peer.uid)
@@ -231,11 +234,13 @@ class BrokerService:
             self.home,
             environ=self.environ,
             problems=self.problems,
-            principal=peer.to_json(),
-            isolation=f"broker (the agent is {peer.user}, uid {peer.uid}; the credential, keys and approvals are"
-            f" held by {me}, and only one of {self.approvers} may approve)",
-            approvers=f"one of: {self.approvers}",
-            person_flags=f"--connect {self.socket_path}",
+            separation=Separation(
+                principal=peer.to_json(),
+                isolation=f"broker (the agent is {peer.user}, uid {peer.uid}; the credential, keys and approvals"
+                f" are held by {me}, and only one of {self.approvers} may approve)",
+                approvers=f"one of: {self.approvers}",
+                person_flags=f"--connect {self.socket_path}",
+            ),
         )
         with self._lock:
             self._sessions[broker] = conn
@@ -251,16 +256,16 @@ class BrokerService:
 
     # -- the broker's record -------------------------------------------------------------------------
 
-    def audit(self, kind: str, data: Mapping[str, Any]) -> None:
+    def audit(self, event: NewEvent) -> None:
         """Into the broker's log; a record that cannot be written is said on stderr (the refusal stands)."""
         try:
             store = open_store(self.home, keys="write")
             try:
-                store.append(BROKER_LOG, kind, dict(data), store.db_now())
+                store.append(BROKER_LOG, event, store.db_now())
             finally:
                 store.close()
         except Exception:
-            log.exception("the broker's %s record could not be written", kind)
+            log.exception("the broker's %s record could not be written", event.KIND)
 
 
 def socket_group(name: str | None) -> int:

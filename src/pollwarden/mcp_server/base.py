@@ -7,12 +7,10 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import PollwardenError
-
-if TYPE_CHECKING:
-    from .reporting import Reporter
+from ..report.progress import Progress
 
 log = logging.getLogger("pollwarden.mcp")
 
@@ -106,13 +104,23 @@ def check_arguments(arguments: Mapping[str, object]) -> None:
             raise ToolFailure("invalid_argument", f"{name} is NaN, which is not a number; nothing was done")
 
 
+class ProgressSink(Protocol):
+    """Where a call's progress goes when its caller sent a progress token (`reporting.Reporter`)."""
+
+    def step(self, progress: Progress) -> None: ...
+
+    def prime(self, progress: Progress) -> None: ...
+
+    def awaiting(self, text: str | None) -> None: ...
+
+
 @dataclass
 class CallContext:
     """Per tool call: who is calling (for the session log), whether the caller went away, and how to tell it."""
 
     cancelled: threading.Event
     notify: Callable[[str], None] | None = None
-    progress: Reporter | None = None
+    progress: ProgressSink | None = None
     """Set when the caller sent a progress token: every controller step is reported to it (`Broker.advance`)."""
     answer_by: float | None = None
     """A `time.monotonic()` the call must answer by (a wait without progress): no poll whose request could run

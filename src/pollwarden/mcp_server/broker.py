@@ -14,7 +14,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from ..core.record import OperationRecord
 from ..core.scrub import Scrubber
 from ..engine import Engine, NotYet, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
+from ..events import NewEvent, SessionStarted
 from ..home.operating import HomeError, home_clock, open_store
 from ..report.progress import Progress, progress_of, progress_of_record
 from ..store.base import Store, UnreadableRecord, agent_log_id
@@ -36,25 +36,13 @@ from .base import UNREADABLE_TO_AGENT, CallContext, ToolFailure, check_arguments
 from .gates import RequestMade, gated_call
 from .reporting import timing
 from .scrub import secret_values, wire_safe
+from .session import SAME_USER_SESSION, Creation, Separation
 from .submit import tool_submit_job
 from .tools import TOOLS, Tool
 from .views import final, not_yet, reply
 
-SAME_USER = "none (the agent's user can read the credential and approve)"
-"""`pollwarden mcp` without --connect: said at start and by list_operations (docs/agents.md, "Isolation")."""
-ANY_PERSON = "anyone who can run pollwarden on this home"
-
 AGENT_REQUESTER = "agent session "
 """How every agent session names itself in what it creates; `created_by` starting so marks an agent's operation."""
-
-
-@dataclass
-class Creation:
-    """A session's reserved slot for one new operation (`Broker.creating`)."""
-
-    before: int
-    """Operations of the contract the session had created (or reserved) before this one."""
-    made: bool = False
 
 
 class Broker:
@@ -69,20 +57,13 @@ class Broker:
         session_id: str | None = None,
         clock: Callable[[], datetime] | None = None,
         problems: Iterable[str] = (),
-        principal: Mapping[str, Any] | None = None,
-        isolation: str = SAME_USER,
-        approvers: str = ANY_PERSON,
-        person_flags: str = "--by NAME",
+        separation: Separation = SAME_USER_SESSION,
     ) -> None:
         env = os.environ if environ is None else environ
-        self.principal = dict(principal) if principal is not None else None
-        """Who the agent is, as the kernel told the broker (uid, user, gid, pid); None in same-user mode."""
-        self.isolation = isolation
-        self.approvers = approvers
-        """Who may approve this session's calls, as a person reads it ("one of: alice, @ops")."""
-        self.person_flags = person_flags
-        """What follows a person's command in the sentences an agent passes on: `--by NAME` here, a broker's
-        `--connect SOCKET` (where the kernel names the person)."""
+        self.principal = dict(separation.principal) if separation.principal is not None else None
+        self.isolation = separation.isolation
+        self.approvers = separation.approvers
+        self.person_flags = separation.person_flags
         self.contracts = dict(contracts)
         self.home = home
         self.clock = home_clock(home) if clock is None else clock
@@ -149,14 +130,14 @@ class Broker:
         finally:
             store.close()
 
-    def audit(self, store: Store, kind: str, data: Mapping[str, Any]) -> None:
+    def audit(self, store: Store, event: NewEvent) -> None:
         """A durable record in the session's audit chain; when it cannot be written, nothing happens."""
         try:
-            store.append(self.log_id, kind, dict(data), self.clock())
+            store.append(self.log_id, event, self.clock())
         except Exception as exc:
             raise ToolFailure(
                 "audit_unavailable",
-                f"the audit record ({kind}) could not be written, so nothing was done: {exc.__class__.__name__}",
+                f"the audit record ({event.KIND}) could not be written, so nothing was done: {exc.__class__.__name__}",
             ) from None
 
     def start_session(self, client: Mapping[str, Any] | None) -> None:
@@ -167,17 +148,18 @@ class Broker:
             with self.store() as store:
                 self.audit(
                     store,
-                    "session_started",
-                    {
-                        "session": self.session_id,
-                        "pid": os.getpid(),
-                        "isolation": self.isolation,
-                        "agent": self.principal,
-                        "server": f"pollwarden {__version__}",
-                        "client": dict(client) if client else None,
-                        "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},
-                        "contract_problems": self.problems,
-                    },
+                    SessionStarted.prepared(
+                        {
+                            "session": self.session_id,
+                            "pid": os.getpid(),
+                            "isolation": self.isolation,
+                            "agent": self.principal,
+                            "server": f"pollwarden {__version__}",
+                            "client": dict(client) if client else None,
+                            "contracts": {n: c.approval for n, c in sorted(self.contracts.items())},
+                            "contract_problems": self.problems,
+                        }
+                    ),
                 )
             self._started = True
 

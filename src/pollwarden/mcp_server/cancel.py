@@ -11,34 +11,33 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_cancel_request
+from ..core.lease import lease_ttl
 from ..core.record import OperationRecord
-from ..engine import lease_ttl, new_decision_id
+from ..engine import new_decision_id
 from ..store.base import Lease, Store
 from ..store.owner import process_owner
 from .base import MAX_REASON_CHARS, CallContext, ToolFailure, clean_text, log
+from .session import Session
 from .views import decision_view
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 CLAIM_PATIENCE_SECONDS = 5.0
 """A running operation's lease is held only while one poll is sent (by this session's own task watch, say): the
 request waits that long for it rather than telling the agent to try again."""
 
 
-def tool_request_cancel(broker: Broker, call: CallContext, operation_id: str, reason: str) -> dict[str, Any]:
+def tool_request_cancel(broker: Session, call: CallContext, operation_id: str, reason: str) -> dict[str, Any]:
     why = clean_text(str(reason), MAX_REASON_CHARS)
     if not why:
         raise ToolFailure("invalid_argument", "reason must say why the job should be cancelled, for the person")
     return request_cancel(broker, operation_id, why)
 
 
-def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any]:
+def request_cancel(broker: Session, operation_id: str, why: str) -> dict[str, Any]:
     """The one path for an agent's cancel request (the tool and `tasks/cancel`): an open decision, new or
     existing, with the request audited in the operation's log and the session's."""
     with broker.store() as store:
@@ -78,7 +77,7 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
                 reason=why,
                 requested_by=broker.requester,
                 added=new is None,
-            ).new_event()
+            )
             now = broker.clock()
             if not store.write(lease, current, [event], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
@@ -86,13 +85,13 @@ def request_cancel(broker: Broker, operation_id: str, why: str) -> dict[str, Any
             store.release(lease)
             raise
         try:
-            store.append(broker.log_id, *event, now)
+            store.append(broker.log_id, event, now)
         except Exception:
             log.exception("the session record of cancel request %s could not be written", request.decision_id)
         return _answer(store, request, already=False)
 
 
-def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
+def _cancellable(broker: Session, record: OperationRecord, store: Store) -> None:
     """Refusals that need no lease: a contract without a documented cancel, a job that is over."""
     contract = broker.contracts[record.contract_name]
     if contract.cancel is None:
@@ -110,7 +109,7 @@ def _cancellable(broker: Broker, record: OperationRecord, store: Store) -> None:
         )
 
 
-def _claim(store: Store, operation_id: str, broker: Broker, ttl: timedelta) -> tuple[Lease, OperationRecord]:
+def _claim(store: Store, operation_id: str, broker: Session, ttl: timedelta) -> tuple[Lease, OperationRecord]:
     ends = time.monotonic() + CLAIM_PATIENCE_SECONDS
     while True:
         claimed = store.claim(operation_id, process_owner("mcp"), broker.clock(), ttl)

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .. import events as ev
 from ..core.contract.parse import Contract
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import Phase
@@ -25,9 +26,7 @@ from ..errors import PollwardenError
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Grant, Store
 from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .session import Session
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def _moved_on(store: Store, record: Subject) -> str | None:
 
 
 def gated_call(
-    broker: Broker,
+    broker: Session,
     store: Store,
     contract: Contract,
     about: OperationRecord | Subject,
@@ -124,7 +123,7 @@ def gated_call(
         "max_status_requests": record.max_status_requests,
         "agent": broker.principal,
     }
-    broker.audit(store, "call_intent", intent)
+    broker.audit(store, ev.CallIntent.prepared(intent))
     try:
         value, outcome = send()
     except ToolFailure as failure:
@@ -139,22 +138,22 @@ def gated_call(
     return value
 
 
-def _result(broker: Broker, store: Store, data: Mapping[str, Any]) -> None:
+def _result(broker: Session, store: Store, data: Mapping[str, Any]) -> None:
     # The call has happened and its facts are in the operation's own log; a failed result record is
     # reported to the operator, not turned into a second call.
     try:
-        store.append(broker.log_id, "call_result", dict(data), broker.clock())
+        store.append(broker.log_id, ev.CallResult.prepared(dict(data)), broker.clock())
     except Exception:
         log.exception("the result record of call %s could not be written", data.get("call"))
 
 
-def _deny(broker: Broker, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
+def _deny(broker: Session, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
-        broker.audit(store, "call_denied", {"operation": record.operation_id, "why": reason, "grant_id": grant_id})
+        broker.audit(store, ev.CallDenied(operation=record.operation_id, why=reason, grant_id=grant_id))
 
 
 def _per_call_gate(
-    broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str, call: CallContext
+    broker: Session, store: Store, contract: Contract, record: Subject, purpose: str, call: CallContext
 ) -> str:
     """One grant per call; wait for a person, bounded; silence is `approval_timeout`, never a yes.
 
@@ -201,24 +200,29 @@ def _per_call_gate(
     if call.progress is not None:
         call.progress.awaiting(f"waiting for approval {grant.grant_id} by {broker.approvers}: {how}")
     try:
-        return _await_grant(broker, store, record, purpose, call, grant, timeout, ends, how)
+        return _await_grant(broker, store, record, call, _Waiting(grant, purpose, timeout, ends, how))
     finally:
         if call.progress is not None:
             call.progress.awaiting(None)
 
 
-def _await_grant(
-    broker: Broker,
-    store: Store,
-    record: Subject,
-    purpose: str,
-    call: CallContext,
-    grant: Grant,
-    timeout: timedelta,
-    ends: float,
-    how: str,
-) -> str:
+@dataclass(frozen=True)
+class _Waiting:
+    """One call's wait on a person's answer to `grant`."""
+
+    grant: Grant
+    purpose: str
+    timeout: timedelta
+    """The contract's `[agent].approval_timeout`."""
+    ends: float
+    """The `time.monotonic()` at which the grant's time runs out (kept from when it was first asked for)."""
+    how: str
+    """The command that answers it, as a person reads it."""
+
+
+def _await_grant(broker: Session, store: Store, record: Subject, call: CallContext, waiting: _Waiting) -> str:
     """Until a person answers, the grant's time runs out, or the call must answer first (the grant stays open)."""
+    grant, purpose, timeout, ends, how = waiting.grant, waiting.purpose, waiting.timeout, waiting.ends, waiting.how
     while True:
         current = store.get_grant(grant.grant_id)
         status = current.status if current is not None else "missing"
@@ -272,7 +276,7 @@ def _await_grant(
         broker.stopping.wait(min(APPROVAL_POLL_SECONDS, max(0.0, ends - time.monotonic())))
 
 
-def _expire(broker: Broker, store: Store, grant_id: str, note: str, at: datetime | None = None) -> bool:
+def _expire(broker: Session, store: Store, grant_id: str, note: str, at: datetime | None = None) -> bool:
     """Close a pending grant nobody answered, as pollwarden; False when a person answered it first."""
     return store.decide_grant(
         grant_id,
@@ -286,7 +290,7 @@ def _expire(broker: Broker, store: Store, grant_id: str, note: str, at: datetime
 
 
 def _open_grant(
-    broker: Broker, store: Store, record: Subject, purpose: str, number: int | None, timeout: timedelta
+    broker: Session, store: Store, record: Subject, purpose: str, number: int | None, timeout: timedelta
 ) -> Grant | None:
     """This session's grant for this very request that is still open: pending within its time, or approved within
     it and unused (a status request's approval names the request's number, which the sent request uses up). A
@@ -308,7 +312,7 @@ def _open_grant(
     return None
 
 
-def _session_gate(broker: Broker, store: Store, contract: Contract, record: Subject, purpose: str) -> str:
+def _session_gate(broker: Session, store: Store, contract: Contract, record: Subject, purpose: str) -> str:
     """One approval per agent session and contract; revoked means ask again, refused means no for good."""
     mine = [g for g in store.grants(kind="session", subject=broker.session_id) if g.scope == contract.name]
     latest = mine[-1] if mine else None

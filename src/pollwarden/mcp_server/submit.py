@@ -17,20 +17,18 @@ import json
 import threading
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..actions.provider import ActionError, ActionRefused, Submitted, fingerprint, submit
-from ..core.admission import WatchRequest, check, granted_limits, operations_refused, submission_operation_id
+from ..core.admission import Limits, WatchRequest, check, granted_limits, operations_refused, submission_operation_id
 from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
 from ..store.base import Store, Submission
 from .base import MAX_BODY_CHARS, CallContext, ToolFailure
 from .gates import Subject, gated_call
+from .session import Session
 from .tools import agent_limits, announce, refused, watch_reply
 from .views import final
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
@@ -44,7 +42,7 @@ def _lock_for(operation_id: str) -> threading.Lock:
 
 
 def tool_submit_job(
-    broker: Broker,
+    broker: Session,
     call: CallContext,
     contract: str,
     body: object,
@@ -108,8 +106,7 @@ def tool_submit_job(
                         operation_id=operation_id,
                         body=data,
                         now=broker.clock(),
-                        deadline=granted_deadline,
-                        max_requests=granted_requests,
+                        limits=Limits(deadline=granted_deadline, max_requests=granted_requests),
                         by=broker.requester,
                     )
                 except ActionRefused as exc:
@@ -137,7 +134,7 @@ def tool_submit_job(
         return _reply(broker, store, served, accepted, resent=submitted.resent, created=True)
 
 
-def _body(broker: Broker, body: object) -> bytes:
+def _body(broker: Session, body: object) -> bytes:
     """The request body as compact JSON with its keys sorted (one object, one fingerprint, however its keys were
     ordered): an object, at most MAX_BODY_CHARS, with no credential of this server."""
     if not isinstance(body, dict):
@@ -164,7 +161,7 @@ def _body(broker: Broker, body: object) -> bytes:
         raise ToolFailure("invalid_argument", "body holds text that is not Unicode. Nothing was sent") from None
 
 
-def _refuse_anothers(broker: Broker, store: Store, existing: Submission) -> None:
+def _refuse_anothers(broker: Session, store: Store, existing: Submission) -> None:
     """A request an agent session did not submit (a person's, under this operation id) is not the agent's."""
     if not broker.agent_made(store, existing.operation_id):
         raise ToolFailure(
@@ -196,7 +193,7 @@ def _failed(store: Store, operation_id: str, exc: ActionError) -> ToolFailure:
 
 
 def _reply(
-    broker: Broker, store: Store, served: Contract, submission: Submission, *, resent: bool, created: bool
+    broker: Session, store: Store, served: Contract, submission: Submission, *, resent: bool, created: bool
 ) -> dict[str, Any]:
     """start_watch's answer for the submitted job, and the submission's facts (never its idempotency token)."""
     _, record = broker.operation(store, submission.operation_id)

@@ -50,6 +50,7 @@ from mcp_types import (
     TasksToolsCapability,
 )
 
+from .. import events as ev
 from ..actions.decisions import open_decision
 from ..core.durations import format_rfc3339
 from ..core.reasons import Phase, StopReason
@@ -280,7 +281,7 @@ class Tasks:
             watch.cancelled = True
             watch.stop.set()
         with self.broker.store() as store:
-            self.broker.audit(store, "task_cancelled", {"operation": task_id})
+            self.broker.audit(store, ev.TaskCancelled(operation=task_id))
         return self.get(task_id)
 
 

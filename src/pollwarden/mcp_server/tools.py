@@ -1,4 +1,4 @@
-"""The agent tools as plain functions over the `Broker` (submit_job in `submit`): each validates, then acts."""
+"""The agent tools as plain functions over the `Session` (submit_job in `submit`): each validates, then acts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .. import events as ev
 from ..actions.decisions import open_decision
@@ -18,10 +18,11 @@ from ..core.contract.parse import Contract
 from ..core.durations import DurationError, format_duration, format_rfc3339, parse_duration
 from ..core.escalation import DecisionError, DecisionRequest, OptionKind, build_request, stop_marker
 from ..core.identity import canonical_job
+from ..core.lease import lease_ttl
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
-from ..engine import AdmissionError, lease_ttl, new_decision_id
+from ..engine import AdmissionError, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.owner import process_owner
@@ -38,11 +39,10 @@ from .base import (
     clean_text,
     log,
 )
+from .cancel import tool_request_cancel
 from .gates import gated_call
+from .session import Session
 from .views import decision_view, final, seconds_until
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 Tool = Callable[..., dict[str, Any]]
 """`tool(broker, call, **arguments)`: a JSON-able reply, or a `ToolFailure`."""
@@ -84,7 +84,7 @@ REFUSALS = {Refusal.INVALID: "invalid_argument", Refusal.LIMIT: "limit_exceeded"
 
 
 def tool_start_watch(
-    broker: Broker,
+    broker: Session,
     call: CallContext,
     contract: str,
     job_id: str | None = None,
@@ -139,11 +139,11 @@ def refused(refusal: Refuse) -> ToolFailure:
     return ToolFailure(REFUSALS[refusal.kind], f"{words}. Nothing was created", **extra)
 
 
-def announce(broker: Broker, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
+def announce(broker: Session, store: Store, served: Contract, record: OperationRecord, *, created: bool) -> None:
     """The session's record that it watches (or watches again) an operation."""
     kind = ev.WatchStarted if created else ev.WatchRejoined
     started = kind(operation=record.operation_id, contract=served.name, job=record.job_id, extra=record.summary())
-    broker.audit(store, started.KIND, started.to_json())
+    broker.audit(store, started)
 
 
 def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, created: bool) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
 
 
 def tool_start_own_watch(
-    broker: Broker, call: CallContext, contract: str, job_id: str | None = None, **limits: Any
+    broker: Session, call: CallContext, contract: str, job_id: str | None = None, **limits: Any
 ) -> dict[str, Any]:
     """start_watch behind the ownership rule: a job a person's operation watches is refused before admission,
     which would otherwise rejoin (or narrow) that operation for the agent."""
@@ -186,7 +186,7 @@ def tool_start_own_watch(
     return tool_start_watch(broker, call, contract, job_id, **limits)
 
 
-def tool_check_operation(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_check_operation(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         return broker.advance(store, operation_id, call)
 
@@ -198,7 +198,7 @@ NO_PROGRESS_CAP = (
 
 
 def tool_wait_operation(
-    broker: Broker, call: CallContext, operation_id: str, max_wait_seconds: float
+    broker: Session, call: CallContext, operation_id: str, max_wait_seconds: float
 ) -> dict[str, Any]:
     if isinstance(max_wait_seconds, bool) or not isinstance(max_wait_seconds, int | float) or max_wait_seconds < 0:
         raise ToolFailure("invalid_argument", "max_wait_seconds must be a number of seconds, 0 or more")
@@ -274,7 +274,7 @@ def _wait_ended(
     }
 
 
-def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_get_decision(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         _, record = broker.operation(store, operation_id)
         rows = store.decisions(operation_id)
@@ -304,7 +304,7 @@ def tool_get_decision(broker: Broker, call: CallContext, operation_id: str) -> d
 
 
 def tool_request_extension(
-    broker: Broker, call: CallContext, operation_id: str, minutes: int, checks: int, reason: str
+    broker: Session, call: CallContext, operation_id: str, minutes: int, checks: int, reason: str
 ) -> dict[str, Any]:
     for name, value, top in (("minutes", minutes, MAX_EXTENSION_MINUTES), ("checks", checks, MAX_EXTENSION_CHECKS)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
@@ -363,15 +363,17 @@ def tool_request_extension(
                     " Nothing was requested",
                 )
             # The operation's id is in the event itself: the story names the operation from it.
-            event = {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
-            if not store.write(lease, current, [("extension_requested", event)], now, release=True, decision=new):
+            event = ev.ExtensionRequested.prepared(
+                {"operation": operation_id, "decision_id": request.decision_id, **asked, "added": new is None}
+            )
+            if not store.write(lease, current, [event], now, release=True, decision=new):
                 raise ToolFailure("busy", f"operation {operation_id} was taken over; try again shortly")
         except BaseException:
             store.release(lease)
             raise
         # The request and its audit event are committed in the operation's log; this is the session's copy.
         try:
-            store.append(broker.log_id, "extension_requested", event, now)
+            store.append(broker.log_id, event, now)
         except Exception:
             log.exception("the session record of extension request %s could not be written", request.decision_id)
         shown = _with_agent_requests(store, request)
@@ -425,7 +427,7 @@ def _already_asked(store: Store, operation_id: str, marker: str) -> dict[str, An
     }
 
 
-def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> dict[str, Any]:
+def tool_fetch_result(broker: Session, call: CallContext, operation_id: str) -> dict[str, Any]:
     with broker.store() as store:
         contract, record = broker.operation(store, operation_id)
         if (problem := no_result_problem(record)) is not None:
@@ -446,7 +448,7 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
                 with out.open("rb") as written:  # a result file may be a GiB: the agent sees the head only
                     body = written.read(RESULT_TEXT_CAP * 4 + 4)
             info.pop("out", None)
-            store.append(operation_id, "action", {**info, "by": broker.requester}, broker.clock())
+            store.append(operation_id, ev.ActionEvent.prepared({**info, "by": broker.requester}), broker.clock())
             summary = {"outcome": "sent", "bytes": info["bytes"], "sha256": info["sha256"]}
             return {**info, "body": body}, summary
 
@@ -467,14 +469,14 @@ def tool_fetch_result(broker: Broker, call: CallContext, operation_id: str) -> d
     }
 
 
-def _fetch_failed(broker: Broker, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
+def _fetch_failed(broker: Session, store: Store, operation_id: str, exc: ActionError) -> NoReturn:
     """A fetch that did not happen, or did not succeed: audited on the operation, and the agent told why."""
     detail = {"action": "fetch_result", "ok": False, "detail": str(exc), "by": broker.requester}
-    store.append(operation_id, "action", detail, broker.clock())
+    store.append(operation_id, ev.ActionEvent.prepared(detail), broker.clock())
     raise ToolFailure("fetch_failed", str(exc)) from None
 
 
-def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
+def tool_list_operations(broker: Session, call: CallContext) -> dict[str, Any]:
     now = broker.clock()
     with broker.store() as store:
         listing = store.listing()
@@ -526,8 +528,6 @@ def tool_list_operations(broker: Broker, call: CallContext) -> dict[str, Any]:
         "now": format_rfc3339(now),
     }
 
-
-from .cancel import tool_request_cancel  # noqa: E402  (its own module: it needs nothing of this one)
 
 TOOLS: dict[str, Tool] = {
     "start_watch": tool_start_own_watch,

@@ -12,6 +12,7 @@ from ..core.record import OperationRecord
 from ..core.result_part import part_words, result_part
 from ..engine import Busy, Done, NotYet, Polled, StepResult
 from ..store.base import Store
+from ..store.roles import Decisions
 
 
 def seconds_until(moment: datetime, now: datetime) -> float:
@@ -93,7 +94,7 @@ def not_yet(record: OperationRecord, until: datetime, now: datetime) -> dict[str
     }
 
 
-def final(store: Store, record: OperationRecord, now: datetime, *, polled: bool = False) -> dict[str, Any]:
+def final(store: Decisions, record: OperationRecord, now: datetime, *, polled: bool = False) -> dict[str, Any]:
     if record.phase is Phase.SUCCEEDED:
         return {
             "status": "succeeded",

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from ..core.contract.parse import ContractError, parse_contract
 from ..core.durations import format_duration, format_rfc3339
+from ..core.lease import lease_ttl, lease_ttl_for
 from ..core.reasons import Phase
 from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
@@ -33,8 +34,8 @@ __all__ = ["Ownership", "lease_ttl_of", "ownership_of"]
 
 Alive = Callable[[str], "bool | None"]
 
-FALLBACK_TTL = timedelta(seconds=65)
-"""The lease TTL of the default 30 s request timeout, for a stored contract that no longer parses."""
+FALLBACK_TTL = lease_ttl_for(timedelta(seconds=30))
+"""For a stored contract that no longer parses: the lease of a 30 s request timeout, three times the default."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,7 @@ class Ownership:
 
 @functools.lru_cache(maxsize=256)
 def lease_ttl_of(contract_text: str) -> timedelta:
-    """The lease TTL of a stored contract (`engine.flow.lease_ttl`), parsed once per distinct text."""
-    from ..engine.flow import lease_ttl
-
+    """The lease TTL of a stored contract (`core.lease`), parsed once per distinct text."""
     try:
         return lease_ttl(parse_contract(contract_text, source="a stored contract"))
     except ContractError:

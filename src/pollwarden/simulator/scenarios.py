@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .script import Step
 
@@ -173,39 +173,43 @@ max_rate_limited = {max_rate_limited}
 """
 
 
-def contract_text(
-    base_url: str,
-    *,
-    name: str = "exports",
-    timeout: str = "2s",
-    base_delay: str = "100ms",
-    max_delay: str = "400ms",
-    deadline: str = "1m",
-    max_requests: int = 12,
-    max_transport_failures: int = 3,
-    max_rate_limited: int = 3,
-    secret_env: str | None = None,
-    extra: str = "",
-    reservation_header: bool = False,
-) -> str:
+class ContractShape(TypedDict, total=False):
+    """What `contract_text` may change of its contract (the defaults in brackets)."""
+
+    name: str  # ("exports")
+    timeout: str  # ("2s")
+    base_delay: str  # ("100ms")
+    max_delay: str  # ("400ms")
+    deadline: str  # ("1m")
+    max_requests: int  # (12)
+    max_transport_failures: int  # (3)
+    max_rate_limited: int  # (3)
+    secret_env: str | None  # (None: no [auth])
+    extra: str  # (""), TOML appended as it is
+    reservation_header: bool  # (False)
+
+
+def contract_text(base_url: str, **shape: Unpack[ContractShape]) -> str:
     """The contract that reads this simulator's scenario bodies: the demo, the tests and the benchmarks use it.
 
     `reservation_header`: its `[headers]` ask for each status request's reservation number in
     `X-Pollwarden-Reservation` (pollwarden sends nothing of its own otherwise), so a provider can tell a slot
     polled twice; the simulator itself counts requests per job (`Simulator.request_count`)."""
+    if unknown := sorted(set(shape) - ContractShape.__optional_keys__):  # a caller typed as Any misspelt one
+        raise TypeError(f"contract_text() got an unexpected keyword argument {unknown[0]!r}")
+    secret_env = shape.get("secret_env")
     auth = f'\n[auth]\nsecret_env = "{secret_env}"\n' if secret_env else ""
-    if reservation_header:
-        extra = RESERVATION_HEADER + extra
+    extra = (RESERVATION_HEADER if shape.get("reservation_header", False) else "") + shape.get("extra", "")
     return _CONTRACT.format(
-        name=name,
+        name=shape.get("name", "exports"),
         base=base_url,
-        timeout=timeout,
-        base_delay=base_delay,
-        max_delay=max_delay,
-        deadline=deadline,
-        max_requests=max_requests,
-        max_transport_failures=max_transport_failures,
-        max_rate_limited=max_rate_limited,
+        timeout=shape.get("timeout", "2s"),
+        base_delay=shape.get("base_delay", "100ms"),
+        max_delay=shape.get("max_delay", "400ms"),
+        deadline=shape.get("deadline", "1m"),
+        max_requests=shape.get("max_requests", 12),
+        max_transport_failures=shape.get("max_transport_failures", 3),
+        max_rate_limited=shape.get("max_rate_limited", 3),
         auth=auth,
         extra=extra,
     )

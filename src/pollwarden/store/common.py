@@ -296,8 +296,3 @@ def lease_held(stored: Stored, owner: str, now: datetime) -> bool:
 def taken_over(previous_owner: str | None, owner: str) -> bool:
     """A claim took the lease from someone else: that is an event of the operation's log."""
     return previous_owner is not None and previous_owner != owner
-
-
-def takeover_event(previous_owner: str | None, owner: str, token: int) -> dict[str, Any]:
-    """The data of the `lease_taken_over` event."""
-    return {"previous_owner": previous_owner, "owner": owner, "token": token}

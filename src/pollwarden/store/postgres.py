@@ -36,8 +36,8 @@ from ..clock import CarriedClock
 from . import migrations
 from .base import StoreError
 from .common import Dialect, Row, Tx
-from .open import redact_url
 from .sql import SQLStore
+from .target import redact_url
 from .witness import Witness
 
 __all__ = ["POSTGRES", "PostgresStore", "redact_url", "upgrade_database"]

@@ -7,20 +7,22 @@ where checkpoint counters come from. Connections, the schema's version and the c
 backend (`sqlite.py`, `postgres.py`).
 
 Every write that changes authority or budgets is fenced by the lease token the writer holds: an UPDATE
-whose WHERE carries the token changes nothing when the token is stale (DESIGN.md, "lease protocol").
+whose WHERE carries the token changes nothing when the token is stale (docs/design.md, "The step (R37) and the lease").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from .. import events as ev
 from ..audit import AuditRecord
 from ..core.contract.vars import text_digest as contract_digest
 from ..core.escalation import DecisionRequest
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
+from ..events.base import NewEvent
 from .base import (
     ClaimAnswer,
     Claimed,
@@ -30,7 +32,6 @@ from .base import (
     Grant,
     JobWatched,
     Lease,
-    NewEvent,
     NewOperation,
     OperationExists,
     StoredDecision,
@@ -86,7 +87,7 @@ class _Operations(Reads):
 
     # -- records -------------------------------------------------------------------------------------
 
-    def create(self, record: OperationRecord, contract_text: str, event: Mapping[str, Any]) -> None:
+    def create(self, record: OperationRecord, contract_text: str, event: NewEvent) -> None:
         self.create_many([(record, contract_text, event)])
 
     def create_many(self, operations: Sequence[NewOperation]) -> None:
@@ -100,7 +101,7 @@ class _Operations(Reads):
             self._lock_logs(tx, logs)
             self._read_heads(tx, logs)  # a log may exist already: a submission's outcome was unknown
             self._insert_operations(tx, [(record, contract_text) for record, contract_text, _ in operations])
-            self._append_many(tx, [(r.operation_id, "created", event, r.created_at) for r, _, event in operations])
+            self._append_many(tx, [(r.operation_id, event, r.created_at) for r, _, event in operations])
 
     def _refuse_second_operations(self, tx: Tx, records: Sequence[OperationRecord]) -> None:
         """OperationExists, with the whole transaction, when a job already has an operation under the same
@@ -244,7 +245,7 @@ class _Operations(Reads):
             w = writes[i]
             if not written[i]:
                 continue
-            sealed += [self._seal_onto(tx, w.lease.operation_id, kind, data, now) for kind, data in w.events]
+            sealed += [self._seal_onto(tx, w.lease.operation_id, event, now) for event in w.events]
             if w.decision is not None or w.record.phase is Phase.SUCCEEDED:
                 self._insert_records(tx, sealed)
                 sealed = []
@@ -266,7 +267,8 @@ class _Operations(Reads):
         release: bool,
         hold_until: datetime | None = None,
     ) -> bool:
-        """The fence for one write (DESIGN.md step 4): see `_update_fenced_many`. The row it changes is vouched for."""
+        """The fence for one write (docs/design.md, "The step (R37) and the lease", steps 3 and 5): see
+        `_update_fenced_many`. The row it changes is vouched for."""
         one = [FencedWrite(lease, record, (), release, None, hold_until)]
         fenced = self._fenced_values(one, now)
         if not self._update_fenced_many(tx, one, fenced).fetchall():
@@ -359,7 +361,7 @@ class _Operations(Reads):
                 decision_request_text(request),
             ),
         )
-        self._append(tx, request.operation_id, "decision_requested", request.to_json(), now)
+        self._append(tx, request.operation_id, ev.DecisionRequested.prepared(request.to_json()), now)
         if request.announce:  # its webhook goes out from the outbox, committed with the request it tells of
             self._queue_webhook(tx, request)
 
@@ -415,8 +417,8 @@ class _Operations(Reads):
             if record is not None:
                 # The operation moved on: every other question about the old stop is void.
                 self._expire_open(tx, lease.operation_id)
-            for kind, data in events:
-                self._append(tx, lease.operation_id, kind, data, now)
+            for event in events:
+                self._append(tx, lease.operation_id, event, now)
             return True
 
 
@@ -429,7 +431,7 @@ class SQLStore(_Operations, ContractRegistry):
 
     # -- submissions --------------------------------------------------------------------------------------
 
-    def record_submission(self, submission: Submission, event: Mapping[str, Any]) -> None:
+    def record_submission(self, submission: Submission, event: ev.SubmissionIntent) -> None:
         stamp = self.dialect.stamp
         with self._tx() as tx:
             if tx.one("SELECT 1 FROM operations WHERE operation_id = ?", (submission.operation_id,)):
@@ -451,14 +453,14 @@ class SQLStore(_Operations, ContractRegistry):
             )
             if cursor.rowcount != 1:
                 raise OperationExists(_ALREADY.format(submission.operation_id))
-            self._append(tx, submission.operation_id, "submission_intent", event, submission.created_at)
+            self._append(tx, submission.operation_id, event, submission.created_at)
 
     def get_submission(self, operation_id: str) -> Submission | None:
         row = self._row(f"SELECT {SUBMISSION_COLUMNS} FROM submissions WHERE operation_id = ?", (operation_id,))
         return None if row is None else submission_from_row(row, self.dialect.moment)
 
     def accept_submission(
-        self, submission: Submission, record: OperationRecord, contract_text: str, event: Mapping[str, Any]
+        self, submission: Submission, record: OperationRecord, contract_text: str, event: ev.Submitted
     ) -> None:
         with self._tx() as tx:
             tx.execute(
@@ -468,15 +470,15 @@ class SQLStore(_Operations, ContractRegistry):
             )
             self._refuse_second_operations(tx, [record])
             self._insert_operations(tx, [(record, contract_text)])
-            self._append(tx, record.operation_id, "submitted", event, record.created_at)
+            self._append(tx, record.operation_id, event, record.created_at)
 
-    def mark_submission(self, operation_id: str, state: str, event: Mapping[str, Any], at: datetime) -> None:
+    def mark_submission(self, operation_id: str, event: ev.SubmissionMarked, at: datetime) -> None:
         with self._tx() as tx:
             tx.execute(
                 "UPDATE submissions SET state = ?, updated_at = ? WHERE operation_id = ?",
-                (state, self.dialect.stamp(at), operation_id),
+                (event.state, self.dialect.stamp(at), operation_id),
             )
-            self._append(tx, operation_id, f"submission_{state}", event, at)
+            self._append(tx, operation_id, event, at)
 
     # -- grants (agent approvals) ------------------------------------------------------------------------
 
@@ -495,7 +497,9 @@ class SQLStore(_Operations, ContractRegistry):
                     grant_detail_text(grant),
                 ),
             )
-            self._append(tx, log_id, f"{grant.kind}_approval_requested", grant.to_json(), grant.requested_at)
+            self._append(
+                tx, log_id, ev.GrantRequested.of_kind(grant.kind).prepared(grant.to_json()), grant.requested_at
+            )
 
     def get_grant(self, grant_id: str) -> Grant | None:
         row = self._row(f"SELECT {GRANT_COLUMNS} FROM grants WHERE grant_id = ?", (grant_id,))
@@ -523,7 +527,12 @@ class SQLStore(_Operations, ContractRegistry):
             )
             if cursor.rowcount != 1:
                 return False
-            self._append(tx, log_id, f"approval_{status}", {"grant_id": grant_id, "by": by, "note": note}, at)
+            self._append(
+                tx,
+                log_id,
+                ev.GrantAnswered.of_status(status).prepared({"grant_id": grant_id, "by": by, "note": note}),
+                at,
+            )
             return True
 
     # -- pacing -------------------------------------------------------------------------------------------

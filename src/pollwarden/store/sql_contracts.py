@@ -7,11 +7,10 @@ of its own, `@contract/<digest>`, in the transaction that adds the row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from ..core.contract.vars import text_digest
+from ..events import ContractInstalled
 from .base import CONTRACT_LOG_PREFIX, InstalledContract, StoreError
 from .common import Row, marks
 from .trail import AuditTrail
@@ -29,7 +28,7 @@ class ContractRegistry(AuditTrail):
     """Installing a contract version and looking one up."""
 
     def install_contract(
-        self, name: str, text: str, *, by: str, at: datetime, event: Mapping[str, Any]
+        self, name: str, text: str, *, by: str, at: datetime, event: ContractInstalled
     ) -> tuple[InstalledContract, bool]:
         """Install this text under `name` once, with its `contract_installed` event: (the row, whether this call
         added it). A version installed already is left as it was (who installed it first stays on record)."""
@@ -45,7 +44,7 @@ class ContractRegistry(AuditTrail):
                 raise StoreError(f"contract {digest} vanished while it was installed")
             installed = self._installed(row)
             if added:  # the head of this commit vouches for the row as read back (`store/vouching.py`)
-                self._append(tx, contract_log_id(digest), "contract_installed", event, at)
+                self._append(tx, contract_log_id(digest), event, at)
                 tx.vouch(*contract_vouch(digest, name, text, by, installed.installed_at))
         return installed, added
 

@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import events as ev
 from .base import ClaimAnswer, Claimed, ClaimOf, Lease, Stored, StoreError, UnreadableRow
 from .common import (
     STORED_COLUMNS,
@@ -20,7 +21,6 @@ from .common import (
     marks,
     stored_from_row,
     taken_over,
-    takeover_event,
 )
 from .sql_outbox import Outbox
 
@@ -47,10 +47,6 @@ def claim_due_query(dialect: Dialect, skipping: int = 0) -> str:
         f"{passed_over}"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
     )
-
-
-UNREADABLE_KIND = "record_unreadable"
-"""The event a claim appends to the log of a row it set aside."""
 
 
 class Leases(Outbox):
@@ -86,7 +82,7 @@ class Leases(Outbox):
                 "UPDATE operations SET unreadable = ? WHERE operation_id = ? AND unreadable IS NULL",
                 (f"{MARKED}{why}", row.operation_id),
             )
-            self._append(tx, row.operation_id, UNREADABLE_KIND, {"why": why}, now)
+            self._append(tx, row.operation_id, ev.RecordUnreadable(why=why), now)
         self._set_aside.extend(fresh)
 
     def claim(self, operation_id: str, owner: str, now: datetime, ttl: timedelta) -> ClaimAnswer:
@@ -197,8 +193,8 @@ class Leases(Outbox):
         ]
         self._lock_logs(tx, [operation_id for operation_id, _, _ in takeovers])
         for operation_id, stored, owner in takeovers:
-            event = takeover_event(stored.lease_owner, owner, stored.lease_token + 1)
-            self._append(tx, operation_id, "lease_taken_over", event, now)
+            event = ev.LeaseTakenOver(previous_owner=stored.lease_owner, owner=owner, token=stored.lease_token + 1)
+            self._append(tx, operation_id, event, now)
         return [
             Lease(operation_id, owner, stored.lease_token + 1, expires)
             for operation_id, (stored, owner, expires) in rows.items()

@@ -150,7 +150,7 @@ class Outbox(AuditTrail):
                     == 1
                 )  # fmt: skip
             if changed and attempted.event is not None and lease.operation_id is not None:
-                self._append(tx, lease.operation_id, *attempted.event, now)
+                self._append(tx, lease.operation_id, attempted.event, now)
         return changed
 
     def outbox(self, *, queued_by: str | None = None) -> list[OutboxEntry]:

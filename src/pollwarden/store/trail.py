@@ -45,6 +45,8 @@ from ..audit.checkpoint import key_id_of
 from ..audit.rotation import Rotation, rotation_key_id, sign_rotation
 from ..audit.vouch import Vouch
 from ..core.durations import format_rfc3339, parse_rfc3339
+from ..events import SigningKeyRotated
+from ..events.base import AuditEvent, NewEvent
 from ..home.directory import PRIVATE_FILE, tighten
 from .base import Event, LogEntry, StoreError
 from .common import (
@@ -284,15 +286,15 @@ class AuditTrail(ABC):
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def append(self, operation_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
-        self.append_many([(operation_id, kind, data)], at)
+    def append(self, log_id: str, event: NewEvent, at: datetime) -> None:
+        self.append_many([(log_id, event)], at)
 
     def append_many(self, entries: Sequence[LogEntry], at: datetime) -> None:
         if not entries:
             return
         with self._tx() as tx:
-            self._lock_logs(tx, [log_id for log_id, _, _ in entries])  # all at once, in the one global order
-            self._append_many(tx, [(log_id, kind, data, at) for log_id, kind, data in entries])
+            self._lock_logs(tx, [log_id for log_id, _ in entries])  # all at once, in the one global order
+            self._append_many(tx, [(log_id, event, at) for log_id, event in entries])
 
     def _lock_logs(self, tx: Tx, log_ids: Iterable[str]) -> None:
         """Hold these logs' heads until commit, in key order: the same order every transaction uses."""
@@ -318,18 +320,20 @@ class AuditTrail(ABC):
             for log_id, seq, head_hash in self._tips(tx, missing):
                 tx.heads[str(log_id)] = (int(seq), str(head_hash))
 
-    def _append(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+    def _append(self, tx: Tx, log_id: str, event: NewEvent, at: datetime) -> None:
         """Seal and chain one event onto its log, and insert it."""
-        self._insert_records(tx, [self._seal_onto(tx, log_id, kind, data, at)])
+        self._insert_records(tx, [self._seal_onto(tx, log_id, event, at)])
 
-    def _append_many(self, tx: Tx, entries: Iterable[tuple[str, str, Mapping[str, Any], datetime]]) -> None:
-        """`_append` for many (log, kind, data, at) entries, in that order, inserted in few statements."""
-        self._insert_records(tx, [self._seal_onto(tx, log_id, kind, data, at) for log_id, kind, data, at in entries])
+    def _append_many(self, tx: Tx, entries: Iterable[tuple[str, NewEvent, datetime]]) -> None:
+        """`_append` for many (log, event, at) entries, in that order, inserted in few statements."""
+        self._insert_records(tx, [self._seal_onto(tx, log_id, event, at) for log_id, event, at in entries])
 
-    def _seal_onto(self, tx: Tx, log_id: str, kind: str, data: Mapping[str, Any], at: datetime) -> AuditRecord:
+    def _seal_onto(self, tx: Tx, log_id: str, event: NewEvent, at: datetime) -> AuditRecord:
         """Seal one event and chain it onto its log's head in `tx`; the caller inserts it (`_insert_records`)
         in the same transaction before anything reads the log back. The head is read only once the log is
-        locked, and the lock is held until commit, so the next writer reads this record as its head."""
+        locked, and the lock is held until commit, so the next writer reads this record as its head. The kind
+        sealed is the event's class's: no caller names one."""
+        kind, data = event.new_event()
         cipher = self._writing_cipher()
         self._lock_logs(tx, [log_id])
         head: Row | None = tx.heads.get(log_id)
@@ -478,9 +482,9 @@ class AuditTrail(ABC):
         old_id, new_id = key_id_of(old_key.public_key()), key_id_of(new_key.public_key())
         if old_id == new_id:
             raise StoreError("the new signing key is the key in use; nothing was rotated")
-        data = {"by": by, "old_key_id": old_id, "new_key_id": new_id}
+        rotated = SigningKeyRotated.prepared({"by": by, "old_key_id": old_id, "new_key_id": new_id})
         with self._tx() as tx:
-            self._append(tx, KEYS_LOG, "signing_key_rotated", data, at)
+            self._append(tx, KEYS_LOG, rotated, at)
             self._sign_head(tx)  # this transaction's head, by the old key; nothing signs another before COMMIT
             head = tx.head
             assert head is not None
@@ -490,7 +494,7 @@ class AuditTrail(ABC):
             tx.execute(f"INSERT INTO audit_key_rotations ({ROTATION_COLUMNS}) VALUES ({marks(6)})", rotation.values())
         return rotation
 
-    def set_setting(self, log_id: str, value: str, kind: str, data: Mapping[str, Any], at: datetime) -> None:
+    def set_setting(self, log_id: str, value: str, event: AuditEvent, at: datetime) -> None:
         """Set one of the settings the log vouches for (`audit_settings`, each with a log of its own), with its
         event, in one transaction; the head of that commit vouches for the row as it is left."""
         at_text = format_rfc3339(at)
@@ -500,7 +504,7 @@ class AuditTrail(ABC):
                 " ON CONFLICT (log_id) DO UPDATE SET value = excluded.value, at = excluded.at",
                 (log_id, value, at_text),
             )
-            self._append(tx, log_id, kind, data, at)
+            self._append(tx, log_id, event, at)
             _, state, identity = setting_vouch(log_id, value, at_text)
             tx.vouch(log_id, state, identity)
 

@@ -22,31 +22,10 @@ from urllib.parse import urlsplit
 from ..core.contract.auth import Auth, AuthKind
 from ..core.contract.parse import Contract
 from ..core.scrub import Scrubber
-from .token_source import TOKEN_COMMAND_TIMEOUT, read_token_file, ready_margin, run_token_command, slot_of
+from .token_source import TOKEN_COMMAND_TIMEOUT, clean, read_token_file, ready_margin, run_token_command, slot_of
 from .token_source import CredentialError as CredentialError
 
 AWS_EXTRA = "pip install 'pollwarden[aws]'"
-
-
-def clean(value: str | None, where: str) -> str:
-    """The credential as it will be sent, from `where` ("environment variable X", "the output of ...").
-
-    Mounted secrets and command output usually end in a newline, so exactly one trailing "\\n" or "\\r\\n" is
-    removed. Whatever is left must be printable ASCII (space to "~") with no space at either end: anything else
-    cannot travel in a header unchanged (HTTP strips the spaces, latin-1 is the most a header holds and servers
-    disagree even on that), and a value the server reads differently from what we hold is one our scrubber may
-    miss."""
-    if value is not None:
-        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
-    if not value:
-        raise CredentialError(f"the credential in {where} is not set or empty; set it and run again")
-    if any(not " " <= ch <= "~" for ch in value) or value != value.strip(" "):
-        raise CredentialError(
-            f"the credential in {where} holds a control character, a non-ASCII character,"
-            " more than one trailing newline or a space at either end, and cannot be sent in a header unchanged;"
-            " write it as printable ASCII (one trailing newline is fine) and run again"
-        )
-    return value
 
 
 def _is_set(environ: Mapping[str, str], name: str) -> bool:

@@ -7,31 +7,33 @@ things whatever the peer sends: the whole exchange, connect to last byte, ends b
 provider sends grows past the caps (100 headers, 64 KiB of headers, `max_body_bytes` of DECODED body); and no
 `Exchange` leaves the client holding the credential in any form (`core.scrub`).
 
-The wire is sockets `pollwarden.transport.wire` connects itself (and keeps alive for status polls): status polls, over
-http
-and https, go through `pollwarden.transport.wire_select` (non-blocking, many at once on one selector with `Fetches`, the
-head parsed by a strict parser of its own), everything else through `http.client`; on both, the host's lookup
-counts against the deadline (`pollwarden.transport.resolve`). httpx's timeouts are per read,
-and its per-request cost was four times that of the standard library on the poll path. `Transport` is the seam
-for tests: `FakeTransport` answers from a function, as `httpx.MockTransport` does.
+The transport package, one thing a module:
+- `messages`: the `Request`, the `Answer` and `Transport` seams, `WireError`, the caps;
+- `http11`: HTTP/1.1's rules for both paths (the request checked and written, the answer head parsed, framing);
+- `decoding`: the body's Content-Encoding undone in bounded steps;
+- `wire`: the blocking socket transport and its pool of kept-alive connections (`http.client` reads the head);
+- `wire_select` and `wire_round`: status polls, many at once on one selector (`Fetches`, below);
+- `resolve`: the host's lookup inside the deadline, and the address guard of a result download;
+- `trust`: a contract's own CA bundle; `credentials` and `token_source`: the credential this client injects;
+- `fake`: `FakeTransport`, the seam for tests (answers from a function, as `httpx.MockTransport` does);
+- `notify` and `outbox`: webhook deliveries, durable, over the same wire.
+httpx's timeouts are per read, and its per-request cost was four times that of the standard library on the
+poll path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import math
-import re
 import ssl
 import time
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 from .. import __version__
 from ..core.contract.parse import Contract
@@ -42,20 +44,12 @@ from . import wire_round, wire_select
 from .credentials import Credential as Credential
 from .credentials import CredentialError as CredentialError
 from .credentials import resolve_secret as resolve_secret
+from .decoding import ACCEPT_ENCODING, body_pieces, decoder_for
+from .http11 import check_headers, check_request
+from .messages import Answer, Request, Transport, WireError
 from .resolve import AddressGuard
 from .trust import ca_context
-from .wire import KEEPALIVE_IDLE as KEEPALIVE_IDLE
-from .wire import MAX_HEADER_BYTES as MAX_HEADER_BYTES
-from .wire import MAX_HEADERS as MAX_HEADERS
-from .wire import READ_CHUNK as READ_CHUNK
-from .wire import Answer as Answer
-from .wire import Request as Request
-from .wire import SocketTransport as SocketTransport
-from .wire import Transport as Transport
-from .wire import WireError as WireError
-
-ACCEPT_ENCODING = "gzip, deflate"
-"""Only what `_decoder` decodes: advertising more would turn every compressing gateway into invalid_response."""
+from .wire import SocketTransport
 
 _MESSAGE_CAP = 300
 
@@ -63,97 +57,6 @@ _MESSAGE_CAP = 300
 def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-# Regular expressions rather than a loop over characters: this runs twice per request, on every header.
-_URL_CHARS = re.compile("[!-~]*")
-_HEADER_NAME = re.compile("[A-Za-z0-9_-]+")
-_HEADER_VALUE = re.compile("[\t\x20-\x7e\xa0-\xff]*")
-
-
-def _check_request(method: str, url: str, parts: SplitResult, headers: Mapping[str, str]) -> None:
-    """Local integration errors: nothing has left the machine when these are raised."""
-    _check_target(method, url, parts)
-    _check_headers(headers)
-
-
-def _check_target(method: str, url: str, parts: SplitResult) -> None:
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise WireError(FailureKind.LOCAL, "the URL is not an absolute http(s) URL")
-    try:
-        parts.port  # noqa: B018 - raises for a port that is not a number in range
-    except ValueError:
-        raise WireError(FailureKind.LOCAL, "the URL's port is not a number from 1 to 65535") from None
-    if parts.username is not None or parts.password is not None:
-        raise WireError(FailureKind.LOCAL, "the URL carries userinfo; credentials travel only in [auth]")
-    if not method.isascii() or not method.isalpha():
-        raise WireError(FailureKind.LOCAL, "the method is not an HTTP token")
-    if not _URL_CHARS.fullmatch(url):
-        raise WireError(FailureKind.LOCAL, "the URL holds a space, a control or a non-ASCII character")
-
-
-def _check_headers(headers: Mapping[str, str]) -> None:
-    for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise WireError(FailureKind.LOCAL, f"header name {name[:40]!r} is not a token of letters, digits, - and _")
-        # The value is never quoted back: it may be the credential.
-        if not _HEADER_VALUE.fullmatch(value):
-            raise WireError(FailureKind.LOCAL, f"header {name} holds a control or non-latin-1 character")
-
-
-class _Decoder:
-    """Content-Encoding gzip or deflate, undone in bounded steps so a bomb never grows past the cap."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        self._raw_deflate_tried = encoding != "deflate"
-        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-        self._fed = False
-
-    def feed(self, data: bytes, limit: int) -> bytes:
-        """At most `limit` bytes out (limit >= 1); more pending output shows as a full `limit`."""
-        try:
-            out = self._zlib.decompress(data, limit)
-        except zlib.error:
-            if self._fed or self._raw_deflate_tried:
-                raise WireError(FailureKind.PROTOCOL, f"the {self.encoding} body is corrupt") from None
-            # "deflate" is sent both zlib-wrapped (the standard) and raw (some servers): try the other.
-            self._raw_deflate_tried = True
-            self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
-            return self.feed(data, limit)
-        self._fed = True
-        return out
-
-    def finish(self) -> None:
-        if not self._zlib.eof:
-            raise WireError(FailureKind.PROTOCOL, f"the {self.encoding} body ended before its compressed stream did")
-
-
-def _decoder(headers: Mapping[str, str]) -> _Decoder | None:
-    encoding = headers.get("content-encoding", "").strip().lower()
-    if encoding in {"gzip", "x-gzip"}:
-        return _Decoder("gzip")
-    if encoding == "deflate":
-        return _Decoder("deflate")
-    return None  # identity; anything else is passed on still encoded, and the parser refuses it by its header
-
-
-def _pieces(
-    answer: Answer, decoder: _Decoder | None, deadline: float, room: Callable[[], int]
-) -> Iterator[tuple[bytes, int]]:
-    """The body as decoded pieces, each with the raw bytes read so far; `room` is how much more decoded output
-    the caller will take (a decompression bomb is cut there), and the whole read ends at `deadline`."""
-    raw_size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise WireError(FailureKind.TIMEOUT, "the body did not arrive within the timeout")
-        raw = answer.read(READ_CHUNK)
-        if not raw:
-            if decoder is not None:
-                decoder.finish()
-            return
-        raw_size += len(raw)
-        yield (raw if decoder is None else decoder.feed(raw, room())), raw_size
 
 
 class StatusClient:
@@ -319,9 +222,9 @@ class StatusClient:
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
             # The caller's headers before the credential is applied (it may fetch a token); then all of them.
-            _check_request(method, url, parts, extra_headers or {})
+            check_request(method, url, parts, extra_headers or {})
             headers = self._headers(method, url, extra_headers or {}, body, credential)
-            _check_headers(headers)
+            check_headers(headers)
             trust = self._trust(url)
         except WireError as exc:
             return self._failure(exc.kind, exc.message, sent_at)
@@ -384,7 +287,7 @@ class StatusClient:
                 parts = urlsplit(url)
             except ValueError:
                 raise WireError(FailureKind.LOCAL, "the URL cannot be parsed") from None
-            _check_request("GET", url, parts, headers)
+            check_request("GET", url, parts, headers)
             # A result's address is checked where the connection is made: public only, unless the contract's
             # own status origin is loopback or private too (`core.addresses`).
             home = urlsplit(self._contract.origin)
@@ -411,7 +314,7 @@ class StatusClient:
         )
         if not 200 <= answer.status < 300:
             return Download(answer.status, shown_headers, 0, hashlib.sha256().hexdigest(), over_cap=False)
-        decoder = _decoder(headers)
+        decoder = decoder_for(headers)
         digest = hashlib.sha256()
         hold = max(self._scrubber.longest - 1, 0)
         pending = b""
@@ -426,7 +329,7 @@ class StatusClient:
         def room() -> int:  # read at each piece: what is written and held so far
             return cap + 1 - size - len(pending)
 
-        for data, raw_size in _pieces(answer, decoder, deadline, room):
+        for data, raw_size in body_pieces(answer, decoder, deadline, room):
             # The tail that could be the start of a secret waits for the next piece before it is scrubbed.
             pending = self._scrubber.raw(pending + data) if self._scrubber else pending + data
             if len(pending) > hold:
@@ -449,7 +352,7 @@ class StatusClient:
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         cap = self._contract.max_body_bytes
-        decoder = _decoder(headers)
+        decoder = decoder_for(headers)
         chunks: list[bytes] = []
         size = 0
         truncated = False
@@ -457,7 +360,7 @@ class StatusClient:
         def room() -> int:  # read at each piece: what is kept so far
             return cap + 1 - size
 
-        for data, raw_size in _pieces(answer, decoder, deadline, room):
+        for data, raw_size in body_pieces(answer, decoder, deadline, room):
             chunks.append(data)
             size += len(data)
             # The raw count bounds a stream that decodes to nothing; the decoded count is the contract's cap.
@@ -583,40 +486,3 @@ class Download:
     size: int
     sha256: str
     over_cap: bool
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A scripted answer for `FakeTransport`; `body` is sent as it is (encode it yourself to test decoding)."""
-
-    status: int = 200
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-class _ReplyAnswer:
-    def __init__(self, reply: Reply) -> None:
-        self.status = reply.status
-        self.headers = tuple(reply.headers.items())
-        self._body = io.BytesIO(reply.body)
-
-    def read(self, size: int) -> bytes:
-        return self._body.read(size)
-
-    def close(self) -> None:
-        self._body.close()
-
-
-class FakeTransport:
-    """Answers from a function, like `httpx.MockTransport`; the function may raise `WireError` to fail a request."""
-
-    def __init__(self, handler: Callable[[Request], Reply]) -> None:
-        self._handler = handler
-        self.requests: list[Request] = []
-
-    def open(self, request: Request) -> Answer:
-        self.requests.append(request)
-        return _ReplyAnswer(self._handler(request))
-
-    def close(self) -> None:
-        """Nothing to release."""

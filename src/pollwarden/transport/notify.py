@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .. import __version__
-from .. import events as ev
 from ..core.contract.parse import Contract
 from ..core.escalation import DecisionRequest
 
@@ -32,14 +31,6 @@ class Attempt:
     error: str | None
     final: bool = False
     """Another attempt could not go otherwise (the webhook refused the request itself: a 4xx other than 429)."""
-
-
-def delivery_event(
-    decision_id: str, *, ok: bool, attempts: int, status: int | None, error: str | None
-) -> ev.DeliveryEvent:
-    """What a delivery leaves in the operation's log: `notified`, or `notify_failed` with the error."""
-    kind = ev.Notified if ok else ev.NotifyFailed
-    return kind(decision_id=decision_id, ok=ok, attempts=attempts, status=status, error=error)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -101,7 +92,8 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> t
     sent)."""
     # The socket layer is imported when something is really posted: every driver imports this module.
     from ..core.observe import FailureKind
-    from .wire import Request, SocketTransport, WireError
+    from .messages import Request, WireError
+    from .wire import SocketTransport
 
     transport = SocketTransport()
     try:

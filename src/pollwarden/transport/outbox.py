@@ -33,11 +33,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..events import DeliveryEvent
 from ..store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from ..store.delivery import BELL, WEBHOOK, WITNESS, queued_by
 from ..store.owner import OwnerKind, process_owner
+from ..store.roles import Deliveries
 from ..store.shared import PerStore
-from .notify import Attempt, attempt, delivery_event, post, webhook_of
+from .notify import Attempt, attempt, post, webhook_of
 
 if TYPE_CHECKING:
     from ..audit import Head
@@ -92,14 +94,14 @@ def after_webhook(entry: OutboxEntry, made: Attempt, now: datetime, u: float) ->
     if not over:
         later = now + timedelta(seconds=WEBHOOK_BACKOFF * 2 ** (attempts - 1) * (0.5 + u / 2))
         return Attempted(attempts, False, later, made.status, made.error)
-    told = delivery_event(entry.subject, ok=made.ok, attempts=attempts, status=made.status, error=made.error)
-    return Attempted(attempts, made.ok, None, made.status, made.error, event=told.new_event())
+    told = DeliveryEvent.of(entry.subject, ok=made.ok, attempts=attempts, status=made.status, error=made.error)
+    return Attempted(attempts, made.ok, None, made.status, made.error, event=told)
 
 
 def given_up(entry: OutboxEntry, why: str) -> Attempted:
     """A webhook that cannot be attempted at all (too old, its request or contract gone), audited as failed."""
-    told = delivery_event(entry.subject, ok=False, attempts=entry.attempts, status=None, error=why)
-    return Attempted(entry.attempts, False, None, error=why, event=told.new_event())
+    told = DeliveryEvent.of(entry.subject, ok=False, attempts=entry.attempts, status=None, error=why)
+    return Attempted(entry.attempts, False, None, error=why, event=told)
 
 
 def after_witness(entry: OutboxEntry, error: str | None, head: int, now: datetime) -> Attempted:
@@ -404,7 +406,7 @@ def delivering_home(home: Path, kind: OwnerKind, *, environ: Mapping[str, str] |
         store.close()
 
 
-def witness_notes(store: Store, witness: Witness | None) -> tuple[str, ...]:
+def witness_notes(store: Deliveries, witness: Witness | None) -> tuple[str, ...]:
     """What `audit verify` says of the deliveries to `witness` (the home's, configured; a reader's store holds
     none of its own): a head it has not taken, and why."""
     if witness is None:

@@ -53,6 +53,27 @@ class CredentialError(PollwardenError):
     """The credential is missing or unusable here, or a request would carry it somewhere the contract does not name."""
 
 
+def clean(value: str | None, where: str) -> str:
+    """The credential as it will be sent, from `where` ("environment variable X", "the output of ...").
+
+    Mounted secrets and command output usually end in a newline, so exactly one trailing "\\n" or "\\r\\n" is
+    removed. Whatever is left must be printable ASCII (space to "~") with no space at either end: anything else
+    cannot travel in a header unchanged (HTTP strips the spaces, latin-1 is the most a header holds and servers
+    disagree even on that), and a value the server reads differently from what we hold is one our scrubber may
+    miss."""
+    if value is not None:
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+    if not value:
+        raise CredentialError(f"the credential in {where} is not set or empty; set it and run again")
+    if any(not " " <= ch <= "~" for ch in value) or value != value.strip(" "):
+        raise CredentialError(
+            f"the credential in {where} holds a control character, a non-ASCII character,"
+            " more than one trailing newline or a space at either end, and cannot be sent in a header unchanged;"
+            " write it as printable ASCII (one trailing newline is fine) and run again"
+        )
+    return value
+
+
 # -- one run ------------------------------------------------------------------------------------------------------
 
 _RUNNING: set[subprocess.Popen[bytes]] = set()
@@ -62,8 +83,6 @@ _RUNNING_LOCK = threading.Lock()
 def run_token_command(argv: tuple[str, ...], environ: Mapping[str, str], timeout: float) -> str:
     """The token a command prints: no shell, no stdin (it cannot prompt), stderr discarded (it may echo the token),
     its own process group (killed whole at the timeout), at most `MAX_TOKEN_BYTES` + 1 bytes of output read."""
-    from .credentials import clean
-
     name = os.path.basename(argv[0])
     deadline = time.monotonic() + timeout
     try:
@@ -155,8 +174,6 @@ def _kill_running() -> None:
 
 
 def read_token_file(path: str) -> str:
-    from .credentials import clean
-
     try:
         data = read_bounded(path, MAX_TOKEN_BYTES)
     except (FileNotFoundError, NotADirectoryError):

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 from ..core.bounded import TooLarge, read_bounded
 from ..core.observe import FailureKind
-from .wire import WireError
+from .messages import WireError
 
 MAX_CA_BYTES = 4 * 1024 * 1024
 """Far more than any bundle (the whole Mozilla store is about 220 KB); a larger file is refused, never read whole."""

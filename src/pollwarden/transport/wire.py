@@ -1,12 +1,12 @@
-"""The socket half of the status client: HTTP/1.1 over connections this module opens (and, for status polls,
-keeps), each exchange bounded by one deadline, the answer head read under the caps and its framing checked.
+"""The blocking socket transport: HTTP/1.1 over connections this module opens (and, for status polls, keeps in a
+pool), each exchange bounded by one deadline, the answer head read by `http.client` under the caps and its
+framing checked by `http11`, as the selector's parser reads it.
 
-`StatusClient` (`pollwarden.transport.http`) builds the `Request` and reads the `Answer`; this module only moves bytes
-and
-classifies what went wrong as a `WireError` whose kind says whether the request may have reached the provider.
-This is the blocking path (every request that is not a status poll); status polls, over http and https, take
-`pollwarden.transport.wire_select`, over the same pool of kept-alive connections, under the same caps, with the same TLS
-verification (`wrap_tls`) and the same lookups inside the deadline (`pollwarden.transport.resolve`).
+`StatusClient` (`transport.http`) builds the `Request` and reads the `Answer` (`transport.messages`); this module
+only moves bytes and classifies what went wrong as a `WireError` whose kind says whether the request may have
+reached the provider. This is the path of every request that is not a status poll; status polls, over http and
+https, take `transport.wire_select`, over the same pool of kept-alive connections, under the same caps, with the
+same TLS verification (`wrap_tls`) and the same lookups inside the deadline (`transport.resolve`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import functools
 import http.client
 import io
 import os
-import re
 import select
 import socket
 import ssl
@@ -25,23 +24,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import SplitResult, urlsplit
 
 from ..core.observe import FailureKind
-from ..errors import EXIT_ESCALATED, PollwardenError
 from . import resolve
+from .http11 import (
+    FOLD,
+    NO_CHUNK_CRLF,
+    NOT_A_HEADER,
+    NOT_STATUS,
+    Trailers,
+    check_framing,
+    chunk_size,
+    parse_status_line,
+    request_head,
+    server_closes,
+)
+from .messages import MAX_HEADER_BYTES, MAX_LINE, READ_CHUNK, Answer, Request, WireError
 from .resolve import AddressGuard, AddrInfo, Resolver
-
-MAX_HEADERS = 100
-"""`http.client` refuses a 101st line after the status line with HTTPException, counting the blank line that
-ends the head: an answer may carry 99 headers. `wire_select` counts the same way."""
-
-MAX_HEADER_BYTES = 64 * 1024
-MAX_LINE = 65536
-"""The longest status, header, chunk-size or trailer line, as `http.client` allows."""
-READ_CHUNK = 64 * 1024
 
 KEEPALIVE_IDLE = 1.0
 """Seconds a pooled connection may sit idle and still be reused: well under the shortest keep-alive timeout
@@ -49,65 +49,6 @@ common servers use (gunicorn 2 s; Apache, Node and uvicorn 5 s; nginx 75 s), so 
 it first. When it has, the request fails as delivery-unknown and is never sent again (see `SocketTransport`)."""
 
 MAX_IDLE_PER_ORIGIN = 64
-
-
-class WireError(PollwardenError):
-    """A failure already classified: `kind` says whether the request may have reached the provider.
-
-    Caught inside the client (it becomes a `TransportFailure`);
-    it is about the provider's answer, so its exit code is a stop's (4)."""
-
-    exit_code = EXIT_ESCALATED
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a transport is asked to send; `deadline` is the `time.monotonic()` by which the last byte is in."""
-
-    method: str
-    url: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes | None
-    deadline: float
-    reuse: bool = False
-    """May go over a kept-alive connection (status polls only: a read whose repetition costs one counted poll).
-    Anything else (a submission, a cancel, a download) always gets a fresh connection and `Connection: close`,
-    so a failure before its answer can be a clear "not sent" (connect) rather than a delivery-unknown one."""
-    body_cap: int | None = None
-    """The most body bytes the reader will keep: a transport that reads the whole answer before handing it back
-    (`wire_select`) stops one byte past it, which the reader takes for a body over its cap."""
-    guard: AddressGuard | None = None
-    """Which addresses the request may connect to (a result download): None for the contract's own requests."""
-    trust: ssl.SSLContext | None = None
-    """What verifies an https peer: the contract's own CA bundle for its origin ([tls] ca_file,
-    `pollwarden.transport.trust`), None for the system's store."""
-
-
-class Answer(Protocol):
-    """The head of an answer and its raw (still content-encoded) body; `read` returns b"" at the end."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> tuple[tuple[str, str], ...]: ...
-
-    def read(self, size: int) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class Transport(Protocol):
-    """Sends one request; raises `WireError` for anything that is not an answer."""
-
-    def open(self, request: Request) -> Answer: ...
-
-    def close(self) -> None: ...
 
 
 def _remaining(deadline: float, what: str) -> float:
@@ -219,60 +160,6 @@ class _DeadlineResponse(http.client.HTTPResponse):
         return not after and not self.reader.ended
 
 
-_HEX = re.compile(rb"[0-9A-Fa-f]+")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FOLD = re.compile(r"[ \t]*\r?\n[ \t]*")
-
-NOT_A_HEADER = "broken answer head: a header line is not a name, a colon and a value"
-NOT_STATUS = "the answer does not start with an HTTP status line"
-NO_CHUNK_CRLF = "broken chunked body (no CRLF after a chunk)"
-
-
-def server_closes(http10: bool, headers: Sequence[tuple[str, str]]) -> bool:
-    """The server closes the connection after this answer: "close" in any Connection header (http.client reads the
-    first one only), or HTTP/1.0 without keep-alive."""
-    connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
-    return "close" in connection or (http10 and "keep-alive" not in connection)
-
-
-def parse_status_line(line: str) -> tuple[str, int, str]:
-    """The version, code and reason of a status line as both paths read it (its line end dropped, or not), or a
-    PROTOCOL `WireError`: "HTTP/1.x" from its first byte, three ASCII digits not starting with 0, a reason that
-    may be empty. http.client alone would take a leading space, "2_00" (int() reads it as 200) and HTTP/0.9."""
-    parts = line.split(None, 2)
-    if len(parts) < 2 or not line.startswith("HTTP/"):
-        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
-    version, code = parts[0], parts[1]
-    if not (len(code) == 3 and code.isascii() and code.isdigit() and code[0] != "0"):
-        raise WireError(FailureKind.PROTOCOL, NOT_STATUS)
-    if not version.startswith("HTTP/1."):
-        raise WireError(FailureKind.PROTOCOL, f"broken answer head: unknown protocol {version[:20]!r}")
-    return version, int(code), parts[2].rstrip("\r\n") if len(parts) > 2 else ""
-
-
-def chunk_size(line: bytes) -> int | None:
-    """A chunk-size line's size (its extensions and line end dropped), or None when it is not 1*HEXDIG: int(size,
-    16) alone also takes "0x2", "+2", "-2" and "0_2". Either path reads None as a body cut short (`reset`), as
-    http.client reads a size int() refuses."""
-    size = line.split(b";", 1)[0].strip(b" \t\r\n")
-    return int(size, 16) if _HEX.fullmatch(size) else None
-
-
-class Trailers:
-    """The trailer lines of a chunked body, counted as header lines are and refused past `MAX_HEADER_BYTES`."""
-
-    def __init__(self) -> None:
-        self._size = 0
-
-    def ended(self, line: bytes) -> bool:
-        """True at the blank line that ends them; `line` is one trailer line, its line end included or not."""
-        bare = line.rstrip(b"\r\n")
-        self._size += len(bare) + 2
-        if self._size > MAX_HEADER_BYTES:
-            raise WireError(FailureKind.PROTOCOL, f"broken chunked body (trailers over {MAX_HEADER_BYTES} bytes)")
-        return not bare
-
-
 class _SocketAnswer:
     def __init__(
         self, sock: socket.socket, response: _DeadlineResponse, keep: Callable[[socket.socket], None] | None = None
@@ -284,9 +171,7 @@ class _SocketAnswer:
         self.status = response.status
         # The email package keeps an obs-fold's line end in a value, and the whitespace after it; the selector's
         # parser puts one space for a fold (RFC 9112 section 5.2 allows it) and strips the ends: so does this.
-        self.headers = tuple(
-            (k, (_FOLD.sub(" ", v) if "\n" in v else v).rstrip(" \t")) for k, v in response.msg.items()
-        )
+        self.headers = tuple((k, (FOLD.sub(" ", v) if "\n" in v else v).rstrip(" \t")) for k, v in response.msg.items())
 
     def read(self, size: int) -> bytes:
         try:
@@ -591,44 +476,3 @@ def _begin(response: _DeadlineResponse) -> None:
     if sum(len(k) + len(v) + 4 for k, v in response.msg.items()) > MAX_HEADER_BYTES:
         raise WireError(FailureKind.PROTOCOL, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
     check_framing(response.msg.items())
-
-
-def check_framing(headers: Sequence[tuple[str, str]]) -> tuple[int | None, bool]:
-    """What both paths check of a parsed head: every header name a token (the email package takes "X(A)"), and,
-    RFC 9112 section 6.3, the framing: an answer whose length is ambiguous is not read at all (one reader's body end is
-    another's next answer): Content-Length given twice with different values, or not a number (1*DIGIT: int()
-    would take "+2" and "1_0", and http.client reads what int() refuses as no length at all, to the close), or
-    beside Transfer-Encoding, or a transfer coding other than chunked. Returns the framing it found: the
-    Content-Length (None without one) and whether the body is chunked."""
-    lengths: set[str] = set()
-    codings: list[str] = []
-    for name, value in headers:  # one pass: this runs on every answer
-        if not _TOKEN.fullmatch(name):
-            raise WireError(FailureKind.PROTOCOL, NOT_A_HEADER)
-        key = name.lower()
-        if key == "content-length":
-            lengths.add(value.strip())
-        elif key == "transfer-encoding":
-            codings += [c.strip().lower() for c in value.split(",")]
-    if len(lengths) > 1:
-        raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
-    # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
-    if any(not (length.isascii() and length.isdigit() and len(length) <= 19) for length in lengths):
-        raise WireError(FailureKind.PROTOCOL, "the answer's Content-Length is not a number")
-    if codings and lengths:
-        raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
-    if codings and codings != ["chunked"]:
-        raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
-    return (int(next(iter(lengths))) if lengths else None), bool(codings)
-
-
-def request_head(request: Request, parts: SplitResult) -> bytes:
-    """The request line and headers as bytes, refused here (nothing sent) when they cannot be sent as they are."""
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
-    lines += [f"{name}: {value}" for name, value in request.headers]
-    if request.body is not None or request.method in {"POST", "PUT", "PATCH"}:
-        lines.append(f"Content-Length: {len(request.body or b'')}")
-    if not request.reuse:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

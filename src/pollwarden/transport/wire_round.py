@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from .messages import Answer, Request, WireError
 from .resolve import Wakeup
-from .wire import Answer, Request, SocketTransport, WireError
+from .wire import SocketTransport
 from .wire_select import Exchanging
 
 __all__ = ["Round", "exchange"]

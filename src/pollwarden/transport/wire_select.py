@@ -37,36 +37,31 @@ import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..core.observe import FailureKind
+from .http11 import (
+    NO_CHUNK_CRLF,
+    Head,
+    Trailers,
+    check_partial_head,
+    chunk_size,
+    head_end,
+    parse_head,
+    protocol_error,
+    request_head,
+)
+from .messages import MAX_LINE, READ_CHUNK, Answer, Request, WireError
 from .resolve import AddrInfo
 from .wire import (
     CONNECT_TIMEOUT,
     DNS_TIMEOUT,
-    MAX_HEADER_BYTES,
-    MAX_HEADERS,
-    MAX_LINE,
-    NO_CHUNK_CRLF,
-    NOT_A_HEADER,
-    NOT_STATUS,
-    READ_CHUNK,
     TLS_TIMEOUT,
-    Answer,
-    Request,
     SocketTransport,
-    Trailers,
-    WireError,
-    check_framing,
-    chunk_size,
     connect_failure,
     looked_up,
     no_address,
     origin_of_parts,
-    parse_status_line,
-    request_head,
-    server_closes,
     tls_failure,
     wrap_tls,
 )
@@ -91,67 +86,6 @@ def selectable(request: Request) -> bool:
     return request.reuse and request.guard is None and urlsplit(request.url).scheme in SCHEMES
 
 
-@dataclass(frozen=True)
-class Head:
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    closes: bool
-    """The server says it closes the connection after this answer (or is HTTP/1.0 without keep-alive)."""
-    length: int | None
-    """Its Content-Length (`check_framing`: one value, at most 19 digits), or None."""
-    chunked: bool
-    """Its body is chunked (`check_framing`: the only transfer coding read)."""
-
-
-def _protocol(message: str) -> WireError:
-    return WireError(FailureKind.PROTOCOL, message)
-
-
-_TOO_LONG = "a status or header line is longer than 64 KiB"
-
-
-def parse_head(data: bytes) -> Head:
-    """A complete answer head (status line, headers, the blank line) or a PROTOCOL `WireError`."""
-    lines = data.decode("latin-1").split("\n")
-    if len(data) > MAX_LINE and any(len(line) > MAX_LINE for line in lines):
-        raise _protocol(_TOO_LONG)
-    version, code, _ = parse_status_line(lines[0])
-    headers: list[tuple[str, str]] = []
-    for raw in lines[1:]:
-        line = raw[:-1] if raw.endswith("\r") else raw
-        if not line:
-            break
-        if "\r" in line:  # a lone CR ends a line for the email package (the blocking path), which refuses it
-            raise _protocol(NOT_A_HEADER)
-        if line[0] in " \t":  # obs-fold: RFC 9112 section 5.2 lets a recipient replace it with a space
-            if not headers:
-                raise _protocol("broken answer head: a continuation line before any header")
-            name, value = headers[-1]
-            headers[-1] = (name, value + " " + line.strip(" \t"))
-            continue
-        name, colon, value = line.partition(":")
-        if not colon:
-            raise _protocol(NOT_A_HEADER)  # and a name that is not a token, by `check_framing`
-        headers.append((name, value.strip(" \t")))
-        if len(headers) >= MAX_HEADERS:  # with the blank line, a 101st line: what http.client refuses
-            raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
-    # Each header's k + v + 4 is at most one more than its line's bytes: only a long head can be over.
-    if len(data) + len(headers) > MAX_HEADER_BYTES and sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADER_BYTES:
-        raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    length, chunked = check_framing(headers)
-    return Head(code, tuple(headers), server_closes(version == "HTTP/1.0", headers), length, chunked)
-
-
-def _head_end(buffer: bytearray, start: int) -> int:
-    """Where the blank line that ends the head ends, or -1 (lines may end in CRLF or, leniently, LF alone);
-    `start` is where the search may begin (bytes before it were searched already)."""
-    crlf = buffer.find(b"\n\r\n", start)
-    # A bare-LF end comes first only if it starts at or before the CRLF one: searching past that would read the
-    # whole rest of the buffer for each head of a 1xx flood (quadratic in a read's 2,600 heads).
-    lf = buffer.find(b"\n\n", start, len(buffer) if crlf < 0 else crlf + 2)
-    return lf + 2 if lf >= 0 else crlf + 3 if crlf >= 0 else -1
-
-
 _WAITS = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
@@ -161,22 +95,6 @@ def _waits_for(exc: OSError, plain: int) -> int:
     if isinstance(exc, ssl.SSLWantReadError):
         return _READ
     return _WRITE if isinstance(exc, ssl.SSLWantWriteError) else plain
-
-
-def _check_partial_head(buffer: bytearray, first: int, lines: int, line_start: int) -> None:
-    """Refuse an unfinished head as soon as it breaks a cap, rather than at its end or the deadline: `first` is
-    where its first line ends (-1: not yet), `lines` how many line ends it holds, `line_start` where its last,
-    unfinished line starts. Counted as bytes arrive (`Exchanging._scan`), so a head dripped a byte at a time
-    costs time in proportion to its length, not to its square."""
-    start = bytes(buffer[:5])
-    if start != b"HTTP/"[: len(start)]:
-        raise _protocol(NOT_STATUS)
-    if len(buffer) - line_start > MAX_LINE:
-        raise _protocol(_TOO_LONG)
-    if first >= 0 and len(buffer) - first - 1 > MAX_HEADER_BYTES + 4 * MAX_HEADERS:  # `parse_head` counts exactly
-        raise _protocol(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-    if lines - 1 >= MAX_HEADERS:  # 100 header lines: the next line, even the blank one, is one too many
-        raise _protocol(f"broken answer head: got more than {MAX_HEADERS} headers")
 
 
 class HeldAnswer:
@@ -415,10 +333,10 @@ class Exchanging:
 
     def _read_head(self) -> None:
         while True:
-            end = _head_end(self._buffer, max(self._seen - 2, 0))
+            end = head_end(self._buffer, max(self._seen - 2, 0))
             if end < 0:
                 self._scan()
-                _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
+                check_partial_head(self._buffer, self._first, self._lines, self._line_start)
                 return
             head = parse_head(bytes(self._buffer[:end]))
             del self._buffer[:end]
@@ -459,7 +377,7 @@ class Exchanging:
                 end = buffer.find(b"\n", self._seen)
                 if end < 0:
                     if len(buffer) > MAX_LINE:
-                        raise _protocol("broken chunked body (a line longer than 64 KiB)")
+                        raise protocol_error("broken chunked body (a line longer than 64 KiB)")
                     self._seen = len(buffer)  # a line dripped a byte at a time is searched once, not each time
                     return
                 line = bytes(buffer[:end]).rstrip(b"\r")
@@ -478,7 +396,7 @@ class Exchanging:
                 if len(buffer) < 2:
                     return
                 if buffer[:2] != b"\r\n":
-                    raise _protocol(NO_CHUNK_CRLF)
+                    raise protocol_error(NO_CHUNK_CRLF)
                 del buffer[:2]
                 self._chunk = None
             else:
@@ -495,7 +413,7 @@ class Exchanging:
             if not self._buffer:
                 raise WireError(FailureKind.RESET, "the provider closed the connection without answering")
             self._scan()
-            _check_partial_head(self._buffer, self._first, self._lines, self._line_start)
+            check_partial_head(self._buffer, self._first, self._lines, self._line_start)
             raise WireError(FailureKind.RESET, "the connection closed in the middle of the answer head")
         if self._chunked:
             if self._chunk == _TRAILER:  # a server that ends without the trailer's blank line: http.client takes it

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..audit import AuditError, HeadFile
+from ..audit.export import head_file_from_json, read_kept_file
 from ..errors import PollwardenError
-from ..store.base import StoreError
-from ..store.witness import Witness
-from . import AuditError, HeadFile
-from .export import head_file_from_json, read_kept_file
+from .base import StoreError
+from .witness import Witness
 
 __all__ = ["WITNESS_LOG", "Kept", "LocationError", "read_location", "reading_location"]
 
