@@ -23,6 +23,7 @@ from pollwarden.console import ConsoleServer
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.core.record import new_record
 from pollwarden.engine import Engine
+from pollwarden.engine.installed import install
 from pollwarden.home.operating import decide, open_store
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.store.owner import this_host
@@ -37,6 +38,8 @@ def _run(home: Path, contract_path: Path, operation_id: str, job_id: str, max_re
     store = open_store(home)
     try:
         record = new_record(contract, operation_id=operation_id, job_id=job_id, now=utcnow(), max_requests=max_requests)
+        # As an operator would have first (`pollwarden contracts install`): a decision runs only installed contracts.
+        install(store, contract, by="screenshots", via="screenshots", source=str(contract_path), now=utcnow())
         store.create(record, contract.source_text, ev.Created.prepared(record.summary()))
         with StatusClient(contract, None, clock=utcnow) as client:
             Engine(store, owner="screenshots").run(contract, client, operation_id)

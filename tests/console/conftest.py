@@ -39,9 +39,11 @@ def stop_operation(
     *,
     state: str = "running",
     max_requests: int = 2,
+    error: str | None = None,
 ) -> Stopped:
-    """Watch a job that never finishes until the budget runs out: one operation, one open decision."""
-    sim.add_job(job_id, [Step(body={"state": state})])
+    """Watch a job that never finishes until the budget runs out (or that the provider ends: `state` "failed",
+    with its `error`): one operation, one open decision."""
+    sim.add_job(job_id, [Step(body={"state": state} if error is None else {"state": state, "error": error})])
     contract: Contract = load_contract(contract_path)
     store = open_store(home)
     try:

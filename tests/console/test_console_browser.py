@@ -255,6 +255,9 @@ def test_a_cancel_clicked_is_followed_through_and_the_name_is_prefilled(
     assert first.locator("input[name=by]").input_value() == ""
     first.locator("input[name=by]").fill("alice")
     first.get_by_role("button", name=re.compile(r"cancel", re.I)).first.click()
+    assert laptop.inner_text("h1") == "Cancel the job at the provider?"  # asked again, nothing sent yet
+    assert laptop.locator("input[name=by]").input_value() == "alice"
+    laptop.get_by_role("button", name="Yes, cancel the job at the provider").click()
     assert laptop.url == console.url + "/decisions"
     assert "cancel at provider sent" in laptop.inner_text(".flash.ok")
     remaining = laptop.locator("section.decision")
@@ -268,3 +271,39 @@ def test_a_cancel_clicked_is_followed_through_and_the_name_is_prefilled(
     assert "operation stays stopped" in follow
     assert laptop.locator("svg.timeline [data-kind=action]").count() == 1
     assert _scroll_width(laptop) <= 1280
+
+
+# -- issue 28: a phone's width, 390 px, as well as a laptop's ---------------------------------------------
+
+
+@pytest.fixture(params=[1280, 390], ids=["laptop", "phone"])
+def screen(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    width: int = request.param
+    context = browser.new_context(viewport={"width": width, "height": 800}, java_script_enabled=True)
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def test_the_list_the_decisions_and_an_operation_fit_the_screen_with_no_horizontal_scroll(
+    screen: Page, sim: Simulator, home: Path, contract_path: Path, console: ConsoleServer
+) -> None:
+    stop_operation(home, sim, contract_path, LONG_OPERATION, LONG_JOB, max_requests=3)
+    stop_operation(home, sim, contract_path, "report-export-02", "exp_72a", state="running-" + "x" * 80)
+    width = (screen.viewport_size or {"width": 0})["width"]
+    _log_in(screen, console.url)
+    for path in ("/", "/?show=awaiting&q=export", "/decisions", f"/operations/{LONG_OPERATION}"):
+        screen.goto(console.url + path)
+        assert _scroll_width(screen) == width, (path, width)
+    screen.goto(console.url + "/")
+    row = screen.locator(f'tr[data-operation="{LONG_OPERATION}"]')
+    link = row.locator("a.trunc")
+    assert link.get_attribute("title") == LONG_OPERATION
+    shown = link.inner_text()
+    assert shown.startswith(LONG_OPERATION[:14]) and shown.endswith(LONG_OPERATION[-8:]) and "…" in shown
+    screen.keyboard.press("Tab")  # every link and control is reachable with the keyboard: no script, plain links
+    assert screen.locator('meta[http-equiv="refresh"]').count() == 1
+    screen.get_by_role("link", name="turn off").click()
+    assert "refresh=off" in screen.url and screen.locator('meta[http-equiv="refresh"]').count() == 0

@@ -13,6 +13,7 @@ from pollwarden.mcp_server import Broker, CallContext, load_contracts
 from pollwarden.simulator import Simulator, Step
 from tests.mcp.support import agent_contract
 
+from .conftest import decision
 from .test_console_http import csrf_of, flash_after
 
 CANCEL = '\n[cancel]\nurl = "{base}/jobs/{{job_id}}/cancel"\n'
@@ -44,7 +45,14 @@ def test_the_console_answers_a_cancel_request_once(
     assert 'value="1">[1] cancel at provider and stop watching' in page and 'value="2">[2] keep watching' in page
     assert "the watch goes on within its limits and nothing is sent" in page
     token = csrf_of(client)
-    decided = client.post(f"/decisions/{decision_id}/decide", data={"option": "1", "by": "alice", "csrf": token})
+    # The first click asks again on a page of its own, and sends nothing: a cancel cannot be taken back.
+    asked = client.post(f"/decisions/{decision_id}/decide", data={"option": "1", "by": "alice", "csrf": token})
+    assert asked.status_code == 200 and "<h1>Cancel the job at the provider?</h1>" in asked.text
+    assert 'name="confirm" value="yes"' in asked.text and 'value="alice"' in asked.text
+    assert [r for r in sim.requests("long-c1") if r.method == "POST"] == []
+    assert decision(home, decision_id).status == "open"
+    sure = {"option": "1", "by": "alice", "csrf": token, "confirm": "yes"}
+    decided = client.post(f"/decisions/{decision_id}/decide", data=sure)
     assert flash_after(client, decided).startswith("ok: cancel at provider sent for job long-c1; the watch stopped")
     again = client.post(f"/decisions/{decision_id}/decide", data={"option": "1", "by": "bob", "csrf": token})
     assert "already decided by alice" in flash_after(client, again)

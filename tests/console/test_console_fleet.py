@@ -143,7 +143,9 @@ def test_a_cancel_is_followed_through_on_the_page_and_in_status(
     stopped = stop_operation(home, sim, contract, "op-cancel", "exp_cancel")
     options = {o.kind.value: o.number for o in decision(home, stopped.decision_id).request.options}
     url = f"/decisions/{stopped.decision_id}/decide"
-    sent = client.post(url, data={"option": str(options["cancel"]), "by": "alice", "csrf": csrf_of(client)})
+    sent = client.post(
+        url, data={"option": str(options["cancel"]), "by": "alice", "csrf": csrf_of(client), "confirm": "yes"}
+    )
     assert flash_after(client, sent).startswith("ok: cancel at provider sent")
     page = client.get("/operations/op-cancel").text
     followed = re.search(r'<ul class="followups">(.*?)</ul>', page)

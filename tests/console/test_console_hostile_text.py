@@ -64,7 +64,9 @@ def test_only_an_option_that_calls_the_provider_needs_the_credential(
     first = stop_operation(home, sim, contract, "op-cancel", "exp_cancel")
     options = {o.kind.value: o.number for o in decision(home, first.decision_id).request.options}
     url = f"/decisions/{first.decision_id}/decide"
-    failed = client.post(url, data={"option": str(options["cancel"]), "by": "alice", "csrf": csrf_of(client)})
+    failed = client.post(
+        url, data={"option": str(options["cancel"]), "by": "alice", "csrf": csrf_of(client), "confirm": "yes"}
+    )
     message = flash_after(client, failed)
     assert message.startswith(f"error: Decision {first.decision_id} was not applied:"), message
     assert "PW_CONSOLE_UNSET_TOKEN" in message

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from pollwarden.simulator import Simulator
+from pollwarden.store.migrations import LATEST
 from tests.conftest import write_contract
 from tests.e2e.places import EXIT_TAMPERED, Place
 
@@ -158,6 +159,10 @@ def _as_schema_7(place: Place) -> None:
         prev = head.head_hash
     write_head_file(place.home / "audit-head.checkpoint", head)
     for statement in (
+        "DROP INDEX operations_console",  # schema 9's
+        "DROP INDEX operations_unreadable_contract",
+        "DROP INDEX decisions_open_reason",
+        "ALTER TABLE decisions DROP COLUMN reason",
         "DROP TABLE audit_vouches_pending",
         "DROP TABLE audit_key_rotations",
         "DROP TABLE audit_settings",
@@ -169,9 +174,9 @@ def _as_schema_7(place: Place) -> None:
     if place.url is None:
         place.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")  # upgraded when next opened
         return
-    place.execute("DELETE FROM schema_migrations WHERE version = 8")
+    place.execute("DELETE FROM schema_migrations WHERE version >= 8")
     code, out, err = place.run("db", "upgrade")
-    assert code == 0 and "applied migrations [8]" in out, out + err
+    assert code == 0 and f"applied migrations {list(range(8, LATEST + 1))}" in out, out + err
 
 
 def test_an_upgraded_stores_rows_are_not_yet_vouched_for_until_its_next_write(

@@ -102,3 +102,33 @@ def test_a_per_call_approval_is_given_by_an_approver_and_lets_the_next_call_thro
     assert len(guarded.requests("pc-1")) == 1
     every = json.loads(users.run(users.approver, "approvals", "--all", "--json", "--connect", sock).stdout)
     assert [(g["grant_id"], g["status"], g["decided_by"]) for g in every] == [(grant, "approved", users.approver)]
+
+
+def test_only_an_approver_closes_ended_jobs_decisions_in_bulk_and_as_themselves(
+    users: Users, place: Place, start: Callable[..., Broker], guarded: Simulator, tmp_path: Path
+) -> None:
+    """`decisions close` is a person's answer like `decide` (issue 28): the agent is refused, an approver's --by must
+    be their own name, and each closed decision names them."""
+    start()
+    guarded.add_job(
+        "slow-1", [Step(body={"state": "failed", "error": "health check failed: 3/5 pods CrashLoopBackOff"})]
+    )
+    operation, decision = _stopped_for_a_decision(users, place, tmp_path)
+    sock = str(place.socket)
+    for words in (["decisions", "close"], ["decisions", "close", "--by", users.approver]):
+        tried = users.run(users.agent, *words, "--connect", sock)
+        assert tried.returncode == 2, (words, tried.stdout, tried.stderr)
+        assert f"refused: {users.agent} (uid {users.uid(users.agent)}) is an agent of this broker" in tried.stderr
+    other = users.run(users.approver, "decisions", "close", "--by", "someone-else", "--connect", sock)
+    assert other.returncode == 2 and "is not you" in other.stderr, other.stderr
+    listed = json.loads(users.run(users.approver, "decisions", "--json", "--connect", sock).stdout)
+    assert [(d["decision_id"], d["provider_error"]) for d in listed] == [
+        (decision, "health check failed: 3/5 pods CrashLoopBackOff")
+    ]
+    closed = users.run(users.approver, "decisions", "close", "--json", "--connect", sock)
+    assert closed.returncode == 0, closed.stderr
+    assert json.loads(closed.stdout)["closed"] == 1
+    every = json.loads(users.run(users.approver, "decisions", operation, "--all", "--json", "--connect", sock).stdout)
+    assert [(d["status"], d.get("decided_by")) for d in every] == [("decided", users.approver)], every
+    trail = users.run(users.approver, "story", "@broker", "--connect", sock)
+    assert trail.stdout.count(f"refused to {users.agent} (uid {users.uid(users.agent)}, pid ") == 2, trail.stdout

@@ -26,6 +26,10 @@ from .test_store import CONTRACT
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
 AFTER_SCHEMA_5 = (
+    "DROP INDEX operations_console",  # schema 9's
+    "DROP INDEX operations_unreadable_contract",
+    "DROP INDEX decisions_open_reason",
+    "ALTER TABLE decisions DROP COLUMN reason",
     "DROP TABLE contracts",  # schema 6's
     "DROP TABLE outbox",  # 7's
     "ALTER TABLE audit_heads DROP COLUMN vouches",  # 8's

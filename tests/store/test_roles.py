@@ -23,6 +23,7 @@ ROLES: list[type[Any]] = [
     roles.Contracts,
     roles.FleetQueue,
     roles.Deliveries,
+    roles.Pages,
 ]
 
 
@@ -46,8 +47,9 @@ def _statically(sqlite: SQLiteStore, postgres: PostgresStore) -> None:
         contracts: roles.Contracts = store
         fleet: roles.FleetQueue = store
         deliveries: roles.Deliveries = store
+        pages: roles.Pages = store
         whole: Store = store
-        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, whole
+        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, pages, whole
 
 
 def test_every_member_of_the_store_belongs_to_exactly_one_role() -> None:

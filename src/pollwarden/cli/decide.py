@@ -19,6 +19,7 @@ from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..engine.installed import install_as_caller
 from ..events import ActionEvent
+from ..home.closing import BULK_REASONS, closable, close_ended, reason_problem
 from ..home.directory import unknown_operation
 from ..home.operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
@@ -56,7 +57,15 @@ def _client(contract: Contract, store: Store) -> StatusClient:
         raise UsageError(str(exc)) from None
 
 
+CLOSE = "close"
+"""`pollwarden decisions close`: the word in the operation's place."""
+
+
 def cmd_decisions(args: argparse.Namespace) -> int:
+    if args.operation == CLOSE:
+        return _close_ended(args)
+    if args.by is not None or args.note is not None:
+        raise UsageError("--by and --note go with `pollwarden decisions close`; nothing changed")
     store = _open_store(args.home, keys="none")
     try:
         rows = store.decisions(args.operation, open_only=not args.all)
@@ -64,6 +73,8 @@ def cmd_decisions(args: argparse.Namespace) -> int:
             raise UsageError(unknown_operation(store.path, args.operation))
     finally:
         store.close()
+    if args.reason is not None:
+        rows = [d for d in rows if d.request.why == args.reason]
     if args.json:
         print(json.dumps([d.to_json() for d in rows], sort_keys=True))
         return EXIT_OK
@@ -78,6 +89,38 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
         print()
     return EXIT_OK
+
+
+def _close_ended(args: argparse.Namespace) -> int:
+    """`decisions close --by NAME [--reason R] [--note N]`: every open decision about a job the provider ended,
+    closed by `closing.close_ended` (one `decide` each, audited), without a prompt."""
+    if args.all:
+        raise UsageError("--all does not go with `decisions close`: only open decisions can be closed")
+    if args.by is None:
+        raise UsageError("`decisions close` needs --by NAME: every close names the person who made it; nothing changed")
+    if (problem := person_problem(args.by, args.note)) is not None:
+        which, wrong = problem
+        raise UsageError(f"--{which} {wrong}; nothing changed")
+    if (bad := reason_problem(args.reason)) is not None:
+        raise UsageError(f"--reason '{shown(args.reason)}': {bad}; nothing changed")
+    store = _open_store(args.home, keys="write")
+    try:
+        done = close_ended(store, closable(store, args.reason), by=args.by.strip(), note=args.note)
+    finally:
+        store.close()
+    closed = sum(1 for c in done if c.closed)
+    if args.json:
+        print(json.dumps({"closed": closed, "left_open": len(done) - closed, "decisions": [c.to_json() for c in done]}))
+    elif not done:
+        print(f"no open decision about a job that ended at the provider ({args.reason or ', '.join(BULK_REASONS)})")
+    else:
+        for c in done:
+            if c.closed:
+                print(f"closed {c.decision_id} (operation {shown(c.operation_id)}, {c.reason})")
+            else:
+                print(f"left open {c.decision_id} (operation {shown(c.operation_id)}): {shown(c.message)}")
+        print(f"closed {closed} of {len(done)} decisions, each recorded in the audit log with --by {shown(args.by)}")
+    return EXIT_OK if closed == len(done) else EXIT_ESCALATED
 
 
 def cmd_decide(args: argparse.Namespace) -> int:

@@ -230,9 +230,20 @@ def build_parser() -> argparse.ArgumentParser:
     connect_flag(wy)
     wy.set_defaults(func=Command("inspect", "cmd_why"))
 
-    ds = sub.add_parser("decisions", help="list decision requests waiting for a person")
-    ds.add_argument("operation", nargs="?")
+    ds = sub.add_parser(
+        "decisions",
+        help="list decision requests waiting for a person; `decisions close` closes those about ended jobs",
+        description="List the decision requests waiting for a person (of one operation, or all). `pollwarden"
+        " decisions close --by NAME [--reason REASON] [--note N]` closes, without a prompt, every open decision about"
+        " a job the provider ended (failed, cancelled, expired), one audited decision each.",
+    )
+    ds.add_argument("operation", nargs="?", help="an operation's id; or `close` (see above)")
     ds.add_argument("--all", action="store_true", help="include decided, refused and expired ones")
+    ds.add_argument(
+        "--reason", help="only this reason's decisions (with close: job_failed, job_cancelled or job_expired)"
+    )
+    ds.add_argument("--by", help="with close: who closes them (recorded in the audit log); required")
+    ds.add_argument("--note", help="with close: why, recorded with each")
     ds.add_argument("--json", action="store_true")
     home(ds)
     connect_flag(ds)

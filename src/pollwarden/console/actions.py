@@ -10,10 +10,12 @@ from collections.abc import Callable
 
 from ..actions.decisions import MAX_DECIDER, MAX_NOTE, person_problem
 from ..audit import AuditError
-from ..core.escalation import DecisionError
+from ..core.escalation import DecisionError, OptionKind
+from ..home.closing import BULK_REASONS, closable, close_ended
 from ..home.operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
 from ..shown import shown
 from ..store.base import StoreError
+from . import pages
 from .auth import AuthHandler
 from .pages import Flash
 from .sessions import Session
@@ -68,6 +70,8 @@ class FormActions(AuthHandler):
                 return
             option = int(choice)
         session.by = by
+        if not refuse and form.get("confirm") != "yes" and self._asks_confirmation(session, decision_id, option, note):
+            return
         try:
             with self.console.store("write") as store:
                 outcome = decide(store, decision_id, option=option, refuse=refuse, by=by, note=note)
@@ -82,6 +86,63 @@ class FormActions(AuthHandler):
             command = watch_command(outcome.resume, home=str(self.console.home))
             hint = f"; resume it with `{command}` or let a worker pick it up"
         back("error" if failed else "ok", outcome.message + hint)
+
+    def _asks_confirmation(self, session: Session, decision_id: str, option: int | None, note: str | None) -> bool:
+        """A cancel at the provider cannot be taken back: the first click shows what it sends and asks again (the
+        answer posts `confirm=yes`). True when that page was sent instead of deciding."""
+        try:
+            with self.console.store("none") as store:
+                stored = store.get_decision(decision_id)
+        except (HomeError, StoreError):
+            return False  # `decide` reports the problem as it always does
+        if stored is None or stored.status != "open" or option is None:
+            return False
+        chosen = next((o for o in stored.request.options if o.number == option), None)
+        if chosen is None or chosen.kind is not OptionKind.CANCEL:
+            return False
+        self._send(200, pages.confirm_cancel_page(stored, option, note, by=session.by, chrome=self._chrome(session)))
+        return True
+
+    def _close_ended(self, session: Session, form: dict[str, str]) -> None:
+        """The console's bulk close: the first post shows what would be closed, the second (`confirm=yes`, with the
+        person's name) closes each by `closing.close_ended`, as `pollwarden decisions close` does."""
+        back = self._back(session, "/decisions")
+        reason = form.get("reason", "").strip()
+        if reason not in BULK_REASONS:
+            back("error", "Only decisions about jobs that ended at the provider close in bulk. Nothing changed.")
+            return
+        if form.get("confirm") != "yes":
+            try:
+                with self.console.store("none") as store:
+                    found = closable(store, reason)
+            except (HomeError, StoreError) as exc:
+                back("error", f"Nothing was closed: {exc}")
+                return
+            if not found:
+                back("ok", f"No open {reason} decision is left to close.")
+                return
+            self._send(200, pages.confirm_close_page(reason, found, by=session.by, chrome=self._chrome(session)))
+            return
+        operator = self._operator(form, back, session)
+        if operator is None:
+            return
+        by, note = operator
+        session.by = by
+        try:
+            with self.console.store("write") as store:
+                done = close_ended(store, closable(store, reason), by=by, note=note)
+        except (HomeError, StoreError, AuditError) as exc:
+            back("error", f"Nothing more was closed: {exc}")
+            return
+        closed = sum(1 for c in done if c.closed)
+        self.console.log(f"{self.client_address[0]} bulk close {reason} by {by!r}: {closed} of {len(done)}")
+        left = [c for c in done if not c.closed]
+        if left:
+            back(
+                "error", f"Closed {closed} of {len(done)} {reason} decisions; {left[0].decision_id}: {left[0].message}"
+            )
+        else:
+            back("ok", f"Closed {closed} {reason} decision{'s' if closed != 1 else ''}; each is in the audit log.")
 
     def _answer(self, session: Session, grant_id: str, form: dict[str, str]) -> None:
         """Approve, refuse or revoke an agent's approval request: `operating.answer_grant`, as the CLI does."""

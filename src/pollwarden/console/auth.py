@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 from ..shown import shown
 from . import pages
 from .base import BaseHandler
+from .pages import Chrome
 from .sessions import SESSION_COOKIE, Session
 
 SPENT_LINK = (
@@ -24,6 +25,12 @@ NO_TOKEN = (
 
 
 class AuthHandler(BaseHandler):
+    @staticmethod
+    def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
+        """The page's frame; the session's flashes are shown once, on this page."""
+        flashes, session.flashes = session.flashes, []
+        return Chrome(session.csrf, flashes, open_decisions, pending_approvals, session.bound_user)
+
     def _session_id(self) -> str | None:
         for header in self.headers.get_all("Cookie") or []:
             for part in header.split(";"):

@@ -42,7 +42,7 @@ class ConsoleHandler(PageViews, FormActions):
         elif path.startswith("/operations/"):
             self._operation(session, unquote(path.removeprefix("/operations/")))
         elif path == "/decisions":
-            self._decisions(session)
+            self._decisions(session, url.query)
         elif path == "/approvals":
             self._approvals(session)
         elif path == "/audit":
@@ -65,6 +65,9 @@ class ConsoleHandler(PageViews, FormActions):
             return
         if path == "/logout":
             self._logout()
+            return
+        if path == "/decisions/close":
+            self._close_ended(session, form)
             return
         match = _DECIDE_PATH.match(path)
         if match is not None:

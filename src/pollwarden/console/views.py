@@ -9,17 +9,22 @@ from ..clock import utcnow
 from ..core.record import OperationRecord
 from ..home.operating import HomeError, open_store, verify_home
 from ..report.followup import follow_ups
-from ..report.ownership import ownership_of
+from ..report.ownership import lease_ttl_of, ownership_of, urgency_of
 from ..report.story import story_lines
+from ..shown import has_control
 from ..store.base import Event, StoreError, UnreadableRecord
-from ..store.roles import Grants, Operations
+from ..store.roles import Grants, Operations, Pages
 from . import pages
 from .auth import AuthHandler
-from .pages import Chrome
 from .sessions import Session
 
 RECENT_DECISIONS = 10
 RECENT_APPROVALS = 10
+
+
+def _open_count(store: Pages) -> int:
+    """Open decisions, counted by the database (a page never reads 2,000 requests to count them)."""
+    return sum(group.count for group in store.decision_groups())
 
 
 def _pending_approvals(store: Grants) -> int:
@@ -32,35 +37,33 @@ def _record_of(store: Operations, operation_id: str) -> OperationRecord | None:
 
 
 class PageViews(AuthHandler):
-    @staticmethod
-    def _chrome(session: Session, open_decisions: int | None = None, pending_approvals: int | None = None) -> Chrome:
-        """The page's frame; the session's flashes are shown once, on this page."""
-        flashes, session.flashes = session.flashes, []
-        return Chrome(session.csrf, flashes, open_decisions, pending_approvals, session.bound_user)
-
     def _unreadable(self, session: Session, exc: Exception) -> None:
         self._problem(500, "Cannot read the state", str(exc), session)
 
     def _operations(self, session: Session, query: str = "") -> None:
-        wanted = (parse_qs(query).get("show") or ["all"])[0]
-        if wanted not in pages.FILTERS:
-            wanted = "all"  # an unknown filter shows everything rather than an error page
-        now = utcnow()
+        view = pages.ListView.parse(parse_qs(query))
         try:
             with self.console.store("none") as store:
-                listing = store.listing()
-                everything = listing.operations
-                open_ones = store.decisions(open_only=True)
-                pending = _pending_approvals(store)
                 now = store.db_now()
+                found = store.operations_page(view.query, urgency_of(store, now))
+                data = pages.ListData(
+                    rows=[
+                        pages.Row(s.record, ownership_of(s, now), found.awaiting.get(s.record.operation_id))
+                        for s in found.rows
+                    ],
+                    matched=found.matched,
+                    counts=found.counts,
+                    fleet=store.fleet_counts(now, lease_ttl_of),
+                    contracts=store.contract_names(),
+                    unreadable=found.unreadable,
+                )
+                open_count = _open_count(store)
+                pending = _pending_approvals(store)
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return
-        by_operation = {d.request.operation_id: d.request.decision_id for d in open_ones}
-        rows = [pages.Row(s.record, ownership_of(s, now), by_operation.get(s.record.operation_id)) for s in everything]
-        chrome = self._chrome(session, len(open_ones), pending)
-        body = pages.operations_page(rows, wanted, now, chrome=chrome, unreadable=listing.unreadable)
-        self._send(200, body)
+        chrome = self._chrome(session, open_count, pending)
+        self._send(200, pages.operations_page(data, view, now, chrome=chrome))
 
     def _operation(self, session: Session, operation_id: str) -> None:
         story: list[str] | None = None
@@ -76,7 +79,7 @@ class PageViews(AuthHandler):
                 now = store.db_now()
                 stored = store.get(operation_id)
                 decisions = store.decisions(operation_id)
-                open_count = len(store.decisions(open_only=True))
+                open_count = _open_count(store)
                 pending = _pending_approvals(store)
                 if stored is not None and problem is None:
                     try:
@@ -114,23 +117,31 @@ class PageViews(AuthHandler):
         )
         self._send(200, body)
 
-    def _decisions(self, session: Session) -> None:
+    def _decisions(self, session: Session, query: str = "") -> None:
+        params = parse_qs(query)
+        page_text = (params.get("page") or ["1"])[0]
+        page = max(1, int(page_text)) if page_text.isdigit() and len(page_text) < 7 else 1
         try:
             with self.console.store("none") as store:
-                everything = store.decisions()
+                groups = store.decision_groups()
+                wanted = (params.get("reason") or [""])[0]
+                reason = wanted if wanted in {g.reason for g in groups} else None
+                offset = (page - 1) * pages.DECISIONS_PAGE
+                cards = store.open_decisions(reason, offset=offset, limit=pages.DECISIONS_PAGE)
+                one = (params.get("decision") or [""])[0]
+                if one and not has_control(
+                    one
+                ):  # a link to one decision (from the list, a history): its card alone, if still open
+                    found = store.get_decision(one[:200])
+                    cards = [found] if found is not None and found.status == "open" else []
+                    reason, page = (found.request.why, 1) if found is not None else (reason, 1)
+                recent = store.recent_decisions(RECENT_DECISIONS)
                 pending = _pending_approvals(store)
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return
-        open_ones = [d for d in everything if d.status == "open"]
-        done = [d for d in everything if d.status != "open"]
-        done.sort(key=lambda d: d.decided_at.timestamp() if d.decided_at else 0.0, reverse=True)
-        body = pages.decisions_page(
-            open_ones,
-            done[:RECENT_DECISIONS],
-            by=session.by,
-            chrome=self._chrome(session, pending_approvals=pending),
-        )
+        data = pages.DecisionsData(groups, reason, page, cards, recent)
+        body = pages.decisions_page(data, by=session.by, chrome=self._chrome(session, pending_approvals=pending))
         self._send(200, body)
 
     def _audit(self, session: Session) -> None:
@@ -140,7 +151,7 @@ class PageViews(AuthHandler):
         pending: int | None = None
         try:
             with self.console.store("none") as store:
-                open_count = len(store.decisions(open_only=True))
+                open_count = _open_count(store)
                 pending = _pending_approvals(store)
             check = verify_home(self.console.home)
         except (HomeError, StoreError, AuditError) as exc:
@@ -156,7 +167,7 @@ class PageViews(AuthHandler):
         try:
             with self.console.store("none") as store:
                 everything = store.grants()
-                open_count = len(store.decisions(open_only=True))
+                open_count = _open_count(store)
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return

@@ -150,6 +150,8 @@ class DecisionRequest:
     requested_by: str | None = None
     request_reason: str | None = None
     topic: Topic = Topic.STOP
+    provider_error: str | None = None
+    """The error the provider's own answer carried ("health check failed: ..."), as the record holds it."""
     announce: bool = field(default=False, compare=False)
     """Whether the contract names a webhook to tell of it: the store then queues that delivery in the transaction
     that writes the request (the outbox), whoever wrote it. Set by the builders below from the contract; not part
@@ -190,6 +192,7 @@ class DecisionRequest:
             "options": [o.to_json() for o in self.options],
             "requested_by": self.requested_by,
             "request_reason": self.request_reason,
+            "provider_error": self.provider_error,
         }
 
     @classmethod
@@ -225,6 +228,7 @@ class DecisionRequest:
             requested_by=data.get("requested_by"),
             request_reason=data.get("request_reason"),
             topic=Topic(data.get("topic") or Topic.STOP.value),
+            provider_error=data.get("provider_error"),
         )
 
     @property
@@ -252,6 +256,8 @@ class DecisionRequest:
             f"Last HTTP result: {last_http}",
             f"Stopped because: {self.reason.value}" if self.reason else "Still running: it polls within its limits",
         ]
+        if self.provider_error:
+            lines.append(f"Provider error: {self.provider_error}")
         if self.requested_by:
             lines.append(f"Requested by: {self.requested_by}: {self.request_reason or ''}".rstrip(": "))
         lines.append("Safe options: " + ", ".join(o.label for o in self.options))
@@ -353,6 +359,7 @@ def _request_about(
         useful_until=record.plan.useful_until,
         stop_marker=stop_marker(record),
         options=options,
+        provider_error=record.provider_error,
         announce=contract is not None and contract.escalation.webhook_url is not None,
     )
 

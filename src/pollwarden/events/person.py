@@ -29,11 +29,14 @@ class DecisionRequested(AuditEvent):
     topic: str | None = None
     """What is asked: "stop" (absent in records older than the cancel request) or "cancel_request"."""
     options: tuple[Mapping[str, Any], ...] = ()
+    provider_error: str | None = None
+    """The provider's own error text, when its answer carried one (absent in records before issue 28)."""
 
     def line(self, scene: Scene) -> str:
         labels = ", ".join(said(o.get("label")) for o in self.options)
         about = "an agent's cancel request" if self.topic == "cancel_request" else said(self.reason)
-        return f"{scene.at} asked for a decision {said(self.decision_id)} ({about}): {labels}"
+        error = f"; the provider said: {said(self.provider_error)}" if self.provider_error else ""
+        return f"{scene.at} asked for a decision {said(self.decision_id)} ({about}): {labels}{error}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,15 +25,27 @@ class Refused(PollwardenError):
     pass
 
 
+BY_PERSON = DECIDES | {"decisions"}
+"""Commands with a `--by` the broker fills with the person's name: `decisions close` closes decisions in bulk."""
+
+
+def decides(words: list[str]) -> bool:
+    """Whether a command's words answer a decision or a request (for the broker's record; `parse` is exact)."""
+    return bool(words) and (words[0] in DECIDES or (words[0] == "decisions" and "close" in words[1:]))
+
+
 def parse(words: list[str], user: str) -> argparse.Namespace:
     """The words as the command's parser reads them, `--by` checked against the kernel's name for the person."""
     command = words[0] if words else ""
     # argparse keeps the last --by: put the stand-in first, so one the person typed (abbreviated or not) wins.
-    typed = [command, "--by", _UNSET, *words[1:]] if command in DECIDES else list(words)
+    typed = [command, "--by", _UNSET, *words[1:]] if command in BY_PERSON else list(words)
     args = build_parser().parse_args(typed)
     if args.home or args.db:
         raise Refused("--home and --db do not go with --connect: the broker uses its own home; leave them out")
-    if command in DECIDES:
+    if command == "decisions" and args.operation != "close":
+        if args.by == _UNSET:
+            args.by = None  # a listing names no one; a --by typed to it is refused by the command itself
+    elif command in BY_PERSON:
         given = args.by.strip()
         if given not in (_UNSET, user):
             raise Refused(

@@ -19,7 +19,7 @@ from typing import Any
 from ..cli.parser import BROKERED
 from ..events import ApprovalRefused, AuditEvent, ConnectionRefused, NewEvent, PersonCommand
 from ..shown import shown
-from .child import DECIDES
+from .child import decides
 from .peers import Peer, Role
 from .protocol import MAX_LINE
 
@@ -72,7 +72,7 @@ def answer_command(
         served = ", ".join(sorted(BROKERED | {CONSOLE_LOGIN}))
         return refusal(f"`{shown(command)[:40]}` is not run by the broker; it runs: {served}")
     if role != "approver":
-        kind: type[AuditEvent] = ApprovalRefused if command in DECIDES else ConnectionRefused
+        kind: type[AuditEvent] = ApprovalRefused if decides(words) else ConnectionRefused
         why = (
             f"{peer.user} (uid {peer.uid}) is an agent of this broker"
             if role == "agent"
@@ -93,7 +93,7 @@ def answer_command(
             return refusal("this broker serves no console: a person starts it with `pollwarden broker --console-port`")
         return Answer(0, stdout=f"open this link within 5 minutes, once (it logs you in as {peer.user}):\n{link}\n")
     answer = _run_child(words, peer, home, environ)
-    if command in DECIDES:
+    if decides(words):
         audit(
             PersonCommand.prepared(
                 {"peer": peer.to_json(), "command": command, "subject": subject, "exit": answer.exit}

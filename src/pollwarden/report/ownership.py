@@ -29,8 +29,10 @@ from ..core.lease import lease_ttl, lease_ttl_for
 from ..core.reasons import Phase
 from ..store.base import Stored
 from ..store.owner import Owner, owner_alive, parse_owner
+from ..store.paging import Urgency
+from ..store.roles import Pages
 
-__all__ = ["Ownership", "lease_ttl_of", "ownership_of"]
+__all__ = ["Ownership", "lease_ttl_of", "ownership_of", "urgency_of"]
 
 Alive = Callable[[str], "bool | None"]
 
@@ -109,6 +111,18 @@ def ownership_of(stored: Stored, now: datetime, *, alive: Alive = owner_alive) -
     orphaned = active and not leased and living is False and owner is not None and owner.kind != "worker"
     since = stored.watcher_since if text == stored.watcher else None
     return Ownership(owner, since, leased, living, overdue, orphaned, late, record.last_observed_at)
+
+
+def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
+    """What the store needs to rank a page of operations as `ownership_of` would flag each one: every contract's
+    lease TTL (overdue) and the owners known gone that are not workers (orphaned), asked of the few distinct owners
+    rather than of each row."""
+    ttl = {name: lease_ttl_of(text) for name, text in store.active_contracts().items()}
+    gone: set[str] = set()
+    for text in store.active_owners():
+        if parse_owner(text).kind != "worker" and alive(text) is False:
+            gone.add(text)
+    return Urgency(now, ttl, frozenset(gone))
 
 
 def _ago(moment: datetime, now: datetime) -> str:

@@ -40,10 +40,10 @@ from .records import (
     agent_log_id,
     inspect_unreadable,
 )
-from .roles import AuditLog, Contracts, Decisions, Deliveries, FleetQueue, Grants, Operations, Submissions
+from .roles import AuditLog, Contracts, Decisions, Deliveries, FleetQueue, Grants, Operations, Pages, Submissions
 
 
-class Store(Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Protocol):
+class Store(Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pages, Protocol):
     """What every interface may use of a store, whichever backend `open_store` gave it: every role."""
 
 

@@ -62,6 +62,9 @@ class Dialect:
     """The database's own time as a stored time, in SQL (SQLite: epoch seconds): an outbox entry is due from its
     commit, by the clock the delivery loops compare against."""
 
+    record_reason: str = "json_extract(record, '$.reason')"
+    """The stop reason inside an operation's record, in SQL: the console's filter by reason reads no record here."""
+
     casts: Mapping[str, str] = field(default_factory=dict)
     """How a parameter is given a type where the database cannot infer one (a VALUES list): kind -> SQL type."""
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the protocols only name them: the engine and the API import
 
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from ..audit.rotation import Rotation
+    from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
     from .trail import AuditSnapshot
     from .witness import Witness
 
@@ -181,6 +182,36 @@ class Decisions(Opened, Protocol):
         now: datetime,
     ) -> bool:
         """Fenced and once only: False if the lease was lost; DecisionTaken if someone decided first."""
+        ...
+
+
+class Pages(Opened, Protocol):
+    """The console's pages (`store.paging`): paged, sorted, filtered and counted in the database."""
+
+    def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
+        """One page of operations, most urgent first (`paging.URGENCY`), with the counts of each filter."""
+        ...
+
+    def active_owners(self) -> list[str]:
+        """The distinct owners of active operations: whose liveness `Urgency.gone` is made of."""
+        ...
+
+    def active_contracts(self) -> dict[str, str]:
+        """Contract name -> the text of its newest active operation (its lease TTL: `Urgency.ttl`)."""
+        ...
+
+    def contract_names(self) -> list[str]: ...
+
+    def decision_groups(self) -> list[DecisionGroup]:
+        """The open decisions counted by reason (the `reason` column: `DecisionRequest.why`)."""
+        ...
+
+    def open_decisions(self, reason: str | None = None, *, offset: int = 0, limit: int = 20) -> list[StoredDecision]:
+        """Open decisions oldest first (one reason's, or all), a page at a time."""
+        ...
+
+    def recent_decisions(self, limit: int) -> list[StoredDecision]:
+        """The last `limit` decisions answered (decided, refused or expired), newest first."""
         ...
 
 

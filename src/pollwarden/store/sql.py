@@ -53,7 +53,7 @@ from .common import (
 )
 from .sql_contracts import ContractRegistry
 from .sql_leases import chunks
-from .sql_reads import Reads
+from .sql_pages import Pages
 from .trail import job_lock_key
 from .vouching import operation_identity, state_of_values
 
@@ -82,7 +82,7 @@ def _refuse_silent(write: FencedWrite) -> None:
         raise ValueError(f"a write of operation {write.lease.operation_id} changes its record without an event")
 
 
-class _Operations(Reads):
+class _Operations(Pages):
     """Operation records, their leases and the decisions asked about them."""
 
     # -- records -------------------------------------------------------------------------------------
@@ -352,13 +352,15 @@ class _Operations(Reads):
         # stop, or an agent's cancel request on a running job that has since stopped), so the old ones are void.
         self._expire_open(tx, request.operation_id)
         tx.execute(
-            f"INSERT INTO decisions (decision_id, operation_id, status, created_at, request) VALUES ({marks(5)})",
+            "INSERT INTO decisions (decision_id, operation_id, status, created_at, request, reason)"
+            f" VALUES ({marks(6)})",
             (
                 request.decision_id,
                 request.operation_id,
                 "open",
                 self.dialect.stamp(now),
                 decision_request_text(request),
+                request.why,
             ),
         )
         self._append(tx, request.operation_id, ev.DecisionRequested.prepared(request.to_json()), now)

@@ -6,17 +6,24 @@ script: every form works as an HTML form, and the Content-Security-Policy the se
 
 from .approvals import approvals_page
 from .audit import audit_page
-from .decisions import decisions_page
+from .decisions import DECISIONS_PAGE, DecisionsData, confirm_cancel_page, confirm_close_page, decisions_page
 from .frame import Chrome, Flash, login_page, message_page
-from .operations import FILTERS, Row, operation_page, operations_page
+from .listing import FILTERS, ListData, ListView, operations_page
+from .operations import Row, operation_page
 
 __all__ = [
+    "DECISIONS_PAGE",
     "FILTERS",
     "Chrome",
+    "DecisionsData",
     "Flash",
+    "ListData",
+    "ListView",
     "Row",
     "approvals_page",
     "audit_page",
+    "confirm_cancel_page",
+    "confirm_close_page",
     "decisions_page",
     "login_page",
     "message_page",

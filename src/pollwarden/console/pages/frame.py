@@ -6,10 +6,10 @@ Every value that reaches a page goes through `esc`; the frame carries the naviga
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from ...core.durations import format_duration, format_rfc3339
 from ...core.record import OperationRecord
@@ -25,6 +25,11 @@ def esc(value: object) -> str:
 
 def operation_href(operation_id: str) -> str:
     return "/operations/" + quote(operation_id, safe="")
+
+
+def decision_href(decision_id: str) -> str:
+    """One open decision's card alone (`/decisions` pages them: the card of a link may be on any page)."""
+    return "/decisions?" + urlencode({"decision": decision_id}) + "#decision-" + quote(decision_id, safe="")
 
 
 def decide_href(decision_id: str) -> str:
@@ -52,6 +57,8 @@ class Chrome:
     pending_approvals: int | None = None
     user: str | None = None
     """The user a one-time link bound this session to (a broker's console): every form's 'Decided by'."""
+    refresh_seconds: int | None = None
+    """The page reloads itself this often (a meta refresh: the CSP allows no script); None: it does not."""
 
 
 STYLE = """
@@ -84,6 +91,7 @@ table.operations td .detail { overflow-wrap:normal; }
 .trunc.state { max-width:9rem; }
 td.when { font-variant-numeric:tabular-nums; min-width:6.5rem; }
 .reason { white-space:nowrap; }  /* one token to read and grep: never broken inside */
+td .state { overflow-wrap:break-word; }  /* a state word wraps only if it cannot fit at all */
 .flag-overdue { color:var(--warn); } .flag-orphaned { color:var(--bad); }
 nav.filters { margin:.4rem 0 .8rem; }
 table.fleet { width:auto; min-width:30rem; margin-bottom:.6rem; }
@@ -120,6 +128,7 @@ progress { width:7rem; height:.8rem; vertical-align:middle; margin-right:.35rem;
 .card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1rem 1.2rem;
         margin:0 0 1.2rem; }
 .card h2 { margin-top:0; }
+.card p, .card h2, .card li { overflow-wrap:anywhere; }
 ul.r31 { list-style:none; padding:0; margin:0 0 .8rem; columns:2 22rem; column-gap:2rem; overflow-wrap:anywhere; }
 ul.r31 li { padding:.12rem 0; break-inside:avoid; }
 ul.r31 .k { color:var(--muted); display:inline-block; min-width:9.5rem; } ul.r31 .v { font-weight:500; }
@@ -143,6 +152,38 @@ ol.story li { font-family:ui-monospace, "DejaVu Sans Mono", "Liberation Mono", m
 table.kv th { width:14rem; }
 .verdict { font-size:1.3rem; font-weight:700; }
 .verdict.ok { color:var(--ok); } .verdict.bad { color:var(--bad); }
+nav.pager { margin:.8rem 0; display:flex; flex-wrap:wrap; gap:.3rem .7rem; align-items:baseline; }
+nav.pager a, nav.pager strong { padding:.1rem .3rem; }
+form.search { display:flex; flex-wrap:wrap; gap:.5rem 1rem; align-items:flex-end; margin:.4rem 0 .8rem; }
+form.search label { display:flex; flex-direction:column; font-size:.85rem; color:var(--muted); gap:.2rem; }
+form.search input, form.search select, form.search button { font:inherit; padding:.3rem .45rem;
+    border:1px solid #aab4bf; border-radius:4px; max-width:100%; }
+.label { display:none; }
+nav.groups { margin:.4rem 0 1rem; display:flex; flex-wrap:wrap; gap:.3rem 1rem; }
+.provider-error { background:#fdecea; border:1px solid #f1a9a2; color:#7a1a13; border-radius:5px;
+                  padding:.35rem .6rem; margin:0 0 .8rem; overflow-wrap:anywhere; }
+form.bulk { display:flex; flex-wrap:wrap; gap:.5rem 1rem; align-items:center; margin:0 0 1rem; }
+/* 390 px (a phone): no horizontal scroll. Wide tables become one block per row, labels where headers were. */
+@media (max-width: 720px) {
+  header, main { padding-left:.7rem; padding-right:.7rem; }
+  th { white-space:normal; }
+  table.fleet { min-width:0; font-size:.85rem; }
+  table.fleet th, table.fleet td { padding:.3rem .35rem; }
+  table.stack, table.stack tbody, table.stack tr, table.stack td { display:block; width:100%; }
+  table.stack thead { display:none; }
+  table.stack tr { border-bottom:2px solid var(--line); padding:.3rem 0; }
+  table.stack td { border:none; padding:.15rem .6rem; }
+  table.stack td.owner { max-width:none; }
+  .label { display:inline; color:var(--muted); }
+  .fields input { min-width:0; width:100%; }
+  .fields label { flex:1 1 100%; }
+  ul.options .effect { min-width:0; flex-basis:100%; }
+  ul.r31 { columns:1; }
+  ul.r31 .k { min-width:0; }
+  table.kv th { width:auto; }
+  .trunc { max-width:100%; }
+  .card { padding:.8rem .8rem; }
+}
 .login { max-width:26rem; margin:4rem auto; }
 .login input { width:100%; font:inherit; padding:.45rem .6rem; margin:.4rem 0 .8rem; border:1px solid #aab4bf;
                border-radius:4px; }
@@ -167,8 +208,11 @@ def layout(
     head = (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)} · pollwarden</title><style>{STYLE}</style></head><body>"
+        f"<title>{esc(title)} · pollwarden</title><style>{STYLE}</style>"
     )
+    if chrome is not None and chrome.refresh_seconds:
+        head += f'<meta http-equiv="refresh" content="{int(chrome.refresh_seconds)}">'
+    head += "</head><body>"
     bar = '<header><span class="brand">pollwarden console</span>'
     flashes: Sequence[Flash] = ()
     if chrome is not None:
@@ -230,6 +274,40 @@ def by_attributes(by: str, chrome: Chrome) -> str:
 def message_page(title: str, text: str, *, csrf: str | None) -> str:
     body = f'<h1>{esc(title)}</h1><p>{esc(text)}</p><p><a href="/">Back to the operations</a></p>'
     return layout(title, body, here="", chrome=None if csrf is None else Chrome(csrf))
+
+
+CUT_AT = 28
+"""Ids longer than this are cut in the middle: generated ones share a long prefix and differ at the end."""
+
+
+def cut(text: str, *, head: int = 14, tail: int = 8) -> str:
+    """`deploys-202612…2-04a1f0`: the start and the distinct end of a long id, escaped; the caller puts the whole
+    id in a title (hover) and a link. Short ids are shown whole."""
+    if len(text) <= max(CUT_AT, head + tail + 1):
+        return esc(text)
+    return f"{esc(text[:head])}…{esc(text[-tail:])}"
+
+
+def pager(page: int, pages: int, href: Callable[[int], str], label: str) -> str:
+    """Links to the first, previous, next and last pages and a few around this one: plain links, each reachable
+    with the keyboard (Tab) and named for a screen reader."""
+    if pages <= 1:
+        return ""
+    links = []
+
+    def link(n: int, text: str, name: str) -> str:
+        return f'<a href="{esc(href(n))}" aria-label="{esc(name)}">{text}</a>'
+
+    if page > 1:
+        links += [link(1, "« first", "first page"), link(page - 1, "‹ previous", "previous page")]
+    for n in range(max(1, page - 2), min(pages, page + 2) + 1):
+        if n == page:
+            links.append(f'<strong aria-current="page">{n}</strong>')
+        else:
+            links.append(link(n, str(n), f"page {n}"))
+    if page < pages:
+        links += [link(page + 1, "next ›", "next page"), link(pages, "last »", f"last page ({pages})")]
+    return f'<nav class="pager" aria-label="{esc(label)}">Page {page} of {pages}: ' + " ".join(links) + "</nav>"
 
 
 def clock(moment: datetime | None) -> str:

@@ -1,4 +1,4 @@
-"""The operations table with the fleet at a glance, and one operation's page: its timeline, its budgets, what
+"""The pieces of an operation the list shows (`listing.py`), and one operation's page: its timeline, its budgets, what
 became of its decisions, its story and its record."""
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from ...core.record import OperationRecord
 from ...core.result_part import part_words
 from ...report.followup import FollowUp
 from ...report.ownership import Ownership
-from ...store.base import INSPECT_UNREADABLE, Event, StoredDecision, UnreadableRow
+from ...store.base import Event, StoredDecision
 from .decisions import decision_history
-from .frame import Chrome, budget, clock, dash, esc, layout, moment_span, operation_href, phase_badge, relative
+from .frame import Chrome, budget, clock, dash, esc, layout, phase_badge, relative
 from .timeline import LEGEND, timeline_svg
-
-FILTERS = {"all": "all", "overdue": "overdue", "orphaned": "orphaned", "awaiting": "awaiting a decision"}
-"""`/?show=KEY` and the link's words."""
 
 
 @dataclass(frozen=True)
@@ -29,15 +26,6 @@ class Row:
     record: OperationRecord
     ownership: Ownership
     decision: str | None
-
-    def shown_by(self, wanted: str) -> bool:
-        if wanted == "overdue":
-            return self.ownership.overdue
-        if wanted == "orphaned":
-            return self.ownership.orphaned
-        if wanted == "awaiting":
-            return self.decision is not None
-        return True
 
 
 def ended(record: OperationRecord, now: datetime) -> str:
@@ -49,119 +37,8 @@ def ended(record: OperationRecord, now: datetime) -> str:
     return f'<span class="muted" title="{ago}">{verb} at</span> {clock(record.finished_at)}'
 
 
-def trunc(text: str, *, cls: str = "mono") -> str:
-    """A long id cut with an ellipsis by CSS; the whole of it in the title (hover) and in the copy."""
-    return f'<span class="{cls} trunc" title="{esc(text)}">{esc(text)}</span>'
-
-
 def flag_badges(owned: Ownership) -> str:
     return "".join(f'<span class="badge flag-{esc(flag)}">{esc(flag)}</span> ' for flag in owned.flags)
-
-
-def _operation_row(row: Row, now: datetime) -> str:
-    r = row.record
-    active = r.phase is Phase.ACTIVE
-    deadline = moment_span(r.deadline_at, now) if active else ended(r, now)
-    next_poll = moment_span(r.next_poll_at, now) if active else dash(None)
-    owner = esc(row.ownership.describe(now)) if active else dash(None)
-    decide = f'<a href="/decisions#decision-{esc(row.decision)}">decide</a>' if row.decision else ""
-    reason = f'<div class="detail reason">{esc(r.reason.value)}</div>' if r.reason else ""
-    href = esc(operation_href(r.operation_id))
-    return (
-        f'<tr data-operation="{esc(r.operation_id)}" data-flags="{esc(" ".join(row.ownership.flags))}">'
-        f'<td><a class="mono trunc" href="{href}" title="{esc(r.operation_id)}">{esc(r.operation_id)}</a>'
-        f'<div class="detail">{trunc(r.job_id)}</div></td>'
-        f"<td>{phase_badge(r)} {flag_badges(row.ownership)}{reason}</td>"
-        f"<td>{trunc(r.last_state, cls='state') if r.last_state else dash(None)}</td>"
-        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}'
-        f'<div class="detail muted">transport {r.transport_failures_used}/{r.plan.max_transport_failures}</div></td>'
-        f'<td class="when">{deadline}</td>'
-        f'<td class="when">{next_poll}</td>'
-        f'<td class="owner">{owner}</td>'
-        f'<td class="act">{decide}</td>'
-        "</tr>"
-    )
-
-
-def fleet(rows: Sequence[Row], now: datetime) -> str:
-    """Per contract: active, due, overdue, stopped awaiting a decision; every count from the same rows."""
-    counts: dict[str, list[int]] = {}
-    for row in rows:
-        r = row.record
-        c = counts.setdefault(r.contract_name, [0, 0, 0, 0])
-        active = r.phase is Phase.ACTIVE
-        c[0] += active
-        c[1] += active and r.next_poll_at <= now
-        c[2] += row.ownership.overdue
-        c[3] += r.phase is Phase.STOPPED and row.decision is not None
-    lines = "".join(
-        f'<tr data-contract="{esc(name)}"><td>{trunc(name)}</td>'
-        + "".join(f'<td class="num" data-count="{key}">{n}</td>' for key, n in zip(_FLEET_KEYS, c, strict=True))
-        + "</tr>"
-        for name, c in sorted(counts.items())
-    )
-    return (
-        '<table class="fleet" aria-label="fleet at a glance"><thead><tr><th>Contract</th><th>Active</th><th>Due</th>'
-        f"<th>Overdue</th><th>Stopped, awaiting a decision</th></tr></thead><tbody>{lines}</tbody></table>"
-    )
-
-
-_FLEET_KEYS = ("active", "due", "overdue", "awaiting")
-
-
-def _filters(wanted: str, rows: Sequence[Row]) -> str:
-    links = []
-    for key, label in FILTERS.items():
-        n = sum(1 for row in rows if row.shown_by(key))
-        text = f"{esc(label)} ({n})"
-        if key == wanted:
-            links.append(f'<strong aria-current="page">{text}</strong>')
-        else:
-            links.append(f'<a href="/?show={key}">{text}</a>')
-    return '<nav class="filters" aria-label="filter the operations">Show: ' + " · ".join(links) + "</nav>"
-
-
-def operations_page(
-    rows: Sequence[Row], wanted: str, now: datetime, *, chrome: Chrome, unreadable: Sequence[UnreadableRow] = ()
-) -> str:
-    body = _operations_body(rows, wanted, now) + _unreadable_rows(unreadable)
-    return layout("Operations", body, here="operations", chrome=chrome)
-
-
-def _unreadable_rows(rows: Sequence[UnreadableRow]) -> str:
-    """Rows skipped because their record cannot be read: listed apart, with why and how to look at them."""
-    if not rows:
-        return ""
-    items = "".join(f"<li><code>{esc(row.operation_id)}</code>: {esc(row.why)}</li>" for row in rows)
-    return (
-        f'<h2>Unreadable</h2><p class="muted">{len(rows)} operation{"s" if len(rows) != 1 else ""} could not be'
-        f' read, and no worker polls them.</p><ul class="unreadable">{items}</ul>'
-        f'<p class="muted">{esc(INSPECT_UNREADABLE)}</p>'
-    )
-
-
-def _operations_body(rows: Sequence[Row], wanted: str, now: datetime) -> str:
-    if not rows:
-        body = (
-            '<h1>Operations</h1><p class="muted">No operations yet: start one with <code>pollwarden watch</code>.</p>'
-        )
-    else:
-        shown_rows = [row for row in rows if row.shown_by(wanted)]
-        lines = "".join(_operation_row(row, now) for row in shown_rows)
-        table = (
-            '<table class="operations"><thead><tr><th>Operation / job</th><th>Phase</th><th>Last state</th>'
-            "<th>Status requests</th><th>Deadline</th><th>Next poll</th><th>Owner</th><th></th>"
-            f"</tr></thead><tbody>{lines}</tbody></table>"
-            if shown_rows
-            else f'<p class="muted">No operation is {esc(FILTERS[wanted])} right now.</p>'
-        )
-        body = (
-            "<h1>Operations</h1>"
-            f"<h2>Fleet at a glance</h2>{fleet(rows, now)}"
-            f'<p class="muted">{len(rows)} operations, as of {clock(now)}. Reload the page for fresh state.</p>'
-            f"{_filters(wanted, rows)}{table}"
-        )
-    return body
 
 
 def follow_up_list(follow_ups: Sequence[FollowUp]) -> str:
