@@ -1342,6 +1342,19 @@ def print_rows(scenario_rows: list[list[Row]]) -> None:
             )
 
 
+def _with_kept_sections(text: str, out: Path) -> str:
+    """The push benchmark's section (`bench.push`, between its markers) is kept when this rewrites the file."""
+    from .push import BEGIN, END
+
+    if not out.exists():
+        return text
+    current = out.read_text(encoding="utf-8")
+    if BEGIN not in current or END not in current:
+        return text
+    kept = BEGIN + current.partition(BEGIN)[2].partition(END)[0] + END
+    return text.rstrip("\n") + "\n\n" + kept + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.conformance", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two compressed scenarios, three peers; no docs")
@@ -1384,7 +1397,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_lag(rows, fleets, peers, DOCS / "bench-detection-lag.png")
     command = " ".join(["python -m bench.conformance", *(argv if argv is not None else sys.argv[1:])]).strip()
     text = render(rows, fleets, overheads, gets, audit, peers, command, time.time() - started, conformance_wall)
-    args.out.write_text(text, encoding="utf-8")
+    args.out.write_text(_with_kept_sections(text, args.out), encoding="utf-8")
     print(f"wrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

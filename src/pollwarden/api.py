@@ -271,6 +271,7 @@ class Watch:
         from .home.operating import HomeError
         from .home.shared_store import home_store
         from .report.progress import progress_of
+        from .store.bell import listening, pause
         from .store.owner import process_owner
         from .transport.http import CredentialError, StatusClient, resolve_secret
         from .transport.outbox import delivering
@@ -314,9 +315,15 @@ class Watch:
             if (on_progress := self._on_progress) is not None:
                 told = lambda result: on_progress(progress_of(result))  # noqa: E731
             try:
-                with StatusClient(self.contract, secret, clock=engine.clock) as client:
+                # With a [push] table, the store's bell ends a wait at once when a provider's push made it due.
+                with (
+                    StatusClient(self.contract, secret, clock=engine.clock) as client,
+                    listening(store.bell, self.contract.push is not None) as bell,
+                ):
+                    stop = self._stop
                     final = engine.run(
-                        self.contract, client, self.operation_id, on_progress=told, stop=self._stop,
+                        self.contract, client, self.operation_id, on_progress=told, stop=stop,
+                        sleep=None if bell is None else lambda seconds: pause(bell, seconds, stop),
                         by="python api", record=admitted.record,
                     )  # fmt: skip
             except Cancelled:

@@ -159,7 +159,8 @@ def _as_schema_7(place: Place) -> None:
         prev = head.head_hash
     write_head_file(place.home / "audit-head.checkpoint", head)
     for statement in (
-        "DROP INDEX operations_console",  # schema 9's
+        "DROP TABLE push_deliveries",  # schema 10's
+        "DROP INDEX operations_console",  # 9's
         "DROP INDEX operations_unreadable_contract",
         "DROP INDEX decisions_open_reason",
         "ALTER TABLE decisions DROP COLUMN reason",

@@ -197,7 +197,8 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 
 _SCHEMA_8 = (
-    "DROP INDEX operations_console",  # schema 9's
+    "DROP TABLE push_deliveries",  # schema 10's
+    "DROP INDEX operations_console",  # 9's
     "DROP INDEX operations_unreadable_contract",
     "DROP INDEX decisions_open_reason",
     "ALTER TABLE decisions DROP COLUMN reason",

@@ -33,7 +33,7 @@ BACKENDS = ["sqlite", "postgres"]
 
 _TABLES = (
     "operations, audit_records, decisions, submissions, grants, audit_checkpoints, audit_heads, audit_heads_pending,"
-    " provider_pacing, contracts, outbox"
+    " provider_pacing, contracts, outbox, push_deliveries"
 )
 
 

@@ -26,7 +26,8 @@ from .test_store import CONTRACT
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
 AFTER_SCHEMA_5 = (
-    "DROP INDEX operations_console",  # schema 9's
+    "DROP TABLE push_deliveries",  # schema 10's
+    "DROP INDEX operations_console",  # 9's
     "DROP INDEX operations_unreadable_contract",
     "DROP INDEX decisions_open_reason",
     "ALTER TABLE decisions DROP COLUMN reason",

@@ -147,6 +147,7 @@ def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyS
 
 
 SCHEMA_9 = (
+    "DROP TABLE push_deliveries",  # schema 10's, which the upgrade to 9 brings again
     "DROP INDEX operations_console",
     "DROP INDEX operations_unreadable_contract",
     "DROP INDEX decisions_open_reason",

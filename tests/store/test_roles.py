@@ -24,6 +24,7 @@ ROLES: list[type[Any]] = [
     roles.FleetQueue,
     roles.Deliveries,
     roles.Pages,
+    roles.Pushes,
 ]
 
 
@@ -48,8 +49,9 @@ def _statically(sqlite: SQLiteStore, postgres: PostgresStore) -> None:
         fleet: roles.FleetQueue = store
         deliveries: roles.Deliveries = store
         pages: roles.Pages = store
+        pushes: roles.Pushes = store
         whole: Store = store
-        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, pages, whole
+        del operations, decisions, submissions, grants, audit, contracts, fleet, deliveries, pages, pushes, whole
 
 
 def test_every_member_of_the_store_belongs_to_exactly_one_role() -> None:

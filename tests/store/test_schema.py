@@ -87,7 +87,7 @@ def test_a_file_from_the_shipped_schema_opens_into_exactly_the_schema_of_a_new_f
     SQLiteStore(tmp_path / "old.db").close()  # upgrades what is pending, on open
     new, old = _sqlite_shape(tmp_path / "new.db"), _sqlite_shape(tmp_path / "old.db")
     assert new == old
-    assert len(new.strict) == 15  # meta and the fourteen tables of the migrations
+    assert len(new.strict) == 16  # meta and the fifteen tables of the migrations
     with sqlite3.connect(tmp_path / "old.db") as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(LATEST),)
 

@@ -139,10 +139,24 @@ def _serve(
             console = ConsoleServer(home, port=args.console_port, logins=OneTimeLogins(), log=sys.stderr)
             console.start()
             service.console_login = console.login_link
+        hooks = None
+        if args.hooks_port is not None:  # the broker's environment holds the webhook secrets too
+            from ..fleet.hooks import HooksServer, Receiver
+            from ..store.owner import process_owner
+
+            hooks_store = open_store(home, keys="write")
+            receiver = Receiver(hooks_store, owner=process_owner("hooks"), environ=environ)
+            try:
+                hooks = HooksServer(receiver, port=args.hooks_port).start()
+            except OSError as exc:
+                hooks_store.close()
+                raise _refuse([f"--hooks-port {args.hooks_port}: {exc.strerror or exc}"]) from None
         names = ", ".join(f"{n} (approval {c.approval})" for n, c in sorted(contracts.items()))
         print(
             f"pollwarden broker: serving {names} on {socket_path} for agents {agents}; approvers {approvers};"
-            f" home {home}" + (f"; console on {console.url}" if console is not None else ""),
+            f" home {home}"
+            + (f"; console on {console.url}" if console is not None else "")
+            + (f"; pushes on {hooks.url}/hooks/CONTRACT" if hooks is not None else ""),
             file=sys.stderr,
             flush=True,
         )
@@ -153,6 +167,9 @@ def _serve(
         finally:
             if console is not None:
                 console.stop()
+            if hooks is not None:
+                hooks.stop()
+                hooks.receiver.store.close()
     print("pollwarden broker: stopped", file=sys.stderr, flush=True)
     return EXIT_OK
 

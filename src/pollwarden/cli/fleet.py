@@ -6,6 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret
@@ -14,7 +15,7 @@ from ..core.durations import format_rfc3339
 from ..engine import AdmissionError, BatchAdmissionError, Engine
 from ..fleet.defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
 from ..fleet.worker import JsonLog, Metrics, Worker
-from ..foreground import stop_signals
+from ..foreground import stop_signals, wait_for
 from ..home.directory import database_path, ensure_home, resolve_home, trusted_checkpoint_path
 from ..home.operating import configured_witness
 from ..shown import shown
@@ -26,6 +27,9 @@ from . import jobs_file
 from .common import UsageError, _duration, _load_contract, vars_of
 from .jobs_file import operation_ids, read_jobs_file
 from .watch import FLAGS
+
+if TYPE_CHECKING:
+    from ..fleet.hooks import HooksServer
 
 
 def db_target(args: argparse.Namespace) -> str | Path:
@@ -103,8 +107,48 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from ..fleet.supervisor import watch_parent
 
         watch_parent(supervisor, worker.stop)
-    with stop_signals(worker.stop, then_ignore=True):
-        worker.run()
+    hooks = None
+    if args.hooks_port is not None:
+        hooks = _serve_hooks(factory(), args.hooks_host, args.hooks_port, log, owner)
+    try:
+        with stop_signals(worker.stop, then_ignore=True):
+            worker.run()
+    finally:
+        if hooks is not None:
+            hooks.stop()
+            hooks.receiver.store.close()
+    return 0
+
+
+def _serve_hooks(store: Store, host: str, port: int, log: JsonLog, owner: str) -> HooksServer:
+    """The push receiver on a thread of this process (`fleet.hooks`), announced in the log."""
+    from ..fleet.hooks import HooksServer, Receiver
+
+    try:
+        server = HooksServer(Receiver(store, owner=owner, log=log), host=host, port=port).start()
+    except OSError as exc:
+        store.close()
+        raise UsageError(f"cannot receive pushes on {host}:{port}: {exc.strerror or exc}") from None
+    log("hooks_serving", url=f"{server.url}/hooks/CONTRACT")
+    return server
+
+
+def cmd_hooks(args: argparse.Namespace) -> int:
+    """`pollwarden hooks`: the push receiver alone, in the foreground until Ctrl-C or SIGTERM."""
+    owner = process_owner("hooks")
+    log = JsonLog(worker=owner)
+    server = _serve_hooks(store_factory(args)(), args.host, args.port, log, owner)
+    print(f"receiving provider pushes on {server.url}/hooks/CONTRACT; stop with Ctrl-C", flush=True)
+    from ..transport.outbox import delivering
+
+    try:
+        # What its wakes commit (the witness's heads) goes out from the outbox while it serves.
+        with delivering(server.receiver.store, "hooks", say=log), stop_signals() as done:
+            wait_for(done)
+    finally:
+        server.stop()
+        server.receiver.store.close()
+    print("hooks stopped", flush=True)
     return 0
 
 
@@ -141,16 +185,22 @@ def _supervise(args: argparse.Namespace) -> int:
     factory = store_factory(args)  # bad --db or --home: exit 2, nothing started
     log = JsonLog(worker=process_owner("worker"))
     group: GroupMetrics | None = None
+    hooks = None
     try:
         if args.metrics_port is not None:
             group = GroupMetrics(factory)
             _serve_metrics(args, log, group.serve)
+        if args.hooks_port is not None:  # one receiver for the group: its children wake by the store's bell
+            hooks = _serve_hooks(factory(), args.hooks_host, args.hooks_port, log, process_owner("hooks"))
         command = child_command(concurrency=args.concurrency, home=args.home, provider_rates=args.provider_rate or [])
         supervisor = Supervisor(command, args.processes, log=log, extra_env=group.env if group is not None else None)
         code = supervisor.run()
     finally:
         if group is not None:
             group.close()
+        if hooks is not None:
+            hooks.stop()
+            hooks.receiver.store.close()
     if supervisor.refused is not None:
         pid, exit_code = supervisor.refused
         raise UsageError(

@@ -142,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-scale", type=real_number(0, 1000), default=1.0, help="scale scenario times (0.1 = ten times faster)"
     )
     sim.add_argument("--quiet", action="store_true", help="print only the listening line")
+    sim.add_argument(
+        "--push-to",
+        metavar="URL",
+        help="at each scripted job's end post a signed push (Standard Webhooks) here, e.g. a receiver's"
+        " http://127.0.0.1:PORT/hooks/CONTRACT",
+    )
+    sim.add_argument("--push-secret-env", metavar="NAME", help="the environment variable holding the whsec_ secret")
+    sim.add_argument(
+        "--push-lost", type=real_number(0, 1), default=0.0, help="the fraction of pushes lost on purpose (default 0)"
+    )
     sim.set_defaults(func=Command("serve", "cmd_simulate"))
 
     audit = sub.add_parser("audit", help="verify, export or repair the encrypted, hash-chained audit log")
@@ -417,8 +427,25 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         metavar="NAME=RPS",
         help="fleet-wide cap of status requests per second for a contract, shared through the database",
     )
+    w.add_argument(
+        "--hooks-port", type=port_number, help="also receive provider pushes (POST /hooks/CONTRACT) on this port"
+    )
+    w.add_argument("--hooks-host", type=host_name, default="127.0.0.1")
     db(w)
     w.set_defaults(func=Command("fleet", "cmd_worker"))
+
+    hk = sub.add_parser(
+        "hooks",
+        help="receive the providers' signed pushes (POST /hooks/CONTRACT): each makes its operation due now",
+        description="Serve POST /hooks/CONTRACT for every installed contract with a [push] table, meant to sit"
+        " behind your HTTPS proxy. Each webhook secret is read from this process's environment, by the"
+        " contract's [push] secret_env. A verified push makes the job's operation due now (its waiter, in"
+        " any process, checks at once); it sends the provider nothing. GET /metrics counts the outcomes.",
+    )
+    hk.add_argument("--port", type=port_number, required=True)
+    hk.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
+    db(hk)
+    hk.set_defaults(func=Command("fleet", "cmd_hooks"))
 
     e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
     e.add_argument("--contract", required=True)
@@ -508,6 +535,9 @@ def _broker_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser
     b.add_argument("--secrets", metavar="FILE", help="KEY=VALUE lines for the contracts' secret_env (mode 0600)")
     b.add_argument("--socket-group", metavar="GROUP", help="the socket's group (default: the broker's primary group)")
     b.add_argument("--console-port", type=port_number, help="also serve the operator console on 127.0.0.1:PORT")
+    b.add_argument(
+        "--hooks-port", type=port_number, help="also receive provider pushes (POST /hooks/CONTRACT) on 127.0.0.1:PORT"
+    )
     b.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit for this broker and exit")
     home_arg_adder(b)
     b.set_defaults(func=Command("broker", "cmd_broker"))

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
 from ..home.directory import resolve_home
+from ..shown import shown
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
+from ..simulator.push import Pusher
 from ..transport.outbox import delivering_home
 from .common import (
     EXIT_ESCALATED,
@@ -79,11 +81,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(scenario_listing(), flush=True)
 
+    pusher = _pusher(args)
     try:
-        serve(args.host, args.port, token=token, time_scale=args.time_scale, on_ready=ready)
+        serve(args.host, args.port, token=token, time_scale=args.time_scale, on_ready=ready, pusher=pusher)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     return EXIT_OK
+
+
+def _pusher(args: argparse.Namespace) -> Pusher | None:
+    """`--push-to URL --push-secret-env NAME [--push-lost F]`, checked before anything listens."""
+    if args.push_to is None:
+        if args.push_secret_env is not None or args.push_lost:
+            raise UsageError("--push-secret-env and --push-lost go with --push-to URL")
+        return None
+    if not args.push_to.startswith(("http://", "https://")):
+        raise UsageError(
+            f"--push-to {shown(args.push_to)}: give an http(s) URL, e.g. http://127.0.0.1:8090/hooks/exports"
+        )
+    if args.push_secret_env is None:
+        raise UsageError("--push-to needs --push-secret-env NAME: the environment variable holding the whsec_ secret")
+    secret = os.environ.get(args.push_secret_env)
+    if not secret:
+        raise UsageError(f"--push-secret-env {args.push_secret_env}: that environment variable is not set")
+    try:
+        return Pusher(args.push_to, secret, lost=args.push_lost)
+    except ValueError:
+        raise UsageError(f"--push-secret-env {args.push_secret_env}: not a whsec_ base64 secret") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from ..home.operating import HomeError, command_line, contract_of
 from ..report.progress import progress_of
 from ..shown import shown
 from ..store.base import Store
+from ..store.bell import listening
 from ..store.owner import process_owner
 from ..transport.http import Credential, CredentialError, StatusClient, resolve_secret
 from ..transport.outbox import delivering
@@ -254,13 +255,18 @@ def _watch(
         out.flush()
     progress = ProgressLine(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
     ProgressLine.watching = record.operation_id  # an interrupt from here on names it in the resume hint
-    with StatusClient(contract, secret, clock=engine.clock) as client:
+    # With a [push] table, the store's bell ends a wait at once when a provider's push made the operation due.
+    with (
+        StatusClient(contract, secret, clock=engine.clock) as client,
+        listening(store.bell, contract.push is not None) as bell,
+    ):
         # A signal raises `Interrupted` wherever it lands; the engine records the `interrupted` event.
         final = engine.run(
             contract,
             client,
             record.operation_id,
             on_progress=progress,
+            sleep=None if bell is None else bell.wait,
             tick=1.0 if progress.live else None,
             by="cli",
         )

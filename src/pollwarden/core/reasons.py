@@ -57,6 +57,8 @@ class DelaySource(StrEnum):
     LOCAL_BACKOFF = "local_backoff"
     MANUAL_EXTENSION = "manual_extension"
     CREDENTIAL_RECHECK = "credential_recheck"
+    PROVIDER_PUSH = "provider_push"
+    """A signed push from the provider made the check due now (issue 27); the answer it gets decides."""
     """A person chose one check with the credential configured now, after a refusal: its sender reads it again."""
 
 

@@ -414,7 +414,7 @@ class Engine:
         operation_id: str,
         *,
         on_progress: Callable[[StepResult], None] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
         tick: float | None = None,
         until: Callable[[], bool] | None = None,
         stop: threading.Event | None = None,
@@ -430,7 +430,10 @@ class Engine:
         active, with its deadline and budget, for a later run. Every driver of a watch keeps this here.
 
         `record`: the operation as the caller has just read it (its admission), for the first step (`step`);
-        each later step starts from what the one before left, except after `Busy` (someone else moved it)."""
+        each later step starts from what the one before left, except after `Busy` (someone else moved it) and
+        after a `sleep` that answers True: it was woken before its time (the store's bell: a provider's push
+        made the operation due), so the operation is read again. Without `sleep`, `stop.wait` or `time.sleep`;
+        a `sleep` given with `stop` must itself end when `stop` is set."""
         in_callback = False
         known = record
         try:
@@ -454,10 +457,13 @@ class Engine:
                 wake = result.until if isinstance(result, NotYet) else result.retry_at
                 delay = max(0.0, (wake - self.clock()).total_seconds())
                 delay = min(delay, tick) if tick else delay
-                if stop is not None:
+                if sleep is not None:
+                    if sleep(delay) is True:
+                        known = None
+                elif stop is not None:
                     stop.wait(delay)  # wakes at once when set; the loop's head raises Cancelled
                 else:
-                    sleep(delay)
+                    time.sleep(delay)
         except BaseException as exc:
             callback = in_callback and isinstance(exc, Exception)
             self.interrupted(

@@ -45,6 +45,7 @@ from .operation import (
     Submitted,
     SucceededEvent,
     WatchInterrupted,
+    WokenByPush,
     outcome_events,
     poll_events,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "WatchStarted",
     "WitnessCleared",
     "WitnessConfigured",
+    "WokenByPush",
     "event",
     "outcome_events",
     "parse",

@@ -393,6 +393,24 @@ class Paced(AuditEvent):
         )
 
 
+@event
+class WokenByPush(AuditEvent):
+    """A signed push from the provider made the operation due (issue 27): which delivery, which event type, and
+    when the check it causes is due. Never the push's body: the status request that follows decides."""
+
+    KIND = "woken_by_push"
+    delivery: str | None = None
+    event_type: str | None = None
+    due_at: str | None = None
+
+    def line(self, scene: Scene) -> str:
+        what = f", {said(self.event_type)}" if self.event_type else ""
+        return (
+            f"{scene.at} woken by provider push (delivery {said(self.delivery)}{what}): check due"
+            f" {clock_text(self.due_at)}"
+        )
+
+
 # -- submissions ----------------------------------------------------------------------------------------
 
 

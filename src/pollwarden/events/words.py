@@ -17,6 +17,7 @@ SOURCE_WORDS = {
     "local_backoff": "local backoff",
     "manual_extension": "manual extension",
     "credential_recheck": "a check with the credential configured now",
+    "provider_push": "a provider push",
 }
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})

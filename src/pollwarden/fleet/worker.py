@@ -35,6 +35,7 @@ from ..engine import Done, Engine, NotYet, Polled, StepResult, batch
 from ..engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
 from ..events import Paced
 from ..store.base import Claimed, ContractCounts, Lease, OutboxCount, Store
+from ..store.bell import Listener, listening
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from ..transport.outbox import delivering
 from .defaults import DEFAULT_CONCURRENCY, LANES
@@ -312,6 +313,8 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.log = log or JsonLog(worker=owner)
         self.idle_sleep = idle_sleep
+        self._wake = threading.Event()
+        """Set by a ring of the store's bell or a stop: ends a lane's idle wait."""
         self.provider_intervals = {
             name: timedelta(seconds=1.0 / rate) for name, rate in (provider_rates or {}).items() if rate > 0
         }
@@ -576,8 +579,11 @@ class Worker:
                 self._outbox_store() as outbox_store,
                 delivering(outbox_store, "worker", say=self.log),
                 ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="pollwarden-worker") as pool,
+                # One listener for the process (on PostgreSQL one connection more, LISTENing): a ring wakes a lane.
+                listening(self._claim_store.bell, True) as bell,
             ):
                 begun: list[threading.Event] = []
+                threading.Thread(target=self._wake_on, args=(bell,), name="pollwarden-bell", daemon=True).start()
                 try:
                     for n in range(self.lanes):
                         ended = threading.Event()
@@ -605,6 +611,19 @@ class Worker:
             raise failures[0]
         self.log("worker_stopped")
 
+    def _wake_on(self, bell: Listener | None) -> None:
+        """Relays the store's bell to the lanes' idle wait (`_wake`) until the worker stops; a stop wakes them too."""
+        threading.Thread(target=self._wake_at_stop, args=(bell,), name="pollwarden-bell-stop", daemon=True).start()
+        while bell is not None and not self.stop.is_set():
+            if bell.wait(self.idle_sleep):
+                self._wake.set()
+
+    def _wake_at_stop(self, bell: Listener | None) -> None:
+        self.stop.wait()
+        self._wake.set()
+        if bell is not None:
+            bell.poke()
+
     @contextlib.contextmanager
     def _outbox_store(self) -> Iterator[Store]:
         """The delivery loop's store: the shared one where the store pools its connections (PostgreSQL: no
@@ -628,7 +647,9 @@ class Worker:
                     continue
                 if self.run_once(pool) or not self._slots.wait(0):
                     continue
-                self.stop.wait(self._idle_for())
+                # Ended at once by a stop, or by the store's bell: a provider's push made an operation due.
+                if self._wake.wait(self._idle_for()) and not self.stop.is_set():
+                    self._wake.clear()
         except BaseException as exc:
             failures.append(exc)
             self.stop.set()

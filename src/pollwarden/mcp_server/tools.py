@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +26,7 @@ from ..core.result_part import no_result_problem, result_part
 from ..engine import AdmissionError, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
+from ..store.bell import Listener, listening, pause
 from ..store.owner import process_owner
 from .base import (
     ANSWER_MARGIN_SECONDS,
@@ -212,7 +214,8 @@ def tool_wait_operation(
         # What it starts (a poll, an approval) must end before the host gives up, however short the wait asked:
         # the bound is the host's, so a short wait may still make its one poll.
         call = replace(call, answer_by=started + broker.wait_without_progress + ANSWER_MARGIN_SECONDS)
-    with broker.store() as store:
+    # The store's bell ends a pause at once when a provider's push made the operation due (any process).
+    with broker.store() as store, listening(store.bell, True) as bell:
         polled = False
         while True:
             try:
@@ -237,7 +240,7 @@ def tool_wait_operation(
             # No lease is held here: the engine released it after its step (R38).
             pause = min(float(reply.get("retry_after_seconds") or 0.05), remaining)
             # A cut call (tasks/cancel, a host's cancellation) stops waiting at once, before any further poll.
-            if call.cancelled.wait(max(0.01, pause)) or broker.stopping.is_set():
+            if _pause(call.cancelled, bell, max(0.01, pause)) or broker.stopping.is_set():
                 reply = _wait_ended(reply, progress, capped, broker.clock())
                 break
     reply["waited_seconds"] = round(time.monotonic() - started, 3)
@@ -247,6 +250,14 @@ def tool_wait_operation(
             f"at most {MAX_WAIT_SECONDS} s per call" if call.progress is not None else NO_PROGRESS_CAP
         )
     return reply
+
+
+def _pause(cancelled: threading.Event, bell: Listener | None, seconds: float) -> bool:
+    """Wait `seconds`, ended early by a ring of the store's bell; True when the call was cancelled meanwhile."""
+    if bell is None:
+        return cancelled.wait(seconds)
+    pause(bell, seconds, cancelled)
+    return cancelled.is_set()
 
 
 def _wait_ended(

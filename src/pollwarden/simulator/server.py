@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from ..foreground import stop_signals, wait_for
+from .push import Pusher
 from .scenarios import SCENARIOS, scenario_for
 from .script import Job, Step, parse_script, render, substitute
 
@@ -171,8 +172,15 @@ class Simulator:
     """The provider; use as a context manager so the server never outlives the test."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None, time_scale: float = 1.0
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+        time_scale: float = 1.0,
+        pusher: Pusher | None = None,
     ) -> None:
+        """`pusher`: each scripted job's end is announced with a signed push (`simulator.push`)."""
         if not (math.isfinite(time_scale) and time_scale > 0):  # nan compares false, inf would never advance
             raise ValueError(f"time_scale must be a finite number > 0, got {time_scale}")
         self._host = host
@@ -189,6 +197,7 @@ class Simulator:
         self._url = ""
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self.pusher = pusher
 
     def __enter__(self) -> Simulator:
         self.start()
@@ -216,6 +225,8 @@ class Simulator:
         if server is None:
             return
         self._stopping.set()
+        if self.pusher is not None:
+            self.pusher.stop()
         server.shutdown()
         with server.connections_lock:
             open_connections = list(server.connections)
@@ -238,6 +249,8 @@ class Simulator:
         job = Job(steps, time.monotonic())
         with self._lock:
             self._jobs[job_id] = job
+        if self.pusher is not None:
+            self.pusher.schedule(job_id, steps, self._time_scale)
 
     def requests(self, job_id: str | None = None) -> list[RecordedRequest]:
         with self._lock:
@@ -396,8 +409,16 @@ class Simulator:
         return _json_answer(404, {"error": "not found"})
 
 
-def serve(host: str, port: int, *, token: str | None, time_scale: float, on_ready: Callable[[str], None]) -> None:
+def serve(
+    host: str,
+    port: int,
+    *,
+    token: str | None,
+    time_scale: float,
+    on_ready: Callable[[str], None],
+    pusher: Pusher | None = None,
+) -> None:
     """Run a simulator in the foreground for the demo or a subprocess test; SIGTERM stops it cleanly."""
-    with stop_signals() as done, Simulator(host, port, token=token, time_scale=time_scale) as sim:
+    with stop_signals() as done, Simulator(host, port, token=token, time_scale=time_scale, pusher=pusher) as sim:
         on_ready(sim.url)
         wait_for(done)

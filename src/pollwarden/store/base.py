@@ -40,10 +40,24 @@ from .records import (
     agent_log_id,
     inspect_unreadable,
 )
-from .roles import AuditLog, Contracts, Decisions, Deliveries, FleetQueue, Grants, Operations, Pages, Submissions
+from .roles import (
+    PUSH_MEMORY,
+    AuditLog,
+    Contracts,
+    Decisions,
+    Deliveries,
+    FleetQueue,
+    Grants,
+    Operations,
+    Pages,
+    Pushes,
+    Submissions,
+)
 
 
-class Store(Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pages, Protocol):
+class Store(
+    Operations, Decisions, Submissions, Grants, AuditLog, Contracts, FleetQueue, Deliveries, Pages, Pushes, Protocol
+):
     """What every interface may use of a store, whichever backend `open_store` gave it: every role."""
 
 
@@ -51,6 +65,7 @@ __all__ = [
     "AGENT_LOG_PREFIX",
     "CONTRACT_LOG_PREFIX",
     "INSPECT_UNREADABLE",
+    "PUSH_MEMORY",
     "Attempted",
     "ClaimAnswer",
     "ClaimOf",

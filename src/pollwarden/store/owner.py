@@ -36,7 +36,7 @@ __all__ = [
     "this_place",
 ]
 
-OwnerKind = Literal["watch", "api", "mcp", "worker", "decide", "enqueue", "broker", "console", "outbox"]
+OwnerKind = Literal["watch", "api", "mcp", "worker", "decide", "enqueue", "broker", "console", "outbox", "hooks"]
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 PID_NAMESPACE = "/proc/self/ns/pid"

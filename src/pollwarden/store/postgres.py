@@ -35,6 +35,7 @@ from ..audit import AuditKeys
 from ..clock import CarriedClock
 from . import migrations
 from .base import StoreError
+from .bell import CHANNEL, Bell, PostgresBell
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
 from .target import redact_url
@@ -157,6 +158,7 @@ class PostgresStore(SQLStore):
         witness: Witness | None = None,
     ) -> None:
         self.path = redact_url(url)
+        self._listen_to = (url, _connect_kwargs(url))  # a listener's own connection (`bell`); never shown
         super().__init__(keys=keys, trusted_checkpoint_path=trusted_checkpoint_path, witness=witness)
         kwargs = _connect_kwargs(url)
         try:
@@ -239,6 +241,19 @@ class PostgresStore(SQLStore):
                     pipe.sync()
                 raise
         self._committed(tx)
+
+    def bell(self) -> Bell:
+        """`LISTEN`/`NOTIFY` (`store.bell`): heard by every waiter of this database, on every host."""
+
+        def notify() -> None:
+            with self._connection() as conn:
+                conn.execute(f"NOTIFY {CHANNEL}")
+
+        def connect() -> psycopg.Connection[TupleRow]:
+            url, kwargs = self._listen_to
+            return psycopg.connect(url, **{**kwargs, "autocommit": True})
+
+        return PostgresBell(notify, connect)
 
     def db_now(self) -> datetime:
         """The database clock: the one time every host of a fleet agrees on, for claims, leases, due times and the

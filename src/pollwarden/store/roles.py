@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the protocols only name them: the engine and the API import
 
     from ..audit import AuditKeys, AuditRecord, Checkpoint, Head
     from ..audit.rotation import Rotation
+    from .bell import Bell
     from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
     from .trail import AuditSnapshot
     from .witness import Witness
@@ -414,3 +415,21 @@ class Deliveries(Opened, Protocol):
         ...
 
     def outbox_counts(self) -> list[OutboxCount]: ...
+
+
+PUSH_MEMORY = timedelta(days=3)
+"""How long a push's delivery id is remembered: GitHub lets a person redeliver for 3 days; a Standard Webhooks
+delivery older than 5 minutes is refused as stale anyway, and GitLab retries within hours."""
+
+
+class Pushes(Opened, Protocol):
+    """Providers' pushes (issue 27): the deliveries seen, and the bell that wakes this store's waiters."""
+
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        """Note a provider push's delivery: False when it was seen before (a replay, answered and ignored), within
+        `PUSH_MEMORY`; older deliveries are forgotten as new ones come."""
+        ...
+
+    def bell(self) -> Bell:
+        """What wakes this store's waiters in every process when an operation is made due early (`store.bell`)."""
+        ...

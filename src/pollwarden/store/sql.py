@@ -24,6 +24,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..events.base import NewEvent
 from .base import (
+    PUSH_MEMORY,
     ClaimAnswer,
     Claimed,
     ClaimOf,
@@ -536,6 +537,19 @@ class SQLStore(_Operations, ContractRegistry):
                 at,
             )
             return True
+
+    # -- provider pushes (schema 10) ---------------------------------------------------------------------
+
+    def remember_push(self, contract_name: str, delivery_id: str, now: datetime) -> bool:
+        stamp = self.dialect.stamp
+        with self._tx() as tx:
+            tx.execute("DELETE FROM push_deliveries WHERE received_at < ?", (stamp(now - PUSH_MEMORY),))
+            added = tx.execute(
+                "INSERT INTO push_deliveries (contract_name, delivery_id, received_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (contract_name, delivery_id) DO NOTHING",
+                (contract_name, delivery_id, stamp(now)),
+            )
+            return added.rowcount == 1
 
     # -- pacing -------------------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from ..audit import AuditKeys
 from ..home.directory import PRIVATE_DIR, PRIVATE_FILE, create_private, tighten
 from . import migrations
 from .base import StoreError
+from .bell import Bell, FifoBell
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
 from .sqlite_writer import GroupWriter, connect, group_writer, release_writer
@@ -241,6 +242,10 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         self.keeper.flush()
         self._close_connections()
+
+    def bell(self) -> Bell:
+        """A FIFO per listener beside the file (`store.bell`): heard by every waiter on this machine."""
+        return FifoBell(self.path.with_name(self.path.name + ".bells"))
 
     def db_now(self) -> datetime:
         """One machine, one clock: the fleet worker asks the store for time, and here that is this clock."""

@@ -14,6 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from ..reasons import Category, Jitter
 from .auth import FRAMING_HEADERS, Auth
+from .push import Push
 from .reader import quote_segment
 from .result import ResultSpec
 from .signals import RateLimitSignal
@@ -285,6 +286,9 @@ class Contract:
     """Every declared var's value, as substituted (part of the fingerprint when any is declared)."""
     ca_file: str | None = None
     """`[tls] ca_file`: the CA bundle that verifies the contract's origin over https instead of the system's store."""
+    push: Push | None = None
+    """`[push]`: the provider's signed webhook that makes an operation due now (not in the fingerprint: it changes
+    when a poll happens, never what a poll means)."""
     source_text: str = field(default="", compare=False, repr=False)
 
     @property

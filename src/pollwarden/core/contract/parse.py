@@ -43,6 +43,7 @@ from .model import Limits as Limits
 from .model import Schedule as Schedule
 from .model import Submit as Submit
 from .model import job_path_problem as job_path_problem
+from .push import parse_push
 from .reader import PLAIN_HTTP_FIX, Reader, check_token, check_url, in_clear
 from .reader import ContractError as ContractError
 from .result import parse_result
@@ -153,6 +154,7 @@ _TOP_KEYS = {
     "status_url_handles",
     "allow_plain_http",
     "tls",
+    "push",
 }
 
 
@@ -365,6 +367,7 @@ def _build(r: Reader) -> Contract:
         job_identity=parse_job_identity(r, status_url_handles=status_url_handles),
         allow_plain_http=allow_plain_http,
         ca_file=_ca_file(r),
+        push=parse_push(r),
     )
 
 

@@ -56,9 +56,10 @@ FILE_KEYS = frozenset({("auth", "token_file"), ("tls", "ca_file")})
 """The keys that name a file on this machine: the only places a `*_file` var may go (a path in a URL or a header
 would send where the machine keeps its secrets to the provider)."""
 
-USE_TABLES = frozenset({"schedule", "limits", "agent", "escalation", "not_found", "tls"})
-"""What a `use` file may tune, key by key: how often and how long, and which CA bundle verifies the provider;
-never what a state or a URL means."""
+USE_TABLES = frozenset({"schedule", "limits", "agent", "escalation", "not_found", "tls", "push"})
+"""What a `use` file may tune, key by key: how often and how long, which CA bundle verifies the provider, and
+how the provider's pushes wake it ([push]: its secret's variable, which events, how often); never what a state
+or a URL means."""
 
 MAX_FILE_VAR = 4096
 

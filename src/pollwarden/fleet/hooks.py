@@ -1,0 +1,253 @@
+"""The receiver of provider pushes: `POST /hooks/{contract}` on a small standard-library HTTP server (issue 27).
+
+`pollwarden hooks`, the worker's `--hooks-port` and the broker serve it; it is meant to sit behind the user's
+HTTPS proxy and binds loopback unless told otherwise. For each contract name it verifies with the newest
+installed version that has a `[push]` table, and the webhook secret named by that table's `secret_env`, read
+from this process's environment. Everything a delivery may change goes through `engine.push.receive`; this
+module only reads the request (the body capped before it is read), answers, counts and logs.
+
+Answers carry no detail: 202 for every verified delivery (whatever it woke), 401 for a bad or stale
+signature, 413 for an oversized body, 400 for a malformed one, 404 for a contract with no `[push]` table,
+503 when the secret is not in the environment. `GET /metrics` counts outcomes per contract (Prometheus text).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ..core.contract.parse import Contract, ContractError, parse_contract
+from ..core.lease import lease_ttl
+from ..core.push_signature import MAX_BODY_BYTES, STATUS, Refusal
+from ..engine.push import Received, receive, wake_one
+from ..store.base import Store, StoreError
+
+PATH = "/hooks/"
+
+READ_TIMEOUT = 5.0
+"""Seconds a connection may take to send its request: a slow sender holds one thread, never the receiver."""
+
+RETRY = 0.05
+"""Seconds between tries to wake an operation whose check was in flight when its push came."""
+
+Log = Callable[..., None]
+"""Where refusals and wakes are told: `log(event, **fields)` (the worker's `JsonLog`), never a body or secret."""
+
+
+class Contracts:
+    """The `[push]` contract of each name, as the store's registry holds it, read again when a name is unknown
+    or a newer version is installed (a push is rare next to the cost of reading the registry)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._by_name: dict[str, tuple[str, Contract]] = {}
+
+    def known(self, name: str) -> bool:
+        """Whether a `[push]` contract of this name has been met (no store read: a refusal before the body)."""
+        with self._lock:
+            return name in self._by_name
+
+    def get(self, name: str) -> Contract | None:
+        versions = self._store.installed_contracts(name)
+        pushed = None
+        for version in reversed(versions):  # newest first: the one an operator installed last
+            with self._lock:
+                known = self._by_name.get(name)
+            if known is not None and known[0] == version.digest:
+                return known[1]
+            try:
+                contract = parse_contract(version.text, source=f"installed contract {name}")
+            except ContractError:
+                continue
+            if contract.push is not None:
+                pushed = contract
+                with self._lock:
+                    self._by_name[name] = (version.digest, contract)
+                break
+        return pushed
+
+
+class Receiver:
+    """What the handler threads share: the store, the contracts, the environment's secrets and the counters."""
+
+    def __init__(
+        self, store: Store, *, owner: str, log: Log | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.contracts = Contracts(store)
+        self.log = log or (lambda event, **fields: None)
+        self._environ = os.environ if environ is None else environ
+        self._lock = threading.Lock()
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.closing = threading.Event()
+
+    def count(self, contract: str, outcome: str) -> None:
+        with self._lock:
+            self.counts[(contract, outcome)] += 1
+
+    def deliver(self, name: str, headers: Mapping[str, str], body: bytes) -> Received:
+        contract = self.contracts.get(name)
+        if contract is None or contract.push is None:
+            return Received(404, "unknown_contract", "no installed contract of that name has a [push] table")
+        secret = self._environ.get(contract.push.secret_env)
+        received = receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
+        if received.busy:
+            threading.Thread(
+                target=self._wake_after, args=(contract, received), name="pollwarden-push-retry", daemon=True
+            ).start()
+        return received
+
+    def _wake_after(self, contract: Contract, received: Received) -> None:
+        """A push that met a check in flight wakes its operation once that check is recorded (its answer may be
+        from before the job ended): tried again every `RETRY` until the holder's lease would have expired."""
+        assert received.wake is not None
+        ends = time.monotonic() + lease_ttl(contract).total_seconds() + 1.0
+        waiting = list(received.busy)
+        while waiting and time.monotonic() < ends and not self.closing.wait(RETRY):
+            for operation_id in list(waiting):
+                try:
+                    outcome = wake_one(
+                        self.store, contract, operation_id, received.wake, received.delivery_id, owner=self.owner
+                    )
+                except StoreError:
+                    continue
+                if outcome != "busy":
+                    waiting.remove(operation_id)
+                if outcome == "moved":
+                    self.store.bell().ring()
+                    self.log("push_woke", contract=contract.name, operations=[operation_id])
+
+    def metrics(self) -> str:
+        with self._lock:
+            counts = sorted(self.counts.items())
+        lines = [
+            "# HELP pollwarden_push_deliveries_total Provider pushes received, by contract and outcome.",
+            "# TYPE pollwarden_push_deliveries_total counter",
+        ]
+        for (contract, outcome), n in counts:
+            lines.append(f'pollwarden_push_deliveries_total{{contract="{contract}",outcome="{outcome}"}} {n}')
+        return "\n".join(lines) + "\n"
+
+
+def _contract_name(path: str) -> str | None:
+    name = path.partition("?")[0].removeprefix(PATH)
+    if not path.startswith(PATH) or not name or len(name) > 200 or not all(c.isalnum() or c in "-_." for c in name):
+        return None
+    return name
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    server_version = "pollwarden-hooks"
+    sys_version = ""
+    timeout = READ_TIMEOUT
+
+    def do_POST(self) -> None:
+        receiver = self.server.receiver
+        name = _contract_name(self.path)
+        if name is None:
+            self._answer(404, "no such hook: POST /hooks/CONTRACT")
+            return
+        length_text = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding") is not None or length_text is None or not length_text.isdigit():
+            self._refused(name, 411 if length_text is None else 400, "length_required", "a Content-Length is required")
+            return
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            self._refused(name, STATUS[Refusal.TOO_LARGE], Refusal.TOO_LARGE.value, f"{length} bytes")
+            return
+        try:
+            body = self.rfile.read(length)
+        except OSError:
+            self.close_connection = True
+            return
+        if len(body) != length:
+            self._refused(name, 400, Refusal.MALFORMED.value, "the body ended early")
+            return
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        try:
+            received = receiver.deliver(name, headers, body)
+        except StoreError as exc:
+            receiver.count(name if receiver.contracts.known(name) else "-", "store_unavailable")
+            receiver.log("push_failed", contract=name, why=str(exc))
+            self._answer(503, "the store is unavailable; the provider may retry")
+            return
+        # A name with no [push] contract is counted under one label: made-up names must not grow the counters.
+        receiver.count(name if received.outcome != "unknown_contract" else "-", received.outcome)
+        if received.status >= 400:
+            receiver.log("push_refused", contract=name, outcome=received.outcome, why=received.detail)
+            self._answer(received.status, "refused")
+            return
+        if received.woken:
+            receiver.log("push_woke", contract=name, operations=list(received.woken))
+        self._answer(received.status, "accepted")
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            self._answer(200, self.server.receiver.metrics(), "text/plain; version=0.0.4")
+        else:
+            self._answer(404, "POST /hooks/CONTRACT")
+
+    def _refused(self, name: str, status: int, outcome: str, why: str) -> None:
+        known = self.server.receiver.contracts.known(name)
+        self.server.receiver.count(name if known else "-", outcome)
+        self.server.receiver.log("push_refused", contract=name, outcome=outcome, why=why)
+        self.close_connection = True  # the unread body must not be taken for the next request
+        self._answer(status, "refused")
+
+    def _answer(self, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
+        data = (text if text.endswith("\n") else text + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # each delivery is told through `Receiver.log`, without its headers
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], receiver: Receiver) -> None:
+        self.receiver = receiver
+        super().__init__(address, _Handler)
+
+
+class HooksServer:
+    """The receiver on `host:port` (port 0: any free one), served by a thread of this process."""
+
+    def __init__(self, receiver: Receiver, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.receiver = receiver
+        self._server = _Server((host, port), receiver)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="pollwarden-hooks", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self._server.server_address[0])
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def start(self) -> HooksServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.receiver.closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
