@@ -1343,16 +1343,18 @@ def print_rows(scenario_rows: list[list[Row]]) -> None:
 
 
 def _with_kept_sections(text: str, out: Path) -> str:
-    """The push benchmark's section (`bench.push`, between its markers) is kept when this rewrites the file."""
-    from .push import BEGIN, END
+    """The sections other benchmarks write (`bench.push`, `bench.metrics_bench`, each between its markers) are kept
+    when this rewrites the file."""
+    from . import metrics_bench, push
 
     if not out.exists():
         return text
     current = out.read_text(encoding="utf-8")
-    if BEGIN not in current or END not in current:
-        return text
-    kept = BEGIN + current.partition(BEGIN)[2].partition(END)[0] + END
-    return text.rstrip("\n") + "\n\n" + kept + "\n"
+    for begin, end in ((push.BEGIN, push.END), (metrics_bench.BEGIN, metrics_bench.END)):
+        if begin in current and end in current:
+            kept = begin + current.partition(begin)[2].partition(end)[0] + end
+            text = text.rstrip("\n") + "\n\n" + kept + "\n"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,7 +138,7 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
             "Operation: report-export-01",
             "Provider job: exp_71c",
             "Last state: running",
-            "Status requests: 2 of 2",
+            "Checks used: 2 of 2 checks",
             "Stopped because: request_budget_exhausted",
         ):
             assert line in context
@@ -171,7 +171,7 @@ def test_budget_exhausted_then_extended_by_the_console_button_then_watch_succeed
         assert page.inner_text("h1 .badge") == "succeeded"
         story = page.inner_text("ol.story")
         assert "alice chose [1] extend by" in story and "(the export is large today)" in story
-        assert "extended: deadline" in story and "from manual extension" in story
+        assert "extended: deadline" in story and "(extension)" in story
         assert "result validated, succeeded" in story
 
         page.click("text=Audit")

@@ -118,7 +118,7 @@ def test_the_timeline_is_drawn_from_the_audit_events(
     assert svg.count('class="tl-request"') == 3
     assert re.findall(r'class="tl-wait" id="tl-wait-\d+" data-source="(\w+)"', svg) == waits and waits
     assert 'id="tl-stop"' in svg and 'data-stop="stopped: request budget exhausted"' in svg
-    assert "3 status requests from" in svg and "answers: running, running, running" in svg
+    assert "3 checks from" in svg and "answers: running, running, running" in svg
     assert 'class="tl-budget"' in svg and 'id="tl-deadline"' in svg
 
 

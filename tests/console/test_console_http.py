@@ -175,7 +175,7 @@ def test_deciding_by_the_console_extends_once_and_a_second_decide_is_refused(
 ) -> None:
     stopped = stop_operation(home, sim, contract_path, "op-decide", "exp_decide")
     page = client.get("/decisions").text
-    assert 'Status requests:</span> <span class="v">2 of 2</span>' in page
+    assert 'Checks used:</span> <span class="v">2 of 2 checks</span>' in page
     assert "request_budget_exhausted" in page
     assert f'action="/decisions/{stopped.decision_id}/decide"' in page
     assert (
@@ -245,7 +245,7 @@ def test_operations_table_and_audit_page(home: Path, sim: Simulator, contract_pa
     stop_operation(home, sim, contract_path, "op-table", "exp_table")
     table = client.get("/").text
     assert '<a class="mono trunc" href="/operations/op-table" title="op-table">op-table</a>' in table
-    assert '<progress value="2" max="2" aria-label="status requests"></progress><span class="mono">2/2</span>' in table
+    assert '<progress value="2" max="2" aria-label="checks"></progress><span class="mono">2/2</span>' in table
     assert "transport 0/3" in table  # the second budget, in words under the first, so the table fits
     assert "request_budget_exhausted" in table and "Decisions (1 open)" in table
     assert "intact" in client.get("/audit").text

@@ -43,7 +43,7 @@ def test_malformed_and_unknown_events_still_draw() -> None:
 
 def test_no_events_draw_an_empty_timeline() -> None:
     svg = timeline_svg([], make_record(make_contract()), T0)
-    assert 'data-requests="0"' in svg and "no status request yet" in svg
+    assert 'data-requests="0"' in svg and "no check yet" in svg
 
 
 STOPPED = replace(

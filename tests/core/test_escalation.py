@@ -73,15 +73,15 @@ def test_budget_exhausted_request_reads_like_r31() -> None:
         "Provider job: exp_71c",
         "Last state: running",
         "Elapsed time: 40 minutes",
-        "Status requests: 2 of 2",
-        "Last HTTP result: 200 at 10:20 UTC",
+        "Checks used: 2 of 2 checks",
+        "Last HTTP result: 200 at 2025-04-18T10:20:20Z",
         "Stopped because: request_budget_exhausted",
     ):
         assert line in text, line
     kinds = [o.kind for o in request.options]
     assert kinds == [OptionKind.EXTEND, OptionKind.CANCEL, OptionKind.INSPECT, OptionKind.CLOSE]
     assert request.options[0].label == "extend by 15m with 4 additional checks"
-    assert "at most 4 more status requests (6 in all)" in request.options[0].effect
+    assert "at most 4 more checks (6 in all)" in request.options[0].effect
     assert request.options[2].url == "https://provider.example/console/exp_71c"
     assert DecisionRequest.from_json(request.to_json()) == request
 
@@ -135,7 +135,7 @@ def test_transport_stops_extend_the_transport_budget_too() -> None:
     stopped = poll(contract, record, failure(FailureKind.CONNECT)).record
     assert stopped.reason is StopReason.PROVIDER_FAILURE
     request = build_request(stopped, contract, T0, decision_id="d6")
-    assert request.options[0].label.endswith("and 1 more transport failures")
+    assert request.options[0].label.endswith("and 1 more transport failure")
     extended = apply_extension(stopped, request.options[0], T0)
     assert extended.transport_failures_used == 1 and extended.plan.max_transport_failures == 2
 
@@ -214,3 +214,27 @@ def test_a_cancel_request_follows_the_stop_table_and_the_contract() -> None:
     done = make_record(contract).succeeded("/results/exp_71c", "succeeded", T0)
     with pytest.raises(DecisionError, match="nothing to cancel"):
         build_cancel_request(done, contract, T0, decision_id="d", reason="r", requested_by="a")
+
+
+def test_the_providers_error_travels_on_the_request_as_a_json_value() -> None:
+    from dataclasses import replace
+
+    from pollwarden.core.record import provider_error_text, provider_error_value
+
+    contract = make_contract(max_requests=5)
+    record = make_record(contract)
+    error = '{"code": "E_HEALTH", "message": "health check failed: 3/5 pods CrashLoopBackOff"}'
+    stopped = replace(record, provider_error=error).stopped(StopReason.JOB_FAILED, "state failed", T0)
+    request = build_request(stopped, contract, T0, decision_id="d9")
+    assert request.provider_error == error
+    assert request.to_json()["provider_error"] == {
+        "code": "E_HEALTH",
+        "message": "health check failed: 3/5 pods CrashLoopBackOff",
+    }
+    assert DecisionRequest.from_json(request.to_json()) == request  # back to the same text
+    text = request.render()
+    assert text.startswith("External job failed\n") and f"Provider error: {error}" in text
+    assert provider_error_value("plain words") == "plain words"
+    assert provider_error_value('{"cut": "at 2,000 charac') == '{"cut": "at 2,000 charac'
+    assert provider_error_value("[1, 2]") == [1, 2] and provider_error_text([1, 2]) == "[1, 2]"
+    assert provider_error_value(None) is None

@@ -52,8 +52,8 @@ def test_authorization_denied_offers_one_check_with_the_credential_configured_no
     recheck = request.options[0]
     assert (recheck.number, recheck.kind, recheck.label) == (1, OptionKind.RECHECK, RECHECK_LABEL)
     assert RECHECK_LABEL == "check once with the credential configured now"
-    assert "sends one status request with the credential configured now" in recheck.effect
-    assert "status request 2 of 12" in recheck.effect
+    assert "sends one check with the credential configured now" in recheck.effect
+    assert "check 2 of 12" in recheck.effect
     assert "stops the operation again with a new decision" in recheck.effect
     assert [o.kind for o in request.options] == [OptionKind.RECHECK, OptionKind.INSPECT, OptionKind.CLOSE]
     assert DecisionRequest.from_json(request.to_json()) == request
@@ -83,7 +83,7 @@ def test_a_spent_budget_grows_by_one_and_a_passed_deadline_leaves_time_to_send()
     contract = parse_contract(_with_auth('secret_env = "TOKEN"', max_requests=1, deadline="1m"), source="t.toml")
     denied = _denied(contract)
     request = build_request(denied, contract, T0 + S, decision_id="d1")
-    assert "status request 2 of 1: the budget grows by one for it" in request.option(1).effect
+    assert "check 2 of 1: the budget grows by one for it" in request.option(1).effect
     late = T0 + 3600 * S
     rechecked = apply_recheck(denied, request.option(1), late)
     assert rechecked.plan.max_status_requests == 2 and rechecked.status_requests_used == 1

@@ -38,7 +38,7 @@ def test_a_pending_answer_prints_its_meaning_fields_and_next_wait(home: Path, tm
     assert "meaning: pending (state 'running')" in out
     assert "  hint           poll_after_seconds: " in out and ", in 12s" in out
     assert "  expires_at     2999-01-01T00:00:00Z, in " in out
-    assert "next: wait 12s (the provider's hint), then check again" in out
+    assert "next: wait 12s (provider's hint), then check again" in out
     plain = _write(tmp_path / "b.json", {"state": "queued"})
     code, out, _ = _check(home, contract, plain)
     assert code == 0 and "next: wait 5s to 10s (backoff: 10s, jittered), then check again" in out, out

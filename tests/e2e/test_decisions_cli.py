@@ -68,18 +68,18 @@ def test_budget_exhausted_then_extended_then_succeeds(exhausted: tuple[Path, str
     assert [d["decision_id"] for d in listed] == [decision_id]
     assert [o["kind"] for o in listed[0]["options"]] == ["extend", "cancel", "inspect", "close"]
     text = run_cli("decisions", home=home).stdout
-    assert "Status requests: 2 of 2" in text and "Stopped because: request_budget_exhausted" in text
+    assert "Checks used: 2 of 2 checks" in text and "Stopped because: request_budget_exhausted" in text
     sim.add_job("exp_71c", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r/1"})])
     ran = run_cli("decide", decision_id, "--option", "1", "--by", "alice", "--note", "export is large", home=home)
     assert ran.code == 0, ran.stderr
-    assert "at most 5 status requests in all" in ran.stdout
+    assert "at most 5 checks in all" in ran.stdout
     assert _open_decisions(home) == []
     code, result = _watch_json(contract, home, "--operation", "op")
     assert code == 0 and result["status_requests_used"] == 4 and result["max_status_requests"] == 5
     assert sim.request_count("exp_71c") == 4
     story = run_cli("story", "op", home=home).stdout
     assert f"alice chose [1] extend by 10m with 3 additional checks on {decision_id} (export is large)" in story
-    assert "extended: deadline" in story and "from manual extension" in story
+    assert "extended: deadline" in story and "(extension)" in story
     assert run_cli("audit", "verify", home=home).code == 0
     # Decided once: a second answer changes nothing.
     again = run_cli("decide", decision_id, "--option", "4", "--by", "bob", home=home)
@@ -298,7 +298,7 @@ def test_webhook_is_signed_retried_and_idempotent(sim: Simulator, home: Path, tm
     assert payload["decision"]["reason"] == "unknown_state"
     assert "External job needs a decision" in payload["text"]
     assert "hook-secret-123" not in ran.stdout + ran.stderr
-    assert f"webhook for {decision_id} sent after 2 attempt(s)" in run_cli("story", "op", home=home).stdout
+    assert f"webhook for {decision_id} sent after 2 attempts" in run_cli("story", "op", home=home).stdout
     assert os.environ.get("PW_HOOK_SECRET") is None
     assert OptionKind.PAUSE.value in [o["kind"] for o in payload["decision"]["options"]]
 
@@ -362,3 +362,26 @@ def test_an_answer_waits_for_a_step_in_flight_instead_of_failing(sim: Simulator,
     finally:
         store.close()
     assert ran.code == 0, ran.stderr
+
+
+def test_an_ended_job_says_what_happened_at_the_provider_and_its_error(
+    sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    """job_failed: "External job failed", never "needs a decision"; the provider's own error in the watch's
+    outcome, in `decisions` (text and JSON, as a value) and in `story`; and `why --at` takes the story's time."""
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    ran = run_cli("watch", "--contract", str(contract), "--job", "failed-2", "--operation", "op", home=home)
+    assert ran.code == 3
+    assert "External job failed: job_failed" in ran.stdout and "needs a decision" not in ran.stdout
+    listed = run_cli("decisions", home=home).stdout
+    assert listed.startswith("External job failed\n"), listed
+    assert 'Provider error: {"code": "E_QUOTA", "message": "export quota exceeded"}' in listed
+    as_json = json.loads(run_cli("decisions", "--json", home=home).stdout)
+    assert as_json[0]["provider_error"] == {"code": "E_QUOTA", "message": "export quota exceeded"}
+    story = run_cli("story", "op", home=home).stdout.splitlines()
+    stop = next(line for line in story if "job failed, stopped" in line)
+    assert stop.endswith('the provider said: {"code": "E_QUOTA", "message": "export quota exceeded"}'), stop
+    stamp = stop.split(" ", 1)[0]
+    assert len(stamp) == len("2026-12-06T18:40:00Z") and stamp.endswith("Z") and "T" in stamp
+    why = run_cli("why", "op", "--at", stamp, home=home)
+    assert why.code == 0 and "-> stop" in why.stdout, why.stdout + why.stderr

@@ -40,7 +40,7 @@ def _denied(sim: Simulator, home: Path, tmp_path: Path, *, max_requests: int = 1
         "recheck",
         "check once with the credential configured now",
     )
-    assert "sends one status request with the credential configured now" in options[0]["effect"]
+    assert "sends one check with the credential configured now" in options[0]["effect"]
     return contract, result["decision"]["decision_id"]
 
 

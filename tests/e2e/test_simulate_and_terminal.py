@@ -71,17 +71,17 @@ def test_a_terminal_sees_the_countdown_and_a_pipe_does_not(sim: Simulator, home:
     frames = [frame for frame in screen.split("\r\x1b[K") if frame.startswith("t: ")]
     assert frames, screen
     first = frames[0]
-    assert first.startswith("t: running · checks 1/12 · next check in ") and "(local backoff)" in first, first
+    assert first.startswith("t: running · checks 1/12 · next check in ") and "(backoff)" in first, first
     assert " · deadline in " in first and "\n" not in first
     assert "succeeded: job t, result /r" in screen.split("\r\x1b[K")[-1]  # the outcome, on a cleared line
-    assert "state running · requests" not in screen  # no scrolling lines per decision on a terminal
+    assert "state running · checks" not in screen  # no scrolling lines per decision on a terminal
     sim.add_job("q", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
     code, quiet = _run_on_pty(
         ["watch", "--contract", str(contract), "--job", "q", "--operation", "quiet", "--quiet"], env
     )
-    assert code == 0 and "\x1b[K" not in quiet and "state running · requests 1/12 · next poll" in quiet, quiet
+    assert code == 0 and "\x1b[K" not in quiet and "state running · checks 1/12 · next check in" in quiet, quiet
     sim.add_job("p", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
     piped = run_cli("watch", "--contract", str(contract), "--job", "p", "--operation", "pipe", home=home)
     assert piped.code == 0
-    assert "next check in" not in piped.stdout and "\r" not in piped.stdout
-    assert "state running · requests 1/12 · next poll" in piped.stdout  # a plain line per decision
+    assert " · deadline in " not in piped.stdout and "\r" not in piped.stdout  # no live line
+    assert "state running · checks 1/12 · next check in" in piped.stdout  # a plain line per decision

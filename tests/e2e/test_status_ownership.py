@@ -33,6 +33,10 @@ def _first_poll_recorded(home: Path, operation: str) -> dict[str, Any]:
         time.sleep(0.05)
 
 
+WIDE = {"COLUMNS": "100"}
+"""The widest a table gets: the owner column is the first a narrower one leaves out (pytest sets COLUMNS=80)."""
+
+
 def test_a_live_watch_is_named_and_a_killed_one_is_orphaned(sim: Simulator, home: Path, tmp_path: Path) -> None:
     sim.add_job("job", [Step(body={"state": "running"})])
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="2s", max_delay="2s", deadline="10m")
@@ -41,7 +45,7 @@ def test_a_live_watch_is_named_and_a_killed_one_is_orphaned(sim: Simulator, home
         live = _first_poll_recorded(home, "op")
         assert live["owner"] == {"kind": "watch", "host": os.uname().nodename, "pid": proc.pid, "alive": True}
         assert (live["overdue"], live["orphaned"]) == (False, False)
-        table = run_cli("status", home=home).stdout
+        table = run_cli("status", home=home, env=WIDE).stdout
         assert f"watch on {os.uname().nodename} (pid {proc.pid}), since" in table
         assert run_cli("status", "--orphaned", home=home).stdout.strip() == "no orphaned operations"
     finally:
@@ -51,7 +55,7 @@ def test_a_live_watch_is_named_and_a_killed_one_is_orphaned(sim: Simulator, home
     assert gone["owner"]["alive"] is False and gone["orphaned"] is True and gone["phase"] == "active"
     orphans = json.loads(run_cli("status", "--orphaned", "--json", home=home).stdout)
     assert [o["operation"] for o in orphans] == ["op"]
-    assert "gone (last poll" in run_cli("status", home=home).stdout
+    assert "gone (last" in run_cli("status", home=home, env=WIDE).stdout  # the rest in `status op`
     one = run_cli("status", "op", home=home).stdout
     assert "flags                      orphaned" in one
     # A resume makes it watched again: the new process is its owner, and nothing is flagged.

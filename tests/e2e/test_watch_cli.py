@@ -82,7 +82,7 @@ def test_json_line_has_the_documented_keys(sim: Simulator, home: Path, tmp_path:
         assert key in result, key
     assert result["last_state"] == "failed"
     assert result["http_status"] == 200
-    assert json.loads(result["provider_error"]) == {"code": "E_QUOTA", "message": "export quota exceeded"}
+    assert result["provider_error"] == {"code": "E_QUOTA", "message": "export quota exceeded"}  # a value, not a string
 
 
 def test_retry_after_is_a_floor_on_the_wire(sim: Simulator, home: Path, tmp_path: Path) -> None:
@@ -142,8 +142,8 @@ def test_story_tells_retry_after_and_rejected_hints(sim: Simulator, home: Path, 
     assert story.code == 0
     lines = story.stdout.splitlines()
     assert "watching job exp_71c" in lines[0]
-    assert lines[1].endswith("from local backoff") and "polled, state queued" in lines[1]
-    assert "received 503, Retry-After 1, next poll" in lines[2] and lines[2].endswith("from provider guidance")
+    assert lines[1].endswith("(backoff)") and "polled, state queued" in lines[1]
+    assert "received 503, Retry-After 1, next check" in lines[2] and lines[2].endswith("(provider's Retry-After)")
     assert any("rejected poll_after_seconds '-5': negative" in line for line in lines)
     assert lines[-1].endswith("polled, state succeeded, result validated, succeeded")
     as_json = json.loads(run_cli("story", "op", "--json", home=home).stdout)

@@ -162,7 +162,11 @@ def test_one_worker_drains_a_mixed_queue(db: str, sim: Simulator, home: Path, tm
     assert 'pollwarden_provider_requests_total{provider="exports"}' in metrics
     assert "pollwarden_scheduling_lateness_seconds_bucket" in metrics
     # Scraped once everything was final: nothing active or due, and the 18 stops wait for a person.
-    assert 'pollwarden_fleet_open_decisions{contract="exports"} 18.0' in metrics
+    waiting = [
+        line for line in metrics.splitlines() if line.startswith('pollwarden_fleet_open_decisions{contract="exports"')
+    ]
+    assert sum(float(line.split()[-1]) for line in waiting) == 18.0, waiting  # by reason: three of them, six each
+    assert 'reason="job_failed"} 6.0' in "".join(waiting)
     assert 'pollwarden_fleet_active{contract="exports"} 0.0' in metrics
     assert 'pollwarden_fleet_overdue{contract="exports"} 0.0' in metrics
     open_decisions = json.loads(run_cli("decisions", "--json", "--db", db, home=home).stdout)

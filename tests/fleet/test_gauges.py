@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +13,7 @@ from prometheus_client import generate_latest
 from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys
 from pollwarden.core import new_record, parse_contract
+from pollwarden.fleet.log import JsonLog
 from pollwarden.fleet.worker import Metrics
 from pollwarden.home.operating import open_store
 from pollwarden.store.base import Store
@@ -52,21 +55,29 @@ def test_a_scrape_reports_active_due_overdue_and_the_oldest_due_lag_per_contract
     assert 'pollwarden_fleet_active{contract="exports"} 3.0' in scraped
     assert 'pollwarden_fleet_due{contract="exports"} 2.0' in scraped
     assert 'pollwarden_fleet_overdue{contract="exports"} 1.0' in scraped
-    assert 'pollwarden_fleet_open_decisions{contract="exports"} 0.0' in scraped
+    assert 'pollwarden_fleet_rate_limited{contract="exports"} 0.0' in scraped
+    assert 'pollwarden_fleet_orphaned{contract="exports"} 0.0' in scraped
+    assert "pollwarden_fleet_scrape_ok 1.0" in scraped
     lag = next(line for line in scraped.splitlines() if line.startswith("pollwarden_fleet_oldest_due_lag_seconds{"))
     assert 600 <= float(lag.split()[-1]) < 700
     assert again == scraped and len(opened) == 1  # within fresh_for: one store, one set of queries
 
 
-def test_a_scrape_while_the_database_is_away_still_answers(tmp_path: Path) -> None:
+def test_a_scrape_while_the_database_is_away_says_so_and_logs_why(tmp_path: Path) -> None:
     def factory() -> Store:
         raise OSError("database unreachable")
 
+    logged = io.StringIO()
     metrics = Metrics()
-    metrics.count_fleet(factory)
+    metrics.count_fleet(factory, fresh_for=0, log=JsonLog(logged, worker="w"))
     scraped = generate_latest(metrics.registry).decode()
+    again = generate_latest(metrics.registry).decode()
     assert "# TYPE pollwarden_polls_total counter" in scraped  # the worker's own metrics still answer
-    assert "pollwarden_fleet_active" not in scraped
+    assert "pollwarden_fleet_scrape_ok 0.0" in scraped and "pollwarden_fleet_active" not in scraped
+    assert "pollwarden_fleet_scrape_errors_total 2.0" in again
+    lines = [json.loads(line) for line in logged.getvalue().splitlines()]
+    unreadable = ("metrics_database_unreadable", "OSError: database unreachable")
+    assert [(e["event"], e["error"]) for e in lines] == [unreadable] * 2
 
 
 def test_a_witness_that_cannot_be_written_shows_in_the_outbox_gauges(tmp_path: Path) -> None:

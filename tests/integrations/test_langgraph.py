@@ -86,7 +86,7 @@ def test_a_stop_with_a_decision_interrupts_and_a_persons_answer_lets_the_watch_g
     decision = asked.value
     assert decision["reason"] == "request_budget_exhausted"
     assert [(o["number"], o["kind"]) for o in decision["options"]] == [(1, "extend"), (2, "close")]
-    assert "Status requests: 2 of 2" in decision["question"] and sim.request_count("job-2") == 2
+    assert "Checks used: 2 of 2 checks" in decision["question"] and sim.request_count("job-2") == 2
     # No name: nothing is decided, the graph asks again with the same decision and says why.
     second = app.invoke(Command(resume={"decision": decision["decision_id"], "option": 1}), thread("t-2"))
     (again,) = second["__interrupt__"]

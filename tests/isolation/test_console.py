@@ -34,3 +34,12 @@ def test_console_login_is_an_approvers_one_time_link(users: Users, place: Place,
         assert http.get(f"http://127.0.0.1:{port}/approvals").status_code == 200
     with httpx.Client(timeout=10) as other:
         assert other.get(link).status_code == 403  # once
+
+
+def test_the_broker_serves_the_fleet_gauges_from_its_own_home(place: Place, start: Callable[..., Broker]) -> None:
+    """`broker --metrics-port`: the fleet's gauges (fleet/gauges.py) from the broker's database, no worker."""
+    port = _free_port()
+    start("--metrics-port", str(port))
+    with httpx.Client(timeout=10) as http:
+        scraped = http.get(f"http://127.0.0.1:{port}/metrics").text
+    assert "pollwarden_fleet_scrape_ok 1.0" in scraped, scraped

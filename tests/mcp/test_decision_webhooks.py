@@ -48,6 +48,6 @@ def test_an_agents_extension_request_that_opens_a_decision_is_sent_to_the_webhoo
                         await anyio.sleep(0.02)
                 assert _decisions_told(hook) == [first, second]
                 story = (await cli("story", op, home=home)).stdout
-                assert f"webhook for {second} sent after 1 attempt(s)" in story, story
+                assert f"webhook for {second} sent after 1 attempt" in story, story
 
         run(body)

@@ -10,7 +10,6 @@ anthropic-sdk-python `src/anthropic/types/messages/message_batch.py` and `messag
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +171,7 @@ def test_documented_endings(
 def test_all_errored_keeps_the_counts(provider: Imitation, contract: Path, home: Path) -> None:
     provider.script(ID, batch("ended", errored=100))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID)
-    error = json.loads(watched.outcome["provider_error"])
+    error = watched.outcome["provider_error"]
     assert error["request_counts"] == {"processing": 0, "succeeded": 0, "errored": 100, "canceled": 0, "expired": 0}
 
 

@@ -111,7 +111,7 @@ def test_documented_endings(
     watched = sfn_watch(contract, provider, home)
     assert (watched.code, watched.outcome["reason"]) == (code, reason), watched.ran.stdout + watched.ran.stderr
     if answers == (FAILED,):  # error and cause are kept
-        kept = json.loads(watched.outcome["provider_error"])
+        kept = watched.outcome["provider_error"]
         assert (kept["error"], kept["cause"]) == ("States.TaskFailed", '{"errorMessage": "card declined"}')
 
 

@@ -11,7 +11,6 @@ empty; docs/plans/part8-providers.md section 7). The imitation recomputes the Si
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +125,7 @@ def test_documented_endings(
     assert watched.code == code, watched.ran.stdout + watched.ran.stderr
     assert watched.outcome["reason"] == reason
     if reason == "job_failed":
-        assert (
-            json.loads(watched.outcome["provider_error"])["status_message"] == "Request has unsupported document format"
-        )
+        assert watched.outcome["provider_error"]["status_message"] == "Request has unsupported document format"
 
 
 @pytest.mark.parametrize("namespaced", [False, True])

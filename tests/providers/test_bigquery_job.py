@@ -9,7 +9,6 @@ documented value is in tests/providers/fidelity/bigquery-job.toml; here a job go
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,7 +100,7 @@ def test_how_a_done_job_ended(
     watched = bq_watch(contract, provider, home)
     assert (watched.code, watched.outcome["reason"]) == (code, reason), watched.ran.stdout + watched.ran.stderr
     if reason == "job_failed":
-        assert json.loads(watched.outcome["provider_error"])["error_result"] == INVALID
+        assert watched.outcome["provider_error"]["error_result"] == INVALID
     if code == 0:
         assert watched.outcome["result"]["errors"] == [INVALID]  # what the job survived is kept with its result
 

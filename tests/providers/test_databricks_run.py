@@ -10,6 +10,7 @@ RunLifeCycleState, RunResultState, TerminationCodeCode. Errors `{"error_code", "
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def test_how_a_run_ended(
     watched = db_watch(contract, provider, home)
     assert (watched.code, watched.outcome["reason"]) == (code, reason), watched.ran.stdout + watched.ran.stderr
     if reason in ("job_failed", "job_cancelled"):
-        assert '"run_page_url"' in watched.outcome["provider_error"]  # where a person reads what happened
+        assert '"run_page_url"' in json.dumps(watched.outcome["provider_error"])  # where a person reads what happened
 
 
 def test_request_limit_exceeded_waits_its_retry_after(provider: Imitation, contract: Path, home: Path) -> None:

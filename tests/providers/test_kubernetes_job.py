@@ -166,7 +166,7 @@ def test_documented_endings(
     assert (watched.outcome["reason"] or "succeeded") == reason, watched.outcome
     assert len(provider.seen(JOB)) == len(answers)
     if reason == "job_failed":
-        kept = json.loads(watched.outcome["provider_error"])
+        kept = watched.outcome["provider_error"]
         assert kept["conditions"][-1]["reason"] in {"BackoffLimitExceeded", "DeadlineExceeded"}, kept
 
 
@@ -253,4 +253,4 @@ def test_the_catalogue_names_the_token_file_and_the_namespace_it_needs(home: Pat
     assert entry["credentials"] == ["file:/var/run/secrets/kubernetes.io/serviceaccount/token"]
     assert entry["required_vars"] == ["namespace"]
     table = run_cli("contracts", home=home).stdout
-    assert "file:/var/run/secrets/kubernetes.io/serviceaccount/token" in table and "--var namespace=..." in table
+    assert "--var namespace=..." in table  # the table fits the terminal: the token file's whole path is in --json

@@ -15,7 +15,6 @@ Error bodies and rate-limit headers: openai-python `_exceptions.py`, `_base_clie
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -185,12 +184,12 @@ def test_failure_keeps_the_providers_reasons(provider: Imitation, contract: Path
     provider.script("batch_abc123", ok(FAILED))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job="batch_abc123")
     assert watched.code == 3
-    assert json.loads(watched.outcome["provider_error"]) == [
+    assert watched.outcome["provider_error"] == [
         {"code": "invalid_json_line", "line": 1, "message": "This line is not parseable as valid JSON."}
     ]
     provider.script("all_failed", ok(ALL_FAILED))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job="all_failed", operation="op2")
-    assert json.loads(watched.outcome["provider_error"]) == {
+    assert watched.outcome["provider_error"] == {
         "request_counts": {"completed": 0, "failed": 9, "total": 9},
         "error_file_id": "file-QzTKe9srv1bbmpX5MwCTZx",
     }

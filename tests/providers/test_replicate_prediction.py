@@ -167,7 +167,7 @@ def test_documented_endings(
 def test_failure_keeps_error_and_logs(provider: Imitation, contract: Path, home: Path) -> None:
     provider.script(ID, with_(STARTING, status="failed", error="CUDA out of memory.", logs="loading\nOOM\n"))
     watched = watch(contract, base_url=provider.url, home=home, env=ENV, job=ID)
-    assert "CUDA out of memory." in watched.outcome["provider_error"]
+    assert watched.outcome["provider_error"] == {"error": "CUDA out of memory.", "logs": "loading\nOOM\n"}
 
 
 def test_429_waits_ratelimit_reset_seconds(provider: Imitation, contract: Path, home: Path) -> None:

@@ -26,7 +26,7 @@ def test_a_waiting_step_says_when_and_why_the_next_check_comes_and_the_budget_le
     assert not shown.polled and not shown.final
     assert shown.seconds_to_next_check(T0) == 12.0
     line = shown.message(T0)
-    assert line.startswith("running · checks 3/20 · next check in 12s (provider retry after) · deadline in ")
+    assert line.startswith("running · checks 3/20 · next check in 12s (provider's Retry-After) · deadline in ")
     assert shown.to_json(T0)["checks_allowed"] == 20
 
 

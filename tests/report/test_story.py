@@ -26,8 +26,8 @@ def test_the_seed_style_lines() -> None:
         ]
     )
     assert lines == [
-        "10:20:31 received 503, Retry-After 120, next poll 10:22:31 from provider guidance",
-        "10:20:31 polled, state running, request budget exhausted, escalated",
+        "2025-04-18T10:20:31Z received 503, Retry-After 120, next check 2025-04-18T10:22:31Z (provider's Retry-After)",
+        "2025-04-18T10:20:31Z polled, state running, request budget exhausted, escalated",
     ]
 
 
@@ -53,20 +53,20 @@ def test_agent_session_and_fleet_events_are_told() -> None:
         ]
     )
     assert lines == [
-        "10:20:31 agent session s1 started (pollwarden 0.1.0), client {'name': 'agent'}",
-        "10:20:31 session approval g1 requested for exports",
-        "10:20:31 approval g1 approved by alice",
-        "10:20:31 call 1: poll for op (approval session, requests 0/12)",
-        "10:20:31 call 1: polled",
-        "10:20:31 call for op denied: approval_timeout",
-        "10:20:31 paced by the fleet's cap for exports: next poll not before 10:20:40",
+        "2025-04-18T10:20:31Z agent session s1 started (pollwarden 0.1.0), client {'name': 'agent'}",
+        "2025-04-18T10:20:31Z session approval g1 requested for exports",
+        "2025-04-18T10:20:31Z approval g1 approved by alice",
+        "2025-04-18T10:20:31Z call 1: poll for op (approval session, checks 0/12)",
+        "2025-04-18T10:20:31Z call 1: polled",
+        "2025-04-18T10:20:31Z call for op denied: approval_timeout",
+        "2025-04-18T10:20:31Z paced by the fleet's cap for exports: next check not before 2025-04-18T10:20:40Z",
     ]
 
 
 def test_an_agent_extension_in_the_operations_own_log_names_the_operation_not_none() -> None:
     # The MCP server writes the operation's copy without "operation": the log is the operation (issue item 21).
     lines = story_lines([Event("report-export-01", 9, T, "extension_requested", {"reason": "large export"})])
-    assert lines == ["10:20:31 the agent asked for more time for report-export-01: large export"]
+    assert lines == ["2025-04-18T10:20:31Z the agent asked for more time for report-export-01: large export"]
 
 
 def test_records_missing_fields_still_tell_their_line_and_never_say_none() -> None:
@@ -74,7 +74,7 @@ def test_records_missing_fields_still_tell_their_line_and_never_say_none() -> No
     for kind in sorted(EVENT_TYPES):
         lines = story_lines([_e(1, kind)])
         assert all("None" not in line for line in lines), (kind, lines)
-        assert all(line.startswith("10:20:31") for line in lines), (kind, lines)
+        assert all(line.startswith("2025-04-18T10:20:31Z") for line in lines), (kind, lines)
 
 
 def test_wrongly_typed_fields_do_not_break_the_story() -> None:
@@ -86,15 +86,15 @@ def test_wrongly_typed_fields_do_not_break_the_story() -> None:
         ]
     )
     assert lines == [
-        "10:20:31 watching job ? (?), deadline ?, budget ? requests, ? transport failures",
-        "10:20:31 asked for a decision d1 (unknown_state): pause",
-        "10:20:31 ?, next poll ? from ?",
+        "2025-04-18T10:20:31Z watching job ? (?), deadline ?, budget ? checks, ? transport failures",
+        "2025-04-18T10:20:31Z asked for a decision d1 (unknown_state): pause",
+        "2025-04-18T10:20:31Z ?, next check ? (?)",
     ]
 
 
 def test_a_kind_from_another_version_is_named_not_hidden() -> None:
     assert story_lines([_e(1, "teleported", to="mars")]) == [
-        "10:20:31 teleported (recorded by another version; see `story --json`)"
+        "2025-04-18T10:20:31Z teleported (recorded by another version; see `story --json`)"
     ]
 
 
@@ -110,4 +110,7 @@ def test_submission_outcomes_are_told_in_words() -> None:
             _e(2, "submission_rejected", http_status=409),
         ]
     )
-    assert lines == ["10:20:31 submission unknown: no answer in 5s", "10:20:31 submission rejected: HTTP 409"]
+    assert lines == [
+        "2025-04-18T10:20:31Z submission unknown: no answer in 5s",
+        "2025-04-18T10:20:31Z submission rejected: HTTP 409",
+    ]

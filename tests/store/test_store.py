@@ -262,13 +262,11 @@ def test_fleet_counts_per_contract_active_due_overdue_open_decisions_and_the_old
         return ttl
 
     (counts,) = store.fleet_counts(T0, ttl_of)
-    assert (counts.contract, counts.active, counts.due, counts.overdue, counts.open_decisions) == (
-        "exports",
-        3,
-        2,
-        1,
-        1,
-    )
+    assert (counts.contract, counts.active, counts.due, counts.overdue) == ("exports", 3, 2, 1)
+    (waiting,) = store.open_decision_counts()
+    assert (waiting.contract, waiting.reason, waiting.count, waiting.oldest) == ("exports", "deadline_exceeded", 1, T0)
+    holders = {(h.holder, h.count) for h in store.active_holders(T0)}
+    assert holders == {(None, 2), ("worker/hostA:1:a", 1)}  # b's lease runs: its holder; a and c: nobody yet
     assert counts.oldest_due == T0 - timedelta(seconds=120) and asked == [CONTRACT]
     assert store.fleet_counts(T0 - timedelta(hours=1), ttl_of)[0].due == 0
 

@@ -26,6 +26,7 @@ from ..core.escalation import (
 from ..core.lease import lease_ttl
 from ..core.reasons import Phase, StopReason
 from ..core.record import OperationRecord
+from ..core.words import plural
 from ..shown import has_control
 from ..store.base import DecisionTaken, Lease, Store, StoredDecision
 from ..store.owner import process_owner
@@ -157,7 +158,7 @@ def apply_decision(
                 return _recheck(store, contract, client, request, by)
             return Outcome(
                 f"extended operation {request.operation_id}: deadline {format_rfc3339(extended.deadline_at)},"
-                f" at most {extended.plan.max_status_requests} status requests in all",
+                f" at most {plural(extended.plan.max_status_requests, 'check')} in all",
                 "decided",
                 resume=request.operation_id,
             )

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..home.directory import resolve_home
 from ..isolation.checks import (
@@ -22,6 +23,9 @@ from ..isolation.checks import (
 from ..isolation.peers import Who, WhoError
 from ..shown import shown
 from .common import UsageError
+
+if TYPE_CHECKING:
+    from ..fleet.gauges import FleetGauges
 
 EXIT_OK = 0
 
@@ -131,6 +135,7 @@ def _serve(
                     " of the socket's group"
                 ]
             ) from None
+        gauges = _serve_gauges(home, args.metrics_port)
         console = None
         if args.console_port is not None:
             from ..console.logins import OneTimeLogins
@@ -167,11 +172,32 @@ def _serve(
         finally:
             if console is not None:
                 console.stop()
+            if gauges is not None:
+                gauges.close()
             if hooks is not None:
                 hooks.stop()
                 hooks.receiver.store.close()
     print("pollwarden broker: stopped", file=sys.stderr, flush=True)
     return EXIT_OK
+
+
+def _serve_gauges(home: Path, port: int | None) -> FleetGauges | None:
+    """`--metrics-port`: the fleet's gauges (`fleet.gauges`), read from the broker's own database at each scrape."""
+    if port is None:
+        return None
+    from ..fleet.gauges import fleet_registry, serve_metrics
+    from ..fleet.log import JsonLog
+    from ..home.operating import open_store
+
+    log = JsonLog(worker=f"broker/{os.getpid()}")
+    registry, gauges = fleet_registry(lambda: open_store(home, keys="none"), log=log)
+    try:
+        bound = serve_metrics(registry, port, "127.0.0.1")
+    except OSError as exc:
+        gauges.close()
+        raise _refuse([f"--metrics-port {port}: cannot serve metrics on 127.0.0.1:{port}: {exc.strerror}"]) from None
+    print(f"pollwarden broker: metrics on http://127.0.0.1:{bound}/metrics", file=sys.stderr, flush=True)
+    return gauges
 
 
 def cmd_console_login(args: argparse.Namespace) -> int:

@@ -12,6 +12,25 @@ from ..core.contract.parse import ContractError
 from ..core.durations import format_rfc3339
 from ..shown import shown
 from .common import EXIT_OK, UsageError
+from .terminal import Column, table, table_width
+
+SHIPPED_COLUMNS = (
+    Column("NAME"),
+    Column("PROVIDER", drop=2, limit=24),
+    Column("CREDENTIALS", drop=3, limit=24),
+    Column("NEEDS", drop=1, limit=40),
+    Column("EXTRA", drop=4, limit=24),
+    Column("DOCS", drop=5),
+)
+"""`contracts`: a narrow terminal loses the docs link first, then the extra, the credentials, the provider."""
+
+INSTALLED_COLUMNS = (
+    Column("NAME", limit=32),
+    Column("VERSION"),
+    Column("INSTALLED", drop=2),
+    Column("BY", drop=1, limit=20),
+    Column("SENDS TO", drop=3, limit=48),
+)
 
 
 def _row(entry: Shipped) -> list[str]:
@@ -33,7 +52,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([entry.to_json() for entry in entries], sort_keys=True))
         return EXIT_OK
-    _print_table([["NAME", "PROVIDER", "CREDENTIALS", "NEEDS", "EXTRA", "DOCS"], *(_row(entry) for entry in entries)])
+    table(SHIPPED_COLUMNS, [_row(entry) for entry in entries], table_width(sys.stdout)).print(sys.stdout)
     print("\nUse one with: pollwarden watch --contract NAME --job ID [--var NAME=VALUE ...]")
     return EXIT_OK
 
@@ -104,17 +123,10 @@ def cmd_contracts_installed(args: argparse.Namespace) -> int:
         print("no contract is installed" + (f" under the name {shown(args.name)}" if args.name else ""))
         print("Install one with: pollwarden contracts install FILE|NAME --by YOUR_NAME")
         return EXIT_OK
-    table = [["NAME", "VERSION", "INSTALLED", "BY", "SENDS TO"]]
+    cells = []
     for row in rows:
-        at = str(row["installed_at"])[:19].replace("T", " ")
+        at = str(row["installed_at"])[:19] + "Z"
         sends = str(row["origin"]) if row["origin"] else "(cannot be read by this version)"
-        table.append([shown(str(row["name"])), short(str(row["digest"])), at, shown(str(row["installed_by"])), sends])
-    _print_table(table)
+        cells.append([shown(str(row["name"])), short(str(row["digest"])), at, shown(str(row["installed_by"])), sends])
+    table(INSTALLED_COLUMNS, cells, table_width(sys.stdout)).print(sys.stdout)
     return EXIT_OK
-
-
-def _print_table(rows: list[list[str]]) -> None:
-    """Columns as wide as their widest cell; the last one as it is (a link or an origin, never cut)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])

@@ -20,15 +20,11 @@ from ..core.decide import Action
 from ..core.durations import format_duration, format_rfc3339
 from ..core.observe import Kind
 from ..core.reasons import Category, DelaySource, StopReason
+from ..core.record import provider_error_value
 from ..core.replay import MAX_ANSWER_FILE_BYTES, Replay, ReplayError, read_answer, replay
+from ..core.words import delay_words
 from ..shown import shown
 from .common import EXIT_ESCALATED, EXIT_OK, UsageError, _load_contract, vars_of
-
-SOURCE_WORDS = {
-    "local_backoff": "backoff",
-    "provider_retry_after": "Retry-After",
-    "provider_poll_hint": "the provider's hint",
-}
 
 
 def cmd_contracts_check(args: argparse.Namespace) -> int:
@@ -49,7 +45,11 @@ def cmd_contracts_check(args: argparse.Namespace) -> int:
     result = replay(contract, answer, utcnow())
     if args.json:
         head = {"contract": contract.name, "answer": {"status": answer.status, "bytes": len(answer.body)}}
-        print(json.dumps({**head, **result.to_json()}, sort_keys=True, ensure_ascii=False))
+        shown_json = result.to_json()
+        seen = shown_json.get("observation")
+        if isinstance(seen, dict) and "provider_error" in seen:  # a JSON value, as `watch --json` gives it
+            shown_json["observation"] = {**seen, "provider_error": provider_error_value(seen["provider_error"])}
+        print(json.dumps({**head, **shown_json}, sort_keys=True, ensure_ascii=False))
     else:
         print(f"contract {shown(contract.name)}: HTTP {answer.status}, {len(answer.body)} bytes of body")
         for line in _lines(result):
@@ -114,7 +114,7 @@ def _next(result: Replay) -> str:
 
 
 def _source(source: DelaySource) -> str:
-    return SOURCE_WORDS.get(source.value, source.value)
+    return delay_words(source)
 
 
 def _moment(moment: datetime | None, now: datetime) -> str | None:

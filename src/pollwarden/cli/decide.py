@@ -6,6 +6,7 @@ import argparse
 import json
 import secrets
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..actions.decisions import person_problem
@@ -14,7 +15,7 @@ from ..clock import utcnow
 from ..core.admission import Limits, new_operation_id, operation_id_problem
 from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
 from ..core.contract.parse import Contract
-from ..core.escalation import DecisionError, OptionKind
+from ..core.escalation import DecisionError, OptionKind, stop_marker
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..engine.installed import install_as_caller
@@ -23,7 +24,7 @@ from ..home.closing import BULK_REASONS, closable, close_ended, reason_problem
 from ..home.directory import unknown_operation
 from ..home.operating import HomeError, contract_of, decide, status_client
 from ..shown import shown
-from ..store.base import Store
+from ..store.base import Store, StoredDecision
 from ..transport.http import StatusClient
 from .common import (
     EXIT_ESCALATED,
@@ -71,6 +72,7 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         rows = store.decisions(args.operation, open_only=not args.all)
         if args.operation is not None and not rows and store.get(args.operation) is None:
             raise UsageError(unknown_operation(store.path, args.operation))
+        rows = _with_provider_errors(store, rows)
     finally:
         store.close()
     if args.reason is not None:
@@ -89,6 +91,23 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
         print()
     return EXIT_OK
+
+
+def _with_provider_errors(store: Store, rows: list[StoredDecision]) -> list[StoredDecision]:
+    """A request written before requests carried the provider's error gets it from its operation's record, when
+    the record is still at the stop the request is about."""
+    missing = {d.request.decision_id: d.request.operation_id for d in rows if d.request.provider_error is None}
+    if not missing:
+        return rows
+    records = store.get_many(list(missing.values()))
+    filled = []
+    for stored in rows:
+        found = records.get(stored.request.operation_id)
+        same_stop = found is not None and stop_marker(found.record) == stored.request.stop_marker
+        if stored.request.decision_id in missing and found is not None and same_stop:
+            stored = replace(stored, request=replace(stored.request, provider_error=found.record.provider_error))
+        filled.append(stored)
+    return filled
 
 
 def _close_ended(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from ..home.operating import configured_witness
 from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
-from ..store.owner import process_owner
+from ..store.owner import process_owner, this_host
 from ..transport.http import CredentialError, resolve_secret
 from . import jobs_file
 from .common import UsageError, _duration, _load_contract, vars_of
@@ -93,7 +93,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics = Metrics()
     log = JsonLog(worker=owner)
     if args.metrics_port is not None:
-        metrics.count_fleet(factory)
+        metrics.count_fleet(factory, log=log)
         _serve_metrics(args, log, metrics.serve)
     worker = Worker(
         factory,
@@ -177,6 +177,27 @@ def _serve_metrics(args: argparse.Namespace, log: JsonLog, serve: Callable[[int,
     log("metrics_serving", url=f"http://{args.metrics_host}:{port}/metrics")
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    """`pollwarden metrics`: the fleet gauges on /metrics with no worker running, read from the database at each
+    scrape (at most once a second). A database that cannot be read is no reason to stop serving: the scrape
+    says `pollwarden_fleet_scrape_ok 0` and the log says why, so an alert fires instead of going dark."""
+    from ..fleet.gauges import fleet_registry, serve_metrics
+    from ..home.operating import open_store as open_home_store
+
+    home = resolve_home(args.home)
+    log = JsonLog(worker=f"metrics/{this_host()}:{os.getpid()}")
+    registry, gauges = fleet_registry(lambda: open_home_store(home, keys="none"), log=log)
+    try:
+        with stop_signals(then_ignore=True) as stop:
+            _serve_metrics(args, log, lambda port, host: serve_metrics(registry, port, host))
+            gauges.reading()  # a database that cannot be read is logged now, not at the first scrape
+            wait_for(stop)  # in slices: a signal delivered to another thread is run at the next one
+    finally:
+        gauges.close()
+    log("metrics_stopped")
+    return 0
+
+
 def _supervise(args: argparse.Namespace) -> int:
     """`--processes N` (N > 1): the configuration is checked here, once, before any child starts; then N
     children run the same command with `--processes 1` (`fleet_supervisor`)."""
@@ -188,7 +209,7 @@ def _supervise(args: argparse.Namespace) -> int:
     hooks = None
     try:
         if args.metrics_port is not None:
-            group = GroupMetrics(factory)
+            group = GroupMetrics(factory, log=log)
             _serve_metrics(args, log, group.serve)
         if args.hooks_port is not None:  # one receiver for the group: its children wake by the store's bell
             hooks = _serve_hooks(factory(), args.hooks_host, args.hooks_port, log, process_owner("hooks"))

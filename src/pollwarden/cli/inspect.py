@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 
 from ..core.contract.result import counts_text, result_text
-from ..core.durations import DurationError, parse_rfc3339
+from ..core.durations import DurationError, moment_end
+from ..core.record import provider_error_text
 from ..core.result_part import part_words
+from ..core.words import delay_words
 from ..home.directory import resolve_home, unknown_operation
 from ..home.operating import operation_known
 from ..report.story import story_json, story_lines
@@ -22,6 +25,21 @@ from .common import (
     _open_store,
     shown_json,
 )
+from .terminal import Column, table, table_width
+
+STATUS_COLUMNS = (
+    Column("OPERATION", limit=32, middle=True),
+    Column("PHASE"),
+    Column("REASON", drop=2, limit=24),
+    Column("STATE", drop=3, limit=16),
+    Column("CHECKS", drop=2),
+    Column("FLAGS"),
+    Column("JOB", drop=4, limit=24, middle=True),
+    Column("OWNER", drop=5, limit=48),
+)
+"""The status table's columns: on a narrow terminal the owner goes first, then the job, the state, the reason and
+the checks; the operation, its phase and its flags (overdue, orphaned) always show, an id cut in the middle on a
+very narrow one."""
 
 # -- status and story ---------------------------------------------------------------------------------
 
@@ -52,6 +70,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     # A result may be any JSON value: one line of compact JSON, never a Python repr.
                     if key == "result":
                         value = result_text(value)
+                    elif key == "provider_error":
+                        value = provider_error_text(value)  # its JSON, as the provider wrote it
                     elif key == "counts":
                         value = counts_text(tuple(value.items()))
                     print(f"{key:26} {shown(value)}")
@@ -74,24 +94,23 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"no {' or '.join(sorted(wanted))} operations" if wanted else "no operations yet")
             _print_unreadable(unreadable)
             return EXIT_OK
-        table: list[tuple[str, ...]] = [("OPERATION", "JOB", "PHASE", "REASON", "STATE", "REQUESTS", "OWNER", "FLAGS")]
+        cells = []
         for stored, owned in rows:
             r = stored.record
             active = r.phase.value == "active"
-            table.append(
+            cells.append(
                 (
                     shown(r.operation_id),
-                    shown(r.job_id),
                     r.phase.value,
                     r.reason.value if r.reason else "-",
                     shown(r.last_state),
                     f"{r.status_requests_used}/{r.plan.max_status_requests}",
-                    owned.describe(now) if active else "-",
                     " ".join(owned.flags) or "-",
+                    shown(r.job_id),
+                    shown(owned.describe(now)) if active else "-",
                 )
             )
-        for line in _columns(table):
-            print(line)
+        table(STATUS_COLUMNS, cells, table_width(sys.stdout)).print(sys.stdout, more="`status OPERATION` or --json")
         _print_unreadable(unreadable)
         return EXIT_OK
     finally:
@@ -121,15 +140,6 @@ def _print_unreadable(rows: Sequence[UnreadableRow]) -> None:
     print(f"  {INSPECT_UNREADABLE}")
 
 
-def _columns(table: list[tuple[str, ...]]) -> list[str]:
-    """Each column as wide as its widest cell (up to 40), so a short id does not push the table off a screen."""
-    widths = [min(40, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
-    return [
-        " ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)) + " " + row[-1]
-        for row in table
-    ]
-
-
 def cmd_story(args: argparse.Namespace) -> int:
     store = _open_store(args.home, keys="read")
     try:
@@ -150,7 +160,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     at = None
     if args.at:
         try:
-            at = parse_rfc3339(args.at)
+            at = moment_end(args.at)  # `2026-12-06T18:40:00Z` as `story` prints it: that whole second
         except DurationError as exc:
             raise UsageError(f"--at: {exc}") from None
     store = _open_store(args.home, keys="read")
@@ -176,8 +186,8 @@ def cmd_why(args: argparse.Namespace) -> int:
         print(f"  reason: {decision['reason']}")
     if decision.get("next_poll_at"):
         print(
-            f"  next poll: {decision['next_poll_at']} from {decision['delay_source']} (raw {decision['raw_delay']},"
-            f" jitter draw {decision['jitter_u']})"
+            f"  next check: {decision['next_poll_at']} ({delay_words(decision['delay_source'])}; raw delay"
+            f" {decision['raw_delay']}, jitter draw {decision['jitter_u']})"
         )
     print(f"  detail: {decision['detail']}")
     for rejection in decision.get("rejections") or []:
@@ -186,7 +196,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     print(f"  now: {inputs.get('now')}")
     if record:
         print(
-            f"  record: requests {record['status_requests_used']} of {record['plan']['max_status_requests']},"
+            f"  record: checks {record['status_requests_used']} of {record['plan']['max_status_requests']},"
             f" transport failures {record['transport_failures_used']} of {record['plan']['max_transport_failures']},"
             f" deadline {record['plan']['deadline_at']}, last state {record.get('last_state')}"
         )

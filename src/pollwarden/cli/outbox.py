@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.durations import format_rfc3339
+from ..core.words import plural
 from ..home.directory import resolve_home
 from ..home.operating import configured_witness
 from ..shown import shown
@@ -55,10 +56,10 @@ def _entry_line(entry: OutboxEntry, witness: str | None, now: datetime) -> str:
     what = _what(entry, witness)
     last = f" (last: {shown(entry.last_error)})" if entry.last_error else ""
     if entry.status == "failed":
-        return f"{what}: given up after {entry.attempts} attempt(s){last}; its story says so"
+        return f"{what}: given up after {plural(entry.attempts, 'attempt')}{last}; its story says so"
     if entry.lease_owner is not None and entry.lease_expires_at is not None and entry.lease_expires_at > now:
         return f"{what}: being delivered by {parse_owner(entry.lease_owner).describe()}"
-    tried = f"{entry.attempts} attempt(s) failed{last}" if entry.attempts else "not tried yet"
+    tried = f"{plural(entry.attempts, 'attempt')} failed{last}" if entry.attempts else "not tried yet"
     when = "now" if entry.next_attempt_at <= now else f"at {format_rfc3339(entry.next_attempt_at)}"
     return f"{what}: pending since {format_rfc3339(entry.created_at)}, {tried}; next attempt {when}"
 

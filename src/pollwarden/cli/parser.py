@@ -434,6 +434,18 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
     db(w)
     w.set_defaults(func=Command("fleet", "cmd_worker"))
 
+    mt = sub.add_parser(
+        "metrics",
+        help="serve the fleet's gauges on /metrics for Prometheus, read from the database: no worker needed",
+        description="Serve the fleet's gauges (active, due, overdue, orphaned, rate-limited operations, open"
+        " decisions by reason, the outbox) on http://HOST:PORT/metrics, read from the database at each scrape (at"
+        " most once a second). A database that cannot be read answers pollwarden_fleet_scrape_ok 0 and is logged.",
+    )
+    mt.add_argument("--port", dest="metrics_port", type=port_number, required=True, help="the port to serve on")
+    mt.add_argument("--host", dest="metrics_host", type=host_name, default="127.0.0.1", help="default 127.0.0.1")
+    db(mt)
+    mt.set_defaults(func=Command("fleet", "cmd_metrics"))
+
     hk = sub.add_parser(
         "hooks",
         help="receive the providers' signed pushes (POST /hooks/CONTRACT): each makes its operation due now",
@@ -537,6 +549,11 @@ def _broker_commands(sub: Any, home_arg_adder: Callable[[argparse.ArgumentParser
     b.add_argument("--console-port", type=port_number, help="also serve the operator console on 127.0.0.1:PORT")
     b.add_argument(
         "--hooks-port", type=port_number, help="also receive provider pushes (POST /hooks/CONTRACT) on 127.0.0.1:PORT"
+    )
+    b.add_argument(
+        "--metrics-port",
+        type=port_number,
+        help="also serve the fleet's gauges for Prometheus on 127.0.0.1:PORT/metrics (as `pollwarden metrics`)",
     )
     b.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit for this broker and exit")
     home_arg_adder(b)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
+from ..core.words import plural
 from ..home.directory import resolve_home
 from ..shown import shown
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
@@ -39,7 +40,15 @@ def cmd_console(args: argparse.Namespace) -> int:
             raise UsageError(f"--token-env {args.token_env}: the token must be at least 16 characters")
     home = resolve_home(args.home)
     _open_store(args.home, keys="none").close()  # a home that cannot be opened is reported here, not per page
-    server = ConsoleServer(home, host=args.host, port=args.port, token=token)
+    from ..fleet.gauges import fleet_registry, metrics_page
+    from ..fleet.log import JsonLog
+    from ..home.operating import open_store as open_home_store
+
+    # /metrics on the console too (issue 28): the same gauges `pollwarden metrics` serves, read at each scrape.
+    registry, gauges = fleet_registry(
+        lambda: open_home_store(home, keys="none"), log=JsonLog(worker=f"console/{os.getpid()}")
+    )
+    server = ConsoleServer(home, host=args.host, port=args.port, token=token, metrics=lambda: metrics_page(registry))
     if not is_loopback(args.host):
         print(
             f"pollwarden: warning: binding to {args.host}, not loopback: anyone who can reach this port can try"
@@ -62,6 +71,8 @@ def cmd_console(args: argparse.Namespace) -> int:
             serve_until_signalled(server, ready)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    finally:
+        gauges.close()
     print("console stopped")
     return EXIT_OK
 
@@ -150,7 +161,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             code = cmd_watch(ns)
             codes.append(code)
-            print(f"(exit code {code}; the provider saw {sim.request_count(job)} status requests)\n")
+            print(f"(exit code {code}; the provider saw {plural(sim.request_count(job), 'check')})\n")
             print(f"$ pollwarden story demo-{job}")
             cmd_story(build_parser().parse_args(["story", f"demo-{job}", "--home", str(home)]))
             print()

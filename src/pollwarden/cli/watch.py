@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
@@ -14,10 +14,11 @@ from ..core.admission import Limits, WatchRequest, check, operation_id_problem
 from ..core.contract.parse import Contract
 from ..core.contract.result import result_text
 from ..core.decide import Decision
-from ..core.durations import format_rfc3339
+from ..core.durations import format_duration, format_moment
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
+from ..core.words import checks_of, checks_used, delay_words, plural, stop_title
 from ..engine import AdmissionError, Engine, Polled, StepResult
 from ..engine.installed import NotInstalled, install_as_caller
 from ..home.operating import HomeError, command_line, contract_of
@@ -39,6 +40,7 @@ from .common import (
     shown_request,
     vars_of,
 )
+from .terminal import FittedOut, fit_middle
 
 
 def exit_code(record: OperationRecord) -> int:
@@ -145,7 +147,8 @@ class ProgressLine:
         if shown_now.final:
             self._clear()  # the outcome is printed next, on a line of its own
             return
-        self.out.write(f"\r\033[K{shown(shown_now.job_id)}: {shown(shown_now.message(now))}")
+        # The job id cut in the middle: a long one would leave no room for the progress the line is for.
+        self.out.write(f"\r\033[K{fit_middle(shown(shown_now.job_id), 32)}: {shown(shown_now.message(now))}")
         self.out.flush()
         self._dirty = True
 
@@ -155,14 +158,14 @@ def _decision_line(decision: Decision, now: datetime) -> str:
     seen = f"HTTP {record.last_http_status}" if record.last_http_status else "no response"
     if record.last_state and record.last_http_status and 200 <= record.last_http_status < 300:
         seen = f"state {shown(record.last_state)}"
-    budget = f"{record.status_requests_used}/{record.plan.max_status_requests}"
-    stamp = now.strftime("%H:%M:%S")
+    checks = checks_used(record.status_requests_used, record.plan.max_status_requests)
+    stamp = format_moment(now)
     if decision.next_poll_at is not None and not record.is_final:
-        source = decision.delay_source.value if decision.delay_source else "?"
-        return f"{stamp} {seen} · requests {budget} · next poll {decision.next_poll_at.strftime('%H:%M:%S')} ({source})"
+        wait = format_duration(timedelta(seconds=max(0, round((decision.next_poll_at - now).total_seconds()))))
+        return f"{stamp} {seen} · {checks} · next check in {wait} ({delay_words(decision.delay_source)})"
     if record.phase is Phase.SUCCEEDED:
-        return f"{stamp} {seen} · requests {budget} · succeeded: {shown(result_text(record.result))}"
-    return f"{stamp} {seen} · requests {budget} · stopped: {record.reason.value if record.reason else '?'}"
+        return f"{stamp} {seen} · {checks} · succeeded: {shown(result_text(record.result))}"
+    return f"{stamp} {seen} · {checks} · stopped: {record.reason.value if record.reason else '?'}"
 
 
 def _final_json(record: OperationRecord) -> dict[str, Any]:
@@ -240,7 +243,7 @@ def _watch(
     except AdmissionError as exc:
         raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
     record = admitted.record
-    out = sys.stdout
+    out: TextIO = FittedOut(sys.stdout)  # type: ignore[assignment]  # on a terminal, no line wraps
     if not args.json:
         how = ""
         if not admitted.created:
@@ -249,8 +252,8 @@ def _watch(
                 how = f"; this job's existing operation, resumed with {record.status_requests_used} used"
         out.write(
             f"operation {shown(record.operation_id)}: job {shown(record.job_id)} via {shown(contract.name)},"
-            f" deadline {format_rfc3339(record.deadline_at)}, budget {record.plan.max_status_requests}"
-            f" requests{how}\n"
+            f" deadline {format_moment(record.deadline_at)}, budget {plural(record.plan.max_status_requests, 'check')}"
+            f"{how}\n"
         )
         out.flush()
     progress = ProgressLine(out, live=out.isatty() and not args.quiet, quiet=args.json, clock=engine.clock)
@@ -297,12 +300,14 @@ def _print_outcome(record: OperationRecord, out: TextIO) -> None:
             out.write(f"  {shown(part)}\n")
         return
     reason = record.reason.value if record.reason else "?"
-    label = "job ended" if record.reason and record.reason.job_ended else "stopped, needs a decision"
-    out.write(f"{label}: {reason}: {shown(record.detail)}\n")
+    if record.reason is not None and record.reason.job_ended:
+        out.write(f"{stop_title(record.reason)}: {reason}: {shown(record.detail)}\n")
+    else:
+        out.write(f"stopped, needs a decision: {reason}: {shown(record.detail)}\n")
     out.write(
         f"  last state {shown(record.last_state) if record.last_state is not None else 'none seen'},"
         f" last HTTP {record.last_http_status if record.last_http_status is not None else 'none'},"
-        f" requests {record.status_requests_used} of {record.plan.max_status_requests},"
+        f" {checks_of(record.status_requests_used, record.plan.max_status_requests)} used,"
         f" transport failures {record.transport_failures_used} of {record.plan.max_transport_failures}\n"
     )
     if record.provider_error:

@@ -37,6 +37,10 @@ class Console(Protocol):
 
     def store(self, keys: str) -> AbstractContextManager[Store]: ...
 
+    def metrics(self) -> tuple[bytes, str] | None:
+        """The fleet gauges as a /metrics answer (body, Content-Type), or None when this console serves none."""
+        ...
+
 
 class Serving(ThreadingHTTPServer):
     """The HTTP server a handler runs under: `server.ConsoleHTTPServer`, which sets `console`."""
@@ -102,6 +106,15 @@ class BaseHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         for name, value in SECURITY_HEADERS + headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in SECURITY_HEADERS:
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)

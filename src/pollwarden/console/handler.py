@@ -34,6 +34,15 @@ class ConsoleHandler(PageViews, FormActions):
         if path == "/favicon.ico":
             self._send(404, "")
             return
+        if path == "/metrics":
+            # A scraper cannot log in: the gauges are counts by contract and reason, no operation's data, served
+            # as the worker's and `pollwarden metrics` serve them.
+            page = self.console.metrics()
+            if page is None:
+                self._send(404, "")
+            else:
+                self._send_bytes(200, *page)
+            return
         session = self._session()
         if session is None:
             return

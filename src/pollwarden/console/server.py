@@ -71,6 +71,7 @@ class ConsoleServer:
         token: str | None = None,
         log: TextIO | None = None,
         logins: OneTimeLogins | None = None,
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
     ) -> None:
         if token is not None and not token:
             raise ValueError("the console token must not be empty")
@@ -80,11 +81,15 @@ class ConsoleServer:
         self.logins = logins
         """A broker's console: only one-time links minted here let anyone in, and no token does."""
         self.sessions = Sessions()
+        self._metrics = metrics
         self._requested_port = port
         self._log_stream = log if log is not None else sys.stderr
         self._log_lock = threading.Lock()
         self._httpd: ConsoleHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    def metrics(self) -> tuple[bytes, str] | None:
+        return self._metrics() if self._metrics is not None else None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

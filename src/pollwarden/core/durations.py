@@ -106,6 +106,23 @@ def parse_timestamp(value: object, form: str) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+def format_moment(moment: datetime) -> str:
+    """`2026-12-06T18:40:00Z`: a time as a person reads it in `story`, `why` and a decision request, with its date
+    and zone, to the second; `why --at` takes it back (`moment_end`)."""
+    utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def moment_end(text: str) -> datetime:
+    """The last instant a time a person typed can mean: `18:40:00Z` as `format_moment` printed it stands for that
+    whole second (a decision at 18:40:00.4 is "at or before" it), so a time with no fraction is read to the end
+    of its second. DurationError as `parse_rfc3339`."""
+    moment = parse_rfc3339(text)
+    if "." in text or moment.microsecond:
+        return moment
+    return moment + timedelta(microseconds=999_999)
+
+
 def format_rfc3339(moment: datetime) -> str:
     """UTC with a `Z`, sub-second digits only when present: the form used in files and JSON."""
     # Most times are already UTC (the database's clock, the batch clock): a conversion per call adds up, about

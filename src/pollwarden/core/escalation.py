@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import PollwardenError
 from .contract.parse import Contract
-from .durations import format_duration, format_rfc3339
+from .durations import format_duration, format_moment, format_rfc3339
 from .reasons import Phase, StopReason
-from .record import OperationRecord
+from .record import OperationRecord, provider_error_text, provider_error_value
+from .words import checks_of, plural, span_words, stop_title
 
 
 class OptionKind(StrEnum):
@@ -151,7 +152,8 @@ class DecisionRequest:
     request_reason: str | None = None
     topic: Topic = Topic.STOP
     provider_error: str | None = None
-    """The error the provider's own answer carried ("health check failed: ..."), as the record holds it."""
+    """The provider's own error message when the job ended there ("health check failed: 3/5 pods ..."): what a
+    person needs most, on the request itself so every list and card shows it."""
     announce: bool = field(default=False, compare=False)
     """Whether the contract names a webhook to tell of it: the store then queues that delivery in the transaction
     that writes the request (the outbox), whoever wrote it. Set by the builders below from the contract; not part
@@ -192,7 +194,7 @@ class DecisionRequest:
             "options": [o.to_json() for o in self.options],
             "requested_by": self.requested_by,
             "request_reason": self.request_reason,
-            "provider_error": self.provider_error,
+            "provider_error": provider_error_value(self.provider_error),
         }
 
     @classmethod
@@ -228,7 +230,7 @@ class DecisionRequest:
             requested_by=data.get("requested_by"),
             request_reason=data.get("request_reason"),
             topic=Topic(data.get("topic") or Topic.STOP.value),
-            provider_error=data.get("provider_error"),
+            provider_error=provider_error_text(data.get("provider_error")),
         )
 
     @property
@@ -238,26 +240,25 @@ class DecisionRequest:
 
     def render(self) -> str:
         """The message of R31: everything needed for a decision, no secret, in one look."""
-        minutes = int(self.elapsed.total_seconds() // 60)
-        elapsed = f"{minutes} minutes" if minutes else format_duration(self.elapsed)
         last_http = "none"
         if self.last_observed_at is not None:
             status = self.last_http_status if self.last_http_status is not None else "no response"
-            last_http = f"{status} at {self.last_observed_at.strftime('%H:%M')} UTC"
-        title = "An agent asks to cancel an external job" if self.topic is Topic.CANCEL else ""
+            last_http = f"{status} at {format_moment(self.last_observed_at)}"
         lines = [
-            title or "External job needs a decision",
+            stop_title(self.reason, cancel_request=self.topic is Topic.CANCEL),
             f"Decision: {self.decision_id}",
             f"Operation: {self.operation_id}",
             f"Provider job: {self.job_id}",
             f"Last state: {self.last_state or 'never seen'}",
-            f"Elapsed time: {elapsed}",
-            f"Status requests: {self.requests_used} of {self.requests_max}",
-            f"Last HTTP result: {last_http}",
-            f"Stopped because: {self.reason.value}" if self.reason else "Still running: it polls within its limits",
         ]
         if self.provider_error:
             lines.append(f"Provider error: {self.provider_error}")
+        lines += [
+            f"Elapsed time: {span_words(self.elapsed)}",
+            f"Checks used: {checks_of(self.requests_used, self.requests_max)}",
+            f"Last HTTP result: {last_http}",
+            f"Stopped because: {self.reason.value}" if self.reason else "Still running: checked within its limits",
+        ]
         if self.requested_by:
             lines.append(f"Requested by: {self.requested_by}: {self.request_reason or ''}".rstrip(": "))
         lines.append("Safe options: " + ", ".join(o.label for o in self.options))
@@ -377,13 +378,13 @@ def _option(
     if kind is OptionKind.EXTEND:
         reason = record.reason
         transport = record.plan.max_transport_failures if reason in _TRANSPORT_REASONS else None
-        label = f"extend by {format_duration(extra_time)} with {extra_checks} additional checks"
+        label = f"extend by {format_duration(extra_time)} with {plural(extra_checks, 'additional check')}"
         if transport:
-            label += f" and {transport} more transport failures"
+            label += f" and {plural(transport, 'more transport failure')}"
         new_deadline = max(now, record.deadline_at) + extra_time
         effect = (
-            f"waits until {format_rfc3339(new_deadline)} at most; the provider sees at most {extra_checks} more"
-            f" status requests ({record.status_requests_used + extra_checks} in all)"
+            f"waits until {format_rfc3339(new_deadline)} at most; the provider sees at most"
+            f" {plural(extra_checks, 'more check')} ({record.status_requests_used + extra_checks} in all)"
         )
         if record.plan.useful_until is not None and new_deadline > record.plan.useful_until:
             effect += f"; note the result stops being useful at {format_rfc3339(record.plan.useful_until)}"
@@ -392,8 +393,8 @@ def _option(
         pause = contract.escalation.pause
         label = f"pause {format_duration(pause)}, then check once"
         effect = (
-            f"no request for {format_duration(pause)} while someone checks the provider; then exactly one status"
-            f" request; an unknown state again stops again"
+            f"no request for {format_duration(pause)} while someone looks at the provider; then exactly one"
+            f" check; an unknown state again stops again"
         )
         return Option(number, kind, label, effect, pause, 1, None)
     if kind is OptionKind.CANCEL:
@@ -402,7 +403,7 @@ def _option(
         cancel_url = contract.cancel.url_for(record.job_id)
         effect = f"sends {contract.cancel.method} {cancel_url} once"
         if record.phase is Phase.ACTIVE:
-            effect += "; the watch stops (no more status requests)"
+            effect += "; the watch stops (no more checks)"
             return Option(number, kind, "cancel at provider and stop watching", effect, url=cancel_url)
         return Option(number, kind, "cancel at provider", effect, url=cancel_url)
     if kind is OptionKind.RECHECK:
@@ -410,7 +411,7 @@ def _option(
     if kind is OptionKind.KEEP:
         effect = (
             f"nothing is sent; the watch goes on until {format_rfc3339(record.deadline_at)} with at most"
-            f" {record.plan.max_status_requests} status requests in all"
+            f" {plural(record.plan.max_status_requests, 'check')} in all"
         )
         return Option(number, kind, "keep watching", effect)
     if kind is OptionKind.INSPECT:
@@ -464,9 +465,9 @@ def _recheck_effect(record: OperationRecord) -> str:
     counted = f"of {most}" if used < most else f"of {most}: the budget grows by one for it"
     margin = format_duration(contract_margin(record))
     return (
-        f"sends one status request with the credential configured now, read again by whoever sends it (`pollwarden"
-        f" decide` itself where the credential is configured, else the next watch of the operation); it is status"
-        f" request {used + 1} {counted}, and a deadline less than {margin} away moves to {margin} after the decision"
+        f"sends one check with the credential configured now, read again by whoever sends it (`pollwarden"
+        f" decide` itself where the credential is configured, else the next watch of the operation); it is check"
+        f" {used + 1} {counted}, and a deadline less than {margin} away moves to {margin} after the decision"
         f" so it can be sent; the answer decides what follows, and a refusal stops the operation again with a new"
         f" decision"
     )

@@ -6,6 +6,7 @@ business and are deliberately not here: the core decides what to do, not who may
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
@@ -227,13 +228,33 @@ class OperationRecord:
             "next_poll_at": None if self.is_final else _t(self.next_poll_at),
             "delay_source": self.delay_source.value,
             "result": self.result,
-            "provider_error": self.provider_error,
+            "provider_error": provider_error_value(self.provider_error),
             "finished_at": _t(self.finished_at),
             **({"counts": dict(self.counts)} if self.counts is not None else {}),
         }
 
 
 _RECORD_FIELDS = frozenset(f.name for f in fields(OperationRecord))
+
+
+def provider_error_value(text: str | None) -> JSONValue | None:
+    """The provider's error as JSON output carries it: the object or list it was (`observe` keeps one as compact
+    JSON text, so a person reads it in a line), else its text. An agent reading `--json` gets a value, not a
+    string of escaped JSON to parse again."""
+    if text is None or not text.startswith(("{", "[")):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:  # cut at its 2,000 characters, or a message that merely starts with a bracket
+        return text
+    return value if isinstance(value, (dict, list)) else text
+
+
+def provider_error_text(value: object) -> str | None:
+    """`provider_error_value` back to the text a record keeps."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _t(moment: datetime | None) -> str | None:

@@ -19,13 +19,14 @@ from ..core.schedule import Rejection
 from .base import AuditEvent, NewEvent, Payload, event
 from .words import (
     JOB_ENDED_REASONS,
-    SOURCE_WORDS,
     Scene,
     clock_text,
+    count_words,
     counts_of,
     observed_words,
     reason_words,
     said,
+    wait_words,
 )
 
 # -- an operation is created, polled and stopped --------------------------------------------------------
@@ -50,7 +51,8 @@ class Created(AuditEvent):
         return (
             f"{scene.at} watching job {said(self.job)} ({said(self.contract)}),"
             f" deadline {clock_text(self.deadline_at)},"
-            f" budget {said(self.max_status_requests)} requests, {said(self.max_transport_failures)} transport failures"
+            f" budget {count_words(self.max_status_requests, 'check')},"
+            f" {count_words(self.max_transport_failures, 'transport failure')}"
         )
 
 
@@ -93,6 +95,8 @@ class Observed(AuditEvent):
     state: str | None = None
     retry_after_header: str | None = None
     detail: str | None = None
+    provider_error: str | None = None
+    """The provider's own error message, as compact JSON text when it was an object."""
 
     @classmethod
     def of(cls, observation: Observation, sent_at: datetime) -> Observed:
@@ -165,13 +169,13 @@ class DecisionEvent(AuditEvent):
     def line(self, scene: Scene) -> str:
         head = observed_words(scene.observed) if scene.observed is not None else None
         if self.action == "wait":
-            source = SOURCE_WORDS.get(str(self.delay_source), said(self.delay_source))
-            return f"{scene.at} {said(head)}, next poll {clock_text(self.next_poll_at)} from {source}"
+            return f"{scene.at} {said(head)}, {wait_words(self.next_poll_at, self.delay_source)}"
         if self.action == "succeed":
             return f"{scene.at} {said(head)}, result validated, succeeded"
         prefix = f"{scene.at} {head}, " if head else f"{scene.at} "
         if self.reason in JOB_ENDED_REASONS:
-            return f"{prefix}{reason_words(self.reason)}, stopped"
+            error = scene.observed.provider_error if scene.observed is not None else None
+            return f"{prefix}{reason_words(self.reason)}, stopped" + (f"; the provider said: {error}" if error else "")
         if head is None and self.rule not in (None, self.reason):  # a stop of its own rule, with no answer to tell it
             return f"{prefix}{reason_words(self.reason)} ({said(self.rule)}), escalated: {said(self.detail)}"
         return f"{prefix}{reason_words(self.reason)}, escalated"
@@ -376,7 +380,7 @@ class WatchInterrupted(AuditEvent):
         return (
             f"{line}; resume operation {said(self.operation or scene.operation)}:"
             f" deadline {clock_text(self.deadline_at)},"
-            f" {said(self.status_requests_used)}/{said(self.max_status_requests)} requests used, kept"
+            f" checks {said(self.status_requests_used)}/{said(self.max_status_requests)} used, kept"
         )
 
 
@@ -388,7 +392,7 @@ class Paced(AuditEvent):
 
     def line(self, scene: Scene) -> str:
         return (
-            f"{scene.at} paced by the fleet's cap for {said(self.provider)}: next poll not before"
+            f"{scene.at} paced by the fleet's cap for {said(self.provider)}: next check not before"
             f" {clock_text(self.until)}"
         )
 

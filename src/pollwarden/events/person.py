@@ -13,7 +13,9 @@ from .base import AuditEvent, event
 from .words import (
     Scene,
     clock_text,
+    count_words,
     said,
+    wait_words,
 )
 
 # -- a person decides -------------------------------------------------------------------------------------
@@ -127,13 +129,13 @@ class Extended(ChosenEvent):
         )
 
     def line(self, scene: Scene) -> str:
-        limits = f"deadline {clock_text(self.deadline_at)}, budget {said(self.max_status_requests)} requests"
+        limits = f"deadline {clock_text(self.deadline_at)}, budget {count_words(self.max_status_requests, 'check')}"
         if self.delay_source == "credential_recheck":
             return (
                 f"{scene.at} one check with the credential configured now is due {clock_text(self.next_poll_at)}:"
                 f" {limits}"
             )
-        return f"{scene.at} extended: {limits}, next poll {clock_text(self.next_poll_at)} from manual extension"
+        return f"{scene.at} extended: {limits}, {wait_words(self.next_poll_at, self.delay_source)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +154,7 @@ class DeliveryEvent(AuditEvent):
 
     def line(self, scene: Scene) -> str:
         state = "sent" if self.ok else f"FAILED ({said(self.error)})"
-        return f"{scene.at} webhook for {said(self.decision_id)} {state} after {said(self.attempts)} attempt(s)"
+        return f"{scene.at} webhook for {said(self.decision_id)} {state} after {count_words(self.attempts, 'attempt')}"
 
 
 @event

@@ -82,7 +82,7 @@ class CallIntent(AuditEvent):
         return (
             f"{scene.at} call {said(self.call)}: {said(self.purpose)} for {said(self.operation)}"
             f" (approval {said(self.approval)},"
-            f" requests {said(self.status_requests_used)}/{said(self.max_status_requests)})"
+            f" checks {said(self.status_requests_used)}/{said(self.max_status_requests)})"
             + (f" by agent {principal(self.agent)}" if self.agent else "")
         )
 

@@ -9,16 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..core.durations import DurationError, parse_rfc3339
+from ..core.durations import DurationError, format_moment, parse_rfc3339
+from ..core.words import DELAY_WORDS, delay_words, plural
 
-SOURCE_WORDS = {
-    "provider_retry_after": "provider guidance",
-    "provider_poll_hint": "provider hint",
-    "local_backoff": "local backoff",
-    "manual_extension": "manual extension",
-    "credential_recheck": "a check with the credential configured now",
-    "provider_push": "a provider push",
-}
+SOURCE_WORDS = DELAY_WORDS
+"""Who chose a next check's time: the one vocabulary's words (`core.words`)."""
 
 JOB_ENDED_REASONS = frozenset({"job_failed", "job_cancelled", "job_expired"})
 
@@ -35,6 +30,8 @@ class Exchange(Protocol):
     def retry_after_header(self) -> str | None: ...
     @property
     def detail(self) -> str | None: ...
+    @property
+    def provider_error(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,18 @@ def said(value: object) -> str:
 
 
 def clock(moment: datetime) -> str:
-    return moment.strftime("%H:%M:%S")
+    """Every time the story tells, with its date and zone: what `why --at` takes back."""
+    return format_moment(moment)
+
+
+def count_words(value: object, noun: str) -> str:
+    """`40 checks`, `1 check`: a count an older record may lack ("? checks")."""
+    return plural(value, noun) if isinstance(value, int) and not isinstance(value, bool) else f"{said(value)} {noun}s"
+
+
+def wait_words(next_check: str | None, source: object) -> str:
+    """`next check 2026-12-06T18:41:00Z (backoff)`: a wait as every line of the story says it."""
+    return f"next check {clock_text(next_check)} ({delay_words(None if source is None else str(source))})"
 
 
 def clock_text(text: str | None) -> str:

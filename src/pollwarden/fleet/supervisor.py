@@ -34,7 +34,8 @@ from ..errors import EXIT_USAGE
 from ..foreground import SignalRelay
 from ..store.base import Store
 from .defaults import SUPERVISOR_ENV
-from .worker import JsonLog, count_fleet, serve_metrics
+from .gauges import count_fleet, serve_metrics
+from .worker import JsonLog
 
 RESTART_FIRST = 0.1
 RESTART_MAX = 5.0
@@ -201,14 +202,14 @@ class GroupMetrics:
     every file there on each scrape, a dead or restarted child's too, so a counter never goes back. The fleet
     gauges are the database's, counted here once rather than once per child."""
 
-    def __init__(self, store_factory: Callable[[], Store]) -> None:
+    def __init__(self, store_factory: Callable[[], Store], *, log: JsonLog | None = None) -> None:
         from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
 
         self.directory = tempfile.mkdtemp(prefix="pollwarden-metrics-")  # 0700, whatever the umask
         self.registry = CollectorRegistry()
         MultiProcessCollector(self.registry, path=self.directory)  # type: ignore[no-untyped-call]
-        count_fleet(self.registry, store_factory)
+        count_fleet(self.registry, store_factory, log=log)
 
     @property
     def env(self) -> dict[str, str]:

@@ -81,7 +81,7 @@ def _moved_on(store: Store, record: Subject) -> str | None:
     if stored.record.is_final:
         return "the operation finished"
     if stored.record.status_requests_used != record.status_requests_used:
-        return "another call made this status request"
+        return "another call made this check"
     return None
 
 

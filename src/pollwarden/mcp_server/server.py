@@ -218,7 +218,7 @@ def build_server(broker: Broker) -> MCPServer[Any]:
         name="check_operation",
         annotations=polls,
         description="Look at an operation once. If the next check is not due, answers 'not_yet' with"
-        " retry_after_seconds and sends NO provider request; if due, performs exactly one status request.",
+        " retry_after_seconds and sends NO provider request; if due, performs exactly one check (one status request).",
     )
     async def check_operation(operation_id: OperationId, ctx: Context) -> CallToolResult:
         return await run(ctx, "check_operation", operation_id=operation_id)
@@ -255,7 +255,7 @@ def build_server(broker: Broker) -> MCPServer[Any]:
     async def request_extension(
         operation_id: OperationId,
         minutes: Annotated[int, Field(description="extra minutes of waiting")],
-        checks: Annotated[int, Field(description="extra status requests")],
+        checks: Annotated[int, Field(description="extra checks (status requests)")],
         reason: Annotated[str, Field(description="why more waiting is worth it, for the person deciding")],
         ctx: Context,
     ) -> CallToolResult:

@@ -23,6 +23,7 @@ from ..core.lease import lease_ttl
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import no_result_problem, result_part
+from ..core.words import checks_of, plural
 from ..engine import AdmissionError, new_decision_id
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
@@ -152,7 +153,7 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
     """What start_watch (and submit_job, for the job it submitted) answers about an active operation."""
     reused = "" if created else (
         f"job {record.job_id} was already watched by this operation: it keeps its budget"
-        f" ({record.status_requests_used} of {record.plan.max_status_requests} status requests used). "
+        f" ({checks_of(record.status_requests_used, record.plan.max_status_requests)} used). "
     )  # fmt: skip
     return {
         "status": "watching",
@@ -167,7 +168,7 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
         "retry_after_seconds": seconds_until(record.due_at, now),
         "approval": served.approval,
         "message": (
-            f"{reused}watching job {record.job_id}: at most {record.plan.max_status_requests} status requests until"
+            f"{reused}watching job {record.job_id}: at most {plural(record.plan.max_status_requests, 'check')} until"
             f" {format_rfc3339(record.deadline_at)}. Call wait_operation(operation_id, max_wait_seconds) to wait"
             " here without a loop, or check_operation(operation_id) when retry_after_seconds has passed"
         ),

@@ -8,7 +8,7 @@ from typing import Any
 from ..core.durations import format_rfc3339
 from ..core.escalation import DecisionRequest, stop_marker
 from ..core.reasons import Phase
-from ..core.record import OperationRecord
+from ..core.record import OperationRecord, provider_error_value
 from ..core.result_part import part_words, result_part
 from ..engine import Busy, Done, NotYet, Polled, StepResult
 from ..store.base import Store
@@ -38,7 +38,7 @@ def view(record: OperationRecord, now: datetime) -> dict[str, Any]:
         "next_check_at": None if final else format_rfc3339(record.due_at),
         "result": record.result,
         **result_part(record),
-        "provider_error": record.provider_error,
+        "provider_error": provider_error_value(record.provider_error),  # a JSON value, not escaped JSON text
     }
 
 

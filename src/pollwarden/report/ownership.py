@@ -32,7 +32,7 @@ from ..store.owner import Owner, owner_alive, parse_owner
 from ..store.paging import Urgency
 from ..store.roles import Pages
 
-__all__ = ["Ownership", "lease_ttl_of", "ownership_of", "urgency_of"]
+__all__ = ["Ownership", "lease_ttl_of", "orphaned_by", "ownership_of", "urgency_of"]
 
 Alive = Callable[[str], "bool | None"]
 
@@ -63,7 +63,7 @@ class Ownership:
             return "nobody yet"
         parts = [self.owner.describe()]
         if self.alive is False:
-            parts.append("gone" if self.last_poll is None else f"gone (last poll {_ago(self.last_poll, now)})")
+            parts.append("gone" if self.last_poll is None else f"gone (last check {_ago(self.last_poll, now)})")
             return ", ".join(parts)
         if self.since is not None:
             parts.append(f"since {_ago(self.since, now)}")
@@ -108,9 +108,18 @@ def ownership_of(stored: Stored, now: datetime, *, alive: Alive = owner_alive) -
     active = record.phase is Phase.ACTIVE
     late = max(timedelta(0), now - record.next_poll_at) if active else timedelta(0)
     overdue = active and not leased and late > lease_ttl_of(stored.contract_text)
-    orphaned = active and not leased and living is False and owner is not None and owner.kind != "worker"
+    orphaned = active and not leased and text is not None and orphaned_by(text, alive=lambda _: living)
     since = stored.watcher_since if text == stored.watcher else None
     return Ownership(owner, since, leased, living, overdue, orphaned, late, record.last_observed_at)
+
+
+def orphaned_by(holder: str | None, *, alive: Alive = owner_alive) -> bool:
+    """Whether an active operation whose holder (the lease holder while its lease runs, else its last watcher) is
+    this one is orphaned: a process known to be gone that no worker of the fleet stands in for. The fleet's
+    gauges ask it once per holder (`Store.active_holders`), `ownership_of` once per operation."""
+    if holder is None or alive(holder) is not False:
+        return False
+    return parse_owner(holder).kind != "worker"
 
 
 def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
@@ -120,7 +129,7 @@ def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Ur
     ttl = {name: lease_ttl_of(text) for name, text in store.active_contracts().items()}
     gone: set[str] = set()
     for text in store.active_owners():
-        if parse_owner(text).kind != "worker" and alive(text) is False:
+        if orphaned_by(text, alive=alive):
             gone.add(text)
     return Urgency(now, ttl, frozenset(gone))
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..core.durations import format_duration, format_rfc3339
 from ..core.reasons import DelaySource, Phase, StopReason
+from ..core.words import checks_used, delay_words
 
 if TYPE_CHECKING:
     from ..core.record import OperationRecord
@@ -62,10 +63,10 @@ class Progress:
         return _seconds(self.deadline_at - self.created_at)
 
     def message(self, now: datetime) -> str:
-        """One line a person or an agent can read: `running · checks 3/20 · next check in 12s (provider
-        retry-after) · deadline in 9m30s`."""
+        """One line a person or an agent can read: `running · checks 3/20 · next check in 12s (provider's
+        Retry-After) · deadline in 9m30s`."""
         state = self.state or "not yet seen"
-        checks = f"checks {self.checks_used}/{self.checks_allowed}"
+        checks = checks_used(self.checks_used, self.checks_allowed)
         if self.final:
             ended = self.phase.value if self.reason is None else f"{self.phase.value} ({self.reason.value})"
             return f"{state} · {checks} · {ended}"
@@ -73,7 +74,7 @@ class Progress:
         if self.busy:
             parts.append("another owner is polling")
         elif self.next_check_at is not None:
-            why = f" ({self.delay_source.value.replace('_', ' ')})" if self.delay_source else ""
+            why = f" ({delay_words(self.delay_source)})" if self.delay_source else ""
             parts.append(f"next check in {_left(self.next_check_at, now)}{why}")
         parts.append(f"deadline in {_left(self.deadline_at, now)}")
         return " · ".join(parts)

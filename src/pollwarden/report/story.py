@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import events as ev
+from ..core.durations import format_rfc3339
 from ..events.words import SOURCE_WORDS, Scene, clock, reason_words
 from ..store.base import AGENT_LOG_PREFIX, CONTRACT_LOG_PREFIX, Event
 
@@ -49,4 +50,4 @@ def story_lines(events: Sequence[Event]) -> list[str]:
 
 
 def story_json(events: Sequence[Event]) -> list[dict[str, Any]]:
-    return [{"seq": e.seq, "at": e.at.isoformat(), "kind": e.kind, "data": dict(e.data)} for e in events]
+    return [{"seq": e.seq, "at": format_rfc3339(e.at), "kind": e.kind, "data": dict(e.data)} for e in events]

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.codec import observation_from_json, record_from_json
 from ..core.decide import Decision, Halt, decide, halt, next_step
+from ..core.durations import format_moment, format_rfc3339
 from ..errors import PollwardenError
 from ..store.base import Event
 
@@ -38,7 +39,7 @@ class Explanation:
         data = dict(self.event.data)
         return {
             "seq": self.event.seq,
-            "at": self.event.at.isoformat(),
+            "at": format_rfc3339(self.event.at),
             "rule": data.get("rule"),
             "decision": self.recorded,
             "inputs": data.get("inputs"),
@@ -61,7 +62,7 @@ def pick(events: Sequence[Event], *, seq: int | None = None, at: datetime | None
     if at is not None:
         before = [e for e in decisions if e.at <= at]
         if not before:
-            raise WhyError(f"no decision was made at or before {at.isoformat()}")
+            raise WhyError(f"no decision was made at or before {format_moment(at)}")
         return before[-1]
     return decisions[-1]
 

@@ -62,6 +62,9 @@ class Dialect:
     """The database's own time as a stored time, in SQL (SQLite: epoch seconds): an outbox entry is due from its
     commit, by the clock the delivery loops compare against."""
 
+    json_field: str = "json_extract({column}, '$.{key}')"
+    """One top-level field of a JSON text column, as SQL text (NULL when absent): `{column}` and `{key}` are filled
+    in by the caller from names it wrote itself, never from input."""
     record_reason: str = "json_extract(record, '$.reason')"
     """The stop reason inside an operation's record, in SQL: the console's filter by reason reads no record here."""
 

@@ -105,6 +105,7 @@ POSTGRES = Dialect(
     lock_logs="SELECT pg_advisory_xact_lock(k) FROM unnest(?::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
     next_counter="SELECT nextval('audit_checkpoint_counter')",
     now="now()",
+    json_field="(CAST({column} AS jsonb) ->> '{key}')",
     # json, not jsonb: the record may hold a \u0000 escape, which only jsonb refuses.
     record_reason="(record::json ->> 'reason')",
     casts={"text": "text", "bigint": "bigint", "time": "timestamptz", "bool": "boolean"},

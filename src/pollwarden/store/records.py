@@ -125,10 +125,38 @@ class ContractCounts:
     overdue: int = 0
     """Active, nobody polling, due longer ago than the lease TTL (ownership.py's rule, in SQL)."""
     open_decisions: int = 0
+    """All of the contract's open decision requests (the console's fleet table; the gauges count them by reason,
+    `Store.open_decision_counts`)."""
     unreadable: int = 0
     """Rows set aside because their record could not be read: no claim takes them, nor counts them above."""
     oldest_due: datetime | None = None
     """The earliest next_poll_at among the due ones: now minus this is how far behind the fleet is."""
+    rate_limited: int = 0
+    """Active operations whose last answer was the provider's rate limit (429 or a [[rate_limit]] signal)."""
+    budget_used: float = 0.0
+    """The largest share of its status-request budget any active operation has used (0 to 1)."""
+
+
+@dataclass(frozen=True)
+class DecisionCount:
+    """Open decision requests of one contract for one reason (`Store.open_decision_counts`)."""
+
+    contract: str
+    reason: str
+    """The stop reason (`job_failed`, `deadline_exceeded`, ...), or the topic of a question with none."""
+    count: int
+    oldest: datetime | None
+    """When the longest-waiting one was opened."""
+
+
+@dataclass(frozen=True)
+class HolderCount:
+    """Active operations of one contract by who holds their lease now, else who last watched them (None: nobody
+    yet): `ownership.orphaned_by` tells from this whether they are orphaned (`Store.active_holders`)."""
+
+    contract: str
+    holder: str | None
+    count: int
 
 
 @dataclass(frozen=True)

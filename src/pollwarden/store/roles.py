@@ -21,10 +21,12 @@ from .records import (
     Claimed,
     ClaimOf,
     ContractCounts,
+    DecisionCount,
     DeliveryLease,
     Event,
     FencedWrite,
     Grant,
+    HolderCount,
     InstalledContract,
     Lease,
     Listing,
@@ -371,8 +373,18 @@ class FleetQueue(Opened, Protocol):
         ...
 
     def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
-        """Per contract name: active, due, overdue, open decisions and the oldest due time, counted by the
-        database. `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
+        """Per contract name: active, due, overdue, rate limited, unreadable, open decisions (by reason:
+        `open_decision_counts`), the largest budget share and the oldest due time, counted by the database.
+        `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
+        ...
+
+    def open_decision_counts(self) -> list[DecisionCount]:
+        """Open decision requests by contract and reason, with when the oldest of each was opened."""
+        ...
+
+    def active_holders(self, now: datetime) -> list[HolderCount]:
+        """Active, readable operations counted by contract and holder (the lease holder while its lease runs at
+        `now`, else the last watcher): few rows, one per process that watched."""
         ...
 
     def next_due(self, free_at: datetime | None = None, *, skip: Collection[str] = ()) -> datetime | None:

@@ -102,10 +102,10 @@ def _operation_row(row: Row, now: datetime) -> str:
         f"<td>{phase_badge(r)} {flag_badges(row.ownership)}{reason}</td>"
         f'<td><span class="state" title="{esc(r.last_state or "")}">{cut(r.last_state) if r.last_state else dash(None)}'
         "</span></td>"
-        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "status requests")}'
+        f'<td class="num">{budget(r.status_requests_used, r.plan.max_status_requests, "checks")}'
         f'<div class="detail muted">transport {r.transport_failures_used}/{r.plan.max_transport_failures}</div></td>'
         f'<td class="when"><span class="label">Deadline </span>{deadline}</td>'
-        f'<td class="when"><span class="label">Next poll </span>{next_poll}</td>'
+        f'<td class="when"><span class="label">Next check </span>{next_poll}</td>'
         f'<td class="owner">{owner}</td>'
         f'<td class="act">{decide}</td>'
         "</tr>"
@@ -201,7 +201,7 @@ def operations_page(data: ListData, view: ListView, now: datetime, *, chrome: Ch
         lines = "".join(_operation_row(row, now) for row in data.rows)
         table = (
             '<table class="operations stack"><thead><tr><th>Operation / job</th><th>Phase</th><th>Last state</th>'
-            "<th>Status requests</th><th>Deadline</th><th>Next poll</th><th>Owner</th><th></th>"
+            "<th>Checks</th><th>Deadline</th><th>Next check</th><th>Owner</th><th></th>"
             f"</tr></thead><tbody>{lines}</tbody></table>"
         )
     elif data.matched:
@@ -216,7 +216,7 @@ def operations_page(data: ListData, view: ListView, now: datetime, *, chrome: Ch
         f"{_refresh_note(view, now)}"
         f"{_filters(view, data.counts)}{_search(view, data.contracts)}"
         f'<p class="muted">{shown}, what needs a person first: awaiting a decision, overdue, orphaned, then active'
-        " by next poll, then ended, newest first.</p>"
+        " by next check, then ended, newest first.</p>"
         f"{table}{pager(view.page, pages, lambda n: view.href(page=n), 'pages of operations')}"
         f"{_unreadable_rows(data.unreadable)}"
     )

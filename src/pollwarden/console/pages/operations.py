@@ -61,6 +61,7 @@ def operation_page(
     record = stored_record
     summary = record.summary()
     summary["result"] = result_text(record.result)  # any JSON value: compact JSON, never a Python repr
+    summary["provider_error"] = record.provider_error  # its text: the value JSON carries would show as a repr
     if record.counts is not None or record.partial:  # what part of the job the result is, in words
         summary["counts"] = part_words(record)
     kv = "".join(f"<tr><th>{esc(key)}</th><td>{dash(value)}</td></tr>" for key, value in summary.items())
@@ -72,8 +73,8 @@ def operation_page(
     if record.phase is Phase.ACTIVE:
         owner = f' &nbsp; <span class="muted">Owner</span> {esc(ownership.describe(now))} {flag_badges(ownership)}'
     bars = (
-        '<p><span class="muted">Status requests</span> '
-        f"{budget(record.status_requests_used, record.plan.max_status_requests, 'status requests')}"
+        '<p><span class="muted">Checks</span> '
+        f"{budget(record.status_requests_used, record.plan.max_status_requests, 'checks')}"
         ' &nbsp; <span class="muted">Transport failures</span> '
         f"{budget(record.transport_failures_used, record.plan.max_transport_failures, 'transport failures')}"
         f" &nbsp; {when}{owner}</p>"

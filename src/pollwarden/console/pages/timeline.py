@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from ... import events as ev
 from ...core.durations import DurationError, parse_rfc3339
 from ...core.record import OperationRecord
-from ...report.story import SOURCE_WORDS
+from ...core.words import delay_words, plural
 from ...store.base import Event
 from .frame import esc
 
@@ -166,18 +166,18 @@ def summary(pic: Picture) -> str:
     n = len(pic.requests)
     if n:
         parts.append(
-            f"{n} status request{'s' if n != 1 else ''} from {_clock(pic.requests[0].at)}"
+            f"{plural(n, 'check')} from {_clock(pic.requests[0].at)}"
             f" to {_clock(pic.requests[-1].at)}, answers: {', '.join(r.label for r in pic.requests)}"
         )
     else:
-        parts.append("no status request yet")
+        parts.append("no check yet")
     sources: dict[str, int] = {}
     for wait in pic.waits:
         sources[wait.source] = sources.get(wait.source, 0) + 1
     if sources:
-        waits = ", ".join(f"{count} from {SOURCE_WORDS.get(s, s.replace('_', ' '))}" for s, count in sources.items())
+        waits = ", ".join(f"{count} from {delay_words(s)}" for s, count in sources.items())
         parts.append(f"waits: {waits}")
-    parts.append(f"budget {pic.budget[-1][1]} requests, deadline {_clock(pic.deadlines[-1])}")
+    parts.append(f"budget {plural(pic.budget[-1][1], 'check')}, deadline {_clock(pic.deadlines[-1])}")
     for mark in pic.marks:
         parts.append(f"{mark.label} at {_clock(mark.at)}")
     return "; ".join(parts) + "."
@@ -239,7 +239,7 @@ def timeline_svg(events: Sequence[Event], record: OperationRecord, now: datetime
     for i, wait in enumerate(pic.waits, 1):
         x1, x2 = x(wait.start), x(wait.end)
         colour = SOURCE_COLOURS.get(wait.source, "#5d6875")
-        what = SOURCE_WORDS.get(wait.source, wait.source.replace("_", " "))
+        what = delay_words(wait.source)
         out.append(
             f'<rect class="tl-wait" id="tl-wait-{i}" data-source="{esc(wait.source)}" x="{x1}" y="{WAITS_Y - 7}"'
             f' width="{max(2.0, round(x2 - x1, 1))}" height="14" rx="3" fill="{colour}" fill-opacity="0.55">'
@@ -307,7 +307,7 @@ def _budget(pic: Picture, x: Callable[[datetime], float], end: datetime) -> list
         until = pic.budget[i + 1][0] if i + 1 < len(pic.budget) else end
         out.append(
             f'<line class="tl-budget" x1="{x(at)}" y1="{y(maximum)}" x2="{x(until)}" y2="{y(maximum)}"'
-            f' stroke="#b3261e" stroke-dasharray="4 3"><title>budget: {maximum} requests</title></line>'
+            f' stroke="#b3261e" stroke-dasharray="4 3"><title>budget: {plural(maximum, "check")}</title></line>'
         )
     out.append(
         f'<text x="{x(pic.budget[-1][0]) + 4}" y="{y(pic.budget[-1][1]) - 4}" font-size="11"'
@@ -322,7 +322,7 @@ def _budget(pic: Picture, x: Callable[[datetime], float], end: datetime) -> list
     points.append(f"{x(end)},{y(count)}")
     out.append(
         f'<polyline class="tl-used" points="{" ".join(points)}" fill="none" stroke="#1f5fbf" stroke-width="2">'
-        f"<title>{count} requests used</title></polyline>"
+        f"<title>{plural(count, 'check')} used</title></polyline>"
     )
     return out
 
@@ -333,6 +333,6 @@ LEGEND = (
     '<span style="color:#1d7a3a">● the answer that succeeded</span> '
     '<span style="color:#a35b00">● 429 or 5xx</span> '
     '<span style="color:#b3261e">● error or transport failure</span> · waits: '
-    + " ".join(f'<span style="color:{c}">▬ {esc(SOURCE_WORDS.get(s, s))}</span>' for s, c in SOURCE_COLOURS.items())
+    + " ".join(f'<span style="color:{c}">▬ {esc(delay_words(s))}</span>' for s, c in SOURCE_COLOURS.items())
     + ' · <span style="color:#b3261e">┆ deadline, - - budget</span> · ◆ a person or a watch · ■ the stop</p>'
 )
