@@ -114,7 +114,9 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
     with ThreadPoolExecutor(COUNT) as io:
         batch = [(contract, provider, c.lease, c.record) for c in claimed]
         results = engine.step_claimed_many(batch, store.db_now(), io)
-    assert sizes == [COUNT, COUNT]  # the reservations together, the records together
+    # The reservations together, before any request; the records as the answers come in, those that come together
+    # in one transaction (all of them on a quiet machine; a loaded one may part them).
+    assert sizes[0] == COUNT and sum(sizes[1:]) == COUNT, sizes
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}
     assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
     for n in range(COUNT):
