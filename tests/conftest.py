@@ -137,6 +137,30 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     prefork.shutdown()
 
 
+SLOW = (
+    "tests/e2e/",
+    "tests/isolation/",
+    "tests/hostile/",
+    "tests/providers/",
+    "tests/mcp/",
+    "tests/bench/",
+    "tests/console/test_console_browser.py",
+    "tests/docs/test_examples.py::test_a_document_runs_as_written",
+    "tests/engine/test_combine_providers.py",
+    "tests/transport/test_token_refresh.py",
+    "tests/test_prefork.py",
+)
+"""What `make test-fast` leaves out (`-m "not slow"`): the suites that run whole commands, fleets, users, MCP
+sessions, every shipped contract or a browser, and single files of tests that wait seconds each; that is where
+most of the suite's time goes. A module may also mark itself (`pytestmark = pytest.mark.slow`)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 

@@ -160,6 +160,7 @@ def test_on_progress_gets_one_polled_progress_per_request_in_order(sim: Simulato
 def test_useful_for_shorter_than_the_deadline_stops_at_the_usefulness_bound(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
+    # R12, R33: the business deadline is kept apart from the provider deadline, and stops first.
     sim.add_job("forever-1", [Step(body={"state": "running"})])
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="50ms", max_delay="50ms", max_requests=200)
     outcome = pollwarden.watch_sync(contract, "forever-1", home=home, deadline="1m", useful_for="400ms")

@@ -2,7 +2,7 @@
 
 A leaf: it imports nothing from the project, so the sans-I/O core can derive its errors from it and still
 load only the standard library. Each subclass stays in the module that raises it and says, in its
-`exit_code`, which row of the README's exit code table it belongs to.
+`exit_code`, which row of the exit code table in docs/watching.md it belongs to.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ def test_a_form_body_with_an_integer_job_id(provider: Loopback, store: SQLiteSto
 
 @pytest.mark.parametrize("status", [201, 202, 204])
 def test_the_job_in_location(provider: Loopback, store: SQLiteStore, status: int) -> None:
+    # R25: the job id and status location come from the answer, as [submit] says.
     location = f"{provider.url}/v1/jobs/run%2042/"
     provider.routes[("POST", "/jobs")] = Answer(status, b"", {"Location": location})
     c = contract(provider.url, 'job_id = "header:Location"\nstatus_location = "header:Location"')
@@ -87,6 +88,7 @@ def test_the_job_in_location(provider: Loopback, store: SQLiteStore, status: int
 
 
 def test_the_idempotency_token_in_the_body_is_durable_across_a_resend(provider: Loopback, store: SQLiteStore) -> None:
+    # R34: resent only with the idempotency token stored before sending.
     answers = iter([Answer(503, b"{}"), Answer(202, b'{"job_id": "j1"}')])
     provider.routes[("POST", "/jobs")] = lambda seen: next(answers)
     c = contract(provider.url, 'idempotency_field = "idempotency_key"')

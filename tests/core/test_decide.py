@@ -94,6 +94,7 @@ def test_rule_cases_cover_every_rule() -> None:
 
 @pytest.mark.parametrize(("rule", "exchange", "action", "reason"), RULE_CASES, ids=[c[0] for c in RULE_CASES])
 def test_each_rule(rule: str, exchange: Exchange, action: Action, reason: StopReason | None) -> None:
+    # R2, R18: each category's one meaning; a failure, an answer that does not parse or a state outside the table stops.
     decision = first_poll(exchange, contract=make_contract(needs_person=True))
     assert decision.rule == rule
     assert decision.action is action
@@ -158,6 +159,7 @@ def test_failure_keeps_provider_error() -> None:
     [{}, {"result_url": ""}, {"result_url": 7}, {"result_url": "a\nb"}],
 )
 def test_success_without_a_valid_result_is_result_invalid(fields: dict[str, Any]) -> None:
+    # R4, R17: success needs its validated result reference.
     decision = first_poll(response(body("succeeded", **fields)))
     assert decision.rule == "success_validated"
     assert decision.action is Action.STOP
@@ -175,6 +177,7 @@ def test_success_without_result_field_in_contract() -> None:
 
 
 def test_pending_after_the_jobs_own_expiry_is_contradictory() -> None:
+    # R4: pending after the job's own expiry is a contradiction, escalated.
     decision = first_poll(response(body("running", expires_at="2025-04-18T10:19:59Z")))
     assert decision.rule == "pending_wait"
     assert decision.reason is StopReason.CONTRADICTORY_STATUS
@@ -186,10 +189,24 @@ def test_pending_after_the_jobs_own_expiry_is_contradictory() -> None:
 
 
 def test_unknown_state_stops_even_with_budget_and_time_left() -> None:
+    # R2, R18: a value outside the table is unknown, a stop as serious as a denial.
     for state in ["paused", "needs_payment", "manual_review", "blocked", "Running"]:
         decision = first_poll(response(body(state)))
         assert decision.reason is StopReason.UNKNOWN_STATE, state
         assert decision.record.last_state == state
+
+
+def test_meaning_comes_from_the_contract_never_from_a_field_name() -> None:
+    """R3: the contract reads the state from `phase`; a `status: succeeded` beside it means nothing, and a body
+    whose only state-like field is `status` has no state the contract documents: it stops, never succeeds."""
+    c = make_contract(state_field="phase")
+    beside = first_poll(response(json.dumps({"status": "succeeded", "phase": "running"}).encode()), contract=c)
+    assert beside.action is Action.WAIT and beside.record.last_state == "running"
+    alone = first_poll(
+        response(json.dumps({"status": "succeeded", "result_url": "https://f.example/x"}).encode()), contract=c
+    )
+    assert alone.reason is StopReason.INVALID_RESPONSE and "'phase' is missing" in alone.detail, alone
+    assert alone.record.result is None
 
 
 # --- the R37 guard: deadline, then budget, then due -----------------------------------------------------------------
@@ -285,6 +302,7 @@ def test_last_allowed_poll_can_still_succeed() -> None:
 
 
 def test_transport_failures_count_in_both_budgets_and_stop_with_provider_failure() -> None:
+    # R11, R14: refused connections and 5xx spend the transport-failure budget.
     c = make_contract(max_transport_failures=3)
     record = make_record(c)
     d1 = poll(c, record, response(status=503))
@@ -308,6 +326,7 @@ def test_transport_failures_count_in_both_budgets_and_stop_with_provider_failure
     ],
 )
 def test_the_last_failure_decides_between_ambiguous_and_provider_failure(last: FailureKind, reason: StopReason) -> None:
+    # R21: a timeout that spends the transport budget is ambiguous delivery.
     c = make_contract(max_transport_failures=2)
     d1 = poll(c, make_record(c), failure(FailureKind.TIMEOUT))
     assert d1.action is Action.WAIT
@@ -399,6 +418,7 @@ def test_backoff_beyond_the_deadline_clamps_to_the_deadline() -> None:
 
 
 def test_valid_hint_sets_the_next_poll() -> None:
+    # R9: a valid provider hint is followed.
     decision = first_poll(response(body("running", poll_after_seconds=90)))
     assert decision.delay_source is DelaySource.PROVIDER_POLL_HINT
     assert decision.next_poll_at == at(90)
@@ -419,6 +439,7 @@ def test_valid_hint_sets_the_next_poll() -> None:
     ],
 )
 def test_rejected_hint_is_recorded_and_backoff_applies(fields: dict[str, Any], field: str, why: str) -> None:
+    # R9, R44: a rejected hint is recorded with its reason, and backoff applies.
     decision = first_poll(response(body("running", **fields)), deadline="10m", u=0.0)
     assert decision.action is Action.WAIT
     assert decision.delay_source is DelaySource.LOCAL_BACKOFF
@@ -506,6 +527,7 @@ def test_auth_denied_stops_at_once(status: int) -> None:
 
 
 def test_404_within_grace_waits_and_outside_is_an_integration_failure() -> None:
+    # R26: a 404 is 'not visible yet' only within the contract's grace.
     c = make_contract(grace="30s")
     inside = poll(c, make_record(c), response(status=404, at=at(10)))
     assert inside.action is Action.WAIT
@@ -568,6 +590,7 @@ def test_waking_after_the_deadline_sends_nothing() -> None:
 
 
 def test_pending_answer_arriving_after_the_deadline_stops() -> None:
+    # R19: at the deadline the run stops, whatever the state, and keeps the last one seen.
     c = make_contract(deadline="1m")
     exchange = Response(200, {}, body("running"), sent_at=at(59), received_at=at(61))
     decision = poll(c, make_record(c), exchange)
@@ -593,6 +616,7 @@ def hms(h: int, m: int, s: int) -> datetime:
 
 
 def test_r45_story() -> None:
+    # R45: the seed's story, to the second.
     c = make_contract(first_check="5s", deadline="40m", max_requests=12)
     record = make_record(c, now=hms(10, 20, 0))
     assert record.deadline_at == hms(11, 0, 0)
@@ -630,6 +654,7 @@ def test_r45_story() -> None:
 
 
 def test_decision_to_json() -> None:
+    # R44: a decision carries its inputs: rule, delay source, raw delay, the jitter drawn.
     decision = first_poll(response(status=503, headers={"retry-after": "120"}))
     data = decision.to_json()
     assert data == {
@@ -647,6 +672,7 @@ def test_decision_to_json() -> None:
 
 
 def test_new_record_overrides_and_first_check() -> None:
+    # R8, R11: a first check and base delay per contract; a deadline and both budgets per operation.
     c = make_contract(first_check="30s")
     record = make_record(
         c,
@@ -772,6 +798,7 @@ setups = st.builds(
 def test_any_provider_behaviour_ends_within_the_limits(
     setup: Setup, script: list[Answer], draws: list[float], oversleep_ms: list[int]
 ) -> None:
+    # R46: whatever the provider does, the job ends in a result or a bounded stop, its signals honoured.
     contract = make_contract(
         base_delay=f"{setup.base_ms}ms",
         max_delay=f"{setup.base_ms * setup.max_factor}ms",

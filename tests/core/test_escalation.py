@@ -50,6 +50,7 @@ def _exhausted() -> tuple[Contract, OperationRecord]:
 
 
 def test_every_stop_reason_has_options_and_close_is_always_there() -> None:
+    # R32: bounded options for every stop, never 'continue?'.
     assert set(ALLOWED) == set(StopReason)
     for reason, kinds in ALLOWED.items():
         assert OptionKind.CLOSE in kinds, reason
@@ -62,6 +63,7 @@ def test_authorization_denied_never_offers_running_the_request_again() -> None:
 
 
 def test_budget_exhausted_request_reads_like_r31() -> None:
+    # R31: what a person needs to decide, in the request.
     contract, record = _exhausted()
     request = build_request(record, contract, T0 + 40 * 60 * S, decision_id="d1")
     text = request.render()
@@ -161,6 +163,7 @@ def test_unknown_state_offers_a_bounded_pause_with_one_check() -> None:
 
 
 def test_agent_requested_extension_offers_only_its_own_size() -> None:
+    # R43: the agent's extension request, with its size and reason, beside the operation's state.
     contract, record = _exhausted()
     request = build_request(
         record, contract, T0, decision_id="d9", requested=(5 * 60 * S, 2, "the export is nearly done", "agent-7")
@@ -171,6 +174,7 @@ def test_agent_requested_extension_offers_only_its_own_size() -> None:
 
 
 def test_usefulness_deadline_stops_polling_before_the_provider_deadline() -> None:
+    # R33: a short useful window stops earlier.
     contract = make_contract()
     record = make_record(contract, useful_for=60 * S)
     waiting = poll(contract, record, response(body("running"), at=T0 + 55 * S), u=0.99)

@@ -195,6 +195,7 @@ def test_verify_needs_no_decryption_key_but_story_does(audited_home: Path) -> No
 
 
 def test_why_replays_every_decision_the_same(audited_home: Path) -> None:
+    # R44, R46: every decision recorded with its inputs, and reconstructed by `why`.
     story = json.loads(run_cli("story", "op-b", "--json", home=audited_home).stdout)
     decisions = [e["seq"] for e in story if e["kind"] == "decision"]
     assert len(decisions) >= 3

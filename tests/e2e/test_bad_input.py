@@ -74,6 +74,7 @@ def test_bad_flags(flags: tuple[str, ...], phrase: str, sim: Simulator, home: Pa
 
 
 def test_unsafe_status_endpoint_is_refused(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    # R22: a status request not declared safe to repeat is refused.
     path = write_contract(tmp_path / "c.toml", sim.url)
     path.write_text(path.read_text().replace("safe_status = true", "safe_status = false"))
     ran = run_cli("watch", "--contract", str(path), "--job", "happy-1", home=home)
@@ -95,6 +96,7 @@ def _record(home: Path, operation: str) -> dict[str, object]:
 
 
 def test_resume_refuses_another_job_and_wider_limits(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    # R5, R41: a resume polls the job it started with; more authority is an approval, not a flag.
     contract = write_contract(tmp_path / "c.toml", sim.url)
     first = run_cli(
         "watch", "--contract", str(contract), "--job", "never-1", "--operation", "op", "--max-requests", "2", home=home

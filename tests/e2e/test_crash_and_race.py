@@ -62,6 +62,7 @@ def _used(home: Path) -> int:
 
 def test_kill_9_never_resets_counts_nor_hides_requests(sim: Simulator, home: Path, tmp_path: Path) -> None:
     # Each answer takes 300 ms, so kills land before, during and after requests are in flight.
+    # R36: each reservation and answer is stored when it happens: a kill anywhere loses neither.
     sim.add_job("job", [Step(body={"state": "running"}, delay=0.3)])
     # A long timeout makes the lease ttl 25 s: a resume that waited the lease out would be obvious.
     contract = write_contract(

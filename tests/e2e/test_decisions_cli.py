@@ -135,6 +135,7 @@ def test_inspect_is_a_link_and_decides_nothing(exhausted: tuple[Path, str], home
 
 
 def test_cancel_only_through_a_decision(exhausted: tuple[Path, str], sim: Simulator, home: Path) -> None:
+    # R39, R41: a cancel is an action a person chooses, recorded.
     _, decision_id = exhausted
     ran = run_cli("cancel", "op", home=home)
     assert ran.code == 2 and "needs a person's decision" in ran.stderr
@@ -149,6 +150,7 @@ def test_cancel_only_through_a_decision(exhausted: tuple[Path, str], sim: Simula
 
 
 def test_cancel_without_a_documented_action_is_refused(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    # R32: cancel is offered only when the contract documents it.
     contract = write_contract(tmp_path / "c.toml", sim.url)
     code, result = _watch_json(contract, home, "--job", "never-1", "--operation", "op", "--max-requests", "1")
     assert code == 4
@@ -159,6 +161,7 @@ def test_cancel_without_a_documented_action_is_refused(sim: Simulator, home: Pat
 
 
 def test_usefulness_window_closes_before_the_deadline(sim: Simulator, home: Path, tmp_path: Path) -> None:
+    # R33: usefulness_window_closed before the provider deadline.
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="300ms", max_delay="300ms")
     code, result = _watch_json(contract, home, "--job", "never-2", "--operation", "op", "--useful-for", "1s")
     assert code == 4 and result["reason"] == "usefulness_window_closed"
@@ -204,6 +207,7 @@ def test_submit_watch_and_fetch_result(sim: Simulator, home: Path, tmp_path: Pat
 
 
 def test_fetch_result_before_success_is_refused(exhausted: tuple[Path, str], home: Path, tmp_path: Path) -> None:
+    # R6, R39: fetching output is an action of its own, only after validated success.
     ran = run_cli("fetch-result", "op", "--out", str(tmp_path / "x"), home=home)
     assert ran.code == 2 and "only after a validated success" in ran.stderr
     assert not (tmp_path / "x").exists()
@@ -239,6 +243,7 @@ def black_hole() -> Iterator[str]:
 
 
 def test_resubmission_without_idempotency_is_refused(black_hole: str, home: Path, tmp_path: Path) -> None:
+    # R34: a lost submission is never resent without an idempotency token.
     contract = write_contract(tmp_path / "c.toml", black_hole, timeout="300ms",
                               extra=f'\n[submit]\nurl = "{black_hole}/jobs"\n')  # fmt: skip
     body = tmp_path / "body.json"

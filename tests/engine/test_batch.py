@@ -126,7 +126,9 @@ def test_a_batch_reserves_everything_before_any_request_then_records_in_one_tran
     with ThreadPoolExecutor(COUNT) as io:
         batch = [(contract, provider, c.lease, c.record) for c in claimed]
         results = engine.step_claimed_many(batch, store.db_now(), io)
-    assert sizes == [COUNT, COUNT]  # the reservations together, the records together
+    # The reservations together, before any request; the records as the answers come in, those that come together
+    # in one transaction (all of them on a quiet machine; a loaded one may part them).
+    assert sizes[0] == COUNT and sum(sizes[1:]) == COUNT, sizes
     assert provider.committed_at_send == {f"never-{n}": 1 for n in range(COUNT)}
     assert all(isinstance(r, Polled) and r.decision.record.status_requests_used == 1 for r in results)
     for n in range(COUNT):
@@ -156,7 +158,11 @@ def test_a_batch_inserts_its_audit_records_in_one_statement_per_transaction(
     monkeypatch.setattr(Tx, "execute", counted)
     with ThreadPoolExecutor(COUNT) as io:
         engine.step_claimed_many([(contract, provider, c.lease, c.record) for c in claimed], store.db_now(), io)
-    assert inserts == [COUNT, 2 * COUNT]  # the reservations' records, then each poll's observed and decision
+    # The reservations' records in one statement, then each poll's observed and decision: answers that come in
+    # together commit together, and a loaded machine may part them ([6, 10, 2]), but a commit is one statement
+    # whatever it holds (a statement per record would show as an odd count).
+    assert inserts[0] == COUNT and sum(inserts[1:]) == 2 * COUNT, inserts
+    assert all(n % 2 == 0 for n in inserts[1:]), inserts
     assert store.keys is not None
     report = verify(store.audit_records(), store.audit_checkpoints(), store.keys.public_key, heads=store.audit_heads())
     assert report.ok and report.logs == COUNT + 1, report  # and the installed contract's log

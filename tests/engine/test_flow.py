@@ -93,6 +93,7 @@ def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_
 def test_a_stop_is_written_with_its_decision_request_and_nothing_waits_for_its_webhook() -> None:
     """The request's webhook is queued in the store's write (the outbox): the flow ends with the commit, and no
     driver sends anything after it (a receiver that hangs held the worker's lane, and `watch`'s exit)."""
+    # R29, R36: the stop and its one decision request are written together.
     script = Script(response(body("no-such-state")))
     script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
     assert script.kinds()[-2:] == ["NewDecisionId", "Write"]

@@ -1,4 +1,5 @@
-"""The README's broker set-up, run as written: its users, paths and placeholders mapped to this test's own."""
+"""The broker set-up of docs/agents.md (once in the README), run as written: its users, paths and placeholders
+mapped to this test's own."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from tests.mcp.support import run
 
 from .users import TOKEN_ENV, Place, Users, shim_agent, start_broker
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
 
 def _blocks() -> list[str]:
     text = README.read_text(encoding="utf-8")
-    section = text.split("### An agent with a shell: the broker", 1)[1].split("\n## ", 1)[0]
+    section = text.split("### An agent with a shell: the broker, in short", 1)[1].split("\n## ", 1)[0]
     return [block.split("```", 1)[0].replace("\\\n", " ") for block in section.split("```sh\n")[1:]]
 
 

@@ -94,6 +94,7 @@ def _per_call_contracts(directory: Path, base_url: str) -> None:
 
 
 def test_per_call_approval_granted_by_a_person_while_the_call_waits(sim: Simulator, tmp_path: Path) -> None:
+    # R42, R48: a per-call contract needs a person's approval of each provider call.
     contracts, home = tmp_path / "contracts", tmp_path / "home"
     _per_call_contracts(contracts, sim.url)
     sim.add_job("one-shot", [Step(body={"state": "succeeded", "result_url": "/results/one-shot"})])
@@ -173,6 +174,7 @@ def test_per_call_refused_and_timed_out_never_fail_open(sim: Simulator, tmp_path
 
 
 def test_session_approval_is_needed_once_and_revocation_takes_it_back(sim: Simulator, tmp_path: Path) -> None:
+    # R42, R48: a session approval covers low-risk calls until revoked.
     contracts, home = tmp_path / "contracts", tmp_path / "home"
     agent_contract(contracts, sim.url, approval="session", base_delay="100ms", max_delay="200ms")
 
@@ -244,6 +246,7 @@ def test_an_agent_may_ask_for_less_never_more(sim: Simulator, tmp_path: Path) ->
 
 
 def test_request_extension_asks_a_person_who_alone_can_grant_it(sim: Simulator, tmp_path: Path) -> None:
+    # R41, R43: an extension is a request a person grants, never the agent.
     contracts, home = tmp_path / "contracts", tmp_path / "home"
     agent_contract(contracts, sim.url, base_delay="50ms", max_delay="100ms")
 

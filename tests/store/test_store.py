@@ -217,6 +217,7 @@ def test_claim_of_a_missing_operation_is_an_error(store: AnyStore) -> None:
 
 
 def test_agent_session_logs_are_chained_and_verifiable(store: AnyStore) -> None:
+    # R49: an agent session's log is chained and verifies with the public key alone.
     log = agent_log_id("sess-1")
     store.append(log, ev.SessionStarted.prepared({"client": "test-agent"}), T0)
     store.append(log, ev.CallResult.prepared({"tool": "check_operation", "operation": "op"}), T0 + timedelta(seconds=1))

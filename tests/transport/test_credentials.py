@@ -319,8 +319,10 @@ def test_a_command_whose_helper_keeps_its_output_open_is_stopped_at_its_timeout_
     script, pid_file, finished = tmp_path / "daemon.py", tmp_path / "helper.pid", tmp_path / "helper-finished"
     script.write_text(DAEMONIZING, encoding="utf-8")
     auth = Auth(token_command=(sys.executable, str(script), str(pid_file), str(finished)))
-    credential = Credential("t", auth, {}, command_timeout=1.0)
-    with pytest.raises(CredentialError, match="did not finish within 1 s"):
+    # 5 s: the helper must exist before the timeout (1 s, a loaded machine's start-up of the interpreter outlasted
+    # it, and no helper was left to find), and still be asleep at it.
+    credential = Credential("t", auth, {}, command_timeout=5.0)
+    with pytest.raises(CredentialError, match="did not finish within 5 s"):
         credential.prime()
     helper = int(pid_file.read_text())
     deadline = time.monotonic() + 30  # a guard: a SIGKILL is delivered at once, but ends a process a moment later

@@ -1,10 +1,11 @@
 """A poll's credential is read before its time limits are checked, whichever interface drives it.
 
-Each test's token command is quick until the provider has answered the first poll, then takes 3.5 s: an
-expired token (100 ms) refreshed past the operation's 3 s deadline. That refresh ran inside the request's own
-time bound, so the poll ended as a transport failure ("connect timed out") counted against a provider that was
-never asked. Now the deadline is
-checked after the refresh (`StatusClient.prepare`, in both of the engine's drivers) and is what the stop says.
+Each test's token command is quick until the provider has answered the first poll, then takes 8.5 s: an
+expired token (100 ms) refreshed past the operation's 8 s deadline. A refresh starts after the first poll, so it
+always ends past the deadline; the deadline only leaves a loaded machine time for that first poll (at 3 s, two
+busy cores closed it). That refresh ran inside the request's own time bound, so the poll ended as a transport
+failure ("connect timed out") counted against a provider that was never asked. Now the deadline is checked
+after the refresh (`StatusClient.prepare`, in both of the engine's drivers) and is what the stop says.
 The worker's two drivers are covered in tests/fleet/test_worker_claim.py.
 """
 
@@ -23,19 +24,19 @@ WHY = "passed before the request could go out"
 
 def _slow_refresh(tmp_path: Path, sim: Simulator, job: str) -> dict[str, str]:
     """The contract options: a token command quick until the provider has answered one status request for
-    `job`, 3.5 s after that (a refresh past the deadline). It asks the simulator, not a clock, so no load can
+    `job`, 8.5 s after that (a refresh past the deadline). It asks the simulator, not a clock, so no load can
     move a refresh to the wrong side of the first poll."""
     script = tmp_path / "token.py"
     script.write_text(
         "import json, time, urllib.request\n"
         f"seen = json.load(urllib.request.urlopen({sim.url + '/_sim/requests?job=' + job!r}))\n"
         "if any(r['method'] == 'GET' for r in seen):\n"
-        "    time.sleep(3.5)  # a refresh: past the deadline\n"
+        "    time.sleep(8.5)  # a refresh: past the deadline\n"
         "print('tok-REFRESH-321')\n"
     )
     return {
-        "timeout": "1s",
-        "deadline": "3s",
+        "timeout": "3s",
+        "deadline": "8s",
         "base_delay": "300ms",
         "max_delay": "300ms",
         "extra": token_command_auth(script, ttl="100ms"),

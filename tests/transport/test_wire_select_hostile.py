@@ -16,18 +16,17 @@ from pollwarden.core import FailureKind, Response, TransportFailure
 from pollwarden.core.observe import Exchange
 from pollwarden.transport import http11
 from pollwarden.transport.http import StatusClient
-from pollwarden.transport.messages import Answer, Request
-from pollwarden.transport.wire import SocketTransport
+from pollwarden.transport.messages import Answer, Request, Transport
 from tests.tls import Certificates, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
-from tests.transport.test_http_keepalive import OK, KeepAliveServer, Script, clock, contract_for
+from tests.transport.test_http_keepalive import OK, KeepAliveServer, Script, clock, contract_for, reusing
 
 
 class Blocking:
     """The blocking path for status polls: a transport that is not a `SocketTransport` never goes on the selector."""
 
     def __init__(self) -> None:
-        self._sockets = SocketTransport()
+        self._sockets = reusing()
 
     def open(self, request: Request) -> Answer:
         return self._sockets.open(request)
@@ -36,7 +35,9 @@ class Blocking:
         self._sockets.close()
 
 
-PATHS = {"selector": lambda: None, "blocking": Blocking}
+# Both keep an idle connection for an hour (`reusing`): with the default bound (1 s) a loaded machine's stall
+# between the two polls made the pooled connection too old, and a second connection failed `connections == 1`.
+PATHS: dict[str, Callable[[], Transport]] = {"selector": reusing, "blocking": Blocking}
 
 
 def client_sockets(port: int) -> int:

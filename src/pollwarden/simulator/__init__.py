@@ -7,8 +7,8 @@ nothing about the wire, so this is a real `ThreadingHTTPServer` speaking HTTP/1.
 
 Three parts: `script` (a job's steps, their placeholders, and the `/_sim/jobs` body that scripts
 one over HTTP), `scenarios` (the builtin jobs a job id names, and the contract that reads their
-bodies) and `server` (the HTTP server, its request log, and `serve` for the CLI). The README's
-"Watching a job" shows how to script a job of your own.
+bodies) and `server` (the HTTP server, its request log, and `serve` for the CLI). docs/watching.md
+shows how to script a job of your own.
 
 The simulator never keeps an Authorization value or any header whose name suggests a
 credential: recorded requests end up in test output and logs.
