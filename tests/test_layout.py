@@ -71,15 +71,9 @@ PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset(
 PENDING_WIDE: frozenset[str] = frozenset(
     {
         "pollwarden.engine.batch:claim_due_and_run",
-        "pollwarden.actions.decisions:_cancel",
-        "pollwarden.actions.decisions:_resubmit",
-        "pollwarden.actions.decisions:_resolve",
         "pollwarden.engine.batch:run",
         "pollwarden.engine.driver:Engine.run",
-        "pollwarden.actions.decisions:apply_decision",
         "pollwarden.console.pages.operations:operation_page",
-        "pollwarden.store.roles:Decisions.resolve_decision",
-        "pollwarden.store.sql:_Operations.resolve_decision",
     }
 )
 """Functions (module:qualified.name) still taking more than MAX_PARAMETERS parameters."""

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pollwarden.actions.decisions import apply_decision, open_decision
+from pollwarden.actions.decisions import Answer, apply_decision, open_decision
 from pollwarden.clock import utcnow
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
@@ -54,10 +54,7 @@ def test_a_long_lived_client_sends_the_check_with_the_credential_configured_now(
         opened = open_decision(store, stopped)
         assert opened is not None and opened.request.option(1).kind is OptionKind.RECHECK
         # A person chooses the check somewhere without the credential: it is left to the watcher.
-        outcome = apply_decision(
-            store, contract, opened.request.decision_id, option=1, refuse=False, by="alice", note=None,
-            now=utcnow(), client=None,
-        )  # fmt: skip
+        outcome = apply_decision(store, contract, Answer(opened.request.decision_id, 1, "alice", None, utcnow()))
         assert outcome.resume == "op" and outcome.action == {"action": "recheck", "ok": True, "sent": False}
         final = engine.run(contract, client, "op")
     assert final.phase is Phase.SUCCEEDED and final.result == "/r/1"

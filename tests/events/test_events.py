@@ -106,7 +106,7 @@ def test_the_scan_finds_a_spelled_kind(source: str) -> None:
 def test_the_scan_passes_typed_events_and_other_words() -> None:
     typed = """
 store.append(op, ev.Paced(provider="exports", until=until), now)
-store.resolve_decision(lease, d, status="refused", by=by, note=None, option=None, record=None, events=[e], now=now)
+store.resolve_decision(lease, Resolution(d, "refused", by), record=None, events=[e], now=now)
 store.append(agent_log_id(session), ev.CallResult.prepared({"call": 1}), now)
 lines.append(f"{at} decided by {by}")
 """

@@ -23,7 +23,7 @@ from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store import agent_log_id
-from pollwarden.store.base import DecisionTaken, Grant, OperationExists, Store, StoreError, Submission
+from pollwarden.store.base import DecisionTaken, Grant, OperationExists, Resolution, Store, StoreError, Submission
 from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner, this_host
@@ -283,7 +283,7 @@ def test_a_decision_is_written_with_the_stop_and_decided_once(store: AnyStore) -
     assert first is not None
     at = T0 + timedelta(minutes=1)
     assert store.resolve_decision(
-        first[0], "d-1", status="refused", by="ana", note="not worth it", option=2, record=None, events=[], now=at
+        first[0], Resolution("d-1", "refused", "ana", "not worth it", 2), record=None, events=[], now=at
     )
     decided = store.get_decision("d-1")
     assert decided is not None
@@ -301,11 +301,7 @@ def test_a_decision_is_written_with_the_stop_and_decided_once(store: AnyStore) -
     with pytest.raises(DecisionTaken):
         store.resolve_decision(
             second[0],
-            "d-1",
-            status="decided",
-            by="bo",
-            note=None,
-            option=1,
+            Resolution("d-1", "decided", "bo", option=1),
             record=None,
             events=[ev.Paced.prepared({})],
             now=at,
@@ -322,7 +318,7 @@ def test_resolving_with_a_stale_lease_changes_nothing(store: AnyStore) -> None:
     assert old is not None
     assert store.claim("op", "hostC:3:c", T0 + TTL, TTL) is not None
     assert not store.resolve_decision(
-        old[0], "d-1", status="decided", by="ana", note=None, option=1, record=None, events=[], now=T0
+        old[0], Resolution("d-1", "decided", "ana", option=1), record=None, events=[], now=T0
     )
     decision = store.get_decision("d-1")
     assert decision is not None and decision.status == "open"
@@ -335,11 +331,7 @@ def test_a_new_record_from_a_decision_voids_the_other_open_questions(store: AnyS
     resumed = replace(current, phase=Phase.ACTIVE, reason=None, detail=None, finished_at=None)
     assert store.resolve_decision(
         lease,
-        "d-2",
-        status="decided",
-        by="ana",
-        note=None,
-        option=1,
+        Resolution("d-2", "decided", "ana", option=1),
         record=resumed,
         events=[ev.Extended.prepared({})],
         now=T0,

@@ -8,7 +8,7 @@ contract documents one.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +30,7 @@ from ..core.transitions import Change
 from ..core.words import plural
 from ..engine import changes
 from ..shown import has_control
-from ..store.base import DecisionTaken, Store, StoredDecision
+from ..store.base import DecisionTaken, Resolution, Store, StoredDecision
 from ..store.owner import process_owner
 from ..transport.http import StatusClient
 from .provider import ActionError, cancel, submit
@@ -43,6 +43,22 @@ class Outcome:
     action: dict[str, Any] | None = None
     resume: str | None = None
     """The operation to watch next; each interface words its own hint (the CLI's carries its --home/--db)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer to one decision: the option chosen (`refuse` for none), by whom, why, and when."""
+
+    decision_id: str
+    option: int | None
+    by: str
+    note: str | None
+    now: datetime
+    refuse: bool = False
+
+    def closing(self, status: str, option: int | None = None) -> Resolution:
+        """The decision's row as this answer closes it."""
+        return Resolution(self.decision_id, status, self.by, self.note, option)
 
 
 def open_decision(store: Store, record: OperationRecord) -> StoredDecision | None:
@@ -100,64 +116,42 @@ def _claim(store: Store, operation_id: str, contract: Contract, now: datetime) -
         raise DecisionError(f"operation {operation_id} is busy in another process; try again in a moment") from None
 
 
-def apply_decision(
-    store: Store,
-    contract: Contract,
-    decision_id: str,
-    *,
-    option: int | None,
-    refuse: bool,
-    by: str,
-    note: str | None,
-    now: datetime,
-    client: StatusClient | None = None,
-) -> Outcome:
-    if (problem := person_problem(by, note)) is not None:
+def apply_decision(store: Store, contract: Contract, answer: Answer, client: StatusClient | None = None) -> Outcome:
+    if (problem := person_problem(answer.by, answer.note)) is not None:
         raise DecisionError(f"{problem[0]} {problem[1]}; nothing changed")
-    by = by.strip()
+    answer = replace(answer, by=answer.by.strip())
+    decision_id, by, note, now = answer.decision_id, answer.by, answer.note, answer.now
     stored = _load(store, decision_id)
     request = stored.request
-    chosen = None if refuse else request.option(option if option is not None else -1)
+    chosen = None if answer.refuse else request.option(answer.option if answer.option is not None else -1)
     held = _claim(store, request.operation_id, contract, now)
-    lease, record = held.lease, held.record
+    record = held.record
     with changes.giving_back(held):
         if stop_marker(record) != request.stop_marker:
-            store.resolve_decision(
-                lease,
-                decision_id,
-                status="expired",
-                by="pollwarden",
-                note="the operation moved on",
-                option=None,
-                record=None,
-                events=[ev.DecisionExpired.of(request, by=by, note=note)],
-                now=now,
-            )
+            expired = Resolution(decision_id, "expired", "pollwarden", "the operation moved on")
+            _resolve(held, expired, None, [ev.DecisionExpired.of(request, by=by, note=note)])
             raise DecisionError(
                 f"the options of decision {decision_id} expired: operation {request.operation_id} moved on since"
                 f" (now {record.phase.value}{', ' + record.reason.value if record.reason else ''}); nothing changed"
             )
         if chosen is None:
             refused = ev.Refused.of(request, by=by, note=note)
-            _resolve(store, lease, decision_id, "refused", by, note, None, None, [refused], now)
+            _resolve(held, answer.closing("refused"), None, [refused])
             stays = "stays stopped" if record.phase is Phase.STOPPED else "keeps watching within its limits"
             return Outcome(f"refused decision {decision_id}; operation {request.operation_id} {stays}", "refused")
         event = ev.Decided.chose(request, chosen, by=by, note=note)
         if chosen.kind is OptionKind.INSPECT:
-            store.release(lease)
+            held.release()
             store.append(request.operation_id, ev.Inspected.chose(request, chosen, by=by, note=note), now)
             return Outcome(f"open {chosen.url} to inspect the job; decision {decision_id} stays open", "open")
         if chosen.kind is OptionKind.CLOSE:
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event], now)
+            _resolve(held, answer.closing("decided", chosen.number), None, [event])
             return Outcome(f"closed: operation {request.operation_id} stays stopped as final", "decided")
         if chosen.kind in (OptionKind.EXTEND, OptionKind.PAUSE, OptionKind.RECHECK):
             recheck = chosen.kind is OptionKind.RECHECK
             extended = apply_recheck(record, chosen, now) if recheck else apply_extension(record, chosen, now)
             detail = ev.Extended.after(event, extended, chosen.effect)
-            _resolve(
-                store, lease, decision_id, "decided", by, note, chosen.number, extended,
-                [event, detail], now,
-            )  # fmt: skip
+            _resolve(held, answer.closing("decided", chosen.number), extended, [event, detail])
             if recheck:
                 return _recheck(store, contract, client, request, by)
             return Outcome(
@@ -167,26 +161,21 @@ def apply_decision(
                 resume=request.operation_id,
             )
         if chosen.kind is OptionKind.KEEP:
-            _resolve(store, lease, decision_id, "decided", by, note, chosen.number, None, [event], now)
+            _resolve(held, answer.closing("decided", chosen.number), None, [event])
             return Outcome(f"kept: operation {request.operation_id} keeps watching within its limits", "decided")
         if chosen.kind is OptionKind.CANCEL:
-            return _cancel(store, contract, client, lease, record, request, chosen.number, event, by, note, now)
-        return _resubmit(
-            store, contract, client, lease, request.operation_id, decision_id, chosen.number, event, by, note, now
-        )
+            return _cancel(store, contract, client, held, request, answer.closing("decided", chosen.number), event, now)
+        return _resubmit(store, contract, client, held, request, answer.closing("decided", chosen.number), event, now)
 
 
 def _cancel(
     store: Store,
     contract: Contract,
     client: StatusClient | None,
-    lease: Any,
-    record: OperationRecord,
+    held: changes.Held,
     request: DecisionRequest,
-    option: int,
+    closing: Resolution,
     event: ev.Decided,
-    by: str,
-    note: str | None,
     now: datetime,
 ) -> Outcome:
     """The contract's documented cancel, sent once: the decision is closed first (a second answer is refused
@@ -194,13 +183,13 @@ def _cancel(
     provider refuses it, the stop says so instead of claiming a cancelled job."""
     if contract.cancel is None or client is None:
         raise DecisionError("the contract documents no cancel action; nothing was sent")
-    decision_id = request.decision_id
+    decision_id, by, record = request.decision_id, closing.by, held.record
     stopped: OperationRecord | None = None
     if record.phase is Phase.ACTIVE:
         stopped = record.stopped(
             StopReason.JOB_CANCELLED, f"cancelled at the provider on decision {decision_id} by {by}", now
         )
-    _resolve(store, lease, decision_id, "decided", by, note, option, stopped, [event], now)
+    _resolve(held, closing, stopped, [event])
     try:
         result = cancel(contract, client, record)
     except ActionError as exc:
@@ -283,16 +272,14 @@ def _resubmit(
     store: Store,
     contract: Contract,
     client: StatusClient | None,
-    lease: Any,
-    operation_id: str,
-    decision_id: str,
-    option: int,
+    held: changes.Held,
+    request: DecisionRequest,
+    closing: Resolution,
     event: ev.Decided,
-    by: str,
-    note: str | None,
     now: datetime,
 ) -> Outcome:
     """A new job from the stored submission, only where the provider dedups by token (R34)."""
+    operation_id = request.operation_id
     submission = store.get_submission(operation_id)
     if submission is None or contract.submit is None or not contract.submit.idempotency_header or client is None:
         raise DecisionError(
@@ -302,13 +289,19 @@ def _resubmit(
     listing = store.listing()  # an unreadable row's id is taken too
     taken = {s.record.operation_id for s in listing.operations} | {u.operation_id for u in listing.unreadable}
     new_id = next(f"{operation_id}.r{n}" for n in range(1, 1000) if f"{operation_id}.r{n}" not in taken)
-    _resolve(store, lease, decision_id, "decided", by, note, option, None, [event], now)
+    _resolve(held, closing, None, [event])
     try:
         submitted = submit(store, contract, client, operation_id=new_id, body=submission.body, now=now)
     except ActionError as exc:
         store.append(operation_id, ev.ActionEvent(action="resubmit", ok=False, detail=str(exc)), now)
         raise DecisionError(f"the resubmission failed: {exc}") from None
-    result = {"action": "resubmit", "ok": True, "new_operation": new_id, "job": submitted.record.job_id, "by": by}
+    result = {
+        "action": "resubmit",
+        "ok": True,
+        "new_operation": new_id,
+        "job": submitted.record.job_id,
+        "by": closing.by,
+    }
     store.append(operation_id, ev.ActionEvent.from_json(result), now)
     return Outcome(
         f"resubmitted as operation {new_id} (job {submitted.record.job_id})",
@@ -319,22 +312,12 @@ def _resubmit(
 
 
 def _resolve(
-    store: Store,
-    lease: Any,
-    decision_id: str,
-    status: str,
-    by: str,
-    note: str | None,
-    option: int | None,
-    record: Any,
-    events: list[ev.NewEvent],
-    now: datetime,
+    held: changes.Held, closing: Resolution, record: OperationRecord | None, events: list[ev.NewEvent]
 ) -> None:
+    """The answer written through the operation's `Held` (engine/changes), in a person's words when refused."""
     try:
-        ok = store.resolve_decision(
-            lease, decision_id, status=status, by=by, note=note, option=option, record=record, events=events, now=now
-        )
+        held.resolve(closing, record, events)
     except DecisionTaken as exc:
         raise DecisionError(f"{exc}; nothing changed") from None
-    if not ok:
-        raise DecisionError("the operation was taken over by another process while deciding; nothing changed")
+    except changes.TakenOver:
+        raise DecisionError("the operation was taken over by another process while deciding; nothing changed") from None

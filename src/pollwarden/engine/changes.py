@@ -26,7 +26,7 @@ from ..core.transitions import Change
 from ..errors import PollwardenError
 from ..events import Paced
 from ..events.base import NewEvent
-from ..store.base import Claimed, Lease, Store
+from ..store.base import Claimed, Lease, Resolution, Store
 
 RETRY = 0.05
 """Seconds between claims while a change waits for a watcher's step to end."""
@@ -93,6 +93,14 @@ class Held:
         if not self.store.write(self.lease, record, events, self.clock(), release=True, decision=decision):
             raise TakenOver(self.lease.operation_id)
         self.record = record
+
+    def resolve(self, closing: Resolution, record: OperationRecord | None, events: Sequence[NewEvent]) -> None:
+        """A person's answer: the decision closed once (`DecisionTaken` if someone answered first), with the new
+        record if the answer changes it, and its events, in one fenced write that gives the lease back."""
+        if not self.store.resolve_decision(self.lease, closing, record=record, events=events, now=self.clock()):
+            raise TakenOver(self.lease.operation_id)
+        if record is not None:
+            self.record = record
 
     def defer_paced(self, until: datetime, event: NewEvent) -> bool:
         """Pacing (`Store.defer_paced`): still due, not claimed before `until`, one event per paced wait."""

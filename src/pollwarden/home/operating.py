@@ -172,7 +172,7 @@ def decide(
     Raises HomeError (no such decision, unreadable contract, the credential missing for an option that calls
     the provider: the message names its variable) or DecisionError (no such option, already decided, ...).
     """
-    from ..actions.decisions import apply_decision
+    from ..actions.decisions import Answer, apply_decision
 
     stored = store.get_decision(decision_id)
     if stored is None:
@@ -191,17 +191,8 @@ def decide(
         with suppress(HomeError):
             client = status_client(contract, store)
     try:
-        return apply_decision(
-            store,
-            contract,
-            decision_id,
-            option=option,
-            refuse=refuse,
-            by=by,
-            note=note,
-            now=now or store.db_now(),
-            client=client,
-        )
+        answer = Answer(decision_id, option, by, note, now or store.db_now(), refuse=refuse)
+        return apply_decision(store, contract, answer, client)
     finally:
         if client is not None:
             client.close()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         Lease,
         NewEvent,
         OperationExists,
+        Resolution,
         Store,
         Stored,
         StoredDecision,
@@ -38,6 +39,7 @@ __all__ = [
     "Lease",
     "NewEvent",
     "OperationExists",
+    "Resolution",
     "SQLiteStore",
     "Store",
     "StoreError",
@@ -51,7 +53,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_face(
     __name__,
     {
-        ".base": "AGENT_LOG_PREFIX DecisionTaken Event Grant Lease NewEvent OperationExists Store Stored"
+        ".base": "AGENT_LOG_PREFIX DecisionTaken Event Grant Lease NewEvent OperationExists Resolution Store Stored"
         " StoredDecision StoreError Submission agent_log_id",
         ".owner": "process_owner",
         ".sqlite": "SQLiteStore",

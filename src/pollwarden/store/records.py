@@ -210,6 +210,17 @@ class FencedWrite:
 
 
 @dataclass(frozen=True)
+class Resolution:
+    """How a decision is closed (`Decisions.resolve_decision`): once only, by whom, with which option."""
+
+    decision_id: str
+    status: str  # decided | refused | expired
+    by: str
+    note: str | None = None
+    option: int | None = None
+
+
+@dataclass(frozen=True)
 class StoredDecision:
     request: DecisionRequest
     status: str  # open | decided | refused | expired

@@ -35,6 +35,7 @@ from .base import (
     Lease,
     NewOperation,
     OperationExists,
+    Resolution,
     StoredDecision,
     Submission,
 )
@@ -388,16 +389,13 @@ class _Operations(Pages, LearntSamples):
     def resolve_decision(
         self,
         lease: Lease,
-        decision_id: str,
+        resolution: Resolution,
         *,
-        status: str,
-        by: str,
-        note: str | None,
-        option: int | None,
         record: OperationRecord | None,
         events: Sequence[NewEvent],
         now: datetime,
     ) -> bool:
+        decision_id = resolution.decision_id
         with self._tx() as tx:
             row = tx.one(
                 f"SELECT 1 FROM operations WHERE operation_id = ?{self.dialect.lock_row}", (lease.operation_id,)
@@ -415,7 +413,14 @@ class _Operations(Pages, LearntSamples):
             cursor = tx.execute(
                 "UPDATE decisions SET status = ?, decided_by = ?, decided_at = ?, option = ?, note = ?"
                 " WHERE decision_id = ? AND status = 'open'",
-                (status, by, self.dialect.stamp(now), option, note, decision_id),
+                (
+                    resolution.status,
+                    resolution.by,
+                    self.dialect.stamp(now),
+                    resolution.option,
+                    resolution.note,
+                    decision_id,
+                ),
             )
             if cursor.rowcount != 1:
                 raise DecisionTaken(f"decision {decision_id} was decided by someone else a moment ago")
