@@ -17,7 +17,9 @@ from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.engine import changes
 from pollwarden.events import Reserved
 from pollwarden.report.ownership import lease_ttl_of, ownership_of
+from pollwarden.store.base import DecisionTaken, Resolution
 from tests.store.conftest import AnyStore
+from tests.store.test_store import _stop_with_decision
 
 CONTRACT = """\
 name = "deploys"
@@ -148,3 +150,26 @@ def test_a_write_of_the_record_ends_the_wait_and_the_next_wait_is_told_again(sto
     later = T0 + 20 * SECOND
     assert not changes.pace_due(changes.Held.of(store, again, lambda: later), "deploys", None, later).taken
     assert [e.kind for e in store.events("b")].count("paced") == 2
+
+
+def test_a_persons_answer_is_fenced_once_only_and_refused_on_a_lost_lease(store: AnyStore) -> None:
+    _stop_with_decision(store, "op", "d-1")
+    old = store.claim("op", "decide", T0, TTL)
+    assert old is not None
+    assert store.claim("op", "other", T0 + TTL, TTL) is not None  # the answer's lease ran out and was taken
+    with pytest.raises(changes.TakenOver):
+        changes.Held(store, old[0], old[1], lambda: T0).resolve(Resolution("d-1", "refused", "ana"), None, [])
+    still = store.get_decision("d-1")
+    assert still is not None and still.status == "open"
+    later = T0 + 2 * TTL
+    with changes.holding(store, "op", "decide", TTL, lambda: later) as held:
+        held.resolve(Resolution("d-1", "refused", "ana", "not now"), None, [])
+    with pytest.raises(DecisionTaken), changes.holding(store, "op", "decide", TTL, lambda: later) as again:
+        again.resolve(Resolution("d-1", "decided", "bo", option=1), None, [])
+    answered = store.get_decision("d-1")
+    assert answered is not None and (answered.status, answered.decided_by, answered.decided_at) == (
+        "refused",
+        "ana",
+        later,
+    )
+    assert store.claim("op", "next", later, TTL) is not None  # both answers gave the lease back
