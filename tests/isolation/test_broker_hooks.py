@@ -83,7 +83,7 @@ def test_a_signed_push_to_the_brokers_hooks_port_checks_an_agents_watch_at_once(
                 assert await anyio.to_thread.run_sync(post, f"{hooks}/hooks/exports", headers, push) == 401
                 signed = signed_push(HOOK_SECRET, "exp-1", "msg_2Kx9broker")
                 assert await anyio.to_thread.run_sync(post, f"{hooks}/hooks/exports", *signed) == 202
-                await requests_reach(guarded, "exp-1", 2)
+                await requests_reach(guarded, "exp-1", 2)  # due `[push] min_interval` (1 s) after the first answer
             assert waited["status"] == "succeeded", waited
 
     run(body)
