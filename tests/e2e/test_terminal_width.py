@@ -83,3 +83,28 @@ def test_a_pipe_gets_every_word(sim: Simulator, home: Path, tmp_path: Path) -> N
     contract = write_contract(tmp_path / "c.toml", sim.url)
     ran = run_cli("watch", "--contract", str(contract), "--job", job, home=home)
     assert ran.code == 0 and job in ran.stdout and "…" not in ran.stdout
+
+
+def test_no_line_of_one_operations_status_is_wider_than_the_terminal(
+    sim: Simulator, home: Path, tmp_path: Path
+) -> None:
+    """`status OP` on a terminal: its key/value lines (a long job id, the provider's error, the owner) are cut,
+    never wrapped; piped, every word is kept."""
+    from tests.conftest import run_cli
+
+    job = "deploys-20261202-193332-" + "z" * 60 + "-0417"
+    error = {"code": "E_HEALTH", "message": "health check failed: 3/5 pods CrashLoopBackOff; " * 4}
+    sim.add_job(job, [Step(body={"state": "failed", "error": error})])
+    contract = write_contract(tmp_path / "c.toml", sim.url)
+    operation = "op-" + "s" * 70
+    assert run_cli("watch", "--contract", str(contract), "--job", job, "--operation", operation, home=home).code == 3
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"POLLWARDEN_HOME": str(home)}
+    code, screen = _run_on_pty(["status", operation], env, columns=COLUMNS)
+    assert code == 0, screen
+    drawn = [piece for piece in _drawn(screen) if piece]
+    assert any(piece.startswith("job ") for piece in drawn), screen
+    too_wide = [piece for piece in drawn if cell_width(piece) >= COLUMNS]
+    assert not too_wide, too_wide
+    assert any(piece.endswith("…") for piece in drawn)
+    piped = run_cli("status", operation, home=home)
+    assert job in piped.stdout and "CrashLoopBackOff" in piped.stdout and "…" not in piped.stdout

@@ -25,7 +25,7 @@ from .common import (
     _open_store,
     shown_json,
 )
-from .terminal import Column, table, table_width
+from .terminal import Column, FittedOut, table, table_width
 
 STATUS_COLUMNS = (
     Column("OPERATION", limit=32, middle=True),
@@ -62,6 +62,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(summary, sort_keys=True))
             else:
+                out = FittedOut(sys.stdout)  # on a terminal each line is cut to its width; piped, every word
                 summary["owner"] = owned.describe(now) if stored.record.phase.value == "active" else None
                 summary["flags"] = " ".join(owned.flags) or None
                 for key, value in summary.items():
@@ -74,11 +75,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                         value = provider_error_text(value)  # its JSON, as the provider wrote it
                     elif key == "counts":
                         value = counts_text(tuple(value.items()))
-                    print(f"{key:26} {shown(value)}")
+                    print(f"{key:26} {shown(value)}", file=out)
                 if stored.record.partial:  # a stop that kept the finished part of the job: say what part
-                    print(f"{'partial result':26} {shown(part_words(stored.record))}")
+                    print(f"{'partial result':26} {shown(part_words(stored.record))}", file=out)
                 for line in follow_up_lines(store, stored, resolve_home(args.home)):
-                    print(f"{'follow-up':26} {shown(line)}")  # what became of each decision (followup.py)
+                    print(f"{'follow-up':26} {shown(line)}", file=out)  # what became of each decision (followup.py)
             return EXIT_OK
         listing = store.listing()
         rows = [(s, ownership_of(s, now)) for s in listing.operations]
