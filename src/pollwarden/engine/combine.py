@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..core.admission import Refuse, WatchRequest
 from ..core.contract.parse import Contract
@@ -49,11 +49,9 @@ from ..store.shared import PerStore
 from ..transport.http import Fetches
 from ..transport.wire_round import Round
 from . import batch, flow
-from .admitting import AdmissionError, Admitted
+from .admitting import AdmissionError, Admitted, Admitting
+from .effects import Effects
 from .flow import StepResult
-
-if TYPE_CHECKING:
-    from .driver import Engine
 
 K = TypeVar("K")
 
@@ -73,7 +71,7 @@ IO_THREADS = 16
 
 @dataclass(eq=False)
 class _Ticket:
-    engine: Engine
+    engine: Effects
     contract: Contract
     client: Any
     operation_id: str
@@ -104,7 +102,7 @@ class _Ticket:
 
 @dataclass(eq=False)
 class _Admission:
-    engine: Engine
+    engine: Admitting
     request: WatchRequest
     result: Admitted | Refuse | Exception | None = None
     failure: BaseException | None = None
@@ -141,7 +139,7 @@ class Combiner:
         self.users = 0
 
     def step(
-        self, engine: Engine, contract: Contract, client: Any, operation_id: str, known: OperationRecord | None
+        self, engine: Effects, contract: Contract, client: Any, operation_id: str, known: OperationRecord | None
     ) -> StepResult:
         """`Engine.step` of this watch, driven in the batch that is forming."""
         ticket = _Ticket(engine, contract, client, operation_id, known)
@@ -157,7 +155,7 @@ class Combiner:
             raise interrupted
         return result
 
-    def admit(self, engine: Engine, request: WatchRequest) -> Admitted:
+    def admit(self, engine: Admitting, request: WatchRequest) -> Admitted:
         """`Engine.admit` of this watch, in the batch of admissions that is forming: one transaction for the
         watches that start together (`Engine.admit_each`), each refused or admitted on its own. Raises
         AdmissionError as `Engine.admit` does; an interrupt while it waits is raised once its batch committed
@@ -283,9 +281,8 @@ class Combiner:
                 lanes.append(lane)
             if lanes:
                 leader = tickets[0].engine
-                batch.run(
-                    lanes, self.store, leader.perform, leader.clock, self._pool(), fetches=fetches, reserved=reserved
-                )
+                means = batch.Means(self.store, leader.perform, leader.clock, self._pool())
+                batch.run(lanes, means, fetches=fetches, reserved=reserved)
         except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
             if fetches is not None:
                 fetches.round.close()  # every request in flight abandoned first
