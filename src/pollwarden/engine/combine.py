@@ -81,8 +81,14 @@ class _Ticket:
     """Its step never began (its operation is gone, or the batch failed before its flow did)."""
     interrupted: BaseException | None = None
     round: Round | None = None
+    group: _Group[_Ticket] | None = None
+    """The batch it joined (set by `Combiner._join` just before it is in it)."""
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def joined(self) -> bool:
+        """Whether a batch holds it: then it will step, and only its lane can end that step."""
+        return self.group is not None and any(t is self for t in self.group.tickets)
 
     def interrupt(self, exc: BaseException) -> None:
         """From the watch's thread: its lane is to end with `exc` (`Lane.interrupt`) at the batch's next look."""
@@ -106,6 +112,7 @@ class _Admission:
     request: WatchRequest
     result: Admitted | Refuse | Exception | None = None
     failure: BaseException | None = None
+    group: _Group[_Admission] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -143,8 +150,7 @@ class Combiner:
     ) -> StepResult:
         """`Engine.step` of this watch, driven in the batch that is forming."""
         ticket = _Ticket(engine, contract, client, operation_id, known)
-        self._join(self._forming, contract.timeout, ticket, self._lead)
-        interrupted = _wait(ticket)
+        interrupted = _wait(ticket, lambda: self._join(self._forming, contract.timeout, ticket, self._lead))
         if ticket.failure is not None:
             raise ticket.failure
         assert ticket.lane is not None and ticket.lane.result is not None, "a batch ends every step it holds"
@@ -191,6 +197,7 @@ class Combiner:
                 except BaseException:  # no thread (the process is out of them): no group waits for a leader
                     del forming[key]
                     raise
+            ticket.group = group  # before it is in: whoever finds it in `group.tickets` finds the group too
             group.tickets.append(ticket)
             group.last = time.monotonic()
             if len(group.tickets) >= min(MAX_BATCH, self.users):
@@ -341,14 +348,21 @@ def _finish_alone(ticket: _Ticket, failure: Exception) -> None:
         lane.result = exc
 
 
-def _wait(ticket: _Ticket) -> BaseException | None:
-    """Until the ticket's step has ended, interrupted or not; the interrupt, if one came, handed to its lane."""
+def _wait(ticket: _Ticket, join: Callable[[], None]) -> BaseException | None:
+    """Joins a batch (`join`), then waits until the ticket's step has ended, interrupted or not; the interrupt, if
+    one came, handed to its lane. Joining is inside the same guard: an interrupt that lands once the ticket is in
+    its batch but before the wait began (between two bytecodes of `join`, or just after it returned) is handed to
+    the lane too, instead of leaving the step running in the batch for a watch that has already gone."""
     interrupted: BaseException | None = None
     while True:
         try:
+            if interrupted is None and not ticket.joined():
+                join()
             ticket.done.wait()
             return interrupted
         except BaseException as exc:
+            if not ticket.joined():  # no batch holds it: nothing runs for it, the interrupt goes on at once
+                raise
             if interrupted is None:
                 interrupted = exc
                 ticket.interrupt(exc)
