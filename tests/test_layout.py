@@ -27,10 +27,7 @@ PENDING_LONG: frozenset[str] = frozenset()
 
 PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
     frozenset(f"pollwarden.{name}" for name in circle.split())
-    for circle in (
-        "store.base store.common store.roles store.trail store.vouching store.witness",
-        "engine.combine engine.driver",
-    )
+    for circle in ("store.base store.common store.roles store.trail store.vouching store.witness",)
 )
 """Import circles (as the set of modules in one strongly connected group) not broken yet."""
 
@@ -70,9 +67,6 @@ PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset(
 
 PENDING_WIDE: frozenset[str] = frozenset(
     {
-        "pollwarden.engine.batch:claim_due_and_run",
-        "pollwarden.engine.batch:run",
-        "pollwarden.engine.driver:Engine.run",
         "pollwarden.console.pages.operations:operation_page",
     }
 )

@@ -265,7 +265,7 @@ class Watch:
         # What only a running watch needs is imported here, on its first run: the engine and its events, the
         # status client, the store (and with it the audit crypto). `import pollwarden` and building a Watch,
         # which checks the contract and the limits with the core alone, load none of them.
-        from .engine import AdmissionError, Cancelled, Engine
+        from .engine import AdmissionError, Cancelled, Engine, Watching
         from .engine.combine import combined
         from .engine.installed import NotInstalled, install_as_caller
         from .home.directory import resolve_home
@@ -322,11 +322,11 @@ class Watch:
                     listening(store.bell, self.contract.push is not None) as bell,
                 ):
                     stop = self._stop
-                    final = engine.run(
-                        self.contract, client, self.operation_id, on_progress=told, stop=stop,
-                        sleep=None if bell is None else lambda seconds: pause(bell, seconds, stop),
-                        by="python api", record=admitted.record,
+                    how = Watching(
+                        on_progress=told, stop=stop,
+                        sleep=None if bell is None else lambda seconds: pause(bell, seconds, stop), by="python api",
                     )  # fmt: skip
+                    final = engine.run(self.contract, client, self.operation_id, how, record=admitted.record)
             except Cancelled:
                 raise WatchCancelled(self.operation_id) from None
             return outcome_of(store, final)

@@ -159,6 +159,7 @@ def _as_schema_7(place: Place) -> None:
         prev = head.head_hash
     write_head_file(place.home / "audit-head.checkpoint", head)
     for statement in (
+        "DROP INDEX operations_newest_active",  # schema 13's
         "DROP TABLE learnt_samples",  # schema 12's
         "DROP INDEX operations_paced",  # schema 11's
         "ALTER TABLE operations DROP COLUMN paced_until",

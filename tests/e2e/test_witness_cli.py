@@ -198,6 +198,7 @@ _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) 
 
 
 _SCHEMA_8 = (
+    "DROP INDEX operations_newest_active",  # schema 13's
     "DROP TABLE learnt_samples",  # schema 12's
     "DROP INDEX operations_paced",  # schema 11's
     "ALTER TABLE operations DROP COLUMN paced_until",

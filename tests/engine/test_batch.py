@@ -499,7 +499,7 @@ def test_a_request_still_in_flight_goes_aside_and_is_finished_on_a_thread_of_its
         with StatusClient(contract, None, clock=store.db_now) as client, ThreadPoolExecutor(1) as io:
             now = store.db_now()
             lanes = [batch.Lane(flow.step_claimed(contract, c.lease, c.record, now), contract, client) for c in claimed]
-            batch.run(lanes, store, engine.perform, engine.clock, io, aside=handed.append)
+            batch.run(lanes, batch.Means(store, engine.perform, engine.clock, io), aside=handed.append)
             assert [rest.lanes for rest in handed] == [[lanes[0]]] and lanes[0].result is None
             assert all(isinstance(lane.result, Polled) for lane in lanes[1:]), [lane.result for lane in lanes]
             held = store.get("op-never-0")

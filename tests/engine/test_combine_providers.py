@@ -4,6 +4,7 @@ steps of a provider that hangs must not share a batch with another provider's.""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -11,11 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pollwarden
-from pollwarden.engine.combine import combined
+from pollwarden.engine.combine import Combiner, combined
 from pollwarden.simulator import Simulator, Step, contract_text
 from pollwarden.store.base import Store
 from tests.conftest import hanging_token, process_alive
@@ -147,6 +149,53 @@ def test_an_interrupted_watch_abandons_its_request_in_flight_and_gives_its_lease
     stored = store.get("op-held")
     assert stored is not None and stored.lease_owner is None  # given back: a resume starts at once
     assert (stored.record.status_requests_used, stored.record.polls_completed) == (1, 0)  # counted, unanswered
+    assert [e.kind for e in store.events("op-held")][-1] == "interrupted"
+
+
+def test_an_interrupt_that_lands_as_the_watch_joins_its_batch_still_ends_its_step(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands once the watch's step is in its batch but before the watch waits for it (between
+    `_join` and the wait) went straight up and out of `watch_sync` while the batch went on: the step claimed,
+    sent its request and held the lease for a watch that was gone. It is handed to the lane as any interrupt
+    during the wait is: `watch_sync` raises only once its step has ended, its lease given back."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked, closed = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                while b"\r\n\r\n" not in conn.recv(65536):
+                    pass
+                asked.set()
+                conn.settimeout(HANG_GUARD)
+                if conn.recv(1) == b"":
+                    closed.set()
+
+    joined: list[Any] = []
+    real_join = Combiner._join
+
+    def join_then_interrupted(self: Combiner, forming: Any, key: Any, ticket: Any, lead: Any) -> None:
+        real_join(self, forming, key, ticket, lead)
+        if key is not None:  # a step's batch, not the admissions'
+            joined.append(ticket)
+            raise KeyboardInterrupt  # as the signal handler raises it, at the next bytecode
+
+    monkeypatch.setattr(Combiner, "_join", join_then_interrupted)
+    contract = tmp_path / "held.toml"
+    contract.write_text(contract_text(f"http://127.0.0.1:{listener.getsockname()[1]}", name="held", timeout="120s"))
+    threading.Thread(target=hold, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pollwarden.watch_sync(contract, "held-1", store=store, operation_id="op-held")
+        (ticket,) = joined
+        assert ticket.done.is_set(), "watch_sync returned while its step still ran in the batch"
+        assert not asked.is_set() or closed.wait(HANG_GUARD), "a request sent was left in flight"
+    finally:
+        listener.close()
+    stored = store.get("op-held")
+    assert stored is not None and stored.lease_owner is None
     assert [e.kind for e in store.events("op-held")][-1] == "interrupted"
 
 

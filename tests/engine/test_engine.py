@@ -27,7 +27,7 @@ from pollwarden.core.lease import lease_ttl
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
-from pollwarden.engine import AdmissionError, Admitted, Engine, Polled
+from pollwarden.engine import AdmissionError, Admitted, Engine, Polled, Watching
 from pollwarden.fleet.worker import CLAIM_TTL, Worker
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
@@ -210,7 +210,7 @@ def test_the_real_status_client_through_the_engine_on_a_scripted_transport(store
     engine = Engine(store, owner="cli", clock=store.db_now)
     op = engine.admit(WatchRequest(contract, "happy-1")).record.operation_id
     with StatusClient(contract, "tok-ENGINE-123", clock=store.db_now, transport=transport) as client:
-        final = engine.run(contract, client, op, sleep=lambda _: None)
+        final = engine.run(contract, client, op, Watching(sleep=lambda _: None))
     assert final.result == "/r" and final.status_requests_used == 2
     assert [dict(r.headers).get("Authorization") for r in transport.requests] == ["Bearer tok-ENGINE-123"] * 2
     trail = json.dumps([dict(e.data) for e in store.events(op)])
@@ -292,7 +292,7 @@ def test_a_stored_first_check_past_the_deadline_sleeps_only_until_the_deadline(s
 
     engine = Engine(store, owner="late", clock=lambda: clock[0])
     with StatusClient(contract, None, clock=utcnow) as client:
-        final = engine.run(contract, client, "op-late", sleep=sleep)
+        final = engine.run(contract, client, "op-late", Watching(sleep=sleep))
     assert final.reason is StopReason.DEADLINE_EXCEEDED and final.status_requests_used == 0
     assert sum(slept) == 2.0, slept
 
@@ -315,7 +315,7 @@ def test_a_signed_status_request_carries_and_signs_only_the_contracts_headers(st
     op = engine.admit(WatchRequest(contract, "j-1")).record.operation_id
     credential = resolve_secret(contract, {"AK": "AKIDEXAMPLE", "SK": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"})
     with StatusClient(contract, credential, clock=store.db_now, transport=transport) as client:
-        final = engine.run(contract, client, op, sleep=lambda _: None)
+        final = engine.run(contract, client, op, Watching(sleep=lambda _: None))
     assert final.result == "/r"
     (sent,) = [dict(r.headers) for r in transport.requests]
     signed = sent["Authorization"].partition("SignedHeaders=")[2].partition(",")[0].split(";")

@@ -13,7 +13,7 @@ from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.learnt import MIN_ENDED
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import DelaySource, Phase
-from pollwarden.engine import Engine, Polled
+from pollwarden.engine import Engine, Polled, Watching
 from pollwarden.report.story import story_lines
 from pollwarden.report.why import explain, pick
 from pollwarden.simulator import contract_text
@@ -75,7 +75,9 @@ def _run(engine: Engine, contract: Contract, jobs: Jobs, clock: Clock, rng: rand
         job = f"job-{len(jobs.ends)}"
         jobs.ends[job] = clock() + timedelta(seconds=60 * math.exp(rng.gauss(0, 0.4)))
         admitted = engine.admit(WatchRequest(contract, job, by="tests"))
-        final = engine.run(contract, jobs, admitted.record.operation_id, sleep=clock.sleep, record=admitted.record)
+        final = engine.run(
+            contract, jobs, admitted.record.operation_id, Watching(sleep=clock.sleep), record=admitted.record
+        )
         assert final.phase is Phase.SUCCEEDED
         lags.append((clock() - jobs.ends[job]).total_seconds())
     return lags
@@ -135,6 +137,6 @@ def test_a_contract_that_does_not_learn_keeps_its_backoff(store: Store) -> None:
     jobs.ends["job-x"] = clock() + timedelta(minutes=3)
     admitted = engine.admit(WatchRequest(contract, "job-x", limits=Limits(lag_target=timedelta(seconds=30))))
     assert admitted.record.delay_source is DelaySource.LOCAL_BACKOFF
-    engine.run(contract, jobs, admitted.record.operation_id, sleep=clock.sleep, record=admitted.record)
+    engine.run(contract, jobs, admitted.record.operation_id, Watching(sleep=clock.sleep), record=admitted.record)
     decisions = [e for e in store.events(admitted.record.operation_id) if e.kind == "decision"]
     assert {e.data["delay_source"] for e in decisions[:-1]} == {"local_backoff"}

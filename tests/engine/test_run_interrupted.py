@@ -16,7 +16,7 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.cli.interrupts import Interrupted
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
-from pollwarden.engine import Cancelled, Engine, StepResult
+from pollwarden.engine import Cancelled, Engine, StepResult, Watching
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
@@ -65,7 +65,7 @@ def _run(
 
     transport = FakeTransport(answer)
     with StatusClient(contract, None, clock=store.db_now, transport=transport) as client:
-        engine.run(contract, client, op, **run)
+        engine.run(contract, client, op, Watching(**run))
     return engine, op, transport
 
 

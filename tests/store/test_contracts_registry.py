@@ -26,6 +26,7 @@ from .test_store import CONTRACT
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
 AFTER_SCHEMA_5 = (
+    "DROP INDEX operations_newest_active",  # schema 13's
     "DROP TABLE learnt_samples",  # schema 12's
     "DROP INDEX operations_paced",  # schema 11's
     "ALTER TABLE operations DROP COLUMN paced_until",

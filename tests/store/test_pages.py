@@ -147,6 +147,7 @@ def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyS
 
 
 SCHEMA_9 = (
+    "DROP INDEX operations_newest_active",  # schema 13's
     "DROP TABLE learnt_samples",  # schema 12's, which the upgrade to 9 brings again
     "DROP INDEX operations_paced",  # schema 11's, which the upgrade to 9 brings again
     "ALTER TABLE operations DROP COLUMN paced_until",

@@ -19,7 +19,7 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..core.words import checks_of, checks_used, delay_words, plural, stop_title
-from ..engine import AdmissionError, Engine, Polled, StepResult
+from ..engine import AdmissionError, Engine, Polled, StepResult, Watching
 from ..engine.installed import NotInstalled, install_as_caller
 from ..home.operating import HomeError, command_line, contract_of
 from ..report.progress import progress_of
@@ -267,10 +267,12 @@ def _watch(
             contract,
             client,
             record.operation_id,
-            on_progress=progress,
-            sleep=None if bell is None else bell.wait,
-            tick=1.0 if progress.live else None,
-            by="cli",
+            Watching(
+                on_progress=progress,
+                sleep=None if bell is None else bell.wait,
+                tick=1.0 if progress.live else None,
+                by="cli",
+            ),
         )
     return _report(args, store, final, out)
 

@@ -9,6 +9,7 @@ from .driver import (
     Cancelled,
     Engine,
     StatusSender,
+    Watching,
     new_decision_id,
 )
 from .flow import Busy, Done, NotYet, Polled, StepResult
@@ -26,6 +27,7 @@ __all__ = [
     "Polled",
     "StatusSender",
     "StepResult",
+    "Watching",
     "lease_ttl",
     "new_decision_id",
 ]

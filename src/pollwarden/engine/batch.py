@@ -89,6 +89,30 @@ class Lane:
             self.on_end()
 
 
+@dataclass(frozen=True)
+class Means:
+    """What a batch is driven with, together wherever a batch is (`run`, `claim_due_and_run`): the store its
+    writes commit to, how each effect is performed (`Engine.perform`), the clock, and the pool for the I/O that
+    does not go on the selector."""
+
+    store: Store
+    perform: Perform
+    clock: Callable[[], datetime]
+    io: Executor
+
+
+@dataclass(frozen=True)
+class Due:
+    """A worker's claim of due operations (`Store.claim_due`): up to `limit` of them, as `owner`, at `now`, for
+    `ttl`; `skip`: contract names the claim passes over."""
+
+    owner: str
+    now: datetime
+    ttl: timedelta
+    limit: int
+    skip: Collection[str] = ()
+
+
 @dataclass(eq=False)
 class Aside:
     """The rest of a batch, moved off the thread that began it (`run`'s `aside`): the lanes still waiting on their
@@ -101,10 +125,7 @@ class Aside:
 
 def run(
     lanes: Sequence[Lane],
-    store: Store,
-    perform: Perform,
-    clock: Callable[[], datetime],
-    io: Executor,
+    means: Means,
     *,
     fetches: Fetches | None = None,
     reserved: Callable[[], None] | None = None,
@@ -129,7 +150,8 @@ def run(
         for lane in lanes:
             lane.resume()
     mine = fetches is None
-    drive = _Drive(list(lanes), store, perform, clock, io, Fetches() if fetches is None else fetches, reserved, gather)
+    fetches = Fetches() if fetches is None else fetches
+    drive = _Drive(list(lanes), means.store, means.perform, means.clock, means.io, fetches, reserved, gather)
     handed = False
     try:
         if drive.go(None if aside is None else ASIDE):
@@ -412,18 +434,11 @@ Chosen = tuple[Contract, Any, Claimed]
 
 
 def claim_due_and_run(
-    store: Store,
-    owner: str,
-    now: datetime,
-    ttl: timedelta,
-    limit: int,
+    means: Means,
+    due: Due,
     choose: Callable[[list[Claimed]], Sequence[Chosen]],
     then: Callable[[list[Claimed]], None],
-    perform: Perform,
-    clock: Callable[[], datetime],
-    io: Executor,
     *,
-    skip: Collection[str] = (),
     aside: Callable[[Aside], None] | None = None,
 ) -> tuple[list[Claimed], list[tuple[Chosen, Lane]]]:
     """A worker's batch: up to `limit` due operations claimed, and the reservations of those `choose` picks
@@ -432,7 +447,7 @@ def claim_due_and_run(
     transaction and must neither use the store nor wait; `then` is told everything claimed once the claims have
     committed, before the requests go out, and hands on at once what it does not step here (their leases are
     its). Returns everything claimed and each chosen operation with its lane, ended unless `run` handed it to
-    `aside`. `skip`: contract names the claim passes over (`Store.claim_due`).
+    `aside`. `due`: the claim (`Store.claim_due`).
 
     If that transaction fails, nothing of it was written (the flows begun hold no lease, and are dropped): the
     batch is claimed again the way that gives each write its own fate, the claims first (`claim_due`), then
@@ -444,20 +459,22 @@ def claim_due_and_run(
 
     def begin(claimed: list[Claimed]) -> list[Lane]:
         chosen[:] = choose(claimed)
-        lanes[:] = _lanes(chosen, now)
+        lanes[:] = _lanes(chosen, due.now)
         for lane in lanes:
             lane.resume()
         return lanes
 
     def reserve(claimed: list[Claimed]) -> list[flow.Write]:
-        return _first_writes(begin(claimed), perform, planned)
+        return _first_writes(begin(claimed), means.perform, planned)
 
     try:
-        claimed, written = store.claim_due_then_write(owner, now, ttl, limit, reserve, skip=skip)
+        claimed, written = means.store.claim_due_then_write(
+            due.owner, due.now, due.ttl, due.limit, reserve, skip=due.skip
+        )
     except Exception:
         if not lanes:
             raise
-        claimed = store.claim_due(owner, now, ttl, limit, skip=skip)
+        claimed = means.store.claim_due(due.owner, due.now, due.ttl, due.limit, skip=due.skip)
         begin(claimed)
     else:
         for i, done in zip(planned, written, strict=True):
@@ -470,7 +487,7 @@ def claim_due_and_run(
                 lane.resume(None, exc)
         raise
     finally:
-        run(lanes, store, perform, clock, io, begun=True, aside=aside)
+        run(lanes, means, begun=True, aside=aside)
     return claimed, list(zip(chosen, lanes, strict=True))
 
 

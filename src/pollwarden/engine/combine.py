@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..core.admission import Refuse, WatchRequest
 from ..core.contract.parse import Contract
@@ -49,11 +49,9 @@ from ..store.shared import PerStore
 from ..transport.http import Fetches
 from ..transport.wire_round import Round
 from . import batch, flow
-from .admitting import AdmissionError, Admitted
+from .admitting import AdmissionError, Admitted, Admitting
+from .effects import Effects
 from .flow import StepResult
-
-if TYPE_CHECKING:
-    from .driver import Engine
 
 K = TypeVar("K")
 
@@ -73,7 +71,7 @@ IO_THREADS = 16
 
 @dataclass(eq=False)
 class _Ticket:
-    engine: Engine
+    engine: Effects
     contract: Contract
     client: Any
     operation_id: str
@@ -83,8 +81,14 @@ class _Ticket:
     """Its step never began (its operation is gone, or the batch failed before its flow did)."""
     interrupted: BaseException | None = None
     round: Round | None = None
+    group: _Group[_Ticket] | None = None
+    """The batch it joined (set by `Combiner._join` just before it is in it)."""
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def joined(self) -> bool:
+        """Whether a batch holds it: then it will step, and only its lane can end that step."""
+        return self.group is not None and any(t is self for t in self.group.tickets)
 
     def interrupt(self, exc: BaseException) -> None:
         """From the watch's thread: its lane is to end with `exc` (`Lane.interrupt`) at the batch's next look."""
@@ -104,10 +108,11 @@ class _Ticket:
 
 @dataclass(eq=False)
 class _Admission:
-    engine: Engine
+    engine: Admitting
     request: WatchRequest
     result: Admitted | Refuse | Exception | None = None
     failure: BaseException | None = None
+    group: _Group[_Admission] | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -141,12 +146,11 @@ class Combiner:
         self.users = 0
 
     def step(
-        self, engine: Engine, contract: Contract, client: Any, operation_id: str, known: OperationRecord | None
+        self, engine: Effects, contract: Contract, client: Any, operation_id: str, known: OperationRecord | None
     ) -> StepResult:
         """`Engine.step` of this watch, driven in the batch that is forming."""
         ticket = _Ticket(engine, contract, client, operation_id, known)
-        self._join(self._forming, contract.timeout, ticket, self._lead)
-        interrupted = _wait(ticket)
+        interrupted = _wait(ticket, lambda: self._join(self._forming, contract.timeout, ticket, self._lead))
         if ticket.failure is not None:
             raise ticket.failure
         assert ticket.lane is not None and ticket.lane.result is not None, "a batch ends every step it holds"
@@ -157,7 +161,7 @@ class Combiner:
             raise interrupted
         return result
 
-    def admit(self, engine: Engine, request: WatchRequest) -> Admitted:
+    def admit(self, engine: Admitting, request: WatchRequest) -> Admitted:
         """`Engine.admit` of this watch, in the batch of admissions that is forming: one transaction for the
         watches that start together (`Engine.admit_each`), each refused or admitted on its own. Raises
         AdmissionError as `Engine.admit` does; an interrupt while it waits is raised once its batch committed
@@ -193,6 +197,7 @@ class Combiner:
                 except BaseException:  # no thread (the process is out of them): no group waits for a leader
                     del forming[key]
                     raise
+            ticket.group = group  # before it is in: whoever finds it in `group.tickets` finds the group too
             group.tickets.append(ticket)
             group.last = time.monotonic()
             if len(group.tickets) >= min(MAX_BATCH, self.users):
@@ -283,9 +288,8 @@ class Combiner:
                 lanes.append(lane)
             if lanes:
                 leader = tickets[0].engine
-                batch.run(
-                    lanes, self.store, leader.perform, leader.clock, self._pool(), fetches=fetches, reserved=reserved
-                )
+                means = batch.Means(self.store, leader.perform, leader.clock, self._pool())
+                batch.run(lanes, means, fetches=fetches, reserved=reserved)
         except Exception as exc:  # a defect of the batch itself: each step still ends, its lease given back
             if fetches is not None:
                 fetches.round.close()  # every request in flight abandoned first
@@ -344,14 +348,21 @@ def _finish_alone(ticket: _Ticket, failure: Exception) -> None:
         lane.result = exc
 
 
-def _wait(ticket: _Ticket) -> BaseException | None:
-    """Until the ticket's step has ended, interrupted or not; the interrupt, if one came, handed to its lane."""
+def _wait(ticket: _Ticket, join: Callable[[], None]) -> BaseException | None:
+    """Joins a batch (`join`), then waits until the ticket's step has ended, interrupted or not; the interrupt, if
+    one came, handed to its lane. Joining is inside the same guard: an interrupt that lands once the ticket is in
+    its batch but before the wait began (between two bytecodes of `join`, or just after it returned) is handed to
+    the lane too, instead of leaving the step running in the batch for a watch that has already gone."""
     interrupted: BaseException | None = None
     while True:
         try:
+            if interrupted is None and not ticket.joined():
+                join()
             ticket.done.wait()
             return interrupted
         except BaseException as exc:
+            if not ticket.joined():  # no batch holds it: nothing runs for it, the interrupt goes on at once
+                raise
             if interrupted is None:
                 interrupted = exc
                 ticket.interrupt(exc)

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Executor
 from contextlib import suppress
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..core.admission import WatchRequest
 from ..core.contract.parse import Contract
@@ -30,13 +31,29 @@ from .effects import Effects, StatusSender, new_decision_id
 from .flow import Busy, Done, NotYet, Polled, StepResult
 
 if TYPE_CHECKING:
-    from .combine import Combiner
+    from .combine import Combiner  # one way only: `combine` drives through `Effects` and `Admitting`, not `Engine`
 
 T = TypeVar("T")
 
 
 REFUSAL_TTL = timedelta(seconds=30)
 """The lease of a refusal (`refuse_stored`): one write, no request; the stored contract's own timeout is not read."""
+
+
+@dataclass(frozen=True)
+class Watching:
+    """How a watch runs (`Engine.run`), as its driver (the CLI, the Python API) sets it once for the whole watch.
+
+    `on_progress`: told every step's result. `sleep`: waits between steps (see `Engine.run`). `tick`: the longest
+    wait at once (a live progress line redraws). `until`: ends the run early when it answers True. `stop`: set
+    from any thread, ends the run between requests (`Cancelled`). `by`: who watched, in an `interrupted` event."""
+
+    on_progress: Callable[[StepResult], None] | None = None
+    sleep: Callable[[float], object] | None = None
+    tick: float | None = None
+    until: Callable[[], bool] | None = None
+    stop: threading.Event | None = None
+    by: str = "cli"
 
 
 class Engine(Admitting, Effects):
@@ -127,7 +144,7 @@ class Engine(Admitting, Effects):
             batch.Lane(flow.step_claimed(contract, lease, record, now), contract, client)
             for contract, client, lease, record in claimed
         ]
-        batch.run(lanes, self.store, self.perform, self.clock, io)
+        batch.run(lanes, batch.Means(self.store, self.perform, self.clock, io))
         results: list[StepResult | BaseException] = []
         for lane in lanes:
             assert lane.result is not None  # run() drives every lane to its end
@@ -154,7 +171,11 @@ class Engine(Admitting, Effects):
         and the lane of each stepped operation (`Lane.of` is its `Chosen`; its `result` is set unless the lane
         went aside)."""
         claimed, stepped = batch.claim_due_and_run(
-            self.store, self.owner, now, ttl, limit, choose, then, self.perform, self.clock, io, skip=skip, aside=aside
+            batch.Means(self.store, self.perform, self.clock, io),
+            batch.Due(self.owner, now, ttl, limit, skip),
+            choose,
+            then,
+            aside=aside,
         )
         return claimed, [lane for _, lane in stepped]
 
@@ -163,13 +184,8 @@ class Engine(Admitting, Effects):
         contract: Contract,
         client: StatusSender,
         operation_id: str,
+        how: Watching | None = None,
         *,
-        on_progress: Callable[[StepResult], None] | None = None,
-        sleep: Callable[[float], object] | None = None,
-        tick: float | None = None,
-        until: Callable[[], bool] | None = None,
-        stop: threading.Event | None = None,
-        by: str = "cli",
         record: OperationRecord | None = None,
     ) -> OperationRecord:
         """Step until the operation is final (or `until()` says stop); sleep in between with no lease held.
@@ -184,7 +200,9 @@ class Engine(Admitting, Effects):
         each later step starts from what the one before left, except after `Busy` (someone else moved it) and
         after a `sleep` that answers True: it was woken before its time (the store's bell: a provider's push
         made the operation due), so the operation is read again. Without `sleep`, `stop.wait` or `time.sleep`;
-        a `sleep` given with `stop` must itself end when `stop` is set."""
+        a `sleep` given with `stop` must itself end when `stop` is set. `how`: those knobs (`Watching`)."""
+        how = how or Watching()
+        on_progress, sleep, tick, until, stop = how.on_progress, how.sleep, how.tick, how.until, how.stop
         in_callback = False
         known = record
         try:
@@ -218,7 +236,7 @@ class Engine(Admitting, Effects):
         except BaseException as exc:
             callback = in_callback and isinstance(exc, Exception)
             self.interrupted(
-                operation_id, by=by, why=f"on_progress raised {type(exc).__name__}" if callback else _why(exc)
+                operation_id, by=how.by, why=f"on_progress raised {type(exc).__name__}" if callback else _why(exc)
             )
             raise
 
@@ -238,32 +256,6 @@ class Engine(Admitting, Effects):
     def _drive(self, steps: flow.Flow[T], contract: Contract, client: StatusSender) -> T:
         """Run a flow to its end: perform each effect, send its answer back, throw its exception in."""
         return self.drive_from(steps, contract, client, None, None)
-
-    def drive_from(
-        self,
-        steps: flow.Flow[T],
-        contract: Contract | None,
-        client: StatusSender | None,
-        pending: flow.Effect[Any] | None,
-        failure: BaseException | None,
-    ) -> T:
-        """`_drive` for a flow another driver began (`combine`): it waits on `pending` (None: not begun), or
-        `failure` is thrown in first (the flow gives back a lease it holds and re-raises)."""
-        answer: Any = None
-        while True:
-            if pending is not None and failure is None:
-                effect, pending = pending, None
-            else:
-                try:
-                    effect = steps.throw(failure) if failure is not None else steps.send(answer)
-                except StopIteration as stop:
-                    result: T = stop.value
-                    return result
-            failure = None
-            try:
-                answer = self.perform(effect, contract, client)
-            except BaseException as exc:  # handed to the flow, which gives its lease back and re-raises
-                answer, failure = None, exc
 
 
 class Cancelled(PollwardenError):
@@ -301,5 +293,6 @@ __all__ = [
     "Cancelled",
     "Engine",
     "StatusSender",
+    "Watching",
     "new_decision_id",
 ]

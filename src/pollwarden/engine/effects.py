@@ -8,12 +8,14 @@ import random
 import secrets
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..core.contract.parse import Contract
 from ..core.observe import Exchange
 from ..store.base import Store
 from . import flow, learning
+
+T = TypeVar("T")
 
 
 class StatusSender(Protocol):
@@ -84,6 +86,33 @@ class Effects:
         if isinstance(effect, flow.NewDecisionId):
             return new_decision_id()
         raise TypeError(f"unknown effect {effect!r}")
+
+    def drive_from(
+        self,
+        steps: flow.Flow[T],
+        contract: Contract | None,
+        client: StatusSender | None,
+        pending: flow.Effect[Any] | None,
+        failure: BaseException | None,
+    ) -> T:
+        """A flow driven to its end, performing each effect (`Engine._drive`), or one another driver began
+        (`combine`): it waits on `pending` (None: not begun), or `failure` is thrown in first (the flow gives back
+        a lease it holds and re-raises)."""
+        answer: Any = None
+        while True:
+            if pending is not None and failure is None:
+                effect, pending = pending, None
+            else:
+                try:
+                    effect = steps.throw(failure) if failure is not None else steps.send(answer)
+                except StopIteration as stop:
+                    result: T = stop.value
+                    return result
+            failure = None
+            try:
+                answer = self.perform(effect, contract, client)
+            except BaseException as exc:  # handed to the flow, which gives its lease back and re-raises
+                answer, failure = None, exc
 
 
 def new_decision_id() -> str:
