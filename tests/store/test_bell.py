@@ -77,3 +77,29 @@ def test_a_fifo_left_by_a_dead_listener_is_swept_by_the_next_ring(tmp_path: Path
         assert [p.name for p in directory.iterdir()] != [] and not (directory / "4242-dead.fifo").exists()
     finally:
         live.close()
+
+
+def test_a_close_from_another_thread_ends_a_wait_without_closing_its_descriptors_under_it(store: AnyStore) -> None:
+    """A worker's bell thread waits while its worker closes the listener on the way out: the wait ends, quietly,
+    and the descriptors close once it has left (a close under the wait read a closed descriptor: EBADF)."""
+    listener = store.bell().listen()
+    inside, ended = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    answers: list[bool] = []
+
+    def wait() -> None:
+        try:
+            inside.set()
+            answers.append(listener.wait(60))
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+        finally:
+            ended.set()
+
+    threading.Thread(target=wait, daemon=True).start()
+    assert inside.wait(10)
+    listener.close()
+    assert ended.wait(30), "the close did not end the wait"
+    assert errors == [] and answers == [False]
+    assert not listener.wait(0)  # closed: no wait any more
+    listener.poke()  # and no write to a descriptor that may belong to someone else now

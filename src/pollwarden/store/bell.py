@@ -49,7 +49,11 @@ class Bell(Protocol):
 
 
 class _Waiter:
-    """Waits on one file descriptor the bell writes to, and on its own pipe."""
+    """Waits on one file descriptor the bell writes to, and on its own pipe.
+
+    A close from another thread while a wait is in `select` must not close the descriptors under it (the wait
+    would read a closed, or worse a reused, descriptor): the close marks the waiter closed and pokes it, and the
+    last wait to leave closes them. A wait or a poke after the close does nothing."""
 
     def __init__(self, source: int, drain: Callable[[], None], close: Callable[[], None]) -> None:
         self._source = source
@@ -58,26 +62,59 @@ class _Waiter:
         self._poke_read, self._poke_write = os.pipe()
         os.set_blocking(self._poke_read, False)
         os.set_blocking(self._poke_write, False)
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._closed = False
+        self._released = False
 
     def wait(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self._source, self._poke_read], [], [], max(0.0, timeout))
-        if not ready:
-            return False
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self._poke_read, 512):
-                pass
-        if self._source in ready:
-            self._drain()
-        return True
+        with self._lock:
+            if self._closed:
+                return False
+            self._waiting += 1
+        try:
+            ready, _, _ = select.select([self._source, self._poke_read], [], [], max(0.0, timeout))
+            if not ready:
+                return False
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._poke_read, 512):
+                    pass
+            if self._source in ready:
+                self._drain()
+            return not self._closed
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                last = self._closed and self._waiting == 0
+            if last:
+                self._release()
 
     def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._poke_write, b"\x01")
+        with self._lock:
+            if self._released:
+                return
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._poke_write, b"\x01")
 
     def close(self) -> None:
-        for fd in (self._poke_read, self._poke_write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            busy = self._waiting > 0
+        if busy:
+            self.poke()  # the wait in `select` wakes, and closes on its way out
+        else:
+            self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            for fd in (self._poke_read, self._poke_write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._close()
 
 
