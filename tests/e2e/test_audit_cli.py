@@ -228,7 +228,7 @@ def test_why_detects_a_decision_todays_core_would_not_make(audited_home: Path) -
         conn.execute(
             "INSERT INTO operations SELECT 'op-x-doctored', job_id, contract_name, phase, next_poll_at, deadline_at,"
             " status_requests_used, max_status_requests, record, contract, NULL, 0, NULL, created_at, updated_at,"
-            " NULL, NULL, NULL"
+            " NULL, NULL, NULL, NULL"
             " FROM operations WHERE operation_id = 'op-a'"
         )
     ran = run_cli("why", "op-x-doctored", "--json", home=audited_home)
