@@ -106,6 +106,7 @@ poll_after_seconds = "poll_after_seconds"
 [schedule]
 base_delay = "50ms"
 max_delay = "100ms"
+learn = false  # hostile answers against a 3-request budget, not the learnt schedule (tests/engine/test_learning.py)
 
 [headers]
 X-Pollwarden-Reservation = "{{reservation}}"
