@@ -24,8 +24,8 @@ typecheck: $(BIN)/.installed
 
 # Two workers: the suite is mostly subprocesses and loopback servers waiting on each other, and one process
 # leaves a core idle. Measured 2026-12-06 on the 2-core development machine while other sessions kept its load
-# average at 4-18: 15m47s for all of `make test` (3,221 tests). The 4.5 minutes this comment once said were a
-# quiet CI machine's, not measured again since; on a busy machine the time grows with the load, not the tests.
+# average at 4-18: 15m47s for all of `make test` (3,221 tests); quiet, from a clean clone: 9m12s with the venv
+# (the suite 8m11s, 3,574 tests). On a busy machine the time grows with the load, not the tests.
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
 unit: $(BIN)/.installed
