@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
+from tests.e2e.pty_run import run_on_pty
 
 
 def test_simulate_serves_a_watch_from_another_process(home: Path, tmp_path: Path) -> None:
@@ -40,32 +38,11 @@ def test_simulate_refuses_a_missing_token_variable(home: Path) -> None:
     assert ran.code == 2 and "PW_NOT_SET_ANYWHERE" in ran.stderr
 
 
-def _run_on_pty(args: list[str], env: dict[str, str], timeout: float = 30) -> tuple[int, str]:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.execvpe(sys.executable, [sys.executable, "-m", "pollwarden", *args], env)
-    chunks: list[bytes] = []
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_a_terminal_sees_the_countdown_and_a_pipe_does_not(sim: Simulator, home: Path, tmp_path: Path) -> None:
     sim.add_job("t", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
     contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="1500ms", max_delay="2s")
     env = {**os.environ, "POLLWARDEN_HOME": str(home)}
-    code, screen = _run_on_pty(["watch", "--contract", str(contract), "--job", "t", "--operation", "tty"], env)
+    code, screen = run_on_pty(["watch", "--contract", str(contract), "--job", "t", "--operation", "tty"], env)
     assert code == 0, screen
     # One line redrawn in place: each frame starts by going back to the line's start and erasing it.
     frames = [frame for frame in screen.split("\r\x1b[K") if frame.startswith("t: ")]
@@ -76,7 +53,7 @@ def test_a_terminal_sees_the_countdown_and_a_pipe_does_not(sim: Simulator, home:
     assert "succeeded: job t, result /r" in screen.split("\r\x1b[K")[-1]  # the outcome, on a cleared line
     assert "state running · checks" not in screen  # no scrolling lines per decision on a terminal
     sim.add_job("q", [Step(body={"state": "running"}), Step(body={"state": "succeeded", "result_url": "/r"})])
-    code, quiet = _run_on_pty(
+    code, quiet = run_on_pty(
         ["watch", "--contract", str(contract), "--job", "q", "--operation", "quiet", "--quiet"], env
     )
     assert code == 0 and "\x1b[K" not in quiet and "state running · checks 1/12 · next check in" in quiet, quiet

@@ -5,43 +5,15 @@ The ids, the contract path and the provider's error here are all long, so every 
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import select
-import struct
-import sys
-import termios
-import time
 from pathlib import Path
 
 from pollwarden.cli.terminal import cell_width
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import write_contract
+from tests.e2e.pty_run import run_on_pty
 
 COLUMNS = 80
-
-
-def _run_on_pty(args: list[str], env: dict[str, str], *, columns: int, timeout: float = 60) -> tuple[int, str]:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child: its terminal is `columns` wide
-        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-        os.execvpe(sys.executable, [sys.executable, "-m", "pollwarden", *args], env)
-    chunks: list[bytes] = []
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace")
 
 
 def _drawn(screen: str) -> list[str]:
@@ -61,8 +33,11 @@ def test_no_line_watch_prints_is_wider_than_the_terminal(sim: Simulator, home: P
     directory.mkdir()
     contract = write_contract(directory / "c.toml", sim.url, base_delay="1s", max_delay="1s")
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"POLLWARDEN_HOME": str(home)}
-    code, screen = _run_on_pty(
-        ["watch", "--contract", str(contract), "--job", job, "--operation", "op-" + "o" * 70], env, columns=COLUMNS
+    code, screen = run_on_pty(
+        ["watch", "--contract", str(contract), "--job", job, "--operation", "op-" + "o" * 70],
+        env,
+        columns=COLUMNS,
+        timeout=60,
     )
     assert code == 3, screen
     drawn = _drawn(screen)
@@ -99,7 +74,7 @@ def test_no_line_of_one_operations_status_is_wider_than_the_terminal(
     operation = "op-" + "s" * 70
     assert run_cli("watch", "--contract", str(contract), "--job", job, "--operation", operation, home=home).code == 3
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"POLLWARDEN_HOME": str(home)}
-    code, screen = _run_on_pty(["status", operation], env, columns=COLUMNS)
+    code, screen = run_on_pty(["status", operation], env, columns=COLUMNS, timeout=60)
     assert code == 0, screen
     drawn = [piece for piece in _drawn(screen) if piece]
     assert any(piece.startswith("job ") for piece in drawn), screen

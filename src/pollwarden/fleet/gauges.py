@@ -216,9 +216,7 @@ def _families(reading: FleetReading, orphaned: dict[str, int]) -> Iterator[Any]:
     )
     for d in reading.decisions:
         waiting.add_metric([d.contract, d.reason], float(d.count))
-        oldest.add_metric(
-            [d.contract, d.reason], 0.0 if d.oldest is None else max(0.0, (now - d.oldest).total_seconds())
-        )
+        oldest.add_metric([d.contract, d.reason], _age(now, d.oldest))
     yield waiting
     yield oldest
     # The outbox: webhooks and witness heads not delivered yet, by state (`retrying`: an attempt failed; a
@@ -233,9 +231,14 @@ def _families(reading: FleetReading, orphaned: dict[str, int]) -> Iterator[Any]:
     )
     for o in reading.outbox:
         deliveries.add_metric([o.kind, o.state], float(o.count))
-        age.add_metric([o.kind, o.state], 0.0 if o.oldest is None else max(0.0, (now - o.oldest).total_seconds()))
+        age.add_metric([o.kind, o.state], _age(now, o.oldest))
     yield deliveries
     yield age
+
+
+def _age(now: datetime, oldest: datetime | None) -> float:
+    """Seconds the oldest of a group has waited: 0 for none, never negative (another host's clock)."""
+    return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
 def count_fleet(
