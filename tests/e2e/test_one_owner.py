@@ -75,7 +75,12 @@ def _watch_while_the_worker_holds_the_lease(
                 stdin=subprocess.DEVNULL,
                 text=True,
             )
-            _until(claims.exists, "the watch never tried to claim the operation", watching=[worker, watch])
+            # The instrumented CLI creates the file before it writes its first line: wait for the line.
+            _until(
+                lambda: claims.exists() and claims.read_text().strip() != "",
+                "the watch never tried to claim the operation",
+                watching=[worker, watch],
+            )
             first = claims.read_text().splitlines()[0]
             assert first == "held", "the watch took the lease of the live worker while its request was in flight"
             assert len(server.requests) == 1
