@@ -13,7 +13,7 @@ from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.push_signature import MAX_BODY_BYTES
 from pollwarden.core.reasons import DelaySource
 from pollwarden.engine import Engine
-from pollwarden.engine.push import receive
+from pollwarden.engine.push import receive, wake_one
 from pollwarden.events import Paced
 from pollwarden.simulator import contract_text
 from pollwarden.simulator.push import forged, signed_push
@@ -130,3 +130,26 @@ def test_a_storm_of_pushes_wakes_one_check(store: Store) -> None:
     assert _kinds(store, operation_id).count("woken_by_push") == 1
     stored = store.get(operation_id)
     assert stored is not None and stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)
+
+
+def test_a_push_that_meets_a_check_in_flight_is_kept_for_after_its_answer(store: Store) -> None:
+    """A push that lands while a check is in flight (its request sent, its answer not yet recorded) finds the
+    operation due already, yet that answer may predate the job's end and set the next check ten minutes away:
+    the push names the operation busy, and once the answer is recorded, trying it again makes it due. Before,
+    it was "unchanged" and lost (a worker's e2e test under load waited ten minutes for the woken check)."""
+    contract = _contract()
+    install(store, contract)
+    operation_id = Engine(store, owner="worker-1").admit(WatchRequest(contract, "exp-1", by="test")).record.operation_id
+    now = store.db_now()
+    claimed = store.claim(operation_id, "worker-1", now, timedelta(seconds=30))  # the first check, in flight
+    assert claimed is not None
+    lease, record = claimed
+    answer = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="hooks")
+    assert (answer.status, answer.outcome, answer.busy) == (202, "accepted", (operation_id,))
+    later = record.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)  # its answer: still running
+    assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
+    assert answer.wake is not None
+    assert wake_one(store, contract, operation_id, answer.wake, answer.delivery_id, owner="hooks") == "moved"
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.delay_source is DelaySource.PROVIDER_PUSH
+    assert stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)

@@ -97,7 +97,13 @@ def wake_one(store: Store, contract: Contract, operation_id: str, event: Wake, d
     assert push is not None
     stored = store.get(operation_id)
     now = store.db_now()
-    if stored is None or woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
+    if stored is None:
+        return "unchanged"
+    if stored.lease_owner not in (None, owner) and (stored.lease_expires_at or now) > now:
+        # A check in flight: the record is due already, but the answer to come may predate the job's end and set
+        # the next check far away; "busy" has the caller try again once that answer is recorded.
+        return "busy"
+    if woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
         return "unchanged"
     claimed = store.claim(operation_id, owner, now, PUSH_LEASE)
     if claimed is None:
