@@ -144,12 +144,13 @@ def test_a_push_that_meets_a_check_in_flight_is_kept_for_after_its_answer(store:
     claimed = store.claim(operation_id, "worker-1", now, timedelta(seconds=30))  # the first check, in flight
     assert claimed is not None
     lease, record = claimed
-    answer = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="hooks")
+    # The worker's own receiver (`worker --hooks-port`) wakes as the worker: the holder of the check's lease.
+    answer = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="worker-1")
     assert (answer.status, answer.outcome, answer.busy) == (202, "accepted", (operation_id,))
     later = record.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)  # its answer: still running
     assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
     assert answer.wake is not None
-    assert wake_one(store, contract, operation_id, answer.wake, answer.delivery_id, owner="hooks") == "moved"
+    assert wake_one(store, contract, operation_id, answer.wake, answer.delivery_id, owner="worker-1") == "moved"
     stored = store.get(operation_id)
     assert stored is not None and stored.record.delay_source is DelaySource.PROVIDER_PUSH
     assert stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)

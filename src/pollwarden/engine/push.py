@@ -99,9 +99,10 @@ def wake_one(store: Store, contract: Contract, operation_id: str, event: Wake, d
     now = store.db_now()
     if stored is None:
         return "unchanged"
-    if stored.lease_owner not in (None, owner) and (stored.lease_expires_at or now) > now:
+    if stored.lease_owner is not None and (stored.lease_expires_at or now) > now:
         # A check in flight: the record is due already, but the answer to come may predate the job's end and set
-        # the next check far away; "busy" has the caller try again once that answer is recorded.
+        # the next check far away; "busy" has the caller try again once that answer is recorded. Whoever holds
+        # it: a worker's own receiver wakes under the worker's name, the holder of its checks' leases.
         return "busy"
     if woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
         return "unchanged"
