@@ -4,6 +4,8 @@ the plain backoff and keeps the p95 lag near its target; nothing beats the oracl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench import learn
 
 
@@ -27,7 +29,12 @@ def test_the_tuned_backoff_keeps_the_target_with_the_largest_cap_that_does() -> 
     assert learn.run(times, 30.0, learning=False, seed=5, max_delay=cap + 1).p95 > 30.0
 
 
-def test_the_table_names_every_workload_and_schedule() -> None:
-    text = learn.table(jobs=60, lag_target=30.0, seed=1)
+def test_the_section_names_every_workload_and_schedule_and_replaces_only_itself(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\n{learn.MARK_START}\nold\n{learn.MARK_END}\n\n## After\n", encoding="utf-8")
+    assert learn.main(["--jobs", "60", "--out", str(doc)]) == 0
+    text = doc.read_text(encoding="utf-8")
     for name in learn.WORKLOADS:
         assert text.count(f"| {name} |") == 6
+        assert f"- {name}: learnt " in text
+    assert "old" not in text and text.startswith("# Benchmarks") and text.endswith("## After\n")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pollwarden.core.learnt import _path, place
+from pollwarden.core.learnt import Sample, _path, estimate, place
 
 
 def _cdf(durations: list[float]) -> Callable[[float], float]:
@@ -72,3 +72,17 @@ def test_the_plan_keeps_its_late_share_and_skips_the_gap_between_two_humps() -> 
     assert all(b - a <= 120.0 for a, b in zip((0.0, *capped.checks), capped.checks, strict=False))
     late = sum(1 for d in durations if capped.checks[bisect.bisect_left(capped.checks, d)] - d > 30.0)
     assert late / len(durations) <= 0.05 + 1e-9  # what the plan says it keeps is what these jobs see
+
+
+def test_wide_overlapping_intervals_teach_where_the_jobs_end() -> None:
+    """The plain backoff's first jobs bracket a 20 s duration by intervals 5-20 s wide, each placed differently:
+    spread evenly, they say jobs end anywhere from 5 s to 40 s; where they overlap is where the jobs end."""
+    rng = random.Random(8)
+    samples = []
+    for _ in range(50):
+        d = rng.uniform(19.5, 20.5)
+        samples.append(Sample(max(0.0, d - rng.uniform(0.0, 15.0)), d + rng.uniform(0.0, 15.0)))
+    sharp = estimate(samples, 1.0)
+    assert sharp is not None
+    assert sharp.quantile(0.05) >= 16.0 and sharp.quantile(0.95) <= 24.0, (sharp.quantile(0.05), sharp.quantile(0.95))
+    assert sum(1 for s in samples if s.upper is not None and s.upper - s.lower > 10.0) > 25  # wider than the hump
