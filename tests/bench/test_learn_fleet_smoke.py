@@ -23,4 +23,3 @@ def test_both_schedules_see_every_job_end_and_the_section_replaces_only_itself(t
     for name in learn_fleet.SCHEDULES:
         assert text.count(f"| {name} |") == 2
     assert "old" not in text and text.startswith("# B")
-
