@@ -35,6 +35,8 @@ from pollwarden.core.contract.parse import Contract
 from pollwarden.core.learnt import WINDOW, Learnt, Sample, first_check, learn, place, sample_of
 from pollwarden.core.observe import Response
 
+from .sections import write_section
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RUNNING = b'{"state": "running"}'
 DONE = b'{"state": "succeeded"}'
@@ -256,18 +258,6 @@ def reading(measured: dict[str, Found], lag_target: float) -> str:
             f" learnt is {r['learnt'] / r['oracle']:.2f} times the oracle."
         )
     return "\n".join(lines)
-
-
-def write_section(path: Path, start: str, end: str, text: str) -> None:
-    """Replace what lies between the markers `start` and `end` of a Markdown file with `text`, or add both at the
-    end; `bench.conformance` keeps these sections when it rewrites docs/benchmarks.md."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{start}\n{text}\n{end}"
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,8 @@ from pathlib import Path
 
 from pollwarden.simulator import Simulator, Step, contract_text
 
-from .learn import write_section
+from .push import Row
+from .sections import write_section
 from .throughput import start_workers, stop_workers
 
 MARK_START = "<!-- bench-learn-fleet:start -->"
@@ -42,20 +42,6 @@ SCHEDULES = {
     "plain backoff (250 ms to 1 s, learn = false)": 'base_delay = "250ms"\nmax_delay = "1s"\nlearn = false',
     "learnt (lag_target 1 s, max_delay 30 s)": 'base_delay = "250ms"\nmax_delay = "30s"\nlag_target = "1s"',
 }
-
-
-@dataclass(frozen=True)
-class Round:
-    requests: list[int]
-    lags: list[float]
-
-    @property
-    def per_caller(self) -> float:
-        return statistics.fmean(self.requests)
-
-    def lag(self, q: float) -> float:
-        ordered = sorted(self.lags)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _contract(directory: Path, url: str, schedule: str) -> Path:
@@ -78,7 +64,7 @@ class Fleet:
     job_seconds: float
 
 
-def one_round(fleet: Fleet, prefix: str, rng: random.Random) -> Round:
+def one_round(fleet: Fleet, prefix: str, rng: random.Random) -> Row:
     """`callers` jobs started and enqueued at once, each taking its `job_seconds` +-5 %; waits until each has been
     found ended."""
     sim, home, callers = fleet.sim, fleet.home, fleet.callers
@@ -103,7 +89,8 @@ def one_round(fleet: Fleet, prefix: str, rng: random.Random) -> Round:
             if seen and job not in found:
                 found[job] = min(seen) - end
     time.sleep(1.0)  # the worker records each end before the next round reads what was learnt
-    return Round([sim.request_count(job) for job in ends], [found[job] for job in ends])
+    requests, lags = [sim.request_count(job) for job in ends], [found[job] for job in ends]
+    return Row(prefix, callers, len(found), requests, lags, answers=[])
 
 
 def _pollwarden(*argv: str) -> None:
@@ -112,7 +99,7 @@ def _pollwarden(*argv: str) -> None:
                    stdin=subprocess.DEVNULL)  # fmt: skip
 
 
-def rounds(schedule: str, callers: int, seed: int, job_seconds: float = 20.0) -> tuple[Round, Round]:
+def rounds(schedule: str, callers: int, seed: int, job_seconds: float = 20.0) -> tuple[Row, Row]:
     """The warm-up round and the measured round of one schedule, in a home of its own."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="pw-learn-fleet-") as tmp, Simulator() as sim:
@@ -129,7 +116,7 @@ def rounds(schedule: str, callers: int, seed: int, job_seconds: float = 20.0) ->
     return warm, measured
 
 
-def section(rows: dict[str, tuple[Round, Round]], command: str, seconds: float, job_seconds: float) -> str:
+def section(rows: dict[str, tuple[Row, Row]], command: str, seconds: float, job_seconds: float) -> str:
     lines = [
         "## The 50-caller fleet, learnt (issue 26)",
         "",
@@ -146,7 +133,7 @@ def section(rows: dict[str, tuple[Round, Round]], command: str, seconds: float, 
     for name, (warm, measured) in rows.items():
         for label, r in (("warm-up", warm), ("measured", measured)):
             lines.append(
-                f"| {name} | {label} | {r.per_caller:.2f} | {max(r.requests)} | {r.lag(0.5):.2f} | {r.lag(0.95):.2f}"
+                f"| {name} | {label} | {r.per_job:.2f} | {max(r.requests)} | {r.p(0.5):.2f} | {r.p(0.95):.2f}"
                 f" | {max(r.lags):.2f} |"
             )
     return "\n".join(lines)
