@@ -35,6 +35,6 @@ def test_the_section_names_every_workload_and_schedule_and_replaces_only_itself(
     assert learn.main(["--jobs", "60", "--out", str(doc)]) == 0
     text = doc.read_text(encoding="utf-8")
     for name in learn.WORKLOADS:
-        assert text.count(f"| {name} |") == 6
+        assert text.count(f"| {name} |") == 7
         assert f"- {name}: learnt " in text
     assert "old" not in text and text.startswith("# Benchmarks") and text.endswith("## After\n")
