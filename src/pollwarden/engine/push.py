@@ -2,7 +2,7 @@
 
 Every receiver (`pollwarden hooks`, the worker's `--hooks-port`, the broker's) calls `receive`; it sends
 nothing to the provider. What it may change is one thing: an active operation's next check, moved to now
-(`core.push.woken`: no earlier than `[push] min_interval` after the last answer), under a short lease, with
+(`core.push.woken`: no earlier than `[push] min_interval` after the last woken check), under a short lease, with
 a `woken_by_push` event naming the delivery and the event type, never the body. Then the store's bell rings,
 so the waiter of that operation, in whatever process, starts the check at once. The check is an ordinary
 one: reserved in the budget, bounded by the deadline, and its answer decides.
