@@ -130,3 +130,32 @@ def test_a_storm_of_pushes_wakes_one_check(store: Store) -> None:
     assert _kinds(store, operation_id).count("woken_by_push") == 1
     stored = store.get(operation_id)
     assert stored is not None and stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)
+
+
+def _checked(store: Store, operation_id: str) -> None:
+    """What a check leaves: answered just now ("running"), the next one ten minutes on."""
+    now = store.db_now()
+    claimed = store.claim(operation_id, "watch-1", now, timedelta(seconds=30))
+    assert claimed is not None
+    lease, record = claimed
+    answered = record.observed(at=now, http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
+
+
+def test_a_push_just_after_a_check_wakes_at_once_and_the_next_woken_check_waits_min_interval(store: Store) -> None:
+    """min_interval counts from the last woken check, kept in the stored record, not from the last answer."""
+    contract = _contract()
+    operation_id = _admitted(store, contract)
+    _checked(store, operation_id)  # a scheduled check answered a moment ago
+    first = receive(store, contract, *_signed("exp-1", "msg_after_check"), secret=SECRET, owner="hooks")
+    assert first.outcome == "woken"
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.woken_at is not None
+    assert stored.record.next_poll_at <= store.db_now()  # due at once, not a second after that answer
+    woken_at = stored.record.woken_at
+    _checked(store, operation_id)  # the woken check ran; the job still runs
+    second = receive(store, contract, *_signed("exp-1", "msg_storm"), secret=SECRET, owner="hooks")
+    assert second.outcome == "woken"
+    again = store.get(operation_id)
+    assert again is not None and again.record.next_poll_at == woken_at + timedelta(seconds=1)  # min_interval
