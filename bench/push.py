@@ -91,14 +91,7 @@ def fleet(name: str, callers: int, *, lost: float | None, seed: int) -> Row:
                 ends[job] = time.time() + seconds
                 sim.add_job(job, [Step(body={"state": "running"}, seconds=seconds),
                                   Step(body={"state": "succeeded", "result_url": f"/r/{n}"})])  # fmt: skip
-
-            def caller(job: str) -> None:
-                outcomes[job] = Watch(contract, job, home=home).run()
-                done[job] = time.time()
-
-            threads = [threading.Thread(target=caller, args=(job,)) for job in ends]
-            for thread in threads:
-                thread.start()
+            threads = _callers(contract, home, list(ends), outcomes, done)
             for thread in threads:
                 thread.join()
             if pusher is not None:
@@ -108,6 +101,21 @@ def fleet(name: str, callers: int, *, lost: float | None, seed: int) -> Row:
     detected = sum(isinstance(outcome, Succeeded) for outcome in outcomes.values())
     lags = [max(0.0, done[job] - ends[job]) for job in ends if job in done]
     return Row(name, callers, detected, requests, lags, answers)
+
+
+def _callers(
+    contract: Path, home: Path, jobs: list[str], outcomes: dict[str, object], done: dict[str, float]
+) -> list[threading.Thread]:
+    """One started thread a job, each a Python API `Watch` till its outcome (and when it came, in `done`)."""
+
+    def caller(job: str) -> None:
+        outcomes[job] = Watch(contract, job, home=home).run()
+        done[job] = time.time()
+
+    threads = [threading.Thread(target=caller, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    return threads
 
 
 def after_check(name: str, callers: int) -> Row:
@@ -124,14 +132,7 @@ def after_check(name: str, callers: int) -> Row:
                                   Step(body={"state": "succeeded", "result_url": f"/r/{n}"})])  # fmt: skip
             done: dict[str, float] = {}
             outcomes: dict[str, object] = {}
-
-            def caller(job: str) -> None:
-                outcomes[job] = Watch(contract, job, home=home).run()
-                done[job] = time.time()
-
-            threads = [threading.Thread(target=caller, args=(job,)) for job in jobs]
-            for thread in threads:
-                thread.start()
+            threads = _callers(contract, home, jobs, outcomes, done)
             sent: dict[str, float] = {}
             answers: list[float] = []
             while len(sent) < len(jobs):

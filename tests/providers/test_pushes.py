@@ -26,8 +26,6 @@ import copy
 import json
 import time
 import tomllib
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ from pollwarden.home.operating import open_store
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
 from tests.conftest import install
+from tests.e2e.test_push_cli import post
 
 PUSHES = Path(__file__).with_name("pushes")
 
@@ -182,15 +181,6 @@ def _parked(store: Store, contract: Contract, job_id: str) -> str:
     return operation_id
 
 
-def _post(url: str, headers: dict[str, str], body: bytes) -> int:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_a_documented_delivery_wakes_exactly_what_its_table_says(
     case: Case, receiver: tuple[HooksServer, Store]
@@ -202,7 +192,7 @@ def test_a_documented_delivery_wakes_exactly_what_its_table_says(
     for path, value in case.change.items():
         _set(body, path, value)
     headers, data = signed(contract, case.header or case.event, body)
-    assert _post(f"{server.url}/hooks/{case.contract}", headers, data) == 202  # whatever it woke: no oracle
+    assert post(f"{server.url}/hooks/{case.contract}", headers, data) == 202  # whatever it woke: no oracle
     stored = store.get(operation_id)
     assert stored is not None
     kinds = [event.kind for event in store.events(operation_id)]
