@@ -25,10 +25,7 @@ MAX_PARAMETERS = 8
 PENDING_LONG: frozenset[str] = frozenset()
 """Modules still over MAX_LINES lines."""
 
-PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset(
-    frozenset(f"pollwarden.{name}" for name in circle.split())
-    for circle in ("store.base store.common store.roles store.trail store.vouching store.witness",)
-)
+PENDING_CIRCLES: frozenset[frozenset[str]] = frozenset()
 """Import circles (as the set of modules in one strongly connected group) not broken yet."""
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -55,21 +52,10 @@ LOW_MODULES: dict[str, int] = {"home.directory": 1, "isolation.peers": 1}
 in the core's layer, below the package they are kept in: the store and the audit keys write private files, the
 engine names the OS user who installs a contract."""
 
-PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("isolation.child", "cli"),  # a person's command run for a broker's client is the CLI's own
-        ("isolation.people", "cli"),
-        ("transport.outbox", "engine"),  # the courier runs over a home's store: above transport
-        ("transport.outbox", "home"),
-    }
-)
+PENDING_UPWARD: frozenset[tuple[str, str]] = frozenset()
 """Imports (module, package it reaches up to) that go against `LAYERS` and are not fixed yet."""
 
-PENDING_WIDE: frozenset[str] = frozenset(
-    {
-        "pollwarden.console.pages.operations:operation_page",
-    }
-)
+PENDING_WIDE: frozenset[str] = frozenset()
 """Functions (module:qualified.name) still taking more than MAX_PARAMETERS parameters."""
 
 

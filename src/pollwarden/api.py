@@ -270,12 +270,12 @@ class Watch:
         from .engine.installed import NotInstalled, install_as_caller
         from .home.directory import resolve_home
         from .home.operating import HomeError
+        from .home.outbox import delivering
         from .home.shared_store import home_store
         from .report.progress import progress_of
         from .store.bell import listening, pause
         from .store.owner import process_owner
         from .transport.http import CredentialError, StatusClient, resolve_secret
-        from .transport.outbox import delivering
 
         try:
             secret = resolve_secret(self.contract)

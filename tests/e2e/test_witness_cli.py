@@ -19,11 +19,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pollwarden import events as ev
 from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write_head_file
 from pollwarden.clock import utcnow
+from pollwarden.home.outbox import delivering
 from pollwarden.simulator import Simulator
 from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
 from pollwarden.store.witness import Witness
-from pollwarden.transport.outbox import delivering
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving

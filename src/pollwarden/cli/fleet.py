@@ -140,7 +140,7 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     log = JsonLog(worker=owner)
     server = _serve_hooks(store_factory(args)(), args.host, args.port, log, owner)
     print(f"receiving provider pushes on {server.url}/hooks/CONTRACT; stop with Ctrl-C", flush=True)
-    from ..transport.outbox import delivering
+    from ..home.outbox import delivering
 
     try:
         # What its wakes commit (the witness's heads) goes out from the outbox while it serves.

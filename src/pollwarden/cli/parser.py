@@ -42,12 +42,6 @@ class Command:
         return func(args)
 
 
-BROKERED = frozenset(
-    {"decisions", "decide", "approvals", "approve-call", "approve-session", "revoke-session", "status", "story", "why"}
-)
-"""A person's commands that `--connect SOCKET` hands to `pollwarden broker`, which runs them on its home as the
-connected user (only an approver's decide and approve-* are carried out)."""
-
 CONNECT_HELP = (
     "the socket of a `pollwarden broker`: it runs the command on its own home, and records the decision with your"
     " user name as the kernel tells it"

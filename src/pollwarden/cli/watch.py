@@ -22,13 +22,13 @@ from ..core.words import checks_of, checks_used, delay_words, plural, stop_title
 from ..engine import AdmissionError, Engine, Polled, StepResult, Watching
 from ..engine.installed import NotInstalled, install_as_caller
 from ..home.operating import HomeError, command_line, contract_of
+from ..home.outbox import delivering
 from ..report.progress import progress_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.bell import listening
 from ..store.owner import process_owner
 from ..transport.http import Credential, CredentialError, StatusClient, resolve_secret
-from ..transport.outbox import delivering
 from .common import (
     EXIT_ESCALATED,
     EXIT_JOB_ENDED,
