@@ -285,3 +285,10 @@ def test_the_checks_see_what_they_check() -> None:
     functions = _functions()
     assert functions["pollwarden.core.durations:parse_duration"] >= 1
     assert any(count > MAX_PARAMETERS // 2 for count in functions.values())
+
+
+def test_no_file_at_the_repository_root_has_a_name_with_blanks_at_its_ends() -> None:
+    """A path built from a blank name (`--db " "`) once left files named " " and " -writer.lock" at the root, and
+    they were committed; such a name is always a mistake (and hard to see in a listing)."""
+    root = PACKAGE.parent.parent
+    assert sorted(repr(p.name) for p in root.iterdir() if p.name != p.name.strip()) == []
