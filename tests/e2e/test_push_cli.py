@@ -49,21 +49,6 @@ def _spawn(home: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
-    """Where the fleet's store is: the home's SQLite file, or a PostgreSQL database of the test's own."""
-    if request.param == "sqlite":
-        yield ()
-        return
-    from tests.store.conftest import create_database, drop_database
-
-    url = create_database(upgraded=True)
-    try:
-        yield ("--db", url)
-    finally:
-        drop_database(url)
-
-
 @pytest.fixture
 def hooks(home: Path, db_args: tuple[str, ...]) -> Iterator[str]:
     """`pollwarden hooks --port 0` in its own process; its base URL, read from the line it prints."""
