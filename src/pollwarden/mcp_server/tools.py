@@ -42,7 +42,7 @@ from .base import (
     ToolFailure,
     busy,
     clean_text,
-    log,
+    recorded_after,
 )
 from .cancel import tool_request_cancel
 from .gates import gated_call
@@ -366,10 +366,7 @@ def tool_request_extension(
         except changes.ChangeRefused as exc:
             raise busy(exc) from None
         # The request and its audit event are committed in the operation's log; this is the session's copy.
-        try:
-            store.append(broker.log_id, event, now)
-        except Exception:
-            log.exception("the session record of extension request %s could not be written", request.decision_id)
+        recorded_after(store, broker.log_id, event, now, f"extension request {request.decision_id}")
         shown = _with_agent_requests(store, request)
     return {
         "status": "requested",
