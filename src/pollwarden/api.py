@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -155,14 +155,13 @@ class WatchOptions(TypedDict, total=False):
     status_url: str | None
 
 
-def _check_names(options: Mapping[str, object]) -> None:
-    """A keyword the API does not take is refused as a misspelt keyword argument always was (a TypeError),
-    for callers the type checker does not see."""
-    unknown = sorted(set(options) - WatchOptions.__optional_keys__)
+def check_names(options: Mapping[str, object], takes: Sequence[str] = tuple(WatchOptions.__annotations__)) -> None:
+    """A keyword the API (or a function taking `**options` of another TypedDict, whose keys are `takes`) does not
+    take is refused as a misspelt keyword argument always was (a TypeError), for callers the type checker does
+    not see."""
+    unknown = sorted(set(options) - set(takes))
     if unknown:
-        raise TypeError(
-            f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(WatchOptions.__annotations__)})"
-        )
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(takes)})")
 
 
 def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
@@ -197,7 +196,7 @@ class Watch:
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
         operation was created, the watch stops (`usefulness_window_closed`), even before the deadline. `lag_target`
         (as `--lag-target`) is the p95 detection lag the contract's learnt schedule keeps (`[schedule] lag_target`)."""
-        _check_names(options)
+        check_names(options)
         vars = options.get("vars")
         operation_id = options.get("operation_id")
         status_url = options.get("status_url")
