@@ -47,6 +47,7 @@ from pollwarden.core.learnt import (
 )
 from pollwarden.core.observe import Response
 
+from .contracts import contract_text
 from .sections import write_section
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -63,27 +64,19 @@ P95_MISS = 0.05
 
 
 def contract(lag_target: float, *, learning: bool, max_delay: float = MAX_DELAY) -> Contract:
-    return parse_contract(
-        f"""
-name = "exports"
-status_url = "http://127.0.0.1:9/jobs/{{job_id}}"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-[schedule]
-base_delay = "5s"
-max_delay = "{max_delay:g}s"
-lag_target = "{lag_target:g}s"
-learn = {"true" if learning else "false"}
-[limits]
-deadline = "48h"
-max_requests = 5000
-""",
-        source="bench-learn.toml",
+    text = contract_text(
+        status_url="http://127.0.0.1:9/jobs/{job_id}",
+        pending=("running",),
+        result=False,
+        schedule={
+            "base_delay": "5s",
+            "max_delay": f"{max_delay:g}s",
+            "lag_target": f"{lag_target:g}s",
+            "learn": learning,
+        },
+        limits={"deadline": "48h", "max_requests": 5000},
     )
+    return parse_contract(text, source="bench-learn.toml")
 
 
 Workload = Callable[[random.Random], float]

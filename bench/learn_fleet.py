@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pollwarden.simulator import Simulator, Step, contract_text
+from pollwarden.simulator import Simulator, Step
 
+from .contracts import contract_text
 from .push import Row
 from .sections import write_section
 from .throughput import start_workers, stop_workers
@@ -41,18 +42,17 @@ LOAD: list[float] = []
 """The one-minute load average at the start and at the end of a run."""
 WAIT = 180.0
 """Seconds a round may take before the benchmark gives up on it (a round needs about 21)."""
-SCHEDULES = {
-    "plain backoff (250 ms to 1 s, learn = false)": 'base_delay = "250ms"\nmax_delay = "1s"\nlearn = false',
-    "learnt (lag_target 1 s, max_delay 30 s)": 'base_delay = "250ms"\nmax_delay = "30s"\nlag_target = "1s"',
+SCHEDULES: dict[str, dict[str, str | bool]] = {
+    "plain backoff (250 ms to 1 s, learn = false)": {"base_delay": "250ms", "max_delay": "1s", "learn": False},
+    "learnt (lag_target 1 s, max_delay 30 s)": {"base_delay": "250ms", "max_delay": "30s", "lag_target": "1s"},
 }
 
 
-def _contract(directory: Path, url: str, schedule: str) -> Path:
-    text = contract_text(url, base_delay="250ms", max_delay="1s", deadline="5m", max_requests=200)
-    start = text.index('base_delay = "250ms"')
-    end = text.index("\n", text.index('max_delay = "1s"'))
+def _contract(directory: Path, url: str, schedule: dict[str, str | bool]) -> Path:
+    text = contract_text(status_url=f"{url}/jobs/{{job_id}}", top={"timeout": "2s"}, schedule=schedule,
+                         limits={"deadline": "5m", "max_requests": 200})  # fmt: skip
     path = directory / "exports.toml"
-    path.write_text(text[:start] + schedule + text[end:], encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -102,7 +102,7 @@ def _pollwarden(*argv: str) -> None:
                    stdin=subprocess.DEVNULL)  # fmt: skip
 
 
-def rounds(schedule: str, callers: int, seed: int, job_seconds: float = 20.0) -> tuple[Row, Row]:
+def rounds(schedule: dict[str, str | bool], callers: int, seed: int, job_seconds: float = 20.0) -> tuple[Row, Row]:
     """The warm-up round and the measured round of one schedule, in a home of its own."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="pw-learn-fleet-") as tmp, Simulator() as sim:
