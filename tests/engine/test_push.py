@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
+
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.push_signature import MAX_BODY_BYTES
@@ -132,25 +134,62 @@ def test_a_storm_of_pushes_wakes_one_check(store: Store) -> None:
     assert stored is not None and stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)
 
 
-def test_a_push_that_meets_a_check_in_flight_is_kept_for_after_its_answer(store: Store) -> None:
-    """A push that lands while a check is in flight (its request sent, its answer not yet recorded) finds the
-    operation due already, yet that answer may predate the job's end and set the next check ten minutes away:
-    the push names the operation busy, and once the answer is recorded, trying it again makes it due. Before,
-    it was "unchanged" and lost (a worker's e2e test under load waited ten minutes for the woken check)."""
-    contract = _contract()
-    install(store, contract)
-    operation_id = Engine(store, owner="worker-1").admit(WatchRequest(contract, "exp-1", by="test")).record.operation_id
+def _checked(store: Store, operation_id: str) -> None:
+    """What a check leaves: answered just now ("running"), the next one ten minutes on."""
     now = store.db_now()
-    claimed = store.claim(operation_id, "worker-1", now, timedelta(seconds=30))  # the first check, in flight
+    claimed = store.claim(operation_id, "watch-1", now, timedelta(seconds=30))
     assert claimed is not None
     lease, record = claimed
-    # The worker's own receiver (`worker --hooks-port`) wakes as the worker: the holder of the check's lease.
-    answer = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="worker-1")
-    assert (answer.status, answer.outcome, answer.busy) == (202, "accepted", (operation_id,))
-    later = record.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)  # its answer: still running
+    answered = record.observed(at=now, http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
     assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
-    assert answer.wake is not None
-    assert wake_one(store, contract, operation_id, answer.wake, answer.delivery_id, owner="worker-1") == "moved"
+
+
+def test_a_push_just_after_a_check_wakes_at_once_and_the_next_woken_check_waits_min_interval(store: Store) -> None:
+    """min_interval counts from the last woken check, kept in the stored record, not from the last answer."""
+    contract = _contract()
+    operation_id = _admitted(store, contract)
+    _checked(store, operation_id)  # a scheduled check answered a moment ago
+    first = receive(store, contract, *_signed("exp-1", "msg_after_check"), secret=SECRET, owner="hooks")
+    assert first.outcome == "woken"
     stored = store.get(operation_id)
-    assert stored is not None and stored.record.delay_source is DelaySource.PROVIDER_PUSH
-    assert stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)
+    assert stored is not None and stored.record.woken_at is not None
+    assert stored.record.next_poll_at <= store.db_now()  # due at once, not a second after that answer
+    woken_at = stored.record.woken_at
+    _checked(store, operation_id)  # the woken check ran; the job still runs
+    second = receive(store, contract, *_signed("exp-1", "msg_storm"), secret=SECRET, owner="hooks")
+    assert second.outcome == "woken"
+    again = store.get(operation_id)
+    assert again is not None and again.record.next_poll_at == woken_at + timedelta(seconds=1)  # min_interval
+
+
+@pytest.mark.parametrize("receiver", ["hooks", "watch-1"])
+def test_a_push_during_a_check_in_flight_wakes_the_operation_once_that_check_is_recorded(
+    store: Store, receiver: str
+) -> None:
+    """Found by `bench.push` ("push just after a check"): the provider answered "running", the job ended and
+    pushed while the watch still held the lease to record that answer. The record was still due (the check in
+    flight), so the push found nothing to do and was lost: the job waited for the whole safety-net schedule.
+    A check in flight is busy: the receiver wakes the operation again once its answer is recorded. Whoever the
+    receiver is: a worker's own (`worker --hooks-port`) wakes under the name that holds its checks' leases (a
+    fix that skipped its own leases still lost the push in test_push_cli under load)."""
+    contract = _contract()
+    operation_id = _admitted(store, contract)
+    now = store.db_now()
+    in_flight = store.claim(operation_id, "watch-1", now, timedelta(seconds=30))
+    assert in_flight is not None
+    lease, record = in_flight
+    due_now = record.waiting(now, DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, due_now, [Paced(provider="test", until=None)], now, release=True)
+    claimed = store.claim(operation_id, "watch-1", store.db_now(), timedelta(seconds=30))  # due now: its check
+    assert claimed is not None
+    lease, record = claimed
+    pushed = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner=receiver)
+    assert (pushed.status, pushed.busy) == (202, (operation_id,))
+    answered = record.observed(at=store.db_now(), http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(store.db_now() + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], store.db_now(), release=True)
+    assert pushed.wake is not None
+    assert wake_one(store, contract, operation_id, pushed.wake, pushed.delivery_id, owner=receiver) == "moved"
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.next_poll_at <= store.db_now()
