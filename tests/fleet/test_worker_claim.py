@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -241,6 +241,24 @@ def test_two_new_contracts_read_their_credentials_at_once(tmp_path: Path) -> Non
     store.close()
 
 
+class _Ahead:
+    """The store's clock, moved on by the test: a deadline passes when the test says so, not after a wait that a
+    loaded machine could outrun or the test must sit through."""
+
+    def __init__(self) -> None:
+        self.by = timedelta(0)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.by
+
+
+def _store_ahead(home: Path, ahead: _Ahead) -> Store:
+    """`_store` whose `db_now` (every time a worker's batch and engine use) is `ahead`'s."""
+    store = _store(home)
+    store.db_now = ahead.now  # type: ignore[method-assign]
+    return store
+
+
 @pytest.mark.parametrize("paced", [False, True], ids=["batch", "alone"])
 def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeout(tmp_path: Path, paced: bool) -> None:
     """A poll's time limit was checked before its credential was read, and the request's own time bound ran from
@@ -249,36 +267,46 @@ def test_a_token_refresh_that_runs_past_the_deadline_is_not_the_providers_timeou
     ate into the request's time). The worker refreshes a token in the background now, and passes its contract
     over while it has none to use, whichever of its drivers steps the operation (the batch's, or one operation's,
     as a paced provider's): the operation is claimed once the slow refresh is in, past its deadline, and that is
-    what is recorded, with no request sent."""
-    runs = tmp_path / "runs"
+    what is recorded, with no request sent.
+
+    The refresh is held until the test lets it go, and the worker's clock (the store's) is moved past the deadline
+    while it is held: the refresh ends past the deadline by events, not by a sleep longer than the deadline."""
+    runs, go = tmp_path / "runs", tmp_path / "go"
     script = tmp_path / "token.py"
     script.write_text(
         "import pathlib, time\n"
-        f"runs = pathlib.Path({str(runs)!r})\n"
+        f"runs, go = pathlib.Path({str(runs)!r}), pathlib.Path({str(go)!r})\n"
         "n = int(runs.read_text()) if runs.exists() else 0\n"
         "runs.write_text(str(n + 1))\n"
-        "if n:\n"
-        "    time.sleep(15.5)  # a refresh: past the deadline below (it starts after the first poll)\n"
+        "deadline = time.monotonic() + 120\n"
+        "while n and not go.exists() and time.monotonic() < deadline:  # a refresh: held until the test says\n"
+        "    time.sleep(0.01)\n"
         "print('tok-REFRESHED-789')\n"
     )
     extra = token_command_auth(script, ttl="100ms")
     # The deadline only has to leave time for the first poll, which waits for the command's first run in the
     # background: beside two busy cores and a loaded suite that came after 6 s (2 s before that).
+    ahead = _Ahead()
     with provider() as server:
         text = contract_text(server.url, name="tok", timeout="3s", deadline="15s", base_delay="300ms",
                              max_delay="300ms", extra=extra)  # fmt: skip
-        store = _store(tmp_path)
+        store = _store_ahead(tmp_path, ahead)
         _admit(
-            Engine(store, owner="enqueue"), WatchRequest(parse_contract(text, source="t.toml"), "j1", "op-1", by="e")
+            Engine(store, owner="enqueue", clock=store.db_now),
+            WatchRequest(parse_contract(text, source="t.toml"), "j1", "op-1", by="e"),
         )
         worker = Worker(
-            lambda: _store(tmp_path), owner="worker-1", concurrency=2, log=JsonLog(io.StringIO(), worker="w"),
-            provider_rates={"tok": 100.0} if paced else None,
+            lambda: _store_ahead(tmp_path, ahead), owner="worker-1", concurrency=2,
+            log=JsonLog(io.StringIO(), worker="w"), provider_rates={"tok": 100.0} if paced else None,
         )  # fmt: skip
         with ThreadPoolExecutor(2) as pool:
             # The first poll, once its client is made and the command's quick first run is in.
             _run_until(worker, pool, lambda: _polled(store, "op-1"), "the first poll never went out")
             assert len(server.requests) == 1
+            # The token expires (100 ms) and its refresh starts, held: the deadline passes while it runs.
+            _run_until(worker, pool, lambda: runs.exists() and runs.read_text() == "2", "the refresh never started")
+            ahead.by = timedelta(seconds=20)
+            go.touch()
             final = lambda: (found := store.get("op-1")) is not None and found.record.is_final  # noqa: E731
             # The second, once due: its token expired, the refresh is slow, and the contract waits for it.
             _run_until(worker, pool, final, "the operation never ended")
