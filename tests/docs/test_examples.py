@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,8 +53,9 @@ def test_a_toml_block_is_a_contract(block: Block, tmp_path: Path) -> None:
     load_contract(path, given)
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], Simulator]]:
+@contextmanager
+def _sandbox(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], Simulator]]:
+    """A document's own: a fresh home, a copy of examples/ pointed at its own simulator."""
     with Simulator() as sim:
         port = sim.url.rsplit(":", 1)[1]
         cwd = tmp_path / "work"
@@ -74,20 +77,32 @@ def sandbox(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], Simulator]]:
         yield cwd, env, sim
 
 
-@pytest.mark.parametrize("path", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])
-def test_a_document_runs_as_written(path: Path, sandbox: tuple[Path, dict[str, str], Simulator]) -> None:
-    cwd, env, sim = sandbox
-    port = sim.url.rsplit(":", 1)[1]
-    for n, block in enumerate(_runnable(path)):
-        text = _SIMULATE.sub("", block.text).replace(":8080", f":{port}").replace("--port 8080", f"--port {port}")
-        if block.lang == "sh":
-            argv = ["bash", "-c", shell_script(text)]
-        else:
-            script = cwd / f"block{n}.py"
-            script.write_text(text, encoding="utf-8")
-            argv = [sys.executable, str(script)]
-        # A bound that only stops a hang: the slowest block waits some seconds on the simulator.
-        ran = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
-        shown = f"{block.where} ({block.lang}) exit {ran.returncode}\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
-        assert ran.returncode == 0, shown
-        assert "Traceback" not in ran.stderr, shown
+def _runs_as_written(path: Path, tmp_path: Path) -> str | None:
+    """The document's blocks in order in its own sandbox: None, or what the first that failed showed."""
+    with _sandbox(tmp_path) as (cwd, env, sim):
+        port = sim.url.rsplit(":", 1)[1]
+        for n, block in enumerate(_runnable(path)):
+            text = _SIMULATE.sub("", block.text).replace(":8080", f":{port}").replace("--port 8080", f"--port {port}")
+            if block.lang == "sh":
+                argv = ["bash", "-c", shell_script(text)]
+            else:
+                script = cwd / f"block{n}.py"
+                script.write_text(text, encoding="utf-8")
+                argv = [sys.executable, str(script)]
+            # A bound that only stops a hang: the slowest block waits some seconds on the simulator.
+            ran = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+            shown = f"{block.where} ({block.lang}) exit {ran.returncode}\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+            if ran.returncode != 0 or "Traceback" in ran.stderr:
+                return shown
+    return None
+
+
+def test_every_document_runs_as_written(tmp_path: Path) -> None:
+    """Each document in its own sandbox, all at once, each on a thread: their blocks mostly wait on their
+    simulators' scripted jobs (a minute and a half of waiting one after another, the slowest's alone side by
+    side). A block that exits non-zero, or prints a traceback, fails the test, naming every document that did."""
+    names = [str(path.relative_to(ROOT)) for path in RUNNABLE]
+    with ThreadPoolExecutor(len(RUNNABLE)) as pool:
+        runs = [pool.submit(_runs_as_written, path, tmp_path / f"doc{n}") for n, path in enumerate(RUNNABLE)]
+        failed = [f"{name}: {shown}" for name, run in zip(names, runs, strict=True) if (shown := run.result())]
+    assert not failed, "\n\n".join(failed)
