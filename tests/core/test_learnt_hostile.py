@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from pollwarden.core.learnt import JITTER_SHARE, Learnt, Sample, learn
+from pollwarden.core.learnt import JITTER_SHARE, Learnt, Sample, estimate, learn
 
 LAG = 30.0
 DAY = 86_400.0
@@ -79,6 +79,9 @@ def test_identical_and_zero_width_histories_give_a_plan() -> None:
     same = learn("exports", [Sample(60.0, 60.0)] * 50, LAG)
     assert same is not None
     assert 55.0 <= same.checks[0] <= 66.0, same.checks
+    every = estimate([Sample(60.0, 60.0)] * 50, LAG)
+    assert every is not None and every.at(61.0) == 1.0  # all of them ended by then, none in a tail
+    assert 45.0 <= same.p5 <= same.p95 <= 60.0  # the smoothing spreads it by a quarter of the target
     instant = learn("exports", [Sample(0.0, 0.0)] * 50, LAG)
     assert instant is not None and instant.checks[0] <= LAG
     censored_only = learn("exports", [Sample(60.0, None)] * 500, LAG)

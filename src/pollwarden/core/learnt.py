@@ -209,7 +209,7 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     shares, tail = [], 0.0
     for s in ended:
         assert s.upper is not None
-        if s.lower >= span:
+        if s.lower >= span and s.upper > span:
             tail += 1.0  # ended past the grid: its mass is the tail's, where the plain backoff checks
             continue
         shares.append(_shares(cells, step, s.lower, min(s.upper, span)))
