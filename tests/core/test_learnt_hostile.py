@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import timedelta
 
+from pollwarden.core import Decision, decide, observe, reserve
 from pollwarden.core.learnt import JITTER_SHARE, Learnt, Sample, estimate, learn
+from pollwarden.core.reasons import DelaySource
+from pollwarden.core.record import OperationRecord
+from tests.core.support import T0, body, make_contract, make_record, response
 
 LAG = 30.0
 DAY = 86_400.0
@@ -100,3 +105,32 @@ def test_a_planned_check_just_past_max_delay_keeps_its_jitter_within_max_delay()
         assert abs(early - late) >= spread / 4, (age, early, late)  # was 30.0 for every draw
         again = model.next_check(age + min(early, late), 0.5, max_gap)
         assert again is not None and again > max_gap / 2  # the planned check was made, not made again
+
+
+def _pending(record: OperationRecord, model: Learnt, at_s: float) -> Decision:
+    at = T0 + timedelta(seconds=at_s)
+    reserved = reserve(record.waiting(at, record.delay_source), at)
+    return decide(reserved, observe(make_contract(), response(body("running"), at=at)), at, 0.5, model)
+
+
+def test_a_learnt_check_planned_past_the_deadline_is_made_once_just_before_it() -> None:
+    """The plan skips ages where no job ended; when the deadline falls in such a gap, waking at the deadline only
+    to stop never looked at a job that may have ended in between: one last check comes just before it."""
+    model = Learnt("exports", 40, LAG, (100.0, 130.0), 90.0, 100.0, 120.0, 130.0, 2.0)
+    record = make_record(deadline=timedelta(seconds=50))
+    first = _pending(record, model, 1.0)
+    assert first.next_poll_at is not None and first.delay_source is DelaySource.LEARNT
+    assert record.deadline_at - timedelta(seconds=1) <= first.next_poll_at < record.deadline_at
+    last = _pending(first.record, model, (first.next_poll_at - T0).total_seconds())
+    assert last.next_poll_at == record.deadline_at  # that was the last one: the deadline stops it, no third
+    assert "after the deadline" in last.detail
+
+
+def test_so_is_one_planned_past_the_usefulness_window() -> None:
+    model = Learnt("exports", 40, LAG, (100.0, 130.0), 90.0, 100.0, 120.0, 130.0, 2.0)
+    record = make_record(useful_for=timedelta(seconds=40))
+    useful_until = record.plan.useful_until
+    assert useful_until is not None
+    decision = _pending(record, model, 1.0)
+    assert decision.next_poll_at is not None
+    assert useful_until - timedelta(seconds=1) <= decision.next_poll_at < useful_until
