@@ -53,7 +53,7 @@ class PageViews(AuthHandler):
                     ],
                     matched=found.matched,
                     counts=found.counts,
-                    fleet=store.fleet_counts(now, lease_ttl_of),
+                    fleet=store.fleet_counts(now, lease_ttl_of, pressure=False),
                     contracts=store.contract_names(),
                     unreadable=found.unreadable,
                 )

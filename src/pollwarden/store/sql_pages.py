@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from .common import DECISION_COLUMNS, STORED_COLUMNS, decision_from_row, marks, stored_from_row
-from .paging import DecisionGroup, OperationsPage, OperationsQuery, Urgency
+from .paging import URGENCY, DecisionGroup, OperationsPage, OperationsQuery, Urgency
 from .records import Stored, StoredDecision, UnreadableRow
 from .sql_leases import chunks
 from .sql_reads import Reads
@@ -21,6 +21,7 @@ MAX_GONE = 1000
 limits. More than this many dead watch processes at once is a fleet to restart, not to read row by row."""
 
 Clause = tuple[str, list[Any]]
+"""A piece of SQL and its parameters, in placeholder order."""
 
 _FROM = (
     "operations LEFT JOIN (SELECT DISTINCT operation_id FROM decisions WHERE status = 'open') AS awaiting"
@@ -28,7 +29,22 @@ _FROM = (
 )
 """Every operation with its open decision's mark: one join (a hash join on PostgreSQL) rather than a lookup per
 row, which a database whose statistics are not yet gathered may plan as a scan of the decisions per row."""
-"""A piece of SQL and its parameters, in placeholder order."""
+
+_ORDER = (
+    "CASE WHEN phase = 'active' THEN 0 ELSE 1 END, CASE WHEN phase = 'active' THEN next_poll_at END,"
+    " updated_at DESC, operations.operation_id"
+)
+"""The order within one class of `URGENCY`: active before ended, active ones by next due, then newest first."""
+
+_HINTS = ("awaiting.operation_id IS NOT NULL", "phase = 'active'", "phase = 'active'", "phase = 'active'")
+"""What each class of `URGENCY` implies, said so that the database can use an index for it (overdue and orphaned
+operations are active); the ended class says so itself."""
+
+
+def _when(sql: str, *, on: bool = True) -> str:
+    """A flag's condition as 1 or 0: a NULL inside it (an active row with no owner at all) counts as not flagged,
+    both where the flags are counted and where a class is read."""
+    return f"(CASE WHEN {sql} THEN 1 ELSE 0 END) = {1 if on else 0}"
 
 
 def like_pattern(text: str) -> str:
@@ -86,33 +102,19 @@ class Pages(Reads):
         return " AND ".join(where), params
 
     def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
-        ranks = self._urgency(urgency)
+        flags = self._urgency(urgency)
         where, params = self._filters(query)
-        flags = ", ".join(f"CASE WHEN {sql} THEN 1 ELSE 0 END AS f_{key}" for key, (sql, _) in ranks.items())
-        flag_params = [p for _, ps in ranks.values() for p in ps]
-        rank = " ".join(f"WHEN f_{key} = 1 THEN {n}" for n, key in enumerate(ranks))
-        shown = f"WHERE f_{query.show} = 1" if query.show in ranks else ""
-        totals = ", ".join(["(SELECT COUNT(*) FROM ranked)", *(f"(SELECT SUM(f_{key}) FROM ranked)" for key in ranks)])
-        # One pass over the rows (`operations_console`, never a record): each row's flags once, then the counts and
-        # this page's ids from them; then only this page's records.
-        found_ids = self._rows(
-            f"WITH ranked AS (SELECT operations.operation_id AS id, {flags},"
-            " CASE WHEN phase = 'active' THEN 0 ELSE 1 END AS ended,"
-            " CASE WHEN phase = 'active' THEN next_poll_at END AS due, updated_at AS at"
-            f" FROM {_FROM} WHERE {where})"
-            f" SELECT id, {totals} FROM ranked {shown}"
-            f" ORDER BY CASE {rank} WHEN ended = 0 THEN {len(ranks)} ELSE {len(ranks) + 1} END, ended, due, at DESC, id"
-            " LIMIT ? OFFSET ?",
-            [*flag_params, *params, max(query.limit, 0), max(query.offset, 0)],
-        )
-        if found_ids:
-            numbers = [int(n or 0) for n in found_ids[0][1:]]
-        else:  # past the last page, or nothing shown: the counts alone
-            counted = ", ".join(f"SUM(CASE WHEN {sql} THEN 1 ELSE 0 END)" for sql, _ in ranks.values())
-            row = self._row(f"SELECT COUNT(*), {counted} FROM {_FROM} WHERE {where}", [*flag_params, *params])
-            numbers = [int(n or 0) for n in (row or (0,) * (len(ranks) + 1))]
-        counts = dict(zip(("all", *ranks), numbers, strict=True))
-        ids = [str(found[0]) for found in found_ids]
+        sizes, counts = self._classes(query, flags, (where, params))
+        # The page is a window over the classes in `URGENCY` order: each class it overlaps is read on its own,
+        # sorted within the class (`_ORDER`) with a LIMIT, so no statement sorts the whole fleet.
+        ids: list[str] = []
+        start, end = max(query.offset, 0), max(query.offset, 0) + max(query.limit, 0)
+        first = 0
+        for rank, size in enumerate(sizes):
+            low, high = max(start, first), min(end, first + size)
+            if low < high:
+                ids += self._class_ids(rank, flags, query, (where, params), offset=low - first, limit=high - low)
+            first += size
         order = {operation_id: n for n, operation_id in enumerate(ids)}
         rows = (
             self._rows(f"SELECT {STORED_COLUMNS} FROM operations WHERE operation_id IN ({marks(len(ids))})", ids)
@@ -132,6 +134,55 @@ class Pages(Reads):
             unreadable=tuple(aside + [u for u in broken if u.operation_id not in {a.operation_id for a in aside}]),
         )
 
+    def _classes(
+        self, query: OperationsQuery, flags: dict[str, Clause], filtered: Clause
+    ) -> tuple[list[int], dict[str, int]]:
+        """One grouped pass over the filtered rows: how many of each combination of flags. From it, each `SHOWS`
+        count (an operation both awaiting and overdue counts in both) and the size of each class of `URGENCY` (an
+        operation is in the first whose flag it has) among those `query.show` keeps."""
+        where, params = filtered
+        cases = [f"CASE WHEN {sql} THEN 1 ELSE 0 END" for sql, _ in flags.values()]  # `_when`'s
+        active = "CASE WHEN phase = 'active' THEN 1 ELSE 0 END"
+        groups = self._rows(
+            f"SELECT {', '.join(cases)}, {active}, COUNT(*) FROM {_FROM} WHERE {where}"
+            f" GROUP BY {', '.join(str(n + 1) for n in range(len(cases) + 1))}",
+            [*(p for _, ps in flags.values() for p in ps), *params],
+        )
+        counts = dict.fromkeys(("all", *flags), 0)
+        sizes = [0] * len(URGENCY)
+        for *marked, live, number in groups:
+            n = int(number)
+            keys = {key for key, on in zip(flags, marked, strict=True) if int(on)}
+            counts["all"] += n
+            for key in keys:
+                counts[key] += n
+            if query.show in flags and query.show not in keys:
+                continue
+            rank = next((r for r, key in enumerate(flags) if key in keys), len(flags) if int(live) else len(flags) + 1)
+            sizes[rank] += n
+        return sizes, counts
+
+    def _class_ids(
+        self, rank: int, flags: dict[str, Clause], query: OperationsQuery, filtered: Clause, *, offset: int, limit: int
+    ) -> list[str]:
+        """This page's ids of one class of `URGENCY`: rows with none of the earlier classes' flags and with its own
+        (active or ended for the last two), and the shown flag; the flags' conditions are the ones `_classes`
+        counted with, so the windows add up."""
+        where, params = filtered
+        keys = list(flags)
+        wanted = [(key, False) for key in keys[:rank]] + [(key, True) for key in keys[rank : rank + 1]]
+        if query.show in flags and query.show not in keys[: rank + 1]:
+            wanted.append((query.show, True))
+        conditions = [_when(flags[key][0], on=on) for key, on in wanted]
+        condition_params = [p for key, _ in wanted for p in flags[key][1]]
+        conditions.append(_HINTS[rank] if rank < len(_HINTS) else "phase <> 'active'")
+        found = self._rows(
+            f"SELECT operations.operation_id FROM {_FROM} WHERE {where} AND {' AND '.join(conditions)}"
+            f" ORDER BY {_ORDER} LIMIT ? OFFSET ?",
+            [*params, *condition_params, limit, offset],
+        )
+        return [str(operation_id) for (operation_id,) in found]
+
     def _open_of(self, operation_ids: Sequence[str]) -> dict[str, str]:
         """Each operation's open decision (the newest, were there more), served by `decisions_open`."""
         found: dict[str, str] = {}
@@ -147,26 +198,28 @@ class Pages(Reads):
     def active_owners(self) -> list[str]:
         """The distinct owners of active operations (the lease holder's or the last watcher's): the few processes
         whose liveness ranks a page (`Urgency.gone`)."""
+        # One pass (over `operations_console` where the visibility map allows, else the table) for the few
+        # distinct pairs, rather than a pass for each column.
         rows = self._rows(
-            "SELECT lease_owner FROM operations WHERE phase = 'active' AND lease_owner IS NOT NULL"
-            " UNION SELECT watcher FROM operations WHERE phase = 'active' AND watcher IS NOT NULL"
+            "SELECT lease_owner, watcher FROM operations WHERE phase = 'active' GROUP BY lease_owner, watcher"
         )
-        return sorted(str(owner) for (owner,) in rows)
+        return sorted({str(owner) for pair in rows for owner in pair if owner is not None})
 
     def active_contracts(self) -> dict[str, str]:
         """Each contract name with active operations -> the text of its newest one (its lease TTL ranks overdue,
         as `fleet_counts` counts it)."""
-        found: dict[str, str] = {}
-        for (name,) in self._rows("SELECT DISTINCT contract_name FROM operations WHERE phase = 'active'"):
-            # The newest one's id from `operations_console`, then its one contract text: no sort of texts.
-            newest = self._row(
-                "SELECT contract FROM operations WHERE operation_id = (SELECT operation_id FROM operations"
-                " WHERE contract_name = ? AND phase = 'active' ORDER BY created_at DESC, operation_id DESC LIMIT 1)",
-                (name,),
-            )
-            if newest is not None:
-                found[str(name)] = str(newest[0])
-        return found
+        # One statement that never reads the table whole: the names one index probe each (the next name after the
+        # last, over `operations_newest_active`, as neither database skips through an index by itself), then each
+        # one's newest active operation read backwards from the same index, and its one contract text.
+        rows = self._rows(
+            "WITH RECURSIVE names(name) AS ("
+            " SELECT MIN(contract_name) FROM operations WHERE phase = 'active'"
+            " UNION ALL SELECT (SELECT MIN(contract_name) FROM operations WHERE phase = 'active'"
+            " AND contract_name > names.name) FROM names WHERE names.name IS NOT NULL)"
+            " SELECT name, (SELECT contract FROM operations WHERE phase = 'active' AND contract_name = names.name"
+            " ORDER BY created_at DESC, operation_id DESC LIMIT 1) FROM names WHERE name IS NOT NULL"
+        )
+        return {str(name): str(text) for name, text in rows if text is not None}
 
     def contract_names(self) -> list[str]:
         return [str(name) for (name,) in self._rows("SELECT DISTINCT contract_name FROM operations ORDER BY 1")]
