@@ -72,14 +72,14 @@ def _fleet(store: AnyStore, count: int = 90) -> None:
 
 
 def _urgency() -> Urgency:
-    return Urgency(NOW, dict.fromkeys(CONTRACTS, TTL), frozenset({GONE}))
+    return Urgency(NOW, dict.fromkeys(CONTRACTS, TTL), {GONE}.__contains__)
 
 
 def _oracle(store: Any, query: OperationsQuery, urgency: Urgency) -> tuple[list[str], dict[str, int]]:
     """The ranking statement as it was before the ranking was read class by class (commit 2104954)."""
     from pollwarden.store.sql_pages import _FROM
 
-    ranks = store._urgency(urgency)
+    ranks = store._urgency(urgency, [GONE])
     where, params = store._filters(query)
     flags = ", ".join(f"CASE WHEN {sql} THEN 1 ELSE 0 END AS f_{key}" for key, (sql, _) in ranks.items())
     flag_params = [p for _, ps in ranks.values() for p in ps]

@@ -193,10 +193,6 @@ class Pages(Opened, Protocol):
         """One page of operations, most urgent first (`paging.URGENCY`), with the counts of each filter."""
         ...
 
-    def active_owners(self) -> list[str]:
-        """The distinct owners of active operations: whose liveness `Urgency.gone` is made of."""
-        ...
-
     def active_contracts(self) -> dict[str, str]:
         """Contract name -> the text of its newest active operation (its lease TTL: `Urgency.ttl`)."""
         ...

@@ -58,6 +58,29 @@ def _names(where: str) -> str:
     )
 
 
+def _classes(
+    query: OperationsQuery, keys: list[str], groups: Sequence[tuple[Any, ...]], gone: set[str]
+) -> tuple[list[int], dict[str, int]]:
+    """From `Pages._groups`: each `SHOWS` count (an operation both awaiting and overdue counts in both) and the size
+    of each class of `URGENCY` (an operation is in the first whose flag it has; `keys` the flags in that order)
+    among those `query.show` keeps. An active row whose owner is `gone` is orphaned, as `_urgency` says in SQL."""
+    counts = dict.fromkeys(("all", *keys), 0)
+    sizes = [0] * len(URGENCY)
+    for awaiting, overdue, live, holder, number in groups:
+        n = int(number)
+        marked = {"awaiting": int(awaiting) == 1, "overdue": int(overdue) == 1}
+        marked["orphaned"] = int(live) == 1 and holder is not None and str(holder) in gone
+        on = {key for key in keys if marked[key]}
+        counts["all"] += n
+        for key in on:
+            counts[key] += n
+        if query.show in keys and query.show not in on:
+            continue
+        rank = next((r for r, key in enumerate(keys) if key in on), len(keys) if int(live) else len(keys) + 1)
+        sizes[rank] += n
+    return sizes, counts
+
+
 def like_pattern(text: str) -> str:
     """`text` anywhere, as a LIKE pattern escaped with a backslash: a `%` or `_` a person types is only itself."""
     # A NUL is in no id (and PostgreSQL refuses one in a parameter): searched for, it is left out.
@@ -74,8 +97,14 @@ class Pages(Reads):
             [self.dialect.stamp(now)],
         )
 
-    def _urgency(self, urgency: Urgency) -> dict[str, Clause]:
-        """Each of the first three ranks as a condition on a row (`report.ownership`'s rules, in SQL)."""
+    def _holder(self, now: datetime) -> Clause:
+        """Who answers for a row: the lease holder while its lease runs, else its last watcher."""
+        held, held_params = self._held(now)
+        return f"CASE WHEN {held} THEN lease_owner ELSE watcher END", held_params
+
+    def _urgency(self, urgency: Urgency, gone: Sequence[str]) -> dict[str, Clause]:
+        """Each of the first three ranks as a condition on a row (`report.ownership`'s rules, in SQL); `gone`: the
+        owners `urgency.gone` found gone among those of the rows counted."""
         held, held_params = self._held(urgency.now)
         awaiting: Clause = ("awaiting.operation_id IS NOT NULL", [])  # joined in `_FROM`
         late: list[str] = []
@@ -87,11 +116,10 @@ class Pages(Reads):
             f"(phase = 'active' AND NOT {held} AND ({' OR '.join(late) or '1 = 0'}))",
             [*held_params, *late_params],
         )
-        gone = sorted(urgency.gone)[:MAX_GONE]
-        holder = f"CASE WHEN {held} THEN lease_owner ELSE watcher END"
+        holder, holder_params = self._holder(urgency.now)
         orphaned = (
             f"(phase = 'active' AND {holder} IN ({marks(len(gone))}))" if gone else "(1 = 0)",
-            [*held_params, *gone] if gone else [],
+            [*holder_params, *gone] if gone else [],
         )
         return {"awaiting": awaiting, "overdue": overdue, "orphaned": orphaned}
 
@@ -113,9 +141,13 @@ class Pages(Reads):
         return " AND ".join(where), params
 
     def operations_page(self, query: OperationsQuery, urgency: Urgency) -> OperationsPage:
-        flags = self._urgency(urgency)
         where, params = self._filters(query)
-        sizes, counts = self._classes(query, flags, (where, params))
+        groups = self._groups(urgency, (where, params))
+        # The owners of the rows counted, asked once each: a few processes, read in the same pass as the counts.
+        holders = {str(holder) for *_, holder, _ in groups if holder is not None}
+        gone = sorted(holder for holder in holders if urgency.gone(holder))[:MAX_GONE]
+        flags = self._urgency(urgency, gone)
+        sizes, counts = _classes(query, list(flags), groups, set(gone))
         # The page is a window over the classes in `URGENCY` order: each class it overlaps is read on its own,
         # sorted within the class (`_ORDER`) with a LIMIT, so no statement sorts the whole fleet.
         ids: list[str] = []
@@ -145,33 +177,19 @@ class Pages(Reads):
             unreadable=tuple(aside + [u for u in broken if u.operation_id not in {a.operation_id for a in aside}]),
         )
 
-    def _classes(
-        self, query: OperationsQuery, flags: dict[str, Clause], filtered: Clause
-    ) -> tuple[list[int], dict[str, int]]:
-        """One grouped pass over the filtered rows: how many of each combination of flags. From it, each `SHOWS`
-        count (an operation both awaiting and overdue counts in both) and the size of each class of `URGENCY` (an
-        operation is in the first whose flag it has) among those `query.show` keeps."""
+    def _groups(self, urgency: Urgency, filtered: Clause) -> list[tuple[Any, ...]]:
+        """One grouped pass over the filtered rows: how many have each combination of awaiting, overdue, active
+        and owner (`_classes` makes the orphaned flag of the owner, and the counts, from it)."""
         where, params = filtered
-        cases = [f"CASE WHEN {sql} THEN 1 ELSE 0 END" for sql, _ in flags.values()]  # `_when`'s
-        active = "CASE WHEN phase = 'active' THEN 1 ELSE 0 END"
-        groups = self._rows(
-            f"SELECT {', '.join(cases)}, {active}, COUNT(*) FROM {_FROM} WHERE {where}"
-            f" GROUP BY {', '.join(str(n + 1) for n in range(len(cases) + 1))}",
-            [*(p for _, ps in flags.values() for p in ps), *params],
+        flags = self._urgency(urgency, [])
+        holder, holder_params = self._holder(urgency.now)
+        cases = [f"CASE WHEN {flags[key][0]} THEN 1 ELSE 0 END" for key in ("awaiting", "overdue")]  # `_when`'s
+        rows = self._rows(
+            f"SELECT {', '.join(cases)}, CASE WHEN phase = 'active' THEN 1 ELSE 0 END, {holder}, COUNT(*)"
+            f" FROM {_FROM} WHERE {where} GROUP BY 1, 2, 3, 4",
+            [*flags["awaiting"][1], *flags["overdue"][1], *holder_params, *params],
         )
-        counts = dict.fromkeys(("all", *flags), 0)
-        sizes = [0] * len(URGENCY)
-        for *marked, live, number in groups:
-            n = int(number)
-            keys = {key for key, on in zip(flags, marked, strict=True) if int(on)}
-            counts["all"] += n
-            for key in keys:
-                counts[key] += n
-            if query.show in flags and query.show not in keys:
-                continue
-            rank = next((r for r, key in enumerate(flags) if key in keys), len(flags) if int(live) else len(flags) + 1)
-            sizes[rank] += n
-        return sizes, counts
+        return [tuple(row) for row in rows]
 
     def _class_ids(
         self, rank: int, flags: dict[str, Clause], query: OperationsQuery, filtered: Clause, *, offset: int, limit: int
@@ -205,16 +223,6 @@ class Pages(Reads):
             ):
                 found[str(operation_id)] = str(decision_id)
         return found
-
-    def active_owners(self) -> list[str]:
-        """The distinct owners of active operations (the lease holder's or the last watcher's): the few processes
-        whose liveness ranks a page (`Urgency.gone`)."""
-        # One pass (over `operations_console` where the visibility map allows, else the table) for the few
-        # distinct pairs, rather than a pass for each column.
-        rows = self._rows(
-            "SELECT lease_owner, watcher FROM operations WHERE phase = 'active' GROUP BY lease_owner, watcher"
-        )
-        return sorted({str(owner) for pair in rows for owner in pair if owner is not None})
 
     def active_contracts(self) -> dict[str, str]:
         """Each contract name with active operations -> the text of its newest one (its lease TTL ranks overdue,
