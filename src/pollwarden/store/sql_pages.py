@@ -47,17 +47,6 @@ def _when(sql: str, *, on: bool = True) -> str:
     return f"(CASE WHEN {sql} THEN 1 ELSE 0 END) = {1 if on else 0}"
 
 
-def _names(where: str) -> str:
-    """A `names` table of the distinct contract names of the operations `where` holds, one index probe each (the
-    least name after the last: neither database skips through an index by itself), never a read of every row:
-    `operations_job` or `operations_newest_active` lead with the name. A few names, so a few probes."""
-    return (
-        f"WITH RECURSIVE names(name) AS (SELECT MIN(contract_name) FROM operations WHERE {where}"
-        f" UNION ALL SELECT (SELECT MIN(contract_name) FROM operations WHERE {where} AND contract_name > names.name)"
-        " FROM names WHERE names.name IS NOT NULL)"
-    )
-
-
 def _classes(
     query: OperationsQuery, keys: list[str], groups: Sequence[tuple[Any, ...]], gone: set[str]
 ) -> tuple[list[int], dict[str, int]]:
@@ -223,22 +212,6 @@ class Pages(Reads):
             ):
                 found[str(operation_id)] = str(decision_id)
         return found
-
-    def active_contracts(self) -> dict[str, str]:
-        """Each contract name with active operations -> the text of its newest one (its lease TTL ranks overdue,
-        as `fleet_counts` counts it)."""
-        # One statement that never reads the table whole: the names (`_names`, over `operations_newest_active`),
-        # then each one's newest active operation read backwards from the same index, and its one contract text.
-        rows = self._rows(
-            _names("phase = 'active'") + " SELECT name, (SELECT contract FROM operations WHERE phase = 'active'"
-            " AND contract_name = names.name ORDER BY created_at DESC, operation_id DESC LIMIT 1) FROM names"
-            " WHERE name IS NOT NULL"
-        )
-        return {str(name): str(text) for name, text in rows if text is not None}
-
-    def contract_names(self) -> list[str]:
-        rows = self._rows(f"{_names('1 = 1')} SELECT name FROM names WHERE name IS NOT NULL ORDER BY name")
-        return [str(name) for (name,) in rows]
 
     # -- decisions -------------------------------------------------------------------------------------
 
