@@ -18,8 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from pollwarden.home.operating import open_store
-from tests.e2e.test_metrics_cli import fill, metrics_command
+from tests.e2e.test_metrics_cli import filled_home, metrics_command
 
 PROMETHEUS = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 RULES = PROMETHEUS / "pollwarden-alerts.yml"
@@ -62,13 +61,7 @@ def _scrape(*args: str, home: Path) -> list[Series]:
 def stuck(tmp_path_factory: pytest.TempPathFactory) -> list[Series]:
     """A scrape of a fleet with an overdue, a rate-limited (95% of its budget) and an orphaned operation, and three
     open decisions (two failed jobs, a deadline): `test_metrics_cli.fill`."""
-    home = tmp_path_factory.mktemp("stuck") / "home"
-    store = open_store(home)
-    try:
-        fill(store)
-    finally:
-        store.close()
-    return _scrape(home=home)
+    return _scrape(home=filled_home(tmp_path_factory.mktemp("stuck") / "home"))
 
 
 def _values(name: str, value: float, minutes: int) -> str:
