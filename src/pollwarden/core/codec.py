@@ -75,6 +75,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
     }
     if record.pending_seen_at is not None:
         data["pending_seen_at"] = _dt(record.pending_seen_at)
+    if record.woken_at is not None:  # written only when set: a record never woken stays what it was
+        data["woken_at"] = _dt(record.woken_at)
     if record.counts is not None:  # written only when set, as token_refused_consecutive below
         data["counts"] = dict(record.counts)
     if record.token_refused_consecutive:
@@ -133,6 +135,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         finished_at=_pdt(data.get("finished_at")),
         status_location=data.get("status_location"),
         pending_seen_at=_pdt(data.get("pending_seen_at")),
+        woken_at=_pdt(data.get("woken_at")),
     )
 
 

@@ -78,6 +78,9 @@ class OperationRecord:
     pending_seen_at: datetime | None = None
     """When a check last found the job pending: with `finished_at`, the interval its duration lies in, which the
     contract's learnt schedule is estimated from (`core.learnt`)."""
+    woken_at: datetime | None = None
+    """When the last check a provider's push woke was due (`core.push.woken`): the next woken check comes no
+    earlier than `[push] min_interval` after it, so a storm of pushes costs one request per interval."""
 
     @property
     def deadline_at(self) -> datetime:
@@ -145,6 +148,11 @@ class OperationRecord:
     def waiting(self, next_poll_at: datetime, delay_source: DelaySource) -> OperationRecord:
         """The next poll, never later than the plan's last moment (`Plan.latest_poll`): no wait outlasts a limit."""
         return self._with(next_poll_at=min(next_poll_at, self.plan.latest_poll), delay_source=delay_source)
+
+    def woken_by_push(self, due: datetime) -> OperationRecord:
+        """A provider's push made the next check due at `due` (`core.push.woken` decides when)."""
+        moved = self.waiting(due, DelaySource.PROVIDER_PUSH)
+        return moved._with(woken_at=moved.next_poll_at)
 
     def deferred(self, next_poll_at: datetime) -> OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""
