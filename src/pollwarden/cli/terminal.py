@@ -29,7 +29,7 @@ __all__ = [
     "cell_width",
     "fit",
     "fit_middle",
-    "prose_width",
+    "output_width",
     "table",
     "table_width",
     "terminal_width",
@@ -114,11 +114,6 @@ def table_width(out: TextIO) -> int:
     return max(20, min(width or MAX_TABLE_WIDTH, MAX_TABLE_WIDTH))
 
 
-def prose_width(out: TextIO) -> int | None:
-    """How wide prose may run: `output_width`; None (as written) on a pipe without `COLUMNS`."""
-    return output_width(out)
-
-
 HANG = 2
 """A wrapped line's further rows are indented this much more than its first, so its first column (a time, an
 option's number, a key) still starts each entry."""
@@ -151,12 +146,12 @@ def wrap(line: str, width: int) -> list[str]:
 
 
 class WrappedOut:
-    """A stream whose every line is word-wrapped to `prose_width` (`wrap`), or written as given when there is
-    none. Lines are wrapped whole: a part of a line waits for its newline (or `flush`)."""
+    """A stream whose every line is word-wrapped to `output_width` (`wrap`), or written as given when there is
+    none (a pipe without `COLUMNS`). Lines are wrapped whole: a part of a line waits for its newline (or `flush`)."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.width = prose_width(out)
+        self.width = output_width(out)
         self._pending = ""
 
     def isatty(self) -> bool:

@@ -1,8 +1,10 @@
 """The console's pages, read in the database for SQLite and PostgreSQL: a page of operations in the order a person
 needs them (`paging.URGENCY`), filtered and searched, with the counts of each filter; open decisions by reason.
 
-Each page reads only its own rows' records: ranking, filtering, counting and the slice are one statement each, so a
-page of 50 costs about the same with 300 operations or 10,000 (bench/console.py)."""
+Each page reads only its own rows' records. One grouped pass counts the filtered rows by their flags and owner (the
+counts of every filter and the size of each class of `URGENCY`); then each class the page overlaps is one statement
+sorted within the class with a LIMIT, so no statement sorts the whole fleet (bench/console.py;
+tests/store/test_console_ranking.py holds the one statement this replaced as the oracle of the order)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from .sql_leases import chunks
 from .sql_reads import Reads
 
 MAX_GONE = 1000
-"""Gone owners a page ranks by: each is a parameter up to three times in one statement, far below both databases'
+"""Gone owners a page ranks by: each is a parameter once in a class's statement, far below both databases'
 limits. More than this many dead watch processes at once is a fleet to restart, not to read row by row."""
 
 Clause = tuple[str, list[Any]]
