@@ -33,30 +33,18 @@ from pollwarden.store.base import NewOperation, Store
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 
+from . import sections
+from .contracts import contract_text
 from .throughput import _seeding_store, database
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- metrics_bench -->", "<!-- /metrics_bench -->"
 
-CONTRACT = """
-name = "{name}"
-status_url = "https://provider.example/jobs/{{job_id}}"
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[limits]
-deadline = "2h"
-max_requests = 100
-"""
-
 
 def seed(store: Store, operations: int, decisions: int) -> None:
     now = store.db_now()
-    texts = [CONTRACT.format(name=name) for name in ("exports", "renders", "deploys")]
+    names = ("exports", "renders", "deploys")
+    texts = [contract_text(name, limits={"deadline": "2h", "max_requests": 100}) for name in names]
     contracts = [parse_contract(text) for text in texts]
     gone = process_owner("watch", pid=2**22 + 1)  # beyond pid_max: a process known to be gone
     batch: list[NewOperation] = []
@@ -106,7 +94,6 @@ def scrape_ms(store: Store, *, fresh_for: float, rounds: int) -> float:
 def write_section(table: list[str], command: str) -> None:
     section = "\n".join(
         [
-            BEGIN,
             "## Metrics scrape",
             "",
             f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.platform()},"
@@ -115,15 +102,9 @@ def write_section(table: list[str], command: str) -> None:
             " queries), cached answers from the reading of the last second. Median of the rounds.",
             "",
             *table,
-            END,
         ]
     )
-    old = DOC.read_text(encoding="utf-8")
-    if BEGIN in old and END in old:
-        text = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) :]
-    else:
-        text = old.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text, encoding="utf-8")
+    sections.write_section(DOC, BEGIN, END, section)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from .. import events as ev
-from ..core.admission import Limits, WatchRequest, check, job_id_problem
+from ..core.admission import Limits, WatchRequest, job_id_problem
 from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
@@ -24,6 +24,7 @@ from ..core.identity import canonical_job
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
 from ..core.result_part import no_result_problem, result_part
+from ..core.watchability import Refused, checked
 from ..engine.installed import not_installed
 from ..errors import EXIT_ESCALATED, PollwardenError
 from ..store.base import JobWatched, OperationExists, Store, Submission
@@ -69,6 +70,23 @@ def _safe_url(url: str) -> str:
 _FLAGS = {"deadline": "--deadline", "useful_for": "--useful-for", "max_requests": "--max-requests"}
 
 
+def admissible(contract: Contract, body: bytes, limits: Limits = Limits(), by: str = "cli") -> Submit:  # noqa: B008
+    """What a submission needs no store for, checked before one is opened (`pollwarden submit`) and again by
+    `submit`: the contract has a [submit] table, the body is one it can send, and the operation it creates is
+    admitted as every watch is (a contract that may be watched, limits it allows). ActionRefused when not; nothing
+    was recorded or sent."""
+    spec = contract.submit
+    if spec is None:
+        raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
+    asked = Limits(deadline=limits.deadline, max_requests=limits.max_requests, useful_for=limits.useful_for)
+    try:
+        checked(WatchRequest(contract, None, limits=asked, by=by))
+    except Refused as exc:
+        raise ActionRefused(exc.message_for(_FLAGS) + "; nothing was sent") from None
+    return spec
+
+
 def submit(
     store: Store,
     contract: Contract,
@@ -83,16 +101,9 @@ def submit(
     """Record the submission, send it once (again only under idempotency), and create the operation with the
     `limits` its caller asked for (the deadline, the budget and the usefulness window are the ones read here)."""
     deadline, max_requests, useful_for = limits.deadline, limits.max_requests, limits.useful_for
-    spec = contract.submit
-    if spec is None:
-        raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    spec = admissible(contract, body, limits, by)
     if (uninstalled := not_installed(store, contract)) is not None:  # its operation is run by whoever runs it
         raise ActionRefused(f"{uninstalled}; nothing was sent")
-    _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
-    # Admitted as every watch is (a contract that may be watched, limits it allows) before anything is recorded.
-    asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for)
-    if (refusal := check(WatchRequest(contract, None, limits=asked, by=by))) is not None:
-        raise ActionRefused(refusal.message_for(_FLAGS) + "; nothing was sent")
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False
