@@ -123,7 +123,10 @@ def endless_file(path: Path, limit: int) -> Iterator[threading.Event]:
 def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Ran:
     """The real console entry point in a subprocess: what a person or an agent would run (forked from a
     zygote that has done the import already, tests/prefork.py; a fresh interpreter when that cannot serve)."""
-    full_env = {**os.environ, "POLLWARDEN_HOME": str(home), **(env or {})}
+    # Not the test runner's own COLUMNS (pytest-xdist's workers have COLUMNS=80): piped output follows COLUMNS
+    # when it is set (`cli/terminal.py`), so a test that wants a width says so in `env`.
+    inherited = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    full_env = {**inherited, "POLLWARDEN_HOME": str(home), **(env or {})}
     ran = prefork.run(list(args), full_env, timeout=timeout)
     return Ran(ran.returncode, _text(ran.stdout), _text(ran.stderr))
 
