@@ -21,9 +21,12 @@ from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
 from ..core.identity import canonical_job
+from ..core.learnt import first_check
+from ..core.learnt_inputs import key_value
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
 from ..core.result_part import no_result_problem, result_part
+from ..engine import learning
 from ..engine.installed import not_installed
 from ..errors import EXIT_ESCALATED, PollwardenError
 from ..store.base import JobWatched, OperationExists, Store, Submission
@@ -90,7 +93,7 @@ def submit(
         raise ActionRefused(f"{uninstalled}; nothing was sent")
     _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
     # Admitted as every watch is (a contract that may be watched, limits it allows) before anything is recorded.
-    asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for)
+    asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for, lag_target=limits.lag_target)
     if (refusal := check(WatchRequest(contract, None, limits=asked, by=by))) is not None:
         raise ActionRefused(refusal.message_for(_FLAGS) + "; nothing was sent")
     print_fp = fingerprint(spec.method, spec.url, body)
@@ -170,8 +173,10 @@ def submit(
         max_requests=max_requests,
         request_fingerprint=print_fp,
         useful_for=useful_for if useful_for is not None else contract.escalation.useful_for,
+        lag_target=limits.lag_target,
         status_location=location,
     )
+    record = _learnt_first(store, WatchRequest(contract, None, limits=asked, by=by), record, body, client)
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
@@ -184,6 +189,27 @@ def submit(
         store.mark_submission(operation_id, duplicate, now)
         raise ActionError(f"the provider accepted the submission: {said}") from None
     return Submitted(record, resent)
+
+
+def _learnt_first(
+    store: Store, request: WatchRequest, record: OperationRecord, body: bytes, client: StatusClient
+) -> OperationRecord:
+    """The submitted job's kind (`[schedule] learn_key` in the submitted JSON body) and its first check, placed by
+    its contract's learnt history as a watch's is (`core.learnt.first_check`): one read of the samples, not the
+    engine's shared cache, whose clock is an engine's. A key the body does not hold, or one refused (an object, a
+    secret, too long), is no key: the first answer may still name it."""
+    contract = request.contract
+    spec = contract.submit
+    expression = contract.schedule.learn_key
+    key = None
+    if expression is not None and spec is not None and spec.encoding != "form":
+        try:
+            key, _refused = key_value(expression, parse_document(body), client)
+        except BodyError:
+            key = None
+    keyed = record.keyed(key)
+    learnt = learning.Models(store, lambda: record.created_at).for_new(request, key)
+    return first_check(keyed, learnt, secrets.SystemRandom().random())
 
 
 def _duplicate(watching: str) -> str:

@@ -2,7 +2,8 @@
 
 For every contract with ended operations: how many samples (and how many censored), the quantiles of its jobs'
 durations, the checks the learnt plan places for its lag target, and the requests per job that plan expects
-against the plain backoff's, both from the same estimate.
+against the plain backoff's, both from the same estimate. A contract with a `[schedule] learn_key` shows each key's
+own distribution after its whole history's.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ def _say(seconds: float) -> str:
 
 
 def _text(one: Summary) -> str:
-    head = f"{one.contract}: {one.samples} samples ({one.censored} censored)"
+    name = one.contract if one.key is None else f"{one.contract} key {one.key!r}"
+    head = f"{name}: {one.samples} samples ({one.censored} censored)"
     model = one.model
     if model is None:
-        return f"{head}; fewer than {MIN_ENDED} ended: the plain backoff"
+        fallback = "the plain backoff" if one.key is None else "the contract's whole history"
+        return f"{head}; fewer than {MIN_ENDED} ended: {fallback}"
     checks = ", ".join(_say(c) for c in model.checks[:12]) + (", ..." if len(model.checks) > 12 else "")
     plain = "?" if one.plain_expected is None else f"{one.plain_expected:.2f}"
     return (

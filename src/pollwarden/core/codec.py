@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import PollwardenError
 from .contract.parse import Schedule
 from .contract.result import Counts
+from .learnt_inputs import MAX_KEY
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
 from .record import OperationRecord, Plan
@@ -75,6 +76,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
     }
     if record.pending_seen_at is not None:
         data["pending_seen_at"] = _dt(record.pending_seen_at)
+    if record.sample_key is not None:  # written only when set, as the counts
+        data["sample_key"] = record.sample_key
     if record.counts is not None:  # written only when set, as token_refused_consecutive below
         data["counts"] = dict(record.counts)
     if record.token_refused_consecutive:
@@ -133,7 +136,13 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         finished_at=_pdt(data.get("finished_at")),
         status_location=data.get("status_location"),
         pending_seen_at=_pdt(data.get("pending_seen_at")),
+        sample_key=_key(data.get("sample_key")),
     )
+
+
+def _key(value: Any) -> str | None:
+    """A stored sample key as `core.learnt_inputs.key_value` kept it; anything else (edited by hand) is none."""
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_KEY else None
 
 
 def _counts(value: Any) -> Counts | None:
@@ -165,6 +174,8 @@ def observation_from_json(data: dict[str, Any]) -> Observation:
         delivery_unknown=bool(data.get("delivery_unknown", False)),
         detail=data.get("detail", ""),
         counts=_counts(data.get("counts")),
+        learn_key=data.get("learn_key"),
+        estimate_at=_pdt(data.get("estimate_at")),
     )
 
 
