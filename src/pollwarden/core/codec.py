@@ -46,6 +46,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         plan_json["learn"] = False
     if plan.schedule.lag_target != Schedule().lag_target:
         plan_json["lag_target"] = plan.schedule.lag_target.total_seconds()
+    if plan.schedule.learn_key is not None:
+        plan_json["learn_key"] = plan.schedule.learn_key
     data: dict[str, Any] = {
         "operation_id": record.operation_id,
         "job_id": record.job_id,
@@ -102,6 +104,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
             first_check=timedelta(seconds=p["first_check"]),
             learn=bool(p.get("learn", True)),
             lag_target=timedelta(seconds=p["lag_target"]) if "lag_target" in p else Schedule().lag_target,
+            learn_key=p.get("learn_key") if isinstance(p.get("learn_key"), str) else None,
         ),
         not_found_grace=None if grace is None else timedelta(seconds=grace),
         useful_until=_pdt(p.get("useful_until")),
