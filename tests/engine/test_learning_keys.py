@@ -128,3 +128,52 @@ def test_a_hostile_key_is_never_kept_and_the_job_learns_from_the_whole_contract(
     refusals = [e for e in store.events(operations[0].operation_id) if e.kind == "guidance_rejected"]
     assert refusals and all(e.data["value"] == "[secret]" for e in refusals)
     assert "holds the credential" in str(refusals[0].data["why"])
+
+
+class EstimatingJobs(KindedJobs):
+    """Jobs whose pending answers carry the provider's estimate of their end (`eta`), or a hostile one."""
+
+    def __init__(self, clock: Clock, eta: object) -> None:
+        super().__init__(clock)
+        self.eta = eta
+
+    def fetch(
+        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
+    ) -> Exchange:
+        now = self.clock()
+        body = {"state": "running", "model": "m", "eta": self.eta}
+        return Response(status=200, headers={}, body=json.dumps(body).encode(), sent_at=now, received_at=now)
+
+
+def _estimating(store: Store, eta: object) -> str:
+    """One step of a job whose answer carries `eta`: its operation id."""
+    clock = Clock()
+    text = contract_text("http://127.0.0.1:9", base_delay="5s", max_delay="120s", deadline="1h", max_requests=80)
+    text = text.replace('state = "state"', 'state = "state"\nestimated_completion_at = "eta"')
+    contract = parse_contract(text, source="test.toml")
+    install(store, contract)
+    engine = Engine(store, owner="tests", clock=clock, rng=random.Random(3))
+    jobs = EstimatingJobs(clock, eta)
+    admitted = engine.admit(WatchRequest(contract, "job-eta", by="tests"))
+    assert isinstance(engine.step(contract, jobs, admitted.record.operation_id), Polled)
+    return admitted.record.operation_id
+
+
+def test_the_providers_estimate_places_the_next_check_and_why_replays_it(store: Store) -> None:
+    eta = Clock().now + timedelta(seconds=75)
+    operation = _estimating(store, eta.isoformat())
+    event = pick(store.events(operation))
+    assert event.data["delay_source"] == "provider_estimate"
+    assert event.data["next_poll_at"].startswith(eta.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert "placed by the provider's estimated completion" in str(event.data["detail"])
+    assert explain(event).same
+
+
+@pytest.mark.parametrize("eta", ["2020-01-01T00:00:00Z", 1e12, "garbage", {"at": "soon"}])
+def test_a_hostile_estimate_is_ignored_and_recorded_as_a_rejected_hint(store: Store, eta: object) -> None:
+    operation = _estimating(store, eta)
+    event = pick(store.events(operation))
+    assert event.data["delay_source"] == "local_backoff"
+    rejected = [e for e in store.events(operation) if e.kind == "guidance_rejected"]
+    assert len(rejected) == 1 and rejected[0].data["source"] == "eta"
+    assert explain(event).same
