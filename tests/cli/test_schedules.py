@@ -13,9 +13,7 @@ from pollwarden.engine import Engine
 from pollwarden.store.open import open_store
 from tests.conftest import install, run_cli
 from tests.engine.test_learning import Clock, Jobs, _contract, _run
-from tests.engine.test_learning_keys import KindedJobs
-from tests.engine.test_learning_keys import _contract as keyed_contract
-from tests.engine.test_learning_keys import _run as run_kind
+from tests.engine.test_learning_keys import learnt_home
 
 
 def test_schedules_lists_what_each_contract_learnt(tmp_path: Path) -> None:
@@ -48,25 +46,14 @@ def test_schedules_lists_what_each_contract_learnt(tmp_path: Path) -> None:
 def test_schedules_shows_each_learn_keys_own_distribution(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    store = open_store(home / "pollwarden.db", keys=load_or_create_keys(home), trusted_checkpoint_path=None)
-    try:
-        clock = Clock()
-        clock.now = datetime.now(UTC)
-        contract = keyed_contract()
-        install(store, contract)
-        jobs = KindedJobs(clock)
-        engine = Engine(store, owner="tests", clock=clock)
-        run_kind(engine, contract, jobs, "fast", 20, MIN_ENDED)
-        run_kind(engine, contract, jobs, "slow", 300, 5)
-    finally:
-        store.close()
+    learnt_home(home)
     ran = run_cli("schedules", "--json", home=home)
     assert ran.code == 0, ran.stderr
     by_key = {one["key"]: one for one in json.loads(ran.stdout)["contracts"]}
-    assert set(by_key) == {None, "fast", "slow"}
+    assert set(by_key) == {None, "fast", "<slow>"}
     assert by_key[None]["samples"] == MIN_ENDED + 5 and by_key[None]["learnt"] is not None
     assert by_key["fast"]["samples"] == MIN_ENDED and by_key["fast"]["learnt"]["p95"] < 60
-    assert by_key["slow"]["samples"] == 5 and by_key["slow"]["learnt"] is None
+    assert by_key["<slow>"]["samples"] == 5 and by_key["<slow>"]["learnt"] is None
     text = run_cli("schedules", home=home).stdout
     assert f"exports key 'fast': {MIN_ENDED} samples (0 censored)" in text
-    assert f"exports key 'slow': 5 samples (0 censored); fewer than {MIN_ENDED} ended: the contract's whole" in text
+    assert f"exports key '<slow>': 5 samples (0 censored); fewer than {MIN_ENDED} ended: the contract's whole" in text

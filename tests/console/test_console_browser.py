@@ -20,9 +20,9 @@ import pytest
 
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
+from tests.engine.test_learning_keys import learnt_home
 
 from .conftest import TOKEN, stop_operation
-from .test_console_schedules import learnt_home
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

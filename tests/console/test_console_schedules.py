@@ -4,7 +4,6 @@ inline SVG plot (no script), its count, quantiles, planned checks and requests p
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -12,30 +11,9 @@ import httpx
 from pollwarden.console.pages.schedules import MAX_TICKS, distribution_svg
 from pollwarden.core.contract.parse import Schedule
 from pollwarden.core.learnt import MIN_ENDED, Sample, summary
-from pollwarden.engine import Engine
 from pollwarden.engine.learning import summaries
 from pollwarden.home.operating import open_store
-from tests.conftest import install
-from tests.engine.test_learning import Clock
-from tests.engine.test_learning_keys import KindedJobs
-from tests.engine.test_learning_keys import _contract as keyed_contract
-from tests.engine.test_learning_keys import _run as run_kind
-
-
-def learnt_home(home: Path) -> None:
-    """`MIN_ENDED` ended jobs of a fast kind and five of a slow one, ended now (inside the 30-day window)."""
-    store = open_store(home)
-    try:
-        clock = Clock()
-        clock.now = datetime.now(UTC)
-        contract = keyed_contract()
-        install(store, contract)
-        jobs = KindedJobs(clock)
-        engine = Engine(store, owner="console-test", clock=clock)
-        run_kind(engine, contract, jobs, "fast", 20, MIN_ENDED)
-        run_kind(engine, contract, jobs, "<slow>", 300, 5)
-    finally:
-        store.close()
+from tests.engine.test_learning_keys import learnt_home
 
 
 def test_the_schedules_page_plots_each_distribution(home: Path, client: httpx.Client) -> None:
@@ -56,7 +34,7 @@ def test_the_schedules_page_plots_each_distribution(home: Path, client: httpx.Cl
     assert first_svg.count('class="check"') == min(len(whole.model.checks), MAX_TICKS)
     assert re.search(r'<polyline class="cdf" points="[0-9., ]+"', first_svg)
     assert f"{MIN_ENDED + 5} samples (0 censored)" in html and "Requests per job expected: <b>" in html
-    assert "key &lt;slow&gt;" in html and "fewer than 20 ended: the contract's whole history" in html
+    assert "key &lt;slow&gt;" in html and "fewer than 20 ended: the contract&#x27;s whole history" in html
 
 
 def test_no_plot_without_a_model_and_no_page_without_samples(client: httpx.Client) -> None:

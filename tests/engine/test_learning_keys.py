@@ -4,48 +4,36 @@ hostile key value never kept."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.learnt import MIN_ENDED, WINDOW, WINDOW_AGE
-from pollwarden.core.observe import Exchange, Response
 from pollwarden.core.reasons import Phase
 from pollwarden.engine import Engine, Polled, Watching, learning
+from pollwarden.home.operating import open_store
 from pollwarden.report.why import explain, pick
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from tests.conftest import install
-from tests.engine.test_learning import Clock
+from tests.engine.test_learning import Clock, Jobs
 
 
-class KindedJobs:
+class KindedJobs(Jobs):
     """Jobs of several kinds: each answer names its kind in `model` (a value the test may make hostile)."""
 
     def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.ends: dict[str, object] = {}
+        super().__init__(clock)
         self.models: dict[str, object] = {}
 
-    def prepare(self) -> None:
-        pass
-
-    def renew(self) -> None:
-        pass
-
-    def fetch(
-        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
-    ) -> Exchange:
-        now = self.clock()
-        state = "succeeded" if now >= self.ends[job_id] else "running"  # type: ignore[operator]
-        body = {"state": state, "result_url": f"https://results.example/{job_id}", "model": self.models[job_id]}
-        return Response(status=200, headers={}, body=json.dumps(body).encode(), sent_at=now, received_at=now)
+    def body(self, job_id: str, state: str) -> dict[str, object]:
+        return {**super().body(job_id, state), "model": self.models[job_id]}
 
 
 def _contract() -> Contract:
@@ -65,6 +53,23 @@ def _run(engine: Engine, contract: Contract, jobs: KindedJobs, model: object, me
             contract, jobs, admitted.record.operation_id, Watching(sleep=jobs.clock.sleep), record=admitted.record
         )
         assert final.phase is Phase.SUCCEEDED
+
+
+def learnt_home(home: Path) -> None:
+    """A home whose store learnt two kinds: `MIN_ENDED` ended jobs of "fast" and five of "<slow>", ended now (inside
+    the 30-day window): `pollwarden schedules` and the console read it."""
+    store = open_store(home)
+    try:
+        clock = Clock()
+        clock.now = datetime.now(UTC)
+        contract = _contract()
+        install(store, contract)
+        jobs = KindedJobs(clock)
+        engine = Engine(store, owner="tests", clock=clock)
+        _run(engine, contract, jobs, "fast", 20, MIN_ENDED)
+        _run(engine, contract, jobs, "<slow>", 300, 5)
+    finally:
+        store.close()
 
 
 def _second_decision(engine: Engine, contract: Contract, jobs: KindedJobs, model: str) -> Mapping[str, object]:
@@ -130,19 +135,15 @@ def test_a_hostile_key_is_never_kept_and_the_job_learns_from_the_whole_contract(
     assert "holds the credential" in str(refusals[0].data["why"])
 
 
-class EstimatingJobs(KindedJobs):
-    """Jobs whose pending answers carry the provider's estimate of their end (`eta`), or a hostile one."""
+class EstimatingJobs(Jobs):
+    """Jobs that keep running, whose answers carry the provider's estimate of their end (`eta`), or a hostile one."""
 
     def __init__(self, clock: Clock, eta: object) -> None:
         super().__init__(clock)
         self.eta = eta
 
-    def fetch(
-        self, job_id: str, extra_headers: Mapping[str, str] | None = None, *, location: str | None = None
-    ) -> Exchange:
-        now = self.clock()
-        body = {"state": "running", "model": "m", "eta": self.eta}
-        return Response(status=200, headers={}, body=json.dumps(body).encode(), sent_at=now, received_at=now)
+    def body(self, job_id: str, state: str) -> dict[str, object]:
+        return {"state": "running", "eta": self.eta}
 
 
 def _estimating(store: Store, eta: object) -> str:
@@ -154,6 +155,7 @@ def _estimating(store: Store, eta: object) -> str:
     install(store, contract)
     engine = Engine(store, owner="tests", clock=clock, rng=random.Random(3))
     jobs = EstimatingJobs(clock, eta)
+    jobs.ends["job-eta"] = clock() + timedelta(hours=2)
     admitted = engine.admit(WatchRequest(contract, "job-eta", by="tests"))
     assert isinstance(engine.step(contract, jobs, admitted.record.operation_id), Polled)
     return admitted.record.operation_id

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import timedelta
 
-from ..core.durations import format_duration
-from ..core.learnt import MIN_ENDED, Summary
-from ..engine.learning import summaries
+from ..core.learnt import Summary
+from ..engine.learning import said, summaries
 from .common import _open_store
 
 
@@ -34,23 +32,14 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say(seconds: float) -> str:
-    return format_duration(timedelta(seconds=round(seconds)))
-
-
 def _text(one: Summary) -> str:
     name = one.contract if one.key is None else f"{one.contract} key {one.key!r}"
-    head = f"{name}: {one.samples} samples ({one.censored} censored)"
-    model = one.model
-    if model is None:
-        fallback = "the plain backoff" if one.key is None else "the contract's whole history"
-        return f"{head}; fewer than {MIN_ENDED} ended: {fallback}"
-    checks = ", ".join(_say(c) for c in model.checks[:12]) + (", ..." if len(model.checks) > 12 else "")
-    plain = "?" if one.plain_expected is None else f"{one.plain_expected:.2f}"
+    words = said(one)
+    if words.fallback is not None:
+        return f"{name}: {words.samples}; {words.fallback}"
     return (
-        f"{head}\n"
-        f"  durations  p5 {_say(model.p5)}, p50 {_say(model.p50)}, p95 {_say(model.p95)},"
-        f" longest {_say(model.longest)}\n"
-        f"  checks at  {checks} (then the plain backoff), for a p95 lag of {_say(model.lag_target)}\n"
-        f"  requests per job expected: {model.expected:.2f} learnt, {plain} with the plain backoff"
+        f"{name}: {words.samples}\n"
+        f"  durations  {words.durations}\n"
+        f"  checks at  {words.checks}\n"
+        f"  requests per job expected: {words.learnt} learnt, {words.plain} with the plain backoff"
     )

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from ..core.admission import WatchRequest
 from ..core.contract.parse import ContractError, Schedule, parse_contract
+from ..core.durations import format_duration
 from ..core.learnt import MIN_ENDED, WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
 from ..core.record import OperationRecord
 from ..store.base import Store
@@ -146,3 +147,39 @@ def summaries(store: Store, contract: str | None = None) -> list[Summary]:
         for key in keys[:SHOWN_KEYS]:
             found.append(summary(name, store.learnt_samples(name, since, WINDOW, key), schedule, key))
     return found
+
+
+@dataclass(frozen=True)
+class Said:
+    """One summary in words, the same in `pollwarden schedules` and on the console's page (each adds its markup)."""
+
+    samples: str
+    """"25 samples (0 censored)"."""
+    fallback: str | None
+    """What plans its checks while it has no model of its own ("fewer than 20 ended: the plain backoff")."""
+    durations: str = ""
+    checks: str = ""
+    learnt: str = ""
+    plain: str = ""
+
+
+def said(one: Summary, shown_checks: int = 12) -> Said:
+    samples = f"{one.samples} samples ({one.censored} censored)"
+    model = one.model
+    if model is None:
+        instead = "the plain backoff" if one.key is None else "the contract's whole history"
+        return Said(samples, f"fewer than {MIN_ENDED} ended: {instead}")
+    checks = ", ".join(_say(c) for c in model.checks[:shown_checks])
+    return Said(
+        samples,
+        None,
+        durations=f"p5 {_say(model.p5)}, p50 {_say(model.p50)}, p95 {_say(model.p95)}, longest {_say(model.longest)}",
+        checks=(checks + (", ..." if len(model.checks) > shown_checks else "")
+                + f" (then the plain backoff), for a p95 lag of {_say(model.lag_target)}"),
+        learnt=f"{model.expected:.2f}",
+        plain="?" if one.plain_expected is None else f"{one.plain_expected:.2f}",
+    )  # fmt: skip
+
+
+def _say(seconds: float) -> str:
+    return format_duration(timedelta(seconds=round(seconds)))

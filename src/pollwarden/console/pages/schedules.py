@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from ...core.durations import format_duration
-from ...core.learnt import MIN_ENDED, Summary
+from ...core.learnt import Summary
+from ...engine.learning import said
 from .frame import Chrome, esc, layout
 
 WIDTH = 360
@@ -77,19 +78,14 @@ def distribution_svg(one: Summary) -> str:
 
 def _section(one: Summary) -> str:
     name = esc(one.contract) + ("" if one.key is None else f' <span class="mono">key {esc(one.key)}</span>')
-    head = f"<h2>{name}</h2><p>{one.samples} samples ({one.censored} censored)"
-    model = one.model
-    if model is None:
-        fallback = "the plain backoff" if one.key is None else "the contract's whole history"
-        return f"{head}; fewer than {MIN_ENDED} ended: {fallback}.</p>"
-    checks = ", ".join(_say(c) for c in model.checks[:12]) + (", …" if len(model.checks) > 12 else "")
-    plain = "?" if one.plain_expected is None else f"{one.plain_expected:.2f}"
+    words = said(one)
+    head = f"<h2>{name}</h2><p>{esc(words.samples)}"
+    if words.fallback is not None:
+        return f"{head}; {esc(words.fallback)}.</p>"
     return (
-        f"{head}: p5 {esc(_say(model.p5))}, p50 {esc(_say(model.p50))}, p95 {esc(_say(model.p95))}, longest"
-        f" {esc(_say(model.longest))}.</p>"
-        f"{distribution_svg(one)}"
-        f"<p>Checks at {esc(checks)} (then the plain backoff), for a p95 lag of {esc(_say(model.lag_target))}.</p>"
-        f"<p>Requests per job expected: <b>{model.expected:.2f}</b> learnt, {plain} with the plain backoff.</p>"
+        f"{head}: {esc(words.durations)}.</p>{distribution_svg(one)}<p>Checks at {esc(words.checks)}.</p>"
+        f"<p>Requests per job expected: <b>{esc(words.learnt)}</b> learnt, {esc(words.plain)} with the plain"
+        " backoff.</p>"
     )
 
 
