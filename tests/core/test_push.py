@@ -1,5 +1,5 @@
 """The `[push]` table read strictly, and what a verified push means (`core.push`): which job, whether its event
-type wakes, and the record a wake leaves (never earlier than min_interval after the last answer, never past the
+type wakes, and the record a wake leaves (never earlier than min_interval after the last woken check, never past the
 deadline, never against the provider's own wait, never with no budget left)."""
 
 from __future__ import annotations
@@ -103,11 +103,34 @@ def test_a_wake_moves_the_next_check_to_now_and_says_who_chose_it() -> None:
     assert change.record.status_requests_used == record.status_requests_used  # the check itself reserves
 
 
-def test_at_most_one_woken_check_per_min_interval_after_the_last_answer() -> None:
-    record = _record(next_poll_at=T0 + timedelta(minutes=2), last_observed_at=T0 + timedelta(seconds=30))
-    change = woken(PUSH, record, T0 + timedelta(seconds=30, milliseconds=100))
-    assert change is not None and change.due_at == T0 + timedelta(seconds=31)
-    assert woken(PUSH, change.record, T0 + timedelta(seconds=30, milliseconds=200)) is None  # a storm: nothing
+def test_a_push_right_after_a_scheduled_check_wakes_at_once() -> None:
+    """Issue 27: the check starts "within 1 s of the push"; the answer a scheduled check just got is no reason
+    to wait (min_interval bounds woken checks, not checks)."""
+    answered = T0 + timedelta(seconds=30)
+    record = _record(next_poll_at=T0 + timedelta(minutes=2), last_observed_at=answered)
+    change = woken(PUSH, record, answered + timedelta(milliseconds=100))
+    assert change is not None and change.due_at == answered + timedelta(milliseconds=100)
+
+
+def test_at_most_one_woken_check_per_min_interval_counted_from_the_last_woken_check() -> None:
+    """A fake clock drives a push storm: each push after the first, until min_interval has passed since the
+    woken check, moves nothing earlier than that check plus min_interval."""
+    clock = T0 + timedelta(seconds=30)
+    first = woken(PUSH, _record(next_poll_at=T0 + timedelta(minutes=2)), clock)
+    assert first is not None and first.due_at == clock and first.record.woken_at == clock
+    assert woken(PUSH, first.record, clock + timedelta(milliseconds=10)) is None  # due already: nothing
+    # The woken check runs at once and answers "running": its next check is scheduled 2 minutes on.
+    answered = first.record.waiting(clock + timedelta(minutes=2), DelaySource.LOCAL_BACKOFF)._with(
+        last_observed_at=clock + timedelta(milliseconds=50)
+    )
+    second = woken(PUSH, answered, clock + timedelta(milliseconds=100))
+    assert second is not None and second.due_at == clock + PUSH.min_interval  # not before: a second woken check
+    assert second.record.woken_at == clock + PUSH.min_interval
+    assert woken(PUSH, second.record, clock + timedelta(milliseconds=200)) is None  # the storm goes on: nothing
+    # Long after, a push wakes at once again.
+    later = second.record.waiting(clock + timedelta(minutes=2), DelaySource.LOCAL_BACKOFF)
+    third = woken(PUSH, later, clock + timedelta(seconds=5))
+    assert third is not None and third.due_at == clock + timedelta(seconds=5)
 
 
 @pytest.mark.parametrize(
@@ -138,3 +161,13 @@ def test_a_use_file_tunes_a_shipped_push_table_key_by_key() -> None:
     assert tuned.push is not None
     assert (tuned.push.secret_env, tuned.push.min_interval) == ("MY_OPENAI_HOOK", timedelta(seconds=5))
     assert tuned.push.kind == "standard-webhooks" and tuned.push.job_id == "data.id"  # the rest is shipped
+
+
+def test_the_last_woken_check_is_kept_in_the_stored_record_and_absent_until_a_push() -> None:
+    from pollwarden.core.codec import record_from_json, record_to_json
+
+    plain = _record(next_poll_at=T0 + timedelta(minutes=2))
+    assert "woken_at" not in record_to_json(plain)  # records never woken stay byte for byte what they were
+    change = woken(PUSH, plain, T0 + timedelta(seconds=30))
+    assert change is not None
+    assert record_from_json(record_to_json(change.record)).woken_at == T0 + timedelta(seconds=30)

@@ -118,3 +118,22 @@ def test_a_delivery_id_that_is_not_a_short_printable_token_is_malformed() -> Non
     headers = {"x-gitlab-token": "s", "x-gitlab-event-uuid": "a b"}
     verdict = verify(GITLAB, "s", headers, b"{}", SW_NOW)
     assert isinstance(verdict, Refused) and verdict.why is Refusal.MALFORMED
+
+
+def test_openais_own_signed_delivery_verifies() -> None:
+    """openai/openai-python@e43b422 tests/lib/test_webhooks.py: the vector its `webhooks.verify_signature` and
+    `unwrap` are tested on (a `response.completed` event; its batch.* events are signed the same way,
+    `src/openai/lib/_webhooks.py`). Replicate's SDK tests on the Standard Webhooks vector above."""
+    secret = "whsec_RdvaYFYUXuIFuEbvZHwMfYFhUf7aMYjYcmM24+Aj40c="
+    body = (
+        b'{"id": "evt_685c059ae3a481909bdc86819b066fb6", "object": "event", "created_at": 1750861210,'
+        b' "type": "response.completed", "data": {"id": "resp_123"}}'
+    )
+    headers = {
+        "webhook-id": "wh_685c059ae39c8190af8c71ed1022a24d",
+        "webhook-timestamp": "1750861210",
+        "webhook-signature": "v1,gUAg4R2hWouRZqRQG4uJypNS8YK885G838+EHb4nKBY=",
+    }
+    now = datetime.fromtimestamp(1750861210, UTC)
+    assert verify(STANDARD, secret, headers, body, now) == Verified("wh_685c059ae39c8190af8c71ed1022a24d")
+    assert isinstance(verify(STANDARD, secret, headers, body.replace(b"resp_123", b"resp_124"), now), Refused)

@@ -41,6 +41,7 @@ ACTIVE = replace(
     finished_at=T0 + 2 * MINUTE,
     pending_seen_at=T0 + MINUTE / 2,
     sample_key="gpt-4o",
+    woken_at=T0 + MINUTE / 4,
 )
 STOPPED = replace(ACTIVE, phase=Phase.STOPPED)
 WIDER_PLAN = replace(ACTIVE.plan, deadline_at=ACTIVE.plan.deadline_at + timedelta(hours=1), max_status_requests=99)
@@ -94,6 +95,12 @@ CASES = [
         {"next_poll_at": LATER, "delay_source": DelaySource.PROVIDER_RETRY_AFTER},
     ),
     Case("deferred", ACTIVE, lambda r: r.deferred(LATER), {"next_poll_at": LATER}),
+    Case(
+        "woken_by_push",
+        ACTIVE,
+        lambda r: r.woken_by_push(T0 + 2 * MINUTE),
+        {"next_poll_at": T0 + 2 * MINUTE, "delay_source": DelaySource.PROVIDER_PUSH, "woken_at": T0 + 2 * MINUTE},
+    ),
     Case(
         "succeeded",
         ACTIVE,

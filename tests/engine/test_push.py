@@ -13,7 +13,7 @@ from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.push_signature import MAX_BODY_BYTES
 from pollwarden.core.reasons import DelaySource
 from pollwarden.engine import Engine
-from pollwarden.engine.push import receive
+from pollwarden.engine.push import receive, wake_one
 from pollwarden.events import Paced
 from pollwarden.simulator import contract_text
 from pollwarden.simulator.push import forged, signed_push
@@ -130,3 +130,59 @@ def test_a_storm_of_pushes_wakes_one_check(store: Store) -> None:
     assert _kinds(store, operation_id).count("woken_by_push") == 1
     stored = store.get(operation_id)
     assert stored is not None and stored.record.next_poll_at <= store.db_now() + timedelta(seconds=1)
+
+
+def _checked(store: Store, operation_id: str) -> None:
+    """What a check leaves: answered just now ("running"), the next one ten minutes on."""
+    now = store.db_now()
+    claimed = store.claim(operation_id, "watch-1", now, timedelta(seconds=30))
+    assert claimed is not None
+    lease, record = claimed
+    answered = record.observed(at=now, http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
+
+
+def test_a_push_just_after_a_check_wakes_at_once_and_the_next_woken_check_waits_min_interval(store: Store) -> None:
+    """min_interval counts from the last woken check, kept in the stored record, not from the last answer."""
+    contract = _contract()
+    operation_id = _admitted(store, contract)
+    _checked(store, operation_id)  # a scheduled check answered a moment ago
+    first = receive(store, contract, *_signed("exp-1", "msg_after_check"), secret=SECRET, owner="hooks")
+    assert first.outcome == "woken"
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.woken_at is not None
+    assert stored.record.next_poll_at <= store.db_now()  # due at once, not a second after that answer
+    woken_at = stored.record.woken_at
+    _checked(store, operation_id)  # the woken check ran; the job still runs
+    second = receive(store, contract, *_signed("exp-1", "msg_storm"), secret=SECRET, owner="hooks")
+    assert second.outcome == "woken"
+    again = store.get(operation_id)
+    assert again is not None and again.record.next_poll_at == woken_at + timedelta(seconds=1)  # min_interval
+
+
+def test_a_push_during_a_check_in_flight_wakes_the_operation_once_that_check_is_recorded(store: Store) -> None:
+    """Found by `bench.push` ("push just after a check"): the provider answered "running", the job ended and
+    pushed while the watch still held the lease to record that answer. The record was still due (the check in
+    flight), so the push found nothing to do and was lost: the job waited for the whole safety-net schedule.
+    A check in flight is busy: the receiver wakes the operation again once its answer is recorded."""
+    contract = _contract()
+    operation_id = _admitted(store, contract)
+    now = store.db_now()
+    in_flight = store.claim(operation_id, "watch-1", now, timedelta(seconds=30))
+    assert in_flight is not None
+    lease, record = in_flight
+    due_now = record.waiting(now, DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, due_now, [Paced(provider="test", until=None)], now, release=True)
+    claimed = store.claim(operation_id, "watch-1", store.db_now(), timedelta(seconds=30))  # due now: its check
+    assert claimed is not None
+    lease, record = claimed
+    pushed = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="hooks")
+    assert (pushed.status, pushed.busy) == (202, (operation_id,))
+    answered = record.observed(at=store.db_now(), http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(store.db_now() + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], store.db_now(), release=True)
+    assert pushed.wake is not None
+    assert wake_one(store, contract, operation_id, pushed.wake, pushed.delivery_id, owner="hooks") == "moved"
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.next_poll_at <= store.db_now()

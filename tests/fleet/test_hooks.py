@@ -5,6 +5,8 @@ exist, and made-up names cannot grow the counters."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +98,38 @@ def test_a_receiver_without_the_secret_answers_503_and_changes_nothing(home: Pat
         server.stop()
         store.close()
     assert server.receiver.counts[("exports", "no_secret")] == 1
+
+
+def test_pushes_during_a_check_in_flight_share_one_retry_that_wakes_once_the_check_is_recorded(
+    receiver: tuple[HooksServer, Store],
+) -> None:
+    """A storm landing while a check holds the lease: each push is busy, but one retry per operation waits for
+    that check's answer (not a thread per push), then wakes the operation."""
+    from datetime import timedelta
+
+    from pollwarden.core.admission import WatchRequest
+    from pollwarden.core.reasons import DelaySource
+    from pollwarden.engine import Engine
+    from pollwarden.events import Paced
+
+    server, store = receiver
+    contract = parse_contract(contract_text("http://127.0.0.1:9", base_delay="10m", max_delay="10m", extra=PUSH))
+    install(store, contract)
+    operation_id = Engine(store, owner="watch-1").admit(WatchRequest(contract, "exp-9", by="test")).record.operation_id
+    claimed = store.claim(operation_id, "watch-1", store.db_now(), timedelta(seconds=30))  # its first check
+    assert claimed is not None
+    lease, record = claimed
+    for n in range(30):
+        assert _status(_raw(server, _post("/hooks/exports", *signed("exp-9", f"msg_busy_{n}")))) == 202
+    retries = [t for t in threading.enumerate() if t.name == "pollwarden-push-retry"]
+    assert len(retries) == 1, len(retries)
+    now = store.db_now()
+    answered = record.observed(at=now, http_status=200, request_id=None, state="running", rate_limited=False)
+    later = answered.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+    assert store.write(lease, later, [Paced(provider="test", until=None)], now, release=True)
+    deadline = time.monotonic() + 60
+    while "woken_by_push" not in [event.kind for event in store.events(operation_id)]:
+        assert time.monotonic() < deadline, "the retry never woke the operation"
+        time.sleep(0.01)
+    stored = store.get(operation_id)
+    assert stored is not None and stored.record.next_poll_at <= store.db_now()

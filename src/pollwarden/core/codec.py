@@ -80,6 +80,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         data["pending_seen_at"] = _dt(record.pending_seen_at)
     if record.sample_key is not None:  # written only when set, as the counts
         data["sample_key"] = record.sample_key
+    if record.woken_at is not None:  # written only when set: a record never woken stays what it was
+        data["woken_at"] = _dt(record.woken_at)
     if record.counts is not None:  # written only when set, as token_refused_consecutive below
         data["counts"] = dict(record.counts)
     if record.token_refused_consecutive:
@@ -140,6 +142,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         status_location=data.get("status_location"),
         pending_seen_at=_pdt(data.get("pending_seen_at")),
         sample_key=_key(data.get("sample_key")),
+        woken_at=_pdt(data.get("woken_at")),
     )
 
 

@@ -2,8 +2,9 @@
 it does to one operation's record (issue 27).
 
 A push never decides an outcome: it can only move an active operation's next check earlier, to now, and no
-earlier than `[push] min_interval` after the last answer (one woken check per operation per interval, so a
-storm of pushes costs a few requests). It never wakes an operation the provider told to wait (Retry-After,
+earlier than `[push] min_interval` after the last check a push woke (`OperationRecord.woken_at`: one woken
+check per operation per interval, so a storm of pushes costs a few requests; a push just after a scheduled
+check still wakes at once). It never wakes an operation the provider told to wait (Retry-After,
 a rate limit), nor one with no request left, and the deadline and usefulness window bound it as they bound
 every wait (`OperationRecord.deferred`).
 """
@@ -82,11 +83,13 @@ def woken(push: Push, record: OperationRecord, now: datetime) -> Woken | None:
     if record.delay_source is DelaySource.PROVIDER_RETRY_AFTER or record.rate_limited_consecutive:
         return None  # the provider asked for this wait: a push does not override it
     due = now
-    if record.last_observed_at is not None:
-        due = max(due, record.last_observed_at + push.min_interval)
+    if record.woken_at is not None:
+        # Counted from the last woken check, not the last answer: a push just after a scheduled check wakes at
+        # once ("within 1 s of the push"), and a storm still costs one request per min_interval.
+        due = max(due, record.woken_at + push.min_interval)
     if due >= record.due_at:
         return None
-    return Woken(record.waiting(due, DelaySource.PROVIDER_PUSH))
+    return Woken(record.woken_by_push(due))
 
 
 def woken_payload(delivery_id: str, event_type: str | None, due_at: datetime) -> dict[str, str | None]:

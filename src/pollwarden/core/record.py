@@ -81,6 +81,9 @@ class OperationRecord:
     sample_key: str | None = None
     """The value `[schedule] learn_key` named for this job (the submitted body's, else the first answer's that had
     one): its sample is kept under it, and its checks are placed by that key's history (`core.learnt_inputs`)."""
+    woken_at: datetime | None = None
+    """When the last check a provider's push woke was due (`core.push.woken`): the next woken check comes no
+    earlier than `[push] min_interval` after it, so a storm of pushes costs one request per interval."""
 
     @property
     def deadline_at(self) -> datetime:
@@ -152,6 +155,11 @@ class OperationRecord:
     def waiting(self, next_poll_at: datetime, delay_source: DelaySource) -> OperationRecord:
         """The next poll, never later than the plan's last moment (`Plan.latest_poll`): no wait outlasts a limit."""
         return self._with(next_poll_at=min(next_poll_at, self.plan.latest_poll), delay_source=delay_source)
+
+    def woken_by_push(self, due: datetime) -> OperationRecord:
+        """A provider's push made the next check due at `due` (`core.push.woken` decides when)."""
+        moved = self.waiting(due, DelaySource.PROVIDER_PUSH)
+        return moved._with(woken_at=moved.next_poll_at)
 
     def deferred(self, next_poll_at: datetime) -> OperationRecord:
         """Fleet pacing moved the poll; why it was due then (backoff, hint, Retry-After) still stands."""

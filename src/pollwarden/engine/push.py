@@ -2,7 +2,7 @@
 
 Every receiver (`pollwarden hooks`, the worker's `--hooks-port`, the broker's) calls `receive`; it sends
 nothing to the provider. What it may change is one thing: an active operation's next check, moved to now
-(`core.push.woken`: no earlier than `[push] min_interval` after the last answer), under a short lease, with
+(`core.push.woken`: no earlier than `[push] min_interval` after the last woken check), under a short lease, with
 a `woken_by_push` event naming the delivery and the event type, never the body. Then the store's bell rings,
 so the waiter of that operation, in whatever process, starts the check at once. The check is an ordinary
 one: reserved in the budget, bounded by the deadline, and its answer decides.
@@ -97,8 +97,13 @@ def wake_one(store: Store, contract: Contract, operation_id: str, event: Wake, d
     assert push is not None
     stored = store.get(operation_id)
     now = store.db_now()
-    if stored is None or woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
+    if stored is None or stored.record.is_final:
         return "unchanged"
+    if woken(push, stored.record, now) is None:  # a read spares a storm's later pushes a write
+        # Due already, but a check in flight holds it: its answer may predate the job's end, so the push must
+        # wake the operation again once that answer is recorded (the record says nothing of it until then).
+        held = stored.lease_owner is not None and stored.lease_expires_at is not None and stored.lease_expires_at > now
+        return "busy" if held and stored.record.due_at <= now else "unchanged"
     claimed = store.claim(operation_id, owner, now, PUSH_LEASE)
     if claimed is None:
         return "busy"

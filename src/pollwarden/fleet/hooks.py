@@ -87,6 +87,8 @@ class Receiver:
         self._lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
         self.closing = threading.Event()
+        self._retrying: set[str] = set()
+        """Operations a retry thread is waiting on: a storm during one check in flight starts one, not one a push."""
 
     def count(self, contract: str, outcome: str) -> None:
         with self._lock:
@@ -98,31 +100,42 @@ class Receiver:
             return Received(404, "unknown_contract", "no installed contract of that name has a [push] table")
         secret = self._environ.get(contract.push.secret_env)
         received = receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
-        if received.busy:
+        with self._lock:
+            fresh = [operation_id for operation_id in received.busy if operation_id not in self._retrying]
+            self._retrying.update(fresh)
+        if fresh:
             threading.Thread(
-                target=self._wake_after, args=(contract, received), name="pollwarden-push-retry", daemon=True
+                target=self._wake_after, args=(contract, received, fresh), name="pollwarden-push-retry", daemon=True
             ).start()
         return received
 
-    def _wake_after(self, contract: Contract, received: Received) -> None:
+    def _wake_after(self, contract: Contract, received: Received, waiting: list[str]) -> None:
         """A push that met a check in flight wakes its operation once that check is recorded (its answer may be
         from before the job ended): tried again every `RETRY` until the holder's lease would have expired."""
         assert received.wake is not None
         ends = time.monotonic() + lease_ttl(contract).total_seconds() + 1.0
-        waiting = list(received.busy)
-        while waiting and time.monotonic() < ends and not self.closing.wait(RETRY):
-            for operation_id in list(waiting):
-                try:
-                    outcome = wake_one(
-                        self.store, contract, operation_id, received.wake, received.delivery_id, owner=self.owner
-                    )
-                except StoreError:
-                    continue
-                if outcome != "busy":
-                    waiting.remove(operation_id)
-                if outcome == "moved":
-                    self.store.bell().ring()
-                    self.log("push_woke", contract=contract.name, operations=[operation_id])
+        try:
+            while waiting and time.monotonic() < ends and not self.closing.wait(RETRY):
+                for operation_id in list(waiting):
+                    try:
+                        outcome = wake_one(
+                            self.store, contract, operation_id, received.wake, received.delivery_id, owner=self.owner
+                        )
+                    except StoreError:
+                        continue
+                    if outcome != "busy":
+                        waiting.remove(operation_id)
+                        self._done_retrying(operation_id)  # before the ring: a push during the next check retries
+                    if outcome == "moved":
+                        self.store.bell().ring()
+                        self.log("push_woke", contract=contract.name, operations=[operation_id])
+        finally:
+            for operation_id in waiting:
+                self._done_retrying(operation_id)
+
+    def _done_retrying(self, operation_id: str) -> None:
+        with self._lock:
+            self._retrying.discard(operation_id)
 
     def metrics(self) -> str:
         with self._lock:
