@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import audit_bench, fleet_bench, throughput
+from bench.contracts import contract_text
 from bench.peers import LIBRARY_PEERS, PEERS
 from bench.peers.common import PeerConfig, PeerResult
 from bench.peers.schedules import MODELS, Schedule
@@ -712,25 +713,16 @@ def fleet(peers: Sequence[str]) -> list[Fleet]:
 
 # -- overhead -----------------------------------------------------------------------------------------------
 
-OVERHEAD_CONTRACT = """
-name = "overhead"
-status_url = "{url}/jobs/{{job_id}}"
-timeout = "5s"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[schedule]
-base_delay = "1ms"
-max_delay = "1ms"
-[limits]
-deadline = "1h"
-max_requests = 1000000
-max_transport_failures = 100
-"""
+
+def overhead_contract(url: str) -> str:
+    return contract_text(
+        "overhead",
+        status_url=f"{url}/jobs/{{job_id}}",
+        pending=("running",),
+        top={"timeout": "5s"},
+        schedule={"base_delay": "1ms", "max_delay": "1ms"},
+        limits={"deadline": "1h", "max_requests": 1000000, "max_transport_failures": 100},
+    )
 
 
 @dataclass
@@ -752,7 +744,7 @@ def step_rate(target: str, home: Path, seconds: float) -> float:
 
     with Simulator() as sim:
         sim.add_job("j", [Step(body={"state": "running"})])
-        contract = parse_contract(OVERHEAD_CONTRACT.format(url=sim.url))
+        contract = parse_contract(overhead_contract(sim.url))
         store = open_store(target, keys=load_or_create_keys(home))
         try:
             if store.get("op") is None:

@@ -31,6 +31,7 @@ from pollwarden.core import Response, decide, new_record, observe, parse_contrac
 from pollwarden.core.decide import Poll, next_step
 from pollwarden.core.record import OperationRecord
 
+from .contracts import contract_text
 from .throughput import lateness_run, measure, throughput_section
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fleet-benchmark.md"
@@ -39,24 +40,10 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "fleet-benchmark.md"
 # -- pressure ---------------------------------------------------------------------------------------------
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-PRESSURE_CONTRACT = """
-name = "exports"
-status_url = "https://provider.example/jobs/{job_id}"
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[schedule]
-base_delay = "5s"
-max_delay = "120s"
-[limits]
-deadline = "2h"
-max_requests = 1000
-max_transport_failures = 1000
-"""
+PRESSURE_CONTRACT = contract_text(
+    schedule={"base_delay": "5s", "max_delay": "120s"},
+    limits={"deadline": "2h", "max_requests": 1000, "max_transport_failures": 1000},
+)
 
 
 @dataclass(frozen=True)

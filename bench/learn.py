@@ -26,6 +26,8 @@ from pollwarden.core.contract.parse import Contract
 from pollwarden.core.learnt import WINDOW, Learnt, Sample, first_check, learn, sample_of
 from pollwarden.core.observe import Response
 
+from .contracts import contract_text
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RUNNING = b'{"state": "running"}'
 DONE = b'{"state": "succeeded"}'
@@ -35,27 +37,14 @@ MARK_END = "<!-- bench-learn:end -->"
 
 
 def contract(lag_target: float, *, learning: bool) -> Contract:
-    return parse_contract(
-        f"""
-name = "exports"
-status_url = "http://127.0.0.1:9/jobs/{{job_id}}"
-[states]
-pending = ["running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-[schedule]
-base_delay = "5s"
-max_delay = "2m"
-lag_target = "{lag_target:g}s"
-learn = {"true" if learning else "false"}
-[limits]
-deadline = "48h"
-max_requests = 5000
-""",
-        source="bench-learn.toml",
+    text = contract_text(
+        status_url="http://127.0.0.1:9/jobs/{job_id}",
+        pending=("running",),
+        result=False,
+        schedule={"base_delay": "5s", "max_delay": "2m", "lag_target": f"{lag_target:g}s", "learn": learning},
+        limits={"deadline": "48h", "max_requests": 5000},
     )
+    return parse_contract(text, source="bench-learn.toml")
 
 
 Workload = Callable[[random.Random], float]

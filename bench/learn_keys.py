@@ -28,8 +28,9 @@ from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
 from pollwarden.engine import Engine, Watching
 from pollwarden.engine.installed import install
-from pollwarden.simulator import contract_text
 from pollwarden.store.sqlite import SQLiteStore
+
+from .contracts import Value, contract_text
 
 LAG_TARGET = 30.0
 WORKLOADS: dict[str, tuple[tuple[tuple[str, float], ...], float]] = {
@@ -81,10 +82,10 @@ class Provider:
 
 
 def contract(learn: bool, keyed: bool) -> Contract:
-    text = contract_text("http://127.0.0.1:9", base_delay="5s", max_delay="120s", deadline="2h", max_requests=200)
-    schedule = f'max_delay = "120s"\nlag_target = "{int(LAG_TARGET)}s"'
-    schedule += ("" if learn else "\nlearn = false") + ('\nlearn_key = "model"' if keyed else "")
-    return parse_contract(text.replace('max_delay = "120s"', schedule), source="bench-learn-keys.toml")
+    schedule: dict[str, Value] = {"base_delay": "5s", "max_delay": "120s", "lag_target": f"{int(LAG_TARGET)}s"}
+    schedule |= {"learn": learn} | ({"learn_key": "model"} if keyed else {})
+    text = contract_text(schedule=schedule, limits={"deadline": "2h", "max_requests": 200})
+    return parse_contract(text, source="bench-learn-keys.toml")
 
 
 @dataclass(frozen=True)

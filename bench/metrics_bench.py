@@ -33,30 +33,17 @@ from pollwarden.store.base import NewOperation, Store
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 
+from .contracts import contract_text
 from .throughput import _seeding_store, database
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- metrics_bench -->", "<!-- /metrics_bench -->"
 
-CONTRACT = """
-name = "{name}"
-status_url = "https://provider.example/jobs/{{job_id}}"
-[states]
-pending = ["queued", "running"]
-success = ["succeeded"]
-failure = ["failed"]
-[fields]
-state = "state"
-result = "result_url"
-[limits]
-deadline = "2h"
-max_requests = 100
-"""
-
 
 def seed(store: Store, operations: int, decisions: int) -> None:
     now = store.db_now()
-    texts = [CONTRACT.format(name=name) for name in ("exports", "renders", "deploys")]
+    names = ("exports", "renders", "deploys")
+    texts = [contract_text(name, limits={"deadline": "2h", "max_requests": 100}) for name in names]
     contracts = [parse_contract(text) for text in texts]
     gone = process_owner("watch", pid=2**22 + 1)  # beyond pid_max: a process known to be gone
     batch: list[NewOperation] = []

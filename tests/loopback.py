@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -193,3 +195,13 @@ def held_hook() -> Iterator[tuple[HeldHook, str]]:
             yield hook, f"{server.url}/hook"
         finally:
             hook.release()
+
+
+def post(url: str, headers: Mapping[str, str], body: bytes) -> int:
+    """POST `body` to `url` as a provider's push is sent; the answer's status, an error status included."""
+    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)

@@ -14,7 +14,8 @@ from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.owner import process_owner
 from tests.conftest import write_contract
-from tests.e2e.test_push_cli import PUSH, SECRET, post, signed
+from tests.e2e.test_push_cli import PUSH, SECRET, signed
+from tests.loopback import post
 
 
 def test_an_api_watch_is_woken_by_a_signed_push(sim: Simulator, home: Path, tmp_path: Path) -> None:

@@ -117,9 +117,10 @@ def google(start: float, answer: Answer, rng: random.Random) -> Schedule:
     return Schedule(times, False)
 
 
-def tenacity(start: float, answer: Answer, rng: random.Random) -> Schedule:
-    """wait_exponential(multiplier=1, min=4, max=10): after attempt n, max(4, min(2^(n-1), 10)) seconds; 5xx is
-    retried like a pending answer; stop_after_delay(2 h)."""
+def _retrying(start: float, answer: Answer, wait: Callable[[int], float], *, stop_first: bool) -> Schedule:
+    """A retry library's loop: attempt n, then `wait(n)` seconds, until a final 2xx-4xx answer or the 2 h
+    limit: checked before the wait is chosen (`stop_first`, tenacity's stop_after_delay), or against the time
+    the next attempt would be made (stamina's timeout)."""
     times: list[float] = []
     t, n = start, 0
     while True:
@@ -128,26 +129,24 @@ def tenacity(start: float, answer: Answer, rng: random.Random) -> Schedule:
         status, done = answer(t)
         if status < 500 and done:
             return Schedule(times, True)
-        if t - start >= DEADLINE:
+        if stop_first and t - start >= DEADLINE:
             return Schedule(times, False)
-        t += max(4.0, min(2.0 ** (n - 1), 10.0))
+        pause = wait(n)
+        if not stop_first and t + pause - start > DEADLINE:
+            return Schedule(times, False)
+        t += pause
+
+
+def tenacity(start: float, answer: Answer, rng: random.Random) -> Schedule:
+    """wait_exponential(multiplier=1, min=4, max=10): after attempt n, max(4, min(2^(n-1), 10)) seconds; 5xx is
+    retried like a pending answer; stop_after_delay(2 h)."""
+    return _retrying(start, answer, lambda n: max(4.0, min(2.0 ** (n - 1), 10.0)), stop_first=True)
 
 
 def stamina(start: float, answer: Answer, rng: random.Random) -> Schedule:
     """Defaults: after attempt n, min(5, 0.1 x 2^(n-1) + uniform(0, 1)) seconds; no Retry-After in the fleet's
     503s, so they back off the same way; timeout 2 h."""
-    times: list[float] = []
-    t, n = start, 0
-    while True:
-        n += 1
-        times.append(t)
-        status, done = answer(t)
-        if status < 500 and done:
-            return Schedule(times, True)
-        wait = min(5.0, 0.1 * 2.0 ** (n - 1) + rng.uniform(0.0, 1.0))
-        if t + wait - start > DEADLINE:
-            return Schedule(times, False)
-        t += wait
+    return _retrying(start, answer, lambda n: min(5.0, 0.1 * 2.0 ** (n - 1) + rng.uniform(0.0, 1.0)), stop_first=False)
 
 
 MODELS: dict[str, Callable[[float, Answer, random.Random], Schedule]] = {

@@ -35,20 +35,21 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from .catalogue import resolve_contract
-from .core.admission import Limits, WatchRequest, check, operation_id_problem, watchable_problem
+from .core.admission import Limits, WatchRequest, operation_id_problem
 from .core.contract.parse import Contract, ContractError, load_contract
 from .core.contract.result import JSONValue
 from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
+from .core.watchability import Refused, checked
 from .errors import EXIT_INTERRUPTED, PollwardenError
 
 if TYPE_CHECKING:
@@ -154,14 +155,13 @@ class WatchOptions(TypedDict, total=False):
     status_url: str | None
 
 
-def _check_names(options: Mapping[str, object]) -> None:
-    """A keyword the API does not take is refused as a misspelt keyword argument always was (a TypeError),
-    for callers the type checker does not see."""
-    unknown = sorted(set(options) - WatchOptions.__optional_keys__)
+def check_names(options: Mapping[str, object], takes: Sequence[str] = tuple(WatchOptions.__annotations__)) -> None:
+    """A keyword the API (or a function taking `**options` of another TypedDict, whose keys are `takes`) does not
+    take is refused as a misspelt keyword argument always was (a TypeError), for callers the type checker does
+    not see."""
+    unknown = sorted(set(options) - set(takes))
     if unknown:
-        raise TypeError(
-            f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(WatchOptions.__annotations__)})"
-        )
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} (takes: {', '.join(takes)})")
 
 
 def _duration(value: timedelta | str | None, what: str) -> timedelta | None:
@@ -196,7 +196,7 @@ class Watch:
         `useful_for` is the usefulness window (as `pollwarden watch --useful-for`): once it has passed since the
         operation was created, the watch stops (`usefulness_window_closed`), even before the deadline. `lag_target`
         (as `--lag-target`) is the p95 detection lag the contract's learnt schedule keeps (`[schedule] lag_target`)."""
-        _check_names(options)
+        check_names(options)
         vars = options.get("vars")
         operation_id = options.get("operation_id")
         status_url = options.get("status_url")
@@ -223,8 +223,6 @@ class Watch:
                 " in-process code holds the credential itself and cannot be gated, so watch it through"
                 ' `pollwarden mcp` (or set approval = "none" if a person\'s approval is not needed)'
             )
-        if (unwatchable := watchable_problem(self.contract)) is not None:
-            raise WatchError(unwatchable)
         if job_id is None and operation_id is None and status_url is None:
             raise WatchError("give a job_id (or a status_url) to start a watch, or the operation_id of one to resume")
         if operation_id is not None and (problem := operation_id_problem(operation_id)):
@@ -236,11 +234,13 @@ class Watch:
             lag_target=_duration(options.get("lag_target"), "lag_target"),
         )
         self.status_url = status_url
-        # Admission's own checks, before anything is opened: the same words as every other interface.
+        # The preamble's checks that need no credential, as the Watch is built (the credential is read by `run`):
+        # whether the contract may be watched, and admission's `check`, in the same words as every interface's.
         probe = WatchRequest(self.contract, job_id, operation_id, self.limits, status_location=status_url)
-        if (refused := check(probe)) is not None:
-            raise WatchError(f"cannot watch: {refused.message_for(_NAMES)}")
-        self.job_id = probe.job_id
+        try:
+            self.job_id = checked(probe).job_id
+        except Refused as exc:
+            raise WatchError(exc.said(_NAMES, "watch")) from None
         self.operation_id = operation_id
         self._home = options.get("home")
         self._store = options.get("store")
@@ -265,22 +265,26 @@ class Watch:
         # What only a running watch needs is imported here, on its first run: the engine and its events, the
         # status client, the store (and with it the audit crypto). `import pollwarden` and building a Watch,
         # which checks the contract and the limits with the core alone, load none of them.
-        from .engine import AdmissionError, Cancelled, Engine, Watching
+        from .engine import Cancelled, Engine, Watching
         from .engine.combine import combined
-        from .engine.installed import NotInstalled, install_as_caller
+        from .engine.installed import NotInstalled
+        from .engine.preamble import Installing, admit, ready
         from .home.directory import resolve_home
         from .home.operating import HomeError
+        from .home.outbox import delivering
         from .home.shared_store import home_store
         from .report.progress import progress_of
         from .store.bell import listening, pause
         from .store.owner import process_owner
-        from .transport.http import CredentialError, StatusClient, resolve_secret
-        from .transport.outbox import delivering
+        from .transport.http import StatusClient
 
+        asked = WatchRequest(
+            self.contract, self.job_id, self.operation_id, self.limits, by="python api", status_location=self.status_url
+        )
         try:
-            secret = resolve_secret(self.contract)
-        except CredentialError as exc:
-            raise WatchError(str(exc)) from None
+            prepared = ready(asked)
+        except Refused as exc:
+            raise WatchError(exc.said(_NAMES, "watch")) from None
         with contextlib.ExitStack() as opened:
             if self._store is not None:
                 store = self._store
@@ -297,20 +301,13 @@ class Watch:
             # Steps due together, of this watch and the others of this store in this process, in one batch.
             combiner = opened.enter_context(combined(store))
             engine = Engine(store, owner=process_owner("api"), combiner=combiner)
-            request = WatchRequest(
-                self.contract,
-                self.job_id,
-                self.operation_id,
-                self.limits,
-                by="python api",
-                credential=secret,
-                status_location=self.status_url,
-            )
             try:  # in-process code runs with its own credential: its contract is installed as it starts
-                install_as_caller(store, self.contract, via="python api", source=self._source, now=engine.clock())
-                admitted = engine.admit(request)
-            except (AdmissionError, NotInstalled) as exc:
+                admitted = admit(prepared, engine, Installing("python api", self._source))
+            except Refused as exc:
+                raise WatchError(exc.said(_NAMES, "watch")) from None
+            except NotInstalled as exc:
                 raise WatchError(f"cannot watch: {exc}") from None
+            secret = prepared.secret
             self.operation_id = admitted.record.operation_id  # a later run() resumes this operation
             told: Callable[[StepResult], None] | None = None
             if (on_progress := self._on_progress) is not None:

@@ -198,6 +198,7 @@ BAD_DATABASES = {
     "postgresql://hunter2pw:%zz@h/db": "a % is not followed by two hex digits",
     "postgresql://u:hunter2pw@[zz]/db": "host in brackets is not an IPv6 address",
     "": "the database is empty",
+    " ": "the database is empty",  # once a SQLite file named " " in the working directory (committed by mistake)
 }
 
 
@@ -211,7 +212,7 @@ def test_a_malformed_db_url_is_exit_2_on_every_command_that_takes_it(command: tu
 
 
 @pytest.mark.parametrize(
-    ("db", "why"), BAD_DATABASES.items(), ids=["ipv6-open", "port", "percent", "ipv6-bad", "empty"]
+    ("db", "why"), BAD_DATABASES.items(), ids=["ipv6-open", "port", "percent", "ipv6-bad", "empty", "blank"]
 )
 def test_each_malformed_db_says_what_is_wrong_from_the_flag_and_from_the_environment(
     db: str, why: str, home: Path
@@ -226,6 +227,8 @@ def test_each_malformed_db_says_what_is_wrong_from_the_flag_and_from_the_environ
         ran = run_cli("status", home=home, env={"POLLWARDEN_DB": db}, timeout=30)
         assert ran.code == 2 and why in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
         assert "hunter2pw" not in ran.stderr
+    if db and not db.strip():  # no SQLite file of that name where the commands ran (this process's directory)
+        assert not Path(db).exists() and not Path(db + "-writer.lock").exists()
 
 
 # --- issue 23: a credential over plain http off the loopback is refused at load -------------------------------------

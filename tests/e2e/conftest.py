@@ -27,6 +27,20 @@ def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
         drop_database(url)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
+    """The flags naming a command's store, once per backend: none (the home's SQLite file), or `--db` and a new
+    PostgreSQL database of the test's own."""
+    if request.param == "sqlite":
+        yield ()
+        return
+    url = create_database(upgraded=True)
+    try:
+        yield ("--db", url)
+    finally:
+        drop_database(url)
+
+
 def store_of(db: str, home: Path) -> Store:
     """The store behind `--db`, with the home's audit keys and trusted checkpoint file."""
     return open_store(db, keys=load_or_create_keys(home), trusted_checkpoint_path=home / "audit-head.checkpoint")

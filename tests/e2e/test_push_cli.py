@@ -19,6 +19,7 @@ import pytest
 from pollwarden.simulator import Simulator, Step
 from pollwarden.simulator.push import Pusher, forged, signed_push
 from tests.conftest import run_cli, write_contract
+from tests.loopback import post
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 PUSH = '\n[push]\nkind = "standard-webhooks"\nsecret_env = "EXPORTS_HOOK"\njob_id = "data.id"\n'
@@ -27,15 +28,6 @@ PUSH = '\n[push]\nkind = "standard-webhooks"\nsecret_env = "EXPORTS_HOOK"\njob_i
 def signed(job_id: str, delivery: str, *, stamp: int | None = None) -> tuple[dict[str, str], bytes]:
     """A Standard Webhooks delivery as the provider sends it."""
     return signed_push(SECRET, job_id, delivery, stamp=stamp, event="export.done")
-
-
-def post(url: str, headers: dict[str, str], body: bytes) -> int:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
 
 
 def _spawn(home: Path, *args: str) -> subprocess.Popen[str]:
@@ -47,21 +39,6 @@ def _spawn(home: Path, *args: str) -> subprocess.Popen[str]:
         stdin=subprocess.DEVNULL,
         text=True,
     )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
-    """Where the fleet's store is: the home's SQLite file, or a PostgreSQL database of the test's own."""
-    if request.param == "sqlite":
-        yield ()
-        return
-    from tests.store.conftest import create_database, drop_database
-
-    url = create_database(upgraded=True)
-    try:
-        yield ("--db", url)
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture

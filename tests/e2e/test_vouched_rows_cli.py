@@ -19,6 +19,7 @@ from pollwarden.simulator import Simulator
 from pollwarden.store.migrations import LATEST
 from tests.conftest import write_contract
 from tests.e2e.places import EXIT_TAMPERED, Place
+from tests.store.undo import undone_after
 
 pytestmark = pytest.mark.slow
 
@@ -158,23 +159,7 @@ def _as_schema_7(place: Place) -> None:
         )
         prev = head.head_hash
     write_head_file(place.home / "audit-head.checkpoint", head)
-    for statement in (
-        "DROP INDEX operations_newest_active",  # schema 13's
-        "DROP TABLE learnt_samples",  # schema 12's
-        "DROP INDEX operations_paced",  # schema 11's
-        "ALTER TABLE operations DROP COLUMN paced_until",
-        "DROP TABLE push_deliveries",  # 10's
-        "DROP INDEX operations_console",  # 9's
-        "DROP INDEX operations_unreadable_contract",
-        "DROP INDEX decisions_open_reason",
-        "ALTER TABLE decisions DROP COLUMN reason",
-        "DROP TABLE audit_vouches_pending",
-        "DROP TABLE audit_key_rotations",
-        "DROP TABLE audit_settings",
-        "DROP INDEX operations_unreadable",
-        "ALTER TABLE operations DROP COLUMN unreadable",
-        "ALTER TABLE audit_heads DROP COLUMN vouches",
-    ):
+    for statement in undone_after(7):  # a store as schema 7 left it
         place.execute(statement)
     if place.url is None:
         place.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")  # upgraded when next opened

@@ -9,7 +9,6 @@ import shutil
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -19,15 +18,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pollwarden import events as ev
 from pollwarden.audit import GENESIS_HASH, load_or_create_keys, sign_head, write_head_file
 from pollwarden.clock import utcnow
+from pollwarden.home.outbox import delivering
 from pollwarden.simulator import Simulator
 from pollwarden.store.migrations import LATEST
 from pollwarden.store.open import open_store
 from pollwarden.store.witness import Witness
-from pollwarden.transport.outbox import delivering
 from tests.conftest import run_cli, write_contract
 from tests.e2e.test_audit_cli import EXIT_TAMPERED, _verify
 from tests.loopback import Answer, serving
-from tests.store.conftest import create_database, drop_database
+from tests.store.undo import undone_after
 
 pytestmark = pytest.mark.slow
 
@@ -197,25 +196,9 @@ def test_a_closing_drain_ends_at_the_first_refused_attempt_not_at_its_bound(tmp_
 _SCHEMA_2_DUE_INDEX = "CREATE INDEX operations_due ON operations (next_poll_at) WHERE phase = 'active'"
 
 
-_SCHEMA_8 = (
-    "DROP INDEX operations_newest_active",  # schema 13's
-    "DROP TABLE learnt_samples",  # schema 12's
-    "DROP INDEX operations_paced",  # schema 11's
-    "ALTER TABLE operations DROP COLUMN paced_until",
-    "DROP TABLE push_deliveries",  # 10's
-    "DROP INDEX operations_console",  # 9's
-    "DROP INDEX operations_unreadable_contract",
-    "DROP INDEX decisions_open_reason",
-    "ALTER TABLE decisions DROP COLUMN reason",
-    "DROP TABLE audit_vouches_pending",
-    "DROP TABLE audit_key_rotations",
-    "DROP TABLE audit_settings",
-    "DROP INDEX operations_unreadable",
-    "ALTER TABLE operations DROP COLUMN unreadable",
-)
-"""What schemas 12 (the learnt samples), 11 (pacing's due time), 10 (push deliveries), 9 (the console's
-indexes, decisions.reason) and 8 (rows the audit vouches for, key rotations, settings, unreadable rows) added,
-undone."""
+_SCHEMA_8 = undone_after(7)
+"""What schemas 8 and later added (the rows the audit vouches for, key rotations, settings, unreadable rows, the
+console's indexes, push deliveries, pacing's due time, the learnt samples), undone."""
 
 
 def _downgrade_sqlite(db: Path) -> None:
@@ -253,18 +236,6 @@ def _downgrade_postgres(url: str) -> None:
         conn.execute("ALTER TABLE operations DROP COLUMN watcher, DROP COLUMN watcher_since")
         conn.execute("DROP TABLE outbox")  # schema 7's
         conn.execute("DELETE FROM schema_migrations WHERE version > 2")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_args(request: pytest.FixtureRequest) -> Iterator[tuple[str, ...]]:
-    if request.param == "sqlite":
-        yield ()
-        return
-    url = create_database(upgraded=True)
-    try:
-        yield ("--db", url)
-    finally:
-        drop_database(url)
 
 
 def _delete_heads(home: Path, db_args: tuple[str, ...]) -> None:

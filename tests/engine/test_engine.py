@@ -29,13 +29,13 @@ from pollwarden.core.reasons import StopReason
 from pollwarden.core.record import new_record
 from pollwarden.engine import AdmissionError, Admitted, Engine, Polled, Watching
 from pollwarden.fleet.worker import CLAIM_TTL, Worker
+from pollwarden.home.outbox import delivering
 from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store, Stored
 from pollwarden.store.open import open_store
 from pollwarden.transport.credentials import resolve_secret
 from pollwarden.transport.fake import FakeTransport, Reply
 from pollwarden.transport.http import StatusClient
-from pollwarden.transport.outbox import delivering
 from tests.conftest import install
 
 

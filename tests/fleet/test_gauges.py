@@ -16,11 +16,11 @@ from pollwarden.core import new_record, parse_contract
 from pollwarden.fleet.log import JsonLog
 from pollwarden.fleet.metrics import Metrics
 from pollwarden.home.operating import open_store
+from pollwarden.home.outbox import Courier
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store as open_store_at
 from pollwarden.store.owner import process_owner
 from pollwarden.store.witness import Witness
-from pollwarden.transport.outbox import Courier
 from tests.loopback import Answer, serving
 
 from ..core.support import contract_text

@@ -281,3 +281,13 @@ def test_cancelling_the_run_cancels_the_watch_and_leaves_it_to_resume(
         assert 1 <= sent == stored.record.status_requests_used  # nothing sent behind the record
     finally:
         store.close()
+
+
+def test_a_misspelt_option_is_a_type_error_as_a_keyword_argument_was(contract: Path, home: Path) -> None:
+    """The tools' options are one `ToolOptions` TypedDict (declared once for both frameworks); a caller the type
+    checker does not see still gets the TypeError a misspelt keyword argument gave."""
+    from pollwarden.integrations.langgraph import langgraph_tool
+
+    for make in (openai_agents_tool, langgraph_tool):
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'max_request'.*max_requests"):
+            make(contract, home=home, max_request=2)  # type: ignore[call-arg]

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import anyio
 
 from pollwarden.simulator import Simulator, Step
 from pollwarden.simulator.push import forged, signed_push
+from tests.loopback import post
 from tests.mcp.support import agent_contract, run
 
 from .users import Broker, Place, Users, shim_agent
@@ -26,15 +25,6 @@ HOOK_ENV = "EXPORTS_HOOK"
 PUSH = f'\n[push]\nkind = "standard-webhooks"\nsecret_env = "{HOOK_ENV}"\njob_id = "data.id"\n'
 BOUND = 60.0
 """Seconds allowed for a state another process reaches: only a guard against a hang, never a measure."""
-
-
-def post(url: str, headers: dict[str, str], body: bytes) -> int:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
 
 
 def pushes_url(broker: Broker) -> str:

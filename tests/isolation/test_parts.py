@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden.cli.brokered import Refused, parse
 from pollwarden.isolation.checks import read_secrets, secrets_problems
-from pollwarden.isolation.child import Refused, parse
 from pollwarden.isolation.peers import Peer, Who, WhoError, peer_of, role_of
 from pollwarden.isolation.systemd import systemd_unit
 from tests.conftest import run_cli

@@ -14,7 +14,8 @@ from pollwarden.fleet.hooks import HooksServer, Receiver
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.owner import process_owner
-from tests.e2e.test_push_cli import PUSH, SECRET, post, signed
+from tests.e2e.test_push_cli import PUSH, SECRET, signed
+from tests.loopback import post
 from tests.store.conftest import create_database, drop_database
 
 from .support import Note, agent_contract, mcp_agent, run

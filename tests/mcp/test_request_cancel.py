@@ -151,8 +151,8 @@ def test_a_new_cancel_request_is_announced_on_the_webhook_once(sim: Simulator, t
     person hears of the question as of a stop."""
     import threading
 
+    from pollwarden.home.outbox import delivering_home
     from pollwarden.mcp_server import Broker, CallContext, load_contracts
-    from pollwarden.transport.outbox import delivering_home
     from tests.loopback import Answer, serving
 
     with serving({("POST", "/hook"): Answer(204)}) as hook:

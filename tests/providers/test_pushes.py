@@ -47,7 +47,7 @@ from pollwarden.home.operating import open_store
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
 from tests.conftest import install
-from tests.e2e.test_push_cli import post
+from tests.loopback import post
 
 PUSHES = Path(__file__).with_name("pushes")
 

@@ -22,29 +22,17 @@ from pollwarden.store.sqlite import SQLiteStore
 
 from .conftest import AnyStore, Backend
 from .test_store import CONTRACT
+from .undo import UNDO, undone_after
 
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 
-AFTER_SCHEMA_5 = (
-    "DROP INDEX operations_newest_active",  # schema 13's
-    "DROP TABLE learnt_samples",  # schema 12's
-    "DROP INDEX operations_paced",  # schema 11's
-    "ALTER TABLE operations DROP COLUMN paced_until",
-    "DROP TABLE push_deliveries",  # 10's
-    "DROP INDEX operations_console",  # 9's
-    "DROP INDEX operations_unreadable_contract",
-    "DROP INDEX decisions_open_reason",
-    "ALTER TABLE decisions DROP COLUMN reason",
-    "DROP TABLE contracts",  # schema 6's
-    "DROP TABLE outbox",  # 7's
-    "ALTER TABLE audit_heads DROP COLUMN vouches",  # 8's
-    "DROP TABLE audit_vouches_pending",
-    "DROP TABLE audit_key_rotations",
-    "DROP TABLE audit_settings",
-    "DROP INDEX operations_unreadable",
-    "ALTER TABLE operations DROP COLUMN unreadable",
-)
+AFTER_SCHEMA_5 = undone_after(5)
 """What the schemas after 5 added, undone: a store as a schema-5 pollwarden left it."""
+
+
+def test_every_schema_since_6_has_its_undoing_written() -> None:
+    """The tests that upgrade an older store undo the schemas after it (`undo.UNDO`): a new one is added there."""
+    assert sorted(UNDO) == list(range(6, LATEST + 1))
 
 
 def test_a_version_is_installed_once_by_its_digest_with_one_audited_record(store: AnyStore) -> None:

@@ -18,6 +18,7 @@ from pollwarden.store.paging import OperationsQuery, Urgency
 from pollwarden.store.postgres import upgrade_database
 
 from .conftest import AnyStore, Backend
+from .undo import undone_after
 
 NOW = datetime(2026, 12, 2, 19, 33, tzinfo=UTC)
 TTL = timedelta(seconds=65)
@@ -146,18 +147,9 @@ def test_open_decisions_are_counted_by_reason_and_paged_oldest_first(store: AnyS
     assert store.recent_decisions(5) == []
 
 
-SCHEMA_9 = (
-    "DROP INDEX operations_newest_active",  # schema 13's
-    "DROP TABLE learnt_samples",  # schema 12's, which the upgrade to 9 brings again
-    "DROP INDEX operations_paced",  # schema 11's, which the upgrade to 9 brings again
-    "ALTER TABLE operations DROP COLUMN paced_until",
-    "DROP TABLE push_deliveries",  # schema 10's, which the upgrade to 9 brings again
-    "DROP INDEX operations_console",
-    "DROP INDEX operations_unreadable_contract",
-    "DROP INDEX decisions_open_reason",
-    "ALTER TABLE decisions DROP COLUMN reason",
-)
-"""What schemas 9, 10 and 11 added, undone: a store as a schema-8 pollwarden left it."""
+SCHEMA_9 = undone_after(8)
+"""What schemas 9 and later added (the upgrade to 9 brings them all again), undone: a store as a schema-8
+pollwarden left it."""
 
 
 def test_schema_9_fills_the_reason_of_the_decisions_already_there(store: AnyStore, backend: Backend) -> None:

@@ -295,16 +295,15 @@ def test_a_full_disk_in_one_body_fails_every_body_of_its_batch_and_writes_no_hea
     _audit_ok(first)
 
 
-@pytest.mark.usefixtures("patient")
-def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQLiteStore]) -> None:
-    first, second, *_ = stores
-    first.append("committed", ev.Paced.prepared({}), T0)
+def _newest_head_in_a_batch(first: SQLiteStore, second: SQLiteStore, log_id: str) -> tuple[Any, Any]:
+    """`second.newest_head()` asked while `first` holds the writer with a record of `log_id` appended, so it
+    joins the batch that commits that record: what it returned."""
     inside, go = threading.Event(), threading.Event()
-    got: list[Any] = []
+    got: list[tuple[Any, Any] | None] = []
 
     def holds_the_writer() -> None:
         with first._tx() as tx:
-            first._append(tx, "in-batch", ev.Paced.prepared({}), T0)
+            first._append(tx, log_id, ev.Paced.prepared({}), T0)
             inside.set()
             go.wait(GUARD)
 
@@ -321,7 +320,14 @@ def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQ
         thread.join(GUARD)
     (newest,) = got
     assert newest is not None
-    head, state = newest
+    return newest
+
+
+@pytest.mark.usefixtures("patient")
+def test_newest_head_in_a_batch_returns_the_state_its_head_fixes(stores: list[SQLiteStore]) -> None:
+    first, second, *_ = stores
+    first.append("committed", ev.Paced.prepared({}), T0)
+    head, state = _newest_head_in_a_batch(first, second, "in-batch")
     # a witness file pairs them: the head must cover exactly these logs and records, not an earlier body's too
     assert (head.logs, head.records) == (len(state), sum(seq for seq, _ in state.values())), (head, state)
     assert head.counter == first.audit_heads()[-1].counter
@@ -559,29 +565,7 @@ def test_an_upgraded_stores_first_head_in_a_batch_covers_every_log_once(stores: 
         conn.execute("INSERT INTO audit_heads_pending (records) VALUES (2)")
     conn.close()
     assert first.heads_pending()
-    inside, go = threading.Event(), threading.Event()
-    got: list[Any] = []
-
-    def holds_the_writer() -> None:
-        with first._tx() as tx:
-            first._append(tx, "new", ev.Paced.prepared({}), T0)
-            inside.set()
-            go.wait(GUARD)
-
-    threads = [
-        threading.Thread(target=holds_the_writer),
-        threading.Thread(target=lambda: got.append(second.newest_head())),
-    ]
-    threads[0].start()
-    inside.wait(GUARD)
-    threads[1].start()
-    _queued(_writer(first), 1)
-    go.set()
-    for thread in threads:
-        thread.join(GUARD)
-    (newest,) = got
-    assert newest is not None
-    head, state = newest
+    head, state = _newest_head_in_a_batch(first, second, "new")
     assert (head.counter, head.logs, head.records) == (1, 2, 3) and state == {
         log_id: (seq, h) for log_id, seq, h in json.loads(head.changes)
     }

@@ -604,6 +604,18 @@ def test_open_store_picks_the_backend_from_the_target(pg_url: str, tmp_path: Pat
     assert "s3cret" not in str(caught.value)
 
 
+@pytest.mark.parametrize("blank", ["", " ", "\t", "  \n"], ids=["empty", "space", "tab", "spaces-newline"])
+def test_a_blank_database_name_is_refused_and_creates_no_file(
+    blank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--db " "` once opened a SQLite file named " " (and its " -writer.lock") in the working directory: two such
+    files were committed at the repository's root. A name of blanks only is a mistake, never a file."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="the database is empty"):
+        open_store(blank)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_db_now_is_the_database_clock(pg_url: str, tmp_path: Path) -> None:
     store = PostgresStore(pg_url)
     lite = SQLiteStore(tmp_path / "x.db")

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urljoin, urlsplit, urlunsplit
 
 from .. import events as ev
-from ..core.admission import Limits, WatchRequest, check, job_id_problem
+from ..core.admission import Limits, WatchRequest, job_id_problem
 from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
@@ -26,6 +26,7 @@ from ..core.learnt_inputs import key_value
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
 from ..core.result_part import no_result_problem, result_part
+from ..core.watchability import Refused, checked
 from ..engine import learning
 from ..engine.installed import not_installed
 from ..errors import EXIT_ESCALATED, PollwardenError
@@ -94,8 +95,10 @@ def submit(
     _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
     # Admitted as every watch is (a contract that may be watched, limits it allows) before anything is recorded.
     asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for, lag_target=limits.lag_target)
-    if (refusal := check(WatchRequest(contract, None, limits=asked, by=by))) is not None:
-        raise ActionRefused(refusal.message_for(_FLAGS) + "; nothing was sent")
+    try:
+        checked(WatchRequest(contract, None, limits=asked, by=by))
+    except Refused as exc:
+        raise ActionRefused(exc.message_for(_FLAGS) + "; nothing was sent") from None
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False

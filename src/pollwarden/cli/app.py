@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 
 from ..errors import PollwardenError
+from ..isolation.commands import BROKERED
 from ..shown import shown
 from .common import EXIT_USAGE, resume_hint
 from .interrupts import EXIT_BROKEN_PIPE, Interrupted, interruptible
-from .parser import BROKERED, build_parser
+from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
 

@@ -279,7 +279,7 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
 def _record_witness(args: argparse.Namespace, location: str, event: WitnessConfigured | WitnessCleared) -> None:
     """The setting's event, in the store; its head is given to the witness at once (one attempt, at most
     `outbox.EXIT_WAIT` seconds): the location is tried as it is set, and holds this store's head from now on."""
-    from ..transport.outbox import delivering
+    from ..home.outbox import delivering
 
     store = _open_store(args.home, keys="write")
     try:

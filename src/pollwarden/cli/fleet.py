@@ -6,13 +6,14 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..audit.crypto import AuditError
-from ..core.admission import HeldSecret, Limits, WatchRequest, check, check_many, held_secret, watchable_problem
+from ..core.admission import HeldSecret, Limits, WatchRequest, check_many
 from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
-from ..engine import AdmissionError, BatchAdmissionError, Engine
+from ..engine import BatchAdmissionError, Engine
+from ..engine.preamble import Credentials, Refused, admit, credential_of, ready
 from ..fleet.defaults import DEFAULT_CONCURRENCY, POSTGRES_CONCURRENCY, POSTGRES_POOL, SUPERVISOR_ENV
 from ..fleet.metrics import Metrics
 from ..fleet.worker import JsonLog, Worker
@@ -23,7 +24,6 @@ from ..shown import shown
 from ..store.base import Store, StoreError
 from ..store.open import is_postgres_url, open_store
 from ..store.owner import process_owner, this_host
-from ..transport.http import CredentialError, resolve_secret
 from . import jobs_file
 from .common import UsageError, _duration, _load_contract, vars_of
 from .jobs_file import operation_ids, read_jobs_file
@@ -140,7 +140,7 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     log = JsonLog(worker=owner)
     server = _serve_hooks(store_factory(args)(), args.host, args.port, log, owner)
     print(f"receiving provider pushes on {server.url}/hooks/CONTRACT; stop with Ctrl-C", flush=True)
-    from ..transport.outbox import delivering
+    from ..home.outbox import delivering
 
     try:
         # What its wakes commit (the witness's heads) goes out from the outbox while it serves.
@@ -242,19 +242,13 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     elif args.operation_prefix is not None:
         raise UsageError("--operation-prefix names the operations of a --jobs-file; for one job give --operation")
     contract = _load_contract(args.contract, vars_of(args))
-    if (unwatchable := watchable_problem(contract)) is not None:
-        raise UsageError(unwatchable)
-    deadline = _duration(args.deadline, "--deadline")
-    lag_target = _duration(args.lag_target, "--lag-target")
-    credential = None
-    # The worker holds the credential; when this shell has it too, a job id that contains it is refused. Only a
-    # value that is read, never one that is made: a token command runs only where an installed contract is run.
-    if contract.auth is not None and contract.auth.token_command is None:
-        try:
-            credential = held_secret(contract, resolve_secret(contract))
-        except CredentialError:
-            credential = None
-    limits = Limits(deadline=deadline, max_requests=args.max_requests, lag_target=lag_target)
+    # The worker holds the credential; when this shell has it too, a job id that contains it is refused.
+    credential = _enqueuable(lambda: credential_of(WatchRequest(contract, None), Credentials.HELD))
+    limits = Limits(
+        deadline=_duration(args.deadline, "--deadline"),
+        max_requests=args.max_requests,
+        lag_target=_duration(args.lag_target, "--lag-target"),
+    )
     if args.jobs_file is not None:
         return _enqueue_file(args, contract, limits, credential)
     if args.job is None and args.status_url is None:
@@ -268,14 +262,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         credential=credential,
         status_location=args.status_url,
     )
-    if (refused := check(request)) is not None:  # before the store is opened: exit 2 creates nothing
-        raise UsageError(f"cannot enqueue: {refused.message_for(FLAGS)}")
+    prepared = _enqueuable(lambda: ready(request, Credentials.GIVEN))  # before the store: exit 2 creates nothing
     store = store_factory(args)()
     try:
-        try:
-            admitted = Engine(store, owner=process_owner("enqueue"), clock=store.db_now).admit(request)
-        except AdmissionError as exc:
-            raise UsageError(f"cannot enqueue: {exc.message_for(FLAGS)}") from None
+        engine = Engine(store, owner=process_owner("enqueue"), clock=store.db_now)
+        admitted = _enqueuable(lambda: admit(prepared, engine))
     finally:
         store.close()
     record = admitted.record
@@ -290,7 +281,20 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _enqueue_file(args: argparse.Namespace, contract: Contract, limits: Limits, credential: HeldSecret | None) -> int:
+_T = TypeVar("_T")
+
+
+def _enqueuable(step: Callable[[], _T]) -> _T:
+    """A step of the preamble (`engine.preamble`), its refusal in this command's words (exit 2)."""
+    try:
+        return step()
+    except Refused as exc:
+        raise UsageError(exc.said(FLAGS, "enqueue")) from None
+
+
+def _enqueue_file(
+    args: argparse.Namespace, contract: Contract, limits: Limits, credential: str | HeldSecret | None
+) -> int:
     """`--jobs-file`: every line parsed and checked before the store is opened, every job admitted against it
     before the first batch is written (`Engine.admit_many`); a bad line is exit 2 with nothing enqueued."""
     file = read_jobs_file(args.jobs_file)

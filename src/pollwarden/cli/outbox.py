@@ -1,5 +1,5 @@
 """`pollwarden outbox [--deliver]`: the deliveries waiting to go out, and sending them now
-(`pollwarden.transport.outbox`)."""
+(`pollwarden.home.outbox`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from ..core.durations import format_rfc3339
 from ..core.words import plural
 from ..home.directory import resolve_home
 from ..home.operating import configured_witness
+from ..home.outbox import Courier, Delivered
 from ..shown import shown
 from ..store.base import OutboxEntry
 from ..store.delivery import WEBHOOK
 from ..store.owner import parse_owner, process_owner
-from ..transport.outbox import Courier, Delivered
 from .common import EXIT_OK, _open_store
 
 

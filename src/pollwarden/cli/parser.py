@@ -42,16 +42,55 @@ class Command:
         return func(args)
 
 
-BROKERED = frozenset(
-    {"decisions", "decide", "approvals", "approve-call", "approve-session", "revoke-session", "status", "story", "why"}
-)
-"""A person's commands that `--connect SOCKET` hands to `pollwarden broker`, which runs them on its home as the
-connected user (only an approver's decide and approve-* are carried out)."""
-
 CONNECT_HELP = (
     "the socket of a `pollwarden broker`: it runs the command on its own home, and records the decision with your"
     " user name as the kernel tells it"
 )
+
+
+LIMIT_FLAGS = {
+    "--deadline": "wall-clock deadline from the operation's start, e.g. 40m",
+    "--max-requests": "status request budget",
+    "--max-transport-failures": "transport-failure budget",
+    "--base-delay": "backoff base delay, e.g. 5s",
+    "--max-delay": "backoff cap, e.g. 120s",
+    "--useful-for": "business deadline: stop with usefulness_window_closed after this, e.g. 20m",
+    "--lag-target": "p95 detection lag the contract's learnt schedule keeps, e.g. 30s",
+}
+"""The limits a new operation may be given, in the same words on every command that takes them (`watch` takes
+all; `enqueue` and `submit` some)."""
+
+_COUNTS = frozenset({"--max-requests", "--max-transport-failures"})
+
+
+def limit_flags(p: argparse.ArgumentParser, *flags: str) -> None:
+    """`flags` of LIMIT_FLAGS (all of them when none is named), each with its help; the budgets whole numbers."""
+    for flag in flags or tuple(LIMIT_FLAGS):
+        p.add_argument(flag, type=_positive if flag in _COUNTS else str, help=LIMIT_FLAGS[flag])
+
+
+def job_flags(p: argparse.ArgumentParser) -> None:
+    """--job and --status-url: the job a new operation watches (`watch`, `enqueue`)."""
+    p.add_argument("--job", help="the provider's job id (required for a new operation, unless --status-url)")
+    p.add_argument(
+        "--status-url",
+        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
+        " unless --job is given",
+    )
+
+
+def serving_flags(
+    p: argparse.ArgumentParser, server: str = "", *, port: int | None = None, what: str | None = None, dest: str = ""
+) -> None:
+    """--[SERVER-]port and --[SERVER-]host of a server the command runs, bound to loopback unless a host is given,
+    read as `[DEST_]port` and `[DEST_]host` (DEST: SERVER unless given); the port is required when it has no
+    default and the server is the command itself (no SERVER)."""
+    flag = f"--{server}-" if server else "--"
+    stem = f"{dest or server}_" if dest or server else ""
+    required = port is None and not server
+    p.add_argument(f"{flag}port", dest=f"{stem}port", type=port_number, default=port, required=required, help=what)
+    bind = "address to bind (default loopback only)"
+    p.add_argument(f"{flag}host", dest=f"{stem}host", type=host_name, default="127.0.0.1", help=bind)
 
 
 def connect_flag(p: argparse.ArgumentParser) -> None:
@@ -83,21 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a shipped contract's name (`pollwarden contracts`) or a contract file; to resume, the operation's"
         " stored one is used",
     )
-    w.add_argument("--job", help="the provider's job id (required for a new operation, unless --status-url)")
-    w.add_argument(
-        "--status-url",
-        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
-        " unless --job is given",
-    )
+    job_flags(w)
     add_var_flag(w)
     w.add_argument("--operation", help="operation id: new to create, existing to resume")
-    w.add_argument("--deadline", help="wall-clock deadline from the operation's start, e.g. 40m")
-    w.add_argument("--max-requests", type=_positive, help="status request budget")
-    w.add_argument("--max-transport-failures", type=_positive, help="transport-failure budget")
-    w.add_argument("--base-delay", help="backoff base delay, e.g. 5s")
-    w.add_argument("--max-delay", help="backoff cap, e.g. 120s")
-    w.add_argument("--useful-for", help="business deadline: stop with usefulness_window_closed after this, e.g. 20m")
-    w.add_argument("--lag-target", help="p95 detection lag the contract's learnt schedule keeps, e.g. 30s")
+    limit_flags(w)
     w.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     w.add_argument(
         "--quiet",
@@ -144,8 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=scenario_listing(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sim.add_argument("--host", type=host_name, default="127.0.0.1")
-    sim.add_argument("--port", type=port_number, default=8080)
+    serving_flags(sim, port=8080)
     sim.add_argument("--token-env", help="require 'Authorization: Bearer $VAR' on every job request")
     sim.add_argument(
         "--time-scale", type=real_number(0, 1000), default=1.0, help="scale scenario times (0.1 = ten times faster)"
@@ -289,9 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_var_flag(sb)
     sb.add_argument("--operation")
-    sb.add_argument("--deadline")
-    sb.add_argument("--max-requests", type=_positive)
-    sb.add_argument("--useful-for", help="business deadline: the result stops being useful after this, e.g. 20m")
+    limit_flags(sb, "--deadline", "--max-requests", "--useful-for")
     sb.add_argument("--watch", action="store_true", help="watch the job right away")
     sb.add_argument("--json", action="store_true")
     home(sb)
@@ -315,8 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_commands(sub, home)
 
     co = sub.add_parser("console", help="serve the operator console (a web page) on loopback")
-    co.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
-    co.add_argument("--port", type=port_number, default=8765)
+    serving_flags(co, port=8765)
     co.add_argument("--token-env", help="take the login token from this environment variable instead of a new one")
     home(co)
     co.set_defaults(func=Command("serve", "cmd_console"))
@@ -428,18 +452,14 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         help=f"worker processes to run, 1 to {MAX_PROCESSES}, or auto: one per usable core, at most"
         f" {AUTO_PROCESSES_CAP} (default auto; 1 runs in this process)",
     )
-    w.add_argument("--metrics-port", type=port_number, help="serve Prometheus metrics on this port")
-    w.add_argument("--metrics-host", type=host_name, default="127.0.0.1")
+    serving_flags(w, "metrics", what="serve Prometheus metrics on this port")
     w.add_argument(
         "--provider-rate",
         action="append",
         metavar="NAME=RPS",
         help="fleet-wide cap of status requests per second for a contract, shared through the database",
     )
-    w.add_argument(
-        "--hooks-port", type=port_number, help="also receive provider pushes (POST /hooks/CONTRACT) on this port"
-    )
-    w.add_argument("--hooks-host", type=host_name, default="127.0.0.1")
+    serving_flags(w, "hooks", what="also receive provider pushes (POST /hooks/CONTRACT) on this port")
     db(w)
     w.set_defaults(func=Command("fleet", "cmd_worker"))
 
@@ -450,8 +470,7 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         " decisions by reason, the outbox) on http://HOST:PORT/metrics, read from the database at each scrape (at"
         " most once a second). A database that cannot be read answers pollwarden_fleet_scrape_ok 0 and is logged.",
     )
-    mt.add_argument("--port", dest="metrics_port", type=port_number, required=True, help="the port to serve on")
-    mt.add_argument("--host", dest="metrics_host", type=host_name, default="127.0.0.1", help="default 127.0.0.1")
+    serving_flags(mt, what="the port to serve on", dest="metrics")
     db(mt)
     mt.set_defaults(func=Command("fleet", "cmd_metrics"))
 
@@ -463,19 +482,13 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         " contract's [push] secret_env. A verified push makes the job's operation due now (its waiter, in"
         " any process, checks at once); it sends the provider nothing. GET /metrics counts the outcomes.",
     )
-    hk.add_argument("--port", type=port_number, required=True)
-    hk.add_argument("--host", type=host_name, default="127.0.0.1", help="address to bind (default loopback only)")
+    serving_flags(hk)
     db(hk)
     hk.set_defaults(func=Command("fleet", "cmd_hooks"))
 
     e = sub.add_parser("enqueue", help="create an operation for the worker fleet to watch")
     e.add_argument("--contract", required=True)
-    e.add_argument("--job", help="the provider's job id (required unless --status-url)")
-    e.add_argument(
-        "--status-url",
-        help="the status URL the provider returned (for a contract with status_url_handles); it is the job id"
-        " unless --job is given",
-    )
+    job_flags(e)
     e.add_argument("--operation")
     e.add_argument(
         "--jobs-file",
@@ -488,9 +501,7 @@ def _fleet_commands(sub: Any, home: Callable[[argparse.ArgumentParser], None]) -
         metavar="P",
         help="with --jobs-file: name the operations P-1, P-2, ... in the order of the file's job ids",
     )
-    e.add_argument("--deadline")
-    e.add_argument("--max-requests", type=_positive)
-    e.add_argument("--lag-target", help="p95 detection lag the contract's learnt schedule keeps, e.g. 30s")
+    limit_flags(e, "--deadline", "--max-requests", "--lag-target")
     add_var_flag(e)
     db(e)
     e.set_defaults(func=Command("fleet", "cmd_enqueue"))

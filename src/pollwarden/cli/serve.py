@@ -11,10 +11,10 @@ from pathlib import Path
 from ..console import ConsoleServer, is_loopback, serve_until_signalled
 from ..core.words import plural
 from ..home.directory import resolve_home
+from ..home.outbox import delivering_home
 from ..shown import shown
 from ..simulator import Simulator, Step, contract_text, scenario_listing, serve
 from ..simulator.push import Pusher
-from ..transport.outbox import delivering_home
 from .common import (
     EXIT_ESCALATED,
     EXIT_INTERNAL,

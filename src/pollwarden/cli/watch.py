@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, TextIO
 
 from ..clock import utcnow
-from ..core.admission import Limits, WatchRequest, check, operation_id_problem, watchable_problem
+from ..core.admission import Limits, WatchRequest, operation_id_problem
 from ..core.contract.parse import Contract
 from ..core.contract.result import result_text
 from ..core.decide import Decision
@@ -19,16 +19,17 @@ from ..core.reasons import Phase
 from ..core.record import OperationRecord
 from ..core.result_part import part_words
 from ..core.words import checks_of, checks_used, delay_words, plural, stop_title
-from ..engine import AdmissionError, Engine, Polled, StepResult, Watching
-from ..engine.installed import NotInstalled, install_as_caller
+from ..engine import Engine, Polled, StepResult, Watching
+from ..engine.installed import NotInstalled
+from ..engine.preamble import Installing, Ready, Refused, admit, ready
 from ..home.operating import HomeError, command_line, contract_of
+from ..home.outbox import delivering
 from ..report.progress import progress_of
 from ..shown import shown
 from ..store.base import Store
 from ..store.bell import listening
 from ..store.owner import process_owner
-from ..transport.http import Credential, CredentialError, StatusClient, resolve_secret
-from ..transport.outbox import delivering
+from ..transport.http import StatusClient
 from .common import (
     EXIT_ESCALATED,
     EXIT_JOB_ENDED,
@@ -69,7 +70,7 @@ FLAGS = {
 """Admission's field names as this command's flags, so a refusal names what to change."""
 
 
-def watch_request(args: argparse.Namespace, contract: Contract, credential: Credential | None = None) -> WatchRequest:
+def watch_request(args: argparse.Namespace, contract: Contract) -> WatchRequest:
     """The flags as an admission request; the engine decides whether it creates, resumes, narrows or refuses."""
     limits = Limits(
         deadline=_duration(args.deadline, "--deadline"),
@@ -86,7 +87,6 @@ def watch_request(args: argparse.Namespace, contract: Contract, credential: Cred
         args.operation,
         limits,
         by="cli",
-        credential=credential,
         status_location=getattr(args, "status_url", None),
     )
 
@@ -176,71 +176,53 @@ def _final_json(record: OperationRecord) -> dict[str, Any]:
     return summary
 
 
-def _ready(contract: Contract) -> Credential | None:
-    """The contract may be watched here: its status request is safe to repeat and its credential is set."""
-    if (unwatchable := watchable_problem(contract)) is not None:
-        raise UsageError(unwatchable)
+def _ready(request: WatchRequest) -> Ready:
+    """The preamble's first half (`engine.preamble.ready`), its refusal in this command's words (exit 2)."""
     try:
-        return resolve_secret(contract)
-    except CredentialError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _checked(request: WatchRequest) -> WatchRequest:
-    if (refused := check(request)) is not None:
-        raise UsageError(f"cannot watch: {refused.message_for(FLAGS)}")
-    return request
+        return ready(request)
+    except Refused as exc:
+        raise UsageError(exc.said(FLAGS, "watch")) from None
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     for flag in ("deadline", "base_delay", "max_delay", "useful_for", "lag_target"):
         _duration(getattr(args, flag), "--" + flag.replace("_", "-"))
-    request: WatchRequest | None = None
-    secret: Credential | None = None
-    if (
-        args.contract is not None
-    ):  # everything that needs no store is checked before one is opened (exit 2 creates nothing)
-        contract = _load_contract(args.contract, vars_of(args))
-        secret = _ready(contract)
-        request = _checked(watch_request(args, contract, secret))
+    checked: Ready | None = None
+    if args.contract is not None:  # all that needs no store is checked before one is opened: exit 2 creates nothing
+        checked = _ready(watch_request(args, _load_contract(args.contract, vars_of(args))))
     elif args.operation is not None and (problem := operation_id_problem(args.operation)):
         raise UsageError(f"cannot watch: --operation {args.operation}: {problem}")
     store = _open_store(args.home)
     try:
         engine = Engine(store, owner=process_owner("watch"))
-        if request is not None:  # `--contract`: this watch runs with its caller's own credential, so what it is
-            # given is installed as it starts (audited): a worker or a resume later runs exactly this version
-            install_as_caller(store, request.contract, via="watch --contract", source=args.contract, now=engine.clock())
-        if request is None:
+        # `--contract`: this watch runs with its caller's own credential, so what it is given is installed as it
+        # starts (audited): a worker or a resume later runs exactly this version
+        installing = Installing("watch --contract", args.contract) if checked is not None else None
+        if checked is None:
             try:
                 contract = _contract(args, store)
             except NotInstalled as exc:  # a resume runs only an installed version: this one is stopped, recorded
                 with delivering(store, "watch"):  # its head goes to the witness as any stop's would
                     final = engine.refuse_stored(args.operation, str(exc))
                 return _report(args, store, final, sys.stdout)
-            secret = _ready(contract)
-            request = _checked(watch_request(args, contract, secret))
+            checked = _ready(watch_request(args, contract))
         # A stop's webhook and the witness's heads go out from the outbox on a thread of their own; at the end the
         # watch waits for them `outbox.EXIT_WAIT` seconds at most, and leaves the rest to the next process.
         with delivering(store, "watch"):
-            return _watch(args, store, engine, contract, request, secret)
+            return _watch(args, store, engine, checked, installing)
     finally:
         store.close()
 
 
 def _watch(
-    args: argparse.Namespace,
-    store: Store,
-    engine: Engine,
-    contract: Contract,
-    request: WatchRequest,
-    secret: Credential | None,
+    args: argparse.Namespace, store: Store, engine: Engine, checked: Ready, installing: Installing | None
 ) -> int:
     """Admit, watch to the end, print the outcome: with the store open and its deliveries on their way."""
     try:
-        admitted = engine.admit(request)
-    except AdmissionError as exc:
-        raise UsageError(f"cannot watch: {exc.message_for(FLAGS)}") from None
+        admitted = admit(checked, engine, installing)
+    except Refused as exc:
+        raise UsageError(exc.said(FLAGS, "watch")) from None
+    contract, secret = checked.request.contract, checked.secret
     record = admitted.record
     out: TextIO = FittedOut(sys.stdout)  # type: ignore[assignment]  # on a terminal, no line wraps
     if not args.json:

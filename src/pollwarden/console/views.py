@@ -106,14 +106,9 @@ class PageViews(AuthHandler):
         if stored is None:
             self._problem(404, "No such operation", f"There is no operation {operation_id!r}.", session)
             return
+        view = pages.OperationView(stored.record, ownership_of(stored, now), events, story, problem, decisions, follow)
         body = pages.operation_page(
-            stored.record,
-            ownership_of(stored, now),
-            events,
-            story,
-            problem,
-            decisions,
-            follow,
+            view,
             now,
             chrome=self._chrome(session, open_count, pending),
         )

@@ -33,10 +33,10 @@ from ..core.durations import format_rfc3339
 from ..core.record import OperationRecord
 from ..engine import Done, Engine, NotYet, Polled, StepResult, batch, changes
 from ..engine.installed import NOT_INSTALLED_RULE, NotInstalled, runnable
+from ..home.outbox import delivering
 from ..store.base import Claimed, Lease, Store
 from ..store.bell import Listener, listening
 from ..transport.http import CredentialError, StatusClient, resolve_secret
-from ..transport.outbox import delivering
 from .defaults import DEFAULT_CONCURRENCY, LANES
 from .log import JsonLog as JsonLog
 from .metrics import Metrics as Metrics

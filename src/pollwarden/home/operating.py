@@ -26,9 +26,10 @@ from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..shown import shown
 from ..store.base import Grant, Store, StoreError, UnreadableRecord, agent_log_id
+from ..store.delivery import WITNESS
 from ..store.open import is_postgres_url, redact_url
 from ..store.open import open_store as open_target
-from ..store.roles import Grants, Operations
+from ..store.roles import Deliveries, Grants, Operations
 from ..transport.http import CredentialError, StatusClient, resolve_secret
 from .directory import database_path, ensure_home, trusted_checkpoint_path, unknown_operation, witness_config_path
 
@@ -423,7 +424,6 @@ def verify_home(
     """
     from ..audit import ALL_LOGS, Problem, key_id_of, load_public_key, refuse_private_key, verify
     from ..store.witnessing import WITNESS_LOG
-    from ..transport.outbox import witness_notes
 
     target = database_target(home)
     if isinstance(target, Path) and not target.exists():
@@ -486,3 +486,27 @@ def unvouched_note(count: int) -> str:
         f"{count} row{'s' if count != 1 else ''} not yet vouched for: the store was upgraded to schema 8 and no head"
         " has been signed since; its next write (or `pollwarden audit checkpoint`) vouches for every row as it stands"
     )
+
+
+def witness_notes(store: Deliveries, witness: Witness | None) -> tuple[str, ...]:
+    """What `audit verify` says of the deliveries to `witness` (the home's, configured; a reader's store holds
+    none of its own): a head it has not taken, and why."""
+    if witness is None:
+        return ()
+    key = witness.key
+    notes: list[str] = []
+    for entry in store.outbox():
+        if entry.kind != WITNESS or entry.subject != key or entry.status != "pending":
+            continue
+        if entry.attempts:
+            notes.append(
+                f"the witness has not taken head #{entry.head}: {entry.attempts} attempt(s) failed, the last with"
+                f" {entry.last_error}; `pollwarden outbox` shows it, and every long-running pollwarden process of"
+                " this home tries again"
+            )
+        else:
+            notes.append(
+                f"head #{entry.head} waits in the outbox for the witness (a command that ends leaves it to the next"
+                " process); `pollwarden outbox --deliver` sends it now"
+            )
+    return tuple(notes)

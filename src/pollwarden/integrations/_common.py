@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from ..actions.decisions import person_problem as decisions_person_problem
-from ..api import Outcome, Stopped, Succeeded, Watch
+from ..api import Outcome, Stopped, Succeeded, Watch, check_names
 from ..core.admission import operation_id_problem
 from ..core.contract.parse import Contract
 from ..core.contract.result import JSONValue
@@ -174,24 +174,33 @@ class NewLimits(TypedDict, total=False):
     useful_for: timedelta | str | None
 
 
+class ToolOptions(NewLimits, total=False):
+    """The keywords of `langgraph_tool` and `openai_agents_tool` beyond the contract, declared once: `deadline`,
+    `max_requests` and `useful_for` (as the Python API takes them) are what a new operation starts with (else the
+    contract's), `vars` the contract's [vars]; `name` (default "wait_for_job") and `description` are the tool's."""
+
+    home: str | Path | None
+    name: str
+    description: str | None
+    vars: Mapping[str, str] | None
+
+
 class JobTool:
     """One tool's settings, checked once when the tool is built: the contract (loaded and checked by `Watch`,
     the API's one place for it), the home, and the limits a new operation starts with."""
 
-    def __init__(
-        self,
-        contract: Contract | str | Path,
-        *,
-        home: str | Path | None,
-        deadline: timedelta | str | None,
-        max_requests: int | None,
-        useful_for: timedelta | str | None,
-        vars: Mapping[str, str] | None,
-    ) -> None:
-        self.limits = NewLimits(deadline=deadline, max_requests=max_requests, useful_for=useful_for)
-        probe = Watch(contract, home=home, operation_id=_PROBE_ID, vars=vars, **self.limits)
+    def __init__(self, contract: Contract | str | Path, options: ToolOptions) -> None:
+        check_names(options, tuple(ToolOptions.__annotations__))
+        self.limits = NewLimits(
+            deadline=options.get("deadline"),
+            max_requests=options.get("max_requests"),
+            useful_for=options.get("useful_for"),
+        )
+        self.home = options.get("home")
+        self.name = options.get("name", "wait_for_job")
+        self.description = options.get("description")
+        probe = Watch(contract, home=self.home, operation_id=_PROBE_ID, vars=options.get("vars"), **self.limits)
         self.contract = probe.contract
-        self.home = home
 
     def open_store(self) -> Store:
         from ..api import WatchError

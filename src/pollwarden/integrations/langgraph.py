@@ -27,9 +27,8 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..api import WatchError
 from ..core.contract.parse import Contract
@@ -39,6 +38,7 @@ from ._common import (
     ANSWER_FORM,
     Answer,
     JobTool,
+    ToolOptions,
     decision_json,
     missing_extra,
     operation_id_for,
@@ -93,26 +93,17 @@ def decision_answer(
     return parsed.to_json()
 
 
-def langgraph_tool(
-    contract: Contract | str | Path,
-    *,
-    home: str | Path | None = None,
-    name: str = "wait_for_job",
-    description: str | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    vars: Mapping[str, str] | None = None,
-) -> BaseTool:
+def langgraph_tool(contract: Contract | str | Path, **options: Unpack[ToolOptions]) -> BaseTool:
     """A tool `(job_id) -> outcome` over `contract` (a Contract, a path or a shipped contract's name).
 
-    `deadline`, `max_requests` and `useful_for` (as the Python API takes them) are what a new operation starts
-    with (else the contract's); a resumed operation keeps what it has. The answer is a dict: `status`
+    `options` (`ToolOptions`) are what a new operation starts with and the tool's name; a resumed operation
+    keeps what it has. The answer is a dict: `status`
     "succeeded" with `result`, or "stopped" with `reason`, `job_ended` and the decision (if one is left);
     `operation` is the record's summary. Bad input (a job id the contract refuses, another operation holding the
     job) is a ToolException with the message, which a ToolNode hands to the model.
     """
-    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, useful_for=useful_for, vars=vars)
+    job = JobTool(contract, options)
+    name = job.name
 
     def wait_for_job(job_id: str, config: RunnableConfig) -> dict[str, JSONValue]:
         thread = (config.get("configurable") or {}).get("thread_id")
@@ -129,7 +120,7 @@ def langgraph_tool(
     return StructuredTool.from_function(
         wait_for_job,
         name=name,
-        description=description
+        description=job.description
         or (
             f"Wait until the {job.contract.name} job with this job_id finishes, within pollwarden's limits"
             " (deadline, status-request budget, Retry-After). Returns status succeeded with the result, or stopped"

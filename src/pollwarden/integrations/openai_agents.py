@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ..api import WatchError
 from ..core.contract.parse import Contract
@@ -43,6 +42,7 @@ from ..errors import PollwardenError
 from ._common import (
     Answer,
     JobTool,
+    ToolOptions,
     continue_option,
     missing_extra,
     operation_id_for,
@@ -162,21 +162,11 @@ class AgentsJobTool:
         return job_id if isinstance(job_id, str) else None
 
 
-def openai_agents_tool(
-    contract: Contract | str | Path,
-    *,
-    home: str | Path | None = None,
-    name: str = "wait_for_job",
-    description: str | None = None,
-    deadline: timedelta | str | None = None,
-    max_requests: int | None = None,
-    useful_for: timedelta | str | None = None,
-    vars: Mapping[str, str] | None = None,
-) -> AgentsJobTool:
+def openai_agents_tool(contract: Contract | str | Path, **options: Unpack[ToolOptions]) -> AgentsJobTool:
     """The tool over `contract` (a Contract, a path or a shipped contract's name); `.tool` goes to the Agent.
 
-    `deadline`, `max_requests` and `useful_for` (as the Python API takes them) are what a new operation starts
-    with (else the contract's); a resumed operation keeps what it has.
+    `options` (`ToolOptions`) are what a new operation starts with and the tool's name; a resumed operation
+    keeps what it has.
     """
-    job = JobTool(contract, home=home, deadline=deadline, max_requests=max_requests, useful_for=useful_for, vars=vars)
-    return AgentsJobTool(job, name, description)
+    job = JobTool(contract, options)
+    return AgentsJobTool(job, job.name, job.description)

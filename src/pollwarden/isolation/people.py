@@ -2,7 +2,7 @@
 
 Only an approver's connection may run these; an agent's `decide`, `approve-call`, `approve-session` or
 `revoke-session` is refused with exit 2 and an `approval_refused` record (its uid and pid from the kernel) in the
-broker's log, and nothing changes. What an approver runs is carried out by `child` on the broker's home, as
+broker's log, and nothing changes. What an approver runs is carried out by `cli.brokered` on the broker's home, as
 themselves: `--by` is their user name.
 """
 
@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cli.parser import BROKERED
 from ..events import ApprovalRefused, AuditEvent, ConnectionRefused, NewEvent, PersonCommand
 from ..shown import shown
-from .child import decides
+from .commands import BROKERED, decides
 from .peers import Peer, Role
 from .protocol import MAX_LINE
 
@@ -109,7 +108,7 @@ def _run_child(words: list[str], peer: Peer, home: Path, environ: Mapping[str, s
     request = json.dumps({"argv": words, "home": str(home), "user": peer.user})
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pollwarden.isolation.child"],
+            [sys.executable, "-m", "pollwarden.cli.brokered"],
             input=request.encode("utf-8"),
             capture_output=True,
             env=env,

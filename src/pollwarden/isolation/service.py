@@ -27,7 +27,7 @@ from ..core.contract.parse import Contract
 from ..errors import PollwardenError
 from ..events import BrokerStarted, ConnectionRefused, NewEvent
 from ..home.operating import open_store
-from ..transport.outbox import delivering_home
+from ..home.outbox import delivering_home
 from .peers import Peer, Who, peer_of, role_of, user_name
 from .people import answer_command
 from .protocol import HELLO_SECONDS, VERSION, ProtocolError, encode, read_message

@@ -7,11 +7,14 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..engine.changes import ChangeRefused, TakenOver
 from ..errors import PollwardenError
+from ..events.base import NewEvent
 from ..report.progress import Progress
+from ..store.roles import AuditLog
 
 log = logging.getLogger("pollwarden.mcp")
 
@@ -137,3 +140,13 @@ class CallContext:
     has (the grant stays open for the next call)."""
     polls_started: int = 0
     """Polls this call has begun (approved or not): only a later one is held back for `answer_by`."""
+
+
+def recorded_after(store: AuditLog, log_id: str, event: NewEvent, now: datetime, what: str) -> None:
+    """The session's record of what already happened (committed in the operation's log, or sent): one that cannot
+    be written is logged for the operator (`what` names it), never turned into the call's failure or a second
+    call."""
+    try:
+        store.append(log_id, event, now)
+    except Exception:
+        log.exception("the session record of %s could not be written", what)

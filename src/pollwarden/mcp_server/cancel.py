@@ -20,7 +20,7 @@ from ..core.transitions import Change, allowed
 from ..engine import changes, new_decision_id
 from ..store.base import Store
 from ..store.owner import process_owner
-from .base import MAX_REASON_CHARS, CallContext, ToolFailure, busy, clean_text, log
+from .base import MAX_REASON_CHARS, CallContext, ToolFailure, busy, clean_text, recorded_after
 from .session import Session
 from .views import decision_view
 
@@ -80,10 +80,7 @@ def request_cancel(broker: Session, operation_id: str, why: str) -> dict[str, An
                 held.write(current, [event], decision=new)
         except changes.ChangeRefused as exc:
             raise busy(exc) from None
-        try:
-            store.append(broker.log_id, event, now)
-        except Exception:
-            log.exception("the session record of cancel request %s could not be written", request.decision_id)
+        recorded_after(store, broker.log_id, event, now, f"cancel request {request.decision_id}")
         return _answer(store, request, already=False)
 
 

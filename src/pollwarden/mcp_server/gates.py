@@ -25,7 +25,7 @@ from ..core.record import OperationRecord
 from ..errors import PollwardenError
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Grant, Store
-from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log
+from .base import ANSWER_MARGIN_SECONDS, APPROVAL_POLL_SECONDS, CallContext, T, ToolFailure, log, recorded_after
 from .session import Session
 
 
@@ -141,10 +141,7 @@ def gated_call(
 def _result(broker: Session, store: Store, data: Mapping[str, Any]) -> None:
     # The call has happened and its facts are in the operation's own log; a failed result record is
     # reported to the operator, not turned into a second call.
-    try:
-        store.append(broker.log_id, ev.CallResult.prepared(dict(data)), broker.clock())
-    except Exception:
-        log.exception("the result record of call %s could not be written", data.get("call"))
+    recorded_after(store, broker.log_id, ev.CallResult.prepared(dict(data)), broker.clock(), f"call {data.get('call')}")
 
 
 def _deny(broker: Session, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:

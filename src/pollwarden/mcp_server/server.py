@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..core.scrub import Scrubber
-from ..transport.outbox import delivering_home
+from ..home.outbox import delivering_home
 from .arguments import UnknownArgument, arguments_middleware
 from .base import (
     ANSWER_MARGIN_SECONDS,

@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from ..actions.provider import ActionError, ActionRefused, Submitted, fingerprint, submit
-from ..core.admission import Limits, WatchRequest, check, granted_limits, operations_refused, submission_operation_id
+from ..core.admission import Limits, WatchRequest, granted_limits, operations_refused, submission_operation_id
 from ..core.contract.parse import Contract
 from ..core.durations import format_rfc3339
+from ..engine.preamble import Credentials, Refused, ready
 from ..store.base import Store, Submission
 from .base import MAX_BODY_CHARS, CallContext, ToolFailure
 from .gates import Subject, gated_call
@@ -67,9 +68,10 @@ def tool_submit_job(
         by=broker.requester,
         agent=True,
     )
-    refusal = check(request)
-    if refusal is not None:
-        raise refused(refusal)
+    try:  # the preamble's checks, as start_watch's: before the store is opened
+        request = ready(request, Credentials.GIVEN).request
+    except Refused as exc:
+        raise refused(exc) from None
     granted_deadline, granted_requests = granted_limits(request)
     request_fingerprint = fingerprint(spec.method, spec.url, data)
     operation_id = submission_operation_id(served.name, request_fingerprint)

@@ -24,7 +24,8 @@ from ..core.record import OperationRecord
 from ..core.result_part import result_part
 from ..core.transitions import Change, allowed
 from ..core.words import checks_of, plural
-from ..engine import AdmissionError, changes, new_decision_id
+from ..engine import changes, new_decision_id
+from ..engine.preamble import Credentials, Refused, admit, ready
 from ..report.progress import Progress, progress_of_record
 from ..store.base import Store, StoredDecision
 from ..store.bell import Listener, listening, pause
@@ -41,7 +42,7 @@ from .base import (
     ToolFailure,
     busy,
     clean_text,
-    log,
+    recorded_after,
 )
 from .cancel import tool_request_cancel
 from .gates import gated_call
@@ -107,7 +108,7 @@ def tool_start_watch(
     if job_id is None and status_url is None:
         raise ToolFailure("invalid_argument", "give job_id, or the status_url the provider returned")
     limits = replace(agent_limits(deadline, max_requests), lag_target=agent_deadline(lag_target, "lag_target"))
-    with broker.store() as store, broker.creating(served) as creation:
+    with broker.creating(served) as creation:
         request = WatchRequest(
             served,
             job_id,
@@ -118,21 +119,28 @@ def tool_start_watch(
             created_before=creation.before,
             credential=broker.scrubber,  # every credential this server keeps: none is a job id or in a status URL
         )
-        try:
-            admitted = broker.engine(store).admit(request)
-        except AdmissionError as exc:
-            raise refused(exc.refusal) from None
-        creation.made = admitted.created
-        record = admitted.record
-        now = broker.clock()
-        announce(broker, store, served, record, created=admitted.created)
-        if record.is_final:
-            return {**final(store, record, now), "operation_id": record.operation_id, "reused": True}
+        try:  # the preamble every interface runs: checked before the store is opened, then admitted
+            prepared = ready(request, Credentials.GIVEN)
+            with broker.store() as store:
+                admitted = admit(prepared, broker.engine(store))
+                creation.made = admitted.created
+                record = admitted.record
+                now = broker.clock()
+                announce(broker, store, served, record, created=admitted.created)
+                if record.is_final:
+                    return {**final(store, record, now), "operation_id": record.operation_id, "reused": True}
+        except Refused as exc:
+            raise refused(exc) from None
     return watch_reply(served, record, now, created=admitted.created)
 
 
-def refused(refusal: Refuse) -> ToolFailure:
-    """An admission's refusal in an agent's words: which cap was hit, and how much it may ask for instead."""
+def refused(refusal: Refuse | Refused) -> ToolFailure:
+    """A refusal in an agent's words: which cap was hit, and how much it may ask for instead; a contract that may
+    not be watched is not ready (the server's configuration, a person's to fix)."""
+    if isinstance(refusal, Refused):
+        if refusal.refusal is None:
+            return ToolFailure("not_ready", f"{refusal}. Nothing was sent")
+        refusal = refusal.refusal
     capped = [p for p in refusal.problems if p.allowed is not None]
     extra: dict[str, Any] = {}
     if capped:
@@ -358,10 +366,7 @@ def tool_request_extension(
         except changes.ChangeRefused as exc:
             raise busy(exc) from None
         # The request and its audit event are committed in the operation's log; this is the session's copy.
-        try:
-            store.append(broker.log_id, event, now)
-        except Exception:
-            log.exception("the session record of extension request %s could not be written", request.decision_id)
+        recorded_after(store, broker.log_id, event, now, f"extension request {request.decision_id}")
         shown = _with_agent_requests(store, request)
     return {
         "status": "requested",

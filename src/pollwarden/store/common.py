@@ -21,8 +21,8 @@ from ..audit import AuditRecord, Checkpoint, Head
 from ..core.codec import RecordError, decode_record, record_to_json
 from ..core.escalation import DecisionRequest
 from ..core.record import OperationRecord
-from .base import Grant, OutboxEntry, Stored, StoredDecision, Submission, UnreadableRow
 from .owner import holder_dead
+from .records import Grant, OutboxEntry, Stored, StoredDecision, Submission, UnreadableRow
 
 Moment = Callable[[Any], datetime]
 """A backend's reading of a non-null time column as an aware UTC datetime."""

@@ -1,4 +1,4 @@
-"""What the outbox's writers (the store) and its delivery loops (`pollwarden.transport.outbox`) share, light enough for
+"""What the outbox's writers (the store) and its delivery loops (`pollwarden.home.outbox`) share, light enough for
 every driver to import: the kinds of delivery and their ids, the name a process queues under, and the bell that
 wakes this process's delivery loops."""
 

@@ -418,7 +418,7 @@ class FleetQueue(Opened, Protocol):
 
 class Deliveries(Opened, Protocol):
     """The outbox: decision webhooks and witness heads, delivered off the polling path
-    (`pollwarden.transport.outbox`)."""
+    (`pollwarden.home.outbox`)."""
 
     def next_delivery(self, witness: str | None) -> datetime | None:
         """The earliest time a pending delivery this process could make is due: every webhook, and the heads of

@@ -1,6 +1,6 @@
 """One helper object per open store in this process, made by its first user and ended by its last: the combiner
 of the Python API's watches of one store (`engine.combine`), the outbox's delivery loop
-(`pollwarden.transport.outbox`)."""
+(`pollwarden.home.outbox`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ What a commit announces to the world outside is written in that very commit, so 
 committing thread waits for a receiver: `_queue_webhook` puts a decision request's webhook in the outbox beside
 the request (every writer of a decision request goes through `_insert_decision`, so none can forget it), and
 `_seal_commit` queues each signed head for the store's witness, one row per witness that a newer head replaces
-(the newest is all a witness needs). The delivery loops (`pollwarden.transport.outbox`) claim what is due with a lease,
+(the newest is all a witness needs). The delivery loops (`pollwarden.home.outbox`) claim what is due with a lease,
 fenced by owner and token like an operation's, and write back what came of each attempt.
 """
 

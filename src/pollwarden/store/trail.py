@@ -48,7 +48,6 @@ from ..core.durations import format_rfc3339, parse_rfc3339
 from ..events import SigningKeyRotated
 from ..events.base import AuditEvent, NewEvent
 from ..home.directory import PRIVATE_FILE, tighten
-from .base import Event, LogEntry, StoreError
 from .common import (
     AUDIT_RECORD_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -63,6 +62,7 @@ from .common import (
     checkpoint_values,
     marks,
 )
+from .records import Event, LogEntry, StoreError
 from .vouching import (
     VOUCHED_CONTRACT_COLUMNS,
     VOUCHED_OPERATION_COLUMNS,

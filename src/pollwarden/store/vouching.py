@@ -24,8 +24,8 @@ from typing import Any
 
 from ..audit.vouch import Vouch, row_hash
 from ..core.contract.vars import text_digest
-from .base import CONTRACT_LOG_PREFIX
 from .common import Moment
+from .records import CONTRACT_LOG_PREFIX
 
 OPERATIONS = "operations"
 SETTINGS = "audit_settings"

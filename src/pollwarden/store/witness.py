@@ -11,7 +11,7 @@ at most once a second, and the newest one when the store closes.
 The witness (a directory on another volume or machine, or an HTTPS endpoint that receives each head as a
 POST) is slow or down at times, so nothing on the committing path writes it: the store queues the head in the
 outbox in the transaction that signs it (`store.sql_outbox`), and the delivery loop of a long-running process
-sends it (`pollwarden.transport.outbox`). Each head extends every earlier one, so the newest is all a witness needs: a
+sends it (`pollwarden.home.outbox`). Each head extends every earlier one, so the newest is all a witness needs: a
 newer head replaces the one waiting.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..audit import AuditError, Head, HeadFile, read_kept_file, write_head_file
-from .base import StoreError
+from .records import StoreError
 
 if TYPE_CHECKING:
     from .common import Tx

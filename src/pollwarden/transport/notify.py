@@ -1,7 +1,7 @@
 """Webhook notification of a decision request: signed, idempotent by decision id, one bounded attempt at a time.
 
 The console and `pollwarden decisions` show the same requests; the webhook only makes sure someone is told. It
-is sent from the outbox (`pollwarden.transport.outbox`), never from the thread that committed the request, which retries
+is sent from the outbox (`pollwarden.home.outbox`), never from the thread that committed the request, which retries
 it with backoff and audits the outcome; a delivery failure never blocks or changes the stop itself.
 """
 

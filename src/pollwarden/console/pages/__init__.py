@@ -9,7 +9,7 @@ from .audit import audit_page
 from .decisions import DECISIONS_PAGE, DecisionsData, confirm_cancel_page, confirm_close_page, decisions_page
 from .frame import Chrome, Flash, login_page, message_page
 from .listing import FILTERS, ListData, ListView, operations_page
-from .operations import Row, operation_page
+from .operations import OperationView, Row, operation_page
 from .schedules import schedules_page
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Flash",
     "ListData",
     "ListView",
+    "OperationView",
     "Row",
     "approvals_page",
     "audit_page",

@@ -46,19 +46,22 @@ def follow_up_list(follow_ups: Sequence[FollowUp]) -> str:
     return f'<ul class="followups">{items}</ul>'
 
 
-def operation_page(
-    stored_record: OperationRecord,
-    ownership: Ownership,
-    events: Sequence[Event] | None,
-    story: Sequence[str] | None,
-    story_problem: str | None,
-    decisions: Sequence[StoredDecision],
-    follow_ups: Sequence[FollowUp],
-    now: datetime,
-    *,
-    chrome: Chrome,
-) -> str:
-    record = stored_record
+@dataclass(frozen=True)
+class OperationView:
+    """What one operation's page shows, as the view read it: the record and who owns it, its events (None when
+    they cannot be read), its story or why not, its decisions and what became of them."""
+
+    record: OperationRecord
+    ownership: Ownership
+    events: Sequence[Event] | None
+    story: Sequence[str] | None
+    story_problem: str | None
+    decisions: Sequence[StoredDecision]
+    follow_ups: Sequence[FollowUp]
+
+
+def operation_page(view: OperationView, now: datetime, *, chrome: Chrome) -> str:
+    record = view.record
     summary = record.summary()
     summary["result"] = result_text(record.result)  # any JSON value: compact JSON, never a Python repr
     summary["provider_error"] = record.provider_error  # its text: the value JSON carries would show as a repr
@@ -71,7 +74,8 @@ def operation_page(
         when = f'<span class="muted">Deadline</span> {esc(relative(record.deadline_at, now))}'
     owner = ""
     if record.phase is Phase.ACTIVE:
-        owner = f' &nbsp; <span class="muted">Owner</span> {esc(ownership.describe(now))} {flag_badges(ownership)}'
+        owned = view.ownership
+        owner = f' &nbsp; <span class="muted">Owner</span> {esc(owned.describe(now))} {flag_badges(owned)}'
     bars = (
         '<p><span class="muted">Checks</span> '
         f"{budget(record.status_requests_used, record.plan.max_status_requests, 'checks')}"
@@ -83,23 +87,23 @@ def operation_page(
         f'<h1>Operation <span class="mono wrap">{esc(record.operation_id)}</span> {phase_badge(record)}</h1>',
         bars,
     ]
-    if follow_ups:
-        parts.append("<h2>What became of the decisions</h2>" + follow_up_list(follow_ups))
+    if view.follow_ups:
+        parts.append("<h2>What became of the decisions</h2>" + follow_up_list(view.follow_ups))
     parts.append("<h2>Timeline</h2>")
-    if events:
-        parts.append(f'<div class="card tl">{timeline_svg(events, record, now)}{LEGEND}</div>')
+    if view.events:
+        parts.append(f'<div class="card tl">{timeline_svg(view.events, record, now)}{LEGEND}</div>')
     else:
         parts.append('<p class="muted">No timeline: the events cannot be read here.</p>')
     parts.append("<h2>Story</h2>")
-    if story_problem is not None:
-        parts.append(f'<div class="flash error">The story cannot be read: {esc(story_problem)}</div>')
-    elif story:
-        parts.append('<ol class="story">' + "".join(f"<li>{esc(line)}</li>" for line in story) + "</ol>")
+    if view.story_problem is not None:
+        parts.append(f'<div class="flash error">The story cannot be read: {esc(view.story_problem)}</div>')
+    elif view.story:
+        parts.append('<ol class="story">' + "".join(f"<li>{esc(line)}</li>" for line in view.story) + "</ol>")
     else:
         parts.append('<p class="muted">No events yet.</p>')
     parts.append("<h2>Decisions</h2>")
-    if decisions:
-        parts.append(decision_history(decisions, with_operation=False))
+    if view.decisions:
+        parts.append(decision_history(view.decisions, with_operation=False))
     else:
         parts.append('<p class="muted">No decision was asked for.</p>')
     parts.append(f'<h2>Record</h2><table class="kv">{kv}</table>')

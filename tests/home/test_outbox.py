@@ -1,4 +1,4 @@
-"""The outbox's delivery loop (`pollwarden.transport.outbox`) against real receivers on loopback and real stores:
+"""The outbox's delivery loop (`pollwarden.home.outbox`) against real receivers on loopback and real stores:
 retries
 with backoff then a recorded give-up (SQLite and PostgreSQL), each attempt bounded, and the witness written by
 the loop, never by the commit, with a witness that cannot be written made visible."""
@@ -21,12 +21,13 @@ from pollwarden import events as ev
 from pollwarden.audit import load_or_create_keys, read_kept_file
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import build_request
+from pollwarden.home import outbox
+from pollwarden.home.operating import witness_notes
+from pollwarden.home.outbox import Courier, Delivered, Say
 from pollwarden.store.base import Store
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 from pollwarden.store.witness import Witness
-from pollwarden.transport import outbox
-from pollwarden.transport.outbox import Courier, Delivered, Say, witness_notes
 from tests.conftest import install
 from tests.loopback import Answer, Seen, held_hook, serving
 from tests.store import conftest as store_suite

@@ -1,4 +1,4 @@
-"""A person's command as the broker runs it, in a process of its own: `python -m pollwarden.isolation.child`.
+"""A person's command as the broker runs it, in a process of its own: `python -m pollwarden.cli.brokered`.
 
 It reads {"argv", "home", "user"} on stdin, parses the words with the command's own parser (so a mistake gets the
 message it gets without --connect), and runs the command on the broker's home with `--by` the connected user's
@@ -12,26 +12,17 @@ import argparse
 import json
 import sys
 
-from ..cli.app import run
-from ..cli.parser import build_parser
 from ..errors import PollwardenError
+from ..isolation.commands import BY_PERSON
+from .app import run
+from .parser import build_parser
 
-DECIDES = frozenset({"decide", "approve-call", "approve-session", "revoke-session"})
 _UNSET = "\x00unset"
 """What `--by` holds when the person gave none: no name can be this (a NUL is refused everywhere)."""
 
 
 class Refused(PollwardenError):
     pass
-
-
-BY_PERSON = DECIDES | {"decisions"}
-"""Commands with a `--by` the broker fills with the person's name: `decisions close` closes decisions in bulk."""
-
-
-def decides(words: list[str]) -> bool:
-    """Whether a command's words answer a decision or a request (for the broker's record; `parse` is exact)."""
-    return bool(words) and (words[0] in DECIDES or (words[0] == "decisions" and "close" in words[1:]))
 
 
 def parse(words: list[str], user: str) -> argparse.Namespace:

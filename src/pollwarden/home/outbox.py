@@ -37,18 +37,17 @@ from ..events import DeliveryEvent
 from ..store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from ..store.delivery import BELL, WEBHOOK, WITNESS, queued_by
 from ..store.owner import OwnerKind, process_owner
-from ..store.roles import Deliveries
 from ..store.shared import PerStore
-from .notify import Attempt, attempt, post, webhook_of
+from ..transport.notify import Attempt, attempt, post, webhook_of
 
 if TYPE_CHECKING:
     from ..audit import Head
     from ..core.escalation import DecisionRequest
     from ..store.witness import Witness
 
-__all__ = ["Courier", "Delivered", "delivering", "delivering_home", "witness_notes"]
+__all__ = ["Courier", "Delivered", "delivering", "delivering_home"]
 
-log = logging.getLogger("pollwarden.transport.outbox")
+log = logging.getLogger("pollwarden.home.outbox")
 
 WEBHOOK_ATTEMPTS = 4
 WEBHOOK_TIMEOUT = 5.0
@@ -306,8 +305,8 @@ class Courier:
         """The webhook and the request to tell it of; None when the contract names no webhook; a str: why not
         (given up: asking again would read the same). A store that fails raises: that passes."""
         from ..engine.installed import NotInstalled
-        from ..home.operating import HomeError, contract_of
         from ..store.base import StoreError
+        from .operating import HomeError, contract_of
 
         if entry.operation_id is None:
             return f"decision {entry.subject} names no operation"
@@ -396,7 +395,7 @@ def delivering(
 def delivering_home(home: Path, kind: OwnerKind, *, environ: Mapping[str, str] | None = None) -> Iterator[Courier]:
     """The home's store, opened for writing, with a delivery loop on it while the block runs (the MCP server, the
     broker, the console: each opens a store per call, and the loop needs one of its own)."""
-    from ..home.operating import open_store
+    from .operating import open_store
 
     store = open_store(home, keys="write")
     try:
@@ -404,27 +403,3 @@ def delivering_home(home: Path, kind: OwnerKind, *, environ: Mapping[str, str] |
             yield courier
     finally:
         store.close()
-
-
-def witness_notes(store: Deliveries, witness: Witness | None) -> tuple[str, ...]:
-    """What `audit verify` says of the deliveries to `witness` (the home's, configured; a reader's store holds
-    none of its own): a head it has not taken, and why."""
-    if witness is None:
-        return ()
-    key = witness.key
-    notes: list[str] = []
-    for entry in store.outbox():
-        if entry.kind != WITNESS or entry.subject != key or entry.status != "pending":
-            continue
-        if entry.attempts:
-            notes.append(
-                f"the witness has not taken head #{entry.head}: {entry.attempts} attempt(s) failed, the last with"
-                f" {entry.last_error}; `pollwarden outbox` shows it, and every long-running pollwarden process of"
-                " this home tries again"
-            )
-        else:
-            notes.append(
-                f"head #{entry.head} waits in the outbox for the witness (a command that ends leaves it to the next"
-                " process); `pollwarden outbox --deliver` sends it now"
-            )
-    return tuple(notes)
