@@ -26,7 +26,7 @@ from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.observe import Exchange, Response
-from pollwarden.engine import Engine, Watching
+from pollwarden.engine import Engine, Watching, learning
 from pollwarden.engine.installed import install
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -98,6 +98,17 @@ class Outcome:
 
 
 def run(workload: str, schedule: str, jobs: int, warm: int, seed: int) -> Outcome:
+    # The engine reads a model again at most once a second of wall time; here a simulated hour passes in a
+    # second, so that would hold a model for hundreds of jobs (and make each run differ): read at once, as a
+    # second is to jobs that take minutes. Put back after, for whoever else runs in this process.
+    settle, learning.SETTLE = learning.SETTLE, 0.0
+    try:
+        return _run(workload, schedule, jobs, warm, seed)
+    finally:
+        learning.SETTLE = settle
+
+
+def _run(workload: str, schedule: str, jobs: int, warm: int, seed: int) -> Outcome:
     kinds, sigma = WORKLOADS[workload]
     learn, keyed = SCHEDULES[schedule]
     c = contract(learn, keyed)

@@ -15,6 +15,7 @@ def test_each_kinds_own_plan_sends_fewer_requests_than_one_plan_for_all() -> Non
     assert keyed.requests < mixed.requests
     assert keyed.by_kind["l"] < mixed.by_kind["l"]  # the long kind no longer pays for the short kinds' checks
     assert keyed.p95 <= 33.0
+    assert learn_keys.run(WORKLOAD, "learnt per learn_key", jobs=60, warm=90, seed=3) == keyed  # the same each run
 
 
 def test_the_table_names_every_workload_and_schedule() -> None:
