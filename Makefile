@@ -47,10 +47,12 @@ $(BIN)/.installed-bench: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-# Learnt schedules (issue 26) on the sans-I/O core with a simulated clock: 10,000 jobs per workload, learning on
-# against off against a fixed delay tuned to the same p95 lag; its section of docs/benchmarks.md (a few minutes).
+# Learnt schedules (issue 26): on the sans-I/O core with a simulated clock, 10,000 jobs per workload, learning on
+# against the plain backoff (as shipped and tuned to the target), a fixed delay and the oracle; then the 50-caller
+# fleet on loopback with real enqueue and worker processes. Their sections of docs/benchmarks.md (about 10 minutes).
 bench-learn: $(BIN)/.installed
 	$(BIN)/python -m bench.learn --out docs/benchmarks.md
+	$(BIN)/python -m bench.learn_fleet --out docs/benchmarks.md
 
 # Learnt schedules per [schedule] learn_key (issue 26): jobs of several kinds through the engine on SQLite, one
 # distribution for all against each kind's own against the plain backoff; its section of docs/schedules.md (~2 min).

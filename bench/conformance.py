@@ -1335,14 +1335,20 @@ def print_rows(scenario_rows: list[list[Row]]) -> None:
 
 
 def _with_kept_sections(text: str, out: Path) -> str:
-    """The sections other benchmarks write (`bench.push`, `bench.metrics_bench`, each between its markers) are kept
-    when this rewrites the file."""
-    from . import metrics_bench, push
+    """The sections other benchmarks write (`bench.push`, `bench.metrics_bench`, `bench.learn`, `bench.learn_fleet`,
+    each between its markers) are kept when this rewrites the file."""
+    from . import learn, learn_fleet, metrics_bench, push
 
     if not out.exists():
         return text
     current = out.read_text(encoding="utf-8")
-    for begin, end in ((push.BEGIN, push.END), (metrics_bench.BEGIN, metrics_bench.END)):
+    kept_sections = (
+        (push.BEGIN, push.END),
+        (metrics_bench.BEGIN, metrics_bench.END),
+        (learn.MARK_START, learn.MARK_END),
+        (learn_fleet.MARK_START, learn_fleet.MARK_END),
+    )
+    for begin, end in kept_sections:
         if begin in current and end in current:
             kept = begin + current.partition(begin)[2].partition(end)[0] + end
             text = text.rstrip("\n") + "\n\n" + kept + "\n"

@@ -33,6 +33,7 @@ from pollwarden.store.base import NewOperation, Store
 from pollwarden.store.open import open_store
 from pollwarden.store.owner import process_owner
 
+from . import sections
 from .contracts import contract_text
 from .throughput import _seeding_store, database
 
@@ -93,7 +94,6 @@ def scrape_ms(store: Store, *, fresh_for: float, rounds: int) -> float:
 def write_section(table: list[str], command: str) -> None:
     section = "\n".join(
         [
-            BEGIN,
             "## Metrics scrape",
             "",
             f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.platform()},"
@@ -102,15 +102,9 @@ def write_section(table: list[str], command: str) -> None:
             " queries), cached answers from the reading of the last second. Median of the rounds.",
             "",
             *table,
-            END,
         ]
     )
-    old = DOC.read_text(encoding="utf-8")
-    if BEGIN in old and END in old:
-        text = old[: old.index(BEGIN)] + section + old[old.index(END) + len(END) :]
-    else:
-        text = old.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text, encoding="utf-8")
+    sections.write_section(DOC, BEGIN, END, section)
 
 
 def main(argv: list[str] | None = None) -> None:

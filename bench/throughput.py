@@ -302,17 +302,7 @@ def _run(
     worker_args: tuple[str, ...],
 ) -> Run:
     logs = [home / f"w{i}.log" for i in range(workers)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "pollwarden", "worker", "--db", target, *worker_args],
-            env={**os.environ, "POLLWARDEN_HOME": str(home)}
-            | ({} if provider.cert is None else {"SSL_CERT_FILE": str(provider.cert)}),
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            stdin=subprocess.DEVNULL,
-        )
-        for log in logs
-    ]
+    procs = start_workers(target, home, logs, worker_args, provider.cert)
     try:
         time.sleep(warmup)  # start-up (imports, the first claim) is not throughput
         before = provider.stats()
@@ -330,13 +320,7 @@ def _run(
         db_cpu = postgres_cpu(backends) - db_before
         rss = sum(_rss_mb(pid) for pid in polling)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_workers(procs)
     polls = int(after["requests"] - before["requests"])
     lateness = [
         entry["lateness"]
@@ -364,6 +348,35 @@ def _run(
         rss_mb=rss,
         offered=offered,
     )
+
+
+def start_workers(
+    target: str, home: Path, logs: list[Path], worker_args: tuple[str, ...] = (), cert: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """One `pollwarden worker` command per log file (its stderr, the JSON lines), on `target`, with `home` as its
+    POLLWARDEN_HOME (the audit keys); `cert`: a provider certificate the workers trust."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "pollwarden", "worker", "--db", target, *worker_args],
+            env={**os.environ, "POLLWARDEN_HOME": str(home)} | ({} if cert is None else {"SSL_CERT_FILE": str(cert)}),
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            stdin=subprocess.DEVNULL,
+        )
+        for log in logs
+    ]
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM (a worker finishes its batch and gives its leases back), then a kill for one that hangs."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def lateness_run(backend: str, capacity: float, *, seconds: float = 15.0, worker_args: tuple[str, ...] = ()) -> Run:

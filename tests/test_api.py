@@ -98,6 +98,18 @@ def test_contracts_that_need_agent_approval_are_refused_in_process(sim: Simulato
     assert sim.request_count("happy-1") == 0
 
 
+def test_a_contract_that_may_not_be_watched_is_said_first_whatever_else_is_wrong(tmp_path: Path) -> None:
+    """As before the preamble (issue 25): the contract's own refusal comes before the job id, operation id and
+    duration checks, so a caller fixes the contract, not the arguments it can never use."""
+    contract = write_contract(tmp_path / "c.toml", "http://127.0.0.1:9")
+    unsafe = contract.read_text(encoding="utf-8").replace("safe_status = true", "safe_status = false", 1)
+    contract.write_text(unsafe, encoding="utf-8")
+    for options in ({}, {"operation_id": "bad id"}, {"job_id": "j-1", "deadline": "soon"}):
+        with pytest.raises(WatchError, match="safe_status = false"):
+            Watch(contract, home=tmp_path / "home", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "home").exists()
+
+
 def test_a_shipped_contract_by_name_with_vars_and_a_status_url(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

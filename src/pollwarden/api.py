@@ -49,7 +49,7 @@ from .core.durations import DurationError, parse_duration
 from .core.escalation import DecisionRequest
 from .core.reasons import Phase, StopReason
 from .core.record import OperationRecord
-from .core.watchability import Refused, checked
+from .core.watchability import Refused, checked, watchable
 from .errors import EXIT_INTERRUPTED, PollwardenError
 
 if TYPE_CHECKING:
@@ -223,6 +223,10 @@ class Watch:
                 " in-process code holds the credential itself and cannot be gated, so watch it through"
                 ' `pollwarden mcp` (or set approval = "none" if a person\'s approval is not needed)'
             )
+        try:  # asked before the arguments, as always: a caller fixes the contract, not arguments it cannot use
+            watchable(WatchRequest(self.contract, None))
+        except Refused as exc:
+            raise WatchError(str(exc)) from None
         if job_id is None and operation_id is None and status_url is None:
             raise WatchError("give a job_id (or a status_url) to start a watch, or the operation_id of one to resume")
         if operation_id is not None and (problem := operation_id_problem(operation_id)):

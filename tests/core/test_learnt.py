@@ -157,7 +157,10 @@ def test_a_pending_answer_waits_for_the_next_learnt_check_and_says_why() -> None
 def test_a_learnt_delay_keeps_max_delay_and_a_valid_hint_as_a_floor() -> None:
     model = _model(checks=[600.0])
     capped = _pending_decision(make_record(), model, body("running"), 1.0)
-    assert capped.next_poll_at == T0 + timedelta(seconds=121)  # max_delay 120 s
+    assert capped.next_poll_at is not None
+    waited = capped.next_poll_at - T0 - timedelta(seconds=1)
+    assert timedelta(seconds=90) < waited <= timedelta(seconds=120)  # max_delay 120 s: equal steps to the check
+    assert abs(waited.total_seconds() - 599.0 / 5) < 1e-3
     hinted = _pending_decision(make_record(), _model(checks=[20.0]), body("running", poll_after_seconds=90), 1.0)
     assert hinted.delay_source is DelaySource.PROVIDER_POLL_HINT and hinted.next_poll_at == T0 + timedelta(seconds=91)
     early_hint = _pending_decision(make_record(), _model(checks=[60.0]), body("running", poll_after_seconds=10), 1.0)

@@ -20,6 +20,7 @@ from pollwarden.mcp_server.base import ANSWER_MARGIN_SECONDS
 from pollwarden.simulator import Simulator, Step
 from pollwarden.store.base import StoreError
 from pollwarden.store.sqlite import SQLiteStore
+from tests.conftest import token_command_auth
 
 from .support import agent_contract
 
@@ -179,3 +180,21 @@ def test_start_watch_takes_a_lag_target_and_refuses_a_bad_one_naming_it(sim: Sim
     for bad, words in (("-3s", "lag_target: "), (0, "lag_target must be longer than zero"), (True, "lag_target")):
         ok, reply = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="happy-2", lag_target=bad)
         assert not ok and reply["error"] == "invalid_argument" and words in reply["message"], reply
+
+
+def test_a_contract_that_may_not_be_watched_is_not_ready_before_its_token_command_runs(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """As every interface's preamble (`engine.preamble`): no credential is read, no token command run, for a
+    contract no watch may poll (`safe_status = false`)."""
+    mark = tmp_path / "ran"
+    script = tmp_path / "token.py"  # run by this interpreter (`token_command_auth`)
+    script.write_text(f"open({str(mark)!r}, 'w').close()\nprint('tok-unsafe-3c1d')\n", encoding="utf-8")
+    path = agent_contract(tmp_path / "contracts", sim.url, agent=token_command_auth(script))
+    path.write_text(path.read_text(encoding="utf-8").replace("safe_status = true", "safe_status = false", 1))
+    contracts, _ = load_contracts(tmp_path / "contracts")
+    broker = Broker(contracts, tmp_path / "home", environ={})
+    ok, reply = broker.dispatch("start_watch", _call(), None, contract="exports", job_id="happy-1")
+    assert not ok and reply["error"] == "not_ready", reply
+    assert not mark.exists(), "the token command ran for a contract no watch may poll"
+    assert sim.request_count("happy-1") == 0

@@ -53,6 +53,9 @@ def _bad_texts(good: dict[str, object]) -> dict[str, str]:
     wrong_type = {**good, "status_requests_used": "none"}
     unknown_phase = {**good, "phase": "dormant"}
     naive = {**good, "next_poll_at": "2025-04-18T10:20:00"}
+    # Optional times too: a push compares `woken_at` (and the learnt schedule `pending_seen_at`) with aware ones.
+    naive_woken = {**good, "woken_at": "2025-04-18T10:20:00"}
+    naive_pending = {**good, "pending_seen_at": "2025-04-18T10:20:00"}
     other_row = {**good, "operation_id": "someone-else"}
     return {
         "not-json": "{not json",
@@ -60,12 +63,24 @@ def _bad_texts(good: dict[str, object]) -> dict[str, str]:
         "wrong-type": json.dumps(wrong_type),
         "unknown-phase": json.dumps(unknown_phase),
         "naive-time": json.dumps(naive),
+        "naive-woken-at": json.dumps(naive_woken),
+        "naive-pending-seen-at": json.dumps(naive_pending),
         "another-rows-record": json.dumps(other_row),
     }
 
 
 @pytest.mark.parametrize(
-    "damage", ["not-json", "not-an-object", "wrong-type", "unknown-phase", "naive-time", "another-rows-record"]
+    "damage",
+    [
+        "not-json",
+        "not-an-object",
+        "wrong-type",
+        "unknown-phase",
+        "naive-time",
+        "naive-woken-at",
+        "naive-pending-seen-at",
+        "another-rows-record",
+    ],
 )
 def test_every_reader_skips_and_reports_a_row_it_cannot_decode(store: AnyStore, backend: Backend, damage: str) -> None:
     for op in ("a-good", "b-bad", "c-good"):

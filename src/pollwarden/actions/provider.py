@@ -73,6 +73,26 @@ def _safe_url(url: str) -> str:
 _FLAGS = {"deadline": "--deadline", "useful_for": "--useful-for", "max_requests": "--max-requests"}
 
 
+def admissible(contract: Contract, body: bytes, limits: Limits = Limits(), by: str = "cli") -> Submit:  # noqa: B008
+    """What a submission needs no store for, checked before one is opened (`pollwarden submit`) and again by
+    `submit`: the contract has a [submit] table, the body is one it can send, and the operation it creates is
+    admitted as every watch is (a contract that may be watched, limits it allows). ActionRefused when not; nothing
+    was recorded or sent."""
+    spec = contract.submit
+    if spec is None:
+        raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
+    asked = Limits(
+        deadline=limits.deadline, max_requests=limits.max_requests, useful_for=limits.useful_for,
+        lag_target=limits.lag_target,
+    )  # fmt: skip
+    try:
+        checked(WatchRequest(contract, None, limits=asked, by=by))
+    except Refused as exc:
+        raise ActionRefused(exc.message_for(_FLAGS) + "; nothing was sent") from None
+    return spec
+
+
 def submit(
     store: Store,
     contract: Contract,
@@ -87,18 +107,9 @@ def submit(
     """Record the submission, send it once (again only under idempotency), and create the operation with the
     `limits` its caller asked for (the deadline, the budget and the usefulness window are the ones read here)."""
     deadline, max_requests, useful_for = limits.deadline, limits.max_requests, limits.useful_for
-    spec = contract.submit
-    if spec is None:
-        raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
+    spec = admissible(contract, body, limits, by)
     if (uninstalled := not_installed(store, contract)) is not None:  # its operation is run by whoever runs it
         raise ActionRefused(f"{uninstalled}; nothing was sent")
-    _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
-    # Admitted as every watch is (a contract that may be watched, limits it allows) before anything is recorded.
-    asked = Limits(deadline=deadline, max_requests=max_requests, useful_for=useful_for, lag_target=limits.lag_target)
-    try:
-        checked(WatchRequest(contract, None, limits=asked, by=by))
-    except Refused as exc:
-        raise ActionRefused(exc.message_for(_FLAGS) + "; nothing was sent") from None
     print_fp = fingerprint(spec.method, spec.url, body)
     existing = store.get_submission(operation_id)
     resent = False
@@ -179,7 +190,7 @@ def submit(
         lag_target=limits.lag_target,
         status_location=location,
     )
-    record = _learnt_first(store, WatchRequest(contract, None, limits=asked, by=by), record, body, client)
+    record = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )

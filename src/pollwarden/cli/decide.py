@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..actions.decisions import person_problem
-from ..actions.provider import ActionError, ActionRefused, cancel, fetch_result, submit
+from ..actions.provider import ActionError, ActionRefused, admissible, cancel, fetch_result, submit
 from ..clock import utcnow
 from ..core.admission import Limits, new_operation_id, operation_id_problem
 from ..core.bounded import TooLarge, read_bounded, read_stream_bounded
@@ -191,6 +191,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     operation_id = args.operation or new_operation_id(contract.name, utcnow(), secrets.token_hex(3))
     if problem := operation_id_problem(operation_id):
         raise UsageError(f"--operation {shown(operation_id)!r}: {problem}")
+    limits = Limits(
+        deadline=_duration(args.deadline, "--deadline"),
+        max_requests=args.max_requests,
+        useful_for=_duration(args.useful_for, "--useful-for"),
+    )
+    try:  # all that needs no store, before one is opened (or a credential read): exit 2 creates nothing
+        admissible(contract, body, limits)
+    except ActionRefused as exc:
+        raise UsageError(str(exc)) from None
     store = _open_store(args.home, keys="write")
     try:
         now = store.db_now()
@@ -199,17 +208,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         with _client(contract, store) as client:
             try:
                 submitted = submit(
-                    store,
-                    contract,
-                    client,
-                    operation_id=operation_id,
-                    body=body,
-                    now=now,
-                    limits=Limits(
-                        deadline=_duration(args.deadline, "--deadline"),
-                        max_requests=args.max_requests,
-                        useful_for=_duration(args.useful_for, "--useful-for"),
-                    ),
+                    store, contract, client, operation_id=operation_id, body=body, now=now, limits=limits
                 )
             except ActionRefused as exc:
                 raise UsageError(str(exc)) from None

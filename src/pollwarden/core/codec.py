@@ -195,7 +195,7 @@ _TEXT_OR_NONE = ("request_fingerprint", "detail", "last_state", "last_request_id
 _COUNTS = ("status_requests_used", "transport_failures_used", "rate_limited_consecutive", "token_refused_consecutive",
            "polls_completed")  # fmt: skip
 _TIMES = ("created_at", "next_poll_at")
-_TIMES_OR_NONE = ("last_observed_at", "finished_at")
+_TIMES_OR_NONE = ("last_observed_at", "finished_at", "pending_seen_at", "woken_at")
 
 
 def decode_record(text: object, operation_id: str | None = None) -> OperationRecord:

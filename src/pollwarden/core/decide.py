@@ -226,7 +226,8 @@ class _Ctx:
         learnt = usable(self.learnt, record)
         if learnt is None or record.rate_limited_consecutive:
             return None
-        delay = learnt.next_check((self.now - record.created_at).total_seconds(), self.u)
+        age, cap = (self.now - record.created_at).total_seconds(), record.plan.schedule.max_delay.total_seconds()
+        delay = learnt.next_check(age, self.u, cap)
         return None if delay is None else timedelta(seconds=delay)
 
     def _when(

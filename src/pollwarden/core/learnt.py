@@ -6,19 +6,24 @@ last check that found it so (`lower`) and had ended by the first check that foun
 ages since the operation was created. An operation stopped while its job still ran (a deadline, a budget) is a
 censored sample: the job took longer than `lower`, how much longer nobody saw.
 
-The estimate spreads each ended sample's mass evenly over its interval, and moves each censored sample's mass
-to the right, onto the ended mass past its `lower` (Efron's redistribution; to the tail past the longest job
-seen when no ended mass lies there). On a grid over [0, longest seen], the plan is the set of check times that
-minimises the expected number of checks a job needs, sum over checks of P(job still running at the check
-before), subject to P(detection lag > target) <= 5 %: a shortest path whose edge j -> k costs S(t_j) plus
-lambda times the mass that ends more than a target before t_k, with lambda bisected until the constraint holds.
-Past the longest job seen, and with fewer than `MIN_ENDED` ended samples, the contract's plain backoff is used.
+The estimate spreads each ended sample's mass over its interval, first evenly, then by self-consistency rounds
+(where other jobs' intervals overlap it: Turnbull's EM, smoothed so no spike narrower than the plan can use
+forms), and moves each censored sample's mass to the right, onto the ended mass past its `lower` (Efron's
+redistribution; to the tail past the longest job seen when no ended mass lies there). On a grid over
+[0, longest seen], the plan is the set of check times that minimises the expected number of checks a job
+needs, sum over checks of P(job still running at the check before), subject to P(detection lag > target) <=
+`MISS`: a shortest path whose edge j -> k costs S(t_j) plus lambda times the mass that ends more than a target
+before t_k, in linear time (`_path`), with lambda bisected until the constraint holds (`place`, which
+bench/learn.py also runs on the true durations as the oracle). Past the longest job seen, and with fewer than
+`MIN_ENDED` ended samples, the contract's plain backoff is used.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -44,8 +49,19 @@ PLANNED_SHARE = 1.0
 JITTER_SHARE = 0.05
 """Each planned check moves by up to +-2.5 % of the target (a fresh draw per check), so workers sharing a store
 do not check in waves; a check is never made twice for one planned time (`Learnt.next_check`)."""
-MAX_CELLS = 150
-"""Grid cells over [0, longest seen]: the plan's cost is quadratic in them (well under 0.1 s at 150)."""
+GRID_SHARE = 0.05
+"""The grid's step, as a share of the lag target: where checks can be placed (1.5 s for a 30 s target)."""
+EM_ROUNDS = 20
+"""Self-consistency rounds of the estimate (`_self_consistent`)."""
+EM_SMOOTH = 5
+"""Cells on each side each round's mass is averaged over (a quarter of the target), so it cannot gather into spikes
+narrower than the plan can use (the EMS algorithm: EM with a smoothing step)."""
+EM_WORK = 400_000
+"""Cell visits the estimate's rounds may take in all (about 0.2 s): fewer rounds for many wide intervals."""
+SNAP_SHARE = 0.1
+"""A check made up to this share of the target before a planned one stands for it (`Learnt.next_check`)."""
+MAX_CELLS = 600
+"""Grid cells over [0, longest seen] at most: the plan's cost is linear in them (about 0.05 s at 600)."""
 
 
 @dataclass(frozen=True)
@@ -87,14 +103,21 @@ class Learnt:
         """Planned from the key's own samples, not the whole contract's."""
         return self.key is not None and self.key_count >= MIN_ENDED
 
-    def next_check(self, age: float, u: float) -> float | None:
+    def next_check(self, age: float, u: float, max_gap: float = math.inf, *, checked: bool = True) -> float | None:
         """The delay from `age` to the next planned check, jittered by `u` in [0, 1) within +-2.5 % of the target;
         None past the last planned check (the plain backoff takes over). A check whose jitter window holds `age`
-        is the one just made (its jitter drew it early or late), never made again a moment later."""
-        spread = JITTER_SHARE * self.lag_target
+        is the one just made (its jitter drew it early or late), never made again a moment later; so is one made up
+        to a tenth of the target before it. A planned check further than `max_gap` (the contract's `max_delay`)
+        is made at `max_gap` when that is at most a tenth of the target early, else reached in equal steps within
+        `max_gap`: capping the wait alone would leave a second check a moment before the planned one."""
+        spread, snap = JITTER_SHARE * self.lag_target, SNAP_SHARE * self.lag_target
+        made = max(spread / 2, snap) if checked else spread / 2  # `checked`: a check was made at `age`
         for check in self.checks:
-            if check - spread / 2 > age:
-                return max(check + (u - 0.5) * spread - age, min(1.0, self.lag_target / 10))
+            if check - made > age:
+                delay = check + (u - 0.5) * spread - age
+                if delay > max_gap > 0:
+                    delay = max_gap if delay - max_gap <= snap else delay / math.ceil(delay / max_gap)
+                return max(delay, min(1.0, self.lag_target / 10, max_gap))
         return None
 
     def words(self, delay: float) -> str:
@@ -188,12 +211,13 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     if len(ended) < MIN_ENDED:
         return None
     longest = max(max(s.upper or 0.0 for s in ended), 1e-3)
-    step = max(PLANNED_SHARE * lag_target / 4, longest / MAX_CELLS, 1e-3)
+    step = max(GRID_SHARE * lag_target, longest / MAX_CELLS, 1e-3)
     cells = max(1, math.ceil(longest / step))
-    mass = [0.0] * cells
+    shares = []
     for s in ended:
         assert s.upper is not None
-        _spread(mass, step, max(0.0, min(s.lower, s.upper)), s.upper, 1.0)
+        shares.append(_shares(cells, step, max(0.0, min(s.lower, s.upper)), s.upper))
+    mass = _self_consistent(cells, shares)
     tail = 0.0
     for s in sorted((s for s in samples if s.upper is None), key=lambda s: s.lower):
         first = min(cells, int(s.lower / step))
@@ -213,58 +237,133 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     return Estimate(step=step, cdf=tuple(cdf), count=len(ended), longest=longest)
 
 
-def _spread(mass: list[float], step: float, low: float, high: float, weight: float) -> None:
-    """`weight` spread evenly over [low, high] into the grid's cells (a point at `high` when they meet)."""
-    cells = len(mass)
+def _shares(cells: int, step: float, low: float, high: float) -> tuple[int, list[float]]:
+    """The grid's cells that [low, high] covers, from the first, each with its share of the interval (a point at
+    `high` when they meet)."""
     if high - low < 1e-9:
-        mass[min(cells - 1, max(0, math.ceil(high / step) - 1))] += weight
-        return
-    first, last = int(low / step), min(cells - 1, max(0, math.ceil(high / step) - 1))
-    for k in range(first, last + 1):
-        overlap = min(high, (k + 1) * step) - max(low, k * step)
-        if overlap > 0:
-            mass[k] += weight * overlap / (high - low)
+        return min(cells - 1, max(0, math.ceil(high / step) - 1)), [1.0]
+    first, last = min(cells - 1, int(low / step)), min(cells - 1, max(0, math.ceil(high / step) - 1))
+    shares = [max(0.0, min(high, (k + 1) * step) - max(low, k * step)) / (high - low) for k in range(first, last + 1)]
+    return first, shares
 
 
-def plan(est: Estimate, lag_target: float) -> tuple[tuple[float, ...], float]:
+def _self_consistent(cells: int, shares: Sequence[tuple[int, list[float]]]) -> list[float]:
+    """Each ended sample's unit of mass over its interval: first evenly, then, for `EM_ROUNDS` rounds, in
+    proportion to the mass already there (Turnbull's self-consistency, the EM steps to the maximum-likelihood
+    estimate of an interval-censored distribution). Where intervals of different jobs overlap, the mass gathers
+    in the overlap: the plain backoff's wide, randomly placed intervals of the first jobs teach where jobs end
+    much more sharply than spreading each evenly does; where every interval is the same (the plan's own checks),
+    nothing changes. The rounds are fewer when the intervals are many and wide (`EM_WORK` cell visits at most)."""
+    mass = [0.0] * cells
+    for first, weights in shares:
+        for j, w in enumerate(weights):
+            mass[first + j] += w
+    visits = sum(len(weights) for _, weights in shares)
+    for _ in range(min(EM_ROUNDS, EM_WORK // max(1, visits))):
+        moved = [0.0] * cells
+        for first, weights in shares:
+            seen = [w * mass[first + j] for j, w in enumerate(weights)]
+            total = sum(seen)
+            if total <= 0:
+                seen, total = weights, 1.0
+            for j, part in enumerate(seen):
+                moved[first + j] += part / total
+        mass = _smoothed(moved, EM_SMOOTH)
+    return mass
+
+
+def _smoothed(mass: list[float], half: int) -> list[float]:
+    """Each cell's mass averaged with its `half` neighbours on each side (fewer at the ends), the total kept."""
+    if half <= 0:
+        return mass
+    cells = len(mass)
+    prefix = [0.0]
+    for m in mass:
+        prefix.append(prefix[-1] + m)
+    out = [(prefix[min(cells, k + half + 1)] - prefix[max(0, k - half)]) / (min(cells, k + half + 1) - max(0, k - half))
+           for k in range(cells)]  # fmt: skip
+    total, kept = sum(mass), sum(out)
+    return out if kept <= 0 else [m * total / kept for m in out]
+
+
+def plan(est: Estimate, lag_target: float, max_gap: float = math.inf) -> tuple[tuple[float, ...], float]:
     """The check ages that keep P(lag > the planned share of the target) within `MISS` at the fewest expected
-    checks, and that expected count."""
-    n = len(est.cdf) - 1
-    cdf = est.cdf
-    lag = PLANNED_SHARE * lag_target
-    # reach[k]: P(duration <= t_k - lag): a job ended before it is found more than `lag` late by a check at t_k.
-    reach = [est.at(k * est.step - lag) for k in range(n + 1)]
+    checks, no two more than `max_gap` apart, and that expected count."""
+    times = [k * est.step for k in range(len(est.cdf))]
+    placed = place(times, est.at, PLANNED_SHARE * lag_target, MISS, max_gap)
+    return placed.checks, placed.expected
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Checks chosen by `place`: their ages, the checks a job needs on average, the share found later than the lag."""
+
+    checks: tuple[float, ...]
+    expected: float
+    missed: float
+
+
+def place(
+    times: Sequence[float], cdf: Callable[[float], float], lag: float, miss: float, max_gap: float = math.inf
+) -> Placement:
+    """The fewest expected checks among `times` (increasing, from 0; the last is where every job has ended) such
+    that at most `miss` of the jobs, whose durations `cdf` gives, are found more than `lag` after they end, and no
+    two checks (nor 0 and the first) are more than `max_gap` apart.
+
+    A check at t_k after one at t_j is sent to every job still running at t_j, 1 - F(t_j), and finds late every
+    job that ended between t_j and t_k - lag. The cheapest checks at a price `weight` for each late job are a
+    shortest path over `times` (`_path`); the price is bisected until the late share is within `miss`. This is
+    Everett's Lagrangian method: what it returns is optimal for its own late share, never above `miss`, and
+    only the duality gap (small on any smooth distribution) separates it from the best at exactly `miss`."""
+    max_gap = max([max_gap] + [b - a for a, b in itertools.pairwise(times)])  # never below the grid
+    ended = [cdf(t) for t in times]
+    reach = [cdf(t - lag) if t > lag else 0.0 for t in times]
     low, high = 1e-4, 1e5
-    best = _path(cdf, reach, high)
-    if best[1] > MISS:  # even the densest plan misses more (too coarse a grid): take it, it is the best there is
-        return _ages(best[0], est.step), best[2]
-    for _ in range(30):
-        mid = math.sqrt(low * high)
-        found = _path(cdf, reach, mid)
-        if found[1] <= MISS:
-            best, high = found, mid
-        else:
-            low = mid
-    return _ages(best[0], est.step), best[2]
+    best = _path(times, ended, reach, lag, max_gap, high)
+    if best.missed <= miss:
+        for _ in range(30):
+            mid = math.sqrt(low * high)
+            found = _path(times, ended, reach, lag, max_gap, mid)
+            if found.missed <= miss:
+                best, high = found, mid
+            else:
+                low = mid
+    # Else even the densest plan misses more (too coarse a grid): it is the best there is.
+    return best
 
 
-def _ages(nodes: Sequence[int], step: float) -> tuple[float, ...]:
-    return tuple(k * step for k in nodes)
+def _path(
+    times: Sequence[float], cdf: Sequence[float], reach: Sequence[float], lag: float, max_gap: float, weight: float
+) -> Placement:
+    """The cheapest checks from 0 to the last time at this price of a late job.
 
-
-def _path(cdf: Sequence[float], reach: Sequence[float], weight: float) -> tuple[list[int], float, float]:
-    """The cheapest checks from 0 to the last grid point at this price of a miss: (nodes, missed, expected)."""
-    n = len(cdf) - 1
-    cost = [math.inf] * (n + 1)
+    The cost of going from check j to check k is (1 - cdf[j]) + weight * max(0, reach[k] - cdf[j]). For a j at
+    least `lag` before t_k the second term is never negative (reach[k] = F(t_k - lag) >= F(t_j)), for a later j
+    it is zero: so the best j is the least of cost[j] - (1 + weight) cdf[j] over the first window, or of
+    cost[j] - cdf[j] over the second, each a sliding window kept by a monotone queue: linear, not quadratic."""
+    n = len(times) - 1
+    cost = [0.0] * (n + 1)
     back = [0] * (n + 1)
-    cost[0] = 0.0
+    late: deque[int] = deque()  # j with t_k - max_gap <= t_j <= t_k - lag, by increasing cost[j] - (1+w) cdf[j]
+    near: deque[int] = deque()  # j with t_j > t_k - lag (and within max_gap), by increasing cost[j] - cdf[j]
+    moved = 0  # every j below this is (or was) in `late`'s window
     for k in range(1, n + 1):
-        rk = reach[k]
+        t = times[k]
+        _push(near, k - 1, cost[k - 1] - cdf[k - 1], cost, cdf, 1.0)
+        while moved < k and t - times[moved] >= lag:
+            _push(late, moved, cost[moved] - (1.0 + weight) * cdf[moved], cost, cdf, 1.0 + weight)
+            moved += 1
+        while late and t - times[late[0]] > max_gap:
+            late.popleft()
+        while near and (near[0] < moved or t - times[near[0]] > max_gap):
+            near.popleft()
         best, arg = math.inf, 0
-        for j in range(k):
-            survive = 1.0 - cdf[j]
-            missed = rk - cdf[j]
-            c = cost[j] + survive + (weight * missed if missed > 0 else 0.0)
+        if late:
+            j = late[0]
+            best, arg = cost[j] + 1.0 - cdf[j] + weight * (reach[k] - cdf[j]), j
+        if near:
+            j = near[0]
+            c = cost[j] + 1.0 - cdf[j]
             if c < best:
                 best, arg = c, j
         cost[k], back[k] = best, arg
@@ -280,15 +379,24 @@ def _path(cdf: Sequence[float], reach: Sequence[float], weight: float) -> tuple[
         expected += 1.0 - cdf[previous]
         missed += max(0.0, reach[k] - cdf[previous])
         previous = k
-    return nodes, missed, expected
+    return Placement(tuple(times[k] for k in nodes), expected, missed)
 
 
-def learn(contract: str, samples: Sequence[Sample], lag_target: float) -> Learnt | None:
-    """The model a contract's decisions use, or None while too few of its operations have ended."""
+def _push(queue: deque[int], j: int, value: float, cost: Sequence[float], cdf: Sequence[float], scale: float) -> None:
+    """Append `j` to a queue kept in increasing cost[i] - scale * cdf[i] (its front is the window's least)."""
+    while queue and cost[queue[-1]] - scale * cdf[queue[-1]] >= value:
+        queue.pop()
+    queue.append(j)
+
+
+def learn(contract: str, samples: Sequence[Sample], lag_target: float, max_gap: float = math.inf) -> Learnt | None:
+    """The model a contract's decisions use, or None while too few of its operations have ended. `max_gap`: the
+    contract's `max_delay`, which caps every wait anyway; planned with, the checks it forces are placed where
+    they find jobs instead of being added between the planned ones."""
     est = estimate(samples, lag_target)
     if est is None:
         return None
-    checks, expected = plan(est, lag_target)
+    checks, expected = plan(est, lag_target, max_gap)
     return Learnt(
         contract=contract,
         count=est.count,
@@ -341,12 +449,15 @@ def usable(learnt: Learnt | None, record: OperationRecord) -> Learnt | None:
 
 def first_check(record: OperationRecord, learnt: Learnt | None, u: float) -> OperationRecord:
     """A new operation's first check, placed by the contract's learnt plan (its `first_check` is the plain
-    backoff's): no check where no job of the contract has ever ended."""
+    backoff's): no check where no job of the contract has ever ended, nor later than `max_delay`, which bounds
+    every wait (a learnt one in `decide` too)."""
     model = usable(learnt, record)
-    delay = None if model is None else model.next_check(0.0, u)
+    cap = record.plan.schedule.max_delay
+    delay = None if model is None else model.next_check(0.0, u, cap.total_seconds(), checked=False)
     if delay is None:
         return record
-    return record.waiting(record.created_at + timedelta(seconds=delay), DelaySource.LEARNT)
+    wait = min(timedelta(seconds=delay), cap)
+    return record.waiting(record.created_at + wait, DelaySource.LEARNT)
 
 
 def plain_ages(schedule: Schedule, until: float) -> list[float]:

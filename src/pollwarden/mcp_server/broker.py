@@ -205,7 +205,7 @@ class Broker:
         return self._scrubber
 
     def ready(self, contract: Contract) -> None:
-        self._read_token(contract)
+        # What start found wrong first (a contract no watch may poll among it): no token command runs for it.
         problem = self.not_ready.get(contract.name)
         if problem is not None:
             log.warning("contract %s is not ready: %s", contract.name, problem)
@@ -214,6 +214,7 @@ class Broker:
                 f"contract {contract.name!r} is not ready on this server (its credential or safety declaration is"
                 " missing); a person must fix the server's configuration. Nothing was sent",
             )
+        self._read_token(contract)
 
     def _read_token(self, contract: Contract) -> None:
         """A command's token, read by the first call that needs it; calls of the same contract meanwhile wait for
