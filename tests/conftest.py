@@ -8,6 +8,7 @@ import locale
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -122,7 +123,10 @@ def endless_file(path: Path, limit: int) -> Iterator[threading.Event]:
 def run_cli(*args: str, home: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Ran:
     """The real console entry point in a subprocess: what a person or an agent would run (forked from a
     zygote that has done the import already, tests/prefork.py; a fresh interpreter when that cannot serve)."""
-    full_env = {**os.environ, "POLLWARDEN_HOME": str(home), **(env or {})}
+    # Not the test runner's own COLUMNS (pytest-xdist's workers have COLUMNS=80): piped output follows COLUMNS
+    # when it is set (`cli/terminal.py`), so a test that wants a width says so in `env`.
+    inherited = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    full_env = {**inherited, "POLLWARDEN_HOME": str(home), **(env or {})}
     ran = prefork.run(list(args), full_env, timeout=timeout)
     return Ran(ran.returncode, _text(ran.stdout), _text(ran.stderr))
 
@@ -137,28 +141,70 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     prefork.shutdown()
 
 
-SLOW = (
-    "tests/e2e/",
-    "tests/isolation/",
-    "tests/hostile/",
-    "tests/providers/",
-    "tests/mcp/",
-    "tests/bench/",
-    "tests/console/test_console_browser.py",
-    "tests/docs/test_examples.py::test_a_document_runs_as_written",
-    "tests/engine/test_combine_providers.py",
-    "tests/transport/test_token_refresh.py",
-    "tests/test_prefork.py",
+FAST = (
+    "tests/core/",
+    "tests/events/",
+    "tests/report/",
+    "tests/audit/",
+    "tests/actions/",
+    "tests/store/",
+    "tests/engine/",
+    "tests/test_layout.py",
+    "tests/test_vocabulary.py",
+    "tests/test_clock.py",
+    "tests/test_errors.py",
+    "tests/test_deploy.py",
 )
-"""What `make test-fast` leaves out (`-m "not slow"`): the suites that run whole commands, fleets, users, MCP
-sessions, every shipped contract or a browser, and single files of tests that wait seconds each; that is where
-most of the suite's time goes. A module may also mark itself (`pytestmark = pytest.mark.slow`)."""
+"""What `make test-fast` runs (`-m fast`), chosen by kind, not by a clock: the sans-I/O core and its events,
+the audit chain, the stores on real SQLite and PostgreSQL, the engine in-process on loopback, and the checks of
+the layout and the words. A directory listed here holds tests that start no process: a test in it that starts
+one (a subprocess, the CLI through tests/prefork.py) fails (`_fast_tests_start_no_process`), so a test that runs
+whole commands cannot join the inner loop unnoticed; it goes to a directory not listed (tests/e2e/, tests/cli/,
+...) or marks its module slow. Everything else (end-to-end, isolation, hostile, providers, MCP, bench, console,
+fleet, transport, the documents run as written) runs in `make test` only."""
+
+SLOW = (
+    "tests/engine/test_combine_providers.py",
+    "tests/engine/test_learning.py",
+)
+"""Files of a fast directory that start no process but wait seconds each (a provider held to its timeout, a
+hundred jobs' history): left to `make test`. A module may also mark itself (`pytestmark = pytest.mark.slow`)."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`-m fast` does not import what it would deselect anyway: collecting the whole suite costs seconds."""
+    if config.getoption("markexpr", "") != "fast":
+        return None
+    where = collection_path.relative_to(config.rootpath).as_posix()
+    return not any(entry.startswith(where + "/") or where.startswith(entry) or where == entry for entry in FAST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+        if item.nodeid.startswith(FAST) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
+
+
+class StartsAProcess(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule of `FAST`, kept by the test itself rather than by a timer: a fast test that starts a process fails."""
+    if request.node.get_closest_marker("fast") is None:
+        return
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise StartsAProcess(
+            f"{request.node.nodeid} starts a process: a test in tests/conftest.py's FAST directories runs in"
+            " `make test-fast` and must not; move it out of them or mark its module slow"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refused)
+    monkeypatch.setattr(prefork, "run", refused)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

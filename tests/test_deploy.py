@@ -15,7 +15,7 @@ import yaml
 from pollwarden.fleet.gauges import METRIC_NAMES
 from pollwarden.fleet.worker import Metrics
 from pollwarden.home.operating import open_store
-from tests.e2e.test_metrics_cli import fill
+from tests.e2e.test_metrics_cli import filled_home
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 RULES = DEPLOY / "prometheus" / "pollwarden-alerts.yml"
@@ -27,12 +27,7 @@ PROMETHEUS_OWN = {"up"}
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """Every series name a worker's /metrics shows over a store with something in every gauge."""
-    home = tmp_path_factory.mktemp("deploy") / "home"
-    store = open_store(home)
-    try:
-        fill(store)
-    finally:
-        store.close()
+    home = filled_home(tmp_path_factory.mktemp("deploy") / "home")
     metrics = Metrics()
     metrics.count_fleet(lambda: open_store(home, keys="none"))
     names: set[str] = set()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pollwarden import Succeeded, Watch
 from pollwarden.clock import utcnow
 from pollwarden.home.operating import open_store
@@ -16,6 +18,7 @@ from tests.conftest import run_cli, write_contract
 OUTPUT = {"files": ["https://cdn.example/a.png"], "note": "line\x1b[2Jcleared", "n": 2}
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_an_object_result_end_to_end(sim: Simulator, tmp_path: Path, home: Path) -> None:
     sim.add_job("obj-1", [Step(body={"state": "succeeded", "result_url": OUTPUT})])
     contract = write_contract(tmp_path / "c.toml", sim.url, extra='\n[result]\ntype = "object"\n')
@@ -46,6 +49,7 @@ def test_an_object_result_end_to_end(sim: Simulator, tmp_path: Path, home: Path)
     assert sim.request_count("obj-1") == 1  # written from the record: nothing more was asked of the provider
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_an_empty_object_is_not_a_success(sim: Simulator, tmp_path: Path, home: Path) -> None:
     sim.add_job("obj-2", [Step(body={"state": "succeeded", "result_url": {}})])
     contract = write_contract(tmp_path / "c.toml", sim.url, extra='\n[result]\ntype = "object"\n')

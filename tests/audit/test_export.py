@@ -260,6 +260,7 @@ def test_bad_checkpoint_file(tmp_path: Path, content: str, message: str) -> None
         read_checkpoint_file(path)
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_export_verifies_in_a_fresh_process_with_no_keys_at_all(
     exported: tuple[Path, list[AuditRecord], Signer], tmp_path: Path
 ) -> None:

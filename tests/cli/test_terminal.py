@@ -10,7 +10,18 @@ import pytest
 
 from pollwarden.cli.catalogue import SHIPPED_COLUMNS
 from pollwarden.cli.inspect import STATUS_COLUMNS
-from pollwarden.cli.terminal import MAX_TABLE_WIDTH, Column, FittedOut, cell_width, fit, fit_middle, table, table_width
+from pollwarden.cli.terminal import (
+    MAX_TABLE_WIDTH,
+    Column,
+    FittedOut,
+    WrappedOut,
+    cell_width,
+    fit,
+    fit_middle,
+    table,
+    table_width,
+    wrap,
+)
 
 
 def test_fit_cuts_with_an_ellipsis_and_counts_wide_characters_as_two() -> None:
@@ -106,3 +117,40 @@ def test_on_a_terminal_every_line_and_every_redraw_is_cut(monkeypatch: pytest.Mo
 def test_a_column_limit_cuts_only_that_column() -> None:
     drawn = table([Column("A"), Column("B", limit=5)], [["a", "bbbbbbbbbb"]], 80)
     assert drawn.lines == ["A  B", "a  bbbb…"]
+
+
+def test_prose_wraps_at_spaces_with_a_hanging_indent_and_keeps_every_character() -> None:
+    line = "  [1] extend by 15m with 4 additional checks: waits until 2026-12-06T22:26:47Z at most; then stops"
+    rows = wrap(line, 40)
+    assert rows[0].startswith("  [1] extend") and all(row.startswith("    ") for row in rows[1:])
+    assert all(cell_width(row) < 40 for row in rows)  # one column less than the width, as `fit`
+    assert " ".join(rows).split() == line.split()
+    assert wrap("short", 40) == ["short"]
+    long = wrap("id " + "x" * 50, 20)  # a word longer than a row is broken, not cut
+    assert "".join(r.strip() for r in long) == "id" + "x" * 50 and all(cell_width(r) < 20 for r in long)
+    wide = wrap("作业" * 30, 21)
+    assert all(cell_width(r) < 21 for r in wide) and "".join(r.strip() for r in wide) == "作业" * 30
+    assert wrap("a  b " + "c" * 3, 80) == ["a  b ccc"]  # spaces as written
+
+
+def test_wrapped_out_is_as_written_on_a_pipe_and_wraps_whole_lines_with_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    piped = io.StringIO()
+    out = WrappedOut(piped)
+    out.write("word " * 30)  # a part of a line waits for the rest
+    out.write("end\n")
+    assert piped.getvalue() == "word " * 30 + "end\n"
+    monkeypatch.setenv("COLUMNS", "30")
+    narrow = io.StringIO()
+    out = WrappedOut(narrow)
+    out.write("word " * 10)
+    assert narrow.getvalue() == ""
+    out.write("end\nlast " * 2)
+    out.flush()
+    lines = narrow.getvalue().split("\n")
+    assert (
+        all(cell_width(line) < 30 for line in lines)
+        and narrow.getvalue().split() == ("word " * 10 + "end last end last").split()
+    )

@@ -142,6 +142,7 @@ def test_a_use_file_may_set_tls_and_a_token_file(tmp_path: Path) -> None:
         parse('use = "kubernetes-job"\n[vars]\nnamespace = "b"\n[tls]\nca_file = "ca.pem"\n')
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_malformed_files_are_exit_2_on_the_command_line_and_create_nothing(home: Path, tmp_path: Path) -> None:
     cases = [
         ("[tls]\nca_file = 'ca.pem'\n", "[tls].ca_file: must be an absolute path on one line"),

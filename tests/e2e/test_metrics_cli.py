@@ -19,6 +19,7 @@ from pollwarden import events as ev
 from pollwarden.core import new_record, parse_contract
 from pollwarden.core.escalation import build_request
 from pollwarden.core.reasons import StopReason
+from pollwarden.home.operating import open_store
 from pollwarden.store.base import Store
 from pollwarden.store.owner import process_owner
 from tests.e2e.conftest import store_of
@@ -61,6 +62,16 @@ def fill(store: Store) -> None:
         stopped = record.stopped(reason, "health check failed", now)
         request = build_request(stopped, contract, now, decision_id=f"dec-{op}")
         assert store.write(lease, stopped, [ev.Escalated.prepared({})], now, release=True, decision=request)
+
+
+def filled_home(home: Path) -> Path:
+    """A SQLite home (`home`) with something in every gauge: `fill`'s operations."""
+    store = open_store(home)
+    try:
+        fill(store)
+    finally:
+        store.close()
+    return home
 
 
 @contextmanager

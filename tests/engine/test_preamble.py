@@ -75,6 +75,7 @@ def test_a_missing_credential_refuses_a_watch_that_polls_and_not_one_a_worker_po
     assert held.secret is None and held.request.credential is None
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_held_credential_never_runs_a_token_command(tmp_path: Path) -> None:
     script, mark = _token_command(tmp_path)
     contract = _contract(f'token_command = ["{script}"]\ntoken_ttl = "50m"')

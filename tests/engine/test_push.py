@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
+
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.push_signature import MAX_BODY_BYTES
@@ -161,11 +163,16 @@ def test_a_push_just_after_a_check_wakes_at_once_and_the_next_woken_check_waits_
     assert again is not None and again.record.next_poll_at == woken_at + timedelta(seconds=1)  # min_interval
 
 
-def test_a_push_during_a_check_in_flight_wakes_the_operation_once_that_check_is_recorded(store: Store) -> None:
+@pytest.mark.parametrize("receiver", ["hooks", "watch-1"])
+def test_a_push_during_a_check_in_flight_wakes_the_operation_once_that_check_is_recorded(
+    store: Store, receiver: str
+) -> None:
     """Found by `bench.push` ("push just after a check"): the provider answered "running", the job ended and
     pushed while the watch still held the lease to record that answer. The record was still due (the check in
     flight), so the push found nothing to do and was lost: the job waited for the whole safety-net schedule.
-    A check in flight is busy: the receiver wakes the operation again once its answer is recorded."""
+    A check in flight is busy: the receiver wakes the operation again once its answer is recorded. Whoever the
+    receiver is: a worker's own (`worker --hooks-port`) wakes under the name that holds its checks' leases (a
+    fix that skipped its own leases still lost the push in test_push_cli under load)."""
     contract = _contract()
     operation_id = _admitted(store, contract)
     now = store.db_now()
@@ -177,12 +184,12 @@ def test_a_push_during_a_check_in_flight_wakes_the_operation_once_that_check_is_
     claimed = store.claim(operation_id, "watch-1", store.db_now(), timedelta(seconds=30))  # due now: its check
     assert claimed is not None
     lease, record = claimed
-    pushed = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner="hooks")
+    pushed = receive(store, contract, *_signed("exp-1", "msg_in_flight"), secret=SECRET, owner=receiver)
     assert (pushed.status, pushed.busy) == (202, (operation_id,))
     answered = record.observed(at=store.db_now(), http_status=200, request_id=None, state="running", rate_limited=False)
     later = answered.waiting(store.db_now() + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
     assert store.write(lease, later, [Paced(provider="test", until=None)], store.db_now(), release=True)
     assert pushed.wake is not None
-    assert wake_one(store, contract, operation_id, pushed.wake, pushed.delivery_id, owner="hooks") == "moved"
+    assert wake_one(store, contract, operation_id, pushed.wake, pushed.delivery_id, owner=receiver) == "moved"
     stored = store.get(operation_id)
     assert stored is not None and stored.record.next_poll_at <= store.db_now()

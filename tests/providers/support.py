@@ -108,7 +108,7 @@ def enqueue(contract: Path | str, job: str, *, base_url: str, home: Path, env: d
     )  # fmt: skip
 
 
-def run_worker_until_final(home: Path, env: dict[str, str], operations: list[str], within: float = 30.0) -> str:
+def run_worker_until_final(home: Path, env: dict[str, str], operations: list[str], within: float = 60.0) -> str:
     """A real worker process until every named operation is final, then stopped with SIGTERM; returns its log.
 
     The loop waits for another process (the worker) to do its work; it drives no time of ours.

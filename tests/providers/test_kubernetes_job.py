@@ -252,5 +252,5 @@ def test_the_catalogue_names_the_token_file_and_the_namespace_it_needs(home: Pat
     (entry,) = [c for c in json.loads(listed.stdout) if c["name"] == "kubernetes-job"]
     assert entry["credentials"] == ["file:/var/run/secrets/kubernetes.io/serviceaccount/token"]
     assert entry["required_vars"] == ["namespace"]
-    table = run_cli("contracts", home=home).stdout
+    table = run_cli("contracts", home=home, env={"COLUMNS": "80"}).stdout
     assert "--var namespace=..." in table  # the table fits the terminal: the token file's whole path is in --json

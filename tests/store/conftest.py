@@ -8,6 +8,7 @@ skipped backend would let a fencing bug ship unnoticed.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import threading
@@ -56,17 +57,38 @@ def _database_url(name: str) -> str:
 
 
 def create_database(*, upgraded: bool) -> str:
-    """A new, uniquely named database; its URL. The caller drops it with `drop_database`."""
+    """A new, uniquely named database; its URL. The caller drops it with `drop_database`.
+
+    An upgraded one is a copy of this process's template, upgraded once (`CREATE DATABASE ... TEMPLATE`: a
+    file copy, ~10 times faster than running every migration again); the migrations write nothing that differs
+    from one database to the next, so the copy is what `upgrade_database` would have made."""
     name = f"pollwarden_test_{secrets.token_hex(6)}"
+    template = sql.SQL(" TEMPLATE {}").format(sql.Identifier(_template())) if upgraded else sql.SQL("")
     with _admin() as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}{}").format(sql.Identifier(name), template))
         # A commit is visible to every other session when it returns either way; `off` only stops it waiting
-        # for the WAL flush, which matters when the server itself crashes, and no test crashes it.
+        # for the WAL flush, which matters when the server itself crashes, and no test crashes it. (A setting of
+        # the database, which a copy does not inherit: set on each.)
         admin.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(sql.Identifier(name)))
-    url = _database_url(name)
-    if upgraded:
-        upgrade_database(url)
-    return url
+    return _database_url(name)
+
+
+_templates: list[str] = []
+_template_lock = threading.Lock()
+
+
+def _template() -> str:
+    """This process's upgraded template database, made on first use and dropped when the process exits. One per
+    process: a template being copied may have no other session on it, and two xdist workers copy at once."""
+    with _template_lock:
+        if not _templates:
+            name = f"pollwarden_template_{secrets.token_hex(6)}"
+            with _admin() as admin:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            _templates.append(name)
+            atexit.register(drop_database, _database_url(name))
+            upgrade_database(_database_url(name))  # its connection is closed when it returns: free to copy
+        return _templates[0]
 
 
 def drop_database(url: str) -> None:
@@ -92,8 +114,11 @@ def empty_pg_url() -> Iterator[str]:
 
 
 def _empty(url: str) -> None:
+    """Every row of a test's data gone, in one transaction. DELETE, not TRUNCATE: on tables of a few rows it
+    is ~15 ms against ~200 ms (TRUNCATE makes new files for every table), and no table references another."""
+    deletes = "; ".join(f"DELETE FROM {table.strip()}" for table in _TABLES.split(","))
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {_TABLES}; ALTER SEQUENCE audit_checkpoint_counter RESTART".encode())
+        conn.execute(f"BEGIN; {deletes}; ALTER SEQUENCE audit_checkpoint_counter RESTART; COMMIT".encode())
 
 
 @dataclass

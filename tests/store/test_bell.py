@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from pollwarden.store.bell import FifoBell, pause
 
 from .conftest import AnyStore
@@ -53,6 +55,7 @@ def test_a_poke_ends_only_its_own_listeners_wait(store: AnyStore) -> None:
         other.close()
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_listener_in_another_process_is_woken(tmp_path: Path) -> None:
     directory = tmp_path / "pollwarden.db.bells"
     proc = subprocess.Popen(

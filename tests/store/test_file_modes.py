@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pollwarden.simulator import Simulator
 from tests.conftest import Ran, write_contract
 
@@ -68,6 +70,7 @@ def _loose(home: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_fresh_home_is_private_even_under_an_open_umask(sim: Simulator, tmp_path: Path) -> None:
     home = tmp_path / "state" / "home"  # neither exists yet
     _watch(sim, tmp_path, home, "op-1", umask=0o000)
@@ -76,6 +79,7 @@ def test_a_fresh_home_is_private_even_under_an_open_umask(sim: Simulator, tmp_pa
     assert _loose(home) == {}
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_freshly_created_wal_and_shm_are_private(sim: Simulator, tmp_path: Path) -> None:
     home = tmp_path / "home"
     _watch(sim, tmp_path, home, "op-1")
@@ -85,6 +89,7 @@ def test_a_freshly_created_wal_and_shm_are_private(sim: Simulator, tmp_path: Pat
     assert ran.stdout.strip() == '{"": "0o600", "-wal": "0o600", "-shm": "0o600"}'
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_an_existing_loose_home_is_tightened_when_a_store_opens_it(sim: Simulator, tmp_path: Path) -> None:
     home = tmp_path / "home"
     _watch(sim, tmp_path, home, "op-1")
@@ -104,6 +109,7 @@ def test_an_existing_loose_home_is_tightened_when_a_store_opens_it(sim: Simulato
     assert _loose(home) == {}
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_database_path_that_is_not_a_regular_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     """Run as root, `--db /dev/null` once made /dev/null 0600 for everyone else on the machine. A FIFO stands in
     for the device here: the same kind of file, harmless to test with."""
@@ -115,6 +121,7 @@ def test_a_database_path_that_is_not_a_regular_file_is_refused_and_left_as_it_wa
     assert _mode(fifo) == 0o644
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_an_existing_directory_that_is_not_a_pollwarden_home_keeps_its_mode(tmp_path: Path) -> None:
     """`--home /proc` once made /proc 0500. A home that holds other things than pollwarden's is not ours to
     chmod; what pollwarden puts in it is private all the same (0600 files, a 0700 keys directory)."""

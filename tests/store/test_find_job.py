@@ -106,6 +106,7 @@ def test_a_file_of_schema_1_gets_the_index_when_it_is_opened(tmp_path: Path) -> 
     assert "operations_job" in names
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_database_of_schema_1_is_upgraded_by_db_upgrade(empty_pg_url: str, tmp_path: Path) -> None:
     # A database as `pollwarden db upgrade` of schema 1 left it, with an operation in it.
     with psycopg.connect(empty_pg_url, autocommit=True) as conn:

@@ -9,6 +9,8 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
 from pollwarden.core.escalation import DecisionRequest, build_request
@@ -83,6 +85,7 @@ def test_a_claimed_delivery_is_nobody_elses_until_its_lease_ends_and_a_stale_cla
     assert store.outbox() == []
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_holder_that_died_on_this_host_is_not_waited_out(store: AnyStore) -> None:
     _stop(store, "op", "d-1")
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

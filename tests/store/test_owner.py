@@ -41,6 +41,7 @@ print(json.dumps({"taken": claimed is not None, "dead": holder_dead(holder), "pl
 """
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_live_holder_is_not_taken_over_from_another_pid_namespace(store: AnyStore, backend: Backend) -> None:
     store.create(_record(), CONTRACT, ev.Created.prepared({}))
     holder = process_owner("worker")  # this test's process: alive until the test ends
@@ -55,6 +56,7 @@ def test_a_live_holder_is_not_taken_over_from_another_pid_namespace(store: AnySt
     assert [event.kind for event in store.events("op")].count("lease_taken_over") == 0
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_dead_holder_of_this_namespace_is_taken_over_at_once_and_one_of_elsewhere_is_waited_out(
     store: AnyStore,
 ) -> None:
@@ -95,6 +97,7 @@ def test_owner_strings_say_where_their_pid_means_something() -> None:
     assert (legacy.kind, legacy.host, legacy.pid) == (None, "web-1", 4242)
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_status_names_a_watcher_it_cannot_see_by_where_it_ran(store: AnyStore) -> None:
     """A watcher in another PID namespace is neither alive nor gone to `status`: it says where it ran, and the
     operation is not flagged orphaned (nobody knows it is)."""
@@ -119,6 +122,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_the_claimer_in_a_new_namespace_is_really_elsewhere(tmp_path: Path) -> None:
     """The instrument itself: a process in the second namespace sees another PID namespace and the same boot."""
     seen = run_there(

@@ -72,14 +72,14 @@ def _fleet(store: AnyStore) -> None:
     _stop(store, "op-budget", StopReason.REQUEST_BUDGET_EXHAUSTED, at=-timedelta(minutes=2))
     _succeed(store, "op-done-old", at=-timedelta(minutes=40))
     _succeed(store, "op-done-new", at=-timedelta(minutes=4))
-    # op-gone's watcher is a `watch` process known to be gone (`Urgency.gone`, from `report.ownership`).
+    # op-gone's watcher is a `watch` process known to be gone (`Urgency.gone`, as `report.ownership` asks it).
     claimed = store.claim("op-gone", "watch/here:4242:abc", NOW - timedelta(minutes=5), TTL)
     assert claimed is not None
     store.release(claimed[0])
 
 
 def _urgency() -> Urgency:
-    return Urgency(NOW, {"deploys": TTL, "exports": TTL}, frozenset({"watch/here:4242:abc"}))
+    return Urgency(NOW, {"deploys": TTL, "exports": TTL}, {"watch/here:4242:abc"}.__contains__)
 
 
 def _ids(store: AnyStore, **query: object) -> list[str]:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = """
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ SQLiteStore(Path(sys.argv[1])).close()
 """
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_concurrent_first_opens_all_succeed(tmp_path: Path) -> None:
     for round_no in range(3):
         path = tmp_path / f"new-{round_no}.db"

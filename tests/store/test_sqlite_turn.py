@@ -79,6 +79,7 @@ def _meta(db: Path, key: str) -> str | None:
     return None if not rows else str(rows[0][0])
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_writer_of_another_process_waits_for_the_turn_then_writes(db: Path, holder: subprocess.Popen[str]) -> None:
     assert _turn_is_held(db)  # from just before BEGIN IMMEDIATE ...
     store = SQLiteStore(db)
@@ -105,6 +106,7 @@ def test_a_writer_of_another_process_waits_for_the_turn_then_writes(db: Path, ho
     assert _meta(db, "second") == "x"
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_killed_holder_leaves_the_turn_to_the_next_writer(
     db: Path, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,6 +123,7 @@ def test_a_killed_holder_leaves_the_turn_to_the_next_writer(
     assert db.with_name(db.name + "-writer.lock").exists()  # the file stays; its lock died with the process
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_stopped_holder_is_a_refusal_after_the_bound(
     db: Path, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,6 +155,7 @@ SQLiteStore(Path(sys.argv[1])).close()
 """
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_the_turn_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
     new = tmp_path / "new.db"
     subprocess.run([sys.executable, "-c", OPEN, str(new)], check=True, umask=0, timeout=60)

@@ -159,6 +159,7 @@ def test_a_write_with_the_right_token_but_another_owner_is_refused(store: AnySto
     assert stored is not None and stored.lease_owner == "hostA:1:a" and stored.record.status_requests_used == 1
 
 
+@pytest.mark.slow  # starts a process: `make test` only (tests/conftest.py FAST)
 def test_a_dead_holder_on_this_host_is_not_waited_out(store: AnyStore) -> None:
     store.create(_record(), CONTRACT, ev.Created.prepared({}))
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

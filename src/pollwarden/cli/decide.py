@@ -39,6 +39,7 @@ from .common import (
     vars_of,
 )
 from .parser import build_parser
+from .terminal import WrappedOut
 from .watch import cmd_watch
 
 # -- decisions and actions ----------------------------------------------------------------------------
@@ -84,12 +85,15 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         which = f" for operation {args.operation!r}" if args.operation else ""
         print(("no open decisions" if not args.all else "no decisions") + which)
         return EXIT_OK
+    out = WrappedOut(sys.stdout)  # on a terminal (or with COLUMNS) word-wrapped; piped, as written
     for stored in rows:
         if stored.status != "open":
-            print(f"[{stored.status} by {shown(stored.decided_by)}, option {stored.option}]")
-        print(shown_request(stored.request).render())
-        print(f"Decide with: pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)")
-        print()
+            print(f"[{stored.status} by {shown(stored.decided_by)}, option {stored.option}]", file=out)
+        print(shown_request(stored.request).render(), file=out)
+        decide_with = f"pollwarden decide {stored.request.decision_id} --option N --by YOUR_NAME  (or --refuse)"
+        print(f"Decide with: {decide_with}", file=out)
+        print(file=out)
+    out.flush()
     return EXIT_OK
 
 

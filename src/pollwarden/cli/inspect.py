@@ -25,7 +25,7 @@ from .common import (
     _open_store,
     shown_json,
 )
-from .terminal import Column, FittedOut, table, table_width
+from .terminal import Column, FittedOut, WrappedOut, table, table_width
 
 STATUS_COLUMNS = (
     Column("OPERATION", limit=32, middle=True),
@@ -150,8 +150,10 @@ def cmd_story(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(story_json(events), sort_keys=True))
         else:
+            out = WrappedOut(sys.stdout)  # on a terminal (or with COLUMNS) word-wrapped; piped, as written
             for line in story_lines(events):
-                print(shown(line))
+                print(shown(line), file=out)
+            out.flush()
         return EXIT_OK
     finally:
         store.close()
@@ -178,41 +180,47 @@ def cmd_why(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(explanation.to_json(), sort_keys=True))
         return EXIT_OK
+    out = WrappedOut(sys.stdout)  # on a terminal (or with COLUMNS) word-wrapped; piped, as written
+
+    def say(text: str) -> None:
+        print(text, file=out)
+
     data = shown_json(explanation.to_json())
     decision = data["decision"]
     inputs = data["inputs"] or {}
     record = inputs.get("record", {})
-    print(f"decision at record {data['seq']} ({data['at']}): rule {data['rule']!r} -> {decision['action']}")
+    say(f"decision at record {data['seq']} ({data['at']}): rule {data['rule']!r} -> {decision['action']}")
     if decision.get("reason"):
-        print(f"  reason: {decision['reason']}")
+        say(f"  reason: {decision['reason']}")
     if decision.get("next_poll_at"):
-        print(
+        say(
             f"  next check: {decision['next_poll_at']} ({delay_words(decision['delay_source'])}; raw delay"
             f" {decision['raw_delay']}, jitter draw {decision['jitter_u']})"
         )
-    print(f"  detail: {decision['detail']}")
+    say(f"  detail: {decision['detail']}")
     for rejection in decision.get("rejections") or []:
-        print(f"  rejected {rejection['source']} {shown(repr(rejection['value']))}: {rejection['why']}")
-    print("inputs:")
-    print(f"  now: {inputs.get('now')}")
+        say(f"  rejected {rejection['source']} {shown(repr(rejection['value']))}: {rejection['why']}")
+    say("inputs:")
+    say(f"  now: {inputs.get('now')}")
     if record:
-        print(
+        say(
             f"  record: checks {record['status_requests_used']} of {record['plan']['max_status_requests']},"
             f" transport failures {record['transport_failures_used']} of {record['plan']['max_transport_failures']},"
             f" deadline {record['plan']['deadline_at']}, last state {record.get('last_state')}"
         )
     observation = inputs.get("observation")
     if observation:
-        print(
+        say(
             f"  observation: {observation['kind']}, HTTP {observation['http_status']}, state {observation['state']},"
             f" Retry-After {observation['retry_after_header']}, hint {observation['hint_at']}"
         )
     if explanation.replayed is None:
-        print("replay: not possible (this record carries no inputs)")
+        say("replay: not possible (this record carries no inputs)")
     elif explanation.same:
-        print("replay: today's core decides the same")
+        say("replay: today's core decides the same")
     else:
-        print("replay: today's core decides DIFFERENTLY:")
+        say("replay: today's core decides DIFFERENTLY:")
         for difference in explanation.differences:
-            print(f"  {shown(difference)}")
+            say(f"  {shown(difference)}")
+    out.flush()
     return EXIT_OK

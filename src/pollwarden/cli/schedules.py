@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..core.learnt import Summary
 from ..engine.learning import said, summaries
 from .common import _open_store
+from .terminal import WrappedOut
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
@@ -25,10 +27,12 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"contracts": [one.to_json() for one in found]}, sort_keys=True))
         return 0
+    out = WrappedOut(sys.stdout)  # on a terminal (or with COLUMNS) word-wrapped; piped, as written
     if not found:
-        print("no operation has ended yet: every contract polls with its plain backoff")
+        print("no operation has ended yet: every contract polls with its plain backoff", file=out)
     for one in found:
-        print(_text(one))
+        print(_text(one), file=out)
+    out.flush()
     return 0
 
 

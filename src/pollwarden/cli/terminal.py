@@ -6,6 +6,11 @@ line is cut to one column less than the width (a line that fills the last column
 wrap), ending in `…`. Piped output is not cut: a log keeps every word. Tables (`status`, `contracts`) are no
 wider than `MAX_TABLE_WIDTH` and narrow to the terminal, or to `COLUMNS` when piped, by dropping the columns that
 matter least, never by cutting a row out of line.
+
+Prose (`story`, `why`, `decisions`) is word-wrapped instead, to the terminal's width or to `COLUMNS` when piped
+(`WrappedOut`): those lines are read once, not redrawn, and their ends are what a person reads them for (the
+provider's error, what an option does and until when), so no word is dropped. Piped without `COLUMNS`, they are
+written as given: scripts parse them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-__all__ = ["Column", "FittedOut", "Table", "cell_width", "fit", "fit_middle", "table", "table_width", "terminal_width"]
+__all__ = [
+    "Column",
+    "FittedOut",
+    "Table",
+    "WrappedOut",
+    "cell_width",
+    "fit",
+    "fit_middle",
+    "output_width",
+    "table",
+    "table_width",
+    "terminal_width",
+    "wrap",
+]
 
 MAX_TABLE_WIDTH = 100
 """A table wider than this is hard to read on any screen; `status` and `contracts` fit it."""
@@ -81,13 +99,77 @@ def terminal_width(out: TextIO, *, default: int = 80) -> int | None:
         return None
 
 
-def table_width(out: TextIO) -> int:
-    """How wide a table may be: the terminal's width, else `COLUMNS` when piped, at most `MAX_TABLE_WIDTH`."""
+def output_width(out: TextIO) -> int | None:
+    """The width `out` is read at: the terminal's, else `COLUMNS` when piped and set; None when neither."""
     width = terminal_width(out)
     if width is None:
         columns = os.environ.get("COLUMNS", "")
-        width = int(columns) if columns.isdigit() and int(columns) > 0 else MAX_TABLE_WIDTH
-    return max(20, min(width, MAX_TABLE_WIDTH))
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    return width
+
+
+def table_width(out: TextIO) -> int:
+    """How wide a table may be: `output_width`, at most `MAX_TABLE_WIDTH` (also its width when there is none)."""
+    width = output_width(out)
+    return max(20, min(width or MAX_TABLE_WIDTH, MAX_TABLE_WIDTH))
+
+
+HANG = 2
+"""A wrapped line's further rows are indented this much more than its first, so its first column (a time, an
+option's number, a key) still starts each entry."""
+
+
+def wrap(line: str, width: int) -> list[str]:
+    """`line` word-wrapped into rows of less than `width` columns (one less, as `fit`: a row that fills the last
+    column leaves some terminals waiting to wrap); every character kept: a word longer than a row is broken."""
+    room = max(width - 1, 8)
+    if cell_width(line) <= room:
+        return [line]
+    body = line.lstrip(" ")
+    indent = " " * min(len(line) - len(body), room // 2)
+    hang = indent + " " * HANG
+    rows: list[str] = []
+    current, filled = indent, False
+    for word in body.split(" "):  # spaces kept as they were: "a  b" is a word, an empty one, and b
+        if filled and cell_width(current) + 1 + cell_width(word) > room:
+            rows.append(current)
+            current, filled = hang, False
+        if filled:
+            current += " "
+        while cell_width(current + word) > room:  # longer than a whole row: broken across rows
+            head = fit(word, room - cell_width(current) + 1)[:-1] or word[0]
+            rows.append(current + head)
+            current, word = hang, word[len(head) :]
+        current, filled = current + word, True
+    rows.append(current)
+    return rows
+
+
+class WrappedOut:
+    """A stream whose every line is word-wrapped to `output_width` (`wrap`), or written as given when there is
+    none (a pipe without `COLUMNS`). Lines are wrapped whole: a part of a line waits for its newline (or `flush`)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.width = output_width(out)
+        self._pending = ""
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+    def write(self, text: str) -> int:
+        if self.width is None:
+            return self.out.write(text)
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self.out.write("\n".join(wrap(line, self.width)) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending and self.width is not None:
+            self.out.write("\n".join(wrap(self._pending, self.width)))
+            self._pending = ""
+        self.out.flush()
 
 
 class FittedOut:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from urllib.parse import parse_qs
 
 from ..audit import AuditError
@@ -14,7 +15,7 @@ from ..report.followup import follow_ups
 from ..report.ownership import lease_ttl_of, ownership_of, urgency_of
 from ..report.story import story_lines
 from ..shown import has_control
-from ..store.base import Event, StoreError, UnreadableRecord
+from ..store.base import Event, Store, StoreError, UnreadableRecord
 from ..store.roles import Grants, Operations, Pages
 from . import pages
 from .auth import AuthHandler
@@ -38,6 +39,22 @@ def _record_of(store: Operations, operation_id: str) -> OperationRecord | None:
     return None if stored is None else stored.record
 
 
+def list_reads(store: Store, view: pages.ListView) -> tuple[datetime, pages.ListData, int, int]:
+    """Everything `/` reads for one view: the time, the page of operations with its counts and the fleet's, the
+    open decisions and the pending approvals (bench/console.py times these reads statement by statement)."""
+    now = store.db_now()
+    found = store.operations_page(view.query, urgency_of(store, now))
+    data = pages.ListData(
+        rows=[pages.Row(s.record, ownership_of(s, now), found.awaiting.get(s.record.operation_id)) for s in found.rows],
+        matched=found.matched,
+        counts=found.counts,
+        fleet=store.fleet_counts(now, lease_ttl_of, pressure=False),
+        contracts=store.contract_names(),
+        unreadable=found.unreadable,
+    )
+    return now, data, _open_count(store), _pending_approvals(store)
+
+
 class PageViews(AuthHandler):
     def _unreadable(self, session: Session, exc: Exception) -> None:
         self._problem(500, "Cannot read the state", str(exc), session)
@@ -46,21 +63,7 @@ class PageViews(AuthHandler):
         view = pages.ListView.parse(parse_qs(query))
         try:
             with self.console.store("none") as store:
-                now = store.db_now()
-                found = store.operations_page(view.query, urgency_of(store, now))
-                data = pages.ListData(
-                    rows=[
-                        pages.Row(s.record, ownership_of(s, now), found.awaiting.get(s.record.operation_id))
-                        for s in found.rows
-                    ],
-                    matched=found.matched,
-                    counts=found.counts,
-                    fleet=store.fleet_counts(now, lease_ttl_of),
-                    contracts=store.contract_names(),
-                    unreadable=found.unreadable,
-                )
-                open_count = _open_count(store)
-                pending = _pending_approvals(store)
+                now, data, open_count, pending = list_reads(store, view)
         except (HomeError, StoreError) as exc:
             self._unreadable(session, exc)
             return

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .durations import format_duration, format_rfc3339
-from .learnt import Learnt, usable
+from .learnt import SNAP_SHARE, Learnt, usable
 from .learnt_inputs import estimate_words, near_estimate
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, StopReason
@@ -195,7 +195,7 @@ class _Ctx:
         schedule = record.plan.schedule
         learnt_delay = self._learnt_delay() if use_hint else None
         if learnt_delay is not None:
-            raw = min(learnt_delay, schedule.max_delay)
+            raw = _before_the_last_moment(record, self.now, min(learnt_delay, schedule.max_delay))
             when, source, rejections = self._when(self.now + raw, floor, use_hint, learnt=True)
         else:
             grow = record.rate_limited_consecutive if floor is None else 0
@@ -268,6 +268,18 @@ def _limit_spent(record: OperationRecord, now: datetime) -> tuple[StopReason, st
     if useful_until is not None and now >= useful_until:
         return StopReason.USEFULNESS_WINDOW_CLOSED, f"the result stopped being useful at {format_rfc3339(useful_until)}"
     return None
+
+
+def _before_the_last_moment(record: OperationRecord, now: datetime, delay: timedelta) -> timedelta:
+    """A learnt check planned past the plan's last moment (the deadline, the usefulness window) is made once just
+    before it: the plan leaves long gaps where no job of the contract ended, and waking at the deadline only to
+    stop would never look at a job that ended in one. Not when that moment is a tenth of the lag target away or
+    less (this was the last check, or one was made moments ago)."""
+    left = record.plan.latest_poll - now
+    margin = record.plan.schedule.lag_target * SNAP_SHARE
+    if now + delay < record.plan.latest_poll or left <= margin:
+        return delay
+    return left - min(timedelta(seconds=1), margin / 2)
 
 
 def _within_limits(record: OperationRecord, when: datetime, detail: str) -> tuple[datetime, str]:

@@ -62,6 +62,9 @@ SNAP_SHARE = 0.1
 """A check made up to this share of the target before a planned one stands for it (`Learnt.next_check`)."""
 MAX_CELLS = 600
 """Grid cells over [0, longest seen] at most: the plan's cost is linear in them (about 0.05 s at 600)."""
+TAIL_SHARE = 0.01
+"""The share of the longest ended jobs that may lie past the grid (in its tail, checked by the plain backoff)
+rather than stretch it (`_span`)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +111,22 @@ class Learnt:
         None past the last planned check (the plain backoff takes over). A check whose jitter window holds `age`
         is the one just made (its jitter drew it early or late), never made again a moment later; so is one made up
         to a tenth of the target before it. A planned check further than `max_gap` (the contract's `max_delay`)
-        is made at `max_gap` when that is at most a tenth of the target early, else reached in equal steps within
-        `max_gap`: capping the wait alone would leave a second check a moment before the planned one."""
+        is made at `max_gap`, less a jitter, when that is at most a tenth of the target early, else reached in
+        equal steps within `max_gap`: capping the wait alone would leave a second check a moment before the planned
+        one."""
         spread, snap = JITTER_SHARE * self.lag_target, SNAP_SHARE * self.lag_target
         made = max(spread / 2, snap) if checked else spread / 2  # `checked`: a check was made at `age`
         for check in self.checks:
             if check - made > age:
                 delay = check + (u - 0.5) * spread - age
                 if delay > max_gap > 0:
-                    delay = max_gap if delay - max_gap <= snap else delay / math.ceil(delay / max_gap)
+                    # Made at `max_gap` less a jitter (never later: `max_gap` is a bound), so operations enqueued
+                    # together do not all check at exactly `max_gap`; the snap shrinks by the jitter's reach so the
+                    # check made still stands for the planned one.
+                    if delay - max_gap <= snap - spread / 2:
+                        delay = max_gap - u * min(spread / 2, max_gap / 2)
+                    else:
+                        delay /= math.ceil(delay / max_gap)
                 return max(delay, min(1.0, self.lag_target / 10, max_gap))
         return None
 
@@ -207,18 +217,22 @@ class Estimate:
 
 def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     """The distribution of what `samples` bracketed; None with fewer than `MIN_ENDED` ended samples."""
+    samples = _sane(samples)
     ended = [s for s in samples if s.upper is not None]
     if len(ended) < MIN_ENDED:
         return None
     longest = max(max(s.upper or 0.0 for s in ended), 1e-3)
-    step = max(GRID_SHARE * lag_target, longest / MAX_CELLS, 1e-3)
-    cells = max(1, math.ceil(longest / step))
-    shares = []
+    span = _span(sorted(s.upper or 0.0 for s in ended), lag_target)
+    step = max(GRID_SHARE * lag_target, span / MAX_CELLS, 1e-3)
+    cells = max(1, math.ceil(span / step))
+    shares, tail = [], 0.0
     for s in ended:
         assert s.upper is not None
-        shares.append(_shares(cells, step, max(0.0, min(s.lower, s.upper)), s.upper))
+        if s.lower >= span and s.upper > span:
+            tail += 1.0  # ended past the grid: its mass is the tail's, where the plain backoff checks
+            continue
+        shares.append(_shares(cells, step, s.lower, min(s.upper, span)))
     mass = _self_consistent(cells, shares)
-    tail = 0.0
     for s in sorted((s for s in samples if s.upper is None), key=lambda s: s.lower):
         first = min(cells, int(s.lower / step))
         beyond = sum(mass[first:])
@@ -235,6 +249,29 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
         running += m / total
         cdf.append(min(1.0, running))
     return Estimate(step=step, cdf=tuple(cdf), count=len(ended), longest=longest)
+
+
+def _sane(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples an estimate can read: a bound that is not a finite number (a damaged row) leaves its sample
+    out; an age before the operation's creation (clock skew between workers) is 0; an end seen before the last
+    pending check is a point there, as `sample_of` writes it."""
+    kept = []
+    for s in samples:
+        if not math.isfinite(s.lower) or (s.upper is not None and not math.isfinite(s.upper)):
+            continue
+        lower = max(0.0, s.lower)
+        kept.append(Sample(lower, None if s.upper is None else max(lower, s.upper)))
+    return kept
+
+
+def _span(uppers: Sequence[float], lag_target: float) -> float:
+    """How far the grid reaches, from the ended samples' sorted upper bounds: the longest seen, unless that would
+    make its cells coarser than `GRID_SHARE` of the target only for the last `TAIL_SHARE` of the jobs (one job of
+    30 days among a hundred of a minute made every cell 72 minutes wide, and the first check came after 72
+    minutes); then twice the duration those outliers leave out, or as far as fine cells reach, whichever is more."""
+    longest, fine = uppers[-1], MAX_CELLS * GRID_SHARE * lag_target
+    typical = uppers[max(0, math.ceil((1.0 - TAIL_SHARE) * len(uppers)) - 1)]
+    return max(1e-3, min(longest, max(fine, 2.0 * typical)))
 
 
 def _shares(cells: int, step: float, low: float, high: float) -> tuple[int, list[float]]:

@@ -124,14 +124,10 @@ def orphaned_by(holder: str | None, *, alive: Alive = owner_alive) -> bool:
 
 def urgency_of(store: Pages, now: datetime, *, alive: Alive = owner_alive) -> Urgency:
     """What the store needs to rank a page of operations as `ownership_of` would flag each one: every contract's
-    lease TTL (overdue) and the owners known gone that are not workers (orphaned), asked of the few distinct owners
-    rather than of each row."""
+    lease TTL (overdue), and whether an owner is gone and no worker's (orphaned), which the store asks of the few
+    distinct owners it counts rather than of each row."""
     ttl = {name: lease_ttl_of(text) for name, text in store.active_contracts().items()}
-    gone: set[str] = set()
-    for text in store.active_owners():
-        if orphaned_by(text, alive=alive):
-            gone.add(text)
-    return Urgency(now, ttl, frozenset(gone))
+    return Urgency(now, ttl, lambda owner: orphaned_by(owner, alive=alive))
 
 
 def _ago(moment: datetime, now: datetime) -> str:

@@ -4,7 +4,7 @@ page of 50 reads 50 records whatever the size of the fleet."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -37,14 +37,15 @@ class OperationsQuery:
 @dataclass(frozen=True)
 class Urgency:
     """What ranks operations that the database cannot know by itself: the time now, each contract's lease TTL
-    (an active operation due longer ago than that, with no step running, is overdue: `report.ownership`), and the
-    owners known to be gone (an active operation whose owner is among them is orphaned)."""
+    (an active operation due longer ago than that, with no step running, is overdue: `report.ownership`), and
+    which owners are gone (an active operation whose owner is one is orphaned)."""
 
     now: datetime
     ttl: Mapping[str, timedelta] = field(default_factory=dict)
     """Contract name -> the lease TTL of its operations."""
-    gone: Collection[str] = ()
-    """Owner texts (`kind/host:pid:nonce`) whose process is known gone and is not a worker's."""
+    gone: Callable[[str], bool] = lambda _owner: False
+    """Whether an owner text (`kind/host:pid:nonce`) is a process known gone that no worker stands in for: asked
+    once for each distinct owner of the operations a page counts (a few processes, not 10,000 rows)."""
 
 
 @dataclass(frozen=True)

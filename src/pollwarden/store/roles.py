@@ -193,10 +193,6 @@ class Pages(Opened, Protocol):
         """One page of operations, most urgent first (`paging.URGENCY`), with the counts of each filter."""
         ...
 
-    def active_owners(self) -> list[str]:
-        """The distinct owners of active operations: whose liveness `Urgency.gone` is made of."""
-        ...
-
     def active_contracts(self) -> dict[str, str]:
         """Contract name -> the text of its newest active operation (its lease TTL: `Urgency.ttl`)."""
         ...
@@ -394,10 +390,14 @@ class FleetQueue(Opened, Protocol):
         its record last changed (any write of the record ends a pacing). False if the lease was lost."""
         ...
 
-    def fleet_counts(self, now: datetime, ttl_of: Callable[[str], timedelta]) -> list[ContractCounts]:
+    def fleet_counts(
+        self, now: datetime, ttl_of: Callable[[str], timedelta], *, pressure: bool = True
+    ) -> list[ContractCounts]:
         """Per contract name: active, due, overdue, rate limited, unreadable, open decisions (by reason:
         `open_decision_counts`), the largest budget share and the oldest due time, counted by the database.
-        `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`)."""
+        `ttl_of(contract_text)` is the lease TTL of a contract (`ownership.lease_ttl_of`). `pressure` False leaves
+        rate limited and the budget share at 0: they are read from every active record, which the console's table
+        (which shows neither) need not pay for."""
         ...
 
     def open_decision_counts(self) -> list[DecisionCount]:
