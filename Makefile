@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint typecheck unit bench bench-learn bench-push clean
+.PHONY: demo test test-fast lint typecheck unit bench bench-learn bench-learn-keys bench-push clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ $(BIN)/.installed-bench: $(BIN)/.installed pyproject.toml
 bench-learn: $(BIN)/.installed
 	$(BIN)/python -m bench.learn --out docs/benchmarks.md
 	$(BIN)/python -m bench.learn_fleet --out docs/benchmarks.md
+
+# Learnt schedules per [schedule] learn_key (issue 26): jobs of several kinds through the engine on SQLite, one
+# distribution for all against each kind's own against the plain backoff; its section of docs/schedules.md (~2 min).
+bench-learn-keys: $(BIN)/.installed
+	$(BIN)/python -m bench.learn_keys --out docs/schedules.md
 
 bench: $(BIN)/.installed-bench
 	$(BIN)/python -m bench.conformance

@@ -13,6 +13,7 @@ from pollwarden.engine import Engine
 from pollwarden.store.open import open_store
 from tests.conftest import install, run_cli
 from tests.engine.test_learning import Clock, Jobs, _contract, _run
+from tests.engine.test_learning_keys import learnt_home
 
 
 def test_schedules_lists_what_each_contract_learnt(tmp_path: Path) -> None:
@@ -40,3 +41,19 @@ def test_schedules_lists_what_each_contract_learnt(tmp_path: Path) -> None:
     assert text.code == 0
     assert f"exports: {MIN_ENDED + 5} samples (0 censored)" in text.stdout
     assert "for a p95 lag of 30s" in text.stdout and "with the plain backoff" in text.stdout
+
+
+def test_schedules_shows_each_learn_keys_own_distribution(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    learnt_home(home)
+    ran = run_cli("schedules", "--json", home=home)
+    assert ran.code == 0, ran.stderr
+    by_key = {one["key"]: one for one in json.loads(ran.stdout)["contracts"]}
+    assert set(by_key) == {None, "fast", "<slow>"}
+    assert by_key[None]["samples"] == MIN_ENDED + 5 and by_key[None]["learnt"] is not None
+    assert by_key["fast"]["samples"] == MIN_ENDED and by_key["fast"]["learnt"]["p95"] < 60
+    assert by_key["<slow>"]["samples"] == 5 and by_key["<slow>"]["learnt"] is None
+    text = run_cli("schedules", home=home).stdout
+    assert f"exports key 'fast': {MIN_ENDED} samples (0 censored)" in text
+    assert f"exports key '<slow>': 5 samples (0 censored); fewer than {MIN_ENDED} ended: the contract's whole" in text

@@ -20,6 +20,7 @@ import pytest
 
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import run_cli, write_contract
+from tests.engine.test_learning_keys import learnt_home
 
 from .conftest import TOKEN, stop_operation
 
@@ -307,3 +308,16 @@ def test_the_list_the_decisions_and_an_operation_fit_the_screen_with_no_horizont
     assert screen.locator('meta[http-equiv="refresh"]').count() == 1
     screen.get_by_role("link", name="turn off").click()
     assert "refresh=off" in screen.url and screen.locator('meta[http-equiv="refresh"]').count() == 0
+
+
+def test_the_schedules_page_and_its_plot_fit_the_screen(screen: Page, home: Path, console: ConsoleServer) -> None:
+    """Issue 26: the learnt distribution's plot (inline SVG, no script) scales with the page."""
+    learnt_home(home)
+    width = (screen.viewport_size or {"width": 0})["width"]
+    _log_in(screen, console.url)
+    screen.goto(console.url + "/schedules")
+    assert _scroll_width(screen) == width
+    plots = screen.locator("svg.distribution")
+    assert plots.count() == 2
+    box = plots.first.bounding_box()
+    assert box is not None and 0 < box["width"] <= width and box["height"] > 40

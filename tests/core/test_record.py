@@ -40,6 +40,7 @@ ACTIVE = replace(
     counts=(("completed", 1),),
     finished_at=T0 + 2 * MINUTE,
     pending_seen_at=T0 + MINUTE / 2,
+    sample_key="gpt-4o",
     woken_at=T0 + MINUTE / 4,
 )
 STOPPED = replace(ACTIVE, phase=Phase.STOPPED)
@@ -84,6 +85,8 @@ CASES = [
         },
     ),
     Case("seen_pending", ACTIVE, lambda r: r.seen_pending(LATER), {"pending_seen_at": LATER}),
+    Case("keyed", replace(ACTIVE, sample_key=None), lambda r: r.keyed("batch-large"), {"sample_key": "batch-large"}),
+    Case("keyed", ACTIVE, lambda r: r.keyed("another"), {}),  # the first key seen stays
     Case("transport_failed", ACTIVE, lambda r: r.transport_failed(), {"transport_failures_used": 3}),
     Case(
         "waiting",

@@ -39,6 +39,15 @@ def test_missing_contract_file(home: Path, tmp_path: Path) -> None:
             "[schedule].lag_target",
         ),
         (lambda t: t.replace('base_delay = "100ms"', 'base_delay = "100ms"\nlearn = "yes"'), "[schedule].learn"),
+        (
+            lambda t: t.replace('base_delay = "100ms"', 'base_delay = "100ms"\nlearn_key = "model[?"'),
+            "[schedule].learn_key: 'model[?' is not a JMESPath expression",
+        ),
+        (lambda t: t.replace('base_delay = "100ms"', 'base_delay = "100ms"\nlearn_key = 7'), "[schedule].learn_key"),
+        (
+            lambda t: t.replace('state = "state"', 'state = "state"\nestimated_completion_at = "eta["'),
+            "[fields].estimated_completion_at",
+        ),
     ],
 )
 def test_bad_contract_names_the_key(edit: object, phrase: str, sim: Simulator, home: Path, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ first hundred, at its lag target, on both backends; the decision says so and `wh
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Mapping
@@ -52,13 +53,12 @@ class Jobs:
         self.requests += 1
         now = self.clock()
         state = "succeeded" if now >= self.ends[job_id] else "running"
-        return Response(
-            status=200,
-            headers={},
-            body=f'{{"state": "{state}", "result_url": "https://results.example/{job_id}"}}'.encode(),
-            sent_at=now,
-            received_at=now,
-        )
+        body = json.dumps(self.body(job_id, state)).encode()
+        return Response(status=200, headers={}, body=body, sent_at=now, received_at=now)
+
+    def body(self, job_id: str, state: str) -> dict[str, object]:
+        """What the provider answers for `job_id` in `state` (a subclass adds fields)."""
+        return {"state": state, "result_url": f"https://results.example/{job_id}"}
 
 
 def _contract(*, learn: bool = True) -> Contract:

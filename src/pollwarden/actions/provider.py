@@ -21,10 +21,13 @@ from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
 from ..core.identity import canonical_job
+from ..core.learnt import first_check
+from ..core.learnt_inputs import key_value
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
 from ..core.result_part import no_result_problem, result_part
 from ..core.watchability import Refused, checked
+from ..engine import learning
 from ..engine.installed import not_installed
 from ..errors import EXIT_ESCALATED, PollwardenError
 from ..store.base import JobWatched, OperationExists, Store, Submission
@@ -79,7 +82,10 @@ def admissible(contract: Contract, body: bytes, limits: Limits = Limits(), by: s
     if spec is None:
         raise ActionRefused(f"contract {contract.name!r} has no [submit] table: it documents no submission")
     _wire_body(spec, body, "token")  # a body the contract cannot send is refused before anything is recorded
-    asked = Limits(deadline=limits.deadline, max_requests=limits.max_requests, useful_for=limits.useful_for)
+    asked = Limits(
+        deadline=limits.deadline, max_requests=limits.max_requests, useful_for=limits.useful_for,
+        lag_target=limits.lag_target,
+    )  # fmt: skip
     try:
         checked(WatchRequest(contract, None, limits=asked, by=by))
     except Refused as exc:
@@ -181,8 +187,10 @@ def submit(
         max_requests=max_requests,
         request_fingerprint=print_fp,
         useful_for=useful_for if useful_for is not None else contract.escalation.useful_for,
+        lag_target=limits.lag_target,
         status_location=location,
     )
+    record = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
@@ -195,6 +203,27 @@ def submit(
         store.mark_submission(operation_id, duplicate, now)
         raise ActionError(f"the provider accepted the submission: {said}") from None
     return Submitted(record, resent)
+
+
+def _learnt_first(
+    store: Store, request: WatchRequest, record: OperationRecord, body: bytes, client: StatusClient
+) -> OperationRecord:
+    """The submitted job's kind (`[schedule] learn_key` in the submitted JSON body) and its first check, placed by
+    its contract's learnt history as a watch's is (`core.learnt.first_check`): one read of the samples, not the
+    engine's shared cache, whose clock is an engine's. A key the body does not hold, or one refused (an object, a
+    secret, too long), is no key: the first answer may still name it."""
+    contract = request.contract
+    spec = contract.submit
+    expression = contract.schedule.learn_key
+    key = None
+    if expression is not None and spec is not None and spec.encoding != "form":
+        try:
+            key, _refused = key_value(expression, parse_document(body), client)
+        except BodyError:
+            key = None
+    keyed = record.keyed(key)
+    learnt = learning.Models(store, lambda: record.created_at).for_new(request, key)
+    return first_check(keyed, learnt, secrets.SystemRandom().random())
 
 
 def _duplicate(watching: str) -> str:

@@ -2,7 +2,8 @@
 
 For every contract with ended operations: how many samples (and how many censored), the quantiles of its jobs'
 durations, the checks the learnt plan places for its lag target, and the requests per job that plan expects
-against the plain backoff's, both from the same estimate.
+against the plain backoff's, both from the same estimate. A contract with a `[schedule] learn_key` shows each key's
+own distribution after its whole history's.
 """
 
 from __future__ import annotations
@@ -10,11 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import timedelta
 
-from ..core.durations import format_duration
-from ..core.learnt import MIN_ENDED, Summary
-from ..engine.learning import summaries
+from ..core.learnt import Summary
+from ..engine.learning import said, summaries
 from .common import _open_store
 from .terminal import WrappedOut
 
@@ -37,21 +36,14 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say(seconds: float) -> str:
-    return format_duration(timedelta(seconds=round(seconds)))
-
-
 def _text(one: Summary) -> str:
-    head = f"{one.contract}: {one.samples} samples ({one.censored} censored)"
-    model = one.model
-    if model is None:
-        return f"{head}; fewer than {MIN_ENDED} ended: the plain backoff"
-    checks = ", ".join(_say(c) for c in model.checks[:12]) + (", ..." if len(model.checks) > 12 else "")
-    plain = "?" if one.plain_expected is None else f"{one.plain_expected:.2f}"
+    name = one.contract if one.key is None else f"{one.contract} key {one.key!r}"
+    words = said(one)
+    if words.fallback is not None:
+        return f"{name}: {words.samples}; {words.fallback}"
     return (
-        f"{head}\n"
-        f"  durations  p5 {_say(model.p5)}, p50 {_say(model.p50)}, p95 {_say(model.p95)},"
-        f" longest {_say(model.longest)}\n"
-        f"  checks at  {checks} (then the plain backoff), for a p95 lag of {_say(model.lag_target)}\n"
-        f"  requests per job expected: {model.expected:.2f} learnt, {plain} with the plain backoff"
+        f"{name}: {words.samples}\n"
+        f"  durations  {words.durations}\n"
+        f"  checks at  {words.checks}\n"
+        f"  requests per job expected: {words.learnt} learnt, {words.plain} with the plain backoff"
     )

@@ -56,6 +56,8 @@ class ConsoleHandler(PageViews, FormActions):
             self._approvals(session)
         elif path == "/audit":
             self._audit(session)
+        elif path == "/schedules":
+            self._schedules(session)
         else:
             self._problem(404, "Not found", "There is no such page.", session)
 

@@ -7,7 +7,9 @@ from urllib.parse import parse_qs
 
 from ..audit import AuditError
 from ..clock import utcnow
+from ..core.learnt import Summary
 from ..core.record import OperationRecord
+from ..engine.learning import summaries
 from ..home.operating import HomeError, open_store, verify_home
 from ..report.followup import follow_ups
 from ..report.ownership import lease_ttl_of, ownership_of, urgency_of
@@ -160,6 +162,21 @@ class PageViews(AuthHandler):
             chrome=self._chrome(session, open_count, pending),
         )
         self._send(200, body)
+
+    def _schedules(self, session: Session) -> None:
+        """Each contract's learnt distribution (`engine.learning.summaries`), as `pollwarden schedules` shows it."""
+        found: list[Summary] = []
+        problem = None
+        open_count = 0
+        pending: int | None = None
+        try:
+            with self.console.store("none") as store:
+                found = summaries(store)
+                open_count = _open_count(store)
+                pending = _pending_approvals(store)
+        except (HomeError, StoreError) as exc:
+            problem = str(exc)
+        self._send(200, pages.schedules_page(found, problem, chrome=self._chrome(session, open_count, pending)))
 
     def _approvals(self, session: Session) -> None:
         try:

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import PollwardenError
 from .contract.parse import Schedule
 from .contract.result import Counts
+from .learnt_inputs import MAX_KEY
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, Jitter, Phase, StopReason
 from .record import OperationRecord, Plan
@@ -45,6 +46,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
         plan_json["learn"] = False
     if plan.schedule.lag_target != Schedule().lag_target:
         plan_json["lag_target"] = plan.schedule.lag_target.total_seconds()
+    if plan.schedule.learn_key is not None:
+        plan_json["learn_key"] = plan.schedule.learn_key
     data: dict[str, Any] = {
         "operation_id": record.operation_id,
         "job_id": record.job_id,
@@ -75,6 +78,8 @@ def record_to_json(record: OperationRecord) -> dict[str, Any]:
     }
     if record.pending_seen_at is not None:
         data["pending_seen_at"] = _dt(record.pending_seen_at)
+    if record.sample_key is not None:  # written only when set, as the counts
+        data["sample_key"] = record.sample_key
     if record.woken_at is not None:  # written only when set: a record never woken stays what it was
         data["woken_at"] = _dt(record.woken_at)
     if record.counts is not None:  # written only when set, as token_refused_consecutive below
@@ -101,6 +106,7 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
             first_check=timedelta(seconds=p["first_check"]),
             learn=bool(p.get("learn", True)),
             lag_target=timedelta(seconds=p["lag_target"]) if "lag_target" in p else Schedule().lag_target,
+            learn_key=p.get("learn_key") if isinstance(p.get("learn_key"), str) else None,
         ),
         not_found_grace=None if grace is None else timedelta(seconds=grace),
         useful_until=_pdt(p.get("useful_until")),
@@ -135,8 +141,14 @@ def record_from_json(data: dict[str, Any]) -> OperationRecord:
         finished_at=_pdt(data.get("finished_at")),
         status_location=data.get("status_location"),
         pending_seen_at=_pdt(data.get("pending_seen_at")),
+        sample_key=_key(data.get("sample_key")),
         woken_at=_pdt(data.get("woken_at")),
     )
+
+
+def _key(value: Any) -> str | None:
+    """A stored sample key as `core.learnt_inputs.key_value` kept it; anything else (edited by hand) is none."""
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_KEY else None
 
 
 def _counts(value: Any) -> Counts | None:
@@ -168,6 +180,8 @@ def observation_from_json(data: dict[str, Any]) -> Observation:
         delivery_unknown=bool(data.get("delivery_unknown", False)),
         detail=data.get("detail", ""),
         counts=_counts(data.get("counts")),
+        learn_key=data.get("learn_key"),
+        estimate_at=_pdt(data.get("estimate_at")),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .durations import format_duration, format_rfc3339
 from .learnt import SNAP_SHARE, Learnt, usable
+from .learnt_inputs import estimate_words, near_estimate
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, StopReason
 from .record import OperationRecord
@@ -143,7 +144,7 @@ def decide(
         state=obs.state,
         rate_limited=obs.kind is Kind.RATE_LIMITED,
         token_refused=obs.kind is Kind.TOKEN_REFUSED,
-    )
+    ).keyed(obs.learn_key)
     key = (obs.kind, obs.category if obs.kind is Kind.JOB_STATE else None)
     rule_name, rule = RULES[key]
     decision = rule(_Ctx(seen, obs, now, u, rule_name, learnt))
@@ -203,6 +204,8 @@ class _Ctx:
         detail = self.obs.detail
         if source is DelaySource.LEARNT and self.learnt is not None:
             detail += "; " + self.learnt.words((when - self.now).total_seconds())
+        elif source is DelaySource.PROVIDER_ESTIMATE and self.obs.estimate_at is not None:
+            detail += "; " + estimate_words(self.obs.estimate_at)
         when, detail = _within_limits(record, when, detail)
         return Decision(
             record=record.waiting(when, source),
@@ -242,6 +245,13 @@ class _Ctx:
                     when, source = hint_at, DelaySource.PROVIDER_POLL_HINT
             else:
                 rejections += (Rejection(self.obs.hint_field or "hint", format_rfc3339(hint_at), why),)
+        estimate = self.obs.estimate_at
+        if use_hint and estimate is not None and source is not DelaySource.PROVIDER_POLL_HINT:
+            # A valid hint is the provider's word on the next check itself; the estimate only on the job's end.
+            schedule = self.record.plan.schedule
+            placed = near_estimate(when, estimate, self.now, schedule.lag_target, schedule.max_delay)
+            if placed != when:
+                when, source = placed, DelaySource.PROVIDER_ESTIMATE
         if floor is not None and floor >= when:
             when, source = floor, DelaySource.PROVIDER_RETRY_AFTER
         return when, source, rejections

@@ -96,6 +96,15 @@ class Learnt:
     longest: float
     expected: float
     """Expected checks per job under this plan (from the estimate); the tail past the longest seen excluded."""
+    key: str | None = None
+    """The operation's `[schedule] learn_key` value, if it has one (`core.learnt_inputs`)."""
+    key_count: int = 0
+    """Ended samples of that key: with fewer than `MIN_ENDED` the model is its contract's whole history."""
+
+    @property
+    def keyed(self) -> bool:
+        """Planned from the key's own samples, not the whole contract's."""
+        return self.key is not None and self.key_count >= MIN_ENDED
 
     def next_check(self, age: float, u: float, max_gap: float = math.inf, *, checked: bool = True) -> float | None:
         """The delay from `age` to the next planned check, jittered by `u` in [0, 1) within +-2.5 % of the target;
@@ -122,8 +131,15 @@ class Learnt:
         return None
 
     def words(self, delay: float) -> str:
+        scope = ""
+        if self.key is not None:
+            scope = (
+                f" with key {self.key!r}"
+                if self.keyed
+                else f", every key (key {self.key!r} has {self.key_count} ended, fewer than {MIN_ENDED})"
+            )
         return (
-            f"next check in {_say(delay)}: learnt from {self.count} ended jobs of {self.contract}"
+            f"next check in {_say(delay)}: learnt from {self.count} ended jobs of {self.contract}{scope}"
             f" (p5 {_say(self.p5)}, p50 {_say(self.p50)}, p95 {_say(self.p95)})"
             f" for a p95 lag of {_say(self.lag_target)}"
         )
@@ -139,6 +155,7 @@ class Learnt:
             "p95": self.p95,
             "longest": self.longest,
             "expected": self.expected,
+            **({} if self.key is None else {"key": self.key, "key_count": self.key_count}),
         }
 
     @classmethod
@@ -158,6 +175,8 @@ class Learnt:
                 p95=float(data["p95"]),
                 longest=float(data["longest"]),
                 expected=float(data["expected"]),
+                key=None if data.get("key") is None else str(data["key"]),
+                key_count=int(data.get("key_count", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a learnt model is damaged: {type(exc).__name__} {exc}") from None
@@ -500,10 +519,15 @@ class Summary:
     censored: int
     model: Learnt | None
     plain_expected: float | None
+    key: str | None = None
+    """The `[schedule] learn_key` value these samples were kept under; None: the contract's every sample."""
+    estimate: Estimate | None = None
+    """The distribution itself, for a plot (the console); not in `to_json`."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "contract": self.contract,
+            "key": self.key,
             "samples": self.samples,
             "censored": self.censored,
             "learnt": None if self.model is None else self.model.to_json(),
@@ -512,11 +536,12 @@ class Summary:
         }
 
 
-def summary(contract: str, samples: Sequence[Sample], schedule: Schedule) -> Summary:
-    """What the samples teach and what the plan saves against the plain backoff, expected per job."""
+def summary(contract: str, samples: Sequence[Sample], schedule: Schedule, key: str | None = None) -> Summary:
+    """What the samples teach and what the plan saves against the plain backoff, expected per job (of one `key`'s
+    samples, or of the whole contract's)."""
     lag = schedule.lag_target.total_seconds()
     est = estimate(samples, lag)
     model = learn(contract, samples, lag) if est is not None else None
     plain = None if est is None else expected_checks(est, plain_ages(schedule, est.longest))
     censored = sum(1 for s in samples if s.upper is None)
-    return Summary(contract, len(samples), censored, model, plain)
+    return Summary(contract, len(samples), censored, model, plain, key, est)

@@ -25,6 +25,7 @@ from .contract.result import Counts, JSONValue, check_result
 from .contract.signals import Meaning
 from .durations import DurationError, format_rfc3339, parse_timestamp
 from .expr import absent_words, described, json_type, lookup
+from .learnt_inputs import estimate_at, key_value
 from .ratelimit import matching, reset_at
 from .reasons import Category
 from .schedule import Rejection, parse_retry_after, shorten
@@ -104,6 +105,10 @@ class Observation:
     detail: str = ""
     counts: Counts | None = None
     """What part of the job the answer says is done (`[fields].counts`): number members only; None when unread."""
+    learn_key: str | None = None
+    """The value `[schedule] learn_key` names in this answer, parsed hostile (`core.learnt_inputs.key_value`)."""
+    estimate_at: datetime | None = None
+    """When the provider says this pending job will end (`[fields] estimated_completion_at`), if believable."""
 
     def to_json(self) -> dict[str, Any]:
         seen = {
@@ -127,6 +132,10 @@ class Observation:
         }
         if self.counts is not None:  # only when read, so every older observation keeps its audited shape
             seen["counts"] = dict(self.counts)
+        if self.learn_key is not None:  # the same: only when read
+            seen["learn_key"] = self.learn_key
+        if self.estimate_at is not None:
+            seen["estimate_at"] = format_rfc3339(self.estimate_at)
         return seen
 
 
@@ -277,6 +286,13 @@ def _classify_body(
         expires_at, problem = _moment(document, fields.expires_at, contract.timestamps.expires_at)
         rejections += problem
     hint_at, hint_field, hint_rejections = _hint(document, contract, at)
+    learn_key, estimate = None, None
+    if contract.schedule.learn_key is not None:
+        learn_key, key_problem = key_value(contract.schedule.learn_key, document)
+        rejections += () if key_problem is None else (key_problem,)
+    if category is Category.PENDING:
+        estimate, estimate_problems = estimate_at(contract, document, at)
+        rejections += estimate_problems
     provider_error = None
     if fields.error and category is not Category.SUCCESS:
         err = lookup(fields.error, document)
@@ -296,6 +312,8 @@ def _classify_body(
         hint_field=hint_field,
         rejections=rejections + hint_rejections,
         counts=counts,
+        learn_key=learn_key,
+        estimate_at=estimate,
     )
 
 

@@ -54,6 +54,8 @@ class DelaySource(StrEnum):
 
     PROVIDER_RETRY_AFTER = "provider_retry_after"
     PROVIDER_POLL_HINT = "provider_poll_hint"
+    PROVIDER_ESTIMATE = "provider_estimate"
+    """Moved onto the provider's own estimate of when the job ends (`[fields] estimated_completion_at`)."""
     LOCAL_BACKOFF = "local_backoff"
     LEARNT = "learnt"
     """Placed from the contract's history of job durations for its p95 lag target (`core.learnt`)."""

@@ -78,6 +78,9 @@ class OperationRecord:
     pending_seen_at: datetime | None = None
     """When a check last found the job pending: with `finished_at`, the interval its duration lies in, which the
     contract's learnt schedule is estimated from (`core.learnt`)."""
+    sample_key: str | None = None
+    """The value `[schedule] learn_key` named for this job (the submitted body's, else the first answer's that had
+    one): its sample is kept under it, and its checks are placed by that key's history (`core.learnt_inputs`)."""
     woken_at: datetime | None = None
     """When the last check a provider's push woke was due (`core.push.woken`): the next woken check comes no
     earlier than `[push] min_interval` after it, so a storm of pushes costs one request per interval."""
@@ -136,6 +139,10 @@ class OperationRecord:
             rate_limited_consecutive=self.rate_limited_consecutive + 1 if rate_limited else 0,
             token_refused_consecutive=self.token_refused_consecutive + 1 if token_refused else 0,
         )
+
+    def keyed(self, key: str | None) -> OperationRecord:
+        """The job's kind, once known: the first key seen stays (a later answer cannot move the job to another)."""
+        return self if key is None or self.sample_key is not None else self._with(sample_key=key)
 
     def seen_pending(self, at: datetime) -> OperationRecord:
         """A check found the job still running at `at`: its duration is longer than that."""

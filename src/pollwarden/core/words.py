@@ -29,6 +29,7 @@ __all__ = [
 DELAY_WORDS: dict[str, str] = {
     DelaySource.PROVIDER_RETRY_AFTER.value: "provider's Retry-After",
     DelaySource.PROVIDER_POLL_HINT.value: "provider's hint",
+    DelaySource.PROVIDER_ESTIMATE.value: "provider's estimate",
     DelaySource.LOCAL_BACKOFF.value: "backoff",
     DelaySource.LEARNT.value: "learnt schedule",
     DelaySource.MANUAL_EXTENSION.value: "extension",

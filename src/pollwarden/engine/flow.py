@@ -115,6 +115,8 @@ class LearntModel(Effect[Learnt | None]):
 
     contract: str
     lag_target: timedelta
+    key: str | None = None
+    """The operation's `[schedule] learn_key` value, if known: that key's model (`Models.model`)."""
 
 
 @dataclass(frozen=True)
@@ -290,7 +292,8 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
     u = yield from ask(Draw())
     learnt = None
     if reserved.plan.schedule.learn and observation.kind is Kind.JOB_STATE and observation.category is Category.PENDING:
-        learnt = yield from ask(LearntModel(reserved.contract_name, reserved.plan.schedule.lag_target))
+        key = reserved.sample_key or observation.learn_key
+        learnt = yield from ask(LearntModel(reserved.contract_name, reserved.plan.schedule.lag_target, key))
     decision = decide(reserved, observation, after, u, learnt)
     return (yield from _record(contract, lease, reserved, observation, decision, after, u, exchange=exchange))
 

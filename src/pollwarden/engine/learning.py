@@ -14,12 +14,13 @@ import time
 import weakref
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ..core.admission import WatchRequest
 from ..core.contract.parse import ContractError, Schedule, parse_contract
-from ..core.learnt import WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
+from ..core.durations import format_duration
+from ..core.learnt import MIN_ENDED, WINDOW, WINDOW_AGE, Learnt, Summary, learn, summary
 from ..core.record import OperationRecord
 from ..store.base import Store
 
@@ -27,6 +28,9 @@ REFRESH = 10.0
 """Seconds a contract's model is kept when this process ended none of its operations."""
 SETTLE = 1.0
 """Seconds at least between two reads of one contract's model when this process keeps ending its operations."""
+KEPT = 4096
+"""Models kept at most (contract, lag target and key each): a provider that names a new key for every job cannot
+grow this process without bound; the oldest read is dropped first."""
 
 
 @dataclass
@@ -43,29 +47,46 @@ class Models:
         self._store = store
         self._clock = clock
         self._monotonic = monotonic
-        self._kept: dict[tuple[str, float], _Kept] = {}
+        self._kept: dict[tuple[str, float, str | None], _Kept] = {}
         self._lock = threading.Lock()
 
-    def model(self, contract: str, lag_target: timedelta) -> Learnt | None:
-        """The contract's model for this lag target, or None while too few of its operations have ended."""
-        key = (contract, lag_target.total_seconds())
+    def model(self, contract: str, lag_target: timedelta, key: str | None = None) -> Learnt | None:
+        """The contract's model for this lag target, or None while too few of its operations have ended. With a
+        `key` (its `[schedule] learn_key` value): the key's own model once `MIN_ENDED` of its operations have
+        ended, the contract's whole history until then (the model says which)."""
+        kept_as = (contract, lag_target.total_seconds(), key)
         now = self._monotonic()
         with self._lock:
-            kept = self._kept.get(key)
+            kept = self._kept.get(kept_as)
             if kept is not None and not _due(kept, now):
                 return kept.model
-        samples = self._store.learnt_samples(contract, self._clock() - WINDOW_AGE, WINDOW)
-        model = learn(contract, samples, key[1])
+        model = self._read(contract, lag_target.total_seconds(), key)
         with self._lock:
-            self._kept[key] = _Kept(model, now)
+            self._kept.pop(kept_as, None)  # re-inserted last: the dict's order is the order of reads
+            self._kept[kept_as] = _Kept(model, now)
+            while len(self._kept) > KEPT:
+                del self._kept[next(iter(self._kept))]
         return model
 
-    def for_new(self, request: WatchRequest) -> Learnt | None:
-        """The model a new operation's first check is placed by, when its contract learns (`core.admission`)."""
+    def _read(self, contract: str, lag: float, key: str | None) -> Learnt | None:
+        since = self._clock() - WINDOW_AGE
+        own = 0
+        if key is not None:
+            samples = self._store.learnt_samples(contract, since, WINDOW, key)
+            own = sum(1 for sample in samples if not sample.censored)
+            if own >= MIN_ENDED:
+                model = learn(contract, samples, lag)
+                return None if model is None else replace(model, key=key, key_count=own)
+        model = learn(contract, self._store.learnt_samples(contract, since, WINDOW), lag)
+        return model if model is None or key is None else replace(model, key=key, key_count=own)
+
+    def for_new(self, request: WatchRequest, key: str | None = None) -> Learnt | None:
+        """The model a new operation's first check is placed by, when its contract learns (`core.admission`); `key`:
+        its `learn_key` value when known before the first answer (a submission's body)."""
         schedule = request.contract.schedule
         if not schedule.learn:
             return None
-        return self.model(request.contract.name, request.limits.lag_target or schedule.lag_target)
+        return self.model(request.contract.name, request.limits.lag_target or schedule.lag_target, key)
 
     def after(self, written: bool, record: OperationRecord) -> bool:
         """A fenced write's answer, passed on: when it ended the operation, its contract's models are stale."""
@@ -76,7 +97,7 @@ class Models:
     def ended(self, contract: str) -> None:
         """This process ended an operation of `contract`: its models are read again when next asked for."""
         with self._lock:
-            for (name, _), kept in self._kept.items():
+            for (name, _, _), kept in self._kept.items():
                 if name == contract:
                     kept.stale = True
 
@@ -103,16 +124,62 @@ def _due(kept: _Kept, now: float) -> bool:
     return age >= REFRESH
 
 
-def summaries(store: Store) -> list[Summary]:
-    """Each contract's learnt distribution, planned for its newest installed version's schedule (the defaults
-    when none is installed, or its text no longer parses): what `pollwarden schedules` shows."""
+SHOWN_KEYS = 20
+"""Keys shown a contract at most (those with the most samples): a provider naming many kinds floods no page."""
+
+
+def summaries(store: Store, contract: str | None = None) -> list[Summary]:
+    """Each contract's learnt distribution (or `contract`'s only), then each of its `learn_key` values' own,
+    planned for its newest installed version's schedule (the defaults when none is installed, or its text no
+    longer parses): what `pollwarden schedules` and the console show."""
     found = []
     since = store.db_now() - WINDOW_AGE
     for name, _count in store.learnt_contracts():
+        if contract is not None and name != contract:
+            continue
         schedule = Schedule()
         versions = store.installed_contracts(name)
         if versions:
             with suppress(ContractError):  # a text that no longer parses: the defaults
                 schedule = parse_contract(versions[-1].text, source=f"contract {name}").schedule
         found.append(summary(name, store.learnt_samples(name, since, WINDOW), schedule))
+        keys = [key for key, _ in store.learnt_keys(name, since) if key]
+        for key in keys[:SHOWN_KEYS]:
+            found.append(summary(name, store.learnt_samples(name, since, WINDOW, key), schedule, key))
     return found
+
+
+@dataclass(frozen=True)
+class Said:
+    """One summary in words, the same in `pollwarden schedules` and on the console's page (each adds its markup)."""
+
+    samples: str
+    """"25 samples (0 censored)"."""
+    fallback: str | None
+    """What plans its checks while it has no model of its own ("fewer than 20 ended: the plain backoff")."""
+    durations: str = ""
+    checks: str = ""
+    learnt: str = ""
+    plain: str = ""
+
+
+def said(one: Summary, shown_checks: int = 12) -> Said:
+    samples = f"{one.samples} samples ({one.censored} censored)"
+    model = one.model
+    if model is None:
+        instead = "the plain backoff" if one.key is None else "the contract's whole history"
+        return Said(samples, f"fewer than {MIN_ENDED} ended: {instead}")
+    checks = ", ".join(_say(c) for c in model.checks[:shown_checks])
+    return Said(
+        samples,
+        None,
+        durations=f"p5 {_say(model.p5)}, p50 {_say(model.p50)}, p95 {_say(model.p95)}, longest {_say(model.longest)}",
+        checks=(checks + (", ..." if len(model.checks) > shown_checks else "")
+                + f" (then the plain backoff), for a p95 lag of {_say(model.lag_target)}"),
+        learnt=f"{model.expected:.2f}",
+        plain="?" if one.plain_expected is None else f"{one.plain_expected:.2f}",
+    )  # fmt: skip
+
+
+def _say(seconds: float) -> str:
+    return format_duration(timedelta(seconds=round(seconds)))

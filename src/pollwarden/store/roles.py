@@ -332,12 +332,17 @@ class Learning(Opened, Protocol):
     """What each contract's jobs took (`core.learnt`): the samples the write that ends an operation leaves, read
     for its learnt schedule (`engine.learning`)."""
 
-    def learnt_samples(self, contract: str, since: datetime, limit: int) -> list[Sample]:
-        """The newest `limit` duration samples of `contract` that ended at or after `since`."""
+    def learnt_samples(self, contract: str, since: datetime, limit: int, key: str | None = None) -> list[Sample]:
+        """The newest `limit` duration samples of `contract` that ended at or after `since`: of every key, or of
+        the one `[schedule] learn_key` value `key`."""
         ...
 
     def learnt_contracts(self) -> list[tuple[str, int]]:
         """Each contract with duration samples, and how many."""
+        ...
+
+    def learnt_keys(self, contract: str, since: datetime) -> list[tuple[str, int]]:
+        """Each key value `contract`'s samples since `since` were kept under ('' for none), and how many."""
         ...
 
 

@@ -97,6 +97,11 @@ class StatusClient:
         """Rebuilt when the credential fetches a new token, and still knowing every older one."""
         return Scrubber(()) if self._credential is None else self._credential.scrubber()
 
+    def found_in(self, text: str) -> bool:
+        """Whether `text` holds the credential this client sends, in any form (`core.scrub`): what a value read
+        from outside (a learnt key) is refused for."""
+        return self._scrubber.found_in(text)
+
     def _headers(
         self, method: str, url: str, extra: Mapping[str, str], body: bytes | None, credential: bool
     ) -> dict[str, str]:

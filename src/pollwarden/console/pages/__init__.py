@@ -10,6 +10,7 @@ from .decisions import DECISIONS_PAGE, DecisionsData, confirm_cancel_page, confi
 from .frame import Chrome, Flash, login_page, message_page
 from .listing import FILTERS, ListData, ListView, operations_page
 from .operations import OperationView, Row, operation_page
+from .schedules import schedules_page
 
 __all__ = [
     "DECISIONS_PAGE",
@@ -30,4 +31,5 @@ __all__ = [
     "message_page",
     "operation_page",
     "operations_page",
+    "schedules_page",
 ]

@@ -97,6 +97,7 @@ nav.filters { margin:.4rem 0 .8rem; }
 table.fleet { width:auto; min-width:30rem; margin-bottom:.6rem; }
 .card.tl { padding:.6rem .8rem; overflow:hidden; }
 svg.timeline { display:block; max-width:100%; height:auto; }
+svg.distribution { display:block; max-width:34rem; width:100%; height:auto; }
 p.legend { font-size:.8rem; margin:.4rem 0 0; }
 ul.followups { background:var(--card); border:1px solid var(--line); border-radius:6px; margin:0;
                padding:.5rem 1rem .5rem 2rem; }
@@ -193,6 +194,7 @@ NAV = (
     ("/", "Operations", "operations"),
     ("/decisions", "Decisions", "decisions"),
     ("/approvals", "Approvals", "approvals"),
+    ("/schedules", "Schedules", "schedules"),
     ("/audit", "Audit", "audit"),
 )
 

@@ -35,6 +35,7 @@ HEIGHT = 248
 SOURCE_COLOURS = {
     "provider_retry_after": "#a35b00",
     "provider_poll_hint": "#6a3fb5",
+    "provider_estimate": "#6a3fb5",
     "local_backoff": "#5d6875",
     "learnt": "#1f5fa8",
     "manual_extension": "#1d7a3a",

@@ -76,12 +76,17 @@ class Fields:
     counts: str | None = None
     """What part of the job the result covers, as the provider counts it (`request_counts`): an object whose number
     members are kept with the outcome, read on every answer that ends the waiting."""
+    estimated_completion_at: str | None = None
+    """When the provider says the job will end (issue 26): a pending job's next check is placed near it
+    (`core.learnt_inputs`), never long before it nor long after."""
 
     def identity(self) -> dict[str, str | None]:
-        """For the fingerprint: `counts` only when used, so every older contract keeps its fingerprint."""
+        """For the fingerprint: `counts` and the estimate only when used, so every older contract keeps its
+        fingerprint."""
         listed = dict(self.__dict__)
-        if self.counts is None:
-            del listed["counts"]
+        for optional in ("counts", "estimated_completion_at"):
+            if listed[optional] is None:
+                del listed[optional]
         return listed
 
 
@@ -91,6 +96,14 @@ class Timestamps:
 
     expires_at: str = "rfc3339"
     next_check_at: str = "rfc3339"
+    estimated_completion_at: str = "rfc3339"
+
+    def identity(self) -> dict[str, str]:
+        """For the fingerprint: the estimate's form only when not the default, so older contracts keep theirs."""
+        listed = dict(self.__dict__)
+        if self.estimated_completion_at == "rfc3339":
+            del listed["estimated_completion_at"]
+        return listed
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,9 @@ class Schedule:
     """Checks placed from the contract's history once enough of its operations have ended (`core.learnt`)."""
     lag_target: timedelta = timedelta(seconds=30)
     """How late, at the 95th percentile, a person accepts learning that a job ended: what a learnt plan keeps."""
+    learn_key: str | None = None
+    """A JMESPath naming a field of the submitted body or of the first answer (a model, an endpoint, a size class):
+    samples are kept, and plans made, per value of it (`core.learnt_inputs.key_value`)."""
 
 
 @dataclass(frozen=True)
@@ -368,7 +384,7 @@ class Contract:
             "account": self.account,
         }
         if self.timestamps != Timestamps():  # only when used, so every older contract keeps its fingerprint
-            identity["timestamps"] = self.timestamps.__dict__
+            identity["timestamps"] = self.timestamps.identity()
         if self.rate_limits:
             identity["rate_limit"] = [signal.to_json() for signal in self.rate_limits]
         if (result := self.result.identity()) is not None:  # only when declared: old fingerprints stay the same

@@ -194,7 +194,12 @@ def _build(r: Reader) -> Contract:
                 )
             seen[value] = category.value
     f = r.table("fields", required=True)
-    f.only({"state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at", "job_id_type", "counts"})
+    f.only(
+        {
+            "state", "result", "error", "expires_at", "poll_after_seconds", "next_check_at", "job_id_type", "counts",
+            "estimated_completion_at",
+        }
+    )  # fmt: skip
     fields = Fields(
         state=f.expression("state", required=True) or "state",
         result=f.expression("result"),
@@ -203,12 +208,13 @@ def _build(r: Reader) -> Contract:
         poll_after_seconds=f.expression("poll_after_seconds"),
         next_check_at=f.expression("next_check_at"),
         counts=f.expression("counts"),
+        estimated_completion_at=f.expression("estimated_completion_at"),
     )
     timestamps = Timestamps()
     if "timestamps" in r.data:
         ts = r.table("timestamps")
-        ts.only({"expires_at", "next_check_at"})
-        forms = {key: ts.text(key) or "rfc3339" for key in ("expires_at", "next_check_at")}
+        ts.only({"expires_at", "next_check_at", "estimated_completion_at"})
+        forms = {key: ts.text(key) or "rfc3339" for key in ("expires_at", "next_check_at", "estimated_completion_at")}
         for key, form in forms.items():
             if form not in TIMESTAMP_FORMATS:
                 raise ts.fail(key, f"must be one of {', '.join(TIMESTAMP_FORMATS)}, got {form!r}")
@@ -218,7 +224,10 @@ def _build(r: Reader) -> Contract:
     schedule = Schedule()
     if "schedule" in r.data:
         sc = r.table("schedule")
-        sc.only({"base_delay", "max_delay", "jitter", "first_check", "retry_after_on_success", "learn", "lag_target"})
+        sc.only(
+            {"base_delay", "max_delay", "jitter", "first_check", "retry_after_on_success", "learn", "lag_target",
+             "learn_key"}
+        )  # fmt: skip
         jitter_text = sc.text("jitter") or Jitter.BOUNDED.value
         if jitter_text not in {j.value for j in Jitter}:
             raise ContractError(f"{r.source}: [schedule].jitter: must be 'bounded' or 'full', got {jitter_text!r}")
@@ -230,6 +239,7 @@ def _build(r: Reader) -> Contract:
             retry_after_on_success=sc.boolean("retry_after_on_success", False),
             learn=sc.boolean("learn", schedule.learn),
             lag_target=sc.duration("lag_target", schedule.lag_target, positive=True),
+            learn_key=sc.expression("learn_key"),
         )
         if schedule.max_delay < schedule.base_delay:
             raise ContractError(f"{r.source}: [schedule].max_delay must not be shorter than base_delay")

@@ -1,0 +1,24 @@
+"""The learn_key benchmark's smoke version, so it cannot silently rot: a few dozen jobs of each kind. Counts are
+judged (they come from the simulated clock, not from timing): planning each kind from its own samples sends
+fewer requests than planning them all from one distribution, at the same lag target."""
+
+from __future__ import annotations
+
+from bench import learn_keys
+
+WORKLOAD = "three kinds 30s / 3m / 10m, sigma 0.1"
+
+
+def test_each_kinds_own_plan_sends_fewer_requests_than_one_plan_for_all() -> None:
+    mixed = learn_keys.run(WORKLOAD, "learnt, one distribution", jobs=60, warm=90, seed=3)
+    keyed = learn_keys.run(WORKLOAD, "learnt per learn_key", jobs=60, warm=90, seed=3)
+    assert keyed.requests < mixed.requests
+    assert keyed.by_kind["l"] < mixed.by_kind["l"]  # the long kind no longer pays for the short kinds' checks
+    assert keyed.p95 <= 33.0
+    assert learn_keys.run(WORKLOAD, "learnt per learn_key", jobs=60, warm=90, seed=3) == keyed  # the same each run
+
+
+def test_the_table_names_every_workload_and_schedule() -> None:
+    text = learn_keys.table(jobs=4, warm=2, seed=1)
+    for name in learn_keys.WORKLOADS:
+        assert text.count(f"| {name} |") == len(learn_keys.SCHEDULES)

@@ -1,0 +1,104 @@
+"""A submitted job's first check is placed by its contract's learnt history, as a watch's is (issue 26), on both
+backends: keyed by `[schedule] learn_key` in the submitted body when it names one there."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from pollwarden.actions.provider import submit
+from pollwarden.core.contract.parse import Contract, parse_contract
+from pollwarden.core.learnt import MIN_ENDED, Learnt, first_check
+from pollwarden.core.reasons import DelaySource
+from pollwarden.core.record import OperationRecord
+from pollwarden.engine import Engine, learning
+from pollwarden.store.base import Store
+from pollwarden.transport.http import StatusClient
+from tests.conftest import install
+from tests.engine.test_learning import Clock
+from tests.engine.test_learning_keys import KindedJobs, _run
+from tests.loopback import Answer, Loopback, serving
+
+
+@pytest.fixture
+def provider() -> Iterator[Loopback]:
+    with serving() as server:
+        server.routes[("POST", "/jobs")] = Answer(201, b'{"id": "job-new", "state": "running"}')
+        yield server
+
+
+def _contract(base: str, learn: bool = True) -> Contract:
+    from pollwarden.simulator import contract_text
+
+    text = contract_text(base, base_delay="5s", max_delay="5m", deadline="1h", max_requests=80)
+    schedule = 'max_delay = "5m"\nlag_target = "30s"\nlearn_key = "model"' + ("" if learn else "\nlearn = false")
+    text = text.replace('max_delay = "5m"', schedule)
+    return parse_contract(text + f'\n[submit]\nurl = "{base}/jobs"\njob_id = "id"\n', source="test.toml")
+
+
+def _history(store: Store, contract: Contract, clock: Clock) -> None:
+    install(store, contract)
+    jobs = KindedJobs(clock)
+    _run(Engine(store, owner="tests", clock=clock, rng=random.Random(2)), contract, jobs, "small", 20, MIN_ENDED)
+    _run(Engine(store, owner="tests", clock=clock, rng=random.Random(2)), contract, jobs, "large", 400, MIN_ENDED)
+
+
+def _submit(store: Store, contract: Contract, clock: Clock, body: object, operation_id: str) -> OperationRecord:
+    with StatusClient(contract, None, clock=clock) as client:
+        return submit(
+            store, contract, client, operation_id=operation_id, body=json.dumps(body).encode(), now=clock()
+        ).record
+
+
+def _jittered_range(record: OperationRecord, model: Learnt) -> tuple[datetime, datetime]:
+    """The earliest and the latest first check `model` places for `record`, over its jitter draw."""
+    base = replace(record, next_poll_at=record.created_at, delay_source=DelaySource.LOCAL_BACKOFF)
+    return first_check(base, model, 0.0).next_poll_at, first_check(base, model, 1.0 - 1e-9).next_poll_at
+
+
+def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Loopback, store: Store) -> None:
+    clock = Clock()
+    contract = _contract(provider.url)
+    _history(store, contract, clock)
+    record = _submit(store, contract, clock, {"model": "large", "input": "x"}, "op-large")
+    assert record.delay_source is DelaySource.LEARNT and record.sample_key == "large"
+    models = learning.Models(store, clock)
+    large, whole = (
+        models.model(contract.name, timedelta(seconds=30), "large"),
+        models.model(contract.name, timedelta(seconds=30)),
+    )
+    assert large is not None and large.keyed and whole is not None
+    earliest, latest = _jittered_range(record, large)
+    assert earliest <= record.next_poll_at <= latest  # the key's plan: the large jobs' first check
+    assert _jittered_range(record, whole)[1] < earliest  # not the whole contract's, which looks where small ones end
+    stored = store.get("op-large")
+    assert stored is not None and stored.record == record
+
+
+@pytest.mark.parametrize("model", [{"name": "large"}, "[secret]", "x" * 10_240, None])
+def test_a_hostile_or_missing_key_in_the_body_learns_from_the_whole_contract(
+    provider: Loopback, store: Store, model: object
+) -> None:
+    clock = Clock()
+    contract = _contract(provider.url)
+    _history(store, contract, clock)
+    record = _submit(store, contract, clock, {"model": model}, "op-other")
+    assert record.sample_key is None and record.delay_source is DelaySource.LEARNT
+    whole = learning.Models(store, clock).model(contract.name, timedelta(seconds=30))
+    assert whole is not None
+    earliest, latest = _jittered_range(record, whole)
+    assert record.created_at < earliest <= record.next_poll_at <= latest
+
+
+def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: Loopback, store: Store) -> None:
+    clock = Clock()
+    contract = _contract(provider.url, learn=False)
+    _history(store, contract, clock)
+    record = _submit(store, contract, clock, {"model": "large"}, "op-plain")
+    assert record.delay_source is DelaySource.LOCAL_BACKOFF
+    assert record.next_poll_at == record.created_at  # first_check 0s
