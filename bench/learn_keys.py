@@ -100,12 +100,14 @@ class Outcome:
 def run(workload: str, schedule: str, jobs: int, warm: int, seed: int) -> Outcome:
     # The engine reads a model again at most once a second of wall time; here a simulated hour passes in a
     # second, so that would hold a model for hundreds of jobs (and make each run differ): read at once, as a
-    # second is to jobs that take minutes. Put back after, for whoever else runs in this process.
-    settle, learning.SETTLE = learning.SETTLE, 0.0
+    # second is to jobs that take minutes (and whatever the read cost: `SHARE`). Put back after, for whoever else
+    # runs in this process.
+    kept = learning.SETTLE, learning.SHARE
+    learning.SETTLE, learning.SHARE = 0.0, math.inf
     try:
         return _run(workload, schedule, jobs, warm, seed)
     finally:
-        learning.SETTLE = settle
+        learning.SETTLE, learning.SHARE = kept
 
 
 def _run(workload: str, schedule: str, jobs: int, warm: int, seed: int) -> Outcome:

@@ -88,8 +88,9 @@ def test_each_key_learns_its_own_durations_and_a_young_key_borrows_the_contracts
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A model is read again once this process ended one of its contract's operations, at most once a second:
-    # here at once, so what is asked below does not depend on how fast the runs above went.
+    # here at once (whatever a read cost), so what is asked below does not depend on how fast the runs above went.
     monkeypatch.setattr(learning, "SETTLE", 0.0)
+    monkeypatch.setattr(learning, "SHARE", math.inf)
     clock = Clock()
     contract = _contract()
     install(store, contract)

@@ -4,7 +4,7 @@ The samples are written by the store in the write that ends an operation (`learn
 and turned into a model, once per contract and lag target, and kept: a poll asks this cache, never the table.
 A model is read again when this process has ended an operation of its contract since (at most once a second, or
 at once while it has no model yet), and otherwise every `REFRESH` seconds, so what other processes sharing the
-store learnt reaches it too.
+store learnt reaches it too; never sooner than twenty times what its last read took (`SHARE`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ REFRESH = 10.0
 """Seconds a contract's model is kept when this process ended none of its operations."""
 SETTLE = 1.0
 """Seconds at least between two reads of one contract's model when this process keeps ending its operations."""
+SHARE = 0.05
+"""A model is read again no sooner than its last read took divided by this: recomputing a wide history (hundreds
+of milliseconds) runs inside the poll that asks, so it may cost that contract's polls this share of the time."""
 KEPT = 4096
 """Models kept at most (contract, lag target and key each): a provider that names a new key for every job cannot
 grow this process without bound; the oldest read is dropped first."""
@@ -37,6 +40,8 @@ grow this process without bound; the oldest read is dropped first."""
 class _Kept:
     model: Learnt | None
     read_at: float
+    cost: float = 0.0
+    """Seconds the read took (the samples and the plan)."""
     stale: bool = False
 
 
@@ -61,9 +66,10 @@ class Models:
             if kept is not None and not _due(kept, now):
                 return kept.model
         model = self._read(contract, lag_target.total_seconds(), key)
+        done = self._monotonic()
         with self._lock:
             self._kept.pop(kept_as, None)  # re-inserted last: the dict's order is the order of reads
-            self._kept[kept_as] = _Kept(model, now)
+            self._kept[kept_as] = _Kept(model, now, cost=done - now)
             while len(self._kept) > KEPT:
                 del self._kept[next(iter(self._kept))]
         return model
@@ -119,9 +125,10 @@ def models_for(store: Store, clock: Callable[[], datetime]) -> Models:
 
 def _due(kept: _Kept, now: float) -> bool:
     age = now - kept.read_at
-    if kept.stale and (kept.model is None or age >= SETTLE):
+    spaced = kept.cost / SHARE
+    if kept.stale and (kept.model is None or age >= max(SETTLE, spaced)):
         return True
-    return age >= REFRESH
+    return age >= max(REFRESH, spaced)
 
 
 SHOWN_KEYS = 20

@@ -1,0 +1,58 @@
+"""What re-learning costs the polls that ask for it (issue 26): a contract's model is recomputed inside a poll, so
+a process that keeps ending that contract's jobs re-reads it at most once per `SHARE`-worth of what the last read
+took (and never more often than `SETTLE`), whatever the machine's speed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from pollwarden.core.learnt import Sample
+from pollwarden.engine import learning
+
+SAMPLES = [Sample(lower=50.0 + i, upper=60.0 + i) for i in range(40)]
+
+
+class SlowSamples:
+    """A store whose sample read takes `cost` seconds of a fake monotonic clock, counting its reads."""
+
+    def __init__(self, cost: float) -> None:
+        self.now = 0.0
+        self.cost = cost
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def learnt_samples(self, contract: str, since: datetime, limit: int, key: str | None = None) -> Sequence[Sample]:
+        self.reads += 1
+        self.now += self.cost
+        return SAMPLES
+
+
+def _models(store: SlowSamples) -> learning.Models:
+    return learning.Models(store, lambda: datetime(2026, 3, 1, tzinfo=UTC), monotonic=store.monotonic)  # type: ignore[arg-type]
+
+
+def _reads_after_ends(cost: float, wait: float) -> int:
+    store = SlowSamples(cost)
+    models = _models(store)
+    assert models.model("exports", timedelta(seconds=30)) is not None
+    for _ in range(10):  # this process ends a job of the contract, waits, asks again
+        models.ended("exports")
+        store.now += wait
+        models.model("exports", timedelta(seconds=30))
+    return store.reads
+
+
+def test_a_cheap_model_is_read_again_a_settle_after_an_end() -> None:
+    assert _reads_after_ends(cost=0.001, wait=learning.SETTLE) == 11
+
+
+def test_a_costly_model_is_read_again_only_when_its_cost_is_a_small_share_of_the_time_since() -> None:
+    # A read of 0.4 s asked for every 1.5 s would spend a quarter of the time learning: it waits 0.4 / SHARE.
+    cost, wait = 0.4, 1.5
+    reads = _reads_after_ends(cost, wait)
+    elapsed = 10 * wait + reads * cost
+    assert reads * cost <= learning.SHARE * elapsed + cost
+    assert reads >= 2  # it is still read again, not kept for ever
