@@ -23,9 +23,9 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Two workers: the suite is mostly subprocesses and loopback servers waiting on each other, and one process
-# leaves a core idle. Measured 2026-12-06 on the 2-core development machine: quiet, from a clean clone, 9m12s
-# with the venv (the suite 8m11s, 3,574 tests); with five other sessions keeping the load average at 8-9, the
-# suite 17m52s (user+sys CPU 6m36s: most of its time is waiting). On a busy machine the time grows with the
+# leaves a core idle. Measured 2026-12-06 on the 2-core development machine: quiet, from a clean clone, 8m03s
+# after `make demo` made the venv (the suite 7m36s, 3,764 tests); with five other sessions keeping the load
+# average at 8-9, the suite 17m52s (user+sys CPU 6m36s: most of its time is waiting). On a busy machine the time grows with the
 # load, not the tests. docs/install.md has the figures.
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
@@ -38,7 +38,7 @@ test: lint typecheck unit
 # The inner loop, no lint or typecheck: the tests tests/conftest.py's FAST names by directory (the core, events,
 # audit, stores, engine in-process, layout and words), none of which may start a process (the conftest fails
 # one that does, so a test of whole commands cannot join it unnoticed); the rest runs in `make test` only.
-# Measured 2026-12-06: 2m22s at load average 7-10 (2,010 tests), about a minute quiet by estimate.
+# Measured 2026-12-06: 46 s quiet (2,126 tests), 2m22s at load average 7-10 (2,010 tests).
 test-fast: $(BIN)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
 	$(BIN)/pytest -q -n 2 -m fast
