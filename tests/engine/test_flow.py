@@ -90,6 +90,15 @@ def test_a_poll_reserves_and_extends_the_lease_before_it_sends_then_records_and_
     assert isinstance(result, flow.Polled) and result.decision.record.phase is Phase.ACTIVE
 
 
+def test_the_learnt_model_is_asked_for_with_the_schedules_lag_target_and_max_delay() -> None:
+    """The plan is placed within `max_delay` (no two checks further apart), not only cut to it when waited."""
+    script = Script()
+    script.run(flow.step_claimed(CONTRACT, LEASE, record(), T0))
+    (asked,) = [effect for effect in script.asked if isinstance(effect, flow.LearntModel)]
+    schedule = record().plan.schedule
+    assert (asked.lag_target, asked.max_gap) == (schedule.lag_target, schedule.max_delay)
+
+
 def test_a_stop_is_written_with_its_decision_request_and_nothing_waits_for_its_webhook() -> None:
     """The request's webhook is queued in the store's write (the outbox): the flow ends with the commit, and no
     driver sends anything after it (a receiver that hangs held the worker's lane, and `watch`'s exit)."""

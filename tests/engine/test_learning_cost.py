@@ -4,6 +4,7 @@ took (and never more often than `SETTLE`), whatever the machine's speed."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +21,7 @@ class SlowSamples:
         self.now = 0.0
         self.cost = cost
         self.reads = 0
+        self.samples = SAMPLES
 
     def monotonic(self) -> float:
         return self.now
@@ -27,7 +29,7 @@ class SlowSamples:
     def learnt_samples(self, contract: str, since: datetime, limit: int, key: str | None = None) -> Sequence[Sample]:
         self.reads += 1
         self.now += self.cost
-        return SAMPLES
+        return self.samples
 
 
 def _models(store: SlowSamples) -> learning.Models:
@@ -56,3 +58,19 @@ def test_a_costly_model_is_read_again_only_when_its_cost_is_a_small_share_of_the
     elapsed = 10 * wait + reads * cost
     assert reads * cost <= learning.SHARE * elapsed + cost
     assert reads >= 2  # it is still read again, not kept for ever
+
+
+def test_a_model_asked_for_with_a_widest_gap_plans_no_two_checks_further_apart() -> None:
+    """Jobs of 20 s or 10 min: the plan skips the empty minutes between them, unless the schedule's max_delay
+    forbids a gap that wide (then the model is planned with it, and kept apart from the unbounded one)."""
+    store = SlowSamples(0.0)
+    store.samples = [Sample(lower=15.0, upper=20.0 + i % 3) for i in range(30)]
+    store.samples += [Sample(lower=590.0, upper=600.0 + i % 7) for i in range(30)]
+    models = _models(store)
+    free = models.model("exports", timedelta(seconds=30))
+    bound = models.model("exports", timedelta(seconds=30), max_gap=timedelta(seconds=60))
+    assert free is not None and bound is not None
+    widest = max(b - a for a, b in itertools.pairwise((0.0, *free.checks)))
+    assert widest > 60  # without the bound the plan leaps the gap
+    assert max(b - a for a, b in itertools.pairwise((0.0, *bound.checks))) <= 60
+    assert store.reads == 2

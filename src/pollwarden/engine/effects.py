@@ -59,7 +59,7 @@ class Effects:
             )
             return self.models.after(written, effect.record)
         if isinstance(effect, flow.LearntModel):
-            return self.models.model(effect.contract, effect.lag_target, effect.key)
+            return self.models.model(effect.contract, effect.lag_target, effect.key, effect.max_gap)
         if isinstance(effect, flow.Send):
             if client is None:
                 raise TypeError("a flow without a status client asked to send")

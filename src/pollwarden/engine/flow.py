@@ -117,6 +117,8 @@ class LearntModel(Effect[Learnt | None]):
     lag_target: timedelta
     key: str | None = None
     """The operation's `[schedule] learn_key` value, if known: that key's model (`Models.model`)."""
+    max_gap: timedelta | None = None
+    """The schedule's `max_delay`: the plan places no two checks further apart (None: no bound)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +295,8 @@ def _poll(contract: Contract, lease: Lease, record: OperationRecord, now: dateti
     learnt = None
     if reserved.plan.schedule.learn and observation.kind is Kind.JOB_STATE and observation.category is Category.PENDING:
         key = reserved.sample_key or observation.learn_key
-        learnt = yield from ask(LearntModel(reserved.contract_name, reserved.plan.schedule.lag_target, key))
+        schedule = reserved.plan.schedule
+        learnt = yield from ask(LearntModel(reserved.contract_name, schedule.lag_target, key, schedule.max_delay))
     decision = decide(reserved, observation, after, u, learnt)
     return (yield from _record(contract, lease, reserved, observation, decision, after, u, exchange=exchange))
 

@@ -9,6 +9,7 @@ store learnt reaches it too; never sooner than twenty times what its last read t
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -52,20 +53,23 @@ class Models:
         self._store = store
         self._clock = clock
         self._monotonic = monotonic
-        self._kept: dict[tuple[str, float, str | None], _Kept] = {}
+        self._kept: dict[tuple[str, float, str | None, float], _Kept] = {}
         self._lock = threading.Lock()
 
-    def model(self, contract: str, lag_target: timedelta, key: str | None = None) -> Learnt | None:
+    def model(
+        self, contract: str, lag_target: timedelta, key: str | None = None, max_gap: timedelta | None = None
+    ) -> Learnt | None:
         """The contract's model for this lag target, or None while too few of its operations have ended. With a
         `key` (its `[schedule] learn_key` value): the key's own model once `MIN_ENDED` of its operations have
         ended, the contract's whole history until then (the model says which)."""
-        kept_as = (contract, lag_target.total_seconds(), key)
+        gap = math.inf if max_gap is None else max_gap.total_seconds()
+        kept_as = (contract, lag_target.total_seconds(), key, gap)
         now = self._monotonic()
         with self._lock:
             kept = self._kept.get(kept_as)
             if kept is not None and not _due(kept, now):
                 return kept.model
-        model = self._read(contract, lag_target.total_seconds(), key)
+        model = self._read(contract, lag_target.total_seconds(), key, gap)
         done = self._monotonic()
         with self._lock:
             self._kept.pop(kept_as, None)  # re-inserted last: the dict's order is the order of reads
@@ -74,16 +78,16 @@ class Models:
                 del self._kept[next(iter(self._kept))]
         return model
 
-    def _read(self, contract: str, lag: float, key: str | None) -> Learnt | None:
+    def _read(self, contract: str, lag: float, key: str | None, gap: float) -> Learnt | None:
         since = self._clock() - WINDOW_AGE
         own = 0
         if key is not None:
             samples = self._store.learnt_samples(contract, since, WINDOW, key)
             own = sum(1 for sample in samples if not sample.censored)
             if own >= MIN_ENDED:
-                model = learn(contract, samples, lag)
+                model = learn(contract, samples, lag, gap)
                 return None if model is None else replace(model, key=key, key_count=own)
-        model = learn(contract, self._store.learnt_samples(contract, since, WINDOW), lag)
+        model = learn(contract, self._store.learnt_samples(contract, since, WINDOW), lag, gap)
         return model if model is None or key is None else replace(model, key=key, key_count=own)
 
     def for_new(self, request: WatchRequest, key: str | None = None) -> Learnt | None:
@@ -92,7 +96,8 @@ class Models:
         schedule = request.contract.schedule
         if not schedule.learn:
             return None
-        return self.model(request.contract.name, request.limits.lag_target or schedule.lag_target, key)
+        lag_target = request.limits.lag_target or schedule.lag_target
+        return self.model(request.contract.name, lag_target, key, schedule.max_delay)
 
     def after(self, written: bool, record: OperationRecord) -> bool:
         """A fenced write's answer, passed on: when it ended the operation, its contract's models are stale."""
@@ -103,7 +108,7 @@ class Models:
     def ended(self, contract: str) -> None:
         """This process ended an operation of `contract`: its models are read again when next asked for."""
         with self._lock:
-            for (name, _, _), kept in self._kept.items():
+            for (name, _, _, _), kept in self._kept.items():
                 if name == contract:
                     kept.stale = True
 
