@@ -147,7 +147,8 @@ def run(times: list[float], lag_target: float, *, learning: bool, seed: int, max
         if sample is not None:
             samples.append(sample)
         if learning and (n + 1) % REFRESH_EVERY == 0:
-            model = learn(c.name, samples[-WINDOW:], lag_target)  # as `engine.learning` plans: no max_gap
+            # As `engine.learning` plans: within the schedule's max_delay.
+            model = learn(c.name, samples[-WINDOW:], lag_target, c.schedule.max_delay.total_seconds())
     return _result(requests, lags, time.perf_counter() - started)
 
 
