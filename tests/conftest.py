@@ -210,6 +210,17 @@ def _fast_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: py
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite tests what the stop signals do to a watch and a worker, so it starts from their defaults, not from
+    how it was launched: a shell that runs it in the background without job control (`(make test &)`, a script's
+    `&`) hands it SIGINT ignored, `nohup` SIGHUP, and every process it starts inherits that (seen: five signal
+    tests failed so, "SIGINT was SIG_IGN when the test began"). pollwarden itself keeps an ignored signal ignored,
+    as `nohup` asks (the failures above were that)."""
+    for signum in _STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_kept() -> Iterator[None]:
     """A test that leaves this process's stop signals handled otherwise than it found them fails, and they are put
