@@ -7,7 +7,9 @@ import json
 import math
 import random
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+
+from bench.learn_keys import Clock as Clock  # one simulated clock for the bench and these tests
 
 from pollwarden.core.admission import Limits, WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
@@ -20,17 +22,6 @@ from pollwarden.report.why import explain, pick
 from pollwarden.simulator import contract_text
 from pollwarden.store.base import Store
 from tests.conftest import install
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 class Jobs:

@@ -144,6 +144,16 @@ def _result(broker: Session, store: Store, data: Mapping[str, Any]) -> None:
     recorded_after(store, broker.log_id, ev.CallResult.prepared(dict(data)), broker.clock(), f"call {data.get('call')}")
 
 
+def _request(broker: Session, store: Store, grant: Grant) -> None:
+    """Records a request for a person's approval; a call whose request cannot be audited is refused, not made."""
+    try:
+        store.request_grant(grant, broker.log_id)
+    except Exception as exc:
+        raise ToolFailure(
+            "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
+        ) from None
+
+
 def _deny(broker: Session, store: Store, record: Subject, reason: str, grant_id: str | None) -> None:
     with contextlib.suppress(ToolFailure):
         broker.audit(store, ev.CallDenied(operation=record.operation_id, why=reason, grant_id=grant_id))
@@ -190,12 +200,7 @@ def _per_call_gate(
         call.progress.awaiting(f"waiting for approval {grant.grant_id} by {broker.approvers}: {how}")
     try:
         if asking:
-            try:
-                store.request_grant(grant, broker.log_id)
-            except Exception as exc:
-                raise ToolFailure(
-                    "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
-                ) from None
+            _request(broker, store, grant)
         if call.notify is not None:
             with contextlib.suppress(Exception):
                 call.notify(f"waiting up to {format_duration(timeout)} for a person: {how}")
@@ -344,12 +349,7 @@ def _session_gate(broker: Session, store: Store, contract: Contract, record: Sub
                 "after": latest.grant_id if latest is not None else None,
             },
         )
-        try:
-            store.request_grant(latest, broker.log_id)
-        except Exception as exc:
-            raise ToolFailure(
-                "audit_unavailable", f"the approval request could not be recorded ({exc.__class__.__name__})"
-            ) from None
+        _request(broker, store, latest)
     _deny(broker, store, record, "approval_required", latest.grant_id)
     raise ToolFailure(
         "approval_required",
