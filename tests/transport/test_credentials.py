@@ -284,8 +284,10 @@ progress = sys.argv[1]
 chunk = b"#" * 65536
 for n in range(1, 1025):  # 64 MiB, each chunk counted once the pipe took it
     os.write(1, chunk)
-    with open(progress, "w") as out:
+    # Renamed into place: a kill between truncating and writing would leave the test an empty count.
+    with open(progress + ".tmp", "w") as out:
         out.write(str(n * len(chunk)))
+    os.replace(progress + ".tmp", progress)
 """
 
 
