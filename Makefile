@@ -22,16 +22,15 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-# Two workers: the suite is mostly subprocesses and loopback servers waiting on each other, and one process
-# leaves a core idle. Measured 2026-12-06 on the 2-core development machine: quiet, from a clean clone, 8m03s
-# after `make demo` made the venv (the suite 7m36s, 3,764 tests); with five other sessions keeping the load
-# average at 8-9, the suite 17m52s (user+sys CPU 6m36s: most of its time is waiting). On a busy machine the time grows with the
-# load, not the tests. docs/install.md has the figures.
+# Four workers on two cores: the suite is mostly subprocesses and loopback servers waiting on each other, so two
+# workers left the cores idle a third of the time. Measured 2026-12-07 on the 2-core development machine, quiet:
+# `-n 2` 12m43s (user+sys CPU 15.4 min), `-n 4` 9m29s (CPU 15.3 min, 1.6 cores busy). On a busy machine the time
+# grows with the load, not the tests. docs/install.md has the figures.
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
 unit: $(BIN)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 4
 
 test: lint typecheck unit
 
