@@ -10,6 +10,7 @@ the set only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,7 +76,10 @@ class Module:
         return self.name.rpartition(".")[0]
 
 
+@functools.cache
 def _modules() -> dict[str, Module]:
+    """Every module of the package, parsed: on first use, not at import, since each xdist worker collects (imports)
+    this file and only one runs its tests."""
     found: dict[str, Module] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -84,9 +88,6 @@ def _modules() -> dict[str, Module]:
         name = ".".join(parts)
         found[name] = Module(name, path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
     return found
-
-
-MODULES = _modules()
 
 
 def _imports(module: Module) -> Iterator[str]:
@@ -115,7 +116,7 @@ def _imports(module: Module) -> Iterator[str]:
             yield from walk(node)
 
     for name in walk(module.tree):
-        if name in MODULES and name != module.name:
+        if name in _modules() and name != module.name:
             yield name
 
 
@@ -126,9 +127,9 @@ def _circles() -> set[frozenset[str]]:
         name: {
             other
             for other in _imports(module)
-            if MODULES[other].package == module.package and not MODULES[other].is_package
+            if _modules()[other].package == module.package and not _modules()[other].is_package
         }
-        for name, module in MODULES.items()
+        for name, module in _modules().items()
         if not module.is_package
     }
     index: dict[str, int] = {}
@@ -185,7 +186,7 @@ def _functions() -> dict[str, int]:
             else:
                 walk(child, module, prefix)
 
-    for name, module in MODULES.items():
+    for name, module in _modules().items():
         walk(module.tree, name, "")
     return counted
 
@@ -195,12 +196,12 @@ def _lines(module: Module) -> int:
 
 
 def test_at_most_eight_modules_loose_at_the_top_of_the_package() -> None:
-    loose = sorted(n for n, m in MODULES.items() if m.package == "pollwarden" and not m.is_package)
+    loose = sorted(n for n, m in _modules().items() if m.package == "pollwarden" and not m.is_package)
     assert len(loose) <= MAX_LOOSE, loose
 
 
 def test_no_module_over_600_lines() -> None:
-    long = {name for name, module in MODULES.items() if _lines(module) > MAX_LINES}
+    long = {name for name, module in _modules().items() if _lines(module) > MAX_LINES}
     assert sorted(long - PENDING_LONG) == []
     assert sorted(PENDING_LONG - long) == [], "fixed: take these out of PENDING_LONG"
 
@@ -227,7 +228,7 @@ def _layer(name: str) -> int:
 def _upward() -> set[tuple[str, str]]:
     """Every import of a module into a layer not below its own, as (module, the package it reaches)."""
     found: set[tuple[str, str]] = set()
-    for name, module in MODULES.items():
+    for name, module in _modules().items():
         if name == "pollwarden":
             continue
         top = _short(name).split(".")[0]
@@ -241,7 +242,7 @@ def _upward() -> set[tuple[str, str]]:
 
 def test_every_package_is_in_a_layer() -> None:
     named = {p for layer in LAYERS for p in layer}
-    tops = {_short(n).split(".")[0] for n in MODULES if n != "pollwarden"}
+    tops = {_short(n).split(".")[0] for n in _modules() if n != "pollwarden"}
     assert sorted(tops - named) == [], "put each new package (or loose module) in a layer of LAYERS"
     assert sorted(named - tops) == []
 
@@ -279,9 +280,9 @@ def test_the_parts_of_docs_design_md_that_code_cites_exist() -> None:
 def test_the_checks_see_what_they_check() -> None:
     """The walk finds the package's modules and the imports between them, so an empty answer above means
     something (a broken walk would pass every check)."""
-    assert len(MODULES) > 100
-    assert "pollwarden.core.decide" in set(_imports(MODULES["pollwarden.engine.flow"]))
-    assert "pollwarden.engine.flow" in set(_imports(MODULES["pollwarden.engine"]))
+    assert len(_modules()) > 100
+    assert "pollwarden.core.decide" in set(_imports(_modules()["pollwarden.engine.flow"]))
+    assert "pollwarden.engine.flow" in set(_imports(_modules()["pollwarden.engine"]))
     functions = _functions()
     assert functions["pollwarden.core.durations:parse_duration"] >= 1
     assert any(count > MAX_PARAMETERS // 2 for count in functions.values())
