@@ -21,7 +21,7 @@ from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
 from ..core.identity import canonical_job
-from ..core.learnt import first_check
+from ..core.learnt_first import FirstCheck, place_first
 from ..core.learnt_inputs import key_value
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
@@ -190,11 +190,12 @@ def submit(
         lag_target=limits.lag_target,
         status_location=location,
     )
-    record = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
+    first = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
+    record = first.record
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
-    event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
+    event = ev.Submitted.of(record, http_status=exchange.status, resent=resent, first=first)
     try:
         store.accept_submission(accepted, record, contract.source_text, event)
     except JobWatched as exc:
@@ -207,7 +208,7 @@ def submit(
 
 def _learnt_first(
     store: Store, request: WatchRequest, record: OperationRecord, body: bytes, client: StatusClient
-) -> OperationRecord:
+) -> FirstCheck:
     """The submitted job's kind (`[schedule] learn_key` in the submitted JSON body) and its first check, placed by
     its contract's learnt history as a watch's is (`core.learnt.first_check`): one read of the samples, not the
     engine's shared cache, whose clock is an engine's. A key the body does not hold, or one refused (an object, a
@@ -223,7 +224,7 @@ def _learnt_first(
             key = None
     keyed = record.keyed(key)
     learnt = learning.Models(store, lambda: record.created_at).for_new(request, key)
-    return first_check(keyed, learnt, secrets.SystemRandom().random())
+    return place_first(keyed, learnt, secrets.SystemRandom().random())
 
 
 def _duplicate(watching: str) -> str:
