@@ -6,7 +6,9 @@ without them, still reads."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -20,6 +22,9 @@ from pollwarden.report.why import WhyError, explain, pick
 from pollwarden.store.base import Store
 from tests.conftest import install
 from tests.engine.test_learning import Clock, Jobs, _contract, _run
+from tests.engine.test_learning_keys import KindedJobs
+from tests.engine.test_learning_keys import _contract as _keyed
+from tests.engine.test_learning_keys import _run as _run_kind
 from tests.engine.test_learning_submit import _contract as _submitting
 from tests.engine.test_learning_submit import _history, _submit
 from tests.engine.test_learning_submit import provider as provider  # the loopback provider's fixture
@@ -81,3 +86,25 @@ def test_a_created_event_of_an_older_version_still_reads(store: Store) -> None:
     assert story_lines([old_event])[0].endswith("transport failures")
     with pytest.raises(WhyError, match="no recorded decision"):
         pick([old_event])
+
+
+def test_a_watchs_first_check_is_placed_by_every_keys_history_and_says_so(store: Store) -> None:
+    """Its key comes from its first answer: none before the first check, which the whole contract's history
+    places, and `story` says which; the key is used from the first answer on."""
+    clock = Clock()
+    contract = _keyed()
+    install(store, contract)
+    jobs = KindedJobs(clock)
+    engine = Engine(store, owner="tests", clock=clock, rng=random.Random(3))
+    _run_kind(engine, contract, jobs, "fast", 20, MIN_ENDED)
+    _run_kind(engine, contract, jobs, "slow", 300, MIN_ENDED)
+    jobs.ends["job-k"], jobs.models["job-k"] = clock() + timedelta(hours=2), "slow"
+    admitted = engine.admit(WatchRequest(contract, "job-k", by="tests"))
+    assert admitted.record.delay_source is DelaySource.LEARNT and admitted.record.sample_key is None
+    events = store.events(admitted.record.operation_id)
+    created = next(e for e in events if e.kind == "created")
+    assert "key" not in created.data["inputs"]["learnt"]  # the whole contract's model
+    told = story_lines(events)[0]
+    assert re.search(r"; first check in \S+: learnt from \d+ ended jobs of exports \(p5 ", told), told  # every key's
+    assert told.endswith("; every key (a watch's learn_key is read from its first answer, after this check)")
+    assert explain(pick(events)).same

@@ -23,6 +23,9 @@ from .record import OperationRecord
 
 RULE = "first_check"
 """The rule a recorded first check names (`why`)."""
+UNKEYED = "a watch's learn_key is read from its first answer, after this check"
+"""Why a watch's first check is placed by its contract's whole history though the contract keeps samples by key
+(docs/schedules.md, "Per kind of job"): a submission's body names its key before; a watch has no answer yet."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class FirstCheck:
         if record.delay_source is DelaySource.LEARNT and self.learnt is not None:
             delay = (record.next_poll_at - record.created_at).total_seconds()
             detail = self.learnt.words(delay).replace("next check in ", "first check in ", 1)
+            if self.learnt.key is None and record.plan.schedule.learn_key is not None:
+                detail += f"; every key ({UNKEYED})"
         return {
             "action": "wait",
             "rule": RULE,
