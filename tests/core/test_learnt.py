@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.core import ContractError, Decision, decide, observe, reserve
-from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, sample_of
+from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, phase, sample_of
 from pollwarden.core.reasons import DelaySource, StopReason
 from pollwarden.core.record import OperationRecord
 from tests.core.support import T0, body, contract_text, make_contract, make_record, response
@@ -145,7 +145,7 @@ def test_a_pending_answer_waits_for_the_next_learnt_check_and_says_why() -> None
     model = _model()
     decision = _pending_decision(make_record(), model, body("running"), 1.0)
     assert decision.delay_source is DelaySource.LEARNT
-    expected = model.next_check(1.0, 0.5)
+    expected = model.next_check(1.0 + phase(make_record(), model), 0.5)  # its plan, read its phase ahead
     assert expected is not None
     assert decision.next_poll_at == T0 + timedelta(seconds=1.0 + expected)
     assert f"learnt from {model.count} ended jobs of exports (p5 " in decision.detail
@@ -160,7 +160,7 @@ def test_a_learnt_delay_keeps_max_delay_and_a_valid_hint_as_a_floor() -> None:
     assert capped.next_poll_at is not None
     waited = capped.next_poll_at - T0 - timedelta(seconds=1)
     assert timedelta(seconds=90) < waited <= timedelta(seconds=120)  # max_delay 120 s: equal steps to the check
-    assert abs(waited.total_seconds() - 599.0 / 5) < 1e-3
+    assert abs(waited.total_seconds() - (599.0 - phase(make_record(), model)) / 5) < 1e-3
     hinted = _pending_decision(make_record(), _model(checks=[20.0]), body("running", poll_after_seconds=90), 1.0)
     assert hinted.delay_source is DelaySource.PROVIDER_POLL_HINT and hinted.next_poll_at == T0 + timedelta(seconds=91)
     early_hint = _pending_decision(make_record(), _model(checks=[60.0]), body("running", poll_after_seconds=10), 1.0)
@@ -187,7 +187,7 @@ def test_the_first_check_is_placed_by_the_plan() -> None:
     model = _model()
     placed = first_check(make_record(), model, 0.5)
     assert placed.delay_source is DelaySource.LEARNT
-    assert placed.next_poll_at == T0 + timedelta(seconds=model.checks[0])
+    assert placed.next_poll_at == T0 + timedelta(seconds=model.checks[0] - phase(make_record(), model))
     assert first_check(make_record(), None, 0.5) == make_record()
 
 

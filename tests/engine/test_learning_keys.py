@@ -134,6 +134,7 @@ def test_a_hostile_key_is_never_kept_and_the_job_learns_from_the_whole_contract(
     refusals = [e for e in store.events(operations[0].operation_id) if e.kind == "guidance_rejected"]
     assert refusals and all(e.data["value"] == "[secret]" for e in refusals)
     assert "holds the credential" in str(refusals[0].data["why"])
+    assert str(refusals[0].data["why"]).endswith("not used: this job learns from its contract's whole history")
 
 
 class EstimatingJobs(Jobs):

@@ -107,3 +107,31 @@ def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: L
     record = _submit(store, contract, clock, {"model": "large"}, "op-plain")
     assert record.delay_source is DelaySource.LOCAL_BACKOFF
     assert record.next_poll_at == record.created_at  # first_check 0s
+
+
+@pytest.mark.parametrize(
+    ("model", "shown", "why"),
+    [
+        ({"name": "large"}, "", "a JSON object"),
+        ("[secret]", "[secret]", "holds the credential"),
+        ("x" * 10_240, "x" * 77 + "...", "longer than 64 characters"),
+        ("gpu\x1b[2J\nlarge", "gpu\\x1b[2J\\nlarge", "holds control characters"),
+        ("\x07" * 100, ("\\x07" * 20)[:77] + "...", "longer than 64 characters"),
+    ],
+)
+def test_a_key_refused_in_the_body_leaves_one_event_saying_it_was_not_used(
+    provider: Loopback, store: Store, model: object, shown: str, why: str
+) -> None:
+    """The refusal is audited with the submission (as a refused key of an answer is), in the words hostile values
+    get elsewhere: cut to 80 characters, control characters escaped, a credential never shown."""
+    clock = Clock()
+    contract = _contract(provider.url)
+    _history(store, contract, clock)
+    record = _submit(store, contract, clock, {"model": model}, "op-refused")
+    assert record.sample_key is None and record.delay_source is DelaySource.LEARNT  # the whole history places it
+    refused = [e for e in store.events("op-refused") if e.kind == "guidance_rejected"]
+    assert len(refused) == 1, refused
+    data = refused[0].data
+    assert data["source"] == "learn_key model" and data["value"] == shown
+    assert why in data["why"] and "not used" in data["why"] and "whole history" in data["why"]
+    assert all(ord(ch) >= 32 for text in data.values() if isinstance(text, str) for ch in text)
