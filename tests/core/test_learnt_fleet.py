@@ -77,3 +77,28 @@ def test_the_phase_is_the_operations_own_so_a_replay_places_it_again() -> None:
     ]
     assert _spread([r.next_poll_at for r in again]) >= 0.8 * FLEET_SHARE * LAG  # the same draw: the phase spreads
     assert all(timedelta(0) < r.next_poll_at - T0 for r in again)
+
+
+def test_a_model_recorded_before_the_phase_existed_places_its_checks_as_it_did_then() -> None:
+    """A decision's recorded model is what `why` replays with: one recorded before the phase (no `fleet_share` in
+    its JSON) must place the same checks it placed then, not move them by a phase it never had."""
+    model = _model()
+    recorded = model.to_json()
+    assert recorded["fleet_share"] == FLEET_SHARE
+    old = Learnt.from_json({k: v for k, v in recorded.items() if k != "fleet_share"})
+    assert old.fleet_share == 0.0 and Learnt.from_json(recorded) == model
+    records = [first_check(r, old, 0.5) for r in _together(model)]
+    assert {(r.next_poll_at - T0).total_seconds() for r in records} == {
+        (first_check(records[0], replace(model, fleet_share=0.0), 0.5).next_poll_at - T0).total_seconds()
+    }
+
+
+def test_a_damaged_recorded_fleet_share_is_refused() -> None:
+    recorded = _model().to_json()
+    for bad in (-0.1, 1.5, float("nan"), "wide"):
+        try:
+            Learnt.from_json(recorded | {"fleet_share": bad})
+        except ValueError as exc:
+            assert "fleet_share" in str(exc) or "damaged" in str(exc)
+        else:
+            raise AssertionError(f"fleet_share {bad!r} was accepted")

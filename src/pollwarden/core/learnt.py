@@ -107,6 +107,9 @@ class Learnt:
     """The operation's `[schedule] learn_key` value, if it has one (`core.learnt_inputs`)."""
     key_count: int = 0
     """Ended samples of that key: with fewer than `MIN_ENDED` the model is its contract's whole history."""
+    fleet_share: float = 0.0
+    """`FLEET_SHARE` as this model was made with (`phase`): recorded with it, so a decision made before the phase
+    existed (its model has none) replays as it was made."""
 
     @property
     def keyed(self) -> bool:
@@ -163,6 +166,7 @@ class Learnt:
             "longest": self.longest,
             "expected": self.expected,
             **({} if self.key is None else {"key": self.key, "key_count": self.key_count}),
+            **({"fleet_share": self.fleet_share} if self.fleet_share else {}),
         }
 
     @classmethod
@@ -184,9 +188,17 @@ class Learnt:
                 expected=float(data["expected"]),
                 key=None if data.get("key") is None else str(data["key"]),
                 key_count=int(data.get("key_count", 0)),
+                fleet_share=_share(data.get("fleet_share", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a learnt model is damaged: {type(exc).__name__} {exc}") from None
+
+
+def _share(value: Any) -> float:
+    share = float(value)
+    if not 0.0 <= share <= 1.0:  # also NaN: a recorded model is hostile until parsed
+        raise ValueError(f"fleet_share {value!r} is not a share between 0 and 1")
+    return share
 
 
 def _say(seconds: float) -> str:
@@ -462,6 +474,7 @@ def learn(contract: str, samples: Sequence[Sample], lag_target: float, max_gap: 
         p95=est.quantile(0.95),
         longest=est.longest,
         expected=expected,
+        fleet_share=FLEET_SHARE,
     )
 
 
@@ -507,7 +520,7 @@ def phase(record: OperationRecord, learnt: Learnt) -> float:
     id (a random token for every operation admission names), so operations admitted together spread and a
     replay of its record places each check again. As an age: the plan is read `phase` seconds ahead."""
     digest = hashlib.sha256(record.operation_id.encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") / 2**32 * FLEET_SHARE * learnt.lag_target
+    return int.from_bytes(digest[:4], "big") / 2**32 * learnt.fleet_share * learnt.lag_target
 
 
 def first_check(record: OperationRecord, learnt: Learnt | None, u: float) -> OperationRecord:
