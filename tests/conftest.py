@@ -24,6 +24,12 @@ from pollwarden.simulator import Simulator, contract_text
 from pollwarden.store.base import Store
 from tests import prefork
 
+# pytest rewrites every test module's asserts and keeps the result in __pycache__ unless bytecode writing is off,
+# as PYTHONDONTWRITEBYTECODE turns it off on the CI machine and here: then each worker rewrites and compiles all
+# ~300 test modules again, ~13 s CPU a worker (collecting the suite took 27.8 s CPU, 14.8 s with the cache). The
+# Makefile writes src's bytecode for the same reason; the processes the tests start keep the variable.
+sys.dont_write_bytecode = False
+
 
 def write_contract(path: Path, base_url: str, **options: Any) -> Path:
     """The simulator's contract, written where a CLI run can read it; options as `contract_text` takes them."""

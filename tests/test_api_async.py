@@ -7,7 +7,7 @@ import asyncio
 import json
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,12 +16,23 @@ import pollwarden
 from pollwarden import Progress, Succeeded, Watch, WatchCancelled, watch
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
+from pollwarden.store import Store
 from tests.conftest import run_cli, write_contract
 
-HINT = 10
+HINT = 60
 """The provider's poll hint after the first answer: the next request is due this many seconds later. A cancel must
 end the run before then (asserted against the stored due time, not as a duration), so the hint is long enough that
-no scheduler stall of a loaded machine reaches it; a resume waits it out once."""
+no scheduler stall of a loaded machine reaches it (the contracts' deadline is longer still); a resume does not
+wait it out: its store's clock is moved past it."""
+
+
+def _moved_store(home: Path) -> Store:
+    """The home's store, its clock (the engine's) HINT seconds and more ahead of the machine's: a resume polls at
+    once instead of waiting out the hint. The caller closes it."""
+    store = open_store(home)
+    honest = store.db_now
+    store.db_now = lambda: honest() + timedelta(seconds=HINT + 1)  # type: ignore[method-assign]
+    return store
 
 
 def _slow_job(sim: Simulator, job_id: str) -> None:
@@ -43,7 +54,9 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
     sim: Simulator, tmp_path: Path, home: Path
 ) -> None:
     _slow_job(sim, "slow-1")
-    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s", max_requests=6)
+    contract = write_contract(
+        tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s", max_requests=6, deadline="10m"
+    )
     seen: list[Progress] = []
 
     async def main() -> None:
@@ -89,7 +102,11 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
     time.sleep(0.5)
     assert sim.request_count("slow-1") == sent  # nothing kept polling behind the cancel
 
-    outcome = asyncio.run(watch(contract, home=home, operation_id="op-cancel"))
+    moved = _moved_store(home)
+    try:
+        outcome = asyncio.run(watch(contract, home=home, operation_id="op-cancel", store=moved))
+    finally:
+        moved.close()
     assert isinstance(outcome, Succeeded) and outcome.result == "/results/slow-1"
     assert outcome.record.deadline_at == before.deadline_at
     assert outcome.record.plan.max_status_requests == before.plan.max_status_requests == 6
@@ -99,14 +116,17 @@ def test_cancelling_the_awaiting_task_stops_polling_and_a_later_watch_resumes(
 
 def test_watch_cancel_from_another_thread_stops_a_blocking_run(sim: Simulator, tmp_path: Path, home: Path) -> None:
     _slow_job(sim, "slow-2")
-    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s")
+    contract = write_contract(tmp_path / "c.toml", sim.url, base_delay="5s", max_delay="5s", deadline="10m")
     polled = threading.Event()
 
     def told(progress: Progress) -> None:
         if progress.polled:
             polled.set()
 
-    watching = Watch(contract, "slow-2", home=home, operation_id="op-thread", on_progress=told)
+    watched, ahead = open_store(home), [timedelta(0)]
+    honest = watched.db_now
+    watched.db_now = lambda: honest() + ahead[0]  # type: ignore[method-assign]
+    watching = Watch(contract, "slow-2", home=home, operation_id="op-thread", on_progress=told, store=watched)
 
     def cancel_after_the_first_poll() -> None:
         polled.wait(30)
@@ -130,8 +150,13 @@ def test_watch_cancel_from_another_thread_stops_a_blocking_run(sim: Simulator, t
     assert sim.request_count("slow-2") == 1
     (event,) = _interrupted(home, "op-thread")
     assert event["by"] == "python api" and event["why"] == "cancelled"
-    # The same Watch runs again: the cancel was for that run, and this one resumes the operation.
-    outcome = watching.run()
+    # The same Watch runs again: the cancel was for that run, and this one resumes the operation (its clock moved
+    # past the hint, so it polls at once).
+    ahead[0] = timedelta(seconds=HINT + 1)
+    try:
+        outcome = watching.run()
+    finally:
+        watched.close()
     assert isinstance(outcome, Succeeded) and sim.request_count("slow-2") == 2
 
 

@@ -83,7 +83,17 @@ def signed(contract: Contract, event: str, body: dict[str, Any]) -> tuple[dict[s
             "User-Agent": "GitHub-Hookshot/044aadd",
         }
     else:
-        headers |= {"X-Gitlab-Event": event, "X-Gitlab-Token": secret, "Idempotency-Key": str(uuid.uuid4())}
+        # The headers GitLab 17.11 sends (a captured delivery: remember-5/gitlab-bot, test/gitlab-hooks/); a retry
+        # keeps `Idempotency-Key` (gitlab-org/gitlab!160952), which names the delivery.
+        headers |= {
+            "X-Gitlab-Event": event,
+            "X-Gitlab-Token": secret,
+            "Idempotency-Key": str(uuid.uuid4()),
+            "X-Gitlab-Webhook-UUID": str(uuid.uuid4()),
+            "X-Gitlab-Event-UUID": str(uuid.uuid4()),
+            "X-Gitlab-Instance": "https://gitlab.example.com",
+            "User-Agent": "GitLab/17.11.1-ee",
+        }
     return headers, data
 
 

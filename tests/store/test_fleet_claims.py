@@ -7,6 +7,9 @@ import threading
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from pollwarden import events as ev
 from pollwarden.core.contract.parse import parse_contract
@@ -14,7 +17,9 @@ from pollwarden.core.decide import reserve
 from pollwarden.core.reasons import Phase, StopReason
 from pollwarden.core.record import OperationRecord, new_record
 from pollwarden.store.base import Claimed
+from pollwarden.store.owner import process_owner, this_host, this_place
 from pollwarden.store.postgres import PostgresStore
+from pollwarden.store.sql_leases import PROBE_EVERY
 
 from .conftest import AnyStore, Backend, run_threads
 from .test_store import CONTRACT, T0
@@ -172,3 +177,55 @@ def test_one_postgres_store_is_safe_to_share_between_threads(pg_store: PostgresS
 
     run_threads(10, work)
     assert sorted(seen) == [f"op{i:02d}" for i in range(40)]
+
+
+def test_a_dead_holders_lease_is_claimed_at_once_and_every_other_held_one_waited_out(store: AnyStore) -> None:
+    """The fleet claim keeps `claim`'s rule (`lease_held`): a holder proved gone (this host, boot and PID namespace,
+    its pid gone) cannot be sending, so its lease is not waited out; one that cannot be proved gone (alive, another
+    host, namespace or boot, or an owner that does not say) is waited out, whoever the claimer is."""
+    boot, pidns = this_place()
+    if boot is None or pidns is None:
+        pytest.skip("no /proc here: nothing can be proved dead, every lease runs out")
+    dead = _no_process()
+    holders = {
+        "dead": process_owner("worker", pid=dead),
+        "dead-too": process_owner("worker", pid=dead),
+        "alive": process_owner("worker"),  # this test's own process
+        "elsewhere": f"worker/elsewhere-{this_host()}:{dead}:aa:{boot}:{pidns}",
+        "other-namespace": f"worker/{this_host()}:{dead}:aa:{boot}:1",
+        "other-boot": f"worker/{this_host()}:{dead}:aa:{'0' * 16}:{pidns}",
+        "unprovable": f"worker/{this_host()}:{dead}:aa",
+    }
+    for op, holder in holders.items():
+        _create(store, op, T0 - SECOND)
+        assert store.claim(op, holder, T0 - SECOND, TTL) is not None
+    _create(store, "free", T0)
+    claimer = process_owner("worker")
+    # Earliest due first, whether free or a dead holder's; a store's first claim looks for dead holders.
+    hour = timedelta(hours=1)  # the claimer's own leases outlast the test
+    assert _ids(store.claim_due(claimer, T0, hour, limit=1)) == ["dead"]
+    claimed, written = store.claim_due_then_write(claimer, T0, hour, 10, lambda claimed: [])  # the worker's claim
+    assert (_ids(claimed), written) == (["dead-too", "free"], [])
+    assert [c.lease.token for c in claimed] == [2, 1]
+    for op in ("dead", "dead-too"):
+        taken = [e.data for e in store.events(op) if e.kind == "lease_taken_over"]
+        assert [(e["previous_owner"], e["owner"]) for e in taken] == [(holders[op], claimer)]
+    assert store.claim_due(process_owner("worker"), T0, TTL, limit=10) == []  # the claimer is alive
+    assert sorted(_ids(store.claim_due(claimer, T0 - SECOND + TTL, TTL, limit=10))) == sorted(
+        op for op in holders if not op.startswith("dead")
+    )
+
+    # A claim that fills its limit with free rows looks for dead holders once a PROBE_EVERY, not every time: the
+    # claim above found fewer rows than its limit, so it looked.
+    later = T0 - SECOND + TTL
+    _create(store, "dead-later", T0)
+    assert store.claim("dead-later", process_owner("worker", pid=dead), later, TTL) is not None
+    _create(store, "free-1", T0 + SECOND)
+    _create(store, "free-2", T0 + SECOND)
+    assert _ids(store.claim_due(claimer, later + PROBE_EVERY - timedelta(microseconds=1), TTL, limit=1)) == ["free-1"]
+    assert _ids(store.claim_due(claimer, later + PROBE_EVERY, TTL, limit=1)) == ["dead-later"]
+
+
+def _no_process() -> int:
+    """A pid no process has: past the kernel's largest (no process is started: tests/store runs in `make test-fast`)."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1

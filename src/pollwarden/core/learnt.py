@@ -298,13 +298,13 @@ def _self_consistent(cells: int, shares: Sequence[tuple[int, list[float]]]) -> l
     visits = sum(len(weights) for _, weights in shares)
     for _ in range(min(EM_ROUNDS, EM_WORK // max(1, visits))):
         moved = [0.0] * cells
-        for first, weights in shares:
-            seen = [w * mass[first + j] for j, w in enumerate(weights)]
+        for first, weights in shares:  # by slices, not by index: the same sums, fewer steps
+            end = first + len(weights)
+            seen = [w * m for w, m in zip(weights, mass[first:end], strict=True)]
             total = sum(seen)
             if total <= 0:
                 seen, total = weights, 1.0
-            for j, part in enumerate(seen):
-                moved[first + j] += part / total
+            moved[first:end] = [before + part / total for before, part in zip(moved[first:end], seen, strict=True)]
         mass = _smoothed(moved, EM_SMOOTH)
     return mass
 
@@ -317,8 +317,17 @@ def _smoothed(mass: list[float], half: int) -> list[float]:
     prefix = [0.0]
     for m in mass:
         prefix.append(prefix[-1] + m)
-    out = [(prefix[min(cells, k + half + 1)] - prefix[max(0, k - half)]) / (min(cells, k + half + 1) - max(0, k - half))
-           for k in range(cells)]  # fmt: skip
+
+    def average(k: int) -> float:
+        low, high = max(0, k - half), min(cells, k + half + 1)
+        return (prefix[high] - prefix[low]) / (high - low)
+
+    # The cells whose window is whole divide by its width without the bounds' min and max (the same numbers).
+    inner = range(half, cells - half)
+    width = 2 * half + 1
+    out = ([average(k) for k in range(min(half, cells))]
+           + [(prefix[k + half + 1] - prefix[k - half]) / width for k in inner]
+           + [average(k) for k in range(max(half, cells - half), cells)])  # fmt: skip
     total, kept = sum(mass), sum(out)
     return out if kept <= 0 else [m * total / kept for m in out]
 
@@ -381,25 +390,34 @@ def _path(
     n = len(times) - 1
     cost = [0.0] * (n + 1)
     back = [0] * (n + 1)
-    late: deque[int] = deque()  # j with t_k - max_gap <= t_j <= t_k - lag, by increasing cost[j] - (1+w) cdf[j]
-    near: deque[int] = deque()  # j with t_j > t_k - lag (and within max_gap), by increasing cost[j] - cdf[j]
+    # Each queue holds (its value, j), the value kept rather than computed again at every comparison: the
+    # planner runs this ~30 times a plan, on every read of a model, and the recomputing was half its time.
+    scale = 1.0 + weight
+    late: deque[tuple[float, int]] = deque()  # j with t_k - max_gap <= t_j <= t_k - lag, by cost[j] - scale cdf[j]
+    near: deque[tuple[float, int]] = deque()  # j with t_j > t_k - lag (and within max_gap), by cost[j] - cdf[j]
     moved = 0  # every j below this is (or was) in `late`'s window
     for k in range(1, n + 1):
         t = times[k]
-        _push(near, k - 1, cost[k - 1] - cdf[k - 1], cost, cdf, 1.0)
+        value = cost[k - 1] - cdf[k - 1]
+        while near and near[-1][0] >= value:
+            near.pop()
+        near.append((value, k - 1))
         while moved < k and t - times[moved] >= lag:
-            _push(late, moved, cost[moved] - (1.0 + weight) * cdf[moved], cost, cdf, 1.0 + weight)
+            value = cost[moved] - scale * cdf[moved]
+            while late and late[-1][0] >= value:
+                late.pop()
+            late.append((value, moved))
             moved += 1
-        while late and t - times[late[0]] > max_gap:
+        while late and t - times[late[0][1]] > max_gap:
             late.popleft()
-        while near and (near[0] < moved or t - times[near[0]] > max_gap):
+        while near and (near[0][1] < moved or t - times[near[0][1]] > max_gap):
             near.popleft()
         best, arg = math.inf, 0
         if late:
-            j = late[0]
+            j = late[0][1]
             best, arg = cost[j] + 1.0 - cdf[j] + weight * (reach[k] - cdf[j]), j
         if near:
-            j = near[0]
+            j = near[0][1]
             c = cost[j] + 1.0 - cdf[j]
             if c < best:
                 best, arg = c, j
@@ -417,13 +435,6 @@ def _path(
         missed += max(0.0, reach[k] - cdf[previous])
         previous = k
     return Placement(tuple(times[k] for k in nodes), expected, missed)
-
-
-def _push(queue: deque[int], j: int, value: float, cost: Sequence[float], cdf: Sequence[float], scale: float) -> None:
-    """Append `j` to a queue kept in increasing cost[i] - scale * cdf[i] (its front is the window's least)."""
-    while queue and cost[queue[-1]] - scale * cdf[queue[-1]] >= value:
-        queue.pop()
-    queue.append(j)
 
 
 def learn(contract: str, samples: Sequence[Sample], lag_target: float, max_gap: float = math.inf) -> Learnt | None:

@@ -288,14 +288,15 @@ def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
 # -- leases --------------------------------------------------------------------------------------------
 
 
-def lease_held(stored: Stored, owner: str, now: datetime) -> bool:
-    """`claim` must wait: another owner holds an unexpired lease, and is not a dead process on this host."""
+def lease_held(holder: str | None, expires_at: datetime | None, owner: str, now: datetime) -> bool:
+    """A claim by `owner` must wait (`claim` and the fleet's `claim_due` alike): another owner holds an unexpired
+    lease, and is not a dead process on this host."""
     return (
-        stored.lease_owner is not None
-        and stored.lease_owner != owner
-        and stored.lease_expires_at is not None
-        and stored.lease_expires_at > now
-        and not holder_dead(stored.lease_owner)
+        holder is not None
+        and holder != owner
+        and expires_at is not None
+        and expires_at > now
+        and not holder_dead(holder)
     )
 
 

@@ -28,6 +28,11 @@ from .sql_outbox import Outbox
 MARKED = "set aside: "
 """How the `unreadable` column's text begins: a row read back with it was set aside by a claim already."""
 
+PROBE_EVERY = timedelta(seconds=1)
+"""How often a fleet claim that found work enough among the free rows still looks for dead holders' leases: their
+operations wait at most this long rather than a lease's TTL, and a claimer on a long backlog pays the scan of the
+holders (every active row's lease, read from the `operations_console` index) once a second, not once a batch."""
+
 IN_LIST = 500
 """Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
 
@@ -36,18 +41,25 @@ def chunks(values: Sequence[str]) -> list[list[str]]:
     return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
 
 
-def claim_due_query(dialect: Dialect, skipping: int = 0) -> str:
-    """The fleet claim's SELECT (parameters: now, now, now, the `skipping` contract names passed over, limit): an
-    operation paced to a later slot (`paced_until`) is due, but not claimed before its slot. Its ORDER
-    BY is the order of the partial index `operations_due_order` (schema 4), so the database reads the first
+DUE = "phase = 'active' AND next_poll_at <= ? AND (paced_until IS NULL OR paced_until <= ?) AND unreadable IS NULL"
+"""What the fleet claims (parameters: now, now): an operation paced to a later slot (`paced_until`) is due, but
+not claimed before its slot."""
+
+
+def claim_due_query(dialect: Dialect, skipping: int = 0, *, of_holders: int = 0) -> str:
+    """The fleet claim's SELECT (parameters: now, now, now, the `skipping` contract names passed over, limit). Its
+    ORDER BY is the order of the partial index `operations_due_order` (schema 4), so the database reads the first
     `limit` due rows and stops instead of sorting the whole backlog; tests/store/test_claim_plan.py fails if
-    either backend's plan sorts."""
+    either backend's plan sorts. `of_holders`: the rows held by that many named owners instead of the free ones
+    (parameters: now, now, the owners, the names passed over, limit)."""
     passed_over = f" AND contract_name NOT IN ({marks(skipping)})" if skipping else ""
+    lease = (
+        f"lease_owner IN ({marks(of_holders)})"
+        if of_holders
+        else "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+    )
     return (
-        f"SELECT {STORED_COLUMNS} FROM operations WHERE phase = 'active' AND next_poll_at <= ?"
-        " AND (paced_until IS NULL OR paced_until <= ?)"
-        " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) AND unreadable IS NULL"
-        f"{passed_over}"
+        f"SELECT {STORED_COLUMNS} FROM operations WHERE {DUE} AND {lease}{passed_over}"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
     )
 
@@ -62,6 +74,7 @@ class Leases(Outbox):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._set_aside: deque[UnreadableRow] = deque()
+        self._probe_after: datetime | None = None
 
     def take_set_aside(self) -> list[UnreadableRow]:
         taken: list[UnreadableRow] = []
@@ -116,7 +129,7 @@ class Leases(Outbox):
                 raise StoreError(f"operation {operation_id} does not exist")
             if isinstance(stored, UnreadableRow):
                 continue  # answered None, as a lease held elsewhere is: the caller's next read names it
-            if operation_id not in taking and not lease_held(stored, owner, now):
+            if operation_id not in taking and not lease_held(stored.lease_owner, stored.lease_expires_at, owner, now):
                 taking[operation_id] = (stored, owner, now + ttl)
         unreadable = [one for one in found.values() if isinstance(one, UnreadableRow)]
         if lock_logs:
@@ -139,9 +152,10 @@ class Leases(Outbox):
         """The fleet claim: up to `limit` due operations that are unleased or whose lease expired, earliest
         due first, none of a contract named in `skip` (one whose credential the claimer is still reading). The
         rows stay locked from the select to commit (SQLite: the one write lock; PostgreSQL: rows another claimer
-        holds are skipped, not waited for), so no two claimers get one operation. A lease of a dead holder is
-        taken only once it expires: a process's death can only be proved from its own host, which `claim`
-        covers."""
+        holds are skipped, not waited for), so no two claimers get one operation. The leases of holders proved
+        dead are taken too, in the same order, as `claim` takes them (`lease_held`): a holder on another host, boot
+        or PID namespace is never judged by its pid, and its lease runs out. They are looked for whenever the free
+        rows fall short of `limit`, and otherwise once a `PROBE_EVERY`."""
         if limit <= 0:
             return []
         with self._tx() as tx:
@@ -164,7 +178,12 @@ class Leases(Outbox):
         passed_over = sorted(skip)
         rows = tx.execute(claim_due_query(self.dialect, len(passed_over)), (at, at, at, *passed_over, limit)).fetchall()
         read = [stored_from_row(row, self.dialect.moment) for row in rows]
-        due = [(one.record.operation_id, one) for one in read if isinstance(one, Stored)]
+        if len(read) < limit or self._probe_after is None or now >= self._probe_after:
+            self._probe_after = now + PROBE_EVERY
+            read += self._of_dead_holders(tx, owner, now, limit, passed_over)
+        # Earliest due first across both reads (a dead holder's rows were due before its death, so they often are).
+        ordered = sorted((one for one in read if isinstance(one, Stored)), key=_due_order)[:limit]
+        due = [(one.record.operation_id, one) for one in ordered]
         unreadable = [one for one in read if isinstance(one, UnreadableRow)]
         if lock_logs:
             self._lock_logs(tx, [operation_id for operation_id, _ in due] + [row.operation_id for row in unreadable])
@@ -173,6 +192,30 @@ class Leases(Outbox):
         return [
             Claimed(lease, stored.record, stored.contract_text) for lease, (_, stored) in zip(leases, due, strict=True)
         ]
+
+    def _of_dead_holders(
+        self, tx: Tx, owner: str, now: datetime, limit: int, passed_over: Sequence[str]
+    ) -> list[Stored | UnreadableRow]:
+        """Up to `limit` due rows whose unexpired lease `claim` would take (`lease_held`: its holder is proved
+        dead), locked as the free ones are. The holders are read first, unlocked (an index-only read): the rows of
+        live ones, in flight elsewhere, are neither locked nor read, nor can they crowd a dead holder's out."""
+        at = self.dialect.stamp(now)
+        held = (
+            "SELECT lease_owner, MAX(lease_expires_at) FROM operations WHERE phase = 'active'"
+            " AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > ? GROUP BY lease_owner"
+        )
+        holders = tx.execute(held, (owner, at)).fetchall()
+        dead = sorted(
+            str(holder)
+            for holder, expires in holders
+            if not lease_held(holder, self.dialect.moment(expires), owner, now)
+        )
+        read: list[Stored | UnreadableRow] = []
+        for chunk in chunks(dead):
+            query = claim_due_query(self.dialect, len(passed_over), of_holders=len(chunk))
+            rows = tx.execute(query, (at, at, *chunk, *passed_over, limit - len(read))).fetchall()
+            read += [stored_from_row(row, self.dialect.moment) for row in rows]
+        return read
 
     def defer_paced(self, lease: Lease, until: datetime, event: NewEvent, now: datetime) -> bool:
         """Fenced: the operation stays due, is not claimed before `until`, and its lease is given back; `event` is
@@ -223,3 +266,8 @@ class Leases(Outbox):
             Lease(operation_id, owner, stored.lease_token + 1, expires)
             for operation_id, (stored, owner, expires) in rows.items()
         ]
+
+
+def _due_order(stored: Stored) -> tuple[datetime, str]:
+    """The fleet claim's order, `claim_due_query`'s ORDER BY."""
+    return stored.record.next_poll_at, stored.record.operation_id
