@@ -216,3 +216,27 @@ def test_bad_learning_keys_name_the_field(extra: str, named: str) -> None:
 
     with pytest.raises(ContractError, match=rf"\[schedule\]\.{named}"):
         parse_contract(_schedule(extra), source="c.toml")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 26, open: the estimate keeps holes between a few jobs spread over a wide hump, and the plan puts "
+    "its long gaps in them (found 2026-12-07; a fixed 5-job smoothing span fixed this but cost more requests than "
+    "the plain backoff on narrow sparse humps and broke six hostile-history tests). Strict: it fails the suite "
+    "once the estimate is fixed, so the marker goes with the fix.",
+)
+def test_a_few_jobs_over_a_wide_hump_leave_no_holes_for_the_plan_to_skip() -> None:
+    """Sixty jobs of two kinds (20 s and 10 min, sigma 0.3): thirty over a ten-minute-wide hump leave gaps between
+    them that are not where jobs never end. Planned as if they were, 13-22 % of fresh jobs of the same kinds were
+    found later than the target (p95 lag 50-72 s; bench/learn_keys.py's two wide kinds missed it the same way)."""
+
+    def wide(rng: random.Random) -> float:
+        return (20.0 if rng.random() < 0.5 else 600.0) * math.exp(rng.gauss(0, 0.3))
+
+    for seed in range(1, 6):
+        rng = random.Random(seed)
+        model = learn("exports", _samples([wide(rng) for _ in range(60)]), LAG, 120.0)
+        assert model is not None
+        _, lags = _simulate(model, [wide(rng) for _ in range(4000)])
+        late = sum(1 for lag in lags if lag > LAG) / len(lags)
+        assert late <= 0.04 and lags[int(0.95 * len(lags))] <= LAG, (seed, late)
