@@ -130,7 +130,9 @@ def _run(workload: str, schedule: str, jobs: int, warm: int, seed: int) -> Outco
                 provider.ends[job] = clock() + timedelta(seconds=median * math.exp(rng.gauss(0, sigma)))
                 provider.kinds[job] = kind
                 before = provider.requests
-                record = engine.admit(WatchRequest(c, job, by="bench")).record
+                # Named, not drawn: an id sets its fleet phase (`core.learnt.phase`), so each run is the same.
+                request = WatchRequest(c, job, operation_id=f"bench-{seed}-{n}", by="bench")
+                record = engine.admit(request).record
                 engine.run(c, provider, record.operation_id, Watching(sleep=clock.sleep), record=record)
                 if n >= warm:
                     lag = (clock() - provider.ends[job]).total_seconds()

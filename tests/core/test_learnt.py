@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.core import ContractError, Decision, decide, observe, reserve
-from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, sample_of
+from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, phase, sample_of
 from pollwarden.core.reasons import DelaySource, StopReason
 from pollwarden.core.record import OperationRecord
 from tests.core.support import T0, body, contract_text, make_contract, make_record, response
@@ -145,7 +145,7 @@ def test_a_pending_answer_waits_for_the_next_learnt_check_and_says_why() -> None
     model = _model()
     decision = _pending_decision(make_record(), model, body("running"), 1.0)
     assert decision.delay_source is DelaySource.LEARNT
-    expected = model.next_check(1.0, 0.5)
+    expected = model.next_check(1.0 + phase(make_record(), model), 0.5)  # its plan, read its phase ahead
     assert expected is not None
     assert decision.next_poll_at == T0 + timedelta(seconds=1.0 + expected)
     assert f"learnt from {model.count} ended jobs of exports (p5 " in decision.detail
@@ -160,7 +160,7 @@ def test_a_learnt_delay_keeps_max_delay_and_a_valid_hint_as_a_floor() -> None:
     assert capped.next_poll_at is not None
     waited = capped.next_poll_at - T0 - timedelta(seconds=1)
     assert timedelta(seconds=90) < waited <= timedelta(seconds=120)  # max_delay 120 s: equal steps to the check
-    assert abs(waited.total_seconds() - 599.0 / 5) < 1e-3
+    assert abs(waited.total_seconds() - (599.0 - phase(make_record(), model)) / 5) < 1e-3
     hinted = _pending_decision(make_record(), _model(checks=[20.0]), body("running", poll_after_seconds=90), 1.0)
     assert hinted.delay_source is DelaySource.PROVIDER_POLL_HINT and hinted.next_poll_at == T0 + timedelta(seconds=91)
     early_hint = _pending_decision(make_record(), _model(checks=[60.0]), body("running", poll_after_seconds=10), 1.0)
@@ -187,7 +187,7 @@ def test_the_first_check_is_placed_by_the_plan() -> None:
     model = _model()
     placed = first_check(make_record(), model, 0.5)
     assert placed.delay_source is DelaySource.LEARNT
-    assert placed.next_poll_at == T0 + timedelta(seconds=model.checks[0])
+    assert placed.next_poll_at == T0 + timedelta(seconds=model.checks[0] - phase(make_record(), model))
     assert first_check(make_record(), None, 0.5) == make_record()
 
 
@@ -216,3 +216,27 @@ def test_bad_learning_keys_name_the_field(extra: str, named: str) -> None:
 
     with pytest.raises(ContractError, match=rf"\[schedule\]\.{named}"):
         parse_contract(_schedule(extra), source="c.toml")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 26, open: the estimate keeps holes between a few jobs spread over a wide hump, and the plan puts "
+    "its long gaps in them (found 2026-12-07; a fixed 5-job smoothing span fixed this but cost more requests than "
+    "the plain backoff on narrow sparse humps and broke six hostile-history tests). Strict: it fails the suite "
+    "once the estimate is fixed, so the marker goes with the fix.",
+)
+def test_a_few_jobs_over_a_wide_hump_leave_no_holes_for_the_plan_to_skip() -> None:
+    """Sixty jobs of two kinds (20 s and 10 min, sigma 0.3): thirty over a ten-minute-wide hump leave gaps between
+    them that are not where jobs never end. Planned as if they were, 13-22 % of fresh jobs of the same kinds were
+    found later than the target (p95 lag 50-72 s; bench/learn_keys.py's two wide kinds missed it the same way)."""
+
+    def wide(rng: random.Random) -> float:
+        return (20.0 if rng.random() < 0.5 else 600.0) * math.exp(rng.gauss(0, 0.3))
+
+    for seed in range(1, 6):
+        rng = random.Random(seed)
+        model = learn("exports", _samples([wide(rng) for _ in range(60)]), LAG, 120.0)
+        assert model is not None
+        _, lags = _simulate(model, [wide(rng) for _ in range(4000)])
+        late = sum(1 for lag in lags if lag > LAG) / len(lags)
+        assert late <= 0.04 and lags[int(0.95 * len(lags))] <= LAG, (seed, late)

@@ -16,7 +16,7 @@ from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.learnt import MIN_ENDED, WINDOW, WINDOW_AGE
 from pollwarden.core.reasons import Phase
-from pollwarden.engine import Engine, Polled, Watching, learning
+from pollwarden.engine import Engine, Polled, Watching
 from pollwarden.home.operating import open_store
 from pollwarden.report.why import explain, pick
 from pollwarden.simulator import contract_text
@@ -84,13 +84,8 @@ def _second_decision(engine: Engine, contract: Contract, jobs: KindedJobs, model
     return event.data
 
 
-def test_each_key_learns_its_own_durations_and_a_young_key_borrows_the_contracts(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A model is read again once this process ended one of its contract's operations, at most once a second:
-    # here at once (whatever a read cost), so what is asked below does not depend on how fast the runs above went.
-    monkeypatch.setattr(learning, "SETTLE", 0.0)
-    monkeypatch.setattr(learning, "SHARE", math.inf)
+@pytest.mark.usefixtures("models_read_at_once")  # what is asked below does not depend on how fast the runs went
+def test_each_key_learns_its_own_durations_and_a_young_key_borrows_the_contracts(store: Store) -> None:
     clock = Clock()
     contract = _contract()
     install(store, contract)
@@ -134,6 +129,7 @@ def test_a_hostile_key_is_never_kept_and_the_job_learns_from_the_whole_contract(
     refusals = [e for e in store.events(operations[0].operation_id) if e.kind == "guidance_rejected"]
     assert refusals and all(e.data["value"] == "[secret]" for e in refusals)
     assert "holds the credential" in str(refusals[0].data["why"])
+    assert str(refusals[0].data["why"]).endswith("not used: this job learns from its contract's whole history")
 
 
 class EstimatingJobs(Jobs):

@@ -7,11 +7,12 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 
 from pollwarden.actions.provider import submit
+from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.learnt import MIN_ENDED, Learnt, first_check
 from pollwarden.core.reasons import DelaySource
@@ -55,26 +56,29 @@ def _submit(store: Store, contract: Contract, clock: Clock, body: object, operat
         ).record
 
 
+def _model(store: Store, contract: Contract, clock: Clock, key: str | None = None) -> Learnt | None:
+    """The model a new operation of `contract` is placed by (`Models.for_new`: its lag target, and its `max_delay`
+    as the widest gap, which the plan is made within), read now."""
+    return learning.Models(store, clock).for_new(WatchRequest(contract, None, by="tests"), key)
+
+
 def _jittered_range(record: OperationRecord, model: Learnt) -> tuple[datetime, datetime]:
-    """The earliest and the latest first check `model` places for `record`, over its jitter draw."""
+    """The earliest and the latest first check `model` places for `record`, over its jitter draw: every draw on a
+    fine grid, not the two ends alone, as a check planned past `max_delay` is drawn back from it (`next_check`), the
+    later the draw the earlier the check."""
     base = replace(record, next_poll_at=record.created_at, delay_source=DelaySource.LOCAL_BACKOFF)
-    return first_check(base, model, 0.0).next_poll_at, first_check(base, model, 1.0 - 1e-9).next_poll_at
+    placed = [first_check(base, model, n / 10_000).next_poll_at for n in range(10_000)]
+    return min(placed), max(placed)
 
 
+@pytest.mark.usefixtures("models_read_at_once")
 def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Loopback, store: Store) -> None:
     clock = Clock()
     contract = _contract(provider.url)
     _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": "large", "input": "x"}, "op-large")
     assert record.delay_source is DelaySource.LEARNT and record.sample_key == "large"
-    models = learning.Models(store, clock)
-    # Within the contract's max_delay, as admission asks (`Models.for_new`): a plan without that bound can place its
-    # first check elsewhere, and did when load changed the history (seen once under load: 2 minutes past `latest`).
-    gap = contract.schedule.max_delay
-    large, whole = (
-        models.model(contract.name, timedelta(seconds=30), "large", gap),
-        models.model(contract.name, timedelta(seconds=30), max_gap=gap),
-    )
+    large, whole = _model(store, contract, clock, "large"), _model(store, contract, clock)
     assert large is not None and large.keyed and whole is not None
     earliest, latest = _jittered_range(record, large)
     assert earliest <= record.next_poll_at <= latest  # the key's plan: the large jobs' first check
@@ -83,6 +87,7 @@ def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Lo
     assert stored is not None and stored.record == record
 
 
+@pytest.mark.usefixtures("models_read_at_once")
 @pytest.mark.parametrize("model", [{"name": "large"}, "[secret]", "x" * 10_240, None])
 def test_a_hostile_or_missing_key_in_the_body_learns_from_the_whole_contract(
     provider: Loopback, store: Store, model: object
@@ -92,9 +97,7 @@ def test_a_hostile_or_missing_key_in_the_body_learns_from_the_whole_contract(
     _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": model}, "op-other")
     assert record.sample_key is None and record.delay_source is DelaySource.LEARNT
-    whole = learning.Models(store, clock).model(
-        contract.name, timedelta(seconds=30), max_gap=contract.schedule.max_delay
-    )
+    whole = _model(store, contract, clock)
     assert whole is not None
     earliest, latest = _jittered_range(record, whole)
     assert record.created_at < earliest <= record.next_poll_at <= latest
@@ -107,3 +110,31 @@ def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: L
     record = _submit(store, contract, clock, {"model": "large"}, "op-plain")
     assert record.delay_source is DelaySource.LOCAL_BACKOFF
     assert record.next_poll_at == record.created_at  # first_check 0s
+
+
+@pytest.mark.parametrize(
+    ("model", "shown", "why"),
+    [
+        ({"name": "large"}, "", "a JSON object"),
+        ("[secret]", "[secret]", "holds the credential"),
+        ("x" * 10_240, "x" * 77 + "...", "longer than 64 characters"),
+        ("gpu\x1b[2J\nlarge", "gpu\\x1b[2J\\nlarge", "holds control characters"),
+        ("\x07" * 100, ("\\x07" * 20)[:77] + "...", "longer than 64 characters"),
+    ],
+)
+def test_a_key_refused_in_the_body_leaves_one_event_saying_it_was_not_used(
+    provider: Loopback, store: Store, model: object, shown: str, why: str
+) -> None:
+    """The refusal is audited with the submission (as a refused key of an answer is), in the words hostile values
+    get elsewhere: cut to 80 characters, control characters escaped, a credential never shown."""
+    clock = Clock()
+    contract = _contract(provider.url)
+    _history(store, contract, clock)
+    record = _submit(store, contract, clock, {"model": model}, "op-refused")
+    assert record.sample_key is None and record.delay_source is DelaySource.LEARNT  # the whole history places it
+    refused = [e for e in store.events("op-refused") if e.kind == "guidance_rejected"]
+    assert len(refused) == 1, refused
+    data = refused[0].data
+    assert data["source"] == "learn_key model" and data["value"] == shown
+    assert why in data["why"] and "not used" in data["why"] and "whole history" in data["why"]
+    assert all(ord(ch) >= 32 for text in data.values() if isinstance(text, str) for ch in text)

@@ -133,3 +133,50 @@ def test_pushes_during_a_check_in_flight_share_one_retry_that_wakes_once_the_che
         time.sleep(0.01)
     stored = store.get(operation_id)
     assert stored is not None and stored.record.next_poll_at <= store.db_now()
+
+
+def test_stop_waits_for_a_retry_thread_caught_mid_wake(home: Path) -> None:
+    """A retry thread that is waking its operation when the receiver stops finishes before `stop` returns: after
+    it, the caller closes the store the thread was writing to. Held mid-wake by the receiver's own log (what it
+    tells once the wake is written), released when `stop` says it waits for it, or else once `stop` returned."""
+    from datetime import timedelta
+
+    from pollwarden.core.admission import WatchRequest
+    from pollwarden.core.reasons import DelaySource
+    from pollwarden.engine import Engine
+    from pollwarden.events import Paced
+
+    told: list[str] = []
+    mid_wake, waited, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def log(event: str, **fields: object) -> None:
+        if event == "push_retries_waited":
+            waited.set()
+        if event == "push_woke":  # in the retry thread, the wake just written
+            mid_wake.set()
+            assert waited.wait(60) or returned.wait(60)
+            told.append("retry finished" + (" after stop returned" if returned.is_set() else ""))
+
+    store = open_store(home, keys="write")
+    contract = parse_contract(contract_text("http://127.0.0.1:9", base_delay="10m", max_delay="10m", extra=PUSH))
+    install(store, contract)
+    server = HooksServer(Receiver(store, owner=process_owner("hooks"), log=log, environ={"EXPORTS_HOOK": SECRET}))
+    server.start()
+    try:
+        operation_id = Engine(store, owner="w").admit(WatchRequest(contract, "exp-7", by="test")).record.operation_id
+        claimed = store.claim(operation_id, "w", store.db_now(), timedelta(seconds=30))  # a check in flight
+        assert claimed is not None
+        assert _status(_raw(server, _post("/hooks/exports", *signed("exp-7", "msg_mid")))) == 202  # busy: a retry
+        now = store.db_now()
+        answered = claimed[1].observed(at=now, http_status=200, request_id=None, state="running", rate_limited=False)
+        later = answered.waiting(now + timedelta(minutes=10), DelaySource.LOCAL_BACKOFF)
+        assert store.write(claimed[0], later, [Paced(provider="test", until=None)], now, release=True)
+        assert mid_wake.wait(60), "the retry never woke the operation"
+        server.stop()
+        told.append("stop returned")
+        returned.set()
+    finally:
+        returned.set()
+        store.close()
+    assert told[:2] == ["retry finished", "stop returned"], told
+    assert not [t for t in threading.enumerate() if t.name == "pollwarden-push-retry" and t.is_alive()]

@@ -47,13 +47,16 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
             op = (await agent.call("start_watch", contract="exports", job_id="never-p1")).data["operation_id"]
             notes: list[Note] = []
             began = time.monotonic()
-            # 8 s: two polls (1-2 s apart) come inside it even when a loaded machine stalls the server for seconds.
-            waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=8)
+            # Waits of 8 s, asked again until two polls (1-2 s apart) were made: a loaded machine that stalls the
+            # server for seconds gets another wait, not a failure (the 1m deadline bounds the loop).
+            while True:
+                waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=8)
+                assert waited.ok and waited.data["status"] == "not_yet", waited.text
+                assert "max_wait_seconds_capped_to" not in waited.data  # a reporting call keeps the 300 s cap
+                polls = sim.request_count("never-p1")
+                if polls >= 2:
+                    break
             ended = time.monotonic()
-            assert waited.ok and waited.data["status"] == "not_yet", waited.text
-            assert "max_wait_seconds_capped_to" not in waited.data  # a reporting call keeps the 300 s cap
-            polls = sim.request_count("never-p1")
-            assert polls >= 2, polls
 
             values = [n.progress for n in notes]
             assert all(a < b for a, b in itertools.pairwise(values)), values

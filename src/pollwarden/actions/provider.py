@@ -21,11 +21,12 @@ from ..core.contract.parse import Contract, Submit
 from ..core.contract.result import fetch_url, result_url_problem
 from ..core.expr import json_type, lookup
 from ..core.identity import canonical_job
-from ..core.learnt import first_check
+from ..core.learnt_first import FirstCheck, place_first
 from ..core.learnt_inputs import key_value
 from ..core.observe import BodyError, Response, TransportFailure, parse_document
 from ..core.record import OperationRecord, new_record
 from ..core.result_part import no_result_problem, result_part
+from ..core.schedule import Rejection
 from ..core.watchability import Refused, checked
 from ..engine import learning
 from ..engine.installed import not_installed
@@ -190,13 +191,15 @@ def submit(
         lag_target=limits.lag_target,
         status_location=location,
     )
-    record = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
+    first, refused = _learnt_first(store, WatchRequest(contract, None, limits=limits, by=by), record, body, client)
+    record = first.record
     accepted = Submission(
         operation_id, print_fp, submission.idempotency_token, body, "accepted", job_id, location, submission.created_at
     )
-    event = ev.Submitted.of(record, http_status=exchange.status, resent=resent)
+    event = ev.Submitted.of(record, http_status=exchange.status, resent=resent, first=first)
     try:
-        store.accept_submission(accepted, record, contract.source_text, event)
+        also = () if refused is None else (ev.GuidanceRejected.of(refused),)  # a key of the body, not used
+        store.accept_submission(accepted, record, contract.source_text, event, also)
     except JobWatched as exc:
         said = _duplicate(exc.operation_id)
         duplicate = ev.SubmissionDuplicate(http_status=exchange.status, watched_by=exc.operation_id, detail=said)
@@ -207,23 +210,24 @@ def submit(
 
 def _learnt_first(
     store: Store, request: WatchRequest, record: OperationRecord, body: bytes, client: StatusClient
-) -> OperationRecord:
+) -> tuple[FirstCheck, Rejection | None]:
     """The submitted job's kind (`[schedule] learn_key` in the submitted JSON body) and its first check, placed by
     its contract's learnt history as a watch's is (`core.learnt.first_check`): one read of the samples, not the
     engine's shared cache, whose clock is an engine's. A key the body does not hold, or one refused (an object, a
-    secret, too long), is no key: the first answer may still name it."""
+    secret, too long), is no key: the first answer may still name it. A refused one comes back with its
+    rejection, which the submission's trail records (as an answer's is)."""
     contract = request.contract
     spec = contract.submit
     expression = contract.schedule.learn_key
-    key = None
+    key, refused = None, None
     if expression is not None and spec is not None and spec.encoding != "form":
         try:
-            key, _refused = key_value(expression, parse_document(body), client)
+            key, refused = key_value(expression, parse_document(body), client)
         except BodyError:
             key = None
     keyed = record.keyed(key)
     learnt = learning.Models(store, lambda: record.created_at).for_new(request, key)
-    return first_check(keyed, learnt, secrets.SystemRandom().random())
+    return place_first(keyed, learnt, secrets.SystemRandom().random()), refused
 
 
 def _duplicate(watching: str) -> str:

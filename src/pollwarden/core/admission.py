@@ -24,7 +24,8 @@ from .ids import (
     operation_id_problem,
     submission_operation_id,
 )
-from .learnt import Learnt, first_check
+from .learnt import Learnt
+from .learnt_first import place_first
 from .record import OperationRecord, new_record
 from .scrub import Scrubber
 
@@ -538,8 +539,8 @@ def admit(
         useful_for=limits.useful_for or contract.escalation.useful_for,
         status_location=request.status_location,
     )
-    record = first_check(record, learnt, u)
-    return Create(record, created_event(record, request.by))
+    first = place_first(record, learnt, u)  # recorded with what placed it: `why` replays it
+    return Create(first.record, {**created_event(first.record, request.by), **first.event_fields()})
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .durations import format_duration, format_rfc3339
-from .learnt import SNAP_SHARE, Learnt, usable
+from .learnt import SNAP_SHARE, Learnt, phase, usable
 from .learnt_inputs import estimate_words, near_estimate
 from .observe import Kind, Observation
 from .reasons import Category, DelaySource, StopReason
@@ -227,7 +227,7 @@ class _Ctx:
         if learnt is None or record.rate_limited_consecutive:
             return None
         age, cap = (self.now - record.created_at).total_seconds(), record.plan.schedule.max_delay.total_seconds()
-        delay = learnt.next_check(age, self.u, cap)
+        delay = learnt.next_check(age + phase(record, learnt), self.u, cap)  # its own phase: no fleet waves
         return None if delay is None else timedelta(seconds=delay)
 
     def _when(

@@ -38,13 +38,15 @@ def key_value(expression: str, document: Any, secret: HoldsSecret | None = None)
     The refused value is shown cut to 80 characters, and never when it holds the credential."""
     found = lookup(expression, document)
     if found.problem is not None:
-        return None, Rejection(f"learn_key {expression}", "", found.problem)
+        return None, Rejection(f"learn_key {expression}", "", f"{found.problem}; {NOT_USED}")
     if not found.present:
         return None, None
     value = found.value
 
     def refused(why: str, shown: str | None = None) -> tuple[None, Rejection]:
-        return None, Rejection(f"learn_key {expression}", shorten(str(value) if shown is None else shown), why)
+        # Shown as other hostile values are: cut to 80 characters, and never a control character (escaped).
+        text = str(value) if shown is None else shown
+        return None, Rejection(f"learn_key {expression}", shorten(_escaped(text)), f"{why}; {NOT_USED}")
 
     if isinstance(value, bool):
         text = "true" if value else "false"
@@ -64,9 +66,21 @@ def key_value(expression: str, document: Any, secret: HoldsSecret | None = None)
         return refused("empty")
     if len(text) > MAX_KEY:
         return refused(f"longer than {MAX_KEY} characters: an id, not a kind of job")
-    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 or ch in "\u2028\u2029" for ch in text):
-        return refused("holds control characters", text.encode("unicode_escape").decode("ascii"))
+    if _controls(text):
+        return refused("holds control characters")
     return text, None
+
+
+NOT_USED = "not used: this job learns from its contract's whole history"
+"""What a refused key's rejection adds: the operation goes on, planned as one with no key."""
+
+
+def _controls(text: str) -> bool:
+    return any(ord(ch) < 32 or 127 <= ord(ch) < 160 or ch in "\u2028\u2029" for ch in text)
+
+
+def _escaped(text: str) -> str:
+    return text.encode("unicode_escape").decode("ascii") if _controls(text) else text
 
 
 def estimate_at(contract: Contract, document: Any, at: datetime) -> tuple[datetime | None, tuple[Rejection, ...]]:

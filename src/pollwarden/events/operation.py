@@ -12,6 +12,7 @@ from ..core.codec import record_to_json
 from ..core.contract.result import JSONValue, counts_text, result_text
 from ..core.decide import Decision
 from ..core.durations import format_rfc3339
+from ..core.learnt_first import FirstCheck
 from ..core.observe import Observation
 from ..core.reasons import Phase
 from ..core.record import OperationRecord
@@ -41,6 +42,10 @@ class Created(AuditEvent):
     deadline_at: str | None = None
     max_status_requests: int | None = None
     max_transport_failures: int | None = None
+    placed: Mapping[str, Any] | None = None
+    """The first check's placement by the learnt history, when a model was handed in (`core.learnt_first`)."""
+    inputs: Mapping[str, Any] | None = None
+    """What placed it, for `why` to replay; absent in an older version's event."""
 
     @classmethod
     def of(cls, record: OperationRecord, created_by: str) -> Created:
@@ -53,7 +58,13 @@ class Created(AuditEvent):
             f" deadline {clock_text(self.deadline_at)},"
             f" budget {count_words(self.max_status_requests, 'check')},"
             f" {count_words(self.max_transport_failures, 'transport failure')}"
-        )
+        ) + first_check_words(self.placed)
+
+
+def first_check_words(placed: Mapping[str, Any] | None) -> str:
+    """A creating event's learnt first check in words ("; first check in 42s: learnt from ..."), else nothing."""
+    detail = None if placed is None else placed.get("detail")
+    return f"; {detail}" if isinstance(detail, str) and detail else ""
 
 
 @event
@@ -454,9 +465,14 @@ class Submitted(AuditEvent):
     contract: str | None = None
     deadline_at: str | None = None
     max_status_requests: int | None = None
+    placed: Mapping[str, Any] | None = None
+    """As `Created.placed`: the first check's placement by the learnt history."""
+    inputs: Mapping[str, Any] | None = None
 
     @classmethod
-    def of(cls, record: OperationRecord, *, http_status: int, resent: bool) -> Submitted:
+    def of(
+        cls, record: OperationRecord, *, http_status: int, resent: bool, first: FirstCheck | None = None
+    ) -> Submitted:
         return cls.from_json(
             {
                 **record.summary(),
@@ -464,6 +480,7 @@ class Submitted(AuditEvent):
                 "http_status": http_status,
                 "status_location": record.status_location,
                 "resent_with_same_token": resent,
+                **({} if first is None else first.event_fields()),
             }
         )
 
@@ -472,7 +489,7 @@ class Submitted(AuditEvent):
             f"{scene.at} submitted job {said(self.job)} ({said(self.contract)}),"
             f" deadline {clock_text(self.deadline_at)},"
             f" budget {said(self.max_status_requests)}"
-        )
+        ) + first_check_words(self.placed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,9 @@ READ_TIMEOUT = 5.0
 
 RETRY = 0.05
 """Seconds between tries to wake an operation whose check was in flight when its push came."""
+STOP_WAIT = 10.0
+"""Seconds `HooksServer.stop` waits at most for retry threads to finish the wake they are in (a store call): after
+stop its caller closes the store, which a thread still writing would then meet closed."""
 
 Log = Callable[..., None]
 """Where refusals and wakes are told: `log(event, **fields)` (the worker's `JsonLog`), never a body or secret."""
@@ -89,6 +92,8 @@ class Receiver:
         self.closing = threading.Event()
         self._retrying: set[str] = set()
         """Operations a retry thread is waiting on: a storm during one check in flight starts one, not one a push."""
+        self._threads: set[threading.Thread] = set()
+        """The retry threads running, which `close` waits for."""
 
     def count(self, contract: str, outcome: str) -> None:
         with self._lock:
@@ -101,13 +106,33 @@ class Receiver:
         secret = self._environ.get(contract.push.secret_env)
         received = receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
         with self._lock:
-            fresh = [operation_id for operation_id in received.busy if operation_id not in self._retrying]
+            # None once closing: a delivery finishing as the receiver stops starts no thread `close` would miss
+            # (the operation's own schedule still checks it).
+            fresh = [] if self.closing.is_set() else [o for o in received.busy if o not in self._retrying]
             self._retrying.update(fresh)
-        if fresh:
-            threading.Thread(
-                target=self._wake_after, args=(contract, received, fresh), name="pollwarden-push-retry", daemon=True
-            ).start()
+            if fresh:
+                thread = threading.Thread(
+                    target=self._wake_after, args=(contract, received, fresh), name="pollwarden-push-retry", daemon=True
+                )
+                self._threads.add(thread)
+                thread.start()
         return received
+
+    def close(self, wait: float = STOP_WAIT) -> None:
+        """No retry starts from now on, and those running end their current wake: waited for up to `wait` seconds
+        in all (a store call that hangs longer is told, not waited for)."""
+        with self._lock:
+            self.closing.set()
+            threads = list(self._threads)
+        if not threads:
+            return
+        self.log("push_retries_waited", threads=len(threads))
+        ends = time.monotonic() + wait
+        for thread in threads:
+            thread.join(max(0.0, ends - time.monotonic()))
+        left = sum(1 for thread in threads if thread.is_alive())
+        if left:
+            self.log("push_retries_unfinished", threads=left)
 
     def _wake_after(self, contract: Contract, received: Received, waiting: list[str]) -> None:
         """A push that met a check in flight wakes its operation once that check is recorded (its answer may be
@@ -132,6 +157,8 @@ class Receiver:
         finally:
             for operation_id in waiting:
                 self._done_retrying(operation_id)
+            with self._lock:
+                self._threads.discard(threading.current_thread())
 
     def _done_retrying(self, operation_id: str) -> None:
         with self._lock:
@@ -260,7 +287,9 @@ class HooksServer:
         return self
 
     def stop(self) -> None:
+        """Stops serving, then waits (bounded) for the retry threads' wakes: the caller may close the store next."""
         self.receiver.closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+        self.receiver.close()

@@ -15,6 +15,8 @@ from ..core.codec import observation_from_json, record_from_json
 from ..core.decide import Decision, Halt, decide, halt, next_step
 from ..core.durations import format_moment, format_rfc3339
 from ..core.learnt import Learnt
+from ..core.learnt_first import recorded as placement_recorded
+from ..core.learnt_first import replay as replay_placement
 from ..errors import PollwardenError
 from ..store.base import Event
 
@@ -41,7 +43,7 @@ class Explanation:
         return {
             "seq": self.event.seq,
             "at": format_rfc3339(self.event.at),
-            "rule": data.get("rule"),
+            "rule": self.recorded.get("rule"),
             "decision": self.recorded,
             "inputs": data.get("inputs"),
             "replay": self.replayed,
@@ -50,8 +52,12 @@ class Explanation:
         }
 
 
+PLACED_BY = ("created", "submitted")
+"""Events that may record a decision too: the first check the learnt history placed (`core.learnt_first`)."""
+
+
 def pick(events: Sequence[Event], *, seq: int | None = None, at: datetime | None = None) -> Event:
-    decisions = [e for e in events if e.kind == "decision"]
+    decisions = [e for e in events if e.kind == "decision" or (e.kind in PLACED_BY and placement_recorded(e.data))]
     if not decisions:
         raise WhyError("this operation has no recorded decision yet")
     if seq is not None:
@@ -72,6 +78,8 @@ def replay(event: Event) -> dict[str, Any] | None:
     inputs = event.data.get("inputs")
     if not isinstance(inputs, dict):
         return None
+    if event.kind in PLACED_BY:
+        return replay_placement(inputs) if placement_recorded(event.data) else None
     record = record_from_json(inputs["record"])
     now = datetime.fromisoformat(inputs["now"])
     decision: Decision
@@ -87,7 +95,9 @@ def replay(event: Event) -> dict[str, Any] | None:
 
 
 def explain(event: Event) -> Explanation:
-    recorded = {key: event.data.get(key) for key in COMPARED}
+    placed = event.data.get("placed") if event.kind in PLACED_BY else None
+    shown = placed if isinstance(placed, dict) else event.data  # a first check's placement, in a decision's shape
+    recorded = {key: shown.get(key) for key in COMPARED}
     replayed = replay(event)
     differences: tuple[str, ...] = ()
     if replayed is not None:

@@ -222,9 +222,15 @@ class Submissions(Opened, Protocol):
     def get_submission(self, operation_id: str) -> Submission | None: ...
 
     def accept_submission(
-        self, submission: Submission, record: OperationRecord, contract_text: str, event: Submitted
+        self,
+        submission: Submission,
+        record: OperationRecord,
+        contract_text: str,
+        event: Submitted,
+        also: Sequence[NewEvent] = (),
     ) -> None:
-        """Create the operation from an accepted submission, in the transaction that marks it accepted."""
+        """Create the operation from an accepted submission, in the transaction that marks it accepted; `also`:
+        events of its log written after `event` (a refused `learn_key` of the body)."""
         ...
 
     def mark_submission(self, operation_id: str, event: SubmissionMarked, at: datetime) -> None:

@@ -470,7 +470,12 @@ class SQLStore(_Operations, ContractRegistry):
         return None if row is None else submission_from_row(row, self.dialect.moment)
 
     def accept_submission(
-        self, submission: Submission, record: OperationRecord, contract_text: str, event: ev.Submitted
+        self,
+        submission: Submission,
+        record: OperationRecord,
+        contract_text: str,
+        event: ev.Submitted,
+        also: Sequence[NewEvent] = (),
     ) -> None:
         with self._tx() as tx:
             tx.execute(
@@ -481,6 +486,8 @@ class SQLStore(_Operations, ContractRegistry):
             self._refuse_second_operations(tx, [record])
             self._insert_operations(tx, [(record, contract_text)])
             self._append(tx, record.operation_id, event, record.created_at)
+            for one in also:
+                self._append(tx, record.operation_id, one, record.created_at)
 
     def mark_submission(self, operation_id: str, event: ev.SubmissionMarked, at: datetime) -> None:
         with self._tx() as tx:
