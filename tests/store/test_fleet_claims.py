@@ -226,6 +226,23 @@ def test_a_dead_holders_lease_is_claimed_at_once_and_every_other_held_one_waited
     assert _ids(store.claim_due(claimer, later + PROBE_EVERY, TTL, limit=1)) == ["dead-later"]
 
 
+def test_a_dead_holder_with_expired_and_unexpired_leases_has_each_row_claimed_once(store: AnyStore) -> None:
+    """A killed worker's leases run out at different times (each reservation extends its own): its expired rows are
+    free and its unexpired ones are a dead holder's, two reads of one claim. A row of both reads was claimed twice in
+    one transaction, and the claim raised (`zip() argument 2 is longer`), stopping every worker on the host."""
+    boot, pidns = this_place()
+    if boot is None or pidns is None:
+        pytest.skip("no /proc here: nothing can be proved dead, every lease runs out")
+    dead = process_owner("worker", pid=_no_process())
+    _create(store, "early", T0 - timedelta(seconds=60))
+    _create(store, "late", T0 - timedelta(seconds=60))
+    assert store.claim("early", dead, T0 - timedelta(seconds=40), TTL) is not None  # ran out at T0 - 10 s
+    assert store.claim("late", dead, T0 - timedelta(seconds=5), TTL) is not None  # runs until T0 + 25 s
+    claimed = store.claim_due(process_owner("worker"), T0, TTL, limit=10)
+    assert sorted(_ids(claimed)) == ["early", "late"]
+    assert [c.lease.token for c in sorted(claimed, key=lambda c: c.lease.operation_id)] == [2, 2]
+
+
 def _no_process() -> int:
     """A pid no process has: past the kernel's largest (no process is started: tests/store runs in `make test-fast`)."""
     return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1

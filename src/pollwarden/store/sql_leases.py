@@ -51,10 +51,12 @@ def claim_due_query(dialect: Dialect, skipping: int = 0, *, of_holders: int = 0)
     ORDER BY is the order of the partial index `operations_due_order` (schema 4), so the database reads the first
     `limit` due rows and stops instead of sorting the whole backlog; tests/store/test_claim_plan.py fails if
     either backend's plan sorts. `of_holders`: the rows held by that many named owners instead of the free ones
-    (parameters: now, now, the owners, the names passed over, limit)."""
+    (parameters: now, now, the owners, now, the names passed over, limit)."""
     passed_over = f" AND contract_name NOT IN ({marks(skipping)})" if skipping else ""
     lease = (
-        f"lease_owner IN ({marks(of_holders)})"
+        # Unexpired only: a dead holder's expired leases are free rows, read by the other branch (read by both, one
+        # row would be claimed twice in one transaction).
+        f"lease_owner IN ({marks(of_holders)}) AND lease_expires_at > ?"
         if of_holders
         else "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
     )
@@ -213,7 +215,7 @@ class Leases(Outbox):
         read: list[Stored | UnreadableRow] = []
         for chunk in chunks(dead):
             query = claim_due_query(self.dialect, len(passed_over), of_holders=len(chunk))
-            rows = tx.execute(query, (at, at, *chunk, *passed_over, limit - len(read))).fetchall()
+            rows = tx.execute(query, (at, at, *chunk, at, *passed_over, limit - len(read))).fetchall()
             read += [stored_from_row(row, self.dialect.moment) for row in rows]
         return read
 
