@@ -130,3 +130,14 @@ def test_the_claimer_in_a_new_namespace_is_really_elsewhere(tmp_path: Path) -> N
     )
     pid, (boot, pidns) = json.loads(seen)
     assert pid == 1 and boot == this_place()[0] and pidns != this_place()[1]
+
+
+@pytest.mark.parametrize("pid", ["²", "9" * 5000, str(2**31), str(2**63)])
+def test_an_owner_whose_pid_is_no_pid_proves_nothing_and_raises_nothing(pid: str) -> None:
+    """A stored owner is read back from a row: every fleet claim now reads every holder, so one whose pid text is
+    a digit that int() refuses, or a number past the kernel's reach, must not stop the claim (it raised ValueError
+    or OverflowError); it proves nothing, so its lease runs out."""
+    boot, pidns = this_place()
+    owner = f"worker/{this_host()}:{pid}:aa:{boot or ''}:{pidns or ''}"
+    assert owner_alive(owner) is None and not holder_dead(owner)
+    assert parse_owner(owner).pid is None or parse_owner(owner).pid == int(pid)

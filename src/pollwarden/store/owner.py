@@ -79,7 +79,10 @@ def parse_owner(text: str) -> Owner:
     pid_text = fields[0]
     boot = fields[2] or None if len(fields) > 3 else None
     pidns = fields[3] or None if len(fields) > 3 else None
-    return Owner(kind or None, host, int(pid_text) if pid_text.isdigit() else None, boot, pidns)
+    # ASCII digits within a pid's reach: str.isdigit also takes '²' (which int() refuses), and a stored owner is
+    # read back from a row anyone with the database could have written.
+    pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() and len(pid_text) <= 10 else None
+    return Owner(kind or None, host, pid, boot, pidns)
 
 
 def this_host() -> str:
@@ -138,6 +141,8 @@ def owner_alive(owner: str) -> bool | None:
         return False
     except PermissionError:
         return True
+    except OverflowError:  # past a C int: no process has it, but nothing here says whose it was
+        return None
     return not _is_zombie(pid)
 
 
