@@ -75,6 +75,18 @@ def pick(events: Sequence[Event], *, seq: int | None = None, at: datetime | None
 
 
 def replay(event: Event) -> dict[str, Any] | None:
+    """Today's core on the event's recorded inputs; damaged inputs (a log is read as hostile, though chained) are a
+    WhyError naming the record, never a traceback."""
+    try:
+        return _replay(event)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise WhyError(
+            f"record {event.seq}'s recorded inputs cannot be read ({type(exc).__name__}); `pollwarden audit verify`"
+            " says whether the log was changed"
+        ) from None
+
+
+def _replay(event: Event) -> dict[str, Any] | None:
     inputs = event.data.get("inputs")
     if not isinstance(inputs, dict):
         return None
