@@ -53,6 +53,13 @@ def learn_history(store: Store, contract: Contract) -> None:
     _run(Engine(store, owner="tests", clock=clock), contract, jobs, "any", MEDIAN, MIN_ENDED)
 
 
+SUBMIT = """
+[submit]
+url = "{base}/jobs"
+idempotency_header = "Idempotency-Key"
+job_id = "job_id"
+"""
+"""A `[submit]` table (`learnt_contract`'s `extra`, formatted with the simulator's URL) for its `POST /jobs`."""
 ENDS_AT_ONCE = [Step(body={"job_id": "{job_id}", "state": "succeeded", "result_url": "/results/{job_id}"})]
 """A simulated job that has ended by its first check: the first request is its only one, sent at the first check."""
 

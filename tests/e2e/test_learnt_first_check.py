@@ -19,15 +19,15 @@ from pollwarden.simulator import Simulator
 from tests.conftest import run_cli
 from tests.e2e.conftest import store_of
 from tests.e2e.test_worker import _log_of, _spawn_worker, _wait_all_final
-from tests.learnt_history import ENDS_AT_ONCE, first_sent, learn_history, learnt_contract, told
+from tests.learnt_history import ENDS_AT_ONCE, SUBMIT, first_sent, learn_history, learnt_contract, told
 
 pytestmark = pytest.mark.slow
 
 
-def _learnt_store(db: str, home: Path, contract_path: Path, base_url: str) -> None:
+def _learnt_store(db: str, home: Path, contract_path: Path, base_url: str, extra: str = "") -> None:
     store = store_of(db, home)
     try:
-        learn_history(store, learnt_contract(contract_path, base_url))
+        learn_history(store, learnt_contract(contract_path, base_url, extra=extra))
     finally:
         store.close()
 
@@ -98,3 +98,17 @@ def test_watch_sends_its_first_request_no_sooner_than_its_recorded_first_check(
     placed, events = told("op-c", home, "--db", db)
     assert first_sent(events) >= parse_rfc3339(placed["next_poll_at"])
     assert sim.request_count("j-c") == 1
+
+
+def test_submit_records_the_submitted_jobs_learnt_first_check(
+    db: str, home: Path, tmp_path: Path, sim: Simulator
+) -> None:
+    path = tmp_path / "exports.toml"
+    _learnt_store(db, home, path, sim.url, extra=SUBMIT.format(base=sim.url))
+    body = tmp_path / "body.json"
+    body.write_text('{"scenario": "happy"}', encoding="utf-8")
+    ran = run_cli("submit", "--contract", str(path), "--body", str(body), "--operation", "op-s", "--db", db, home=home)
+    assert ran.code == 0, ran.stderr
+    _, events = told("op-s", home, "--db", db)
+    assert [e["kind"] for e in events if e["kind"] in ("created", "submitted")] == ["submitted"]
+    assert sim.request_count("happy-sub1") == 0  # without --watch, submitted and not polled

@@ -15,16 +15,9 @@ from pollwarden.core.durations import parse_rfc3339
 from pollwarden.core.learnt import MIN_ENDED
 from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator
-from tests.learnt_history import ENDS_AT_ONCE, first_sent, learn_history, learnt_contract, told
+from tests.learnt_history import ENDS_AT_ONCE, SUBMIT, first_sent, learn_history, learnt_contract, told
 
 from .support import mcp_agent, run
-
-SUBMIT = """
-[submit]
-url = "{base}/jobs"
-idempotency_header = "Idempotency-Key"
-job_id = "job_id"
-"""
 
 
 async def _told(operation: str, home: Path, ended: int = MIN_ENDED) -> tuple[dict[str, Any], list[dict[str, Any]]]:
