@@ -300,6 +300,28 @@ def lease_held(holder: str | None, expires_at: datetime | None, owner: str, now:
     )
 
 
+def dead_holders(tx: Tx, table: str, scope: str, params: Sequence[Any], owner: str, now: datetime) -> list[str]:
+    """The holders of unexpired leases on `table`'s rows in `scope` (a WHERE condition, with `params`) whose leases
+    a claim by `owner` takes at once (`lease_held`: proved dead), sorted. Read first, one row a holder and no row
+    locked, so that a claim then reads only their rows: live holders' rows, in flight elsewhere, are neither
+    locked nor read, nor can they crowd a dead holder's out of the claim's limit."""
+    rows = tx.execute(
+        f"SELECT lease_owner, MAX(lease_expires_at) FROM {table} WHERE {scope}"
+        " AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > ? GROUP BY lease_owner",
+        (*params, owner, tx.dialect.stamp(now)),
+    ).fetchall()
+    moment = tx.dialect.moment
+    return sorted(str(holder) for holder, expires in rows if not lease_held(str(holder), moment(expires), owner, now))
+
+
+IN_LIST = 500
+"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
+
+
+def chunks(values: Sequence[str]) -> list[list[str]]:
+    return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
+
+
 def taken_over(previous_owner: str | None, owner: str) -> bool:
     """A claim took the lease from someone else: that is an event of the operation's log."""
     return previous_owner is not None and previous_owner != owner

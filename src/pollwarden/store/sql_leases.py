@@ -18,6 +18,8 @@ from .common import (
     STORED_COLUMNS,
     Dialect,
     Tx,
+    chunks,
+    dead_holders,
     lease_held,
     marks,
     stored_from_row,
@@ -32,14 +34,6 @@ PROBE_EVERY = timedelta(seconds=1)
 """How often a fleet claim that found work enough among the free rows still looks for dead holders' leases: their
 operations wait at most this long rather than a lease's TTL, and a claimer on a long backlog pays the scan of the
 holders (every active row's lease, read from the `operations_console` index) once a second, not once a batch."""
-
-IN_LIST = 500
-"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
-
-
-def chunks(values: Sequence[str]) -> list[list[str]]:
-    return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
-
 
 DUE = "phase = 'active' AND next_poll_at <= ? AND (paced_until IS NULL OR paced_until <= ?) AND unreadable IS NULL"
 """What the fleet claims (parameters: now, now): an operation paced to a later slot (`paced_until`) is due, but
@@ -199,19 +193,11 @@ class Leases(Outbox):
         self, tx: Tx, owner: str, now: datetime, limit: int, passed_over: Sequence[str]
     ) -> list[Stored | UnreadableRow]:
         """Up to `limit` due rows whose unexpired lease `claim` would take (`lease_held`: its holder is proved
-        dead), locked as the free ones are. The holders are read first, unlocked (an index-only read): the rows of
-        live ones, in flight elsewhere, are neither locked nor read, nor can they crowd a dead holder's out."""
+        dead), locked as the free ones are. The holders are read first (`dead_holders`, as the outbox's claim does):
+        the rows of live ones, in flight elsewhere, are neither locked nor read, nor can they crowd a dead
+        holder's out."""
         at = self.dialect.stamp(now)
-        held = (
-            "SELECT lease_owner, MAX(lease_expires_at) FROM operations WHERE phase = 'active'"
-            " AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > ? GROUP BY lease_owner"
-        )
-        holders = tx.execute(held, (owner, at)).fetchall()
-        dead = sorted(
-            str(holder)
-            for holder, expires in holders
-            if not lease_held(holder, self.dialect.moment(expires), owner, now)
-        )
+        dead = dead_holders(tx, "operations", "phase = 'active'", (), owner, now)
         read: list[Stored | UnreadableRow] = []
         for chunk in chunks(dead):
             query = claim_due_query(self.dialect, len(passed_over), of_holders=len(chunk))

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .base import ContractCounts, DecisionCount, HolderCount, Listing, Stored, UnreadableRecord, UnreadableRow
-from .common import STORED_COLUMNS, Row, marks, stored_from_row
-from .sql_leases import Leases, chunks
+from .common import STORED_COLUMNS, Row, chunks, marks, stored_from_row
+from .sql_leases import Leases
 
 
 def _names(where: str) -> str:
