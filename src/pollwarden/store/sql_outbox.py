@@ -17,7 +17,7 @@ from typing import Any
 from ..audit import Head
 from ..core.escalation import DecisionRequest
 from .base import Attempted, DeliveryLease, OutboxCount, OutboxEntry
-from .common import HEAD_COLUMNS, OUTBOX_COLUMNS, Tx, chunks, dead_holders, marks, outbox_from_row
+from .common import HEAD_COLUMNS, OUTBOX_COLUMNS, Tx, chunks, dead_holders, holders_query, marks, outbox_from_row
 from .delivery import BELL, WEBHOOK, WITNESS, queued_by, webhook_delivery, witness_delivery
 from .trail import AuditTrail
 
@@ -97,8 +97,8 @@ class Outbox(AuditTrail):
             free = "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
             rows = list(tx.execute(select.format(lease=free), [*params, at, limit]).fetchall())
             if len(rows) < limit:  # a holder that died on this host cannot be sending: not waited out
-                mine = "status = ? AND (kind = ? OR subject = ?)"
-                for chunk in chunks(dead_holders(tx, "outbox", mine, (_PENDING, WEBHOOK, witness), owner, now)):
+                holders = holders_query("outbox", "status = ? AND (kind = ? OR subject = ?)")
+                for chunk in chunks(dead_holders(tx, holders, (_PENDING, WEBHOOK, witness), owner, now)):
                     # Unexpired only: a dead holder's expired rows are free ones, read above.
                     held = f"lease_owner IN ({marks(len(chunk))}) AND lease_expires_at > ?"
                     more = [*params, *chunk, at, limit - len(rows)]
