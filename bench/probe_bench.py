@@ -17,6 +17,7 @@ commits nothing, so its ratio can pass 1.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -24,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pollwarden import events as ev
@@ -125,13 +126,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()
+    load = os.getloadavg()[0]
     rates, commits = run(args.backlog, args.held, args.seconds, args.rounds)
+    load_text = f"load average {load:.1f} to {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     lines = [
         "## The fleet claim's look for dead holders (a lightly loaded worker)",
         "",
         f"`python -m bench.probe_bench --backlog {args.backlog} --held {args.held} --seconds {args.seconds:g}"
         f" --rounds {args.rounds}`: `claim_due` of a batch of {BATCH} back to back on SQLite with nothing due,"
-        f" medians of {args.rounds} alternating rounds; raw commits {commits:,.0f}/s on the same disk.",
+        f" medians of {args.rounds} alternating rounds; raw commits {commits:,.0f}/s on the same disk; {load_text}"
+        f" ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). On a loaded machine the rates move from run to run: compare"
+        " within a run, look on against look off. docs/performance.md tells what the look cost before.",
         "",
         "| case | claims/s | ratio to raw commits | µs a claim |",
         "|---|---|---|---|",
