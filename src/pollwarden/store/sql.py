@@ -57,6 +57,7 @@ from .common import (
 from .sql_contracts import ContractRegistry
 from .sql_learning import LearntSamples
 from .sql_pages import Pages
+from .sql_reads import decisions_query
 from .trail import job_lock_key
 from .vouching import operation_identity, state_of_values
 
@@ -372,14 +373,8 @@ class _Operations(Pages, LearntSamples):
             self._queue_webhook(tx, request)
 
     def decisions(self, operation_id: str | None = None, *, open_only: bool = False) -> list[StoredDecision]:
-        query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE 1=1"
-        params: list[Any] = []
-        if operation_id is not None:
-            query += " AND operation_id = ?"
-            params.append(operation_id)
-        if open_only:
-            query += " AND status = 'open'"
-        rows = self._rows(query + " ORDER BY created_at, decision_id", params)
+        query = decisions_query(of_operation=operation_id is not None, open_only=open_only)
+        rows = self._rows(query, [] if operation_id is None else [operation_id])
         return [decision_from_row(row, self.dialect.moment) for row in rows]
 
     def get_decision(self, decision_id: str) -> StoredDecision | None:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .base import ContractCounts, DecisionCount, HolderCount, Listing, Stored, UnreadableRecord, UnreadableRow
-from .common import STORED_COLUMNS, Dialect, Row, chunks, marks, stored_from_row
+from .common import DECISION_COLUMNS, STORED_COLUMNS, Dialect, Row, chunks, marks, stored_from_row
 from .sql_leases import DUE_ORDER, PACED, Leases
 
 
@@ -24,6 +24,18 @@ def _names(where: str) -> str:
         f" UNION ALL SELECT (SELECT MIN(contract_name) FROM operations WHERE {where} AND contract_name > names.name)"
         " FROM names WHERE names.name IS NOT NULL)"
     )
+
+
+def decisions_query(*, of_operation: bool, open_only: bool) -> str:
+    """The decisions read (`SQLStore.decisions`): of one operation (its parameter) or of all, open ones or every
+    one, oldest first. One operation's history is read by status, story, the console's page of it and MCP:
+    schema 15's `decisions_operation` serves it in order, where `decisions_open` held only the open ones."""
+    query = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE 1=1"
+    if of_operation:
+        query += " AND operation_id = ?"
+    if open_only:
+        query += " AND status = 'open'"
+    return query + " ORDER BY created_at, decision_id"
 
 
 def next_due_query(dialect: Dialect, column: str, *, free: bool, skipping: int) -> str:
