@@ -2,16 +2,18 @@
 
 Not a test: it prints its figures. Run from the repository root:
 
-    python -m bench.read_plans [--operations 10000] [--due 50000] [--calls 200]
+    python -m bench.read_plans [--operations 10000] [--due 50000] [--held 1000] [--calls 200]
 
 One real SQLite store, seeded through SQL (the plans depend on the schema, not on the records' text):
 `operations` ended operations, a tenth of them still active, three decisions each (a tenth open); then `due`
-active operations due now. It times, in milliseconds a call (median of `calls` calls):
+active operations due now, `held` of them leased by ten holders. It times, in milliseconds a call (median of
+`calls` calls):
 
 - every decision of one operation (`decisions_query`: status, story, the console's page of it, MCP), with schema
   15's `decisions_operation` and again after dropping it (schema 14);
 - the fleet claim's first rows of the due backlog (`claim_due_query`, limit 16) and its look for dead holders
-  (`dead_holders_query`, which reads every due row's lease: once a `PROBE_EVERY` on a long backlog).
+  (`dead_holders_query`: once a `PROBE_EVERY` on a long backlog), from schema 15's `operations_held` and as it
+  was, every due row's lease through `operations_due_order`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pollwarden.store.sql_leases import claim_due_query, dead_holders_query
+from pollwarden.store.common import holders_query
+from pollwarden.store.sql_leases import DUE, DUE_ORDER, claim_due_query, dead_holders_query
 from pollwarden.store.sql_reads import decisions_query
 from pollwarden.store.sqlite import SQLITE, SQLiteStore
 
@@ -32,7 +35,7 @@ NOW = 1e9
 BATCH = 16
 
 
-def _seed(conn: sqlite3.Connection, operations: int, due: int) -> None:
+def _seed(conn: sqlite3.Connection, operations: int, due: int, held: int) -> None:
     conn.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
         " INSERT INTO operations (operation_id, job_id, contract_name, phase, next_poll_at, deadline_at,"
@@ -55,6 +58,11 @@ def _seed(conn: sqlite3.Connection, operations: int, due: int) -> None:
         " FROM n",
         (3 * operations, operations),
     )
+    conn.execute(
+        "UPDATE operations SET lease_owner = 'w' || (rowid % 10), lease_expires_at = ? + 30"
+        " WHERE operation_id IN (SELECT operation_id FROM operations WHERE operation_id LIKE 'due%' LIMIT ?)",
+        (NOW, held),
+    )
     conn.commit()
 
 
@@ -67,16 +75,17 @@ def _ms(call: Callable[[int], object], calls: int) -> float:
     return statistics.median(times) * 1000
 
 
-def run(operations: int, due: int, calls: int) -> dict[str, float]:
+def run(operations: int, due: int, held: int, calls: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "s.db"
         SQLiteStore(path).close()
         conn = sqlite3.connect(path, cached_statements=0)  # a cached statement keeps its plan past DROP INDEX
         try:
-            _seed(conn, operations, due)
+            _seed(conn, operations, due, held)
             one = SQLITE.sql(decisions_query(of_operation=True, open_only=False))
             claim = SQLITE.sql(claim_due_query(SQLITE))
             look = SQLITE.sql(dead_holders_query(SQLITE))
+            old_look = SQLITE.sql(holders_query(f"operations{SQLITE.indexed_by(DUE_ORDER)}", DUE))
 
             def decisions(i: int) -> object:
                 return conn.execute(one, (f"op{i * 7919 % operations}",)).fetchall()
@@ -85,6 +94,9 @@ def run(operations: int, due: int, calls: int) -> dict[str, float]:
                 "decisions of one operation": _ms(decisions, calls),
                 "claim of 16 due rows": _ms(lambda _: conn.execute(claim, (NOW, NOW, NOW, BATCH)).fetchall(), calls),
                 "look for dead holders": _ms(lambda _: conn.execute(look, (NOW, NOW, "me", NOW)).fetchall(), calls),
+                "look for dead holders, schema 14": _ms(
+                    lambda _: conn.execute(old_look, (NOW, NOW, "me", NOW)).fetchall(), calls
+                ),
             }
             conn.execute("DROP INDEX decisions_operation")
             out["decisions of one operation, schema 14"] = _ms(decisions, calls)
@@ -97,10 +109,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--due", type=int, default=50_000)
+    parser.add_argument("--held", type=int, default=1_000)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    figures = run(args.operations, args.due, args.calls)
-    print(f"{args.operations:,} operations (30,000 decisions), {args.due:,} due; median ms a call of {args.calls}:")
+    figures = run(args.operations, args.due, args.held, args.calls)
+    print(
+        f"{args.operations:,} operations ({3 * args.operations:,} decisions), {args.due:,} due, {args.held:,} held;"
+        f" median ms a call of {args.calls}:"
+    )
     for name, ms in figures.items():
         print(f"  {name}: {ms:.3f} ms")
 
