@@ -12,7 +12,9 @@ started, at three quarters of the 100 ms ttl, while the first request was still 
 moves between the polls, and the second step rightly stops before it claims anything ("deadline ... has passed",
 `core.decide.next_step`): a loaded full run did that (issue 25), one run in eight with four of the MCP test at once
 beside two burners. Reserved, the second poll has judged the deadline at its start and waits for that run (its
-token expired 300 ms before), so the moved clock is read where the refresh ends.
+token expired a second before), so the moved clock is read where the refresh ends. Polls are a second apart, ten
+ttls: a quick run that began just before the first request (the provider had seen no GET yet) cannot still hold a
+fresh token for the second one unless the polling process took that long to notice the run had ended.
 The worker's two drivers are covered in tests/fleet/test_worker_claim.py. The Python API, in process, is given a
 store whose clock the test moves; the CLI and the MCP server are other processes, tests/instrumented_cli.py's,
 whose store's clock is moved by a file the test writes (POLLWARDEN_TEST_STORE_CLOCK). No test waits for the
@@ -64,8 +66,8 @@ def _slow_refresh(tmp_path: Path, sim: Simulator, job: str, held: tuple[Path, Pa
     return {
         "timeout": "3s",
         "deadline": "60s",
-        "base_delay": "300ms",
-        "max_delay": "300ms",
+        "base_delay": "1s",
+        "max_delay": "1s",
         "extra": token_command_auth(script, ttl="100ms"),
     }
 
