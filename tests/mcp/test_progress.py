@@ -45,13 +45,10 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
         async with mcp_agent(contracts, home, tmp_path / "stderr.txt", env=SHORT) as agent:
             op = (await agent.call("start_watch", contract="exports", job_id="never-p1")).data["operation_id"]
             notes: list[Note] = []
-            reported: list[int] = []  # notes per call
             # Waits of 8 s, asked again until two polls (1-2 s apart) were made: a loaded machine that stalls the
             # server for seconds gets another wait, not a failure (the 1m deadline bounds the loop).
             while True:
-                before = len(notes)
                 waited = await agent.call_reporting("wait_operation", notes, operation_id=op, max_wait_seconds=8)
-                reported.append(len(notes) - before)
                 assert waited.ok and waited.data["status"] == "not_yet", waited.text
                 assert "max_wait_seconds_capped_to" not in waited.data  # a reporting call keeps the 300 s cap
                 polls = sim.request_count("never-p1")
@@ -70,9 +67,6 @@ def test_a_wait_with_a_progress_token_reports_every_poll_and_beats_between_them(
             # the look that found nothing due, and at least one heartbeat before the next poll.
             for count in range(1, polls):
                 assert seen.count(count) >= 3, (count, seen)
-            # And no call of the loop was silent, however long load made it: what a host's timer needs is a note
-            # while it waits, not a number of seconds (the heartbeat's spacing is the three notes per poll above).
-            assert all(reported), reported
             once: list[Note] = []
             checked = await agent.call_reporting("check_operation", once, operation_id=op)
             assert checked.ok, checked.text
