@@ -42,6 +42,7 @@ def test_an_agents_watch_and_submission_get_their_first_check_from_the_history(s
             op = started.data["operation_id"]
             placed, _ = await _told(op, home)
             assert started.data["next_check_at"] == placed["next_poll_at"]  # what the agent is told is the record
+            assert started.data["delay_source"] == "learnt", started.text  # and that the history placed it
             for _ in range(10):  # each wait ends by its own bound; the job ends at its first check
                 waited = await agent.call("wait_operation", operation_id=op, max_wait_seconds=30)
                 assert waited.ok, waited.text
@@ -58,5 +59,6 @@ def test_an_agents_watch_and_submission_get_their_first_check_from_the_history(s
             placed, events = await _told(submitted.data["operation_id"], home, MIN_ENDED + 1)
             assert [e["kind"] for e in events if e["kind"] in ("created", "submitted")] == ["submitted"]
             assert submitted.data["next_check_at"] == placed["next_poll_at"]
+            assert submitted.data["delay_source"] == "learnt", submitted.text
 
     run(body)
