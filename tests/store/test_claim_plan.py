@@ -134,3 +134,20 @@ def test_postgres_claims_in_index_order(filled_pg: psycopg.Connection[tuple[obje
         conn.execute("ANALYZE operations")
         assert "Sort" in _pg_plan(conn)
         raise psycopg.Rollback()
+
+
+def test_postgres_looks_for_dead_holders_in_the_held_rows(filled_pg: psycopg.Connection[tuple[object, ...]]) -> None:
+    """PostgreSQL names no index: with statistics it reads the held rows (`operations_held`, schema 15) on its own,
+    not every due row's lease."""
+    from pollwarden.store.sql_leases import dead_holders_query
+
+    conn = filled_pg
+    conn.execute(
+        "UPDATE operations SET lease_owner = 'w' || (length(operation_id) % 3), lease_expires_at = to_timestamp(1e9)"
+        " WHERE right(operation_id, 2) = '00'"
+    )
+    conn.execute("ANALYZE operations")
+    at = "1970-01-01T00:00:50Z"
+    query = POSTGRES.sql(dead_holders_query(POSTGRES))
+    plan = "\n".join(str(row[0]) for row in psycopg.ClientCursor(conn).execute("EXPLAIN " + query, (at, at, "me", at)))
+    assert "operations_held" in plan, plan
