@@ -11,6 +11,8 @@ active operations due now, `held` of them leased by ten holders. It times, in mi
 
 - every decision of one operation (`decisions_query`: status, story, the console's page of it, MCP), with schema
   15's `decisions_operation` and again after dropping it (schema 14);
+- the console's newest answered decisions (`RECENT_DECISIONS`, schema 15's `decisions_answered`) and the one
+  read that schema 14 made of them;
 - the fleet claim's first rows of the due backlog (`claim_due_query`, limit 16) and its look for dead holders
   (`dead_holders_query`: once a `PROBE_EVERY` on a long backlog), from schema 15's `operations_held` and as it
   was, every due row's lease through `operations_due_order`.
@@ -28,10 +30,16 @@ from pathlib import Path
 
 from pollwarden.store.common import holders_query
 from pollwarden.store.sql_leases import DUE, DUE_ORDER, claim_due_query, dead_holders_query
+from pollwarden.store.sql_pages import RECENT_DECISIONS
 from pollwarden.store.sql_reads import decisions_query
 from pollwarden.store.sqlite import SQLITE, SQLiteStore
 
 NOW = 1e9
+_RECENT_14 = (
+    "SELECT request, status, decided_by, decided_at, option, note FROM decisions WHERE status <> 'open'"
+    " ORDER BY CASE WHEN decided_at IS NULL THEN 1 ELSE 0 END, decided_at DESC, decision_id DESC LIMIT ?"
+)
+"""The console's recent decisions as schema 14 read them: one ORDER BY that no index serves."""
 BATCH = 16
 
 
@@ -53,8 +61,9 @@ def _seed(conn: sqlite3.Connection, operations: int, due: int, held: int) -> Non
     )
     conn.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-        " INSERT INTO decisions (decision_id, operation_id, status, created_at, request, reason)"
-        " SELECT 'd' || i, 'op' || (i % ?), CASE WHEN i % 10 = 0 THEN 'open' ELSE 'decided' END, i, '{}', 'stop'"
+        " INSERT INTO decisions (decision_id, operation_id, status, created_at, request, reason, decided_at)"
+        " SELECT 'd' || i, 'op' || (i % ?), CASE WHEN i % 10 = 0 THEN 'open' ELSE 'decided' END, i, '{}', 'stop',"
+        " CASE WHEN i % 10 = 0 THEN NULL ELSE i + 1 END"
         " FROM n",
         (3 * operations, operations),
     )
@@ -98,8 +107,12 @@ def run(operations: int, due: int, held: int, calls: int) -> dict[str, float]:
                     lambda _: conn.execute(old_look, (NOW, NOW, "me", NOW)).fetchall(), calls
                 ),
             }
+            out["newest 20 answered decisions"] = _ms(lambda _: conn.execute(RECENT_DECISIONS, (20,)).fetchall(), calls)
             conn.execute("DROP INDEX decisions_operation")
             out["decisions of one operation, schema 14"] = _ms(decisions, calls)
+            out["newest 20 answered decisions, schema 14"] = _ms(
+                lambda _: conn.execute(_RECENT_14, (20,)).fetchall(), calls
+            )
             return out
         finally:
             conn.close()

@@ -173,3 +173,30 @@ def test_schema_9_fills_the_reason_of_the_decisions_already_there(store: AnyStor
     reopened = backend.open()
     assert [(g.reason, g.count) for g in reopened.decision_groups()] == [("job_expired", 1), ("rate_limited", 1)]
     assert [d.request.decision_id for d in reopened.open_decisions("rate_limited")] == ["d-op-b"]
+
+
+def test_recent_decisions_come_newest_answered_first_then_those_without_a_time(tmp_path: Path) -> None:
+    """Two reads since schema 15 (the timed ones in `decisions_answered`' order, then the untimed): together they
+    keep the one ORDER BY's order, and a limit the first read fills never reaches the second."""
+    from pollwarden.audit import load_or_create_keys
+    from pollwarden.store.sqlite import SQLiteStore
+
+    keys = load_or_create_keys(tmp_path / "home")
+    store = SQLiteStore(tmp_path / "s.db", keys=keys)
+    try:
+        for n in range(5):
+            _create(store, f"op-{n}", due=timedelta(0))
+            _stop(store, f"op-{n}", StopReason.JOB_FAILED, at=timedelta(seconds=n))
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("UPDATE decisions SET status = 'expired' WHERE decision_id IN ('d-op-0', 'd-op-3')")
+        for op, at in (("d-op-1", 10.0), ("d-op-2", 20.0)):
+            conn.execute("UPDATE decisions SET status = 'decided', decided_at = ? WHERE decision_id = ?", (at, op))
+    store = SQLiteStore(tmp_path / "s.db", keys=keys)
+    try:
+        assert [d.request.decision_id for d in store.recent_decisions(10)] == ["d-op-2", "d-op-1", "d-op-3", "d-op-0"]
+        assert [d.request.decision_id for d in store.recent_decisions(3)] == ["d-op-2", "d-op-1", "d-op-3"]
+        assert [d.request.decision_id for d in store.recent_decisions(1)] == ["d-op-2"]
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ it by undoing the newer schemas (`undone_after`), so a new schema adds its undoi
 from __future__ import annotations
 
 UNDO: dict[int, tuple[str, ...]] = {
+    15: ("DROP INDEX decisions_operation", "DROP INDEX operations_held", "DROP INDEX decisions_answered"),
     14: ("DROP INDEX learnt_samples_contract_recent",),
     13: ("DROP INDEX operations_newest_active",),
     12: ("DROP TABLE learnt_samples",),

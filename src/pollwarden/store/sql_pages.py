@@ -17,6 +17,18 @@ from .paging import URGENCY, DecisionGroup, OperationsPage, OperationsQuery, Urg
 from .records import Stored, StoredDecision, UnreadableRow
 from .sql_reads import Reads
 
+RECENT_DECISIONS = (
+    f"SELECT {DECISION_COLUMNS} FROM decisions WHERE status <> 'open' AND decided_at IS NOT NULL"
+    " ORDER BY decided_at DESC, decision_id DESC LIMIT ?"
+)
+"""The console's newest answered decisions, from schema 15's `decisions_answered` in its order. Read with those
+that carry no time in one ORDER BY (a CASE first), every answered decision was read and sorted for a page of them:
+18 ms a console view at 27,000 answered (SQLite without statistics)."""
+RECENT_UNTIMED = (
+    f"SELECT {DECISION_COLUMNS} FROM decisions WHERE status <> 'open' AND decided_at IS NULL"
+    " ORDER BY decision_id DESC LIMIT ?"
+)
+
 MAX_GONE = 1000
 """Gone owners a page ranks by: each is a parameter once in a class's statement, far below both databases'
 limits. More than this many dead watch processes at once is a fleet to restart, not to read row by row."""
@@ -236,9 +248,7 @@ class Pages(Reads):
 
     def recent_decisions(self, limit: int) -> list[StoredDecision]:
         """The last `limit` decisions answered (decided, refused or expired), newest first."""
-        rows = self._rows(
-            f"SELECT {DECISION_COLUMNS} FROM decisions WHERE status <> 'open'"
-            " ORDER BY CASE WHEN decided_at IS NULL THEN 1 ELSE 0 END, decided_at DESC, decision_id DESC LIMIT ?",
-            (limit,),
-        )
+        rows = list(self._rows(RECENT_DECISIONS, (limit,)))
+        if len(rows) < limit:  # then the answered ones that carry no time (expired), which come last
+            rows += self._rows(RECENT_UNTIMED, (limit - len(rows),))
         return [decision_from_row(row, self.dialect.moment) for row in rows]

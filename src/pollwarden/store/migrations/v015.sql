@@ -9,3 +9,7 @@ CREATE INDEX decisions_operation ON decisions (operation_id, created_at, decisio
 -- at 50,000 due on SQLite, paid once a second by every claimer on a long backlog. Leases are given back on release,
 -- so the rows held are the ones in flight (and a dead holder's): this index reads only them, by holder.
 CREATE INDEX operations_held ON operations (lease_owner, lease_expires_at) WHERE phase = 'active' AND lease_owner IS NOT NULL;
+
+-- The console's newest answered decisions (`RECENT_DECISIONS`), newest first: without it every answered decision
+-- was read and sorted for a page of them, 18 ms a console view at 27,000 answered on SQLite.
+CREATE INDEX decisions_answered ON decisions (decided_at, decision_id) WHERE status <> 'open' AND decided_at IS NOT NULL;
