@@ -218,13 +218,6 @@ def test_bad_learning_keys_name_the_field(extra: str, named: str) -> None:
         parse_contract(_schedule(extra), source="c.toml")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26, open: the estimate keeps holes between a few jobs spread over a wide hump, and the plan puts "
-    "its long gaps in them (found 2026-12-07; a fixed 5-job smoothing span fixed this but cost more requests than "
-    "the plain backoff on narrow sparse humps and broke six hostile-history tests). Strict: it fails the suite "
-    "once the estimate is fixed, so the marker goes with the fix.",
-)
 def test_a_few_jobs_over_a_wide_hump_leave_no_holes_for_the_plan_to_skip() -> None:
     """Sixty jobs of two kinds (20 s and 10 min, sigma 0.3): thirty over a ten-minute-wide hump leave gaps between
     them that are not where jobs never end. Planned as if they were, 13-22 % of fresh jobs of the same kinds were
