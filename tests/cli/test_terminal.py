@@ -18,6 +18,7 @@ from pollwarden.cli.terminal import (
     cell_width,
     fit,
     fit_middle,
+    output_width,
     table,
     table_width,
     wrap,
@@ -154,3 +155,11 @@ def test_wrapped_out_is_as_written_on_a_pipe_and_wraps_whole_lines_with_columns(
         all(cell_width(line) < 30 for line in lines)
         and narrow.getvalue().split() == ("word " * 10 + "end last end last").split()
     )
+
+
+@pytest.mark.parametrize("columns", ["\u00b2", "9" * 5000, "0", "-80", "eighty"])
+def test_a_columns_that_is_no_width_is_ignored_not_raised(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    monkeypatch.setenv("COLUMNS", columns)  # '²' passes str.isdigit, and int() refuses it
+    assert output_width(io.StringIO()) is None
+    monkeypatch.setenv("COLUMNS", "72")
+    assert output_width(io.StringIO()) == 72

@@ -71,6 +71,9 @@ def test_refusing_a_cancel_request_keeps_the_watch(
 ) -> None:
     operation_id, decision_id = _requested(sim, tmp_path, home, "long-c2")
     token = csrf_of(client)
+    for hostile in ("\u00b2", "9" * 5000, "-1"):  # '²' passes str.isdigit, and int() refuses it
+        odd = client.post(f"/decisions/{decision_id}/decide", data={"option": hostile, "by": "carol", "csrf": token})
+        assert flash_after(client, odd) == "error: Choose one of the options (or refuse). Nothing changed.", hostile
     refused = client.post(f"/decisions/{decision_id}/decide", data={"option": "refuse", "by": "carol", "csrf": token})
     assert flash_after(client, refused) == (
         f"ok: refused decision {decision_id}; operation {operation_id} keeps watching within its limits"

@@ -84,6 +84,7 @@ def test_the_lists_decide_link_opens_that_decision_whatever_page_it_is_on(
     assert page.count('<section class="card decision"') == 1 and f'id="decision-{second.decision_id}"' in page
     assert f'id="decision-{first.decision_id}"' not in page
     assert client.get("/decisions?decision=nonesuch").status_code == 200
-    for hostile in ("/decisions?decision=%00", "/?q=%00&contract=%00x&phase=%1b", "/?page=99999999999&show=%e2%80%ae"):
+    hostiles = ("/decisions?decision=%00", "/?q=%00&contract=%00x&phase=%1b", "/?page=99999999999&show=%e2%80%ae")
+    for hostile in (*hostiles, "/?page=%C2%B2", "/decisions?page=%C2%B2"):  # '²' passes str.isdigit, not int()
         answer = client.get(hostile)
         assert answer.status_code == 200 and "\x00" not in answer.text and "\u202e" not in answer.text, hostile

@@ -218,13 +218,6 @@ def test_bad_learning_keys_name_the_field(extra: str, named: str) -> None:
         parse_contract(_schedule(extra), source="c.toml")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 26, open: the estimate keeps holes between a few jobs spread over a wide hump, and the plan puts "
-    "its long gaps in them (found 2026-12-07; a fixed 5-job smoothing span fixed this but cost more requests than "
-    "the plain backoff on narrow sparse humps and broke six hostile-history tests). Strict: it fails the suite "
-    "once the estimate is fixed, so the marker goes with the fix.",
-)
 def test_a_few_jobs_over_a_wide_hump_leave_no_holes_for_the_plan_to_skip() -> None:
     """Sixty jobs of two kinds (20 s and 10 min, sigma 0.3): thirty over a ten-minute-wide hump leave gaps between
     them that are not where jobs never end. Planned as if they were, 13-22 % of fresh jobs of the same kinds were
@@ -240,3 +233,13 @@ def test_a_few_jobs_over_a_wide_hump_leave_no_holes_for_the_plan_to_skip() -> No
         _, lags = _simulate(model, [wide(rng) for _ in range(4000)])
         late = sum(1 for lag in lags if lag > LAG) / len(lags)
         assert late <= 0.04 and lags[int(0.95 * len(lags))] <= LAG, (seed, late)
+
+
+def test_the_last_few_jobs_of_a_sparse_hump_are_not_the_longest_there_is() -> None:
+    """Forty jobs of 20 s and ten spread over 5-15 minutes: the longest of the ten is no more where jobs stop
+    ending than the gaps between them are, so the plan looks past it before the plain backoff takes over; forty
+    dense jobs end their plan where they end."""
+    sparse = learn("exports", _samples([20.0 + i / 10 for i in range(40)] + [300.0 + 60 * i for i in range(10)]), LAG)
+    assert sparse is not None and sparse.checks[-1] > sparse.longest + LAG
+    dense = learn("exports", [Sample(100.0, 110.0 + i / 10) for i in range(40)], LAG)
+    assert dense is not None and dense.checks[-1] <= dense.longest + 0.1 * LAG

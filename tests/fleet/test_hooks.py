@@ -274,3 +274,18 @@ def test_a_retry_thread_that_cannot_start_leaves_nothing_for_stop_and_is_counted
     failed = [fields for event, fields in told if event == "push_failed"]
     assert len(failed) == 2 and failed[0]["operations"] == [operation_id], told
     assert "can't start new thread" in str(failed[0]["why"])
+
+
+@pytest.mark.parametrize("length", [b"\xb2", b"9" * 5000], ids=["superscript-two", "5000-digits"])
+def test_a_content_length_that_only_looks_numeric_is_refused_with_400_not_a_traceback(
+    receiver: tuple[HooksServer, Store], length: bytes, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """'²' (0xB2, read as latin-1) passes str.isdigit and 5,000 digits pass it too; int() refuses both."""
+    server, _ = receiver
+    headers, body = signed("exp-1", "msg_len")
+    request = _post("/hooks/exports", headers, b"", length=False).removesuffix(b"\r\n")
+    answer = _raw(server, request + b"Content-Length: " + length + b"\r\n\r\n" + body)
+    assert answer, "the connection closed with no answer"
+    assert _status(answer) == 400
+    assert "Traceback" not in capfd.readouterr().err
+    assert sum(n for (_, outcome), n in server.receiver.counts.items() if outcome == "length_required") == 1

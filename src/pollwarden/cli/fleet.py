@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ..audit.crypto import AuditError
 from ..core.admission import HeldSecret, Limits, WatchRequest, check_many
 from ..core.contract.parse import Contract
+from ..core.digits import whole_number
 from ..core.durations import format_rfc3339
 from ..engine import BatchAdmissionError, Engine
 from ..engine.preamble import Credentials, Refused, admit, credential_of, ready
@@ -76,7 +77,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         args.concurrency = POSTGRES_CONCURRENCY if is_postgres_url(str(db_target(args))) else DEFAULT_CONCURRENCY
     supervisor = (os.environ.get(SUPERVISOR_ENV) or None) if args.processes == 1 else None
     if supervisor is not None:
-        if not (supervisor.isascii() and supervisor.isdigit() and len(supervisor) <= 10 and int(supervisor) > 0):
+        if not whole_number(supervisor, 10):  # None, or 0
             raise UsageError(
                 f"{SUPERVISOR_ENV} is set to {shown(supervisor[:24])!r}, which is no process id: only"
                 " `worker --processes N` sets it, for its children; unset it to run a worker"

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from ..core.digits import whole_number
+
 __all__ = [
     "Column",
     "FittedOut",
@@ -104,7 +106,7 @@ def output_width(out: TextIO) -> int | None:
     width = terminal_width(out)
     if width is None:
         columns = os.environ.get("COLUMNS", "")
-        width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+        width = whole_number(columns, 6) or None  # 0 is no width either
     return width
 
 

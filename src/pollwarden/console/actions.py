@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from ..actions.decisions import MAX_DECIDER, MAX_NOTE, person_problem
 from ..audit import AuditError
+from ..core.digits import whole_number
 from ..core.escalation import DecisionError, OptionKind
 from ..home.closing import BULK_REASONS, closable, close_ended
 from ..home.operating import GRANT_ANSWERS, HomeError, answer_grant, decide, grant_step, watch_command
@@ -65,10 +66,10 @@ class FormActions(AuthHandler):
         refuse = choice == "refuse"
         option: int | None = None
         if not refuse:
-            if not choice.isdigit() or len(choice) > 4:
+            option = whole_number(choice, 4)
+            if option is None:
                 back("error", "Choose one of the options (or refuse). Nothing changed.")
                 return
-            option = int(choice)
         session.by = by
         if not refuse and form.get("confirm") != "yes" and self._asks_confirmation(session, decision_id, option, note):
             return

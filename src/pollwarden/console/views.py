@@ -7,6 +7,7 @@ from urllib.parse import parse_qs
 
 from ..audit import AuditError
 from ..clock import utcnow
+from ..core.digits import whole_number
 from ..core.learnt import Summary
 from ..core.record import OperationRecord
 from ..engine.learning import summaries
@@ -120,7 +121,7 @@ class PageViews(AuthHandler):
     def _decisions(self, session: Session, query: str = "") -> None:
         params = parse_qs(query)
         page_text = (params.get("page") or ["1"])[0]
-        page = max(1, int(page_text)) if page_text.isdigit() and len(page_text) < 7 else 1
+        page = max(1, whole_number(page_text, 6) or 1)
         try:
             with self.console.store("none") as store:
                 groups = store.decision_groups()

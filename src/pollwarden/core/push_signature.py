@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from .contract.push import Push
+from .digits import whole_number
 
 TOLERANCE = timedelta(minutes=5)
 """How far a Standard Webhooks timestamp may be from now, either way (the spec's libraries' default)."""
@@ -130,12 +131,13 @@ def _standard(secret: str, headers: Mapping[str, str], body: bytes, now: datetim
     delivery_id, stamp, signatures = (headers.get(f"webhook-{n}") for n in ("id", "timestamp", "signature"))
     if delivery_id is None or stamp is None or signatures is None:
         return Refused(Refusal.BAD_SIGNATURE, "webhook-id, webhook-timestamp and webhook-signature are required")
-    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
+    seconds = whole_number(stamp, 12)
+    if seconds is None:
         return Refused(Refusal.BAD_SIGNATURE, "webhook-timestamp is not whole seconds since the epoch")
-    sent = datetime.fromtimestamp(int(stamp), UTC)
+    sent = datetime.fromtimestamp(seconds, UTC)
     if abs(now - sent) > TOLERANCE:
         return Refused(Refusal.STALE, f"webhook-timestamp is more than {TOLERANCE} from now")
-    expected = standard_signature(key, delivery_id, int(stamp), body).encode()
+    expected = standard_signature(key, delivery_id, seconds, body).encode()
     for given in signatures.split(" "):
         if given.startswith("v1,") and hmac.compare_digest(given.encode(), expected):
             return None

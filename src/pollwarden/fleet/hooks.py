@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..core.contract.parse import Contract, ContractError, parse_contract
+from ..core.digits import whole_number
 from ..core.lease import lease_ttl
 from ..core.push_signature import MAX_BODY_BYTES, STATUS, Refusal
 from ..engine.push import Received, receive, wake_one
@@ -240,10 +241,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "no such hook: POST /hooks/CONTRACT")
             return
         length_text = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding") is not None or length_text is None or not length_text.isdigit():
+        length = None if length_text is None else whole_number(length_text, 19)  # 19 digits: past any body
+        if self.headers.get("Transfer-Encoding") is not None or length is None:
             self._refused(name, 411 if length_text is None else 400, "length_required", "a Content-Length is required")
             return
-        length = int(length_text)
         if length > MAX_BODY_BYTES:
             self._refused(name, STATUS[Refusal.TOO_LARGE], Refusal.TOO_LARGE.value, f"{length} bytes")
             return

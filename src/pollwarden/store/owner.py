@@ -25,6 +25,8 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
+from ..core.digits import whole_number
+
 __all__ = [
     "Owner",
     "OwnerKind",
@@ -79,9 +81,8 @@ def parse_owner(text: str) -> Owner:
     pid_text = fields[0]
     boot = fields[2] or None if len(fields) > 3 else None
     pidns = fields[3] or None if len(fields) > 3 else None
-    # ASCII digits within a pid's reach: str.isdigit also takes '²' (which int() refuses), and a stored owner is
-    # read back from a row anyone with the database could have written.
-    pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() and len(pid_text) <= 10 else None
+    # Within a pid's reach: a stored owner is read back from a row anyone with the database could have written.
+    pid = whole_number(pid_text, 10)
     return Owner(kind or None, host, pid, boot, pidns)
 
 

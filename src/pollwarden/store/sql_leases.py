@@ -217,6 +217,8 @@ class Leases(Outbox):
         dead = dead_holders(tx, dead_holders_query(self.dialect), (at, at), owner, now)
         read: list[Stored | UnreadableRow] = []
         for chunk in chunks(dead):
+            if len(read) >= limit:  # the rest waits for the next claim, as the outbox's does
+                break
             query = claim_due_query(self.dialect, len(passed_over), of_holders=len(chunk))
             rows = tx.execute(query, (at, at, *chunk, at, *passed_over, limit - len(read))).fetchall()
             read += [stored_from_row(row, self.dialect.moment) for row in rows]

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import SplitResult
 
+from ..core.digits import whole_number
 from ..core.observe import FailureKind
 from .messages import MAX_HEADER_BYTES, MAX_HEADERS, MAX_LINE, Request, WireError
 
@@ -200,14 +201,14 @@ def check_framing(headers: Sequence[tuple[str, str]]) -> tuple[int | None, bool]
             codings += [c.strip().lower() for c in value.split(",")]
     if len(lengths) > 1:
         raise WireError(FailureKind.PROTOCOL, "the answer gives two different Content-Length values")
-    # 19 digits is past any body: a longer string would also outrun int()'s digit limit (a ValueError).
-    if any(not (length.isascii() and length.isdigit() and len(length) <= 19) for length in lengths):
+    numbers = {whole_number(length, 19) for length in lengths}  # 19 digits is past any body
+    if None in numbers:
         raise WireError(FailureKind.PROTOCOL, "the answer's Content-Length is not a number")
     if codings and lengths:
         raise WireError(FailureKind.PROTOCOL, "the answer gives both Transfer-Encoding and Content-Length")
     if codings and codings != ["chunked"]:
         raise WireError(FailureKind.PROTOCOL, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
-    return (int(next(iter(lengths))) if lengths else None), bool(codings)
+    return (next(iter(numbers)) if numbers else None), bool(codings)
 
 
 def request_head(request: Request, parts: SplitResult) -> bytes:

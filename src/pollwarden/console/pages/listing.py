@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from urllib.parse import urlencode
 
+from ...core.digits import whole_number
 from ...core.reasons import Phase, StopReason
 from ...shown import has_control
 from ...store.base import INSPECT_UNREADABLE, ContractCounts, UnreadableRow
@@ -57,8 +58,7 @@ class ListView:
         show = one("show") if one("show") in SHOWS else "all"
         phase = one("phase") if one("phase") in {p.value for p in Phase} else None
         reason = one("reason") if one("reason") in {r.value for r in StopReason} else None
-        page = int(one("page")) if one("page").isdigit() and len(one("page")) < 7 else 1
-        page = max(page, 1)
+        page = max(1, whole_number(one("page"), 6) or 1)
         query = OperationsQuery(
             show=show,
             search=one("q")[:MAX_SEARCH],
