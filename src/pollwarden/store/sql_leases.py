@@ -42,6 +42,8 @@ PACED = "operations_paced"
 """The index of paced rows (schema 11), by the slot they wait for."""
 HELD = "operations_held"
 """The index of active rows under a lease (schema 15), by holder: the rows in flight, not the backlog."""
+NAMED_INDEXES = (DUE_ORDER, PACED, HELD)
+"""Every index a read names: SQLite refuses a read that names a missing one, so the store makes sure of them."""
 
 DUE = "phase = 'active' AND next_poll_at <= ? AND (paced_until IS NULL OR paced_until <= ?) AND unreadable IS NULL"
 """What the fleet claims (parameters: now, now): an operation paced to a later slot (`paced_until`) is due, but

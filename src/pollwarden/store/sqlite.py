@@ -28,6 +28,7 @@ from .base import StoreError
 from .bell import Bell, FifoBell
 from .common import Dialect, Row, Tx
 from .sql import SQLStore
+from .sql_leases import NAMED_INDEXES
 from .sqlite_writer import GroupWriter, connect, group_writer, release_writer
 from .witness import Witness
 
@@ -197,6 +198,7 @@ class SQLiteStore(SQLStore):
         except sqlite3.OperationalError:  # no meta table: a new file
             found = []
         if found and int(found[0][0]) == migrations.LATEST:
+            self._restore_named_indexes()
             return
         with self._tx() as tx:
             tx.execute(_META)
@@ -218,6 +220,28 @@ class SQLiteStore(SQLStore):
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(migrations.LATEST),),
                 )
+        self._restore_named_indexes()  # an older file may have lost one too, and no migration makes it again
+
+    def _restore_named_indexes(self) -> None:
+        """A file at this version whose index a read names (`INDEXED BY`) is gone (dropped outside pollwarden):
+        the read would fail on every claim, so the index is made again from the migration that first made it."""
+        marks = ", ".join("?" for _ in NAMED_INDEXES)
+        query = f"SELECT name FROM sqlite_master WHERE type = 'index' AND name IN ({marks})"
+        missing = set(NAMED_INDEXES) - {str(row[0]) for row in self._fetchall(query, NAMED_INDEXES)}
+        if not missing:
+            return
+        made = {
+            name: statement
+            for migration in migrations.migrations()
+            for statement in migration.statements("sqlite")
+            for name in missing
+            if statement.startswith(f"CREATE INDEX {name} ON ")
+        }
+        with self._tx() as tx:
+            for name in sorted(missing):
+                if name not in made:
+                    raise StoreError(f"{self.path} has no index {name}, and no migration makes it")
+                tx.execute(made[name])
 
     def _tx(self) -> AbstractContextManager[Tx]:
         if self._writer is None:
