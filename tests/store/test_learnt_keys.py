@@ -5,7 +5,7 @@ to a store an older pollwarden left (samples it already holds read as before).""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,13 +28,15 @@ ROWS = [  # (operation, key, lower, upper, ended after T0 by seconds)
 ]
 
 
-def _insert(backend: Backend, stamp: Callable[[datetime], object]) -> None:
+def _insert(backend: Backend, stamp: Callable[[datetime], object], given: Sequence[tuple[object, ...]] = ()) -> None:
     mark = "?" if isinstance(backend.target, Path) else "%s"
     sql = (
         "INSERT INTO learnt_samples (operation_id, contract, sample_key, lower_s, upper_s, ended_at)"
         f" VALUES ({', '.join([mark] * 6)})"
     )
-    rows = [(op, "exports", key, low, high, stamp(T0 + timedelta(seconds=s))) for op, key, low, high, s in ROWS]
+    rows = given or [
+        (op, "exports", key, low, high, stamp(T0 + timedelta(seconds=s))) for op, key, low, high, s in ROWS
+    ]
     if isinstance(backend.target, Path):
         with sqlite3.connect(backend.target, isolation_level=None) as conn:
             conn.executemany(sql, rows)
@@ -93,3 +95,14 @@ def test_schema_14_brings_the_index_and_the_samples_read_as_before(store: AnySto
         with psycopg.connect(backend.target) as pg:
             named = pg.execute("SELECT indexname FROM pg_indexes WHERE indexname = 'learnt_samples_contract_recent'")
             assert named.fetchall() == [("learnt_samples_contract_recent",)]
+
+
+def test_samples_that_ended_at_the_same_moment_are_read_in_one_order(store: AnyStore, backend: Backend) -> None:
+    """Which of the samples that ended together a window keeps, and in what order, is the store's, not the
+    insertion's: the estimate must read the same history from every process (ties broken by operation id)."""
+    at = _stamp(backend)(T0)
+    rows = [(op, "exports", "", low, low + 1.0, at) for op, low in [("op-c", 3.0), ("op-a", 1.0), ("op-b", 2.0)]]
+    _insert(backend, _stamp(backend), rows)
+    since = T0 - timedelta(days=1)
+    assert [s.lower for s in store.learnt_samples("exports", since, 2)] == [3.0, 2.0]
+    assert [s.lower for s in store.learnt_samples("exports", since, 3, "")] == [3.0, 2.0, 1.0]

@@ -238,7 +238,9 @@ class Estimate:
 def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     """The distribution of what `samples` bracketed; None with fewer than `MIN_ENDED` ended samples."""
     samples = _sane(samples)
-    ended = [s for s in samples if s.upper is not None]
+    # In one order, whatever order the store read them in: a sparse cell's width is chosen against a threshold
+    # (`learnt_em`), and float sums in another order fall on its other side.
+    ended = sorted((s for s in samples if s.upper is not None), key=lambda s: (s.lower, s.upper or 0.0))
     if len(ended) < MIN_ENDED:
         return None
     longest = max(max(s.upper or 0.0 for s in ended), 1e-3)

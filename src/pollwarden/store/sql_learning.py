@@ -49,7 +49,8 @@ class LearntSamples(Reads):
         else:
             sql = "SELECT lower_s, upper_s FROM learnt_samples WHERE contract = ? AND sample_key = ? AND ended_at >= ?"
             params = (contract, key, self.dialect.stamp(since), limit)
-        rows = self._rows(sql + " ORDER BY ended_at DESC LIMIT ?", params)
+        # Ties broken by operation id: every process reads the same window in the same order (`core.learnt`).
+        rows = self._rows(sql + " ORDER BY ended_at DESC, operation_id DESC LIMIT ?", params)
         return [Sample(float(low), None if high is None else float(high)) for low, high in rows]
 
     def learnt_keys(self, contract: str, since: datetime) -> list[tuple[str, int]]:
