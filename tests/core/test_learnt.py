@@ -263,3 +263,10 @@ def test_the_same_history_in_any_order_gives_the_same_model(count: int) -> None:
             again = history[:]
             random.Random(shuffle).shuffle(again)
             assert learn("exports", again, LAG, 120.0) == model, (count, seed, shuffle)
+
+
+def test_sparse_mass_spreads_past_the_longest_by_ten_targets_at_most_on_any_grid() -> None:
+    """Nineteen jobs of a minute and one of 116 days: the grid's cells are 4.6 h wide, and a reach of 200 cells
+    let the plan run 38 days past the longest job seen; ten targets is a cell here."""
+    model = learn("exports", [Sample(50.0, 60.0)] * 19 + [Sample(1e7 - 30, 1e7)], LAG, 120.0)
+    assert model is not None and model.checks[-1] <= model.longest + 1.001 * max(10 * LAG, 1e7 / 600)

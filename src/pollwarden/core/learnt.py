@@ -31,7 +31,7 @@ from typing import Any
 
 from .contract.parse import Schedule
 from .durations import format_duration
-from .learnt_em import SPARSE_REACH, self_consistent, shares_of
+from .learnt_em import reach, self_consistent, shares_of
 from .reasons import DelaySource, Jitter, Phase
 from .record import OperationRecord
 from .schedule import raw_delay
@@ -67,8 +67,9 @@ GRID_SHARE = 0.05
 SNAP_SHARE = 0.1
 """A check made up to this share of the target before a planned one stands for it (`Learnt.next_check`)."""
 MAX_CELLS = 600
-"""Grid cells over [0, longest seen] at most; sparse mass spread past the longest (`learnt_em.SPARSE_REACH`) adds
-up to 200 more. The plan's cost is linear in them (17-23 ms at 600-800 cells on a 2-core test machine)."""
+"""Grid cells over [0, longest seen] at most; sparse mass spread past the longest (`learnt_em.reach`) adds up to
+`learnt_em.REACH_CELLS` (200) more. The plan's cost is linear in them (17-23 ms at 600-800 cells on a 2-core test
+machine)."""
 TAIL_SHARE = 0.01
 """The share of the longest ended jobs that may lie past the grid (in its tail, checked by the plain backoff)
 rather than stretch it (`_span`)."""
@@ -248,7 +249,8 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
     span = _span(sorted(s.upper or 0.0 for s in ended), lag_target)
     step = max(GRID_SHARE * lag_target, span / MAX_CELLS, 1e-3)
     cells = max(1, math.ceil(span / step))
-    room = cells + SPARSE_REACH  # sparse mass near the longest is spread past it (`learnt_em`); unused cells cut
+    spill = reach(step, lag_target)
+    room = cells + spill  # sparse mass near the longest is spread past it (`learnt_em`); unused cells cut
     shares, tail = [], 0.0
     for s in ended:
         assert s.upper is not None
@@ -256,7 +258,7 @@ def estimate(samples: Sequence[Sample], lag_target: float) -> Estimate | None:
             tail += 1.0  # ended past the grid: its mass is the tail's, where the plain backoff checks
             continue
         shares.append(shares_of(cells, step, s.lower, min(s.upper, span)))
-    mass = self_consistent(room, cells, shares)
+    mass = self_consistent(room, cells, shares, spill)
     while len(mass) > cells and mass[-1] <= 1e-9 * len(shares):
         mass.pop()
     cells = len(mass)

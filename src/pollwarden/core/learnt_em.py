@@ -18,13 +18,21 @@ spread wider, until its window holds this much (`_spread`): thirty jobs over a t
 them that are not where jobs never end, and with one width for all the plan put its long gaps in them (13-22 % of
 fresh jobs late for 3 % planned). Dense mass keeps the narrow smoothing, so narrow kinds keep their few checks (a
 fixed five-job width everywhere cost more than the plain backoff on them)."""
-SPARSE_REACH = 200
-"""Cells on each side a sparse cell's mass may be spread over at most (ten targets on the finest grid), past the
-longest job seen too: the last few jobs of a sparse hump say no more that none is longer than they say that none
-ends between them."""
+SPARSE_REACH = 10.0
+"""Targets on each side a sparse cell's mass may be spread over at most (200 cells on the finest grid, fewer on a
+coarser one: `reach`), past the longest job seen too: the last few jobs of a sparse hump say no more that none is
+longer than they say that none ends between them."""
+REACH_CELLS = 200
+"""`SPARSE_REACH` in cells at most (the finest grid's): the cells past the longest seen the estimate may add."""
 EM_WORK = 400_000
 """Cell visits the estimate's rounds may take in all, each round's spread over the whole grid counted too (an
 estimate of 500 samples took 55-111 ms on a 2-core test machine): fewer rounds for many wide intervals."""
+
+
+def reach(step: float, lag_target: float) -> int:
+    """Cells on each side a sparse cell's mass may be spread over on a grid of `step` (`SPARSE_REACH`): counted in
+    cells alone, a grid coarsened by one outlier (1e7 s among jobs of a minute) let the plan run 38 days past it."""
+    return max(1, min(REACH_CELLS, math.ceil(SPARSE_REACH * lag_target / step)))
 
 
 def shares_of(cells: int, step: float, low: float, high: float) -> tuple[int, list[float]]:
@@ -37,13 +45,14 @@ def shares_of(cells: int, step: float, low: float, high: float) -> tuple[int, li
     return first, shares
 
 
-def self_consistent(cells: int, grid: int, shares: Sequence[tuple[int, list[float]]]) -> list[float]:
+def self_consistent(cells: int, grid: int, shares: Sequence[tuple[int, list[float]]], reach: int) -> list[float]:
     """Each ended sample's unit of mass over its interval: first evenly, then, for `EM_ROUNDS` rounds, in
     proportion to the mass already there (Turnbull's self-consistency, the EM steps to the maximum-likelihood
     estimate of an interval-censored distribution). Where intervals of different jobs overlap, the mass gathers
     in the overlap: the plain backoff's wide, randomly placed intervals of the first jobs teach where jobs end
     much more sharply than spreading each evenly does; where every interval is the same (the plan's own checks),
-    nothing changes. The rounds are fewer when the intervals are many and wide (`EM_WORK` cell visits at most)."""
+    nothing changes. A sparse cell's mass spreads `reach` cells each side at most. The rounds are fewer when the
+    intervals are many and wide (`EM_WORK` cell visits at most)."""
     mass = [0.0] * cells
     for first, weights in shares:
         for j, w in enumerate(weights):
@@ -58,7 +67,7 @@ def self_consistent(cells: int, grid: int, shares: Sequence[tuple[int, list[floa
             if total <= 0:
                 seen, total = weights, 1.0
             moved[first:end] = [before + part / total for before, part in zip(moved[first:end], seen, strict=True)]
-        mass = _spread(moved, grid, EM_SMOOTH, SPARSE_JOBS, SPARSE_REACH)
+        mass = _spread(moved, grid, EM_SMOOTH, SPARSE_JOBS, reach)
     return mass
 
 
