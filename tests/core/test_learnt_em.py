@@ -16,14 +16,16 @@ def _searched(mass: list[float], grid: int, half: int, jobs: float, reach: int) 
     def held(k: int, width: int) -> float:
         return math.fsum(mass[max(0, k - width) : k + width + 1])
 
+    crowded = [held(k, half) >= jobs for k in range(grid)]
     widths = {}
     for k, m in enumerate(mass[:grid]):
-        if m > 0 and held(k, half) < jobs:
+        if m > 0 and not crowded[k]:
             low_w, width = half, reach
             while width - low_w > 1:
                 mid = (low_w + width) // 2
                 low_w, width = (mid, width) if held(k, mid) < jobs else (low_w, mid)
-            widths[k] = width
+            if not any(crowded[max(0, k - width) : k + width + 1]):  # a dense block's edge stays narrow
+                widths[k] = width
     dense = [0.0 if k in widths else m for k, m in enumerate(mass[:grid])]
     out = _smoothed(dense, half) + [0.0] * (cells - grid)
     for k, width in widths.items():

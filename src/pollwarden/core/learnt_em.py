@@ -17,7 +17,9 @@ SPARSE_JOBS = 10.0
 spread wider, until its window holds this much (`_spread`): thirty jobs over a ten-minute hump leave holes between
 them that are not where jobs never end, and with one width for all the plan put its long gaps in them (13-22 % of
 fresh jobs late for 3 % planned). Dense mass keeps the narrow smoothing, so narrow kinds keep their few checks (a
-fixed five-job width everywhere cost more than the plain backoff on them)."""
+fixed five-job width everywhere cost more than the plain backoff on them), and so does a dense block's edge: a
+sparse cell whose wider window reaches a dense cell (every distribution's falling edge holds few jobs, and spread
+wide past it the plan checked past the longest job for almost every history)."""
 SPARSE_REACH = 10.0
 """Targets on each side a sparse cell's mass may be spread over at most (200 cells on the finest grid, fewer on a
 coarser one: `reach`), past the longest job seen too: the last few jobs of a sparse hump say no more that none is
@@ -75,7 +77,8 @@ def _spread(mass: list[float], grid: int, half: int, jobs: float, reach: int) ->
     """`_smoothed` over the grid's first `grid` cells where at least `jobs` of mass lies within `half` cells of a
     cell; a cell with less has its mass spread evenly over as many more cells on each side (up to `reach`) as it
     takes to hold that much, past `grid` too: the last few jobs seen are no more the longest there is than the
-    gaps between them are places where no job ends. The total kept."""
+    gaps between them are places where no job ends. Unless that window holds a dense cell: then the cell is a
+    dense block's edge, smoothed as the block is. The total kept."""
     cells = len(mass)
     prefix = [0.0]
     for m in mass:
@@ -85,6 +88,9 @@ def _spread(mass: list[float], grid: int, half: int, jobs: float, reach: int) ->
         return prefix[min(cells, k + width + 1)] - prefix[max(0, k - width)]
 
     dense = mass[:grid]
+    crowded = [0]  # cells whose `half` neighbours hold `jobs`, up to each cell
+    for k in range(grid):
+        crowded.append(crowded[-1] + (held(k, half) >= jobs))
     added = [0.0] * (cells + 1)
     # The least width past `half` whose window holds `jobs` (or `reach`), found in one pass: a window that holds
     # less than `jobs` holds the window one narrower around the next cell, so the next cell's least width is at
@@ -92,13 +98,15 @@ def _spread(mass: list[float], grid: int, half: int, jobs: float, reach: int) ->
     # binary search a cell cost 5.9 ms a round with every cell sparse).
     width, last = half + 1, 0
     for k, m in enumerate(dense):
-        if m <= 0 or held(k, half) >= jobs:
+        if m <= 0 or crowded[k + 1] > crowded[k]:
             continue
         width = min(reach, max(half + 1, width - (k - last)))
         while width < reach and held(k, width) < jobs:
             width += 1
         last = k
         low, high = max(0, k - width), min(cells, k + width + 1)
+        if crowded[min(grid, high)] > crowded[min(grid, low)]:
+            continue  # a dense block's edge, not a sparse hump: spread wide, the plan checked past every block
         added[low] += m / (high - low)
         added[high] -= m / (high - low)
         dense[k] = 0.0
