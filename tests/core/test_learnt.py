@@ -9,7 +9,17 @@ from datetime import timedelta
 import pytest
 
 from pollwarden.core import ContractError, Decision, decide, observe, reserve
-from pollwarden.core.learnt import MIN_ENDED, Learnt, Sample, estimate, first_check, learn, phase, sample_of
+from pollwarden.core.learnt import (
+    MIN_ENDED,
+    Learnt,
+    Sample,
+    estimate,
+    expected_checks,
+    first_check,
+    learn,
+    phase,
+    sample_of,
+)
 from pollwarden.core.reasons import DelaySource, StopReason
 from pollwarden.core.record import OperationRecord
 from tests.core.support import T0, body, contract_text, make_contract, make_record, response
@@ -245,6 +255,21 @@ def test_the_last_few_jobs_of_a_sparse_hump_are_not_the_longest_there_is() -> No
     assert dense is not None and dense.checks[-1] <= dense.longest + 0.1 * LAG
 
 
+@pytest.mark.parametrize("count", [30, 100, 300])
+def test_a_dense_block_of_jobs_ends_its_plan_at_the_longest_seen(count: int) -> None:
+    """Jobs of 570-620 s: the block's falling edge holds fewer than ten jobs within a quarter of the target, as
+    any distribution's does, but it is no sparse hump's last few jobs: spread past it, the plan checked at
+    607.5 and 633 s for 609 and 621 (and a third check a few seconds later with fewer jobs)."""
+    rng = random.Random(count)
+    block = []
+    for _ in range(count):
+        low = min(590.0, max(570.0, 580.0 * math.exp(rng.gauss(0, 0.01))))
+        block.append(Sample(low, low + 30.0))
+    model = learn("exports", block, LAG)
+    assert model is not None
+    assert model.checks[-1] <= model.longest + 0.1 * LAG, model.checks
+
+
 @pytest.mark.parametrize("count", [20, 60, 500])
 def test_the_same_history_in_any_order_gives_the_same_model(count: int) -> None:
     """The store hands samples back newest first, and operations that end together in any order: the model, its
@@ -270,3 +295,13 @@ def test_sparse_mass_spreads_past_the_longest_by_ten_targets_at_most_on_any_grid
     let the plan run 38 days past the longest job seen; ten targets is a cell here."""
     model = learn("exports", [Sample(50.0, 60.0)] * 19 + [Sample(1e7 - 30, 1e7)], LAG, 120.0)
     assert model is not None and model.checks[-1] <= model.longest + 1.001 * max(10 * LAG, 1e7 / 600)
+
+
+def test_the_plan_and_the_plain_backoff_are_counted_over_the_same_span() -> None:
+    """`pollwarden schedules` sets the learnt plan's requests a job beside the plain backoff's: counted the same
+    way, the plan's own checks give its own figure, also past the longest job seen (the plain backoff's count
+    stopped there while the plan's went on: 3.30 against 3.40 for one plan)."""
+    history = _samples([20.0 + i / 10 for i in range(40)] + [300.0 + 60 * i for i in range(10)])
+    model, est = learn("exports", history, LAG), estimate(history, LAG)
+    assert model is not None and est is not None and model.checks[-1] > model.longest
+    assert expected_checks(est, model.checks) == pytest.approx(model.expected, rel=1e-9)

@@ -50,7 +50,7 @@ MISS_PRIOR = 30.0
 """With `count` ended samples the plan lets `MISS * count / (count + MISS_PRIOR)` be late (`plan`): the plan spends
 its whole share where the estimate holds least mass, and with few samples that is where the estimate is most
 wrong (60 jobs of two kinds, 20 s and 10 min: one slow job seen below 400 s where two were due, and the plan
-skipped 300-390 s, 3 % of the jobs, for 1 % planned). 1.8 % at 60 samples, 2.8 % at 500."""
+skipped 300-390 s, 3 % of the jobs, for 1 % planned). 2.0 % at 60 samples, 2.8 % at 500."""
 PLANNED_SHARE = 1.0
 """The lag the plan's gaps are sized for, as a share of the target."""
 JITTER_SHARE = 0.05
@@ -103,7 +103,8 @@ class Learnt:
     p95: float
     longest: float
     expected: float
-    """Expected checks per job under this plan (from the estimate); the tail past the longest seen excluded."""
+    """Expected checks per job under this plan (from the estimate), up to its last check (`Estimate.end`): past
+    the longest seen too where the estimate spread sparse jobs past it; the tail past its end excluded."""
     key: str | None = None
     """The operation's `[schedule] learn_key` value, if it has one (`core.learnt_inputs`)."""
     key_count: int = 0
@@ -216,6 +217,12 @@ class Estimate:
     cdf: tuple[float, ...]
     count: int
     longest: float
+
+    @property
+    def end(self) -> float:
+        """The grid's last time, where a plan's last check is: the longest seen, or past it where sparse jobs'
+        mass was spread past it (`learnt_em`)."""
+        return (len(self.cdf) - 1) * self.step
 
     def at(self, t: float) -> float:
         """P(duration <= t), linear between grid points."""
@@ -433,12 +440,13 @@ def learn(contract: str, samples: Sequence[Sample], lag_target: float, max_gap: 
 
 def expected_checks(est: Estimate, ages: Sequence[float]) -> float:
     """How many of the checks at `ages` a job of this distribution needs on average (each is sent while the job
-    has not been seen ended): for comparing a plan with the plain backoff's ages."""
+    has not been seen ended), up to the estimate's end, as a plan's own `expected` counts: for comparing a plan
+    with the plain backoff's ages."""
     total, previous = 0.0, 0.0
     for age in ages:
         total += 1.0 - est.at(previous)
         previous = age
-        if previous >= est.longest:
+        if previous >= est.end - 1e-9 * est.step:
             break
     return total
 
@@ -535,6 +543,6 @@ def summary(contract: str, samples: Sequence[Sample], schedule: Schedule, key: s
     lag = schedule.lag_target.total_seconds()
     est = estimate(samples, lag)
     model = learn(contract, samples, lag) if est is not None else None
-    plain = None if est is None else expected_checks(est, plain_ages(schedule, est.longest))
+    plain = None if est is None else expected_checks(est, plain_ages(schedule, est.end))
     censored = sum(1 for s in samples if s.upper is None)
     return Summary(contract, len(samples), censored, model, plain, key, est)
