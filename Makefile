@@ -28,11 +28,9 @@ typecheck: $(BIN)/.installed
 # grows with the load, not the tests. docs/install.md has the figures.
 # The suite runs the real command in hundreds of subprocesses: with PYTHONDONTWRITEBYTECODE set (as on the CI
 # machine) each would compile pollwarden from source again, so its bytecode is written once, first.
-# `--dist loadgroup`: tests marked `xdist_group` run on one worker (the agent frameworks' tests, whose imports cost
-# ~4 s of CPU in each worker that runs one); every other test is a unit of its own, handed to whichever worker runs low.
 unit: $(BIN)/.installed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q src
-	$(BIN)/pytest -q -n 4 --dist loadgroup
+	$(BIN)/pytest -q -n 4
 
 test: lint typecheck unit
 

@@ -11,9 +11,8 @@ from pollwarden.home.operating import open_store
 from pollwarden.simulator import Simulator, Step
 from tests.conftest import write_contract
 
-# langgraph is imported inside each test (tests/integrations/langgraph_kit.py): at collection every worker would
-# pay it.
-pytestmark = pytest.mark.xdist_group("agents")
+# langgraph is imported inside each test (tests/integrations/langgraph_kit.py), and xdist runs this file's tests on
+# one worker (tests/conftest.py ONE_WORKER): at collection every worker paid for it.
 
 RUNNING = Step(body={"state": "running"})
 

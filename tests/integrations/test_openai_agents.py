@@ -17,8 +17,8 @@ from tests.conftest import write_contract
 if TYPE_CHECKING:
     from tests.integrations.agents_kit import ScriptedModel
 
-# The SDK is imported inside each test (tests/integrations/agents_kit.py): at collection every worker would pay it.
-pytestmark = pytest.mark.xdist_group("agents")
+# The SDK is imported inside each test (tests/integrations/agents_kit.py), and xdist runs this file's tests on one
+# worker (tests/conftest.py ONE_WORKER): at collection every worker paid for it.
 
 
 @pytest.fixture
