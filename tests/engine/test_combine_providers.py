@@ -141,7 +141,11 @@ def test_an_interrupted_watch_abandons_its_request_in_flight_and_gives_its_lease
             pass
         else:
             now = signal.getsignal(signal.SIGINT)
-            pytest.fail(f"no KeyboardInterrupt: {outcome!r}; SIGINT sent: {sent.is_set()}; its handler now {now!r}")
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a mask would hold the signal pending, unseen
+            pytest.fail(
+                f"no KeyboardInterrupt: {outcome!r}; SIGINT sent: {sent.is_set()}; its handler now {now!r};"
+                f" signals blocked in this thread: {sorted(blocked)}"
+            )
         assert closed.wait(HANG_GUARD), "the abandoned request's connection was left open"
     finally:
         listener.close()

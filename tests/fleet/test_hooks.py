@@ -180,3 +180,97 @@ def test_stop_waits_for_a_retry_thread_caught_mid_wake(home: Path) -> None:
         store.close()
     assert told[:2] == ["retry finished", "stop returned"], told
     assert not [t for t in threading.enumerate() if t.name == "pollwarden-push-retry" and t.is_alive()]
+
+
+def test_a_delivery_still_reading_its_body_when_stop_returns_writes_nothing(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler threads are the server's daemon threads, which `stop` does not join: a slow sender still
+    sending its body when `stop` returns must find the receiver closed, and wake nothing (after `stop` the caller
+    closes the store). Held mid-body by the sender itself; that its handler has begun is told by the handler."""
+    from pollwarden.core.admission import WatchRequest
+    from pollwarden.engine import Engine
+    from pollwarden.fleet import hooks
+
+    store = open_store(home, keys="write")
+    contract = parse_contract(contract_text("http://127.0.0.1:9", base_delay="10m", max_delay="10m", extra=PUSH))
+    install(store, contract)
+    operation_id = Engine(store, owner="w").admit(WatchRequest(contract, "exp-5", by="test")).record.operation_id
+    begun = threading.Event()
+    handle = hooks._Handler.do_POST
+
+    def do_post(self: hooks._Handler) -> None:
+        begun.set()
+        handle(self)
+
+    monkeypatch.setattr(hooks._Handler, "do_POST", do_post)
+    log: list[str] = []
+    server = HooksServer(
+        Receiver(
+            store,
+            owner=process_owner("hooks"),
+            log=lambda event, **fields: log.append(event),
+            environ={"EXPORTS_HOOK": SECRET},
+        )
+    ).start()
+    request = _post("/hooks/exports", *signed("exp-5", "msg_late"))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+            conn.sendall(request[:-5])  # all but the body's last bytes: its handler waits for them
+            assert begun.wait(60), "the handler never began"
+            server.stop()
+            conn.sendall(request[-5:])
+            conn.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        assert _status(b"".join(chunks)) == 503
+        assert "woken_by_push" not in [event.kind for event in store.events(operation_id)]
+        assert log == []
+    finally:
+        server.stop()
+        store.close()
+
+
+def test_a_retry_thread_that_cannot_start_leaves_nothing_for_stop_and_is_counted(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push meeting a check in flight starts a retry thread; when the thread cannot start ("can't start new
+    thread"), nothing is left behind for `stop` to join (it raised joining a thread never started), the
+    operation is not held as retrying (a later push tries again), and the delivery is counted and told."""
+    from datetime import timedelta
+
+    from pollwarden.core.admission import WatchRequest
+    from pollwarden.engine import Engine
+
+    start = threading.Thread.start
+
+    def start_but_retries(thread: threading.Thread) -> None:
+        if thread.name == "pollwarden-push-retry":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_but_retries)
+    told: list[tuple[str, dict[str, object]]] = []
+    store = open_store(home, keys="write")
+    contract = parse_contract(contract_text("http://127.0.0.1:9", base_delay="10m", max_delay="10m", extra=PUSH))
+    install(store, contract)
+    receiver = Receiver(
+        store,
+        owner=process_owner("hooks"),
+        log=lambda event, **fields: told.append((event, fields)),
+        environ={"EXPORTS_HOOK": SECRET},
+    )
+    server = HooksServer(receiver).start()
+    try:
+        operation_id = Engine(store, owner="w").admit(WatchRequest(contract, "exp-3", by="test")).record.operation_id
+        assert store.claim(operation_id, "w", store.db_now(), timedelta(seconds=30)) is not None  # a check in flight
+        for n in range(2):
+            assert _status(_raw(server, _post("/hooks/exports", *signed("exp-3", f"msg_nothread_{n}")))) == 202
+    finally:
+        server.stop()
+        store.close()
+    assert receiver.counts[("exports", "retry_not_started")] == 2  # the second push tried again
+    failed = [fields for event, fields in told if event == "push_failed"]
+    assert len(failed) == 2 and failed[0]["operations"] == [operation_id], told
+    assert "can't start new thread" in str(failed[0]["why"])

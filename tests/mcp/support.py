@@ -22,6 +22,8 @@ from pollwarden.home.operating import open_store
 from tests.conftest import Ran, run_cli, write_contract
 from tests.prefork import spawn_args
 
+INSTRUMENTED = str(Path(__file__).resolve().parents[1] / "instrumented_cli.py")
+
 SECRET_ENV = "PW_AGENT_TEST_TOKEN"
 TOOLS = {
     "start_watch",
@@ -117,13 +119,18 @@ class Agent:
 
 @asynccontextmanager
 async def mcp_agent(
-    contracts: Path, home: Path, stderr: Path, *, env: dict[str, str] | None = None
+    contracts: Path, home: Path, stderr: Path, *, env: dict[str, str] | None = None, instrumented: bool = False
 ) -> AsyncIterator[Agent]:
-    """The server gets `env` (the secret); this test process never sets it in its own environment."""
+    """The server gets `env` (the secret); this test process never sets it in its own environment.
+    `instrumented`: the server is tests/instrumented_cli.py's, with the instruments `env` asks for."""
     args = ["mcp", "--contracts", str(contracts), "--home", str(home)]
     # For a zygote that starts in the environment the SDK gives the server (its safe defaults under ours) and
     # has imported what `pollwarden mcp` imports first.
-    spawn = spawn_args(args, get_default_environment() | (env or {}), servers=("mcp_server",))
+    spawn = (
+        [INSTRUMENTED, *args]
+        if instrumented
+        else spawn_args(args, get_default_environment() | (env or {}), servers=("mcp_server",))
+    )
     params = StdioServerParameters(command=sys.executable, args=spawn, env=env or {})
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:

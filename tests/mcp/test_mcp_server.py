@@ -157,9 +157,10 @@ def test_per_call_refused_and_timed_out_never_fail_open(sim: Simulator, tmp_path
             started = time.monotonic()
             timed_out = await agent.call("wait_operation", operation_id=hasty, max_wait_seconds=300)
             # The error itself says the 1 s approval timeout ended the wait (the cap, 45 s here, would answer
-            # not_yet); it cannot come before that second, and the upper bound is only a guard against a hang.
+            # not_yet), so no upper bound in seconds (a loaded machine may stretch the 1 s): it cannot come before
+            # that second.
             assert timed_out.error == "approval_timeout", timed_out.text
-            assert 0.9 < time.monotonic() - started < 40
+            assert time.monotonic() - started > 0.9
             assert sim.request_count("happy-3") == sim.request_count("happy-4") == 0
 
             answered = await cli("approvals", "--all", "--json", home=home)

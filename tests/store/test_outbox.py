@@ -17,7 +17,7 @@ from pollwarden.core.escalation import DecisionRequest, build_request
 from pollwarden.store.base import Attempted, DeliveryLease, OutboxEntry, Store
 from pollwarden.store.delivery import queued_by
 from pollwarden.store.open import open_store
-from pollwarden.store.owner import process_owner
+from pollwarden.store.owner import process_owner, this_place
 from pollwarden.store.witness import Witness
 
 from .conftest import AnyStore, Backend
@@ -93,6 +93,31 @@ def test_a_holder_that_died_on_this_host_is_not_waited_out(store: AnyStore) -> N
     assert _claim(store, process_owner("outbox", pid=int(proc.stdout)), now)  # a holder proved gone: its pid ended
     ((taken, _),) = _claim(store, process_owner("outbox"), now + timedelta(seconds=1), every=True)
     assert taken.token == 2
+
+
+def test_a_dead_holders_deliveries_are_claimed_though_live_holders_rows_fill_the_limit(store: AnyStore) -> None:
+    """The fleet claim's rule (`lease_held`, holders read first): a live holder's rows, due earlier, cannot crowd a
+    dead holder's out of the limit, and a dead holder's expired row (a free one) is claimed once, not also as
+    the dead holder's."""
+    from .test_fleet_claims import _no_process
+
+    boot, pidns = this_place()
+    if boot is None or pidns is None:
+        pytest.skip("no /proc here: nothing can be proved dead, every lease runs out")
+    for n in range(1, 7):
+        _stop(store, f"op-{n}", f"d-{n}")
+    now = store.db_now()
+    live, dead, claimer = process_owner("outbox"), process_owner("outbox", pid=_no_process()), process_owner("hooks")
+    assert [e.subject for _, e in store.claim_deliveries(live, now, TTL, 3, witness=None)] == ["d-1", "d-2", "d-3"]
+    expired = store.claim_deliveries(dead, now - TTL - timedelta(seconds=1), TTL, 1, witness=None, every=True)
+    assert [e.subject for _, e in expired] == ["d-4"]
+    unexpired = store.claim_deliveries(dead, now, TTL, 2, witness=None, skip=[expired[0][1].delivery_id])
+    assert [e.subject for _, e in unexpired] == ["d-5", "d-6"]
+    claimed = store.claim_deliveries(claimer, now, TTL, 3, witness=None)
+    assert sorted((e.subject, lease.token) for lease, e in claimed) == [("d-4", 2), ("d-5", 2), ("d-6", 2)]
+    assert {e.subject: e.lease_owner for e in store.outbox()} == {
+        "d-1": live, "d-2": live, "d-3": live, "d-4": claimer, "d-5": claimer, "d-6": claimer,
+    }  # fmt: skip
 
 
 def test_what_came_of_an_attempt_is_written_once_with_its_audit_event(store: AnyStore) -> None:

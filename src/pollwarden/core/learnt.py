@@ -140,7 +140,9 @@ class Learnt:
                 return max(delay, min(1.0, self.lag_target / 10, max_gap))
         return None
 
-    def words(self, delay: float) -> str:
+    def words(self, delay: float, lead: str = "next check") -> str:
+        """The wait `delay` as a decision tells it, and what placed it; `lead` names the check ("first check" for
+        the one placed at admission, `core.learnt_first`)."""
         scope = ""
         if self.key is not None:
             scope = (
@@ -149,7 +151,7 @@ class Learnt:
                 else f", every key (key {self.key!r} has {self.key_count} ended, fewer than {MIN_ENDED})"
             )
         return (
-            f"next check in {_say(delay)}: learnt from {self.count} ended jobs of {self.contract}{scope}"
+            f"{lead} in {_say(delay)}: learnt from {self.count} ended jobs of {self.contract}{scope}"
             f" (p5 {_say(self.p5)}, p50 {_say(self.p50)}, p95 {_say(self.p95)})"
             f" for a p95 lag of {_say(self.lag_target)}"
         )

@@ -44,7 +44,7 @@ class FirstCheck:
         detail = ""
         if record.delay_source is DelaySource.LEARNT and self.learnt is not None:
             delay = (record.next_poll_at - record.created_at).total_seconds()
-            detail = self.learnt.words(delay).replace("next check in ", "first check in ", 1)
+            detail = self.learnt.words(delay, lead="first check")
             if self.learnt.key is None and record.plan.schedule.learn_key is not None:
                 detail += f"; every key ({UNKEYED})"
         return {

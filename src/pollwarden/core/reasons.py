@@ -61,9 +61,9 @@ class DelaySource(StrEnum):
     """Placed from the contract's history of job durations for its p95 lag target (`core.learnt`)."""
     MANUAL_EXTENSION = "manual_extension"
     CREDENTIAL_RECHECK = "credential_recheck"
+    """A person chose one check with the credential configured now, after a refusal: its sender reads it again."""
     PROVIDER_PUSH = "provider_push"
     """A signed push from the provider made the check due now (issue 27); the answer it gets decides."""
-    """A person chose one check with the credential configured now, after a refusal: its sender reads it again."""
 
 
 class Phase(StrEnum):

@@ -17,7 +17,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,8 +37,8 @@ READ_TIMEOUT = 5.0
 RETRY = 0.05
 """Seconds between tries to wake an operation whose check was in flight when its push came."""
 STOP_WAIT = 10.0
-"""Seconds `HooksServer.stop` waits at most for retry threads to finish the wake they are in (a store call): after
-stop its caller closes the store, which a thread still writing would then meet closed."""
+"""Seconds `HooksServer.stop` waits at most for the deliveries and retry threads in flight to finish their store
+calls: after stop its caller closes the store, which a thread still writing would then meet closed."""
 
 Log = Callable[..., None]
 """Where refusals and wakes are told: `log(event, **fields)` (the worker's `JsonLog`), never a body or secret."""
@@ -88,12 +90,32 @@ class Receiver:
         self.log = log or (lambda event, **fields: None)
         self._environ = os.environ if environ is None else environ
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        """Deliveries admitted (`admitted`) and not yet answered, which `close` waits for."""
         self.counts: Counter[tuple[str, str]] = Counter()
         self.closing = threading.Event()
         self._retrying: set[str] = set()
         """Operations a retry thread is waiting on: a storm during one check in flight starts one, not one a push."""
         self._threads: set[threading.Thread] = set()
         """The retry threads running, which `close` waits for."""
+
+    @contextmanager
+    def admitted(self) -> Iterator[bool]:
+        """Whether a delivery may go on to the store, the counters and the log: False once closing. Decided under the
+        lock `close` sets closing under, so each delivery is either refused or waited for by `close`, never both
+        (the server's handler threads are daemons, which nothing else joins: a slow sender may finish its body
+        after `stop` returned)."""
+        with self._lock:
+            admitted = not self.closing.is_set()
+            self._in_flight += int(admitted)
+        try:
+            yield admitted
+        finally:
+            if admitted:
+                with self._lock:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
 
     def count(self, contract: str, outcome: str) -> None:
         with self._lock:
@@ -105,29 +127,50 @@ class Receiver:
             return Received(404, "unknown_contract", "no installed contract of that name has a [push] table")
         secret = self._environ.get(contract.push.secret_env)
         received = receive(self.store, contract, headers, body, secret=secret, owner=self.owner)
+        failed: RuntimeError | None = None
         with self._lock:
             # None once closing: a delivery finishing as the receiver stops starts no thread `close` would miss
             # (the operation's own schedule still checks it).
             fresh = [] if self.closing.is_set() else [o for o in received.busy if o not in self._retrying]
-            self._retrying.update(fresh)
             if fresh:
                 thread = threading.Thread(
                     target=self._wake_after, args=(contract, received, fresh), name="pollwarden-push-retry", daemon=True
                 )
-                self._threads.add(thread)
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # "can't start new thread": nothing is left for `close` to join
+                    failed = exc
+                else:
+                    # Under the lock: the thread's own discard, when it ends, waits for this add.
+                    self._threads.add(thread)
+                    self._retrying.update(fresh)
+        if failed is not None:
+            # The delivery was verified and remembered (a provider's retry is a replay): 202 as ever, but counted
+            # and told; the operations' own schedules still check them.
+            self.log("push_failed", contract=name, operations=fresh, why=f"no retry thread: {failed}")
+            return replace(received, outcome="retry_not_started")
         return received
 
     def close(self, wait: float = STOP_WAIT) -> None:
-        """No retry starts from now on, and those running end their current wake: waited for up to `wait` seconds
-        in all (a store call that hangs longer is told, not waited for)."""
+        """No delivery is admitted and no retry starts from now on, and those in flight end their current store
+        call: waited for up to `wait` seconds in all (a store call that hangs longer is told, not waited for)."""
+        ends = time.monotonic() + wait
         with self._lock:
             self.closing.set()
+            in_flight = self._in_flight
+        if in_flight:
+            self.log("push_deliveries_waited", deliveries=in_flight)
+            with self._lock:
+                while self._in_flight and self._idle.wait(max(0.0, ends - time.monotonic())):
+                    pass
+                left = self._in_flight
+            if left:
+                self.log("push_deliveries_unfinished", deliveries=left)
+        with self._lock:
             threads = list(self._threads)
         if not threads:
             return
         self.log("push_retries_waited", threads=len(threads))
-        ends = time.monotonic() + wait
         for thread in threads:
             thread.join(max(0.0, ends - time.monotonic()))
         left = sum(1 for thread in threads if thread.is_alive())
@@ -212,6 +255,14 @@ class _Handler(BaseHTTPRequestHandler):
         if len(body) != length:
             self._refused(name, 400, Refusal.MALFORMED.value, "the body ended early")
             return
+        with receiver.admitted() as admitted:
+            if admitted:
+                self._deliver(name, body)
+            else:
+                self._answer(503, "the receiver is stopping; the provider may retry")
+
+    def _deliver(self, name: str, body: bytes) -> None:
+        receiver = self.server.receiver
         headers = {key.lower(): value for key, value in self.headers.items()}
         try:
             received = receiver.deliver(name, headers, body)
@@ -237,9 +288,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "POST /hooks/CONTRACT")
 
     def _refused(self, name: str, status: int, outcome: str, why: str) -> None:
-        known = self.server.receiver.contracts.known(name)
-        self.server.receiver.count(name if known else "-", outcome)
-        self.server.receiver.log("push_refused", contract=name, outcome=outcome, why=why)
+        receiver = self.server.receiver
+        with receiver.admitted() as admitted:
+            if admitted:  # else stopped: nothing is told after `stop` returned
+                receiver.count(name if receiver.contracts.known(name) else "-", outcome)
+                receiver.log("push_refused", contract=name, outcome=outcome, why=why)
         self.close_connection = True  # the unread body must not be taken for the next request
         self._answer(status, "refused")
 
@@ -287,7 +340,8 @@ class HooksServer:
         return self
 
     def stop(self) -> None:
-        """Stops serving, then waits (bounded) for the retry threads' wakes: the caller may close the store next."""
+        """Stops serving, then waits (bounded) for the deliveries in flight and the retry threads' wakes: the caller
+        may close the store next. A delivery whose body is still coming is refused (503) once it has come."""
         self.receiver.closing.set()
         self._server.shutdown()
         self._server.server_close()

@@ -172,6 +172,8 @@ def watch_reply(served: Contract, record: OperationRecord, now: datetime, *, cre
         "max_status_requests": record.plan.max_status_requests,
         "status_requests_used": record.status_requests_used,
         "next_check_at": format_rfc3339(record.due_at),
+        # Who placed that check, as `status --json` says it: `learnt` when the contract's history did.
+        "delay_source": record.delay_source.value,
         "retry_after_seconds": seconds_until(record.due_at, now),
         "approval": served.approval,
         "message": (

@@ -53,6 +53,10 @@ class Dialect:
     """Appended to a SELECT of rows the transaction will update: the rows stay ours until commit."""
     lock_due: str = ""
     """Appended to the fleet claim's SELECT: rows another claimer holds are skipped, not waited for."""
+    names_indexes: bool = False
+    """Whether the reads that must use one index name it (`indexed_by`). SQLite's planner has no statistics (no store
+    runs ANALYZE) and otherwise took `operations_console` (schema 9) for their `phase =` equality: the fleet claim
+    sorted every active row on every claim. PostgreSQL's has statistics (autovacuum), and no such clause."""
     lock_log: str | None = None
     """A statement that holds one audit log's head until commit."""
     lock_logs: str | None = None
@@ -78,6 +82,10 @@ class Dialect:
         """A parameter of this kind ("text", "bigint", "time", "bool"), cast where the database needs it."""
         cast = self.casts.get(kind)
         return f"CAST(? AS {cast})" if cast else "?"
+
+    def indexed_by(self, index: str) -> str:
+        """After a table name: this read uses `index` (see `names_indexes`)."""
+        return f" INDEXED BY {index}" if self.names_indexes else ""
 
 
 @cache
@@ -298,6 +306,33 @@ def lease_held(holder: str | None, expires_at: datetime | None, owner: str, now:
         and expires_at > now
         and not holder_dead(holder)
     )
+
+
+def holders_query(table: str, scope: str) -> str:
+    """The holders of unexpired leases on `table`'s rows in `scope` (a WHERE condition), but the claimer's own,
+    with the latest expiry of each (parameters: the scope's, the claimer, now)."""
+    return (
+        f"SELECT lease_owner, MAX(lease_expires_at) FROM {table} WHERE {scope}"
+        " AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > ? GROUP BY lease_owner"
+    )
+
+
+def dead_holders(tx: Tx, query: str, params: Sequence[Any], owner: str, now: datetime) -> list[str]:
+    """Of the holders `query` (a `holders_query`, with its scope's `params`) reads, those whose leases a claim by
+    `owner` takes at once (`lease_held`: proved dead), sorted. Read first, one row a holder and no row locked, so
+    that a claim then reads only their rows: live holders' rows, in flight elsewhere, are neither locked nor
+    read, nor can they crowd a dead holder's out of the claim's limit."""
+    rows = tx.execute(query, (*params, owner, tx.dialect.stamp(now))).fetchall()
+    moment = tx.dialect.moment
+    return sorted(str(holder) for holder, expires in rows if not lease_held(str(holder), moment(expires), owner, now))
+
+
+IN_LIST = 500
+"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
+
+
+def chunks(values: Sequence[str]) -> list[list[str]]:
+    return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
 
 
 def taken_over(previous_owner: str | None, owner: str) -> bool:

@@ -45,6 +45,7 @@ from .common import (
     SUBMISSION_COLUMNS,
     Cursor,
     Tx,
+    chunks,
     decision_from_row,
     decision_request_text,
     grant_detail_text,
@@ -55,7 +56,6 @@ from .common import (
 )
 from .sql_contracts import ContractRegistry
 from .sql_learning import LearntSamples
-from .sql_leases import chunks
 from .sql_pages import Pages
 from .trail import job_lock_key
 from .vouching import operation_identity, state_of_values

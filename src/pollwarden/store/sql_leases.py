@@ -18,6 +18,9 @@ from .common import (
     STORED_COLUMNS,
     Dialect,
     Tx,
+    chunks,
+    dead_holders,
+    holders_query,
     lease_held,
     marks,
     stored_from_row,
@@ -30,16 +33,13 @@ MARKED = "set aside: "
 
 PROBE_EVERY = timedelta(seconds=1)
 """How often a fleet claim that found work enough among the free rows still looks for dead holders' leases: their
-operations wait at most this long rather than a lease's TTL, and a claimer on a long backlog pays the scan of the
-holders (every active row's lease, read from the `operations_console` index) once a second, not once a batch."""
+operations wait at most this long rather than a lease's TTL, and a claimer on a long due backlog pays the read of
+its holders (every due row's lease, in due order) once a second, not once a batch."""
 
-IN_LIST = 500
-"""Ids per `IN (...)` list: far below both databases' limits on parameters, few enough to plan quickly."""
-
-
-def chunks(values: Sequence[str]) -> list[list[str]]:
-    return [list(values[start : start + IN_LIST]) for start in range(0, len(values), IN_LIST)]
-
+DUE_ORDER = "operations_due_order"
+"""The index of active rows in claim order (schema 4), which every read of due rows names (`Dialect.indexed_by`)."""
+PACED = "operations_paced"
+"""The index of paced rows (schema 11), by the slot they wait for."""
 
 DUE = "phase = 'active' AND next_poll_at <= ? AND (paced_until IS NULL OR paced_until <= ?) AND unreadable IS NULL"
 """What the fleet claims (parameters: now, now): an operation paced to a later slot (`paced_until`) is due, but
@@ -61,9 +61,16 @@ def claim_due_query(dialect: Dialect, skipping: int = 0, *, of_holders: int = 0)
         else "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
     )
     return (
-        f"SELECT {STORED_COLUMNS} FROM operations WHERE {DUE} AND {lease}{passed_over}"
+        f"SELECT {STORED_COLUMNS} FROM operations{dialect.indexed_by(DUE_ORDER)} WHERE {DUE} AND {lease}{passed_over}"
         f" ORDER BY next_poll_at, operation_id LIMIT ?{dialect.lock_due}"
     )
+
+
+def dead_holders_query(dialect: Dialect) -> str:
+    """The fleet claim's read of holders (`holders_query`; parameters: now, now, the claimer, now): of due rows
+    only, in due order, since only their rows are claimed. It runs on nearly every claim of a lightly loaded
+    worker (free rows fall short), and over every active row it cost more than the claim (`bench.probe_bench`)."""
+    return holders_query(f"operations{dialect.indexed_by(DUE_ORDER)}", DUE)
 
 
 class Leases(Outbox):
@@ -199,19 +206,11 @@ class Leases(Outbox):
         self, tx: Tx, owner: str, now: datetime, limit: int, passed_over: Sequence[str]
     ) -> list[Stored | UnreadableRow]:
         """Up to `limit` due rows whose unexpired lease `claim` would take (`lease_held`: its holder is proved
-        dead), locked as the free ones are. The holders are read first, unlocked (an index-only read): the rows of
-        live ones, in flight elsewhere, are neither locked nor read, nor can they crowd a dead holder's out."""
+        dead), locked as the free ones are. The holders are read first (`dead_holders`, as the outbox's claim does):
+        the rows of live ones, in flight elsewhere, are neither locked nor read, nor can they crowd a dead
+        holder's out."""
         at = self.dialect.stamp(now)
-        held = (
-            "SELECT lease_owner, MAX(lease_expires_at) FROM operations WHERE phase = 'active'"
-            " AND lease_owner IS NOT NULL AND lease_owner <> ? AND lease_expires_at > ? GROUP BY lease_owner"
-        )
-        holders = tx.execute(held, (owner, at)).fetchall()
-        dead = sorted(
-            str(holder)
-            for holder, expires in holders
-            if not lease_held(holder, self.dialect.moment(expires), owner, now)
-        )
+        dead = dead_holders(tx, dead_holders_query(self.dialect), (at, at), owner, now)
         read: list[Stored | UnreadableRow] = []
         for chunk in chunks(dead):
             query = claim_due_query(self.dialect, len(passed_over), of_holders=len(chunk))

@@ -17,9 +17,8 @@ from typing import Any
 from ..audit import Head
 from ..core.escalation import DecisionRequest
 from .base import Attempted, DeliveryLease, OutboxCount, OutboxEntry
-from .common import HEAD_COLUMNS, OUTBOX_COLUMNS, Tx, marks, outbox_from_row
+from .common import HEAD_COLUMNS, OUTBOX_COLUMNS, Tx, chunks, dead_holders, holders_query, marks, outbox_from_row
 from .delivery import BELL, WEBHOOK, WITNESS, queued_by, webhook_delivery, witness_delivery
-from .owner import holder_dead
 from .trail import AuditTrail
 
 _PENDING = "pending"
@@ -98,12 +97,14 @@ class Outbox(AuditTrail):
             free = "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
             rows = list(tx.execute(select.format(lease=free), [*params, at, limit]).fetchall())
             if len(rows) < limit:  # a holder that died on this host cannot be sending: not waited out
-                held = "lease_owner IS NOT NULL AND lease_expires_at > ?"
-                rows += [
-                    row
-                    for row in tx.execute(select.format(lease=held), [*params, at, limit]).fetchall()
-                    if holder_dead(str(row[10]))
-                ][: limit - len(rows)]
+                holders = holders_query("outbox", "status = ? AND (kind = ? OR subject = ?)")
+                for chunk in chunks(dead_holders(tx, holders, (_PENDING, WEBHOOK, witness), owner, now)):
+                    # Unexpired only: a dead holder's expired rows are free ones, read above.
+                    held = f"lease_owner IN ({marks(len(chunk))}) AND lease_expires_at > ?"
+                    more = [*params, *chunk, at, limit - len(rows)]
+                    rows += tx.execute(select.format(lease=held), more).fetchall()
+                    if len(rows) >= limit:
+                        break
             if not rows:
                 return []
             ids = [str(row[0]) for row in rows]

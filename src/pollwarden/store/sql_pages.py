@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .common import DECISION_COLUMNS, STORED_COLUMNS, decision_from_row, marks, stored_from_row
+from .common import DECISION_COLUMNS, STORED_COLUMNS, chunks, decision_from_row, marks, stored_from_row
 from .paging import URGENCY, DecisionGroup, OperationsPage, OperationsQuery, Urgency
 from .records import Stored, StoredDecision, UnreadableRow
-from .sql_leases import chunks
 from .sql_reads import Reads
 
 MAX_GONE = 1000

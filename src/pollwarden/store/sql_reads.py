@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .base import ContractCounts, DecisionCount, HolderCount, Listing, Stored, UnreadableRecord, UnreadableRow
-from .common import STORED_COLUMNS, Row, marks, stored_from_row
-from .sql_leases import Leases, chunks
+from .common import STORED_COLUMNS, Dialect, Row, chunks, marks, stored_from_row
+from .sql_leases import DUE_ORDER, PACED, Leases
 
 
 def _names(where: str) -> str:
@@ -24,6 +24,20 @@ def _names(where: str) -> str:
         f" UNION ALL SELECT (SELECT MIN(contract_name) FROM operations WHERE {where} AND contract_name > names.name)"
         " FROM names WHERE names.name IS NOT NULL)"
     )
+
+
+def next_due_query(dialect: Dialect, column: str, *, free: bool, skipping: int) -> str:
+    """One of `next_due`'s two reads (`column`: next_poll_at, or paced_until for the paced rows), each in its own
+    index (parameters: with `free`, the time the lease must be free by; the `skipping` contract names)."""
+    unpaced = column == "next_poll_at"
+    paced = "paced_until IS NULL" if unpaced else "paced_until IS NOT NULL"
+    table = f"operations{dialect.indexed_by(DUE_ORDER if unpaced else PACED)}"
+    query = f"SELECT MIN({column}) FROM {table} WHERE phase = 'active' AND {paced} AND unreadable IS NULL"
+    if free:
+        query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+    if skipping:
+        query += f" AND contract_name NOT IN ({marks(skipping)})"
+    return query
 
 
 class Reads(Leases):
@@ -95,16 +109,11 @@ class Reads(Leases):
         paced to a later slot counts at its slot (`paced_until`, never before its next_poll_at): two queries, each
         served by its own index, rather than one over every active row."""
         found: list[datetime] = []
-        for column, paced in (("next_poll_at", "paced_until IS NULL"), ("paced_until", "paced_until IS NOT NULL")):
-            query = f"SELECT MIN({column}) FROM operations WHERE phase = 'active' AND {paced} AND unreadable IS NULL"
-            params: list[Any] = []
-            if free_at is not None:
-                query += " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-                params.append(self.dialect.stamp(free_at))
-            if skip:
-                passed_over = sorted(skip)
-                query += f" AND contract_name NOT IN ({marks(len(passed_over))})"
-                params.extend(passed_over)
+        passed_over = sorted(skip)
+        for column in ("next_poll_at", "paced_until"):
+            query = next_due_query(self.dialect, column, free=free_at is not None, skipping=len(passed_over))
+            params: list[Any] = [] if free_at is None else [self.dialect.stamp(free_at)]
+            params.extend(passed_over)
             row = self._row(query, params) if params else self._row(query)
             if row is not None and row[0] is not None:
                 found.append(self.dialect.moment(row[0]))

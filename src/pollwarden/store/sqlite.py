@@ -42,7 +42,12 @@ def _epoch(moment: datetime) -> float:
     return moment.timestamp()
 
 
-SQLITE = Dialect(_epoch, _at, next_counter="SELECT COALESCE(MAX(counter), 0) + 1 FROM audit_checkpoints")
+SQLITE = Dialect(
+    _epoch,
+    _at,
+    next_counter="SELECT COALESCE(MAX(counter), 0) + 1 FROM audit_checkpoints",
+    names_indexes=True,
+)
 """One writer at a time (BEGIN IMMEDIATE): the dialect's locks are all empty, and the next counter is safe."""
 
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT"
