@@ -144,6 +144,12 @@ def run(
                 )  # fmt: skip
                 try:
                     time.sleep(warmup)
+                    # The window opens once the worker polls, however long it took to start: a fixed warm-up
+                    # alone left a loaded machine's window before the worker's first poll (polls=0, seen at load
+                    # 20). Two minutes at most, then whatever it counts.
+                    waiting = time.monotonic()
+                    while not healthy.stats()["requests"] and time.monotonic() - waiting < 120:
+                        time.sleep(0.05)
                     before = healthy.stats()["requests"]
                     started = time.monotonic()
                     time.sleep(seconds)

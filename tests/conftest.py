@@ -185,6 +185,26 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return not any(entry.startswith(where + "/") or where.startswith(entry) or where == entry for entry in FAST)
 
 
+ONE_WORKER = ("tests/integrations/test_openai_agents.py", "tests/integrations/test_langgraph.py")
+"""Files whose tests xdist hands to one worker: each imports, inside its tests, an agent framework that costs ~3 s of
+CPU in every worker that imports it (at the files' top, every worker paid it when collecting)."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n`'s default distribution (`load`), but the tests of `ONE_WORKER` as one unit of work. (`--dist loadgroup`
+    with `xdist_group` marks would say so, but pytest-xdist 3.8 renames the test by `item._nodeid`, which pytest 9.2
+    no longer reads: the marks group nothing.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class OneWorkerFor(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "ONE_WORKER" if nodeid.split("::", 1)[0] in ONE_WORKER else nodeid
+
+    return OneWorkerFor(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW):
