@@ -28,7 +28,7 @@ REACH_CELLS = 200
 """`SPARSE_REACH` in cells at most (the finest grid's): the cells past the longest seen the estimate may add."""
 EM_WORK = 400_000
 """Cell visits the estimate's rounds may take in all, each round's spread over the whole grid counted too (an
-estimate of 500 samples took 55-111 ms on a 2-core test machine): fewer rounds for many wide intervals."""
+estimate of 500 samples took 55-120 ms on a busy 2-core test machine): fewer rounds for many wide intervals."""
 
 
 def reach(step: float, lag_target: float) -> int:
