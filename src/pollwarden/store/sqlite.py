@@ -241,7 +241,8 @@ class SQLiteStore(SQLStore):
             for name in sorted(missing):
                 if name not in made:
                     raise StoreError(f"{self.path} has no index {name}, and no migration makes it")
-                tx.execute(made[name])
+                # IF NOT EXISTS: another process opening the file may have made it since the read above.
+                tx.execute(made[name].replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1))
 
     def _tx(self) -> AbstractContextManager[Tx]:
         if self._writer is None:
