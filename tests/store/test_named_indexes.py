@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pollwarden.store.base import StoreError
 from pollwarden.store.sql_leases import NAMED_INDEXES
 from pollwarden.store.sqlite import SQLiteStore
 
@@ -40,3 +41,23 @@ def test_a_named_index_dropped_outside_pollwarden_is_made_again_when_the_store_o
     finally:
         store.close()
     assert set(NAMED_INDEXES) <= _indexes(path)
+
+
+def test_a_reader_that_cannot_write_still_opens_a_file_that_lost_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` on a read-only file never needed the index: the open does not fail because it cannot make it."""
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"DROP INDEX {NAMED_INDEXES[0]}")
+
+    def refused(self: SQLiteStore) -> None:
+        raise StoreError(f"the state database {path} refused the write (attempt to write a readonly database)")
+
+    monkeypatch.setattr(SQLiteStore, "_tx", refused)
+    store = SQLiteStore(path)
+    try:
+        assert store.get("nonesuch") is None
+    finally:
+        store.close()

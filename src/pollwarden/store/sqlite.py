@@ -237,12 +237,17 @@ class SQLiteStore(SQLStore):
             for name in missing
             if statement.startswith(f"CREATE INDEX {name} ON ")
         }
-        with self._tx() as tx:
-            for name in sorted(missing):
-                if name not in made:
-                    raise StoreError(f"{self.path} has no index {name}, and no migration makes it")
-                # IF NOT EXISTS: another process opening the file may have made it since the read above.
-                tx.execute(made[name].replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1))
+        try:
+            with self._tx() as tx:
+                for name in sorted(missing):
+                    if name not in made:
+                        raise StoreError(f"{self.path} has no index {name}, and no migration makes it")
+                    # IF NOT EXISTS: another process opening the file may have made it since the read above.
+                    tx.execute(made[name].replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1))
+        except StoreError:
+            # A reader of a file it cannot write (`status` on a read-only copy) never reads through the index; a
+            # writer that cannot make it cannot claim either, and the next open that can write makes it.
+            pass
 
     def _tx(self) -> AbstractContextManager[Tx]:
         if self._writer is None:
