@@ -19,7 +19,7 @@ def _searched(mass: list[float], grid: int, half: int, jobs: float, reach: int) 
     crowded = [held(k, half) >= jobs for k in range(grid)]
     widths = {}
     for k, m in enumerate(mass[:grid]):
-        if m > 0 and not crowded[k]:
+        if m > 0 and not crowded[k] and reach > half:  # a reach within the smoothing spreads nothing wider
             low_w, width = half, reach
             while width - low_w > 1:
                 mid = (low_w + width) // 2
@@ -45,3 +45,12 @@ def test_the_sparse_widths_found_in_one_pass_are_those_a_search_per_cell_finds()
         got = _spread(mass, grid, 5, 10.0, reach)
         want = _searched(mass, grid, 5, 10.0, reach)
         assert all(abs(a - b) < 1e-9 for a, b in zip(got, want, strict=True)), seed
+
+
+def test_a_reach_short_of_the_smoothing_spreads_no_cell_narrower_than_the_smoothing() -> None:
+    """A coarse grid (a 1 s target over jobs of 25-50 minutes: 5 s cells, a reach of 3) must not give a sparse
+    cell's mass a narrower window than the dense cells' `half` each side."""
+    mass = [0.0] * 400
+    for k in (300, 320, 345, 370, 399):
+        mass[k] = 1.0
+    assert _spread(mass, 400, 5, 10.0, 3) == _smoothed(mass, 5)

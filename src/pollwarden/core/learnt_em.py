@@ -80,6 +80,8 @@ def _spread(mass: list[float], grid: int, half: int, jobs: float, reach: int) ->
     gaps between them are places where no job ends. Unless that window holds a dense cell: then the cell is a
     dense block's edge, smoothed as the block is. The total kept."""
     cells = len(mass)
+    if reach <= half:  # a coarse grid: no spread would be wider than the smoothing every dense cell gets
+        return _smoothed(mass[:grid], half) + [0.0] * (cells - grid)
     prefix = [0.0]
     for m in mass:
         prefix.append(prefix[-1] + m)
