@@ -70,3 +70,19 @@ def test_a_client_that_disconnects_is_one_log_line_not_a_traceback(home: Path) -
         )
     for line in lines[3:]:  # one line each, whether the reset came before the answer was written or after
         assert line.startswith('console: 127.0.0.1 "GET /login" 200'), line
+
+
+def test_a_form_length_that_is_not_ascii_digits_is_411(home: Path) -> None:
+    """'+5', '1_0' and ' 9 ' are numbers to int(): a Content-Length is ASCII digits only (RFC 9110 §8.6)."""
+    with ConsoleServer(home, token=TOKEN, log=Log()) as console:
+        host = f"127.0.0.1:{console.port}"
+        for length in ("\uff11\uff12", "+5", "1_0", " 9 "):
+            head = (
+                f"POST /login HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nConnection: close\r\n"
+                f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {length}\r\n\r\n"
+            )
+            with socket.create_connection(("127.0.0.1", console.port), timeout=30) as conn:
+                conn.sendall(head.encode() + b"token=abcdef")
+                conn.shutdown(socket.SHUT_WR)
+                answer = b"".join(iter(lambda: conn.recv(65536), b""))
+            assert answer.split(b" ", 2)[1] == b"411", (length, answer[:200])

@@ -289,3 +289,12 @@ def test_a_content_length_that_only_looks_numeric_is_refused_with_400_not_a_trac
     assert _status(answer) == 400
     assert "Traceback" not in capfd.readouterr().err
     assert sum(n for (_, outcome), n in server.receiver.counts.items() if outcome == "length_required") == 1
+
+
+def test_two_different_content_lengths_are_refused_with_400(receiver: tuple[HooksServer, Store]) -> None:
+    """Where the body ends would be unknown, and its rest would be read as the next request (RFC 9112 §6.3)."""
+    server, _ = receiver
+    headers, body = signed("exp-1", "msg_two")
+    request = _post("/hooks/exports", headers, b"", length=False).removesuffix(b"\r\n")
+    lengths = f"Content-Length: {len(body)}\r\nContent-Length: {len(body) - 1}\r\n".encode()
+    assert _status(_raw(server, request + lengths + b"\r\n" + body)) == 400

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from ..core.digits import whole_number
 from ..shown import shown
 from ..store.base import Store
 from . import pages
@@ -159,12 +160,11 @@ class BaseHandler(BaseHTTPRequestHandler):
         if content_type != "application/x-www-form-urlencoded":
             self._problem(415, "Unsupported form", "The console accepts HTML form posts only.")
             return None
-        try:
-            length = int(self.headers.get("Content-Length") or "")
-        except ValueError:
+        length = whole_number(self.headers.get("Content-Length") or "", 19)
+        if length is None:
             self._problem(411, "Length required", "The form had no Content-Length.")
             return None
-        if length < 0 or length > MAX_BODY:
+        if length > MAX_BODY:
             self._problem(413, "Form too large", f"A console form is at most {MAX_BODY} bytes.")
             return None
         raw = self.rfile.read(length).decode("utf-8", errors="replace")

@@ -240,8 +240,11 @@ class _Handler(BaseHTTPRequestHandler):
         if name is None:
             self._answer(404, "no such hook: POST /hooks/CONTRACT")
             return
-        length_text = self.headers.get("Content-Length")
-        length = None if length_text is None else whole_number(length_text, 19)  # 19 digits: past any body
+        lengths = set(self.headers.get_all("Content-Length") or ())
+        length_text = next(iter(lengths)) if lengths else None
+        # One value, of 19 digits at most (past any body): two different ones leave where the body ends unknown
+        # (RFC 9112 §6.3), and the rest of it would be read as the next request.
+        length = whole_number(length_text, 19) if length_text is not None and len(lengths) == 1 else None
         if self.headers.get("Transfer-Encoding") is not None or length is None:
             self._refused(name, 411 if length_text is None else 400, "length_required", "a Content-Length is required")
             return
