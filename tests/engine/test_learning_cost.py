@@ -83,7 +83,8 @@ def test_a_model_asked_for_with_a_widest_gap_plans_no_two_checks_further_apart()
 
 def test_a_plan_is_made_once_for_the_same_samples_and_again_for_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every key still planned from the whole history (and a key whose samples are the ones read before) reads
-    the same samples after each end: the plan made from them is used again, not made again."""
+    the same samples after each end, and a submission reads its model afresh: the plan made from the same samples
+    is used again, not made again."""
     made: list[Sequence[Sample]] = []
 
     def learn(contract: str, samples: Sequence[Sample], lag: float, gap: float = math.inf) -> Learnt | None:
@@ -91,12 +92,14 @@ def test_a_plan_is_made_once_for_the_same_samples_and_again_for_new_ones(monkeyp
         return plan_from(contract, samples, lag, gap)
 
     monkeypatch.setattr(learning, "learn", learn)
+    monkeypatch.setattr(learning, "_PLANS", {})  # none made by an earlier test of this process
     store = SlowSamples(0.0)
     models = _models(store)
     whole = models.model("exports", timedelta(seconds=30))
     keyed = models.model("exports", timedelta(seconds=30), "fast")
     assert whole is not None and keyed == replace(whole, key="fast", key_count=len(SAMPLES))
     assert len(made) == 1 and store.reads == 2  # each read, one plan
+    assert _models(store).model("exports", timedelta(seconds=30)) == whole and len(made) == 1  # another reader
     store.samples = SAMPLES[1:]
     models.ended("exports")
     store.now += learning.SETTLE

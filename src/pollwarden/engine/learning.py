@@ -36,8 +36,9 @@ of milliseconds) runs inside the poll that asks, so it may cost that contract's 
 KEPT = 4096
 """Models kept at most (contract, lag target and key each): a provider that names a new key for every job cannot
 grow this process without bound; the oldest read is dropped first."""
-PLANS_KEPT = 64
-"""Plans kept at most by what they were planned from (`Models._learn`), the oldest dropped first."""
+PLANS_KEPT = 256
+"""Plans kept at most by what they were planned from (`_learn`), in this process, the oldest used dropped first
+(a plan of a few dozen checks: a few hundred kilobytes in all)."""
 
 
 @dataclass
@@ -57,7 +58,6 @@ class Models:
         self._clock = clock
         self._monotonic = monotonic
         self._kept: dict[tuple[str, float, str | None, float], _Kept] = {}
-        self._plans: dict[tuple[str, float, float, bytes], tuple[Learnt | None, float]] = {}
         self._lock = threading.Lock()
 
     def model(
@@ -90,34 +90,10 @@ class Models:
             samples = self._store.learnt_samples(contract, since, WINDOW, key)
             own = sum(1 for sample in samples if not sample.censored)
             if own >= MIN_ENDED:
-                model, spared = self._learn(contract, samples, lag, gap)
+                model, spared = _learn(contract, samples, lag, gap, self._monotonic)
                 return (None if model is None else replace(model, key=key, key_count=own)), spared
-        model, spared = self._learn(contract, self._store.learnt_samples(contract, since, WINDOW), lag, gap)
+        model, spared = _learn(contract, self._store.learnt_samples(contract, since, WINDOW), lag, gap, self._monotonic)
         return (model if model is None or key is None else replace(model, key=key, key_count=own)), spared
-
-    def _learn(self, contract: str, samples: Sequence[Sample], lag: float, gap: float) -> tuple[Learnt | None, float]:
-        """`learn`, or the plan it made from the same samples before: after an end of one of a contract's
-        operations every model of it is read again, each key's too, and every key still planned from the whole
-        history reads the same samples (profiled: a third of a keyed history's plans were the same plan again).
-        One made before costs this read what making it cost, so the reads are spaced as if it were made again
-        (`SHARE`)."""
-        # `repr` gives every float exactly: two reads are digested alike only when `learn` would plan the same.
-        text = repr([(sample.lower, sample.upper) for sample in samples])
-        inputs = (contract, lag, gap, hashlib.sha256(text.encode()).digest())
-        with self._lock:
-            made = self._plans.get(inputs)
-        spared = 0.0
-        if made is None:
-            start = self._monotonic()
-            made = learn(contract, samples, lag, gap), self._monotonic() - start
-        else:
-            spared = made[1]
-        with self._lock:
-            self._plans.pop(inputs, None)  # re-inserted last: the oldest made is dropped first
-            self._plans[inputs] = made
-            while len(self._plans) > PLANS_KEPT:
-                del self._plans[next(iter(self._plans))]
-        return made[0], spared
 
     def for_new(self, request: WatchRequest, key: str | None = None) -> Learnt | None:
         """The model a new operation's first check is placed by, when its contract learns (`core.admission`); `key`:
@@ -140,6 +116,38 @@ class Models:
             for (name, _, _, _), kept in self._kept.items():
                 if name == contract:
                     kept.stale = True
+
+
+_PLANS: dict[tuple[str, float, float, bytes], tuple[Learnt | None, float]] = {}
+_PLANS_LOCK = threading.Lock()
+
+
+def _learn(
+    contract: str, samples: Sequence[Sample], lag: float, gap: float, monotonic: Callable[[], float]
+) -> tuple[Learnt | None, float]:
+    """`learn`, or the plan it made from the same samples before in this process, and the seconds that cost when
+    it is not made again. After an end of one of a contract's operations every model of it is read again, each
+    key's too, and every key still planned from the whole history reads the same samples (profiled: a third of a
+    keyed history's plans were the same plan again); a submission's first check is placed by a model read
+    afresh. A plan used again costs its read what making it cost, so the reads are spaced as if it were made
+    again (`SHARE`)."""
+    # `repr` gives every float exactly: two reads are digested alike only when `learn` would plan the same.
+    text = repr([(sample.lower, sample.upper) for sample in samples])
+    inputs = (contract, lag, gap, hashlib.sha256(text.encode()).digest())
+    with _PLANS_LOCK:
+        made = _PLANS.get(inputs)
+    spared = 0.0
+    if made is None:
+        start = monotonic()
+        made = learn(contract, samples, lag, gap), monotonic() - start
+    else:
+        spared = made[1]
+    with _PLANS_LOCK:
+        _PLANS.pop(inputs, None)  # re-inserted last: the oldest made is dropped first
+        _PLANS[inputs] = made
+        while len(_PLANS) > PLANS_KEPT:
+            del _PLANS[next(iter(_PLANS))]
+    return made[0], spared
 
 
 _SHARED: weakref.WeakKeyDictionary[Store, Models] = weakref.WeakKeyDictionary()
