@@ -25,10 +25,8 @@ from tests.engine.test_learning import Clock, Jobs, _contract, _run
 from tests.engine.test_learning_keys import KindedJobs
 from tests.engine.test_learning_keys import _contract as _keyed
 from tests.engine.test_learning_keys import _run as _run_kind
-from tests.engine.test_learning_submit import History, _submit
 from tests.engine.test_learning_submit import _contract as _submitting
-from tests.engine.test_learning_submit import histories as histories  # the fixtures of a copied learnt history
-from tests.engine.test_learning_submit import history as history
+from tests.engine.test_learning_submit import _history, _submit
 from tests.engine.test_learning_submit import provider as provider  # the loopback provider's fixture
 from tests.loopback import Loopback
 
@@ -63,9 +61,10 @@ def test_the_first_check_placed_by_the_history_is_recorded_and_why_replays_it(st
     assert any(d.startswith("next_poll_at") for d in explain(altered).differences)
 
 
-def test_a_submissions_first_check_is_recorded_in_its_submitted_event(provider: Loopback, history: History) -> None:
-    store, clock = history.store, history.clock
+def test_a_submissions_first_check_is_recorded_in_its_submitted_event(provider: Loopback, store: Store) -> None:
+    clock = Clock()
     contract = _submitting(provider.url)
+    _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": "large"}, "op-large")
     assert record.delay_source is DelaySource.LEARNT
     events = store.events("op-large")
