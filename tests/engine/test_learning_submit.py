@@ -65,6 +65,8 @@ class _Histories:
     where: Path
     built: dict[str, tuple[str | Path, datetime]] = field(default_factory=dict)
     """Backend -> (the built store: a SQLite file or a PostgreSQL URL, the clock when its history ended)."""
+    databases: list[str] = field(default_factory=list)
+    """Every database made, to drop at the end (one whose history failed too)."""
 
     def copy(self, kind: str, into: Path) -> tuple[str | Path, datetime]:
         source, now = self.built.get(kind) or self._build(kind)
@@ -79,7 +81,8 @@ class _Histories:
 
     def _build(self, kind: str) -> tuple[str | Path, datetime]:
         target: str | Path = self.where / f"{kind}.db" if kind == "sqlite" else create_database(upgraded=True)
-        self.built[kind] = (target, datetime.min)  # dropped at the end even if the history fails
+        if isinstance(target, str):
+            self.databases.append(target)
         store = open_store(target, keys=load_or_create_keys(self.where / "home"))
         clock = Clock()
         try:
@@ -99,9 +102,8 @@ def histories(provider: Loopback, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         yield made
     finally:
-        for target, _ in made.built.values():
-            if isinstance(target, str):
-                drop_database(target)
+        for url in made.databases:
+            drop_database(url)
 
 
 @dataclass
