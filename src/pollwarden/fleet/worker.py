@@ -231,6 +231,7 @@ class Worker:
         commit, each stepped on its own (`_poll_one`, as a paced provider's poll, which waits for its slot there;
         one whose credential is not in is given back), and the lane does not wait for them. Answers still out
         `batch.ASIDE` after the requests went out are waited for aside (`_finish_aside`), not here."""
+        self._local.claimed_at = None  # set once this claim reads its clock (`_idle_for`)
         taken = self._slots.take(self.batch)
         if not taken:
             return 0
