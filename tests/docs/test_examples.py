@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,12 +96,11 @@ def _runs_as_written(path: Path, tmp_path: Path) -> str | None:
     return None
 
 
-def test_every_document_runs_as_written(tmp_path: Path) -> None:
-    """Each document in its own sandbox, all at once, each on a thread: their blocks mostly wait on their
-    simulators' scripted jobs (a minute and a half of waiting one after another, the slowest's alone side by
-    side). A block that exits non-zero, or prints a traceback, fails the test, naming every document that did."""
-    names = [str(path.relative_to(ROOT)) for path in RUNNABLE]
-    with ThreadPoolExecutor(len(RUNNABLE)) as pool:
-        runs = [pool.submit(_runs_as_written, path, tmp_path / f"doc{n}") for n, path in enumerate(RUNNABLE)]
-        failed = [f"{name}: {shown}" for name, run in zip(names, runs, strict=True) if (shown := run.result())]
-    assert not failed, "\n\n".join(failed)
+@pytest.mark.parametrize("path", RUNNABLE, ids=[str(path.relative_to(ROOT)) for path in RUNNABLE])
+def test_every_document_runs_as_written(path: Path, tmp_path: Path) -> None:
+    """Each document in its own sandbox, one test per document: their blocks mostly wait on their simulators'
+    scripted jobs (a minute and a half of waiting one after another), so xdist spreads the documents over its
+    workers rather than one test holding one worker for the slowest document's whole wait. A block that exits
+    non-zero, or prints a traceback, fails the document's test."""
+    shown = _runs_as_written(path, tmp_path)
+    assert shown is None, f"{path.relative_to(ROOT)}: {shown}"
