@@ -5,15 +5,18 @@ synopsis) is preceded by `<!-- not run: reason -->`.
 
 The one liberty taken: the simulator listens on a free port, not 8080 (other suites may hold it), so `8080`
 becomes that port in the blocks and the copied examples, and `pollwarden simulate --port 8080 &` is the one
-this test started."""
+this test started. And `pollwarden` on the sandbox's PATH is forked from a zygote that has imported it
+(tests/prefork.py), as the suite's other command runs are, not a fresh interpreter."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +25,7 @@ import pytest
 
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.simulator import Simulator
+from tests import prefork
 from tests.docs.examples import ROOT, RUN, Block, blocks, contract_text, documents, every_block, shell_script
 
 BASE = (ROOT / "examples" / "exports.toml").read_text(encoding="utf-8")
@@ -76,10 +80,34 @@ def _sandbox(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], Simulator]]
         yield cwd, env, sim
 
 
+_NO_HOME = str(Path(tempfile.gettempdir()) / "pollwarden-docs-no-home")  # never made: no user site in it
+
+
+def _pollwarden_from_a_zygote(bin_dir: Path, env: dict[str, str]) -> None:
+    """`pollwarden` on the sandbox's PATH forked from a zygote that has imported it (tests/prefork.py), as the
+    suite's other CLI runs are: a fresh interpreter's imports were most of the CPU of the documents' two dozen
+    commands. Without a zygote the installed script stays first on PATH.
+
+    The zygote is keyed by its start-up environment, HOME among it for the user site: each sandbox's fresh HOME
+    has none, and neither has `_NO_HOME`, so one zygote serves every document (a command still gets the
+    sandbox's own environment, HOME included, when it is forked)."""
+    started = env | {"HOME": _NO_HOME}
+    if prefork.zygote_for(started) is None:
+        return
+    bin_dir.mkdir()
+    shim = bin_dir / "pollwarden"
+    command = shlex.join([sys.executable, *prefork.spawn_args([], started)])
+    shim.write_text(f'#!/bin/sh\nexec {command} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+
 def _runs_as_written(path: Path, tmp_path: Path) -> str | None:
     """The document's blocks in order in its own sandbox: None, or what the first that failed showed."""
     with _sandbox(tmp_path) as (cwd, env, sim):
         port = sim.url.rsplit(":", 1)[1]
+        if any(block.lang == "sh" for block in _runnable(path)):  # a zygote costs an import: only where it serves
+            _pollwarden_from_a_zygote(tmp_path / "bin", env)
         for n, block in enumerate(_runnable(path)):
             text = _SIMULATE.sub("", block.text).replace(":8080", f":{port}").replace("--port 8080", f"--port {port}")
             if block.lang == "sh":
