@@ -3,9 +3,9 @@ fresh home, a copy of examples/, the simulator the README starts on port 8080), 
 contract. A block that cannot run here (it needs root, a provider account, PostgreSQL elsewhere, or is a
 synopsis) is preceded by `<!-- not run: reason -->`.
 
-The one liberty taken: the simulator listens on a free port, not 8080 (other suites may hold it), so `8080`
+Two liberties taken: the simulator listens on a free port, not 8080 (other suites may hold it), so `8080`
 becomes that port in the blocks and the copied examples, and `pollwarden simulate --port 8080 &` is the one
-this test started. And `pollwarden` on the sandbox's PATH is forked from a zygote that has imported it
+this test started; and `pollwarden` on the sandbox's PATH is forked from a zygote that has imported it
 (tests/prefork.py), as the suite's other command runs are, not a fresh interpreter."""
 
 from __future__ import annotations
