@@ -43,6 +43,11 @@ json_values = st.recursive(
     max_leaves=12,
 )
 payloads = st.lists(st.dictionaries(st.text(max_size=8), json_values, max_size=6), min_size=1, max_size=8)
+# A flipped byte is pinned whatever the plaintext was: only the log's length and its records' sizes matter there,
+# and drawing nested values was nearly all of that test's CPU (hypothesis's, not the audit's).
+flat_payloads = st.lists(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=60) | st.integers(), max_size=6), min_size=1, max_size=8
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -57,7 +62,7 @@ def test_sealed_chains_verify_and_open_to_their_payloads(items: list[dict[str, A
 
 
 @settings(max_examples=150, deadline=None)
-@given(payloads, st.data())
+@given(flat_payloads, st.data())
 def test_any_single_flipped_ciphertext_byte_is_pinned_to_its_record(
     items: list[dict[str, Any]], data: st.DataObject
 ) -> None:

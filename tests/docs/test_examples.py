@@ -3,19 +3,21 @@ fresh home, a copy of examples/, the simulator the README starts on port 8080), 
 contract. A block that cannot run here (it needs root, a provider account, PostgreSQL elsewhere, or is a
 synopsis) is preceded by `<!-- not run: reason -->`.
 
-The one liberty taken: the simulator listens on a free port, not 8080 (other suites may hold it), so `8080`
+Two liberties taken: the simulator listens on a free port, not 8080 (other suites may hold it), so `8080`
 becomes that port in the blocks and the copied examples, and `pollwarden simulate --port 8080 &` is the one
-this test started."""
+this test started; and `pollwarden` on the sandbox's PATH is forked from a zygote that has imported it
+(tests/prefork.py), as the suite's other command runs are, not a fresh interpreter."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pytest
 
 from pollwarden.core.contract.parse import load_contract
 from pollwarden.simulator import Simulator
+from tests import prefork
 from tests.docs.examples import ROOT, RUN, Block, blocks, contract_text, documents, every_block, shell_script
 
 BASE = (ROOT / "examples" / "exports.toml").read_text(encoding="utf-8")
@@ -77,10 +80,34 @@ def _sandbox(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], Simulator]]
         yield cwd, env, sim
 
 
+_NO_HOME = str(Path(tempfile.gettempdir()) / "pollwarden-docs-no-home")  # never made: no user site in it
+
+
+def _pollwarden_from_a_zygote(bin_dir: Path, env: dict[str, str]) -> None:
+    """`pollwarden` on the sandbox's PATH forked from a zygote that has imported it (tests/prefork.py), as the
+    suite's other CLI runs are: a fresh interpreter's imports were most of the CPU of the documents' two dozen
+    commands. Without a zygote the installed script stays first on PATH.
+
+    The zygote is keyed by its start-up environment, HOME among it for the user site: each sandbox's fresh HOME
+    has none, and neither has `_NO_HOME`, so one zygote serves every document (a command still gets the
+    sandbox's own environment, HOME included, when it is forked)."""
+    started = env | {"HOME": _NO_HOME}
+    if prefork.zygote_for(started) is None:
+        return
+    bin_dir.mkdir()
+    shim = bin_dir / "pollwarden"
+    command = shlex.join([sys.executable, *prefork.spawn_args([], started)])
+    shim.write_text(f'#!/bin/sh\nexec {command} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+
 def _runs_as_written(path: Path, tmp_path: Path) -> str | None:
     """The document's blocks in order in its own sandbox: None, or what the first that failed showed."""
     with _sandbox(tmp_path) as (cwd, env, sim):
         port = sim.url.rsplit(":", 1)[1]
+        if any(block.lang == "sh" for block in _runnable(path)):  # a zygote costs an import: only where it serves
+            _pollwarden_from_a_zygote(tmp_path / "bin", env)
         for n, block in enumerate(_runnable(path)):
             text = _SIMULATE.sub("", block.text).replace(":8080", f":{port}").replace("--port 8080", f"--port {port}")
             if block.lang == "sh":
@@ -97,12 +124,11 @@ def _runs_as_written(path: Path, tmp_path: Path) -> str | None:
     return None
 
 
-def test_every_document_runs_as_written(tmp_path: Path) -> None:
-    """Each document in its own sandbox, all at once, each on a thread: their blocks mostly wait on their
-    simulators' scripted jobs (a minute and a half of waiting one after another, the slowest's alone side by
-    side). A block that exits non-zero, or prints a traceback, fails the test, naming every document that did."""
-    names = [str(path.relative_to(ROOT)) for path in RUNNABLE]
-    with ThreadPoolExecutor(len(RUNNABLE)) as pool:
-        runs = [pool.submit(_runs_as_written, path, tmp_path / f"doc{n}") for n, path in enumerate(RUNNABLE)]
-        failed = [f"{name}: {shown}" for name, run in zip(names, runs, strict=True) if (shown := run.result())]
-    assert not failed, "\n\n".join(failed)
+@pytest.mark.parametrize("path", RUNNABLE, ids=[str(path.relative_to(ROOT)) for path in RUNNABLE])
+def test_every_document_runs_as_written(path: Path, tmp_path: Path) -> None:
+    """Each document in its own sandbox, one test per document: their blocks mostly wait on their simulators'
+    scripted jobs (a minute and a half of waiting one after another), so xdist spreads the documents over its
+    workers rather than one test holding one worker for the slowest document's whole wait. A block that exits
+    non-zero, or prints a traceback, fails the document's test."""
+    shown = _runs_as_written(path, tmp_path)
+    assert shown is None, f"{path.relative_to(ROOT)}: {shown}"
