@@ -242,6 +242,11 @@ def spawn_args(args: list[str], env: dict[str, str], servers: tuple[str, ...] = 
     server = zygote_for(env, servers)
     if server is None:
         return ["-m", "pollwarden", *args]
+    return attach_args(server, args)
+
+
+def attach_args(server: Zygote, args: list[str]) -> list[str]:
+    """The interpreter's arguments that have `server` fork `pollwarden ARGS` onto the interpreter's own stdio."""
     return ["-S", "-P", str(_ATTACH), server.address, *args]
 
 

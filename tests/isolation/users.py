@@ -297,7 +297,13 @@ def wait_until(predicate: object, timeout: float = 60.0) -> None:
 @contextlib.asynccontextmanager
 async def shim_agent(users: Users, socket_path: Path, stderr: Path) -> AsyncIterator[Agent]:
     """An MCP client whose server is `pollwarden mcp --connect SOCKET` run as the agent user."""
-    argv = users.pollwarden(users.agent, "mcp", "--connect", str(socket_path))
+    args = ["mcp", "--connect", str(socket_path)]
+    zygote = users.zygote(users.agent)  # the attach helper runs as the agent too, and the shim it asks for
+    argv = (
+        users.pollwarden(users.agent, *args)
+        if zygote is None
+        else users.argv(users.agent, users.python, *prefork.attach_args(zygote, args))
+    )
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=users.env())
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
