@@ -6,6 +6,7 @@ import contextlib
 import json
 import locale
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -189,23 +190,69 @@ ONE_WORKER = ("tests/integrations/test_openai_agents.py", "tests/integrations/te
 """Files whose tests xdist hands to one worker: each imports, inside its tests, an agent framework that costs ~3 s of
 CPU in every worker that imports it (at the files' top, every worker paid it when collecting)."""
 
+_MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\([^)]*scope=["'](?:module|package)["']""")
+
+
+def _shares_a_fixture(path: str, rootdir: Path, known: dict[str, bool]) -> bool:
+    """The module defines a fixture of module (or package) scope: its tests are one unit of work. Spread over the
+    workers, each worker that ran one of them built the fixture again (a home of 10,000 operations, a benchmark run,
+    a worker fleet: 5-11 s each), and a worker that ran them between other modules' tests built it again each
+    time pytest tore it down."""
+    if path not in known:
+        try:
+            known[path] = bool(_MODULE_FIXTURE.search((rootdir / path).read_text(encoding="utf-8")))
+        except OSError:
+            known[path] = False
+    return known[path]
+
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n`'s default distribution (`load`), but the tests of `ONE_WORKER` as one unit of work. (`--dist loadgroup`
-    with `xdist_group` marks would say so, but pytest-xdist 3.8 renames the test by `item._nodeid`, which pytest 9.2
-    no longer reads: the marks group nothing.)"""
+    """`-n`'s default distribution (`load`), but the tests of `ONE_WORKER` as one unit of work, and those of each
+    module with a module-scoped fixture as another. (`--dist loadgroup` with `xdist_group` marks would say so, but
+    pytest-xdist 3.8 renames the test by `item._nodeid`, which pytest 9.2 no longer reads: the marks group nothing.)
+    xdist's scope scheduler hands out the units with the most tests first, then the rest in collection order
+    (`_HEAVY_FIRST`)."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
+    known: dict[str, bool] = {}
+
     class OneWorkerFor(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return "ONE_WORKER" if nodeid.split("::", 1)[0] in ONE_WORKER else nodeid
+            path = nodeid.split("::", 1)[0]
+            if path in ONE_WORKER:
+                return "ONE_WORKER"
+            return path if _shares_a_fixture(path, config.rootpath, known) else nodeid
 
     return OneWorkerFor(config, log)
 
 
+_HEAVY_FIRST = (
+    "tests/docs/",
+    "tests/bench/",
+    "tests/e2e/",
+    "tests/hostile/",
+    "tests/console/",
+    "tests/isolation/",
+    "tests/mcp/",
+    "tests/integrations/",
+    "tests/providers/",
+)
+"""Where the tests that take seconds each live, whole processes and fleets: run first, so that the last minute of a
+run is the many small in-process tests spread over every worker, not one worker finishing a 30-second test while the
+others wait. (Within these, files keep their order; a file's tests stay together.)"""
+
+
+def _weight(item: pytest.Item) -> int:
+    for rank, where in enumerate(_HEAVY_FIRST):
+        if item.nodeid.startswith(where):
+            return rank
+    return len(_HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_weight)  # stable: each file's tests keep their order
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import sqlite3
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -243,3 +244,35 @@ def test_a_witness_that_cannot_be_written_is_said_counted_and_noted_until_it_tak
         finally:
             store.close()
     assert [json.loads(seen.body)["head"]["counter"] for seen in server.seen] == [head, head]
+
+
+class _HeldLook:
+    """A store whose next `next_delivery` (the loop's look) is held until the test lets it go."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def next_delivery(self, key: str | None) -> datetime | None:
+        self.entered.set()
+        assert self.release.wait(60), "the test never let the look go"
+        return self._store.next_delivery(key)
+
+
+def test_stop_returns_once_the_loops_look_has_ended_not_while_it_reads(store: Store) -> None:
+    """The caller closes the store when `stop` returns: a look still reading then kept its SQLite connection open
+    past the close, and a process that ended so left its -wal behind (seen under load: 5 `watch` runs in 40)."""
+    held = _HeldLook(store)
+    courier = Courier(held, owner=process_owner("outbox")).start()  # type: ignore[arg-type]
+    assert held.entered.wait(60)
+    stopping = threading.Thread(target=courier.stop, kwargs={"wait": 0})
+    stopping.start()
+    stopping.join(0.5)
+    looking = stopping.is_alive()
+    held.release.set()
+    stopping.join(60)
+    assert looking, "stop returned while the loop's look was still reading the store"
+    assert courier._thread is not None and not courier._thread.is_alive()

@@ -69,6 +69,9 @@ IDLE = 1.0
 """Seconds between a loop's looks at the outbox when nothing woke it."""
 EXIT_WAIT = 2.0
 """Seconds a process that ends waits for its own deliveries (a hanging receiver never holds it longer)."""
+LOOK_WAIT = 30.0
+"""Seconds `stop` waits for a look of the loop's in progress (a read and a claim, each within the store's busy
+timeout) to end."""
 IN_FLIGHT = 4
 """Attempts one loop makes at once: one receiver that hangs holds one of them."""
 
@@ -193,6 +196,10 @@ class Courier:
             self.drain(wait)
         self._stopping.set()
         self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            # The caller closes the store next: a look still reading would keep its connection open past the
+            # close, and a process that ended so left SQLite's -wal behind. A look is one bounded read and claim.
+            self._thread.join(LOOK_WAIT)
 
     def drain(self, timeout: float) -> None:
         """Until each delivery this process queued (and this courier makes) is settled, `timeout` seconds at most:
