@@ -205,12 +205,12 @@ def zygote_for(env: dict[str, str], servers: tuple[str, ...] = ()) -> Zygote | N
     return server if server.alive() else None
 
 
-def zygote_for_user(env: dict[str, str], python: Sequence[str]) -> Zygote | None:
+def zygote_for_user(env: dict[str, str], python: Sequence[str], servers: tuple[str, ...] = ()) -> Zygote | None:
     """A zygote of the caller's own (not shared: `python` starts it as another OS user), or None if none can
     serve; the caller closes it."""
     if os.environ.get("POLLWARDEN_TEST_FRESH") == "1" or not hasattr(os, "pidfd_open"):
         return None
-    server = Zygote(env, (), python)
+    server = Zygote(env, servers, python)
     if server.alive():
         with _zygotes_lock:
             _own_zygotes.append(server)

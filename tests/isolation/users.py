@@ -162,7 +162,9 @@ class Users:
             return None
         with self._zygotes_lock:
             if user not in self._zygotes:
-                started = prefork.zygote_for_user(self.env(), self.argv(user, self.python))
+                # The service user's serves the broker: it has imported what `pollwarden broker` serves with.
+                servers = ("mcp_server",) if user == self.service else ()
+                started = prefork.zygote_for_user(self.env(), self.argv(user, self.python), servers)
                 self._zygotes[user] = started
             zygote = self._zygotes[user]
         return zygote if zygote is not None and zygote.alive() else None
@@ -246,9 +248,19 @@ class Broker:
                 self.process.wait()
 
 
-def start_broker(users: Users, argv: Sequence[str], socket_path: Path, home: Path, **env: str) -> Broker:
+def start_broker(
+    users: Users, argv: Sequence[str], socket_path: Path, home: Path, *, fresh: bool = False, **env: str
+) -> Broker:
+    """`fresh`: in an interpreter of its own, where a test reads the broker's own process (its pid is then the
+    broker's, not the attach helper's that has the service user's zygote fork it)."""
+    args = ["broker", *argv]
+    zygote = None if fresh else users.zygote(users.service)
     process = subprocess.Popen(
-        users.pollwarden(users.service, "broker", *argv),
+        (
+            users.pollwarden(users.service, *args)
+            if zygote is None
+            else users.argv(users.service, users.python, *prefork.attach_args(zygote, args))
+        ),
         env=users.env(**env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
