@@ -4,7 +4,6 @@ and what such an operator does to them: plain SQL and file operations, no key. S
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from psycopg import sql
 
 from pollwarden.simulator import Simulator
 from tests.conftest import run_cli, write_contract
-from tests.store.conftest import _admin, _database_url, create_database, drop_database
+from tests.store.conftest import _admin, create_database, drop_database
 
 EXIT_TAMPERED = 5
 
@@ -63,14 +62,7 @@ def _watch(place: Place, contract: Path, job: str, operation: str) -> None:
 
 
 def _clone_database(source: str) -> str:
-    name = f"pollwarden_test_{secrets.token_hex(6)}"
-    with _admin() as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(source.rsplit("/", 1)[1])
-            )
-        )
-    return _database_url(name)
+    return create_database(upgraded=True, copy_of=source)
 
 
 @dataclass

@@ -5,10 +5,15 @@ took (and never more often than `SETTLE`), whatever the machine's speed."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from pollwarden.core.learnt import Sample
+import pytest
+
+from pollwarden.core.learnt import Learnt, Sample
+from pollwarden.core.learnt import learn as plan_from
 from pollwarden.engine import learning
 
 SAMPLES = [Sample(lower=50.0 + i, upper=60.0 + i) for i in range(40)]
@@ -74,3 +79,30 @@ def test_a_model_asked_for_with_a_widest_gap_plans_no_two_checks_further_apart()
     assert widest > 60  # without the bound the plan leaps the gap
     assert max(b - a for a, b in itertools.pairwise((0.0, *bound.checks))) <= 60
     assert store.reads == 2
+
+
+def test_a_plan_is_made_once_for_the_same_samples_and_again_for_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key still planned from the whole history (and a key whose samples are the ones read before) reads
+    the same samples after each end, and a submission reads its model afresh: the plan made from the same samples
+    is used again, not made again."""
+    made: list[Sequence[Sample]] = []
+
+    def learn(contract: str, samples: Sequence[Sample], lag: float, gap: float = math.inf) -> Learnt | None:
+        made.append(samples)
+        return plan_from(contract, samples, lag, gap)
+
+    monkeypatch.setattr(learning, "learn", learn)
+    monkeypatch.setattr(learning, "_PLANS", {})  # none made by an earlier test of this process
+    store = SlowSamples(0.0)
+    models = _models(store)
+    whole = models.model("exports", timedelta(seconds=30))
+    keyed = models.model("exports", timedelta(seconds=30), "fast")
+    assert whole is not None and keyed == replace(whole, key="fast", key_count=len(SAMPLES))
+    assert len(made) == 1 and store.reads == 2  # each read, one plan
+    assert _models(store).model("exports", timedelta(seconds=30)) == whole and len(made) == 1  # another reader
+    store.samples = SAMPLES[1:]
+    models.ended("exports")
+    store.now += learning.SETTLE
+    again = models.model("exports", timedelta(seconds=30))
+    assert len(made) == 2 and made[-1] == SAMPLES[1:]
+    assert again is not None and again.count == len(SAMPLES) - 1

@@ -4,14 +4,18 @@ backends: keyed by `[schedule] learn_key` in the submitted body when it names on
 from __future__ import annotations
 
 import json
+import math
 import random
+import sqlite3
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from pollwarden.actions.provider import submit
+from pollwarden.audit import load_or_create_keys
 from pollwarden.core.admission import WatchRequest
 from pollwarden.core.contract.parse import Contract, parse_contract
 from pollwarden.core.learnt import MIN_ENDED, Learnt, first_check
@@ -19,15 +23,18 @@ from pollwarden.core.reasons import DelaySource
 from pollwarden.core.record import OperationRecord
 from pollwarden.engine import Engine, learning
 from pollwarden.store.base import Store
+from pollwarden.store.open import open_store
 from pollwarden.transport.http import StatusClient
 from tests.conftest import install
 from tests.engine.test_learning import Clock
 from tests.engine.test_learning_keys import KindedJobs, _run
 from tests.loopback import Answer, Loopback, serving
+from tests.store.conftest import BACKENDS, create_database, drop_database
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def provider() -> Iterator[Loopback]:
+    """One for the module: its URL is in the contract, which the shared history (`learnt`) installed."""
     with serving() as server:
         server.routes[("POST", "/jobs")] = Answer(201, b'{"id": "job-new", "state": "running"}')
         yield server
@@ -47,6 +54,77 @@ def _history(store: Store, contract: Contract, clock: Clock) -> None:
     jobs = KindedJobs(clock)
     _run(Engine(store, owner="tests", clock=clock, rng=random.Random(2)), contract, jobs, "small", 20, MIN_ENDED)
     _run(Engine(store, owner="tests", clock=clock, rng=random.Random(2)), contract, jobs, "large", 400, MIN_ENDED)
+
+
+@dataclass
+class _Histories:
+    """Per backend, a store holding `_history` of the learning contract, made once for the module: making it reads
+    and plans the model again after each of its 40 jobs, most of these tests' time; each test gets a copy."""
+
+    provider: Loopback
+    where: Path
+    built: dict[str, tuple[str | Path, datetime]] = field(default_factory=dict)
+    """Backend -> (the built store: a SQLite file or a PostgreSQL URL, the clock when its history ended)."""
+    databases: list[str] = field(default_factory=list)
+    """Every database made, to drop at the end (one whose history failed too)."""
+
+    def copy(self, kind: str, into: Path) -> tuple[str | Path, datetime]:
+        source, now = self.built.get(kind) or self._build(kind)
+        if isinstance(source, Path):
+            # SQLite's own backup: a consistent copy with the WAL folded in.
+            with sqlite3.connect(source) as src, sqlite3.connect(into / "state.db") as dst:
+                src.backup(dst)
+            src.close()
+            dst.close()
+            return into / "state.db", now
+        return create_database(upgraded=True, copy_of=source), now
+
+    def _build(self, kind: str) -> tuple[str | Path, datetime]:
+        target: str | Path = self.where / f"{kind}.db" if kind == "sqlite" else create_database(upgraded=True)
+        if isinstance(target, str):
+            self.databases.append(target)
+        store = open_store(target, keys=load_or_create_keys(self.where / "home"))
+        clock = Clock()
+        try:
+            with pytest.MonkeyPatch.context() as patch:  # `models_read_at_once`, for the module's one history
+                patch.setattr(learning, "SETTLE", 0.0)
+                patch.setattr(learning, "SHARE", math.inf)
+                _history(store, _contract(self.provider.url), clock)
+        finally:
+            store.close()  # no session left on the database: it is copied
+        self.built[kind] = (target, clock())
+        return self.built[kind]
+
+
+@pytest.fixture(scope="module")
+def histories(provider: Loopback, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Histories]:
+    made = _Histories(provider, tmp_path_factory.mktemp("histories"))
+    try:
+        yield made
+    finally:
+        for url in made.databases:
+            drop_database(url)
+
+
+@dataclass
+class History:
+    store: Store
+    clock: Clock
+
+
+@pytest.fixture(params=BACKENDS)
+def history(request: pytest.FixtureRequest, histories: _Histories, tmp_path: Path) -> Iterator[History]:
+    """A store of each backend holding the learning contract's `_history` (its own copy), and a clock at its end."""
+    target, now = histories.copy(request.param, tmp_path)
+    store = open_store(target, keys=load_or_create_keys(histories.where / "home"))
+    clock = Clock()
+    clock.now = now
+    try:
+        yield History(store, clock)
+    finally:
+        store.close()
+        if isinstance(target, str):
+            drop_database(target)
 
 
 def _submit(store: Store, contract: Contract, clock: Clock, body: object, operation_id: str) -> OperationRecord:
@@ -72,10 +150,9 @@ def _jittered_range(record: OperationRecord, model: Learnt) -> tuple[datetime, d
 
 
 @pytest.mark.usefixtures("models_read_at_once")
-def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Loopback, store: Store) -> None:
-    clock = Clock()
+def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Loopback, history: History) -> None:
+    store, clock = history.store, history.clock
     contract = _contract(provider.url)
-    _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": "large", "input": "x"}, "op-large")
     assert record.delay_source is DelaySource.LEARNT and record.sample_key == "large"
     large, whole = _model(store, contract, clock, "large"), _model(store, contract, clock)
@@ -90,11 +167,10 @@ def test_a_submitted_jobs_first_check_is_placed_by_its_keys_history(provider: Lo
 @pytest.mark.usefixtures("models_read_at_once")
 @pytest.mark.parametrize("model", [{"name": "large"}, "[secret]", "x" * 10_240, None])
 def test_a_hostile_or_missing_key_in_the_body_learns_from_the_whole_contract(
-    provider: Loopback, store: Store, model: object
+    provider: Loopback, history: History, model: object
 ) -> None:
-    clock = Clock()
+    store, clock = history.store, history.clock
     contract = _contract(provider.url)
-    _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": model}, "op-other")
     assert record.sample_key is None and record.delay_source is DelaySource.LEARNT
     whole = _model(store, contract, clock)
@@ -103,10 +179,10 @@ def test_a_hostile_or_missing_key_in_the_body_learns_from_the_whole_contract(
     assert record.created_at < earliest <= record.next_poll_at <= latest
 
 
-def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: Loopback, store: Store) -> None:
-    clock = Clock()
+def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: Loopback, history: History) -> None:
+    store, clock = history.store, history.clock
     contract = _contract(provider.url, learn=False)
-    _history(store, contract, clock)
+    install(store, contract)  # a version of the same contract that does not learn, beside the history it left
     record = _submit(store, contract, clock, {"model": "large"}, "op-plain")
     assert record.delay_source is DelaySource.LOCAL_BACKOFF
     assert record.next_poll_at == record.created_at  # first_check 0s
@@ -123,13 +199,12 @@ def test_a_contract_that_does_not_learn_submits_with_its_first_check(provider: L
     ],
 )
 def test_a_key_refused_in_the_body_leaves_one_event_saying_it_was_not_used(
-    provider: Loopback, store: Store, model: object, shown: str, why: str
+    provider: Loopback, history: History, model: object, shown: str, why: str
 ) -> None:
     """The refusal is audited with the submission (as a refused key of an answer is), in the words hostile values
     get elsewhere: cut to 80 characters, control characters escaped, a credential never shown."""
-    clock = Clock()
+    store, clock = history.store, history.clock
     contract = _contract(provider.url)
-    _history(store, contract, clock)
     record = _submit(store, contract, clock, {"model": model}, "op-refused")
     assert record.sample_key is None and record.delay_source is DelaySource.LEARNT  # the whole history places it
     refused = [e for e in store.events("op-refused") if e.kind == "guidance_rejected"]
