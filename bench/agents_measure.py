@@ -51,7 +51,7 @@ from bench.agents_figures import (
     section,
     write_section,
 )
-from bench.agents_wire import Recorder, raw, recorded_session
+from bench.agents_wire import Recorder, Spawn, fresh, raw, recorded_session
 from mcp import ClientSession
 from pollwarden.simulator import Simulator, Step, contract_text
 
@@ -110,6 +110,7 @@ class Bench:
     root: Path
     timings: Timings
     transcripts: Path | None
+    spawn: Spawn = fresh
 
     def contracts(self) -> Path:
         directory = self.root / "contracts"
@@ -128,7 +129,9 @@ class Bench:
 
     def session(self, name: str) -> AbstractAsyncContextManager[tuple[ClientSession, Recorder]]:
         home = self.root / name
-        return recorded_session(self.contracts(), home, self.root / f"{name}.stderr", env=self.timings.env)
+        return recorded_session(
+            self.contracts(), home, self.root / f"{name}.stderr", env=self.timings.env, spawn=self.spawn
+        )
 
     def job(self, job_id: str) -> list[float]:
         steps = script(self.timings)
@@ -323,10 +326,11 @@ async def cancel_restart(bench: Bench) -> AgentResult:
         )
         decision = asked["decision"]
         option = next(o["number"] for o in decision["options"] if o["kind"] == "cancel")
-        person = [sys.executable, "-m", "pollwarden", "decide", decision["decision_id"], "--option", str(option)]
         environment = {**os.environ, "POLLWARDEN_HOME": str(bench.root / name)}
+        words = ["decide", decision["decision_id"], "--option", str(option), "--by", "bench-person"]
+        person = [sys.executable, *bench.spawn(words, environment)]
         decided = await anyio.to_thread.run_sync(
-            lambda: subprocess.run([*person, "--by", "bench-person"], env=environment, capture_output=True, check=False)
+            lambda: subprocess.run(person, env=environment, capture_output=True, check=False)
         )
         restarted = await call(session, "start_watch", contract="exports", job_id=job)  # and restart once over
         checked = await call(session, "check_operation", operation_id=op)
@@ -362,14 +366,14 @@ HOSTS = (host_with_progress, host_without_progress, host_with_tasks)
 AGENTS = (check_loop, repeat_start, cancel_restart, submit_twice)
 
 
-async def measure(timings: Timings, root: Path, transcripts: Path | None) -> Measured:
+async def measure(timings: Timings, root: Path, transcripts: Path | None, spawn: Spawn = fresh) -> Measured:
     """Every host and agent at once, each with its own server process and home, on one simulator. One that fails
     is reported as a failure (its figures are missing), and the others still finish."""
     hosts: dict[str, HostResult] = {}
     agents: dict[str, AgentResult] = {}
     failures: list[str] = []
     with Simulator() as sim:
-        bench = Bench(sim, root, timings, transcripts)
+        bench = Bench(sim, root, timings, transcripts, spawn)
         bench.contracts()
 
         async def host(fn: Callable[[Bench], Awaitable[HostResult]]) -> None:
@@ -406,10 +410,10 @@ class Measured:
     """The one-minute load average when the run began and when it ended."""
 
 
-def run(timings: Timings, transcripts: Path | None) -> Measured:
+def run(timings: Timings, transcripts: Path | None, spawn: Spawn = fresh) -> Measured:
     with tempfile.TemporaryDirectory(prefix="pollwarden-agents-") as scratch:
         start_load = os.getloadavg()[0]
-        measured = anyio.run(measure, timings, Path(scratch), transcripts)
+        measured = anyio.run(measure, timings, Path(scratch), transcripts, spawn)
         return replace(measured, load=(start_load, os.getloadavg()[0]))
 
 

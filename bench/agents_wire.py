@@ -12,7 +12,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +116,14 @@ def _label(request: Message) -> str:
 
 T = TypeVar("T")
 
+Spawn = Callable[[list[str], dict[str, str]], list[str]]
+"""The interpreter's arguments that run `pollwarden ARGS` in an environment: `-m pollwarden ARGS` by default; the
+smoke test passes tests/prefork.py's, whose server is forked from an interpreter that has already imported it."""
+
+
+def fresh(args: list[str], env: dict[str, str]) -> list[str]:
+    return ["-m", "pollwarden", *args]
+
 
 async def _pump(source: ReadStream[T], sink: WriteStream[T], recorder: Recorder, direction: str) -> None:
     async with sink:
@@ -126,11 +134,12 @@ async def _pump(source: ReadStream[T], sink: WriteStream[T], recorder: Recorder,
 
 @asynccontextmanager
 async def recorded_session(
-    contracts: Path, home: Path, stderr: Path, *, env: Mapping[str, str]
+    contracts: Path, home: Path, stderr: Path, *, env: Mapping[str, str], spawn: Spawn = fresh
 ) -> AsyncIterator[tuple[ClientSession, Recorder]]:
     """`python -m pollwarden mcp` in a subprocess (with `env` added to the SDK's safe defaults), initialized."""
-    args = ["-m", "pollwarden", "mcp", "--contracts", str(contracts), "--home", str(home)]
-    params = StdioServerParameters(command=sys.executable, args=args, env=get_default_environment() | dict(env))
+    environment = get_default_environment() | dict(env)
+    args = spawn(["mcp", "--contracts", str(contracts), "--home", str(home)], environment)
+    params = StdioServerParameters(command=sys.executable, args=args, env=environment)
     recorder = Recorder()
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), anyio.create_task_group() as pumps:

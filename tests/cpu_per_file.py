@@ -29,7 +29,7 @@ def _zygotes_cpu() -> float:
     from tests import prefork
 
     total = 0.0
-    for zygote in list(prefork._zygotes.values()):
+    for zygote in [*prefork._zygotes.values(), *prefork._own_zygotes]:
         try:
             stat = Path(f"/proc/{zygote._proc.pid}/stat").read_text()
         except OSError:

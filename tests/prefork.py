@@ -17,6 +17,9 @@ there is one zygote per start-up environment (PYTHON*, LC_*, LANG, LANGUAGE, HOM
 that spawns the command itself (the MCP SDK's stdio client) runs `spawn_args(...)`: a small helper
 (tests/prefork_attach.py) that has a zygote fork the command onto the helper's own stdio.
 
+The broker's tests (tests/isolation/users.py) keep a zygote per OS user of theirs, started as that user
+(`zygote_for_user`): a command forked from it has the user's uid and groups, as a fresh one run as the user has.
+
 Fresh interpreters stay where start-up is the point: the import tests, signals and TTYs, workers and servers
 (the tests that start those call `subprocess` themselves), and a command too large for one message.
 `POLLWARDEN_TEST_FRESH=1` runs every command fresh, to compare.
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,14 +73,17 @@ def _umask() -> int:
 class Zygote:
     """One per pytest process and startup environment, started on first use; any thread may run commands."""
 
-    def __init__(self, env: dict[str, str], servers: tuple[str, ...]) -> None:
+    def __init__(
+        self, env: dict[str, str], servers: tuple[str, ...], python: Sequence[str] = (sys.executable,)
+    ) -> None:
+        """`python`: the interpreter, and what starts it (tests/isolation/users.py's switch to an OS user)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.env = env
         self.address = f"pollwarden-prefork-{os.getpid()}-{secrets.token_hex(8)}"
         # Its stdout is not a terminal, as a captured command's is not; `-c` runs it in the interpreter's own
         # `__main__`, the module `-m` runs pollwarden in.
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'))",
+            [*python, "-c", "import sys; exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'))",
              str(_SERVER), str(theirs.fileno()), self.address, *servers],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
@@ -120,6 +127,9 @@ class Zygote:
 
     def close(self) -> None:
         self._control.close()  # the server reads end-of-file and exits
+        self.wait()
+
+    def wait(self) -> None:
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -178,6 +188,8 @@ def _run_fresh(args: list[str], env: dict[str, str], timeout: float | None) -> F
 
 _zygotes: dict[tuple[frozenset[tuple[str, str]], tuple[str, ...]], Zygote] = {}
 _zygotes_lock = threading.Lock()
+_own_zygotes: list[Zygote] = []
+"""The callers' own zygotes (zygote_for_user), listed for tests/cpu_per_file.py to count."""
 
 
 def zygote_for(env: dict[str, str], servers: tuple[str, ...] = ()) -> Zygote | None:
@@ -193,11 +205,35 @@ def zygote_for(env: dict[str, str], servers: tuple[str, ...] = ()) -> Zygote | N
     return server if server.alive() else None
 
 
+def zygote_for_user(env: dict[str, str], python: Sequence[str], servers: tuple[str, ...] = ()) -> Zygote | None:
+    """A zygote of the caller's own (not shared: `python` starts it as another OS user), or None if none can
+    serve; the caller closes it."""
+    if os.environ.get("POLLWARDEN_TEST_FRESH") == "1" or not hasattr(os, "pidfd_open"):
+        return None
+    server = Zygote(env, servers, python)
+    if server.alive():
+        with _zygotes_lock:
+            _own_zygotes.append(server)
+        return server
+    server.close()
+    return None
+
+
+def close_all(servers: Sequence[Zygote]) -> None:
+    """Every one told first, then waited for: their interpreters' shutdowns overlap."""
+    for server in servers:
+        server._control.close()
+    for server in servers:
+        server.wait()
+    with _zygotes_lock:
+        _own_zygotes[:] = [z for z in _own_zygotes if z not in servers]
+
+
 def shutdown() -> None:
     with _zygotes_lock:
-        for server in _zygotes.values():
-            server.close()
+        shared = list(_zygotes.values())
         _zygotes.clear()
+    close_all(shared)
 
 
 def spawn_args(args: list[str], env: dict[str, str], servers: tuple[str, ...] = ()) -> list[str]:
@@ -206,12 +242,23 @@ def spawn_args(args: list[str], env: dict[str, str], servers: tuple[str, ...] = 
     server = zygote_for(env, servers)
     if server is None:
         return ["-m", "pollwarden", *args]
+    return attach_args(server, args)
+
+
+def attach_args(server: Zygote, args: list[str]) -> list[str]:
+    """The interpreter's arguments that have `server` fork `pollwarden ARGS` onto the interpreter's own stdio."""
     return ["-S", "-P", str(_ATTACH), server.address, *args]
+
+
+def request(args: list[str], env: dict[str, str]) -> bytes | None:
+    """The message that asks a zygote for `python -m pollwarden ARGS` in `env` here, or None if too large."""
+    message = json.dumps({"argv": args, "env": env, "cwd": os.getcwd(), "umask": _umask()}).encode()
+    return message if len(message) < _MAX_MESSAGE else None
 
 
 def run(args: list[str], env: dict[str, str], *, timeout: float | None = None) -> Finished:
     """`python -m pollwarden ARGS` in `env` with stdin /dev/null and both outputs captured, forked from a zygote
     when one serves, else in a fresh interpreter; TimeoutExpired (the child killed) past `timeout`."""
-    message = json.dumps({"argv": args, "env": env, "cwd": os.getcwd(), "umask": _umask()}).encode()
-    server = zygote_for(env) if len(message) < _MAX_MESSAGE else None
-    return _run_fresh(args, env, timeout) if server is None else server.run(message, timeout)
+    message = request(args, env)
+    server = zygote_for(env) if message is not None else None
+    return _run_fresh(args, env, timeout) if server is None or message is None else server.run(message, timeout)

@@ -17,6 +17,14 @@ import pytest
 from bench import agents_figures as figures
 from bench import agents_measure as am
 from pollwarden.simulator import Simulator
+from tests.prefork import spawn_args
+
+
+def forked(args: list[str], env: dict[str, str]) -> list[str]:
+    """Each server and command forked from a zygote that has imported it (tests/prefork.py): the ~0.8 s a fresh
+    `pollwarden mcp` spends importing the SDK is spent once, not once per host and agent."""
+    return spawn_args(args, env, servers=("mcp_server",) if args[0] == "mcp" else ())
+
 
 Measured = tuple[dict[str, figures.HostResult], dict[str, figures.AgentResult], Path]
 
@@ -24,7 +32,7 @@ Measured = tuple[dict[str, figures.HostResult], dict[str, figures.AgentResult], 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Measured:
     transcripts = tmp_path_factory.mktemp("transcripts")
-    run = am.run(figures.QUICK, transcripts)
+    run = am.run(figures.QUICK, transcripts, spawn=forked)
     assert run.failures == []
     return {h.host: h for h in run.hosts}, {a.function: a for a in run.agents}, transcripts
 

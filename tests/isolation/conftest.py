@@ -29,8 +29,8 @@ def start(users: Users, place: Place) -> Iterator[Callable[..., Broker]]:
     """Starts the test's broker (again, after a stop: the same home and socket); every one is stopped at the end."""
     started: list[Broker] = []
 
-    def go(*extra: str, **env: str) -> Broker:
-        broker = start_broker(users, broker_args(users, place, *extra), place.socket, place.home, **env)
+    def go(*extra: str, fresh: bool = False, **env: str) -> Broker:
+        broker = start_broker(users, broker_args(users, place, *extra), place.socket, place.home, fresh=fresh, **env)
         started.append(broker)
         return broker
 

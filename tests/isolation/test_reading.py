@@ -11,7 +11,7 @@ from .users import READ_PROBE, Broker, Place, Users
 def test_an_agent_user_reads_nothing_the_broker_holds(
     users: Users, place: Place, start: Callable[..., Broker], secret: str
 ) -> None:
-    broker = start()
+    broker = start(fresh=True)  # its own process: the one whose /proc entries are read
     assert broker.process.pid
     # setpriv execs the broker: the pid is the broker's own process.
     where = (str(place.home), str(place.secrets), str(broker.process.pid), secret)

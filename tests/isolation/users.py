@@ -29,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import pollwarden
 from mcp import ClientSession
+from tests import prefork
 from tests.mcp.support import Agent, agent_contract
 
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
@@ -95,6 +96,11 @@ def _reachable(path: Path) -> bool:
     return bool(stat.S_IMODE(path.stat().st_mode) & 0o005 == 0o005)
 
 
+def _text(output: bytes) -> str:
+    """What `subprocess.run(text=True)` makes of a command's output (the locale's UTF-8, universal newlines)."""
+    return output.decode().replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _copy_tree(source: Path, target: Path) -> None:
     try:
         subprocess.run(["cp", "-al", str(source), str(target)], check=True, capture_output=True)
@@ -112,6 +118,8 @@ class Users:
     agent: str
     approver: str
     _made: list[str] = field(default_factory=list)
+    _zygotes: dict[str, prefork.Zygote | None] = field(default_factory=dict)
+    _zygotes_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def uid(self, name: str) -> int:
         return pwd.getpwnam(name).pw_uid
@@ -136,10 +144,36 @@ class Users:
         return self.argv(user, self.python, "-m", "pollwarden", *args)
 
     def run(self, user: str, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
-        """`pollwarden ARGS` as `user`, to the end."""
-        return subprocess.run(
-            self.pollwarden(user, *args), env=self.env(**extra), capture_output=True, text=True, timeout=timeout
-        )
+        """`pollwarden ARGS` as `user`, to the end: forked from the user's zygote when one serves (a fresh
+        `python -m pollwarden` spends most of its CPU importing), in a fresh interpreter otherwise."""
+        env, argv = self.env(**extra), self.pollwarden(user, *args)
+        message = prefork.request(list(args), env)
+        zygote = self.zygote(user) if message is not None else None
+        if zygote is None or message is None:
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        done = zygote.run(message, timeout)
+        return subprocess.CompletedProcess(argv, done.returncode, _text(done.stdout), _text(done.stderr))
+
+    def zygote(self, user: str) -> prefork.Zygote | None:
+        """The user's own zygote (tests/prefork.py), started as the user in what each process of theirs starts
+        with: a command forked from it runs under the user's uid and groups, as a fresh one does. The three users
+        only (another runs one command or two: a zygote would cost more than it saves)."""
+        if user not in (self.service, self.agent, self.approver):
+            return None
+        with self._zygotes_lock:
+            if user not in self._zygotes:
+                # The service user's serves the broker: it has imported what `pollwarden broker` serves with.
+                servers = ("mcp_server",) if user == self.service else ()
+                started = prefork.zygote_for_user(self.env(), self.argv(user, self.python), servers)
+                self._zygotes[user] = started
+            zygote = self._zygotes[user]
+        return zygote if zygote is not None and zygote.alive() else None
+
+    def close(self) -> None:
+        with self._zygotes_lock:
+            started = [zygote for zygote in self._zygotes.values() if zygote is not None]
+            self._zygotes.clear()
+        prefork.close_all(started)
 
     def python_as(self, user: str, code: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -184,6 +218,7 @@ def make_users(prefix: str = "pw") -> Iterator[Users]:
             users._made.append(name)
         yield users
     finally:
+        users.close()
         for name in reversed(users._made):
             subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
             subprocess.run(["userdel", name], capture_output=True)
@@ -213,9 +248,19 @@ class Broker:
                 self.process.wait()
 
 
-def start_broker(users: Users, argv: Sequence[str], socket_path: Path, home: Path, **env: str) -> Broker:
+def start_broker(
+    users: Users, argv: Sequence[str], socket_path: Path, home: Path, *, fresh: bool = False, **env: str
+) -> Broker:
+    """`fresh`: in an interpreter of its own, where a test reads the broker's own process (its pid is then the
+    broker's, not the attach helper's that has the service user's zygote fork it)."""
+    args = ["broker", *argv]
+    zygote = None if fresh else users.zygote(users.service)
     process = subprocess.Popen(
-        users.pollwarden(users.service, "broker", *argv),
+        (
+            users.pollwarden(users.service, *args)
+            if zygote is None
+            else users.argv(users.service, users.python, *prefork.attach_args(zygote, args))
+        ),
         env=users.env(**env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -264,7 +309,13 @@ def wait_until(predicate: object, timeout: float = 60.0) -> None:
 @contextlib.asynccontextmanager
 async def shim_agent(users: Users, socket_path: Path, stderr: Path) -> AsyncIterator[Agent]:
     """An MCP client whose server is `pollwarden mcp --connect SOCKET` run as the agent user."""
-    argv = users.pollwarden(users.agent, "mcp", "--connect", str(socket_path))
+    args = ["mcp", "--connect", str(socket_path)]
+    zygote = users.zygote(users.agent)  # the attach helper runs as the agent too, and the shim it asks for
+    argv = (
+        users.pollwarden(users.agent, *args)
+        if zygote is None
+        else users.argv(users.agent, users.python, *prefork.attach_args(zygote, args))
+    )
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=users.env())
     with stderr.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:

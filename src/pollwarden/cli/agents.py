@@ -15,7 +15,7 @@ from pathlib import Path
 from ..home.directory import resolve_home
 from ..home.operating import GrantStep, HomeError, answer_command, answer_grant, describe_grant, grant_step, open_store
 from ..store.base import Store
-from .common import UsageError
+from .common import UsageError, settle
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -54,6 +54,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise _usage(f"--contracts {directory}: not a directory of contract files (*.toml)")
     from ..mcp_server import load_contracts, serve
 
+    settle()
     contracts, problems = load_contracts(directory)
     if not contracts:
         details = "; ".join(problems) if problems else "no *.toml files"

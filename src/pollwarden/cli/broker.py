@@ -22,7 +22,7 @@ from ..isolation.checks import (
 )
 from ..isolation.peers import Who, WhoError
 from ..shown import shown
-from .common import UsageError
+from .common import UsageError, settle
 
 if TYPE_CHECKING:
     from ..fleet.gauges import FleetGauges
@@ -102,6 +102,7 @@ def _serve(
     from ..isolation.service import BrokerService, SocketError
     from ..mcp_server import load_contracts
 
+    settle()
     contracts, problems = load_contracts(contracts_dir)
     if not contracts:
         raise _refuse([f"--contracts {contracts_dir}: no usable contract ({'; '.join(problems) or 'no *.toml files'})"])
