@@ -33,10 +33,11 @@ unit: $(BIN)/.installed
 	$(BIN)/pytest -q -n 4
 
 # Lint and types run beside the suite, not before it: the suite keeps ~1.4 of the 2 cores busy (its tests wait on
-# processes and servers), and a cold mypy (~30 s of one core) fits in the rest. Lines, not targets, are kept whole
-# (`-Oline`), so the suite's progress shows as it goes; any failure fails `make test`.
+# processes and servers), and a cold mypy (~30 s of one core) fits in the rest. Any failure fails `make test`. No
+# output sync: make's `-O` holds each command's output until it ends, the suite's too (minutes of nothing, and all
+# of it lost to a kill); their few lines may land among the suite's dots.
 test: $(BIN)/.installed
-	$(MAKE) --no-print-directory -j 3 -Oline lint typecheck unit
+	$(MAKE) --no-print-directory -j 3 lint typecheck unit
 
 # The inner loop, no lint or typecheck: the tests tests/conftest.py's FAST names by directory (the core, events,
 # audit, stores, engine in-process, layout and words), none of which may start a process (the conftest fails

@@ -11,6 +11,7 @@ import hmac
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -276,3 +277,20 @@ def test_stop_returns_once_the_loops_look_has_ended_not_while_it_reads(store: St
     stopping.join(60)
     assert looking, "stop returned while the loop's look was still reading the store"
     assert courier._thread is not None and not courier._thread.is_alive()
+
+
+def test_stop_waits_for_a_look_a_little_not_for_a_look_that_waits_on_a_lock(store: Store) -> None:
+    """A look held by a lock another process keeps (an operator's `sqlite3` shell mid-write, a table lock on
+    PostgreSQL) ends only with the store's busy timeout, 30 s: `stop` waits `LOOK_WAIT` for it, not that long, and
+    leaves it to its daemon thread as it did before (the -wal stays behind then; SQLite reads it at the next open)."""
+    held = _HeldLook(store)
+    courier = Courier(held, owner=process_owner("outbox")).start()  # type: ignore[arg-type]
+    assert held.entered.wait(60)
+    started = time.monotonic()
+    try:
+        courier.stop(wait=0)
+        took = time.monotonic() - started
+    finally:
+        held.release.set()
+    assert outbox.LOOK_WAIT <= 2
+    assert outbox.LOOK_WAIT <= took < outbox.LOOK_WAIT + 10, took  # the upper bound stops a hang only

@@ -69,9 +69,10 @@ IDLE = 1.0
 """Seconds between a loop's looks at the outbox when nothing woke it."""
 EXIT_WAIT = 2.0
 """Seconds a process that ends waits for its own deliveries (a hanging receiver never holds it longer)."""
-LOOK_WAIT = 30.0
-"""Seconds `stop` waits for a look of the loop's in progress (a read and a claim, each within the store's busy
-timeout) to end."""
+LOOK_WAIT = 2.0
+"""Seconds `stop` waits for a look of the loop's in progress to end (a read and a claim take milliseconds), so that
+the caller's close is the store's last: not the store's busy timeout, which a look waiting on a lock another
+process holds would take (an exit that waited 30 s for it). Such a look is left to its daemon thread."""
 IN_FLIGHT = 4
 """Attempts one loop makes at once: one receiver that hangs holds one of them."""
 
