@@ -18,6 +18,7 @@ import json
 import os
 import selectors
 import socket
+import struct
 import sys
 import threading
 
@@ -65,6 +66,11 @@ def _serve(control: socket.socket, listener: socket.socket) -> _Request | None:
                     return None
             elif key.fileobj is listener:
                 conn, _ = listener.accept()
+                # An abstract socket has no file mode: anyone may connect. Its own user may ask, and root, which
+                # starts the other users' zygotes and could do what they do anyway (tests/isolation/users.py).
+                if _peer_uid(conn) not in (os.getuid(), 0):
+                    conn.close()
+                    continue
                 asking.add(conn)
                 selector.register(conn, selectors.EVENT_READ)
             elif isinstance(key.fileobj, socket.socket):
@@ -98,6 +104,12 @@ def _serve(control: socket.socket, listener: socket.socket) -> _Request | None:
                 _, status, usage = os.wait4(pid, 0)
                 _answer(conn, {"status": status, "max_rss_kb": usage.ru_maxrss})
                 conn.close()
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    """The connecting process's uid, as the kernel gives it (`SO_PEERCRED`: pid, uid, gid)."""
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", credentials)[1])
 
 
 def _answer(conn: socket.socket, message: dict[str, int]) -> None:

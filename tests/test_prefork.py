@@ -143,3 +143,34 @@ def test_no_pollwarden_module_reads_the_environment_or_starts_a_thread_when_impo
     # Importing every module takes seconds quiet and took over 60 s at load 20: the bound is only for a hang.
     ran = subprocess.run([sys.executable, "-c", _READS_AT_IMPORT], capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stderr
+
+
+_OTHER_USER_ASKS = """
+import json, socket, sys
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+conn.connect("\\0" + sys.argv[1])
+request = {"argv": ["--version"], "env": {}, "cwd": "/", "umask": 0o22}
+try:
+    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    print(conn.recv(4096).decode() or "closed")
+except OSError as exc:
+    print(f"closed: {exc}")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another OS user takes root")
+def test_a_zygote_forks_only_for_its_own_user() -> None:
+    """A zygote's address is an abstract socket, which no file mode guards and /proc/net/unix lists to every user: a
+    zygote started as the approver (tests/isolation/users.py) forked for the agent user whatever it asked, as the
+    approver. It answers its own user only (SO_PEERCRED)."""
+    zygote = prefork.zygote_for(dict(os.environ))
+    if zygote is None:
+        pytest.skip("no zygote can serve here")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-S", "-P"]
+    ran = subprocess.run(
+        [*as_nobody, "-c", _OTHER_USER_ASKS, zygote.address], capture_output=True, text=True, timeout=60, cwd="/"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("closed"), f"the zygote answered another user: {ran.stdout!r}"
+    mine = prefork.run(["--version"], dict(os.environ), timeout=60)
+    assert mine.forked and mine.returncode == 0  # its own user's commands still fork
