@@ -71,6 +71,9 @@ class Timings:
     approve_with_token: float
     overrides: dict[str, str] = field(default_factory=dict)
     """Environment overrides for the broker's server: none in the full mode."""
+    forks: bool = False
+    """The users' commands forked from a zygote of each (tests/isolation/users.py): the smoke's, for its CPU; the
+    full measure starts each in a fresh interpreter, as a person's and an agent's commands start."""
 
 
 FULL = Timings(cut=60.0, approve_after_cut=65.0, approve_with_token=40.0)
@@ -79,6 +82,7 @@ QUICK = Timings(
     approve_after_cut=2.5,
     approve_with_token=1.0,
     overrides={"POLLWARDEN_MCP_HEARTBEAT_SECONDS": "0.2", "POLLWARDEN_MCP_WAIT_WITHOUT_PROGRESS_SECONDS": "1.5"},
+    forks=True,
 )
 
 
@@ -291,6 +295,7 @@ def run(timings: Timings) -> Measured:
         contextlib.contextmanager(make_users)("pwm") as users,
         tempfile.TemporaryDirectory(prefix="pollwarden-broker-measure-") as scratch,
     ):
+        users.forks = timings.forks
         running = [Step(body={"state": "running"})]
         provider.add_job("budget-1", running)
         for job in ("notoken-1", "token-1", "cut-1"):

@@ -116,14 +116,16 @@ class History:
 def history(request: pytest.FixtureRequest, histories: _Histories, tmp_path: Path) -> Iterator[History]:
     """A store of each backend holding the learning contract's `_history` (its own copy), and a clock at its end."""
     target, now = histories.copy(request.param, tmp_path)
-    store = open_store(target, keys=load_or_create_keys(histories.where / "home"))
-    clock = Clock()
-    clock.now = now
     try:
-        yield History(store, clock)
+        store = open_store(target, keys=load_or_create_keys(histories.where / "home"))
+        clock = Clock()
+        clock.now = now
+        try:
+            yield History(store, clock)
+        finally:
+            store.close()
     finally:
-        store.close()
-        if isinstance(target, str):
+        if isinstance(target, str):  # dropped even when the copy could not be opened
             drop_database(target)
 
 

@@ -117,6 +117,9 @@ class Users:
     service: str
     agent: str
     approver: str
+    forks: bool = True
+    """Commands forked from each user's zygote (`zygote`); False: each in a fresh interpreter, as a person's and an
+    agent's commands start (the broker measure's full run)."""
     _made: list[str] = field(default_factory=list)
     _zygotes: dict[str, prefork.Zygote | None] = field(default_factory=dict)
     _zygotes_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -159,6 +162,8 @@ class Users:
         with: a command forked from it runs under the user's uid and groups, as a fresh one does. The three users
         only (another runs one command or two: a zygote would cost more than it saves)."""
         if user not in (self.service, self.agent, self.approver):
+            return None
+        if not self.forks:
             return None
         with self._zygotes_lock:
             if user not in self._zygotes:
