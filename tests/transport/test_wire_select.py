@@ -24,7 +24,17 @@ from pollwarden.transport.http import StatusClient, fetch_all
 from pollwarden.transport.messages import WireError
 from tests.tls import Certificates, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
-from tests.transport.test_http import RawServer, answer, clock, contract_for, failure_of, json_body, response_of, send
+from tests.transport.test_http import (
+    TIMEOUT,
+    RawServer,
+    answer,
+    clock,
+    contract_for,
+    failure_of,
+    json_body,
+    response_of,
+    send,
+)
 from tests.transport.test_http import serve as serve  # the fixture: a raw-socket server per script
 from tests.transport.test_http_keepalive import OK, KeepAliveServer, always
 from tests.transport.test_http_keepalive import contract_for as keepalive_contract
@@ -58,7 +68,7 @@ def test_each_request_of_a_batch_gets_its_own_outcome(serve: Callable[[RawScript
             }
         )
     )
-    with StatusClient(contract_for(server.url), None, clock=clock) as client:
+    with StatusClient(contract_for(server.url, timeout=TIMEOUT), None, clock=clock) as client:
         jobs = ["fast", "silent", "closes", "garbage", "cut"]
         results = fetch_all([(client, job, None, None) for job in jobs])
     stop.set()
