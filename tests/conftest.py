@@ -238,10 +238,15 @@ _HEAVY_FIRST = (
     "tests/mcp/",
     "tests/integrations/",
     "tests/providers/",
+    "tests/transport/",
+    "tests/fleet/",
+    "tests/cli/",
+    "tests/test_",
 )
-"""Where the tests that take seconds each live, whole processes and fleets: run first, so that the last minute of a
-run is the many small in-process tests spread over every worker, not one worker finishing a 30-second test while the
-others wait. (Within these, files keep their order; a file's tests stay together.)"""
+"""Where the tests that take seconds each live (whole processes and fleets, real servers and real deadlines): run
+first, so that the last minute of a run is the many small in-process tests spread over every worker, not one worker
+finishing a 30-second test while the others wait. (Within these, files keep their order; a file's tests stay
+together.)"""
 
 
 def _weight(item: pytest.Item) -> int:

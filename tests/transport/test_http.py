@@ -323,7 +323,7 @@ def test_a_refused_connection_is_a_connect_failure() -> None:
 
 def test_https_to_a_plain_http_server_fails_at_connect(serve: Callable[[Script], RawServer]) -> None:
     server = serve(send(answer(body=json_body())))
-    contract = contract_for(server.url.replace("http://", "https://"))
+    contract = contract_for(server.url.replace("http://", "https://"), timeout=TIMEOUT)
     with StatusClient(contract, SECRET, clock=clock) as client:
         failure = failure_of(client.fetch("job-1"))
     assert failure.kind is FailureKind.CONNECT and "TLS" in failure.message

@@ -21,7 +21,7 @@ from pollwarden.transport.messages import Request
 from tests.tls import Certificates, Leaf, TlsServer, trusting
 from tests.tls import certificates as certificates  # the fixture: a CA and leaves made once per session
 from tests.tls import tls_server as tls_server  # the fixture: TLS servers with a leaf's certificate
-from tests.transport.test_http import HANG_GUARD, contract_for
+from tests.transport.test_http import HANG_GUARD, TIMEOUT, contract_for
 from tests.transport.test_http_keepalive import BODY, OK, KeepAliveServer, always, clock
 from tests.transport.test_wire_select_hostile import PATHS
 
@@ -118,7 +118,7 @@ def test_a_server_that_stalls_in_the_handshake_ends_its_request_at_its_deadline(
     try:
         with (
             trusting(certificates.ca),
-            StatusClient(contract_for(url), None, clock=clock, transport=PATHS[path]()) as stalled,
+            StatusClient(contract_for(url, timeout=TIMEOUT), None, clock=clock, transport=PATHS[path]()) as stalled,
             StatusClient(contract_for(good.url), None, clock=clock, transport=PATHS[path]()) as client,
         ):
             # The blocking path sends a batch's polls in turn (a worker puts them on threads): one at a time there.
